@@ -1,0 +1,62 @@
+"""What the controller reads from the cluster, as plain data (built by the Kubernetes adapter or a fake)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentInfo:
+    namespace: str
+    name: str
+    spec_replicas: int
+    ready_replicas: int
+    selector: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    node: str | None
+    gpus: int  # nvidia.com/gpu requested (sum over containers)
+    priority: int
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    ready: bool
+    owner_kind: str | None = None
+    owner_name: str | None = None
+    gang: str | None = None  # gang id (Volcano job, Kueue workload, JobSet, PyTorchJob, or a plain label)
+    gang_min_available: int | None = None
+    created_at: float | None = None  # Unix seconds
+    ready_at: float | None = None  # Unix seconds; creation to ready is the measured cold start
+    last_checkpoint_at: float | None = None  # Unix seconds, from an annotation when the job publishes it
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    allocatable_gpus: int
+    gpu_product: str | None
+    pool: str | None
+    ready: bool  # a GPU node is ready only when Ready and its allocatable GPUs are above 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodDisruptionBudgetInfo:
+    namespace: str
+    name: str
+    selector: Mapping[str, str]
+    disruptions_allowed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    time: float
+    deployments: tuple[DeploymentInfo, ...] = ()
+    pods: tuple[PodInfo, ...] = ()
+    nodes: tuple[NodeInfo, ...] = ()
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+    pdbs: tuple[PodDisruptionBudgetInfo, ...] = ()

@@ -1,0 +1,233 @@
+"""Data types of the pure core: what the controller sees, what it is told, what it decides.
+
+Everything here is immutable and free of I/O. Times are Unix seconds (float) passed in by the caller; the core never
+reads a clock. Adapters (Prometheus, Kubernetes) and the simulator build these objects; the core only reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from autoscaler.core.reasons import Reason
+
+
+class MetricKind(str, Enum):
+    """The per-replica signal a service is scaled on (its target is an average per ready replica)."""
+
+    GPU_UTILIZATION = "gpu_utilization"  # DCGM_FI_DEV_GPU_UTIL, percent 0-100, averaged over the pod's GPUs
+    ENGINE_ACTIVE = "engine_active"  # DCGM_FI_PROF_GR_ENGINE_ACTIVE, ratio 0-1
+    REQUEST_RATE = "request_rate"  # requests per second
+    QUEUE_DEPTH = "queue_depth"  # requests waiting
+
+
+class Mode(str, Enum):
+    ACTIVE = "active"
+    RECOMMEND_ONLY = "recommend-only"
+
+
+class SelectPolicy(str, Enum):
+    """How several rate policies of one direction combine (HPA ``selectPolicy``)."""
+
+    MAX = "Max"  # the policy that allows the largest change
+    MIN = "Min"  # the policy that allows the smallest change
+    DISABLED = "Disabled"  # no scaling in this direction
+
+
+class RateKind(str, Enum):
+    PODS = "Pods"
+    PERCENT = "Percent"
+
+
+@dataclass(frozen=True, slots=True)
+class RatePolicy:
+    """At most ``value`` pods (or percent of the replicas at the period's start) per ``period_s`` seconds."""
+
+    kind: RateKind
+    value: int
+    period_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingRules:
+    """One direction of the HPA ``behavior`` block."""
+
+    stabilisation_s: float
+    policies: tuple[RatePolicy, ...]
+    select: SelectPolicy = SelectPolicy.MAX
+    tolerance: float = 0.1  # KEP-4951 per-direction tolerance, a ratio (0.1 = 10 %)
+
+
+DEFAULT_SCALE_UP = ScalingRules(
+    stabilisation_s=0.0,
+    policies=(RatePolicy(RateKind.PODS, 4, 15.0), RatePolicy(RateKind.PERCENT, 100, 15.0)),
+)
+DEFAULT_SCALE_DOWN = ScalingRules(stabilisation_s=300.0, policies=(RatePolicy(RateKind.PERCENT, 100, 15.0),))
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePolicy:
+    """The scaling policy of one inference service (built from the CRD, a scenario file or settings)."""
+
+    namespace: str
+    name: str
+    min_replicas: int = 1
+    max_replicas: int = 10
+    metric: MetricKind = MetricKind.GPU_UTILIZATION
+    target: float = 70.0  # average per ready replica, in the metric's unit
+    scale_up: ScalingRules = DEFAULT_SCALE_UP
+    scale_down: ScalingRules = DEFAULT_SCALE_DOWN
+    latency_slo_s: float | None = None  # latency objective (the service's latency quantile), seconds
+    slo_guard: bool = True  # scale up when latency > SLO even if the metric is on target
+    slo_guard_max_factor: float = 2.0  # SLO guard grows replicas by at most this factor per tick
+    gpus_per_replica: int = 1
+    cold_start_s: float = 90.0  # pod creation to ready: image pull + model load, seconds
+    priority: int = 0
+    mode: Mode = Mode.ACTIVE
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodMetrics:
+    """The scaling metric summed over pods, in the shape the HPA replica calculator needs.
+
+    ``ready_with_metric`` ready pods reported a sample (their sum is ``metric_sum``); ``missing`` ready pods had no
+    sample; ``unready`` pods are still starting (not ready, so their metric is not trusted).
+    """
+
+    ready_with_metric: int
+    metric_sum: float
+    missing: int = 0
+    unready: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceObservation:
+    """What the controller sees of one service at one tick.
+
+    A signal that is ``None`` is unknown. ``stale_reasons`` lists why signals are untrusted (empty result, NaN,
+    sample too old, Prometheus unreachable...). The core holds on unknown or stale data, never reads it as zero.
+    Either ``pods`` (per-pod samples, HPA ``Pods``/``Resource`` metric) or ``metric_total`` (service-wide total,
+    HPA ``External`` metric with an average-value target) carries the scaling metric.
+    """
+
+    key: str
+    spec_replicas: int  # replicas on the Deployment's scale subresource now
+    ready_replicas: int
+    pods: PodMetrics | None = None
+    metric_total: float | None = None
+    latency_s: float | None = None  # the service's latency quantile (e.g. P95), seconds
+    request_rate: float | None = None  # requests per second, whole service
+    queue_depth: float | None = None  # requests waiting, whole service
+    stale_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU as dcgm-exporter reports it."""
+
+    node: str
+    gpu: str  # index label ``gpu``
+    uuid: str
+    model_name: str
+    utilization: float | None = None  # DCGM_FI_DEV_GPU_UTIL, percent 0-100
+    engine_active: float | None = None  # DCGM_FI_PROF_GR_ENGINE_ACTIVE, ratio 0-1
+    fb_used_mib: float | None = None
+    fb_free_mib: float | None = None
+    namespace: str | None = None  # pod mapping, when dcgm-exporter has it on
+    pod: str | None = None
+    stale_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    time: float
+    services: Mapping[str, ServiceObservation]
+    gpus: tuple[GpuSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceState:
+    """What the core remembers about one service between ticks (all of it returned, never mutated)."""
+
+    # (time, recommendation before stabilisation), for the stabilisation windows
+    recommendations: tuple[tuple[float, int], ...] = ()
+    # (time, replica change: + up / - down), for the rate policies
+    scale_events: tuple[tuple[float, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerState:
+    services: Mapping[str, ServiceState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    """The outcome for one service at one tick, whether or not it changes anything."""
+
+    key: str
+    current_replicas: int
+    desired_replicas: int
+    reason: Reason
+    detail: str  # the numbers behind the reason, for humans
+    recommend_only: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return self.desired_replicas != self.current_replicas
+
+
+# ---- Actions: what acting on a plan does. Each carries its reason. -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDeployment:
+    namespace: str
+    name: str
+    replicas: int
+    previous_replicas: int
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class EvictPod:
+    namespace: str
+    name: str
+    reason: Reason
+    detail: str
+    gang: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendWorkload:
+    kind: str  # "Job" | "JobSet" | ...
+    namespace: str
+    name: str
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleNodePool:
+    pool: str
+    nodes: int
+    previous_nodes: int
+    reason: Reason
+    detail: str
+
+
+Action = ScaleDeployment | EvictPod | SuspendWorkload | ScaleNodePool
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One tick's plan: a decision per service, and the actions to apply (already filtered for recommend-only)."""
+
+    time: float
+    decisions: tuple[ScaleDecision, ...] = ()
+    actions: tuple[Action, ...] = ()
