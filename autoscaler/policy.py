@@ -1,0 +1,152 @@
+"""The per-service policy as users write it: the ``GPUScalingPolicy`` custom resource's ``spec``.
+
+The same YAML objects configure the controller (as custom resources in the cluster) and the simulator (as the
+``services`` of a scenario file). Validation happens here, at the boundary; the core receives a frozen
+``ServicePolicy``. Field names follow the HPA's camelCase where they mean the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autoscaler.core.model import (
+    MetricKind,
+    Mode,
+    RateKind,
+    RatePolicy,
+    ScalingRules,
+    SelectPolicy,
+    ServicePolicy,
+)
+
+API_GROUP = "gpuautoscaler.dev"
+API_VERSION = "v1alpha1"
+KIND = "GPUScalingPolicy"
+PLURAL = "gpuscalingpolicies"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class TargetRef(_Strict):
+    api_version: str = Field("apps/v1", alias="apiVersion", description="API version of the scaled workload")
+    kind: Literal["Deployment"] = Field("Deployment", description="kind of the scaled workload")
+    name: str = Field(min_length=1, description="name of the Deployment in the policy's namespace")
+
+
+class MetricTarget(_Strict):
+    type: MetricKind = Field(
+        MetricKind.GPU_UTILIZATION,
+        description="per-replica scaling signal: gpu_utilization (percent 0-100), engine_active (ratio 0-1), "
+        "request_rate (requests/s), queue_depth (requests)",
+    )
+    target: float = Field(70.0, gt=0, description="average value per ready replica, in the signal's unit")
+
+    @model_validator(mode="after")
+    def _target_in_range(self) -> MetricTarget:
+        if self.type is MetricKind.GPU_UTILIZATION and self.target > 100:
+            raise ValueError("target: gpu_utilization is a percentage, must be <= 100")
+        if self.type is MetricKind.ENGINE_ACTIVE and self.target > 1:
+            raise ValueError("target: engine_active is a ratio, must be <= 1")
+        return self
+
+
+class RatePolicySpec(_Strict):
+    type: Literal["Pods", "Percent"] = Field(description="Pods: absolute pods; Percent: percent of replicas")
+    value: int = Field(gt=0, description="pods or percent allowed per period")
+    period_seconds: float = Field(alias="periodSeconds", gt=0, le=1800, description="period, seconds")
+
+
+class ScalingRulesSpec(_Strict):
+    stabilization_window_seconds: float | None = Field(
+        None, alias="stabilizationWindowSeconds", ge=0, le=3600, description="stabilisation window, seconds"
+    )
+    tolerance: float = Field(0.1, ge=0, lt=1, description="no change while |metric/target - 1| <= tolerance (ratio)")
+    select_policy: Literal["Max", "Min", "Disabled"] = Field("Max", alias="selectPolicy")
+    policies: list[RatePolicySpec] | None = Field(None, description="rate policies; HPA defaults when omitted")
+
+    def to_rules(self, default: ScalingRules) -> ScalingRules:
+        policies = default.policies
+        if self.policies is not None:
+            policies = tuple(RatePolicy(RateKind(p.type), p.value, p.period_seconds) for p in self.policies)
+        window = default.stabilisation_s if self.stabilization_window_seconds is None else self.stabilization_window_seconds
+        return ScalingRules(
+            stabilisation_s=window, policies=policies, select=SelectPolicy(self.select_policy), tolerance=self.tolerance
+        )
+
+
+class BehaviorSpec(_Strict):
+    scale_up: ScalingRulesSpec = Field(default_factory=ScalingRulesSpec, alias="scaleUp")
+    scale_down: ScalingRulesSpec = Field(default_factory=ScalingRulesSpec, alias="scaleDown")
+
+
+class LatencySpec(_Strict):
+    slo_seconds: float = Field(alias="sloSeconds", gt=0, description="latency objective, seconds")
+    quantile: float = Field(0.95, gt=0, lt=1, description="the latency quantile the SLO applies to")
+    guard: bool = Field(True, description="scale up when latency > SLO even if the metric is on target")
+
+
+class QueriesSpec(_Strict):
+    """PromQL overrides for this service's application signals. ``{namespace}`` and ``{name}`` are substituted
+    (escaped) by the Prometheus adapter."""
+
+    request_rate: str | None = Field(None, alias="requestRate", description="requests per second, whole service")
+    queue_depth: str | None = Field(None, alias="queueDepth", description="requests waiting, whole service")
+    latency: str | None = Field(None, description="latency quantile in seconds, whole service")
+
+
+class ForecastSpec(_Strict):
+    mode: Literal["off", "shadow", "active"] = Field(
+        "off", description="off: reactive only; shadow: report what the forecast would do; active: forecast raises "
+        "the replica floor ahead of demand"
+    )
+    quantile: float = Field(0.9, gt=0, lt=1, description="forecast quantile provisioned for")
+
+
+class GPUScalingPolicySpec(_Strict):
+    target_ref: TargetRef = Field(alias="targetRef")
+    gpus_per_replica: int = Field(1, alias="gpusPerReplica", ge=1, le=64, description="nvidia.com/gpu per replica")
+    min_replicas: int = Field(1, alias="minReplicas", ge=0)
+    max_replicas: int = Field(10, alias="maxReplicas", ge=1)
+    metric: MetricTarget = Field(default_factory=MetricTarget)
+    latency: LatencySpec | None = None
+    queries: QueriesSpec = Field(default_factory=QueriesSpec)
+    priority: int = Field(0, description="higher wins GPUs; compared with training PriorityClass values")
+    cold_start_seconds: float = Field(
+        90.0, alias="coldStartSeconds", ge=0, le=3600, description="pod creation to ready (image pull + model load), s"
+    )
+    mode: Mode = Field(Mode.ACTIVE, description="active: act; recommend-only: report the plan, write nothing")
+    behavior: BehaviorSpec = Field(default_factory=BehaviorSpec)
+    forecast: ForecastSpec = Field(default_factory=ForecastSpec)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> GPUScalingPolicySpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})")
+        return self
+
+
+def to_service_policy(namespace: str, name: str, spec: GPUScalingPolicySpec) -> ServicePolicy:
+    """The core's frozen policy for one validated spec (service key = namespace/targetRef.name)."""
+    from autoscaler.core.model import DEFAULT_SCALE_DOWN, DEFAULT_SCALE_UP
+
+    del name  # the policy object's own name; the service is identified by the Deployment it scales
+    return ServicePolicy(
+        namespace=namespace,
+        name=spec.target_ref.name,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        metric=spec.metric.type,
+        target=spec.metric.target,
+        scale_up=spec.behavior.scale_up.to_rules(DEFAULT_SCALE_UP),
+        scale_down=spec.behavior.scale_down.to_rules(DEFAULT_SCALE_DOWN),
+        latency_slo_s=spec.latency.slo_seconds if spec.latency else None,
+        slo_guard=spec.latency.guard if spec.latency else False,
+        gpus_per_replica=spec.gpus_per_replica,
+        cold_start_s=spec.cold_start_seconds,
+        priority=spec.priority,
+        mode=spec.mode,
+    )
