@@ -72,7 +72,9 @@ class ScalingRulesSpec(_Strict):
         policies = default.policies
         if self.policies is not None:
             policies = tuple(RatePolicy(RateKind(p.type), p.value, p.period_seconds) for p in self.policies)
-        window = default.stabilisation_s if self.stabilization_window_seconds is None else self.stabilization_window_seconds
+        window = self.stabilization_window_seconds
+        if window is None:
+            window = default.stabilisation_s
         return ScalingRules(
             stabilisation_s=window, policies=policies, select=SelectPolicy(self.select_policy), tolerance=self.tolerance
         )

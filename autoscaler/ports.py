@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 from autoscaler.core.cluster import ClusterSnapshot
@@ -40,7 +40,7 @@ class MetricsSource(Protocol):
         ...
 
 
-class EvictionOutcome(str, Enum):
+class EvictionOutcome(StrEnum):
     EVICTED = "evicted"
     BLOCKED = "blocked"  # 429: a PodDisruptionBudget says not now
     GONE = "gone"  # 404: already gone, which is what we wanted

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from autoscaler.core.reasons import Reason
 
 
-class MetricKind(str, Enum):
+class MetricKind(StrEnum):
     """The per-replica signal a service is scaled on (its target is an average per ready replica)."""
 
     GPU_UTILIZATION = "gpu_utilization"  # DCGM_FI_DEV_GPU_UTIL, percent 0-100, averaged over the pod's GPUs
@@ -22,12 +22,12 @@ class MetricKind(str, Enum):
     QUEUE_DEPTH = "queue_depth"  # requests waiting
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     ACTIVE = "active"
     RECOMMEND_ONLY = "recommend-only"
 
 
-class SelectPolicy(str, Enum):
+class SelectPolicy(StrEnum):
     """How several rate policies of one direction combine (HPA ``selectPolicy``)."""
 
     MAX = "Max"  # the policy that allows the largest change
@@ -35,7 +35,7 @@ class SelectPolicy(str, Enum):
     DISABLED = "Disabled"  # no scaling in this direction
 
 
-class RateKind(str, Enum):
+class RateKind(StrEnum):
     PODS = "Pods"
     PERCENT = "Percent"
 

@@ -6,10 +6,10 @@ The value is the stable machine name (used as a metric label); ``text`` is the h
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Reason(str, Enum):
+class Reason(StrEnum):
     """Reason attached to every decision and action."""
 
     # Reactive scaling

@@ -1,0 +1,213 @@
+"""``decide(observation, state, policies, now) -> (plan, state)``: one tick of the inference scaler.
+
+Per service, in this order (each step a small pure function, Ray Serve style guard-rails):
+1. hold when the Deployment is scaled to zero by hand, or when the scaling metric is stale/missing;
+2. the HPA v2 recommendation on the service's metric (tolerance per direction);
+3. the SLO guard: latency above the SLO forces a scale-up (and forbids a scale-down);
+4. the forecast floor, when one is given (it can only raise the recommendation);
+5. the HPA stabilisation windows, then the rate policies and min/max replicas.
+Every decision carries a Reason and the numbers behind it. Acting on the plan is somebody else's job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from autoscaler.core import hpa
+from autoscaler.core.model import (
+    Action,
+    ControllerState,
+    MetricKind,
+    Mode,
+    Observation,
+    Plan,
+    ScaleDecision,
+    ScaleDeployment,
+    ServiceObservation,
+    ServicePolicy,
+    ServiceState,
+)
+from autoscaler.core.reasons import Reason
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFloor:
+    """A lower bound on replicas from outside the reactive path (the forecast). ``shadow`` floors are reported in
+    the decision's detail but not applied."""
+
+    replicas: int
+    reason: Reason
+    detail: str
+    shadow: bool = False
+
+
+def _metric_is_stale(policy: ServicePolicy, obs: ServiceObservation) -> str | None:
+    """Why the scaling metric cannot be trusted, or None when it can."""
+    if obs.stale_reasons:
+        return "; ".join(obs.stale_reasons)
+    if policy.metric in (MetricKind.REQUEST_RATE, MetricKind.QUEUE_DEPTH) and obs.metric_total is not None:
+        value = obs.metric_total
+        if math.isnan(value) or math.isinf(value) or value < 0:
+            return f"{policy.metric.value}: invalid value {value!r}"
+        return None
+    if obs.pods is None:
+        return f"{policy.metric.value}: no samples"
+    if obs.pods.ready_with_metric == 0:
+        return f"{policy.metric.value}: no ready pod reported a sample"
+    if math.isnan(obs.pods.metric_sum) or math.isinf(obs.pods.metric_sum) or obs.pods.metric_sum < 0:
+        return f"{policy.metric.value}: invalid sum {obs.pods.metric_sum!r}"
+    return None
+
+
+def _metric_recommendation(policy: ServicePolicy, obs: ServiceObservation, current: int) -> tuple[int, str]:
+    tol_up, tol_down = policy.scale_up.tolerance, policy.scale_down.tolerance
+    if obs.pods is not None and obs.pods.ready_with_metric > 0:
+        replicas, ratio = hpa.replicas_for_pod_metric(current, obs.pods, policy.target, tol_up, tol_down)
+        average = obs.pods.metric_sum / obs.pods.ready_with_metric
+        return replicas, f"{policy.metric.value} {average:.3g} per pod vs target {policy.target:g} (ratio {ratio:.2f})"
+    assert obs.metric_total is not None
+    replicas, ratio = hpa.replicas_for_total_metric(current, obs.metric_total, policy.target, tol_up, tol_down)
+    return replicas, (
+        f"{policy.metric.value} {obs.metric_total:.4g} total vs {policy.target:g} per replica (ratio {ratio:.2f})"
+    )
+
+
+def _slo_guard(policy: ServicePolicy, obs: ServiceObservation, current: int) -> tuple[int, str] | None:
+    """A recommendation of at least current+1 while latency is above the SLO (fresh latency only)."""
+    if not policy.slo_guard or policy.latency_slo_s is None or obs.latency_s is None:
+        return None
+    latency = obs.latency_s
+    if math.isnan(latency) or latency <= policy.latency_slo_s:
+        return None
+    # Grow in proportion to the overshoot, bounded: queueing latency explodes near saturation, so the ratio
+    # overstates the missing capacity.
+    factor = min(policy.slo_guard_max_factor, latency / policy.latency_slo_s)
+    replicas = max(current + 1, math.ceil(max(current, 1) * factor))
+    return replicas, f"latency {latency:.3g}s > SLO {policy.latency_slo_s:g}s"
+
+
+def _prune(entries: tuple[tuple[float, int], ...], now: float, keep_s: float) -> tuple[tuple[float, int], ...]:
+    cutoff = now - keep_s
+    return tuple(e for e in entries if e[0] > cutoff)
+
+
+def decide_service(
+    policy: ServicePolicy,
+    obs: ServiceObservation | None,
+    state: ServiceState,
+    now: float,
+    floor: ReplicaFloor | None = None,
+) -> tuple[ScaleDecision, ServiceState]:
+    """One service's decision and its next state."""
+    recommend_only = policy.mode is Mode.RECOMMEND_ONLY
+    if obs is None:
+        return (
+            ScaleDecision(policy.key, 0, 0, Reason.METRICS_STALE, "no observation of this service", recommend_only),
+            state,
+        )
+    current = obs.spec_replicas
+
+    def decision(desired: int, reason: Reason, detail: str) -> ScaleDecision:
+        return ScaleDecision(policy.key, current, desired, reason, detail, recommend_only)
+
+    if current == 0 and policy.min_replicas != 0:
+        return decision(0, Reason.SCALING_DISABLED, "spec.replicas is 0"), state
+    if current > policy.max_replicas:
+        return decision(policy.max_replicas, Reason.AT_MAX_REPLICAS, f"above maxReplicas {policy.max_replicas}"), state
+    if current < policy.min_replicas:
+        return decision(policy.min_replicas, Reason.AT_MIN_REPLICAS, f"below minReplicas {policy.min_replicas}"), state
+
+    stale = _metric_is_stale(policy, obs)
+    guard = _slo_guard(policy, obs, current)
+    if stale is not None:
+        if guard is None:
+            return decision(current, Reason.METRICS_STALE, stale), state
+        # A fresh latency breach is still a safe reason to add capacity; nothing is ever removed on stale data.
+        recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; metric stale ({stale})"
+    else:
+        recommendation, detail = _metric_recommendation(policy, obs, current)
+        if recommendation > current:
+            reason = Reason.METRIC_ABOVE_TARGET
+        elif recommendation < current:
+            reason = Reason.METRIC_BELOW_TARGET
+        else:
+            reason = Reason.WITHIN_TOLERANCE
+        if guard is not None and guard[0] > recommendation:
+            recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; {detail}"
+
+    if floor is not None:
+        if floor.shadow:
+            detail = f"{detail}; shadow forecast floor {floor.replicas} ({floor.detail})"
+        elif floor.replicas > recommendation:
+            recommendation, reason, detail = floor.replicas, floor.reason, f"{floor.detail}; {detail}"
+
+    up_rules, down_rules = policy.scale_up, policy.scale_down
+    stabilised = hpa.stabilise(
+        now, current, recommendation, state.recommendations, up_rules.stabilisation_s, down_rules.stabilisation_s
+    )
+    if stabilised != recommendation:
+        reason = Reason.SCALE_DOWN_STABILISED if stabilised > recommendation else Reason.SCALE_UP_STABILISED
+        detail = f"recommended {recommendation}, stabilised at {stabilised}; {detail}"
+
+    desired = stabilised
+    if desired > current:
+        limit = max(hpa.scale_up_limit(now, current, state.scale_events, up_rules), current)
+        if policy.max_replicas <= limit:
+            if desired > policy.max_replicas:
+                desired, reason = policy.max_replicas, Reason.AT_MAX_REPLICAS
+                detail = f"maxReplicas {policy.max_replicas}; {detail}"
+        elif desired > limit:
+            desired, reason = limit, Reason.SCALE_UP_RATE_LIMITED
+            detail = f"rate limit allows {limit}; {detail}"
+    elif desired < current:
+        limit = min(hpa.scale_down_limit(now, current, state.scale_events, down_rules), current)
+        if policy.min_replicas >= limit:
+            if desired < policy.min_replicas:
+                desired, reason = policy.min_replicas, Reason.AT_MIN_REPLICAS
+                detail = f"minReplicas {policy.min_replicas}; {detail}"
+        elif desired < limit:
+            desired, reason = limit, Reason.SCALE_DOWN_RATE_LIMITED
+            detail = f"rate limit allows {limit}; {detail}"
+
+    keep_recommendations = max(up_rules.stabilisation_s, down_rules.stabilisation_s)
+    keep_events = max((p.period_s for p in (*up_rules.policies, *down_rules.policies)), default=0.0)
+    recommendations = (*_prune(state.recommendations, now, keep_recommendations), (now, recommendation))
+    events = _prune(state.scale_events, now, keep_events)
+    if desired != current and not recommend_only:
+        events = (*events, (now, desired - current))
+    return decision(desired, reason, detail), ServiceState(recommendations, events)
+
+
+def decide(
+    observation: Observation,
+    state: ControllerState,
+    policies: Mapping[str, ServicePolicy],
+    now: float,
+    floors: Mapping[str, ReplicaFloor] | None = None,
+) -> tuple[Plan, ControllerState]:
+    """The plan for every policy's service at ``now``; services without a policy are ignored."""
+    decisions: list[ScaleDecision] = []
+    actions: list[Action] = []
+    next_states: dict[str, ServiceState] = {}
+    empty = ServiceState()
+    for key, policy in policies.items():
+        floor = floors.get(key) if floors else None
+        made, next_state = decide_service(
+            policy, observation.services.get(key), state.services.get(key, empty), now, floor
+        )
+        decisions.append(made)
+        next_states[key] = next_state
+        if made.changes and not made.recommend_only:
+            actions.append(
+                ScaleDeployment(
+                    policy.namespace,
+                    policy.name,
+                    made.desired_replicas,
+                    made.current_replicas,
+                    made.reason,
+                    made.detail,
+                )
+            )
+    return Plan(now, tuple(decisions), tuple(actions)), ControllerState(next_states)

@@ -1,0 +1,152 @@
+"""The Kubernetes HPA v2 arithmetic, as small pure functions.
+
+Ported from kubernetes/pkg/controller/podautoscaler (``replica_calculator.go`` and ``horizontal.go``) so that the
+reactive policy behaves exactly like the HPA on the same metric, and so the simulator's ``hpa`` baseline is faithful.
+Time is an argument everywhere. Function names say which part of the HPA they mirror.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.core.model import PodMetrics, RateKind, ScalingRules, SelectPolicy
+
+
+def within_tolerance(usage_ratio: float, tolerance_up: float, tolerance_down: float) -> bool:
+    """KEP-4951 per-direction tolerance: no change while 1 - down <= ratio <= 1 + up."""
+    return (1.0 - tolerance_down) <= usage_ratio <= (1.0 + tolerance_up)
+
+
+def replicas_for_pod_metric(
+    current_replicas: int,
+    pods: PodMetrics,
+    target: float,
+    tolerance_up: float = 0.1,
+    tolerance_down: float = 0.1,
+) -> tuple[int, float]:
+    """``GetMetricReplicas`` for a per-pod metric with an average-value target.
+
+    Returns (recommended replicas, usage ratio of the ready pods with metrics). Missing samples of ready pods count
+    as the target on a scale-down and as 0 on a scale-up; unready pods count as 0 on a scale-up. A conservative
+    recomputation that flips direction, or lands within tolerance, keeps the current replicas.
+    Requires ``pods.ready_with_metric > 0`` (the caller treats no samples at all as stale).
+    """
+    ready_count = pods.ready_with_metric
+    usage_ratio = pods.metric_sum / ready_count / target
+    scale_up_with_unready = pods.unready > 0 and usage_ratio > 1.0
+    if not scale_up_with_unready and pods.missing == 0:
+        if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
+            return current_replicas, usage_ratio
+        return math.ceil(usage_ratio * ready_count), usage_ratio
+
+    metric_sum = pods.metric_sum
+    samples = ready_count
+    if pods.missing > 0:
+        if usage_ratio < 1.0:
+            metric_sum += pods.missing * target  # scaling down: assume the missing pods sit at the target
+        samples += pods.missing  # scaling up: they count as 0
+    if scale_up_with_unready:
+        samples += pods.unready  # unready pods count as 0
+    new_usage_ratio = metric_sum / samples / target
+    if (
+        within_tolerance(new_usage_ratio, tolerance_up, tolerance_down)
+        or (usage_ratio < 1.0 and new_usage_ratio > 1.0)
+        or (usage_ratio > 1.0 and new_usage_ratio < 1.0)
+    ):
+        return current_replicas, usage_ratio
+    new_replicas = math.ceil(new_usage_ratio * samples)
+    if (new_usage_ratio < 1.0 and new_replicas > current_replicas) or (
+        new_usage_ratio > 1.0 and new_replicas < current_replicas
+    ):
+        return current_replicas, usage_ratio
+    return new_replicas, usage_ratio
+
+
+def replicas_for_total_metric(
+    status_replicas: int,
+    total: float,
+    target_per_replica: float,
+    tolerance_up: float = 0.1,
+    tolerance_down: float = 0.1,
+) -> tuple[int, float]:
+    """``GetExternalPerPodMetricReplicas``: a service-wide total (e.g. request rate) against a per-replica target."""
+    usage_ratio = total / (target_per_replica * status_replicas) if status_replicas > 0 else math.inf
+    if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
+        return status_replicas, usage_ratio
+    return math.ceil(total / target_per_replica), usage_ratio
+
+
+def stabilise(
+    now: float,
+    current_replicas: int,
+    recommendation: int,
+    history: tuple[tuple[float, int], ...],
+    up_window_s: float,
+    down_window_s: float,
+) -> int:
+    """``stabilizeRecommendationWithBehaviors``: scale up no further than the lowest recommendation of the up
+    window, scale down no further than the highest recommendation of the down window. ``history`` holds earlier
+    (time, unstabilised recommendation) pairs; the caller appends the new one."""
+    up_recommendation = recommendation
+    down_recommendation = recommendation
+    up_cutoff = now - up_window_s
+    down_cutoff = now - down_window_s
+    for timestamp, value in history:
+        if timestamp > up_cutoff and value < up_recommendation:
+            up_recommendation = value
+        if timestamp > down_cutoff and value > down_recommendation:
+            down_recommendation = value
+    stabilised = current_replicas
+    if stabilised < up_recommendation:
+        stabilised = up_recommendation
+    if stabilised > down_recommendation:
+        stabilised = down_recommendation
+    return stabilised
+
+
+def _changes_in_period(now: float, period_s: float, events: tuple[tuple[float, int], ...]) -> tuple[int, int]:
+    """(replicas added, replicas removed) by scale events strictly inside the last ``period_s`` seconds."""
+    cutoff = now - period_s
+    added = removed = 0
+    for timestamp, change in events:
+        if timestamp > cutoff:
+            if change > 0:
+                added += change
+            else:
+                removed -= change
+    return added, removed
+
+
+def scale_up_limit(
+    now: float, current_replicas: int, events: tuple[tuple[float, int], ...], rules: ScalingRules
+) -> int:
+    """``calculateScaleUpLimitWithScalingRules``: the most replicas the rate policies allow now."""
+    if rules.select is SelectPolicy.DISABLED or not rules.policies:
+        return current_replicas
+    limits = []
+    for policy in rules.policies:
+        added, removed = _changes_in_period(now, policy.period_s, events)
+        period_start = current_replicas - added + removed
+        if policy.kind is RateKind.PODS:
+            limits.append(period_start + policy.value)
+        else:
+            # rounded up, or a small Deployment could never grow by a percentage
+            limits.append(math.ceil(period_start * (1 + policy.value / 100)))
+    return min(limits) if rules.select is SelectPolicy.MIN else max(limits)
+
+
+def scale_down_limit(
+    now: float, current_replicas: int, events: tuple[tuple[float, int], ...], rules: ScalingRules
+) -> int:
+    """``calculateScaleDownLimitWithBehaviors``: the fewest replicas the rate policies allow now."""
+    if rules.select is SelectPolicy.DISABLED or not rules.policies:
+        return current_replicas
+    limits = []
+    for policy in rules.policies:
+        added, removed = _changes_in_period(now, policy.period_s, events)
+        period_start = current_replicas - added + removed
+        if policy.kind is RateKind.PODS:
+            limits.append(period_start - policy.value)
+        else:
+            limits.append(int(period_start * (1 - policy.value / 100)))  # truncation, as the HPA's int32()
+    return max(limits) if rules.select is SelectPolicy.MIN else min(limits)
