@@ -61,10 +61,17 @@ def _metric_is_stale(policy: ServicePolicy, obs: ServiceObservation) -> str | No
     return None
 
 
+# A pod whose sample is missing counts as fully busy on a scale-down: 100 % of its GPU for utilisation-like signals
+# (as the HPA does with 100 % of the CPU request), the target for the others.
+_FULL_SCALE: dict[MetricKind, float] = {MetricKind.GPU_UTILIZATION: 100.0, MetricKind.ENGINE_ACTIVE: 1.0}
+
+
 def _metric_recommendation(policy: ServicePolicy, obs: ServiceObservation, current: int) -> tuple[int, str]:
     tol_up, tol_down = policy.scale_up.tolerance, policy.scale_down.tolerance
     if obs.pods is not None and obs.pods.ready_with_metric > 0:
-        replicas, ratio = hpa.replicas_for_pod_metric(current, obs.pods, policy.target, tol_up, tol_down)
+        replicas, ratio = hpa.replicas_for_pod_metric(
+            current, obs.pods, policy.target, tol_up, tol_down, _FULL_SCALE.get(policy.metric)
+        )
         average = obs.pods.metric_sum / obs.pods.ready_with_metric
         return replicas, f"{policy.metric.value} {average:.3g} per pod vs target {policy.target:g} (ratio {ratio:.2f})"
     assert obs.metric_total is not None

@@ -23,11 +23,14 @@ def replicas_for_pod_metric(
     target: float,
     tolerance_up: float = 0.1,
     tolerance_down: float = 0.1,
+    missing_value_on_scale_down: float | None = None,
 ) -> tuple[int, float]:
-    """``GetMetricReplicas`` for a per-pod metric with an average-value target.
+    """``GetResourceReplicas`` / ``GetMetricReplicas`` for a per-pod metric with an average target.
 
     Returns (recommended replicas, usage ratio of the ready pods with metrics). Missing samples of ready pods count
-    as the target on a scale-down and as 0 on a scale-up; unready pods count as 0 on a scale-up. A conservative
+    as ``missing_value_on_scale_down`` on a scale-down (the HPA uses 100 % of the request for utilisation metrics and
+    the target for other pod metrics; default: the target) and as 0 on a scale-up; unready pods count as 0 on a
+    scale-up and are left out otherwise. A conservative
     recomputation that flips direction, or lands within tolerance, keeps the current replicas.
     Requires ``pods.ready_with_metric > 0`` (the caller treats no samples at all as stale).
     """
@@ -43,7 +46,9 @@ def replicas_for_pod_metric(
     samples = ready_count
     if pods.missing > 0:
         if usage_ratio < 1.0:
-            metric_sum += pods.missing * target  # scaling down: assume the missing pods sit at the target
+            # scaling down: assume the missing pods are busy, so we do not remove capacity they may be using
+            busy = target if missing_value_on_scale_down is None else missing_value_on_scale_down
+            metric_sum += pods.missing * busy
         samples += pods.missing  # scaling up: they count as 0
     if scale_up_with_unready:
         samples += pods.unready  # unready pods count as 0

@@ -1,0 +1,184 @@
+"""decide(): guard-rails and multi-tick stabilisation scenarios."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autoscaler.core.decide import ReplicaFloor, decide, decide_service
+from autoscaler.core.model import (
+    ControllerState,
+    MetricKind,
+    Mode,
+    Observation,
+    PodMetrics,
+    ScaleDeployment,
+    ServiceObservation,
+    ServicePolicy,
+    ServiceState,
+)
+from autoscaler.core.reasons import Reason
+
+POLICY = ServicePolicy(namespace="ml", name="chat", min_replicas=1, max_replicas=20, target=70.0)
+
+
+def gpu_obs(replicas: int, util: float, **kw: object) -> ServiceObservation:
+    fields: dict[str, object] = {
+        "key": "ml/chat",
+        "spec_replicas": replicas,
+        "ready_replicas": replicas,
+        "pods": PodMetrics(replicas, util * replicas),
+    }
+    fields.update(kw)
+    return ServiceObservation(**fields)  # type: ignore[arg-type]
+
+
+def run_ticks(policy: ServicePolicy, utils: list[float], start_replicas: int, step: float = 15.0) -> list[int]:
+    """Apply each tick's decision as if the Deployment followed instantly; returns replicas after each tick."""
+    state = ServiceState()
+    replicas = start_replicas
+    seen = []
+    for tick, util in enumerate(utils):
+        decision, state = decide_service(policy, gpu_obs(replicas, util), state, tick * step)
+        replicas = decision.desired_replicas
+        seen.append(replicas)
+    return seen
+
+
+def test_hpa_formula_scales_up_immediately_within_rate_limit() -> None:
+    # 140 % of target on 2 replicas -> 4 replicas (HPA: ceil(2 * 140/70))
+    decision, _ = decide_service(POLICY, gpu_obs(2, 98.0), ServiceState(), 0.0)
+    assert (decision.desired_replicas, decision.reason) == (3, Reason.METRIC_ABOVE_TARGET)
+    decision, _ = decide_service(POLICY, gpu_obs(2, 100.0 * 1.0), ServiceState(), 0.0)
+    assert decision.desired_replicas == 3  # ceil(2 * 100/70) = 3
+
+
+def test_scale_up_is_rate_limited_per_period() -> None:
+    # demand for 40 replicas from 2: max(2+4, 2*2)=6, then 12, then 20 (maxReplicas)
+    replicas = run_ticks(POLICY, [100.0 * 20] * 1 + [100.0] * 0, 2)
+    assert replicas == [6]
+    policy = dataclasses.replace(POLICY, max_replicas=100)
+    seen = []
+    state = ServiceState()
+    current = 2
+    for tick in range(4):
+        decision, state = decide_service(policy, gpu_obs(current, 100.0 * 40 / current * 0.7), state, tick * 15.0)
+        current = decision.desired_replicas
+        seen.append((current, decision.reason))
+    assert [r for r, _ in seen] == [6, 12, 24, 40]
+    assert seen[0][1] is Reason.SCALE_UP_RATE_LIMITED
+    assert seen[-1][1] is Reason.METRIC_ABOVE_TARGET
+
+
+def test_scale_down_waits_for_the_stabilisation_window() -> None:
+    # 10 replicas at target, then load drops to a third: the HPA holds for 300 s, then scales down at once.
+    utils = [70.0] * 4 + [70.0 / 3] * 30
+    replicas = run_ticks(POLICY, utils, 10)
+    drop_tick = 4
+    held = replicas[drop_tick : drop_tick + 19]
+    assert all(r == 10 for r in held), held  # ticks 4..22 are within 300 s of the last recommendation of 10 (tick 3)
+    first_down = next(i for i, r in enumerate(replicas) if r < 10)
+    assert first_down * 15.0 - 3 * 15.0 >= 300.0  # the last "10" recommendation was at tick 3
+    assert replicas[-1] == 4  # ceil(10 * (70/3) / 70)
+
+
+def test_scale_down_stabilised_reason_and_detail() -> None:
+    state = ServiceState(recommendations=((0.0, 10),))
+    decision, _ = decide_service(POLICY, gpu_obs(10, 20.0), state, 60.0)
+    assert decision.desired_replicas == 10
+    assert decision.reason is Reason.SCALE_DOWN_STABILISED
+    assert "stabilised at 10" in decision.detail
+
+
+@pytest.mark.parametrize(
+    ("obs", "why"),
+    [
+        (gpu_obs(5, 10.0, pods=None), "no samples"),
+        (gpu_obs(5, 10.0, pods=PodMetrics(0, 0.0, missing=5)), "no ready pod"),
+        (gpu_obs(5, 10.0, stale_reasons=("gpu_utilization: sample 900 s old",)), "900 s old"),
+        (gpu_obs(5, 10.0, pods=PodMetrics(5, float("nan"))), "invalid"),
+        (gpu_obs(5, 10.0, pods=PodMetrics(5, float("inf"))), "invalid"),
+    ],
+)
+def test_stale_or_missing_metrics_hold_never_zero(obs: ServiceObservation, why: str) -> None:
+    decision, state = decide_service(POLICY, obs, ServiceState(), 0.0)
+    assert decision.desired_replicas == 5
+    assert decision.reason is Reason.METRICS_STALE
+    assert why in decision.detail
+    assert state == ServiceState()  # a stale tick leaves no recommendation behind
+
+
+def test_stale_request_rate_total_holds() -> None:
+    policy = dataclasses.replace(POLICY, metric=MetricKind.REQUEST_RATE, target=5.0)
+    obs = ServiceObservation("ml/chat", 4, 4, metric_total=None, stale_reasons=("request_rate: empty result",))
+    decision, _ = decide_service(policy, obs, ServiceState(), 0.0)
+    assert (decision.desired_replicas, decision.reason) == (4, Reason.METRICS_STALE)
+
+
+def test_slo_guard_scales_up_when_metric_is_on_target() -> None:
+    policy = dataclasses.replace(POLICY, latency_slo_s=1.0)
+    decision, _ = decide_service(policy, gpu_obs(4, 70.0, latency_s=1.5), ServiceState(), 0.0)
+    assert decision.reason is Reason.SLO_BREACH
+    assert decision.desired_replicas == 6  # ceil(4 * 1.5)
+
+
+def test_slo_guard_blocks_scale_down_and_works_on_stale_metric() -> None:
+    policy = dataclasses.replace(POLICY, latency_slo_s=1.0)
+    decision, _ = decide_service(policy, gpu_obs(4, 10.0, latency_s=1.2), ServiceState(), 0.0)
+    assert decision.desired_replicas >= 5
+    stale = gpu_obs(4, 10.0, pods=None, latency_s=3.0)
+    decision, _ = decide_service(policy, stale, ServiceState(), 0.0)
+    assert decision.reason is Reason.SLO_BREACH
+    assert decision.desired_replicas == 8  # bounded by slo_guard_max_factor 2
+
+
+def test_latency_below_slo_does_nothing() -> None:
+    policy = dataclasses.replace(POLICY, latency_slo_s=1.0)
+    decision, _ = decide_service(policy, gpu_obs(4, 70.0, latency_s=0.5), ServiceState(), 0.0)
+    assert (decision.desired_replicas, decision.reason) == (4, Reason.WITHIN_TOLERANCE)
+
+
+def test_min_max_and_scaled_to_zero() -> None:
+    assert decide_service(POLICY, gpu_obs(0, 0.0), ServiceState(), 0.0)[0].reason is Reason.SCALING_DISABLED
+    assert decide_service(POLICY, gpu_obs(25, 70.0), ServiceState(), 0.0)[0].desired_replicas == 20
+    policy = dataclasses.replace(POLICY, min_replicas=3)
+    decision, _ = decide_service(policy, gpu_obs(3, 5.0), ServiceState(), 0.0)
+    assert (decision.desired_replicas, decision.reason) == (3, Reason.AT_MIN_REPLICAS)
+    decision, _ = decide_service(POLICY, gpu_obs(18, 100.0), ServiceState(), 0.0)
+    assert (decision.desired_replicas, decision.reason) == (20, Reason.AT_MAX_REPLICAS)
+
+
+def test_forecast_floor_raises_but_shadow_only_reports() -> None:
+    floor = ReplicaFloor(9, Reason.FORECAST_FLOOR, "forecast 45 req/s at now+90s")
+    decision, _ = decide_service(POLICY, gpu_obs(4, 70.0), ServiceState(), 0.0, floor)
+    assert (decision.desired_replicas, decision.reason) == (8, Reason.SCALE_UP_RATE_LIMITED)
+    decision, _ = decide_service(POLICY, gpu_obs(8, 70.0), ServiceState(), 0.0, floor)
+    assert (decision.desired_replicas, decision.reason) == (9, Reason.FORECAST_FLOOR)
+    shadow = dataclasses.replace(floor, shadow=True)
+    decision, _ = decide_service(POLICY, gpu_obs(4, 70.0), ServiceState(), 0.0, shadow)
+    assert decision.desired_replicas == 4 and "shadow forecast floor 9" in decision.detail
+
+
+def test_decide_builds_actions_only_for_active_services() -> None:
+    passive = ServicePolicy(namespace="ml", name="embed", target=70.0, mode=Mode.RECOMMEND_ONLY)
+    observation = Observation(
+        time=0.0,
+        services={
+            "ml/chat": gpu_obs(2, 140.0),
+            "ml/embed": dataclasses.replace(gpu_obs(2, 140.0), key="ml/embed"),
+        },
+    )
+    plan, state = decide(observation, ControllerState(), {"ml/chat": POLICY, "ml/embed": passive}, 0.0)
+    assert [d.key for d in plan.decisions] == ["ml/chat", "ml/embed"]
+    assert all(d.desired_replicas == 4 for d in plan.decisions)
+    assert plan.actions == (ScaleDeployment("ml", "chat", 4, 2, Reason.METRIC_ABOVE_TARGET, plan.decisions[0].detail),)
+    assert plan.decisions[1].recommend_only
+    assert state.services["ml/embed"].scale_events == ()  # nothing applied, so no rate-limit debt
+    assert state.services["ml/chat"].scale_events == ((0.0, 2),)
+
+
+def test_missing_observation_is_a_hold_without_action() -> None:
+    plan, _ = decide(Observation(0.0, {}), ControllerState(), {"ml/chat": POLICY}, 0.0)
+    assert plan.actions == ()
+    assert plan.decisions[0].reason is Reason.METRICS_STALE
