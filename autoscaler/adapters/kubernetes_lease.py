@@ -1,0 +1,364 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with the semantics of client-go's ``leaderelection``.
+
+Two halves:
+- ``LeaseStore``: get / create / update one Lease with optimistic concurrency. ``KubernetesLeaseStore`` talks to the
+  API server (CoordinationV1Api): create -> 409 means somebody created it first; update carries the
+  ``resourceVersion`` it read -> 409 means somebody else wrote in between (and won). Tests use an in-memory store.
+- ``LeaderElector``: the acquire/renew/release protocol on top of a store.
+
+Safety argument (why two replicas never act at once, given clocks that tick at the same rate):
+- a follower only takes over after it has seen the same Lease record unchanged for ``lease_duration`` on its *own*
+  monotonic clock (no wall-clock comparison across machines, as in client-go);
+- the leader stops acting as soon as ``renew_deadline`` (< ``lease_duration``) has passed since its last successful
+  renewal, and at once when a renewal shows that somebody else holds the Lease or wins the write race (409).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Protocol
+
+from autoscaler.ports import PortError
+
+log = logging.getLogger(__name__)
+
+
+class LeaseConflict(Exception):
+    """The Lease changed since it was read (409 on update), or already exists (409 on create)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    holder: str  # "" when released
+    lease_duration_s: float
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    transitions: int = 0
+    resource_version: str | None = None
+
+
+class LeaseStore(Protocol):
+    def get(self) -> LeaseRecord | None:
+        """The Lease, or None when it does not exist. Raises PortError when the API cannot be reached."""
+        ...
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        """Create the Lease; LeaseConflict when it exists already."""
+        ...
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        """Replace the Lease if its resourceVersion still is ``record.resource_version``; else LeaseConflict."""
+        ...
+
+
+class KubernetesLeaseStore:
+    """One Lease object through the official client's CoordinationV1Api."""
+
+    def __init__(self, api: object, namespace: str, name: str, request_timeout_s: float = 5.0) -> None:
+        from kubernetes import client
+
+        self._client = client
+        self._api = api if api is not None else client.CoordinationV1Api()
+        self._namespace = namespace
+        self._name = name
+        # The timeout must stay well below the renew deadline, or one hung request would eat the whole deadline.
+        self._timeout = request_timeout_s
+
+    def _record(self, lease: object) -> LeaseRecord:
+        spec = lease.spec  # type: ignore[attr-defined]
+        metadata = lease.metadata  # type: ignore[attr-defined]
+        return LeaseRecord(
+            holder=(spec.holder_identity or "") if spec else "",
+            lease_duration_s=float((spec.lease_duration_seconds if spec else None) or 0),
+            acquire_time=spec.acquire_time if spec else None,
+            renew_time=spec.renew_time if spec else None,
+            transitions=(spec.lease_transitions if spec else None) or 0,
+            resource_version=metadata.resource_version if metadata else None,
+        )
+
+    def _body(self, record: LeaseRecord) -> object:
+        c = self._client
+        return c.V1Lease(
+            api_version="coordination.k8s.io/v1",
+            kind="Lease",
+            metadata=c.V1ObjectMeta(
+                name=self._name, namespace=self._namespace, resource_version=record.resource_version
+            ),
+            spec=c.V1LeaseSpec(
+                holder_identity=record.holder,
+                # The API field is whole seconds; round up so that followers never wait less than configured.
+                lease_duration_seconds=max(1, math.ceil(record.lease_duration_s)),
+                acquire_time=record.acquire_time,
+                renew_time=record.renew_time,
+                lease_transitions=record.transitions,
+            ),
+        )
+
+    def _call(self, what: str, fn: Callable[[], object]) -> object:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn()
+        except ApiException as exc:
+            if exc.status == 409:
+                raise LeaseConflict(f"{what}: 409 Conflict") from exc
+            raise PortError(f"lease {self._namespace}/{self._name}: {what}: HTTP {exc.status} {exc.reason}") from exc
+        except LeaseConflict:
+            raise
+        except Exception as exc:  # urllib3 connection errors and timeouts are not ApiException
+            raise PortError(f"lease {self._namespace}/{self._name}: {what}: {type(exc).__name__}: {exc}") from exc
+
+    def get(self) -> LeaseRecord | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            lease = self._api.read_namespaced_lease(  # type: ignore[attr-defined]
+                self._name, self._namespace, _request_timeout=self._timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise PortError(f"lease {self._namespace}/{self._name}: read: HTTP {exc.status} {exc.reason}") from exc
+        except Exception as exc:
+            raise PortError(f"lease {self._namespace}/{self._name}: read: {type(exc).__name__}: {exc}") from exc
+        return self._record(lease)
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        body = self._body(replace(record, resource_version=None))
+        created = self._call(
+            "create",
+            lambda: self._api.create_namespaced_lease(  # type: ignore[attr-defined]
+                self._namespace, body, _request_timeout=self._timeout
+            ),
+        )
+        return self._record(created)
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        body = self._body(record)
+        updated = self._call(
+            "update",
+            lambda: self._api.replace_namespaced_lease(  # type: ignore[attr-defined]
+                self._name, self._namespace, body, _request_timeout=self._timeout
+            ),
+        )
+        return self._record(updated)
+
+
+class InMemoryLeaseStore:
+    """A Lease with the API server's optimistic concurrency, shared by several electors in one process (tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._record: LeaseRecord | None = None
+        self._version = 0
+        self.fail: Exception | None = None  # set to make every call raise (an unreachable API server)
+
+    @property
+    def record(self) -> LeaseRecord | None:
+        return self._record
+
+    def _check(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+
+    def get(self) -> LeaseRecord | None:
+        with self._lock:
+            self._check()
+            return self._record
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        with self._lock:
+            self._check()
+            if self._record is not None:
+                raise LeaseConflict("exists")
+            self._version += 1
+            self._record = replace(record, resource_version=str(self._version))
+            return self._record
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        with self._lock:
+            self._check()
+            if self._record is None or record.resource_version != self._record.resource_version:
+                raise LeaseConflict("resourceVersion mismatch")
+            self._version += 1
+            self._record = replace(record, resource_version=str(self._version))
+            return self._record
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionTimings:
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+
+class LeaderElector:
+    """Acquire, renew and release one Lease; ``is_leader()`` is what every acting code path asks first.
+
+    Call ``try_acquire_or_renew()`` every ``retry_period`` (``start()`` runs a thread that does), and ``release()``
+    on shutdown so that a follower takes over at its next retry instead of after a full lease duration.
+    """
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        identity: str,
+        timings: ElectionTimings = ElectionTimings(),
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_started_leading: Callable[[], None] | None = None,
+        on_stopped_leading: Callable[[], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.identity = identity
+        self._store = store
+        self._timings = timings
+        self._monotonic = monotonic
+        self._wall = wall_clock
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._on_error = on_error
+        self._lock = threading.RLock()
+        self._leader = False
+        self._last_renew = -math.inf  # monotonic time of the last successful create/update as holder
+        self._observed: tuple[str, datetime | None, str | None] | None = None
+        self._observed_at = -math.inf  # monotonic time at which the observed record last changed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_attempt_ok = False  # the last call reached the API (for /readyz of a follower)
+
+    # ---- what the rest of the controller asks ----
+
+    def is_leader(self) -> bool:
+        """True while this process holds the Lease *and* renewed it within the renew deadline."""
+        with self._lock:
+            if self._leader and self._monotonic() - self._last_renew >= self._timings.renew_deadline_s:
+                log.warning(
+                    "leader election: no successful renewal for %.1fs (renew deadline %.1fs): stop acting",
+                    self._monotonic() - self._last_renew,
+                    self._timings.renew_deadline_s,
+                )
+                self._set_leader(False)
+            return self._leader
+
+    @property
+    def holder(self) -> str | None:
+        """The holder identity seen last ("" = released, None = never read)."""
+        with self._lock:
+            return self._observed[0] if self._observed else None
+
+    # ---- protocol ----
+
+    def _set_leader(self, leader: bool) -> None:
+        if leader == self._leader:
+            return
+        self._leader = leader
+        callback = self._on_started if leader else self._on_stopped
+        log.info("leader election: %s %s", self.identity, "became the leader" if leader else "is no longer the leader")
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # a broken callback must not kill the election loop
+                log.exception("leader election callback failed")
+
+    def _observe(self, record: LeaseRecord, now: float) -> None:
+        key = (record.holder, record.renew_time, record.resource_version)
+        if key != self._observed:
+            self._observed = key
+            self._observed_at = now
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt; returns whether this process is the leader afterwards."""
+        with self._lock:
+            now = self._monotonic()
+            wall = self._wall()
+            duration = self._timings.lease_duration_s
+            try:
+                current = self._store.get()
+                if current is None:
+                    fresh = LeaseRecord(self.identity, duration, acquire_time=wall, renew_time=wall, transitions=0)
+                    created = self._store.create(fresh)
+                    self._observe(created, now)
+                    self._last_renew = now
+                    self.last_attempt_ok = True
+                    self._set_leader(True)
+                    return True
+                self._observe(current, now)
+                self.last_attempt_ok = True
+                mine = current.holder == self.identity
+                if not mine and current.holder and now - self._observed_at < current.lease_duration_s:
+                    # Somebody else holds a lease that has not expired by our own clock.
+                    self._set_leader(False)
+                    return False
+                wanted = LeaseRecord(
+                    holder=self.identity,
+                    lease_duration_s=duration,
+                    acquire_time=current.acquire_time if mine else wall,
+                    renew_time=wall,
+                    transitions=current.transitions if mine else current.transitions + 1,
+                    resource_version=current.resource_version,
+                )
+                written = self._store.update(wanted)
+                self._observe(written, now)
+                self._last_renew = now
+                self._set_leader(True)
+                return True
+            except LeaseConflict:
+                # Somebody else wrote first: they are the leader now. Stop acting at once, not at the deadline.
+                self.last_attempt_ok = True
+                self._set_leader(False)
+                return False
+            except Exception as exc:
+                self.last_attempt_ok = False
+                log.warning("leader election: %s", exc)
+                if self._on_error is not None:
+                    self._on_error(exc)
+                return self.is_leader()  # keeps leadership until the renew deadline, then drops it
+
+    def release(self) -> None:
+        """Give the Lease up (holder "") so that a follower can take it at its next retry."""
+        with self._lock:
+            was_leader = self._leader
+            self._set_leader(False)
+            if not was_leader:
+                return
+            try:
+                current = self._store.get()
+                if current is None or current.holder != self.identity:
+                    return
+                wall = self._wall()
+                self._store.update(
+                    replace(current, holder="", lease_duration_s=1.0, renew_time=wall, acquire_time=wall)
+                )
+                log.info("leader election: released lease")
+            except Exception as exc:  # best effort: the lease expires by itself anyway
+                log.warning("leader election: release failed (followers wait for expiry): %s", exc)
+
+    # ---- background loop ----
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.try_acquire_or_renew()
+            # Followers retry at the retry period; so does the leader, giving it several renewals per deadline.
+            self._stop.wait(self._timings.retry_period_s)
+
+    def stop(self, release: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._timings.renew_deadline_s)
+            self._thread = None
+        if release:
+            self.release()

@@ -1,0 +1,318 @@
+"""Controller settings: ``AUTOSCALER_*`` environment variables, a YAML/JSON file, and command-line overrides.
+
+Precedence, highest first: command-line flags > environment > config file > defaults. Nested groups use ``__`` in
+the environment (``AUTOSCALER_LEADER_ELECTION__LEASE_NAME``) and a nested mapping in the file
+(``leader_election: {lease_name: ...}``). Every error names the setting the way the user wrote it, e.g.
+``AUTOSCALER_TICK_INTERVAL_SECONDS (tick_interval_seconds): must be > 0``, so a bad Deployment manifest is fixed
+from the log line alone.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "AUTOSCALER_"
+ENV_NESTED_DELIMITER = "__"
+CONFIG_FILE_ENV = "AUTOSCALER_CONFIG_FILE"
+_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class SettingsError(ValueError):
+    """Invalid configuration; the message names every bad setting (env var and file key)."""
+
+
+def _pod_namespace() -> str:
+    """The namespace the controller runs in: downward API env, then the service-account mount, then ``default``."""
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    try:
+        return _SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _default_identity() -> str:
+    # POD_NAME is unique in a cluster. Outside one, two processes on the same host must still differ, or both would
+    # believe they hold the Lease; client-go appends a UUID for the same reason.
+    pod = os.environ.get("POD_NAME")
+    if pod:
+        return pod
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def _name(*loc: str) -> str:
+    """How a cross-field error names a setting: env var and file key (the error has no single location)."""
+    return f"{env_name(loc)} ({'.'.join(loc)})"
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class LeaderElectionSettings(_Group):
+    """A ``coordination.k8s.io/v1`` Lease decides which replica acts; the others stand by."""
+
+    enabled: bool = Field(
+        True, description="elect a leader through a Lease; false = this process always acts (single replica only)"
+    )
+    lease_name: str = Field("gpu-autoscaler", min_length=1, description="name of the Lease object")
+    lease_namespace: str = Field(
+        default_factory=_pod_namespace,
+        min_length=1,
+        description="namespace of the Lease (default: POD_NAMESPACE, the service-account namespace, or default)",
+    )
+    identity: str = Field(
+        default_factory=_default_identity,
+        min_length=1,
+        description="holder identity written into the Lease (default: POD_NAME, or hostname_<random>)",
+    )
+    lease_duration_seconds: float = Field(
+        15.0, gt=0, description="seconds a follower waits after the last renewal it saw before taking over"
+    )
+    renew_deadline_seconds: float = Field(
+        10.0, gt=0, description="seconds the leader keeps acting without a successful renewal; then it stops"
+    )
+    retry_period_seconds: float = Field(2.0, gt=0, description="seconds between acquire/renew attempts")
+
+    @model_validator(mode="after")
+    def _ordering(self) -> LeaderElectionSettings:
+        # The leader must stop acting (renew deadline) before a follower may take over (lease duration), and it
+        # must get several renewal attempts within its deadline; client-go enforces the same ordering.
+        group = ("leader_election",)
+        if self.renew_deadline_seconds >= self.lease_duration_seconds:
+            raise ValueError(
+                f"{_name(*group, 'renew_deadline_seconds')} ({self.renew_deadline_seconds:g}) must be < "
+                f"{_name(*group, 'lease_duration_seconds')} ({self.lease_duration_seconds:g})"
+            )
+        if self.retry_period_seconds * 1.2 >= self.renew_deadline_seconds:
+            raise ValueError(
+                f"{_name(*group, 'retry_period_seconds')} ({self.retry_period_seconds:g}) x 1.2 must be < "
+                f"{_name(*group, 'renew_deadline_seconds')} ({self.renew_deadline_seconds:g})"
+            )
+        return self
+
+
+class HttpSettings(_Group):
+    """The controller's own HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``."""
+
+    enabled: bool = Field(True, description="serve /metrics, /healthz and /readyz")
+    bind_address: str = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0 = any free port, for tests)")
+
+
+class KubernetesSettings(_Group):
+    """How to reach the Kubernetes API."""
+
+    config_mode: Literal["auto", "in-cluster", "kubeconfig"] = Field(
+        "auto", description="auto: in-cluster when a service account is mounted, else kubeconfig"
+    )
+    kubeconfig: Path | None = Field(None, description="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    context: str | None = Field(None, description="kubeconfig context (default: its current-context)")
+    request_timeout_seconds: float = Field(10.0, gt=0, description="timeout of every API request, seconds")
+
+
+def _split_namespaces(value: Any) -> Any:
+    """Accept ``a,b`` or ``["a", "b"]`` from the environment, a list from the file."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+try:
+    from autoscaler.adapters.prometheus_settings import PrometheusSettings
+except ImportError:  # pragma: no cover - WIRE: remove once autoscaler/adapters/prometheus_settings.py has landed
+
+    class PrometheusSettings(_Group):  # type: ignore[no-redef]
+        """Placeholder until the Prometheus adapter's own settings land."""
+
+        url: str = Field("http://prometheus:9090", description="Prometheus base URL")
+
+
+class Settings(BaseSettings):
+    """Everything ``autoscaler run`` and ``autoscaler plan`` need to know."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        validate_default=True,
+        case_sensitive=False,
+    )
+
+    config_file: Path | None = Field(
+        None, description="YAML or JSON file with these settings (also --config); the environment overrides it"
+    )
+    tick_interval_seconds: float = Field(15.0, gt=0, description="seconds between control ticks (HPA sync: 15 s)")
+    refit_interval_seconds: float = Field(
+        900.0, gt=0, description="seconds between forecast refits (runs in its own job, never inside a tick)"
+    )
+    rebalance_interval_seconds: float = Field(300.0, gt=0, description="seconds between rebalance passes")
+    tick_stall_seconds: float = Field(
+        120.0, gt=0, description="/healthz fails when the tick loop has not finished an iteration for this many s"
+    )
+    shutdown_grace_seconds: float = Field(
+        10.0, ge=0, description="seconds to let a running tick finish on SIGTERM before exiting"
+    )
+    dry_run: bool = Field(
+        False, description="compute and report every plan (log, metrics, Events marked dry run); write nothing else"
+    )
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="namespaces whose GPUScalingPolicies are watched, comma-separated (empty = all namespaces)",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+    log_format: Literal["text", "json"] = Field("text", description="text for humans, json for log pipelines")
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)  # type: ignore[arg-type]
+    http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)  # type: ignore[arg-type]
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _namespaces(cls, value: Any) -> Any:
+        return _split_namespaces(value)
+
+    @model_validator(mode="after")
+    def _stall_after_tick(self) -> Settings:
+        if self.tick_stall_seconds <= self.tick_interval_seconds:
+            raise ValueError(
+                f"{_name('tick_stall_seconds')} ({self.tick_stall_seconds:g}) must be > "
+                f"{_name('tick_interval_seconds')} ({self.tick_interval_seconds:g})"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _FileSource(settings_cls)
+
+
+# The config file's content for the Settings() call in progress. A context variable (not a class attribute) so that
+# two loads in two threads, as in tests, never see each other's file.
+_FILE_DATA: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "autoscaler_config_file", default=None
+)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get() or {})
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A YAML or JSON mapping (JSON is YAML), with errors that say which file and why."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SettingsError(f"{CONFIG_FILE_ENV} / --config: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{CONFIG_FILE_ENV} / --config: {path} is not valid YAML/JSON: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{CONFIG_FILE_ENV} / --config: {path} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def env_name(loc: tuple[str | int, ...]) -> str:
+    """The environment variable of a settings location, ``("http", "port")`` -> ``AUTOSCALER_HTTP__PORT``."""
+    return ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(part).upper() for part in loc)
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem, naming the env var and the file key (``a.b``) of the offending setting."""
+    lines = []
+    for item in error.errors():
+        loc = tuple(part for part in item["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown setting (typo?)"
+        if item["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
+            op, bound = {
+                "greater_than": (">", "gt"),
+                "greater_than_equal": (">=", "ge"),
+                "less_than_equal": ("<=", "le"),
+            }[item["type"]]
+            message = f"must be {op} {item['ctx'][bound]:g}"
+        if ENV_PREFIX in message:
+            lines.append(message)  # a cross-field check that already names its settings
+        elif loc:
+            key = ".".join(str(part) for part in loc)
+            lines.append(f"{env_name(loc)} ({key}): {message} (got {item.get('input')!r})")
+        else:
+            lines.append(message)
+    return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
+    """Settings from defaults < ``config_file`` (or ``$AUTOSCALER_CONFIG_FILE``) < environment < ``overrides``.
+
+    ``overrides`` are the command-line flags; ``None`` values are ignored so that an absent flag never masks the
+    environment. Raises ``SettingsError`` naming every bad setting.
+    """
+    path_text = config_file if config_file is not None else os.environ.get(CONFIG_FILE_ENV)
+    path = Path(path_text) if path_text else None
+    data = read_config_file(path) if path is not None else {}
+    data.pop("config_file", None)
+    init = {key: value for key, value in overrides.items() if value is not None}
+    if path is not None:
+        init["config_file"] = path
+    token = _FILE_DATA.set(data)
+    try:
+        return Settings(**init)
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc)) from None
+    finally:
+        _FILE_DATA.reset(token)
+
+
+def settings_table() -> list[tuple[str, str, str, str]]:
+    """(env var, file key, default, description) of every setting, for ``--help`` and the README."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def walk(model: type[BaseModel], prefix: tuple[str, ...]) -> None:
+        for name, info in model.model_fields.items():
+            loc = (*prefix, name)
+            annotation = info.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, loc)
+                continue
+            default = "(computed)" if info.default_factory is not None else repr(info.default)
+            if info.default_factory is list:
+                default = "[]"
+            rows.append((env_name(loc), ".".join(loc), default, info.description or ""))
+
+    walk(Settings, ())
+    return rows

@@ -1,0 +1,225 @@
+"""The controller's own Prometheus metrics and its HTTP endpoint (``/metrics``, ``/healthz``, ``/readyz``).
+
+Metric names start with ``gpu_autoscaler_``; reason labels are ``Reason.value`` so that dashboards, alerts, Events
+and logs use the same words. Every instance has its own registry, so tests can build many controllers in one
+process without the global registry's duplicate-name errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+PREFIX = "gpu_autoscaler"
+
+# Ticks read the cluster and Prometheus: tens of ms on a small cluster, seconds on a large one, and the 15 s tick
+# interval is the point where ticks would start to overlap.
+TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0)
+
+# Components named in gpu_autoscaler_errors_total{component}.
+ERROR_COMPONENTS = (
+    "metrics_read",
+    "cluster_read",
+    "policy_read",
+    "decide",
+    "cluster_write",
+    "event_write",
+    "status_write",
+    "node_pool",
+    "leader_election",
+    "refit",
+    "rebalance",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceGauges:
+    """The per-service values exported after a tick (None = unknown, not exported)."""
+
+    namespace: str
+    service: str
+    current_replicas: int | None
+    desired_replicas: int | None
+    stale_reasons: tuple[str, ...] = ()
+
+
+class _ServiceCollector(Collector):
+    """Per-service gauges from the latest tick's snapshot, exported atomically.
+
+    A plain labelled Gauge would keep exporting services that were deleted or recovered from staleness; a collector
+    that renders the latest snapshot has no such leftovers, and a scrape never sees half a tick.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._services: tuple[ServiceGauges, ...] = ()
+
+    def update(self, services: Iterable[ServiceGauges]) -> None:
+        snapshot = tuple(services)
+        with self._lock:
+            self._services = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._lock:
+            services = self._services
+        current = GaugeMetricFamily(
+            f"{PREFIX}_current_replicas",
+            "Replicas on the Deployment's scale subresource at the latest tick",
+            labels=["namespace", "service"],
+        )
+        desired = GaugeMetricFamily(
+            f"{PREFIX}_desired_replicas",
+            "Replicas the latest plan wants (equal to current when holding)",
+            labels=["namespace", "service"],
+        )
+        stale = GaugeMetricFamily(
+            f"{PREFIX}_stale_services",
+            "1 when a service's metrics were missing or stale at the latest tick, by reason",
+            labels=["namespace", "service", "reason"],
+        )
+        for s in services:
+            if s.current_replicas is not None:
+                current.add_metric([s.namespace, s.service], s.current_replicas)
+            if s.desired_replicas is not None:
+                desired.add_metric([s.namespace, s.service], s.desired_replicas)
+            for reason in s.stale_reasons:
+                stale.add_metric([s.namespace, s.service, reason], 1)
+        return [current, desired, stale]
+
+
+class Telemetry:
+    """All controller metrics, in one registry."""
+
+    def __init__(self, identity: str = "", registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter(
+            f"{PREFIX}_ticks",
+            "Control ticks by result: ok, hold (a read failed: nothing destructive done), error, standby (follower)",
+            ["result"],
+            registry=r,
+        )
+        self.tick_duration = Histogram(
+            f"{PREFIX}_tick_duration_seconds",
+            "Wall time of one control tick (observe, read, decide, act), seconds",
+            buckets=TICK_BUCKETS,
+            registry=r,
+        )
+        self.actions = Counter(
+            f"{PREFIX}_actions",
+            "Actions of the plans, by kind, reason, dry_run and result (applied, failed, blocked, skipped)",
+            ["kind", "reason", "dry_run", "result"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            f"{PREFIX}_decisions",
+            "Per-service decisions by reason (one per service per tick, whether or not it changes anything)",
+            ["reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            f"{PREFIX}_errors", "Errors by component (a read, a write, the lease...)", ["component"], registry=r
+        )
+        self.leader = Gauge(
+            f"{PREFIX}_leader", "1 when this process holds the leader Lease and acts", ["identity"], registry=r
+        )
+        self.dry_run = Gauge(f"{PREFIX}_dry_run", "1 when the controller runs in dry-run mode", registry=r)
+        self.last_success = Gauge(
+            f"{PREFIX}_last_successful_tick_timestamp_seconds",
+            "Unix time of the latest tick that read everything it needed",
+            registry=r,
+        )
+        self.invalid_policies = Gauge(
+            f"{PREFIX}_invalid_policies",
+            "GPUScalingPolicy objects rejected by validation at the latest tick",
+            registry=r,
+        )
+        self._identity = identity
+        self.leader.labels(identity=identity).set(0)
+        for component in ERROR_COMPONENTS:
+            self.errors.labels(component=component)  # export zeros so that rate() works from the first error
+        self.services = _ServiceCollector()
+        r.register(self.services)
+
+    def set_leader(self, leader: bool) -> None:
+        self.leader.labels(identity=self._identity).set(1 if leader else 0)
+
+    def error(self, component: str) -> None:
+        self.errors.labels(component=component).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+HealthCheck = Callable[[], tuple[bool, str]]
+
+
+class HttpServer:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on a small threaded stdlib server (no extra dependency)."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        healthz: HealthCheck,
+        readyz: HealthCheck,
+        bind_address: str = "0.0.0.0",
+        port: int = 8080,
+        extra: Mapping[str, Callable[[], tuple[int, str, bytes]]] | None = None,
+    ) -> None:
+        routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
+            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, telemetry.render()),
+            "/healthz": lambda: _check(healthz),
+            "/readyz": lambda: _check(readyz),
+            **(extra or {}),
+        }
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                route = routes.get(self.path.split("?", 1)[0])
+                if route is None:
+                    status, ctype, body = 404, "text/plain; charset=utf-8", b"not found\n"
+                else:
+                    try:
+                        status, ctype, body = route()
+                    except Exception as exc:  # a failing check is a 500, never a dead server
+                        status, ctype, body = 500, "text/plain; charset=utf-8", f"{exc}\n".encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("http: " + format, *args)
+
+        self._server = ThreadingHTTPServer((bind_address, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def _check(check: HealthCheck) -> tuple[int, str, bytes]:
+    ok, message = check()
+    return (200 if ok else 503), "text/plain; charset=utf-8", f"{'ok' if ok else 'fail'}: {message}\n".encode()
