@@ -1,0 +1,647 @@
+"""Canonical trace formats: what the simulator and the forecasters read.
+
+Two CSV formats, told apart by their header (the first line):
+
+**Request log** — one row per request, header ``timestamp`` or ``timestamp,input_tokens,output_tokens``::
+
+    timestamp,input_tokens,output_tokens
+    1700158546.68059,374,44
+    1700158550.995169,396,109
+
+Rows need not be sorted. Token counts, when present, are non-negative whole numbers. ``load_trace`` bins a request
+log into a rate series: the first bin starts at the first request, each bin's rate is its request count divided by
+the step (default 60 s), so ``sum(rates) * step`` is exactly the number of requests.
+
+**Rate series** — requests per second over a regular step, header ``timestamp,rate``::
+
+    timestamp,rate
+    2023-11-16T18:15:00,5.25
+    2023-11-16T18:16:00,6.1
+
+Each timestamp is the start of its bin; the step is the (median) difference between consecutive timestamps and must
+be the same on every row, up to a jitter of 5 % of the step (timestamps are then taken as ``start + i * step``).
+Timestamps strictly increase; rates are finite and >= 0. The last bin lasts one step.
+
+In both formats:
+
+- a timestamp is Unix seconds (a number, fractions allowed) or ISO 8601 (``2023-11-16T18:15:46.68``,
+  ``2023-11-16 18:15:46``, ``...Z`` or ``...+02:00``); an ISO time without a zone is UTC. All rows of a file use the
+  kind of timestamp its first row uses;
+- a file whose name ends in ``.gz`` (or that starts with the gzip magic bytes) is decompressed transparently;
+- fields may be surrounded by spaces or double quotes; blank lines are ignored; the text is UTF-8.
+
+A malformed file raises :class:`TraceFormatError` naming the file, line and column (both counted from 1), e.g.
+``trace.csv:17:2: rate: 'abc' is not a number``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import os
+import tempfile
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Step used when a request log is binned and the caller gives none.
+DEFAULT_REQUEST_LOG_STEP_S = 60.0
+#: How far (as a fraction of the step) a rate series' timestamps may wander from a regular grid. Exported metrics
+#: are stamped when they were scraped, a few ms to a second off the nominal step; anything larger is a gap.
+STEP_JITTER_TOLERANCE = 0.05
+
+REQUEST_LOG_HEADERS: tuple[tuple[str, ...], ...] = (("timestamp",), ("timestamp", "input_tokens", "output_tokens"))
+RATE_SERIES_HEADER: tuple[str, ...] = ("timestamp", "rate")
+_EXPECTED_HEADERS = (
+    "'timestamp,rate' (rate series) or 'timestamp' / 'timestamp,input_tokens,output_tokens' (request log)"
+)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TraceFormatError(ValueError):
+    """A trace file is malformed; ``str()`` reads ``path:line:column: message`` (line and column from 1)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, column: int, message: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.column = column
+        self.message = message
+        super().__init__(f"{self.path}:{line}:{column}: {message}")
+
+    def __reduce__(self) -> tuple[type[TraceFormatError], tuple[str, int, int, str]]:
+        # ValueError pickles only ``args``; keep the four attributes when an error crosses a process boundary.
+        return (type(self), (self.path, self.line, self.column, self.message))
+
+
+@dataclass(frozen=True, eq=False)
+class RateSeries:
+    """Requests per second in consecutive bins of ``step_s`` seconds, starting at ``start`` (Unix seconds).
+
+    ``rates`` is a read-only float64 copy. Equality is identity (``eq=False``): comparing numpy arrays with ``==``
+    has no single truth value, so compare ``rates`` with ``np.array_equal`` instead.
+    """
+
+    start: float
+    step_s: float
+    rates: FloatArray
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        rates = np.array(self.rates, dtype=np.float64, copy=True)
+        if rates.ndim != 1:
+            raise ValueError(f"rates must be one-dimensional, got shape {rates.shape}")
+        if not (math.isfinite(self.step_s) and self.step_s > 0):
+            raise ValueError(f"step_s must be a positive number of seconds, got {self.step_s!r}")
+        if not math.isfinite(self.start):
+            raise ValueError(f"start must be finite Unix seconds, got {self.start!r}")
+        if rates.size and not (np.all(np.isfinite(rates)) and rates.min() >= 0):
+            raise ValueError("rates must be finite and >= 0")
+        rates.setflags(write=False)
+        object.__setattr__(self, "rates", rates)
+        object.__setattr__(self, "start", float(self.start))
+        object.__setattr__(self, "step_s", float(self.step_s))
+
+    @property
+    def times(self) -> FloatArray:
+        """Start time (Unix seconds) of each bin."""
+        return self.start + self.step_s * np.arange(self.rates.size, dtype=np.float64)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.rates.size * self.step_s)
+
+    @property
+    def end(self) -> float:
+        """End of the last bin (Unix seconds)."""
+        return self.start + self.duration_s
+
+    @property
+    def total_requests(self) -> float:
+        return float(self.rates.sum() * self.step_s)
+
+    def __len__(self) -> int:
+        return int(self.rates.size)
+
+
+@dataclass(frozen=True, eq=False)
+class RequestLog:
+    """Arrival times (Unix seconds, sorted) and, when the log has them, token counts per request."""
+
+    times: FloatArray
+    input_tokens: IntArray | None = None
+    output_tokens: IntArray | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        times = np.array(self.times, dtype=np.float64, copy=True)
+        if times.ndim != 1:
+            raise ValueError(f"times must be one-dimensional, got shape {times.shape}")
+        tokens = [self.input_tokens, self.output_tokens]
+        if (tokens[0] is None) != (tokens[1] is None):
+            raise ValueError("give both input_tokens and output_tokens, or neither")
+        arrays: list[IntArray | None] = [None if t is None else np.array(t, dtype=np.int64, copy=True) for t in tokens]
+        for arr in arrays:
+            if arr is not None and arr.shape != times.shape:
+                raise ValueError("token arrays must have one entry per request")
+        if times.size > 1 and np.any(np.diff(times) < 0):
+            # A stable sort keeps tokens attached to their request and equal times in file order.
+            order = np.argsort(times, kind="stable")
+            times = times[order]
+            arrays = [None if a is None else a[order] for a in arrays]
+        for arr in (times, *arrays):
+            if arr is not None:
+                arr.setflags(write=False)
+        object.__setattr__(self, "times", times)
+        object.__setattr__(self, "input_tokens", arrays[0])
+        object.__setattr__(self, "output_tokens", arrays[1])
+
+    def __len__(self) -> int:
+        return int(self.times.size)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass
+class CsvTable:
+    """Rows of a CSV file with the physical line each came from (blank lines dropped, fields stripped)."""
+
+    path: str
+    rows: list[list[str]]
+    lines: list[int]
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """Whole file as text, gunzipped when it is gzip; undecodable bytes are reported with their line."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(path, 1, 1, f"not a valid gzip file ({exc})") from exc
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise TraceFormatError(path, line, column, f"not UTF-8 text (byte 0x{raw[exc.start]:02x})") from exc
+
+
+def read_csv(path: str | os.PathLike[str]) -> CsvTable:
+    """Parse a CSV file into stripped fields, remembering each row's line number for error messages."""
+    text = read_text(path)
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True, strict=True)
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    start_line = 1
+    try:
+        for row in reader:
+            # reader.line_num is the line the row *ended* on; a quoted field may span lines, report where it began.
+            if row and any(cell.strip() for cell in row):
+                rows.append([cell.strip() for cell in row])
+                lines.append(start_line)
+            start_line = reader.line_num + 1
+    except csv.Error as exc:
+        raise TraceFormatError(path, reader.line_num, 1, f"malformed CSV ({exc})") from exc
+    return CsvTable(str(path), rows, lines)
+
+
+def parse_floats(
+    table: CsvTable,
+    column: int,
+    name: str,
+    *,
+    row_offset: int = 0,
+    minimum: float | None = None,
+) -> FloatArray:
+    """Column ``column`` (0-based) of ``table.rows[row_offset:]`` as float64, finite and >= ``minimum``."""
+    rows = table.rows[row_offset:]
+    try:
+        values = np.array([float(row[column]) for row in rows], dtype=np.float64)
+    except ValueError:
+        # The fast path failed somewhere: walk the column to name the first bad cell.
+        for i, row in enumerate(rows):
+            try:
+                float(row[column])
+            except ValueError:
+                raise _cell_error(table, row_offset + i, column, name, "is not a number") from None
+        raise  # pragma: no cover - float() failed above, so the loop finds the cell
+    bad = ~np.isfinite(values)
+    if minimum is not None:
+        bad |= values < minimum
+    if bad.any():
+        i = int(np.argmax(bad))
+        if not math.isfinite(values[i]):
+            what = "is not a finite number"
+        else:
+            what = "is negative" if minimum == 0 else f"is below {minimum:g}"
+        raise _cell_error(table, row_offset + i, column, name, what)
+    return values
+
+
+def parse_whole_numbers(table: CsvTable, column: int, name: str, *, row_offset: int = 0) -> IntArray:
+    """Column of non-negative whole numbers (token counts); ``12.0`` is accepted, ``12.5`` is not."""
+    values = parse_floats(table, column, name, row_offset=row_offset, minimum=0.0)
+    fractional = values != np.floor(values)
+    if fractional.any():
+        raise _cell_error(table, row_offset + int(np.argmax(fractional)), column, name, "is not a whole number")
+    return values.astype(np.int64)
+
+
+def parse_timestamps(table: CsvTable, column: int = 0, *, row_offset: int = 0) -> FloatArray:
+    """Timestamps as Unix seconds: every row uses the kind (number or ISO 8601) of the first row."""
+    rows = table.rows[row_offset:]
+    if not rows:
+        return np.empty(0, dtype=np.float64)
+    if _is_number(rows[0][column]):
+        return parse_floats(table, column, "timestamp", row_offset=row_offset)
+    try:
+        return np.array([_iso_to_unix(row[column]) for row in rows], dtype=np.float64)
+    except ValueError:
+        for i, row in enumerate(rows):
+            cell = row[column]
+            try:
+                _iso_to_unix(cell)
+            except ValueError:
+                hint = " (this file's timestamps are ISO 8601, like its first row)" if _is_number(cell) else ""
+                raise _cell_error(
+                    table, row_offset + i, column, "timestamp", f"is not an ISO 8601 time or Unix seconds{hint}"
+                ) from None
+        raise  # pragma: no cover
+
+
+def parse_time(text: str) -> float:
+    """One timestamp (Unix seconds or ISO 8601, naive = UTC) as Unix seconds; ``ValueError`` if it is neither."""
+    text = text.strip()
+    if _is_number(text):
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text!r} is not a finite time")
+        return value
+    try:
+        return _iso_to_unix(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither Unix seconds nor an ISO 8601 time") from None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _iso_to_unix(text: str) -> float:
+    # datetime.fromisoformat (3.11+) reads any ISO 8601 form used in traces, including 7 fractional digits
+    # (truncated to microseconds) and zones; it is C code, ~1 µs per value.
+    stamp = datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def _cell_error(table: CsvTable, row_index: int, column: int, name: str, what: str) -> TraceFormatError:
+    value = table.rows[row_index][column]
+    return TraceFormatError(table.path, table.lines[row_index], column + 1, f"{name}: {value!r} {what}")
+
+
+def check_columns(table: CsvTable, expected: int, names: str, *, row_offset: int = 0) -> None:
+    """Every row from ``row_offset`` on has exactly ``expected`` fields."""
+    for i in range(row_offset, len(table.rows)):
+        row = table.rows[i]
+        if len(row) != expected:
+            # Point at the first extra field, or where the first missing one should be.
+            raise TraceFormatError(
+                table.path,
+                table.lines[i],
+                min(len(row), expected) + 1,
+                f"expected {expected} column{'s' if expected != 1 else ''} ({names}), got {len(row)}",
+            )
+
+
+def _header_kind(table: CsvTable) -> str:
+    """'rate' or 'requests', from the header row; errors for empty files, missing or unknown headers."""
+    if not table.rows:
+        raise TraceFormatError(table.path, 1, 1, f"empty file: expected a header, {_EXPECTED_HEADERS}")
+    header = tuple(cell.lower() for cell in table.rows[0])
+    line = table.lines[0]
+    if header == RATE_SERIES_HEADER:
+        kind = "rate"
+    elif header in REQUEST_LOG_HEADERS:
+        kind = "requests"
+    else:
+        first = table.rows[0][0]
+        if _is_number(first) or _looks_like_iso(first):
+            raise TraceFormatError(table.path, line, 1, f"missing header: expected {_EXPECTED_HEADERS}")
+        known = ("timestamp", "rate", "input_tokens", "output_tokens")
+        for column, name in enumerate(header):
+            if name not in known:
+                raise TraceFormatError(
+                    table.path,
+                    line,
+                    column + 1,
+                    f"unknown header {table.rows[0][column]!r}: expected {_EXPECTED_HEADERS}",
+                )
+        raise TraceFormatError(
+            table.path, line, 1, f"unknown header {','.join(table.rows[0])!r}: expected {_EXPECTED_HEADERS}"
+        )
+    if len(table.rows) == 1:
+        raise TraceFormatError(table.path, line + 1, 1, "no data rows after the header")
+    return kind
+
+
+def _looks_like_iso(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _rate_series_from_table(table: CsvTable, source: str) -> RateSeries:
+    check_columns(table, 2, "timestamp,rate", row_offset=1)
+    times = parse_timestamps(table, 0, row_offset=1)
+    rates = parse_floats(table, 1, "rate", row_offset=1, minimum=0.0)
+    if times.size < 2:
+        raise TraceFormatError(
+            table.path, table.lines[1], 1, "a rate series needs at least 2 rows: its step is the time between rows"
+        )
+    diffs = np.diff(times)
+    not_increasing = diffs <= 0
+    if not_increasing.any():
+        i = int(np.argmax(not_increasing)) + 1
+        raise TraceFormatError(
+            table.path,
+            table.lines[1 + i],
+            1,
+            f"timestamp: {table.rows[1 + i][0]!r} is not after the previous row's {table.rows[i][0]!r}"
+            " (a rate series' timestamps must strictly increase)",
+        )
+    step = _regular_step(diffs)
+    off = np.abs(diffs - step) > STEP_JITTER_TOLERANCE * step
+    if off.any():
+        i = int(np.argmax(off)) + 1
+        raise TraceFormatError(
+            table.path,
+            table.lines[1 + i],
+            1,
+            f"timestamp: {table.rows[1 + i][0]!r} is {_fmt_seconds(float(diffs[i - 1]))} after the previous row, but"
+            f" the series' step is {_fmt_seconds(step)} (a rate series needs a regular step; gaps must be filled)",
+        )
+    return RateSeries(start=float(times[0]), step_s=step, rates=rates, source=source)
+
+
+def _regular_step(diffs: FloatArray) -> float:
+    step = float(np.median(diffs))
+    # Timestamps written with ms (or coarser) precision give steps like 14.999999: snap to a whole ms so that
+    # resampling and bin arithmetic stay exact.
+    snapped = round(step * 1000) / 1000
+    return snapped if snapped > 0 and abs(snapped - step) <= 1e-6 * step + 1e-9 else step
+
+
+def _request_log_from_table(table: CsvTable, source: str) -> RequestLog:
+    n_columns = len(table.rows[0])
+    check_columns(table, n_columns, ",".join(table.rows[0]).lower(), row_offset=1)
+    times = parse_timestamps(table, 0, row_offset=1)
+    if n_columns == 3:
+        inputs = parse_whole_numbers(table, 1, "input_tokens", row_offset=1)
+        outputs = parse_whole_numbers(table, 2, "output_tokens", row_offset=1)
+        return RequestLog(times, inputs, outputs, source=source)
+    return RequestLog(times, source=source)
+
+
+def load_request_log(path: str | os.PathLike[str]) -> RequestLog:
+    """Read a canonical request log (sorted by time on the way in)."""
+    table = read_csv(path)
+    if _header_kind(table) != "requests":
+        raise TraceFormatError(
+            table.path, table.lines[0], 1, "this is a rate series ('timestamp,rate'), not a request log"
+        )
+    return _request_log_from_table(table, Path(path).name)
+
+
+def load_trace(path: str | os.PathLike[str], step_s: float | None = None) -> RateSeries:
+    """Read either canonical format (told apart by its header) as a rate series.
+
+    A request log is binned into ``count / step_s`` per bin (``step_s`` defaults to 60 s); a rate series keeps its
+    own step unless ``step_s`` is given, in which case it is :func:`resample`-d.
+    """
+    if step_s is not None and not (math.isfinite(step_s) and step_s > 0):
+        raise ValueError(f"step_s must be a positive number of seconds, got {step_s!r}")
+    table = read_csv(path)
+    name = Path(path).name
+    if _header_kind(table) == "rate":
+        series = _rate_series_from_table(table, f"{name} (rate series)")
+        if step_s is not None and not math.isclose(step_s, series.step_s, rel_tol=1e-12):
+            series = resample(series, step_s)
+        return series
+    log = _request_log_from_table(table, name)
+    step = DEFAULT_REQUEST_LOG_STEP_S if step_s is None else step_s
+    return bin_requests(log.times, step, source=f"{name} (request log, {len(log)} requests)")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Binning and resampling
+
+
+def bin_requests(
+    times: npt.ArrayLike, step_s: float, *, start: float | None = None, end: float | None = None, source: str = ""
+) -> RateSeries:
+    """Count arrivals in bins of ``step_s`` from ``start`` (default: the first arrival) and divide by the step.
+
+    Without ``end`` the series stops with the bin holding the last arrival, so the total is conserved exactly:
+    ``sum(rates) * step_s == len(times)``. With ``end`` (exclusive), the series covers ``[start, end)``;
+    a last bin cut short by ``end`` is divided by the time it covers, so its rate is not diluted.
+    """
+    t = np.asarray(times, dtype=np.float64)
+    if not (math.isfinite(step_s) and step_s > 0):
+        raise ValueError(f"step_s must be a positive number of seconds, got {step_s!r}")
+    if t.size == 0 and (start is None or end is None):
+        raise ValueError("no arrivals to bin: give start and end for an empty series")
+    origin = float(t.min()) if start is None else float(start)
+    index = np.floor((t - origin) / step_s).astype(np.int64)
+    if end is None:
+        n_bins = int(index.max()) + 1
+        last_len = step_s
+    else:
+        span = float(end) - origin
+        n_bins = max(math.ceil(span / step_s - 1e-9), 0)
+        last_len = span - (n_bins - 1) * step_s if n_bins else step_s
+    inside = (index >= 0) & (index < n_bins)
+    if not inside.all():
+        raise ValueError(f"{int((~inside).sum())} arrivals fall outside [start, end)")
+    counts = np.bincount(index, minlength=n_bins).astype(np.float64)
+    rates = counts / step_s
+    if n_bins and last_len < step_s:
+        rates[-1] = counts[-1] / last_len
+    return RateSeries(start=origin, step_s=float(step_s), rates=rates, source=source)
+
+
+def resample(series: RateSeries, step_s: float) -> RateSeries:
+    """Same demand on another step: piecewise-constant hold to a finer step, time-weighted mean to a coarser one.
+
+    Non-integer ratios are handled by integrating the piecewise-constant rate over each new bin's overlap with the
+    old bins. The new series starts at the same time and covers at least the old span; a last bin that runs past the
+    old end gets the mean rate of the part it covers (so totals are conserved exactly whenever the old duration is a
+    multiple of the new step).
+    """
+    if not (math.isfinite(step_s) and step_s > 0):
+        raise ValueError(f"step_s must be a positive number of seconds, got {step_s!r}")
+    old_step = series.step_s
+    rates = series.rates
+    source = f"{series.source}, resampled {_fmt_seconds(old_step)} -> {_fmt_seconds(step_s)}".lstrip(", ")
+    n_old = rates.size
+    if step_s == old_step:
+        return series
+    if n_old == 0:
+        return RateSeries(series.start, step_s, rates, source)
+    ratio = old_step / step_s
+    if ratio > 1 and _is_whole(ratio):
+        # Finer by an integer factor: exact repetition, no floating-point integration error.
+        return RateSeries(series.start, step_s, np.repeat(rates, round(ratio)), source)
+    if ratio < 1 and _is_whole(1 / ratio) and n_old % round(1 / ratio) == 0:
+        factor = round(1 / ratio)
+        return RateSeries(series.start, step_s, rates.reshape(-1, factor).mean(axis=1), source)
+    duration = series.duration_s
+    n_new = max(math.ceil(duration / step_s - 1e-9), 1)
+    old_edges = np.arange(n_old + 1, dtype=np.float64) * old_step
+    cumulative = np.concatenate(([0.0], np.cumsum(rates * old_step)))
+    new_edges = np.minimum(np.arange(n_new + 1, dtype=np.float64) * step_s, duration)
+    # Requests up to each new edge; the cumulative count is piecewise linear between old edges, so interpolation
+    # is exact integration of the piecewise-constant rate.
+    counts = np.diff(np.interp(new_edges, old_edges, cumulative))
+    widths = np.diff(new_edges)
+    new_rates = np.maximum(counts / widths, 0.0)  # max() clears -1e-17 round-off
+    return RateSeries(series.start, step_s, new_rates, source)
+
+
+def _is_whole(x: float) -> bool:
+    return abs(x - round(x)) <= 1e-9 * max(1.0, abs(x))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def write_rate_series(series: RateSeries, path: str | os.PathLike[str], *, decimals: int | None = None) -> None:
+    """Write the canonical ``timestamp,rate`` CSV (Unix seconds); gzip it (deterministically) if ``path`` ends .gz.
+
+    ``decimals`` rounds the rates (e.g. 3 for a small packaged file); by default they round-trip exactly.
+    """
+    rates = series.rates if decimals is None else np.round(series.rates, decimals)
+    times = series.times
+    body = "".join(f"{_fmt_number(t)},{_fmt_number(r)}\n" for t, r in zip(times.tolist(), rates.tolist(), strict=True))
+    _write_text(path, "timestamp,rate\n" + body)
+
+
+def write_request_log(log: RequestLog, path: str | os.PathLike[str], *, time_decimals: int = 6) -> None:
+    """Write the canonical request log (``timestamp[,input_tokens,output_tokens]``, Unix seconds, µs by default)."""
+    stamps = [f"{t:.{time_decimals}f}" for t in log.times.tolist()]
+    if log.input_tokens is None or log.output_tokens is None:
+        text = "timestamp\n" + "".join(f"{s}\n" for s in stamps)
+    else:
+        rows = zip(stamps, log.input_tokens.tolist(), log.output_tokens.tolist(), strict=True)
+        text = "timestamp,input_tokens,output_tokens\n" + "".join(f"{s},{i},{o}\n" for s, i, o in rows)
+    _write_text(path, text)
+
+
+def _fmt_number(x: float) -> str:
+    # repr() is the shortest text that reads back to the same float; drop a trailing ".0" to keep files small.
+    text = repr(x)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _write_text(path: str | os.PathLike[str], text: str) -> None:
+    target = Path(path)
+    data = text.encode("utf-8")
+    if target.name.endswith(".gz"):
+        buffer = io.BytesIO()
+        # mtime=0 and no embedded file name: the same series always gives the same bytes (reviewable diffs).
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as gz:
+            gz.write(data)
+        data = buffer.getvalue()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write beside the target and rename, so a crash never leaves a half-written trace behind.
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Human-readable summaries (CLI output, logs)
+
+
+def _fmt_seconds(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.4g} d"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.4g} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.4g} min"
+    return f"{seconds:.6g} s"
+
+
+def describe_span(start: float, duration_s: float) -> str:
+    """``14 d from 1970-01-01T00:00:00Z``."""
+    begin = datetime.fromtimestamp(start, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return f"{_fmt_seconds(duration_s)} from {begin}"
+
+
+def summarise(series: RateSeries) -> str:
+    """One line: bins, step, span, mean and peak rate."""
+    rates = series.rates
+    mean = float(rates.mean()) if rates.size else 0.0
+    peak = float(rates.max()) if rates.size else 0.0
+    span = describe_span(series.start, series.duration_s)
+    return (
+        f"{len(series)} rows, step {_fmt_seconds(series.step_s)}, span {span},"
+        f" mean {mean:.4g} req/s, peak {peak:.4g} req/s"
+    )
+
+
+def summarise_request_log(log: RequestLog, step_s: float = DEFAULT_REQUEST_LOG_STEP_S) -> str:
+    """One line for a request log: requests, span, mean rate and the peak over ``step_s`` bins."""
+    if len(log) == 0:
+        return "0 requests"
+    series = bin_requests(log.times, step_s)
+    span = float(log.times[-1] - log.times[0])
+    mean = len(log) / span if span > 0 else float("nan")
+    return (
+        f"{len(log)} rows (requests), no step (one row per request), span {describe_span(float(log.times[0]), span)},"
+        f" mean {mean:.4g} req/s, peak {float(series.rates.max()):.4g} req/s over {_fmt_seconds(step_s)} bins"
+    )
+
+
+__all__: Sequence[str] = (
+    "DEFAULT_REQUEST_LOG_STEP_S",
+    "STEP_JITTER_TOLERANCE",
+    "RateSeries",
+    "RequestLog",
+    "TraceFormatError",
+    "bin_requests",
+    "load_request_log",
+    "load_trace",
+    "parse_time",
+    "resample",
+    "summarise",
+    "summarise_request_log",
+    "write_rate_series",
+    "write_request_log",
+)
