@@ -82,17 +82,23 @@ def _metric_recommendation(policy: ServicePolicy, obs: ServiceObservation, curre
 
 
 def _slo_guard(policy: ServicePolicy, obs: ServiceObservation, current: int) -> tuple[int, str] | None:
-    """A recommendation of at least current+1 while latency is above the SLO (fresh latency only)."""
+    """While fresh latency is above the SLO: never fewer than the current replicas, and at least one more ready
+    replica than now.
+
+    Growth is computed from the *ready* replicas, as Knative's panic mode does: pods already starting are capacity
+    on its way, so a breach that lasts through a cold start does not double the Deployment on every tick.
+    """
     if not policy.slo_guard or policy.latency_slo_s is None or obs.latency_s is None:
         return None
     latency = obs.latency_s
     if math.isnan(latency) or latency <= policy.latency_slo_s:
         return None
-    # Grow in proportion to the overshoot, bounded: queueing latency explodes near saturation, so the ratio
-    # overstates the missing capacity.
+    ready = obs.ready_replicas
+    # In proportion to the overshoot, bounded: queueing latency explodes near saturation, so the ratio overstates
+    # the missing capacity.
     factor = min(policy.slo_guard_max_factor, latency / policy.latency_slo_s)
-    replicas = max(current + 1, math.ceil(max(current, 1) * factor))
-    return replicas, f"latency {latency:.3g}s > SLO {policy.latency_slo_s:g}s"
+    replicas = max(current, ready + 1, math.ceil(max(ready, 1) * factor))
+    return replicas, f"latency {latency:.3g}s > SLO {policy.latency_slo_s:g}s with {ready} ready"
 
 
 def _prune(entries: tuple[tuple[float, int], ...], now: float, keep_s: float) -> tuple[tuple[float, int], ...]:

@@ -1,0 +1,51 @@
+"""A PNG of a simulation: demand, ready replicas per policy, and latency against the SLO (first service)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from autoscaler.sim.run import SimulationResult
+
+# Long runs are drawn at this many points per line at most (max within each bucket, so spikes stay visible).
+MAX_POINTS = 2000
+
+
+def _bucket_max(values: np.ndarray, buckets: int) -> np.ndarray:
+    if len(values) <= buckets:
+        return values
+    size = int(np.ceil(len(values) / buckets))
+    padded = np.full(size * int(np.ceil(len(values) / size)), np.nan)
+    padded[: len(values)] = values
+    return np.nanmax(padded.reshape(-1, size), axis=1)
+
+
+def plot(result: SimulationResult, path: Path, service_index: int = 0) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display here, and none is needed for a file
+    import matplotlib.pyplot as plt
+
+    service = result.services[service_index]
+    hours = np.arange(result.steps) * result.step_s / 3600.0
+    x = _bucket_max(hours, MAX_POINTS)
+    fig, axes = plt.subplots(3, 1, figsize=(13, 9), sharex=True, constrained_layout=True)
+    axes[0].plot(x, _bucket_max(service.rates, MAX_POINTS), color="black", linewidth=0.8)
+    axes[0].set_ylabel("demand (req/s)")
+    axes[0].set_title(f"{result.scenario.name}: {service.policy.key}")
+    for name, run in result.runs.items():
+        timeline = run.timelines[service_index]
+        axes[1].plot(x, _bucket_max(timeline.ready.astype(float), MAX_POINTS), linewidth=0.9, label=name)
+        latency = np.minimum(timeline.latency_s, service.slo_s * 20)  # infinite latency drawn at the top
+        axes[2].plot(x, _bucket_max(latency, MAX_POINTS), linewidth=0.7, label=name)
+    axes[1].set_ylabel("ready replicas")
+    axes[1].legend(loc="upper left", ncols=len(result.runs))
+    axes[2].axhline(service.slo_s, color="red", linestyle="--", linewidth=1.0, label="SLO")
+    axes[2].set_yscale("log")
+    axes[2].set_ylabel(f"P{round(service.quantile * 100)} latency (s)")
+    axes[2].set_xlabel("hours since trace start (each point: max over its bucket)")
+    axes[2].legend(loc="upper left", ncols=len(result.runs) + 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

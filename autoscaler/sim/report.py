@@ -1,0 +1,73 @@
+"""Figures per policy, the side-by-side table and the JSON report."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from autoscaler.sim.engine import PolicyRun
+
+# Order and labels of the table's rows; JSON keys are the first element.
+FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("slo_attainment", "requests within SLO", "{:.2%}"),
+    ("slo_minutes_attainment", "minutes within SLO", "{:.2%}"),
+    ("requests_within_latency", "requests under SLO latency (tail)", "{:.2%}"),
+    ("gpu_hours", "GPU-hours", "{:,.1f}"),
+    ("gpu_hours_vs_oracle", "GPU-hours / oracle", "{:.3f}"),
+    ("scale_actions", "scaling actions", "{:,d}"),
+    ("burst_gpu_hours", "burst GPU-hours", "{:,.1f}"),
+    ("burst_cost", "burst cost ($)", "{:,.2f}"),
+    ("preemptions", "preemptions", "{:,d}"),
+    ("lost_training_gpu_hours", "training GPU-hours lost", "{:,.1f}"),
+)
+
+
+def figures(run: PolicyRun, oracle_gpu_hours: float | None) -> dict[str, Any]:
+    gpu_hours = run.gpu_seconds / 3600.0
+    return {
+        "slo_attainment": run.requests_in_slo_steps / run.requests if run.requests else 1.0,
+        "slo_minutes_attainment": run.minutes_within_slo / run.minutes if run.minutes else 1.0,
+        "requests_within_latency": run.requests_within_latency / run.requests if run.requests else 1.0,
+        "gpu_hours": gpu_hours,
+        "gpu_hours_vs_oracle": gpu_hours / oracle_gpu_hours if oracle_gpu_hours else None,
+        "scale_actions": run.scale_actions,
+        "burst_gpu_hours": run.burst_gpu_seconds / 3600.0,
+        "burst_cost": run.burst_cost,
+        "preemptions": run.preemptions,
+        "lost_training_gpu_hours": run.lost_training_gpu_seconds / 3600.0,
+        "decisions_by_reason": dict(sorted(run.reasons.items())),
+    }
+
+
+def build_report(scenario: Mapping[str, Any], policies: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"scenario": dict(scenario), "policies": dict(policies)}
+
+
+def format_table(report: Mapping[str, Any]) -> str:
+    names: Sequence[str] = list(report["policies"])
+    rows = [["", *names]]
+    for key, label, fmt in FIGURES:
+        row = [label]
+        for name in names:
+            value = report["policies"][name].get(key)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                row.append("-")
+            else:
+                row.append(fmt.format(value))
+        rows.append(row)
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(widths[c + 1]) for c, cell in enumerate(row[1:])]
+        lines.append("  ".join(cells))
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_json(report: Mapping[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")

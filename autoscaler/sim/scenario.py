@@ -1,0 +1,166 @@
+"""Scenario files for the simulator (YAML), validated by pydantic.
+
+A scenario describes node pools, inference services and the step length. Services are written exactly as the
+``GPUScalingPolicy`` custom resources the controller reads in a cluster, plus a ``simulation`` block that says
+where the demand comes from and how fast a replica is. See ``autoscaler/sim/scenarios/default.yaml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autoscaler.policy import API_GROUP, API_VERSION, KIND, GPUScalingPolicySpec
+
+BUILTIN_PREFIX = "builtin:"
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used; the message names the file, the field and the problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class NodePool(_Strict):
+    name: str = Field(min_length=1, description="node pool name (the node-pool label value in a cluster)")
+    gpu_type: str = Field("A100-80GB", alias="gpuType", description="GPU product, informational")
+    gpus_per_node: int = Field(8, alias="gpusPerNode", ge=1, le=64, description="GPUs per node")
+    nodes: int = Field(ge=0, description="nodes always present (on-premises or reserved)")
+    burst: bool = Field(False, description="whether nodes can be added on demand (a cloud burst pool)")
+    max_nodes: int | None = Field(None, alias="maxNodes", ge=0, description="upper bound on nodes for a burst pool")
+    boot_seconds: float = Field(300.0, alias="bootSeconds", ge=0, description="request to GPU-ready node, seconds")
+    price_per_gpu_hour: float = Field(0.0, alias="pricePerGpuHour", ge=0, description="price of one GPU-hour, $")
+    scale_down_unneeded_seconds: float = Field(
+        600.0, alias="scaleDownUnneededSeconds", ge=0,
+        description="a burst node is removed after its GPUs were unneeded this long (Cluster Autoscaler: 10 min)",
+    )
+
+    @model_validator(mode="after")
+    def _burst_bounds(self) -> NodePool:
+        if self.max_nodes is not None and self.max_nodes < self.nodes:
+            raise ValueError(f"maxNodes ({self.max_nodes}) must be >= nodes ({self.nodes})")
+        return self
+
+    @property
+    def node_limit(self) -> int:
+        if not self.burst:
+            return self.nodes
+        return self.max_nodes if self.max_nodes is not None else self.nodes
+
+
+class ServiceSimulation(_Strict):
+    trace: str = Field(
+        description="demand trace: a path (relative to the scenario file) in a canonical trace format, or "
+        "'builtin:servegen-m-large' for the packaged trace"
+    )
+    trace_scale: float = Field(1.0, alias="traceScale", gt=0, description="multiplier on the trace's request rate")
+    throughput_per_replica: float = Field(
+        alias="throughputPerReplica", gt=0, description="requests/s one replica completes at saturation"
+    )
+    base_latency_seconds: float = Field(
+        alias="baseLatencySeconds", gt=0, description="latency of a request that does not queue, seconds"
+    )
+
+
+class Metadata(_Strict):
+    name: str = Field(min_length=1)
+    namespace: str = Field("default", min_length=1)
+
+
+class ServiceEntry(_Strict):
+    api_version: str = Field(f"{API_GROUP}/{API_VERSION}", alias="apiVersion")
+    kind: Literal["GPUScalingPolicy"] = KIND
+    metadata: Metadata
+    spec: GPUScalingPolicySpec
+    simulation: ServiceSimulation
+
+    @model_validator(mode="after")
+    def _needs_slo(self) -> ServiceEntry:
+        if self.spec.latency is None:
+            raise ValueError("spec.latency.sloSeconds is required in a simulation (SLO attainment is measured)")
+        if self.spec.latency.slo_seconds <= self.simulation.base_latency_seconds:
+            raise ValueError(
+                f"spec.latency.sloSeconds ({self.spec.latency.slo_seconds}) must exceed "
+                f"simulation.baseLatencySeconds ({self.simulation.base_latency_seconds})"
+            )
+        return self
+
+
+class Baselines(_Strict):
+    hpa_target_utilization: float = Field(
+        70.0, alias="hpaTargetUtilization", gt=0, le=100,
+        description="the HPA baseline's GPU utilisation target, percent (the seed article's 70 %)",
+    )
+    static_headroom: float = Field(
+        1.0, alias="staticHeadroom", ge=1.0, description="static policy: replicas for the peak times this factor"
+    )
+
+
+class Scenario(_Strict):
+    name: str = Field(min_length=1, description="scenario name, used for output file names")
+    description: str = ""
+    step_seconds: float = Field(15.0, alias="stepSeconds", gt=0, le=3600, description="simulation step = tick, s")
+    duration_seconds: float | None = Field(
+        None, alias="durationSeconds", gt=0, description="simulated time, seconds (default: the shortest trace)"
+    )
+    metrics_delay_seconds: float = Field(
+        30.0, alias="metricsDelaySeconds", ge=0,
+        description="age of the metrics the controller sees (DCGM collect 30 s + scrape), seconds",
+    )
+    node_pools: list[NodePool] = Field(alias="nodePools", min_length=1)
+    services: list[ServiceEntry] = Field(min_length=1)
+    baselines: Baselines = Field(default_factory=Baselines)
+
+    @model_validator(mode="after")
+    def _references(self) -> Scenario:
+        pools = {p.name for p in self.node_pools}
+        if len(pools) != len(self.node_pools):
+            raise ValueError("nodePools: pool names must be unique")
+        keys = [(s.metadata.namespace, s.spec.target_ref.name) for s in self.services]
+        if len(set(keys)) != len(keys):
+            raise ValueError("services: two services scale the same namespace/Deployment")
+        return self
+
+
+def _format_errors(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"  {location}: {message}")
+    return "\n".join(lines)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioError(f"{source}: invalid scenario\n{_format_errors(error)}") from None
+
+
+def load_scenario(path: str | Path) -> tuple[Scenario, Path]:
+    """The scenario and the directory its relative trace paths are resolved against."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read scenario: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a scenario is a YAML mapping with nodePools and services")
+    return parse_scenario(data, str(path)), path.parent
+
+
+def default_scenario_path() -> Path:
+    return SCENARIO_DIR / "default.yaml"
