@@ -1,0 +1,134 @@
+"""Small in-memory ports for the controller tests (the shared fakes in ``autoscaler/fakes`` cover the simulator;
+these add the knobs the runtime tests need: failing reads and writes, call logs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.app import PolicyObject
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo
+from autoscaler.core.model import Observation, PodMetrics, ServiceObservation, ServicePolicy
+from autoscaler.ports import EvictionOutcome, PortError, Series
+
+
+class FakeMetrics:
+    """Per-service average GPU utilisation over the cluster's ready pods; ``fail`` makes observe() raise."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.util: dict[str, float] = {}
+        self.stale: dict[str, tuple[str, ...]] = {}
+        self.fail: Exception | None = None
+        self.calls = 0
+
+    def observe(self, services: Sequence[ServicePolicy], now: float) -> Observation:
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+        out: dict[str, ServiceObservation] = {}
+        for s in services:
+            if s.key in self.stale:
+                out[s.key] = ServiceObservation(s.key, 0, 0, stale_reasons=self.stale[s.key])
+            elif s.key in self.util:
+                # every ready pod reports the same utilisation; replicas are filled in by the controller
+                ready = self.cluster.deployments[s.key][1]
+                out[s.key] = ServiceObservation(s.key, 0, 0, pods=PodMetrics(ready, self.util[s.key] * ready))
+        return Observation(now, out)
+
+    def history(self, service: ServicePolicy, signal: str, start: float, end: float, step_s: float) -> Series:
+        return Series((), ())
+
+
+@dataclass
+class Write:
+    op: str
+    args: tuple[Any, ...]
+
+
+@dataclass
+class FakeCluster:
+    """Reader and writer over a dict of Deployments; every write is logged in ``writes``."""
+
+    deployments: dict[str, list[int]] = field(default_factory=dict)  # key -> [spec, ready]
+    fail_reads: Exception | None = None
+    fail_writes: int = 0  # the next N scale/evict/suspend writes raise PortError
+    fail_events: bool = False
+    writes: list[Write] = field(default_factory=list)
+    events: list[dict[str, str]] = field(default_factory=list)
+    evictions_blocked: bool = False
+
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        if self.fail_reads is not None:
+            raise self.fail_reads
+        deps = tuple(
+            DeploymentInfo(k.split("/")[0], k.split("/")[1], spec, ready)
+            for k, (spec, ready) in self.deployments.items()
+        )
+        return ClusterSnapshot(time=now, deployments=deps)
+
+    def _maybe_fail(self, what: str) -> None:
+        if self.fail_writes > 0:
+            self.fail_writes -= 1
+            raise PortError(f"{what}: HTTP 500 Internal Server Error")
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        self._maybe_fail("scale")
+        self.writes.append(Write("scale", (namespace, name, replicas)))
+        dep = self.deployments[f"{namespace}/{name}"]
+        dep[0] = replicas
+        dep[1] = replicas  # pods become ready at once in this fake
+
+    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+        self._maybe_fail("evict")
+        self.writes.append(Write("evict", (namespace, name)))
+        return EvictionOutcome.BLOCKED if self.evictions_blocked else EvictionOutcome.EVICTED
+
+    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+        self._maybe_fail("suspend")
+        self.writes.append(Write("suspend", (kind, namespace, name)))
+
+    def emit_event(
+        self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
+    ) -> None:
+        if self.fail_events:
+            raise PortError("events: HTTP 500")
+        self.events.append(
+            {
+                "kind": kind,
+                "namespace": namespace,
+                "name": name,
+                "reason": reason,
+                "message": message,
+                "type": event_type,
+            }
+        )
+
+
+class FakePolicies:
+    def __init__(self, objects: Sequence[PolicyObject] = ()) -> None:
+        self.objects = list(objects)
+        self.fail: Exception | None = None
+
+    def list_policies(self) -> Sequence[PolicyObject]:
+        if self.fail is not None:
+            raise self.fail
+        return list(self.objects)
+
+
+class FakeStatus:
+    def __init__(self) -> None:
+        self.status: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.writes = 0
+        self.fail = False
+
+    def update_policy_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        if self.fail:
+            raise PortError("status: HTTP 500")
+        self.writes += 1
+        self.status[(namespace, name)] = status
+
+
+def policy_object(policy: ServicePolicy, name: str | None = None) -> PolicyObject:
+    return PolicyObject(policy.namespace, name or f"{policy.name}-policy", policy, generation=1)
