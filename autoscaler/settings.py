@@ -23,8 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from autoscaler.adapters.prometheus_settings import PrometheusSettings
+
 ENV_PREFIX = "AUTOSCALER_"
 ENV_NESTED_DELIMITER = "__"
+# The Prometheus adapter's settings are a BaseSettings of their own with a flat prefix (AUTOSCALER_PROMETHEUS_URL);
+# they nest here under ``prometheus`` in the file, and keep their own environment names.
+PROMETHEUS_GROUP = "prometheus"
+PROMETHEUS_ENV_PREFIX = "AUTOSCALER_PROMETHEUS_"
 CONFIG_FILE_ENV = "AUTOSCALER_CONFIG_FILE"
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -134,16 +140,6 @@ def _split_namespaces(value: Any) -> Any:
     return value
 
 
-try:
-    from autoscaler.adapters.prometheus_settings import PrometheusSettings
-except ImportError:  # pragma: no cover - WIRE: remove once autoscaler/adapters/prometheus_settings.py has landed
-
-    class PrometheusSettings(_Group):  # type: ignore[no-redef]
-        """Placeholder until the Prometheus adapter's own settings land."""
-
-        url: str = Field("http://prometheus:9090", description="Prometheus base URL")
-
-
 class Settings(BaseSettings):
     """Everything ``autoscaler run`` and ``autoscaler plan`` need to know."""
 
@@ -181,7 +177,10 @@ class Settings(BaseSettings):
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)  # type: ignore[arg-type]
     http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
-    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)  # type: ignore[arg-type]
+    prometheus: PrometheusSettings = Field(
+        default_factory=PrometheusSettings,  # type: ignore[arg-type]
+        description="the Prometheus adapter (env AUTOSCALER_PROMETHEUS_*, file key prometheus)",
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -229,6 +228,18 @@ class _FileSource(PydanticBaseSettingsSource):
         return dict(_FILE_DATA.get() or {})
 
 
+class _DictSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], values: Mapping[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._values = dict(values)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
     """A YAML or JSON mapping (JSON is YAML), with errors that say which file and why."""
     try:
@@ -248,14 +259,39 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def env_name(loc: tuple[str | int, ...]) -> str:
     """The environment variable of a settings location, ``("http", "port")`` -> ``AUTOSCALER_HTTP__PORT``."""
+    if len(loc) > 1 and loc[0] == PROMETHEUS_GROUP:
+        return PROMETHEUS_ENV_PREFIX + "_".join(str(part).upper() for part in loc[1:])
     return ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(part).upper() for part in loc)
 
 
-def describe_validation_error(error: ValidationError) -> str:
+def _prometheus_settings(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -> PrometheusSettings:
+    """PrometheusSettings with the same precedence as the rest: overrides > AUTOSCALER_PROMETHEUS_* > file."""
+
+    class _WithFile(PrometheusSettings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, _DictSource(settings_cls, file_values)
+
+    built = _WithFile(**overrides)
+    return PrometheusSettings.model_construct(
+        **{name: getattr(built, name) for name in PrometheusSettings.model_fields}
+    )
+
+
+def describe_validation_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     """One line per problem, naming the env var and the file key (``a.b``) of the offending setting."""
     lines = []
     for item in error.errors():
-        loc = tuple(part for part in item["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+        loc = prefix + tuple(
+            part for part in item["loc"] if not (isinstance(part, str) and part.startswith("function-"))
+        )
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown setting (typo?)"
@@ -289,11 +325,25 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
     init = {key: value for key, value in overrides.items() if value is not None}
     if path is not None:
         init["config_file"] = path
+    where = f"\n  (read from the command line, the environment and {path})" if path is not None else ""
+    doubled = sorted(k for k in os.environ if k.upper().startswith(ENV_PREFIX + PROMETHEUS_GROUP.upper() + "__"))
+    if doubled:
+        raise SettingsError(
+            f"invalid settings:\n  {', '.join(doubled)}: the Prometheus settings use a single underscore, "
+            f"e.g. {PROMETHEUS_ENV_PREFIX}URL"
+        )
+    prometheus_file = data.pop(PROMETHEUS_GROUP, None) or {}
+    if not isinstance(prometheus_file, dict):
+        raise SettingsError(f"invalid settings:\n  {PROMETHEUS_GROUP}: must be a mapping in {path}")
+    try:
+        init[PROMETHEUS_GROUP] = _prometheus_settings(prometheus_file, init.pop(PROMETHEUS_GROUP, None) or {})
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc, prefix=(PROMETHEUS_GROUP,)) + where) from None
     token = _FILE_DATA.set(data)
     try:
         return Settings(**init)
     except ValidationError as exc:
-        raise SettingsError(describe_validation_error(exc)) from None
+        raise SettingsError(describe_validation_error(exc) + where) from None
     finally:
         _FILE_DATA.reset(token)
 
