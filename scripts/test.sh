@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The README's second command: set up (venv, test tools, Debian prometheus), then lint, type-check, check the
+# layering contracts and run the whole test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh test
+echo "== ruff (lint)"
+.venv/bin/ruff check .
+echo "== mypy (type check: core, ports, forecast types)"
+.venv/bin/mypy
+echo "== import-linter (layering contracts)"
+.venv/bin/lint-imports
+echo "== pytest"
+exec .venv/bin/pytest "$@"
