@@ -422,6 +422,11 @@ def _request_log_from_table(table: CsvTable, source: str) -> RequestLog:
     return RequestLog(times, source=source)
 
 
+def sniff_format(path: str | os.PathLike[str]) -> str:
+    """``"rate series"`` or ``"request log"``, from the header (errors as :func:`load_trace` would raise them)."""
+    return "rate series" if _header_kind(read_csv(path)) == "rate" else "request log"
+
+
 def load_request_log(path: str | os.PathLike[str]) -> RequestLog:
     """Read a canonical request log (sorted by time on the way in)."""
     table = read_csv(path)
@@ -578,6 +583,10 @@ def _write_text(path: str | os.PathLike[str], text: str) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        # mkstemp creates the file 0600; give the trace the permissions a plain open() would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -624,8 +633,9 @@ def summarise_request_log(log: RequestLog, step_s: float = DEFAULT_REQUEST_LOG_S
     span = float(log.times[-1] - log.times[0])
     mean = len(log) / span if span > 0 else float("nan")
     return (
-        f"{len(log)} rows (requests), no step (one row per request), span {describe_span(float(log.times[0]), span)},"
-        f" mean {mean:.4g} req/s, peak {float(series.rates.max()):.4g} req/s over {_fmt_seconds(step_s)} bins"
+        f"{len(log)} rows, no step (a request log has one row per request),"
+        f" span {describe_span(float(log.times[0]), span)}, mean {mean:.4g} req/s,"
+        f" peak {float(series.rates.max()):.4g} req/s (over {_fmt_seconds(step_s)} bins)"
     )
 
 
@@ -640,6 +650,7 @@ __all__: Sequence[str] = (
     "load_trace",
     "parse_time",
     "resample",
+    "sniff_format",
     "summarise",
     "summarise_request_log",
     "write_rate_series",

@@ -1,0 +1,290 @@
+"""``autoscaler trace``: import public traces into the canonical formats, and check canonical files.
+
+autoscaler trace convert FORMAT INPUT... --output OUT [--step SECONDS] [--seed N] [--start TIME]
+                         [--function HASH] [--scale FACTOR] [--decimals N]
+autoscaler trace info FILE... [--step SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autoscaler.traces.convert import (
+    SERVEGEN_DEFAULT_STEP_S,
+    convert_servegen,
+    read_azure_functions,
+    read_azure_llm,
+    read_nab,
+    resample_if,
+)
+from autoscaler.traces.formats import (
+    RateSeries,
+    RequestLog,
+    TraceFormatError,
+    load_request_log,
+    load_trace,
+    parse_time,
+    sniff_format,
+    summarise,
+    summarise_request_log,
+    write_rate_series,
+    write_request_log,
+)
+
+_FORMATS: dict[str, str] = {
+    "azure-llm": "Azure LLM inference 2023 (TIMESTAMP,ContextTokens,GeneratedTokens) -> request log; several INPUTs"
+    " are merged",
+    "servegen": "Alibaba ServeGen per-client chunk-N-trace.csv(.gz) files, or a directory of them -> rate series of"
+    " arrivals drawn from each client's fitted inter-arrival distribution, summed over clients",
+    "azure-functions": "Azure Functions 2019 per-minute invocation counts (1000_inv.csv(.gz)) -> rate series at 60 s,"
+    " all functions summed or one with --function",
+    "nab": "Numenta Anomaly Benchmark timestamp,value -> rate series (value x --scale req/s) at the file's own step",
+}
+
+# Which options make sense for which format: a silently ignored option is a wrong trace nobody notices.
+_OPTION_FORMATS: dict[str, tuple[str, ...]] = {
+    "step": ("servegen", "azure-functions", "nab"),
+    "seed": ("servegen",),
+    "start": ("servegen", "azure-functions"),
+    "function": ("azure-functions",),
+    "scale": ("nab",),
+    "decimals": ("servegen", "azure-functions", "nab"),
+}
+_SINGLE_INPUT = ("azure-functions", "nab")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keep the hand-wrapped description and epilog, and show defaults."""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``trace`` (with ``convert`` and ``info``) to the top-level ``autoscaler`` parser."""
+    parser = subparsers.add_parser(
+        "trace",
+        help="import public traces into the canonical CSV formats, check trace files",
+        description="Import public traces into the canonical request-log / rate-series CSV formats, and check files.",
+        formatter_class=_HelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
+
+    formats = "\n".join(
+        textwrap.fill(f"{name}: {text}", width=100, initial_indent="  ", subsequent_indent="      ")
+        for name, text in _FORMATS.items()
+    )
+    convert = commands.add_parser(
+        "convert",
+        help="convert a public trace format into a canonical CSV",
+        description=(
+            "Convert public traces into the canonical formats read by load_trace() and the simulator.\n\n"
+            f"FORMAT is one of:\n{formats}\n\n"
+            "Prints one line per output file: path, rows, step, span, mean and peak rate."
+        ),
+        epilog=(
+            "examples:\n"
+            "  autoscaler trace convert servegen ../shared/traces/alibaba-servegen/language/m-large \\\n"
+            "      --output m-large.csv.gz --step 60 --seed 0\n"
+            "  autoscaler trace convert azure-llm ../shared/traces/azure-llm-inference-2023/*.csv --output out/\n"
+            "  autoscaler trace convert azure-functions 1000_inv.csv.gz --function 1779fd33 --output fn.csv\n"
+            "  autoscaler trace convert nab nab/realTweets/Twitter_volume_AAPL.csv --scale 0.1 --output aapl.csv"
+        ),
+        formatter_class=_HelpFormatter,
+    )
+    convert.add_argument("format", metavar="FORMAT", choices=sorted(_FORMATS), help="input format (see above)")
+    convert.add_argument(
+        "inputs",
+        metavar="INPUT",
+        nargs="+",
+        help="input file(s), plain or .gz; for servegen also directories holding chunk-N-trace.csv(.gz) files",
+    )
+    convert.add_argument(
+        "--output",
+        "-o",
+        metavar="OUT",
+        required=True,
+        help="output CSV (gzip-compressed when it ends in .gz). If OUT is a directory (existing, or ending in '/'),"
+        " each INPUT is converted on its own into OUT/<input name>.csv.gz",
+    )
+    convert.add_argument(
+        "--step",
+        metavar="SECONDS",
+        type=_positive_float,
+        default=None,
+        help="bin length of the output rate series, in seconds. servegen: arrivals are binned to it (default"
+        f" {SERVEGEN_DEFAULT_STEP_S:g} s); azure-functions (60 s) and nab (the file's step): the series is"
+        " resampled to it (default: keep). Not for azure-llm, which writes one row per request",
+    )
+    convert.add_argument(
+        "--seed",
+        metavar="N",
+        type=int,
+        default=None,
+        help="servegen: seed of the random arrival times (same seed and inputs give the same output) [default: 0]",
+    )
+    convert.add_argument(
+        "--start",
+        metavar="TIME",
+        default=None,
+        help="servegen, azure-functions: when the trace's relative time 0 happens, as Unix seconds or ISO 8601"
+        " (no zone = UTC), e.g. 2024-01-01T00:00:00 [default: 0, i.e. 1970-01-01T00:00:00Z]",
+    )
+    convert.add_argument(
+        "--function",
+        metavar="HASH",
+        default=None,
+        help="azure-functions: keep only the function whose HashFunction starts with HASH (case-insensitive,"
+        " must be unambiguous) [default: sum of all functions]",
+    )
+    convert.add_argument(
+        "--scale",
+        metavar="FACTOR",
+        type=_positive_float,
+        default=None,
+        help="nab: requests per second per unit of the file's value column (rate = value x FACTOR) [default: 1.0]",
+    )
+    convert.add_argument(
+        "--decimals",
+        metavar="N",
+        type=int,
+        default=None,
+        help="rate series outputs: round rates (req/s) to N decimal places to keep files small [default: exact]",
+    )
+    convert.set_defaults(func=run_convert)
+
+    info = commands.add_parser(
+        "info",
+        help="check canonical trace files and summarise them",
+        description="Read canonical trace files (request log or rate series, auto-detected) as load_trace() does,"
+        " and print one line each; a malformed file is reported as FILE:LINE:COLUMN: message.",
+        formatter_class=_HelpFormatter,
+    )
+    info.add_argument("files", metavar="FILE", nargs="+", help="canonical trace CSV(s), plain or .gz")
+    info.add_argument(
+        "--step",
+        metavar="SECONDS",
+        type=_positive_float,
+        default=None,
+        help="bin request logs (and resample rate series) to this step, in seconds [default: 60 s for request logs,"
+        " the file's own step for rate series]",
+    )
+    info.set_defaults(func=run_info)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+@dataclass(frozen=True)
+class _Job:
+    inputs: tuple[str, ...]
+    output: Path
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    fmt: str = args.format
+    for option, allowed in _OPTION_FORMATS.items():
+        if getattr(args, option) is not None and fmt not in allowed:
+            return _usage_error(f"--{option} does not apply to {fmt} (only to {', '.join(allowed)})")
+    start = 0.0
+    if args.start is not None:
+        try:
+            start = parse_time(args.start)
+        except ValueError as exc:
+            return _usage_error(f"--start: {exc}")
+    out = str(args.output)
+    directory_mode = out.endswith(("/", os.sep)) or Path(out).is_dir()
+    if directory_mode:
+        jobs = [_Job((item,), Path(out) / f"{_stem(item)}.csv.gz") for item in args.inputs]
+    else:
+        if fmt in _SINGLE_INPUT and len(args.inputs) > 1:
+            return _usage_error(f"{fmt} takes one INPUT per output: give a directory as --output to convert several")
+        jobs = [_Job(tuple(args.inputs), Path(out))]
+
+    convert = _converter(fmt, args, start)
+    for job in jobs:
+        began = time.perf_counter()
+        try:
+            result, note = convert(job.inputs)
+            if isinstance(result, RequestLog):
+                write_request_log(result, job.output)
+                line = summarise_request_log(result)
+            else:
+                write_rate_series(result, job.output, decimals=args.decimals)
+                # Summarise what was written (rounded), not the in-memory series.
+                line = summarise(load_trace(job.output)) if args.decimals is not None else summarise(result)
+        except (TraceFormatError, ValueError, OSError) as exc:
+            print(f"autoscaler trace convert: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{job.output}: {line}{note} [{time.perf_counter() - began:.1f} s]")
+    return 0
+
+
+def _converter(
+    fmt: str, args: argparse.Namespace, start: float
+) -> Callable[[Sequence[str]], tuple[RateSeries | RequestLog, str]]:
+    def azure_llm(inputs: Sequence[str]) -> tuple[RateSeries | RequestLog, str]:
+        return read_azure_llm(inputs), ""
+
+    def servegen(inputs: Sequence[str]) -> tuple[RateSeries | RequestLog, str]:
+        step = SERVEGEN_DEFAULT_STEP_S if args.step is None else args.step
+        seed = 0 if args.seed is None else args.seed
+        return convert_servegen(inputs, step_s=step, seed=seed, start=start), f", seed {seed}"
+
+    def azure_functions(inputs: Sequence[str]) -> tuple[RateSeries | RequestLog, str]:
+        series = read_azure_functions(inputs[0], function=args.function, start=start)
+        return resample_if(series, args.step), ""
+
+    def nab(inputs: Sequence[str]) -> tuple[RateSeries | RequestLog, str]:
+        series, repair = read_nab(inputs[0], scale=1.0 if args.scale is None else args.scale)
+        note = ""
+        if repair.merged or repair.filled or repair.moved:
+            note = (
+                f" (put on a regular grid: {repair.merged} samples sharing a slot averaged, {repair.filled} empty"
+                f" slots interpolated, {repair.moved} samples moved to the nearest slot)"
+            )
+        return resample_if(series, args.step), note
+
+    table = {"azure-llm": azure_llm, "servegen": servegen, "azure-functions": azure_functions, "nab": nab}
+    return table[fmt]
+
+
+def run_info(args: argparse.Namespace) -> int:
+    status = 0
+    for name in args.files:
+        try:
+            kind = sniff_format(name)
+            line = summarise(load_trace(name, step_s=args.step))
+            if kind == "request log":
+                line = f"{summarise_request_log(load_request_log(name))}; binned: {line}"
+            line = f"{kind}, {line}"
+        except (TraceFormatError, ValueError, OSError) as exc:
+            print(f"autoscaler trace info: error: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{name}: {line}")
+    return status
+
+
+def _stem(item: str) -> str:
+    name = Path(item.rstrip("/" + os.sep)).name
+    for suffix in (".gz", ".csv"):
+        name = name.removesuffix(suffix)
+    return name or "trace"
+
+
+def _usage_error(message: str) -> int:
+    print(f"autoscaler trace convert: error: {message}", file=sys.stderr)
+    return 2
