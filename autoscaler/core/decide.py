@@ -35,12 +35,14 @@ from autoscaler.core.reasons import Reason
 @dataclass(frozen=True, slots=True)
 class ReplicaFloor:
     """A lower bound on replicas from outside the reactive path (the forecast). ``shadow`` floors are reported in
-    the decision's detail but not applied."""
+    the decision's detail but not applied; an unusable floor (stale or unreliable forecast) only explains, in the
+    detail, why the service scales reactively."""
 
     replicas: int
     reason: Reason
     detail: str
     shadow: bool = False
+    usable: bool = True
 
 
 def _metric_is_stale(policy: ServicePolicy, obs: ServiceObservation) -> str | None:
@@ -151,7 +153,9 @@ def decide_service(
             recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; {detail}"
 
     if floor is not None:
-        if floor.shadow:
+        if not floor.usable:
+            detail = f"{detail}; reactive only, {floor.reason.text.split(':')[0]} ({floor.detail})"
+        elif floor.shadow:
             detail = f"{detail}; shadow forecast floor {floor.replicas} ({floor.detail})"
         elif floor.replicas > recommendation:
             recommendation, reason, detail = floor.replicas, floor.reason, f"{floor.detail}; {detail}"

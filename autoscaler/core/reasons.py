@@ -60,7 +60,7 @@ _TEXT: dict[Reason, str] = {
     Reason.SCALING_DISABLED: "the Deployment is scaled to zero by hand: autoscaling is disabled for it",
     Reason.FORECAST_FLOOR: "forecast demand at now + cold start needs more replicas: scale up ahead of demand",
     Reason.FORECAST_UNRELIABLE: "forecast error is above its threshold: reactive scaling only",
-    Reason.FORECAST_STALE: "the latest forecast fit is too old: reactive scaling only",
+    Reason.FORECAST_STALE: "the latest forecast is too old or does not reach now + lead time: reactive scaling only",
     Reason.PREEMPT_FOR_INFERENCE: "low-priority training preempted (whole gang) to free GPUs for inference",
     Reason.BURST_SCALE_UP: "cluster is short of GPUs: add burst nodes",
     Reason.BURST_SCALE_DOWN: "burst nodes no longer needed: give them back",

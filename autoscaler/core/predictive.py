@@ -1,0 +1,90 @@
+"""Predictive scaling, the pure part: turn the latest demand forecast into a replica floor at now + lead time.
+
+The floor only ever raises the reactive recommendation (``decide_service``); scale-down stays on the reactive path and
+its stabilisation window. A forecast that is too old, whose horizon does not reach now + lead, or whose recent error
+is above its threshold is not used: the service scales reactively and the decision says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autoscaler.core.decide import ReplicaFloor
+from autoscaler.core.model import ServicePolicy
+from autoscaler.core.reasons import Reason
+from forecast.types import Forecast
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastInput:
+    """The latest fit of one service's demand (request rate, requests/s), as the refit job published it."""
+
+    forecast: Forecast
+    fitted_at: float  # Unix seconds when the fit finished
+    reliable: bool = True  # False when recent forecast error is above the threshold (see forecast.assess_reliability)
+    reliability_detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PredictiveSettings:
+    """How a service uses its forecast."""
+
+    rate_per_replica: float  # requests/s one replica should carry (the reactive target when scaling on request rate)
+    quantile: float = 0.9  # forecast quantile provisioned for
+    refit_period_s: float = 3600.0  # how often the refit job runs, seconds
+    max_fit_age_periods: float = 3.0  # a fit older than this many refit periods is stale
+    shadow: bool = False  # report the floor, do not apply it
+
+
+def lead_time_s(
+    configured_cold_start_s: float,
+    observed_cold_starts_s: Sequence[float] = (),
+    node_boot_s: float = 0.0,
+    needs_new_nodes: bool = False,
+    min_observations: int = 5,
+) -> float:
+    """Seconds between asking for a replica and it serving: the p95 of observed pod start-to-ready times (nearest
+    rank) once there are ``min_observations`` of them, else the configured estimate; plus node boot when the
+    replica needs capacity that is not there yet."""
+    cold_start = configured_cold_start_s
+    if len(observed_cold_starts_s) >= min_observations:
+        ordered = sorted(observed_cold_starts_s)
+        cold_start = ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+    return cold_start + (node_boot_s if needs_new_nodes else 0.0)
+
+
+def forecast_floor(
+    policy: ServicePolicy,
+    latest: ForecastInput | None,
+    settings: PredictiveSettings,
+    now: float,
+    lead_s: float,
+    window_s: float = 0.0,
+) -> ReplicaFloor | None:
+    """The replicas the forecast asks for at ``now + lead_s`` (peak over ``window_s`` after it), or an unusable
+    floor saying why the forecast is not used. None when the service has no forecast at all."""
+    if latest is None:
+        return None
+    max_age = settings.max_fit_age_periods * settings.refit_period_s
+    age = now - latest.fitted_at
+    if age > max_age:
+        return ReplicaFloor(0, Reason.FORECAST_STALE, f"fit is {age:.0f}s old (limit {max_age:.0f}s)", usable=False)
+    if not latest.reliable:
+        return ReplicaFloor(0, Reason.FORECAST_UNRELIABLE, latest.reliability_detail, usable=False)
+    target_time = now + lead_s
+    forecast = latest.forecast
+    if not forecast.covers(target_time):
+        return ReplicaFloor(
+            0, Reason.FORECAST_STALE,
+            f"forecast horizon ends at {forecast.end:.0f}, before now + lead {target_time:.0f}", usable=False,
+        )
+    demand = forecast.max_over(target_time, target_time + window_s, settings.quantile)
+    replicas = math.ceil(max(demand, 0.0) / settings.rate_per_replica - 1e-9)
+    replicas = min(max(replicas, policy.min_replicas), policy.max_replicas)
+    detail = (
+        f"{forecast.model} P{settings.quantile * 100:g} forecast {demand:.4g} req/s at now+{lead_s:.0f}s "
+        f"/ {settings.rate_per_replica:g} per replica"
+    )
+    return ReplicaFloor(replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow)
