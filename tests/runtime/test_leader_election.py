@@ -1,0 +1,180 @@
+"""LeaderElector on an in-memory Lease with a hand-driven monotonic clock: one leader, takeover only after expiry,
+immediate stop on a lost race, renew deadline on an unreachable API, fast handover on release."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from autoscaler.adapters.kubernetes_lease import (
+    ElectionTimings,
+    InMemoryLeaseStore,
+    LeaderElector,
+    LeaseConflict,
+    LeaseRecord,
+)
+from autoscaler.ports import PortError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def elector(store: InMemoryLeaseStore, name: str, clock: Clock, events: list[str] | None = None) -> LeaderElector:
+    log = events if events is not None else []
+    return LeaderElector(
+        store,
+        name,
+        ElectionTimings(lease_duration_s=15, renew_deadline_s=10, retry_period_s=2),
+        monotonic=clock,
+        wall_clock=lambda: datetime.fromtimestamp(clock.t, UTC),
+        on_started_leading=lambda: log.append(f"{name}+"),
+        on_stopped_leading=lambda: log.append(f"{name}-"),
+    )
+
+
+def test_first_comer_leads_the_other_stands_by() -> None:
+    store, clock, events = InMemoryLeaseStore(), Clock(), []
+    a, b = elector(store, "a", clock, events), elector(store, "b", clock, events)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    for _ in range(20):  # a renews every 2 s: b never takes over
+        clock.t += 2
+        assert a.try_acquire_or_renew()
+        assert not b.try_acquire_or_renew()
+    assert a.is_leader() and not b.is_leader()
+    assert events == ["a+"]
+    assert store.record is not None and store.record.holder == "a" and store.record.transitions == 0
+
+
+def test_follower_takes_over_only_after_a_full_lease_duration_of_silence() -> None:
+    store, clock = InMemoryLeaseStore(), Clock()
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()  # b sees a's record at t=1000
+    clock.t += 14
+    assert not b.try_acquire_or_renew()
+    clock.t += 1.5  # 15.5 s without a change of the record
+    assert b.try_acquire_or_renew()
+    assert store.record is not None and store.record.holder == "b" and store.record.transitions == 1
+    # a has not renewed for 15.5 s > renew deadline: it stopped acting already, before b could take over
+    assert not a.is_leader()
+    assert not a.try_acquire_or_renew()
+
+
+def test_old_leader_stops_acting_before_a_follower_can_take_over() -> None:
+    store, clock = InMemoryLeaseStore(), Clock()
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    store.fail = PortError("API server unreachable from a")
+    for _ in range(7):  # a keeps failing to renew; b cannot reach the API either
+        clock.t += 2
+        a.try_acquire_or_renew()
+        if clock.t - 1000 >= 10:
+            assert not a.is_leader(), f"still acting {clock.t - 1000}s after the last renewal"
+        else:
+            assert a.is_leader()
+    store.fail = None
+    assert not a.is_leader()
+    clock.t = 1000 + 15.1
+    assert b.try_acquire_or_renew()
+
+
+def test_lost_write_race_stops_acting_immediately() -> None:
+    store, clock, events = InMemoryLeaseStore(), Clock(), []
+    a = elector(store, "a", clock, events)
+    a.try_acquire_or_renew()
+    assert store.record is not None
+    # somebody else overwrites the lease (e.g. after a long GC pause on our side)
+    store.update(replace(store.record, holder="c", renew_time=datetime.now(UTC)))
+    clock.t += 2
+    assert not a.try_acquire_or_renew()
+    assert not a.is_leader()
+    assert events == ["a+", "a-"]
+
+
+def test_conflict_on_update_means_not_leader() -> None:
+    class RacyStore(InMemoryLeaseStore):
+        def update(self, record: LeaseRecord) -> LeaseRecord:
+            raise LeaseConflict("someone else won")
+
+    store, clock = RacyStore(), Clock()
+    a = elector(store, "a", clock)
+    assert a.try_acquire_or_renew()  # create works
+    clock.t += 2
+    assert not a.try_acquire_or_renew()
+    assert not a.is_leader()
+
+
+def test_create_race_has_one_winner() -> None:
+    store, clock = InMemoryLeaseStore(), Clock()
+
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    real_get = store.get
+    store.get = lambda: None  # type: ignore[method-assign]  # both read 'no lease' before either creates it
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()  # create -> 409
+    store.get = real_get  # type: ignore[method-assign]
+    assert store.record is not None and store.record.holder == "a"
+
+
+def test_release_hands_over_at_the_next_retry() -> None:
+    store, clock = InMemoryLeaseStore(), Clock()
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    a.release()
+    assert not a.is_leader()
+    assert store.record is not None and store.record.holder == ""
+    clock.t += 2
+    assert b.try_acquire_or_renew()
+
+
+def test_release_by_a_follower_does_not_touch_the_lease() -> None:
+    store, clock = InMemoryLeaseStore(), Clock()
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    a.try_acquire_or_renew()
+    b.try_acquire_or_renew()
+    b.release()
+    assert store.record is not None and store.record.holder == "a"
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_leader_restart_with_same_identity_keeps_the_lease(restart: bool) -> None:
+    store, clock = InMemoryLeaseStore(), Clock()
+    a = elector(store, "a", clock)
+    a.try_acquire_or_renew()
+    again = elector(store, "a", clock) if restart else a
+    clock.t += 3
+    assert again.try_acquire_or_renew()
+    assert store.record is not None and store.record.transitions == 0
+
+
+def test_background_loop_acquires_and_stop_releases() -> None:
+    import time
+
+    store = InMemoryLeaseStore()
+    a = LeaderElector(store, "a", ElectionTimings(lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.05))
+    b = LeaderElector(store, "b", ElectionTimings(lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.05))
+    a.start()
+    deadline = time.monotonic() + 5
+    while not a.is_leader() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert a.is_leader()
+    b.start()
+    time.sleep(0.3)
+    assert not b.is_leader()
+    started = time.monotonic()
+    a.stop(release=True)
+    while not b.is_leader() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.is_leader()
+    assert time.monotonic() - started < 0.5  # well under the 1 s lease duration: released, not expired
+    b.stop()

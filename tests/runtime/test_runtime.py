@@ -1,0 +1,181 @@
+"""Runtime: the apscheduler tick job, /metrics /healthz /readyz over HTTP, leader-only acting and handover."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+
+import pytest
+from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
+
+from autoscaler.adapters.kubernetes_lease import ElectionTimings, InMemoryLeaseStore, LeaderElector
+from autoscaler.app import Controller, Runtime
+from autoscaler.core.model import ServicePolicy
+from autoscaler.telemetry import Telemetry
+
+FAST = ElectionTimings(lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.05)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def build(
+    cluster: FakeCluster, store: InMemoryLeaseStore | None, identity: str, tick: float = 0.1
+) -> tuple[Runtime, Controller]:
+    metrics = FakeMetrics(cluster)
+    metrics.util["ml/chat"] = 140.0
+    telemetry = Telemetry(identity=identity)
+    controller = Controller(
+        metrics=metrics,
+        cluster=cluster,
+        writer=cluster,
+        policies=FakePolicies([policy_object(ServicePolicy("ml", "chat", max_replicas=8))]),
+        status_writer=FakeStatus(),
+        telemetry=telemetry,
+    )
+    ref: list[Runtime] = []
+    elector = None
+    if store is not None:
+        elector = LeaderElector(
+            store,
+            identity,
+            FAST,
+            on_started_leading=lambda: ref[0].on_started_leading(),
+            on_stopped_leading=lambda: ref[0].on_stopped_leading(),
+        )
+    runtime = Runtime(
+        controller,
+        telemetry,
+        tick_interval_s=tick,
+        tick_stall_s=2.0,
+        shutdown_grace_s=2.0,
+        elector=elector,
+        http=("127.0.0.1", 0),
+    )
+    ref.append(runtime)
+    return runtime, controller
+
+
+@pytest.fixture
+def runtimes() -> Iterator[list[Runtime]]:
+    started: list[Runtime] = []
+    yield started
+    for runtime in started:
+        runtime.stop()
+
+
+def test_runtime_ticks_serves_metrics_and_health(runtimes: list[Runtime]) -> None:
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    runtime, _controller = build(cluster, None, "solo")
+    assert runtime.http is not None
+    port = runtime.http.port
+    assert runtime.readyz() == (False, "no successful tick yet")
+    runtime.start()
+    runtimes.append(runtime)
+    # 1 -> 2 -> 4 over two ticks; the scale-up rate policy (4 pods per 15 s) then caps it at 5
+    assert wait_for(lambda: cluster.deployments["ml/chat"][0] == 5)
+    status, body = get(port, "/metrics")
+    assert status == 200
+    assert 'gpu_autoscaler_ticks_total{result="ok"}' in body
+    assert 'gpu_autoscaler_desired_replicas{namespace="ml",service="chat"}' in body
+    assert 'gpu_autoscaler_leader{identity="solo"} 1.0' in body
+    assert "gpu_autoscaler_tick_duration_seconds_bucket" in body
+    assert get(port, "/healthz") == (200, "ok: tick loop alive\n")
+    assert get(port, "/readyz")[0] == 200
+    assert get(port, "/nope")[0] == 404
+
+
+def test_wedged_tick_fails_healthz(runtimes: list[Runtime]) -> None:
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    runtime, _controller = build(cluster, None, "solo", tick=0.1)
+    release = threading.Event()
+    original = cluster.snapshot
+
+    def hang(now: float):  # type: ignore[no-untyped-def]
+        release.wait(10)
+        return original(now)
+
+    cluster.snapshot = hang  # type: ignore[method-assign]
+    runtime.start()
+    runtimes.append(runtime)
+    assert runtime.http is not None
+    assert wait_for(lambda: get(runtime.http.port, "/healthz")[0] == 503, timeout=6)  # type: ignore[union-attr]
+    assert "a tick has been running" in get(runtime.http.port, "/healthz")[1]
+    release.set()
+    assert wait_for(lambda: get(runtime.http.port, "/healthz")[0] == 200, timeout=6)  # type: ignore[union-attr]
+
+
+def test_only_the_leader_acts_and_stopping_it_hands_over(runtimes: list[Runtime]) -> None:
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    store = InMemoryLeaseStore()
+    a, _ = build(cluster, store, "a")
+    a.start()
+    runtimes.append(a)
+    assert wait_for(lambda: a.elector is not None and a.elector.is_leader())
+    b, _ = build(cluster, store, "b")
+    b.start()
+    runtimes.append(b)
+    assert wait_for(lambda: cluster.deployments["ml/chat"][0] == 5)
+    time.sleep(0.3)
+    assert b.elector is not None and not b.elector.is_leader()
+    assert b.telemetry.registry.get_sample_value("gpu_autoscaler_ticks_total", {"result": "standby"})
+    assert not b.telemetry.registry.get_sample_value("gpu_autoscaler_ticks_total", {"result": "ok"})
+    assert b.http is not None
+    status, body = get(b.http.port, "/readyz")
+    assert status == 200 and "standby follower (leader: a)" in body
+    assert b.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "b"}) == 0
+
+    a.stop()
+    runtimes.remove(a)
+    assert store.record is not None
+    assert wait_for(lambda: b.elector is not None and b.elector.is_leader(), timeout=2)
+    assert b.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "b"}) == 1
+    assert a.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "a"}) == 0
+    # b acts now: a manual scale-down by someone is corrected upwards by b's ticks (scale-up is never delayed)
+    cluster.deployments["ml/chat"] = [2, 2]
+    assert wait_for(lambda: cluster.deployments["ml/chat"][0] > 2)
+    assert b.telemetry.registry.get_sample_value("gpu_autoscaler_ticks_total", {"result": "ok"})
+
+
+def test_stop_waits_for_the_running_tick_and_writes_nothing_after(runtimes: list[Runtime]) -> None:
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    runtime, controller = build(cluster, None, "solo", tick=30)
+    entered, release = threading.Event(), threading.Event()
+    original = cluster.snapshot
+
+    def slow(now: float):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(5)
+        return original(now)
+
+    cluster.snapshot = slow  # type: ignore[method-assign]
+    runtime.start()
+    assert entered.wait(5)
+    stopper = threading.Thread(target=runtime.stop)
+    stopper.start()
+    time.sleep(0.2)
+    assert stopper.is_alive()  # waiting for the tick (bounded by shutdown_grace_s)
+    release.set()
+    stopper.join(5)
+    assert not stopper.is_alive()
+    # the tick finished after stop() began: it decided a scale-up but did not apply it
+    assert cluster.writes == []
+    assert controller.last_report is not None
+    assert [r.result for r in controller.last_report.results] == ["not_leader"]
