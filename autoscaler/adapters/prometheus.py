@@ -1,0 +1,1066 @@
+"""The metrics port on Prometheus: DCGM GPU metrics and application signals, via prometheus-api-client.
+
+One tick asks a fixed number of instant queries, whatever the cluster size: one per DCGM family (utilisation,
+engine activity, framebuffer used, framebuffer free) and one per application family (request rate, queue depth,
+latency quantile), each aggregated by labels; per-service query overrides are batched with ``or`` into as few
+queries as fit ``max_query_length``. Results are mapped to services here, in Python: a Deployment's pods are named
+``<deployment>-<template-hash>-<random>``, and when the caller passes the cluster snapshot its pod owner references
+and readiness are used instead (the HPA's own view: ready pods, missing samples, unready pods).
+
+Validation happens at this boundary. An empty result, NaN, ±Inf, a value out of its range, two series for one GPU,
+a sample older than ``staleness_seconds``, a failed or timed-out query: each makes the affected value ``None`` and
+adds a human reason to ``stale_reasons``; nothing is ever read as zero, and ``observe`` never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time as _time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from autoscaler.adapters.prometheus_settings import SERVICE_PLACEHOLDERS, TEMPLATE_PLACEHOLDERS, PrometheusSettings
+from autoscaler.adapters.promql import (
+    POD_NAME_SUFFIX_RE,
+    POD_TO_DEPLOYMENT_RE,
+    PromQLError,
+    check_template,
+    escape_regex,
+    matcher,
+    render,
+    selector,
+    string_literal,
+)
+from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.model import GpuSample, MetricKind, Observation, PodMetrics, ServiceObservation, ServicePolicy
+from autoscaler.policy import QueriesSpec
+from autoscaler.ports import PortError, Series
+
+log = logging.getLogger(__name__)
+
+# Label the adapter adds to tag results: the service of a batched override, the age of a stale DCGM sample.
+SERVICE_TAG = "autoscaler_service"
+AGE_TAG = "autoscaler_sample_age"
+
+_POD_RE = re.compile(POD_TO_DEPLOYMENT_RE)
+# generateName keeps at most 58 characters of "<replicaset>-" and appends 5 random ones (names are <= 63).
+_TRUNCATED_POD_NAME_LENGTH = 63
+_MAX_EXAMPLES = 3  # pods named in one stale reason; the rest are counted
+_MAX_REASON_CHARS = 300  # reasons end up in Events and logs
+
+
+class Family(StrEnum):
+    """One instant query per family per tick."""
+
+    GPU_UTIL = "gpu_util"
+    ENGINE_ACTIVE = "engine_active"
+    FB_USED = "fb_used"
+    FB_FREE = "fb_free"
+    REQUEST_RATE = "request_rate"
+    QUEUE_DEPTH = "queue_depth"
+    LATENCY = "latency"
+
+
+GPU_FAMILIES = (Family.GPU_UTIL, Family.ENGINE_ACTIVE, Family.FB_USED, Family.FB_FREE)
+APP_FAMILIES = (Family.REQUEST_RATE, Family.QUEUE_DEPTH, Family.LATENCY)
+# Families every dcgm-exporter exports by default; a GPU without one of them is a partial answer. Engine activity
+# needs DCGM profiling (not on every GPU, off in some setups), so its absence is not a fault.
+_REQUIRED_GPU_FAMILIES = (Family.GPU_UTIL, Family.FB_USED, Family.FB_FREE)
+_RANGES: dict[Family, tuple[float, float]] = {
+    Family.GPU_UTIL: (0.0, 100.0),
+    Family.ENGINE_ACTIVE: (0.0, 1.0),
+    Family.FB_USED: (0.0, math.inf),
+    Family.FB_FREE: (0.0, math.inf),
+    Family.REQUEST_RATE: (0.0, math.inf),
+    Family.QUEUE_DEPTH: (0.0, math.inf),
+    Family.LATENCY: (0.0, math.inf),
+}
+_OVERRIDE_FIELDS: dict[Family, str] = {
+    Family.REQUEST_RATE: "request_rate",
+    Family.QUEUE_DEPTH: "queue_depth",
+    Family.LATENCY: "latency",
+}
+_SCALING_FAMILY: dict[MetricKind, Family] = {
+    MetricKind.GPU_UTILIZATION: Family.GPU_UTIL,
+    MetricKind.ENGINE_ACTIVE: Family.ENGINE_ACTIVE,
+    MetricKind.REQUEST_RATE: Family.REQUEST_RATE,
+    MetricKind.QUEUE_DEPTH: Family.QUEUE_DEPTH,
+}
+HISTORY_SIGNALS: dict[str, Family] = {
+    "gpu_utilization": Family.GPU_UTIL,
+    "engine_active": Family.ENGINE_ACTIVE,
+    "request_rate": Family.REQUEST_RATE,
+    "queue_depth": Family.QUEUE_DEPTH,
+    "latency": Family.LATENCY,
+    "latency_s": Family.LATENCY,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TickStats:
+    """What the last ``observe`` cost, for the controller's own metrics and the benchmark."""
+
+    queries: int
+    failed_queries: int
+    series: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusInfo:
+    url: str
+    version: str | None
+
+
+# ---- value validation ----------------------------------------------------------------------------------------------
+
+
+def parse_value(raw: object, family: Family) -> tuple[float | None, str | None]:
+    """A sample value as Prometheus encodes it (a string; "NaN", "+Inf"...) -> (value, None) or (None, problem)."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        return None, f"value of type {type(raw).__name__} is not a number"
+    try:
+        value = float(raw)
+    except ValueError:
+        return None, f"value {str(raw)[:40]!r} is not a number"
+    if math.isnan(value):
+        return None, "value is NaN"
+    if math.isinf(value):
+        return None, f"value is {'+' if value > 0 else '-'}Inf"
+    lo, hi = _RANGES[family]
+    if value < lo or value > hi:
+        bound = f"{lo:g}..{hi:g}" if hi < math.inf else f">= {lo:g}"
+        return None, f"value {value:g} outside {bound}"
+    return value, None
+
+
+@dataclass(slots=True)
+class _Sample:
+    labels: dict[str, str]
+    value: float | None
+    problem: str | None
+
+
+@dataclass(slots=True)
+class _FamilyResult:
+    """The parsed answer to one family's query (or the reason it has none)."""
+
+    family: Family
+    samples: list[_Sample] = field(default_factory=list)
+    ages: list[tuple[dict[str, str], float]] = field(default_factory=list)  # DCGM series older than the bound
+    error: str | None = None
+
+
+def parse_vector(raw: object, family: Family, now: float, staleness_s: float) -> _FamilyResult:
+    """Parse an instant-vector ``result`` list. Never raises: malformed input becomes errors or sample problems."""
+    out = _FamilyResult(family)
+    if not isinstance(raw, list):
+        out.error = f"unexpected answer: result is {type(raw).__name__}, not a vector"
+        return out
+    for entry in raw:
+        if not isinstance(entry, dict) or not isinstance(entry.get("metric"), dict):
+            out.error = "unexpected answer: result items are not series (scalar or string result?)"
+            return out
+        labels = {str(k): str(v) for k, v in entry["metric"].items()}
+        pair = entry.get("value")
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            shape = "a range vector" if "values" in entry else "no value"
+            out.samples.append(_Sample(labels, None, f"unexpected sample shape ({shape})"))
+            continue
+        ts, raw_value = pair
+        if AGE_TAG in labels:
+            del labels[AGE_TAG]
+            age, _ = parse_value(raw_value, Family.FB_USED)  # any non-negative finite number
+            out.ages.append((labels, age if age is not None else math.inf))
+            continue
+        value, problem = parse_value(raw_value, family)
+        if problem is None and (isinstance(ts, bool) or not isinstance(ts, int | float)):
+            value, problem = None, f"timestamp {ts!r} is not a number"
+        elif problem is None and now - float(ts) > staleness_s:
+            # Prometheus answers at the time we ask for; an older answer is a cache or a proxy ignoring ?time=.
+            value, problem = None, f"answer evaluated {now - float(ts):.0f}s before the tick (> {staleness_s:g}s)"
+        out.samples.append(_Sample(labels, value, problem))
+    return out
+
+
+# ---- pods to services ----------------------------------------------------------------------------------------------
+
+
+def deployment_of_pod(pod: str) -> str | None:
+    """``chat-7d9f8b6c5-x2x4z`` -> ``chat``; None when the name is not a Deployment pod's."""
+    m = _POD_RE.fullmatch(pod)
+    return m.group(1) if m else None
+
+
+class PodMapper:
+    """Which managed service a pod belongs to, and which of its pods the cluster says are ready.
+
+    With a cluster snapshot, a pod's owner ReplicaSet (``<deployment>-<hash>``) names its Deployment and the pod's
+    readiness is known. Without one, the pod name is parsed; names cut to 63 characters by ``generateName`` (long
+    Deployment names) fall back to the longest managed Deployment name that prefixes them.
+    """
+
+    def __init__(self, services: Sequence[ServicePolicy], cluster: ClusterSnapshot | None = None) -> None:
+        self._names: dict[str, dict[str, str]] = defaultdict(dict)
+        for service in services:
+            self._names[service.namespace][service.name] = service.key
+        self._explicit: dict[tuple[str, str], str] = {}
+        self.ready: dict[str, set[str]] = {}
+        self.unready: dict[str, set[str]] = {}
+        self.replicas: dict[str, tuple[int, int]] = {}
+        self._cache: dict[tuple[str, str], str | None] = {}
+        if cluster is None:
+            return
+        for dep in cluster.deployments:
+            key = self._names.get(dep.namespace, {}).get(dep.name)
+            if key:
+                self.replicas[key] = (dep.spec_replicas, dep.ready_replicas)
+        for pod in cluster.pods:
+            if pod.owner_kind != "ReplicaSet" or not pod.owner_name or pod.phase in ("Succeeded", "Failed"):
+                continue
+            key = self._names.get(pod.namespace, {}).get(pod.owner_name.rsplit("-", 1)[0])
+            if key is None:
+                continue
+            self._explicit[(pod.namespace, pod.name)] = key
+            (self.ready if pod.ready else self.unready).setdefault(key, set()).add(pod.name)
+            self.ready.setdefault(key, set())
+            self.unready.setdefault(key, set())
+
+    def knows_pods(self, key: str) -> bool:
+        """True when the cluster snapshot listed this service's pods (then readiness comes from it)."""
+        return key in self.ready
+
+    def service_of(self, namespace: str | None, pod: str | None) -> str | None:
+        if not namespace or not pod:
+            return None
+        cache_key = (namespace, pod)
+        if cache_key in self._cache:
+            return self._cache[cache_key]
+        key = self._explicit.get(cache_key)
+        names = self._names.get(namespace)
+        if key is None and names:
+            deployment = deployment_of_pod(pod)
+            key = names.get(deployment) if deployment else None
+            if key is None and len(pod) == _TRUNCATED_POD_NAME_LENGTH:
+                best = max((n for n in names if pod.startswith(n + "-")), key=len, default=None)
+                key = names[best] if best else None
+        self._cache[cache_key] = key
+        return key
+
+    def service_by_name(self, namespace: str | None, name: str | None) -> str | None:
+        if not namespace or not name:
+            return None
+        return self._names.get(namespace, {}).get(name)
+
+
+# ---- the adapter ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Tick:
+    now: float
+    headers: dict[str, str]
+    auth: tuple[str, str] | None
+    unreachable: str | None = None
+    queries: int = 0
+    failed: int = 0
+    series: int = 0
+
+
+@dataclass(slots=True)
+class _GpuAcc:
+    node: str
+    gpu: str
+    uuid: str
+    model: str
+    namespace: str | None
+    pod: str | None
+    values: dict[Family, float] = field(default_factory=dict)
+    problems: dict[Family, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def describe(self) -> str:
+        return f"GPU {self.gpu} of node {self.node}"
+
+
+@dataclass(slots=True)
+class _Signal:
+    value: float | None
+    problems: list[str]
+
+
+class PrometheusMetricsSource:
+    """``MetricsSource`` backed by Prometheus. Build it with :func:`connect` to check the connection at start-up.
+
+    ``service_queries`` maps a service key (``namespace/name``) to its ``spec.queries`` overrides; update it with
+    :meth:`set_service_queries` when policies change.
+    """
+
+    def __init__(
+        self,
+        settings: PrometheusSettings,
+        service_queries: Mapping[str, QueriesSpec] | None = None,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.settings = settings
+        self._service_queries: dict[str, QueriesSpec] = dict(service_queries or {})
+        self._session = session or requests.Session()
+        self._session.verify = (
+            False if settings.insecure_skip_verify else (str(settings.ca_bundle) if settings.ca_bundle else True)
+        )
+        if settings.client_cert_file and settings.client_key_file:
+            self._session.cert = (str(settings.client_cert_file), str(settings.client_key_file))
+        retry = Retry(
+            total=settings.retries,
+            connect=settings.retries,
+            read=settings.retries,
+            status=settings.retries,
+            backoff_factor=settings.retry_backoff_seconds,
+            status_forcelist=(429, 502, 503, 504),
+            allowed_methods=None,  # the query API is read-only: retrying is always safe
+            raise_on_status=False,  # hand back the last 5xx so its body ends up in the stale reason
+            respect_retry_after_header=True,
+        )
+        self._pc = PrometheusConnect(
+            url=settings.url,
+            headers=dict(settings.extra_headers),
+            retry=retry,
+            session=self._session,
+            timeout=settings.timeout_seconds,  # type: ignore[arg-type]  # requests accepts floats
+        )
+        self.last_stats = TickStats(0, 0, 0, 0.0)
+
+    # -- configuration ------------------------------------------------------------------------------------------
+
+    def set_service_queries(self, service_queries: Mapping[str, QueriesSpec]) -> None:
+        """Replace the per-service query overrides (call when GPUScalingPolicies change)."""
+        for key, spec in service_queries.items():
+            for name, query in _override_items(spec):
+                try:
+                    validate_service_query(query)
+                except PromQLError as exc:
+                    raise ValueError(f"{key}: spec.queries.{name}: {exc}") from None
+        self._service_queries = dict(service_queries)
+
+    def close(self) -> None:
+        self._session.close()
+
+    # -- start-up check -----------------------------------------------------------------------------------------
+
+    def check(self) -> PrometheusInfo:
+        """Prove Prometheus answers queries with these settings; raise ``PortError`` with a readable message if not."""
+        url = self.settings.url
+        headers, auth = self._credentials()  # PortError when a token/password file is missing
+        try:
+            self._pc.headers = headers
+            self._pc.auth = auth
+            result = self._pc.custom_query("vector(1)")
+        except requests.exceptions.SSLError as exc:
+            raise PortError(f"Prometheus at {url}: TLS error ({_short(exc)}); check ca_bundle") from None
+        except requests.exceptions.Timeout:
+            raise PortError(
+                f"Prometheus at {url} did not answer within {self.settings.timeout_seconds:g}s (timeout_seconds)"
+            ) from None
+        except requests.exceptions.ConnectionError as exc:
+            raise PortError(f"cannot reach Prometheus at {url}: {_short(exc)}") from None
+        except PrometheusApiClientException as exc:
+            status = _status_of(exc)
+            if status in (401, 403):
+                raise PortError(
+                    f"Prometheus at {url} refused the credentials (HTTP {status}); check bearer_token_file / "
+                    "basic_auth_*"
+                ) from None
+            raise PortError(f"Prometheus at {url} failed a test query: {_short(exc)}") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PortError(f"{url} does not look like the Prometheus HTTP API: {_short(exc)}") from None
+        except requests.RequestException as exc:
+            raise PortError(f"cannot query Prometheus at {url}: {_short(exc)}") from None
+        if not isinstance(result, list) or not result:
+            raise PortError(f"{url} answered the test query 'vector(1)' with {result!r}; is it Prometheus?")
+        version = None
+        try:
+            answer = self._session.get(
+                f"{url}/api/v1/status/buildinfo",
+                headers=headers,
+                auth=auth,
+                timeout=self.settings.timeout_seconds,
+            )
+            if answer.ok:
+                version = answer.json().get("data", {}).get("version")
+        except (requests.RequestException, ValueError, AttributeError):
+            pass  # Thanos/Mimir may not serve buildinfo; the query above already proved the API works
+        return PrometheusInfo(url=url, version=version)
+
+    # -- one tick -----------------------------------------------------------------------------------------------
+
+    def observe(
+        self, services: Sequence[ServicePolicy], now: float, *, cluster: ClusterSnapshot | None = None
+    ) -> Observation:
+        """Every service and GPU at ``now``. Never raises: problems become ``None`` values and stale reasons.
+
+        ``cluster`` (optional) supplies spec/ready replicas and pod readiness; without it replicas are 0 and every
+        pod with a DCGM sample counts as ready.
+        """
+        started = _time.perf_counter()
+        unique = list({s.key: s for s in services}.values())
+        try:
+            headers, auth = self._credentials()
+            tick = _Tick(now=now, headers=headers, auth=auth)
+        except PortError as exc:
+            tick = _Tick(now=now, headers={}, auth=None, unreachable=str(exc))
+        try:
+            observation = self._observe(unique, tick, PodMapper(unique, cluster))
+        except Exception as exc:  # a bug here must not stop the controller: hold everything and say why
+            log.exception("observe failed")
+            reason = f"metrics adapter error: {_short(exc)}"
+            observation = Observation(
+                time=now, services={s.key: ServiceObservation(s.key, 0, 0, stale_reasons=(reason,)) for s in unique}
+            )
+        self.last_stats = TickStats(tick.queries, tick.failed, tick.series, _time.perf_counter() - started)
+        stale = [o for o in observation.services.values() if o.stale_reasons]
+        if stale:
+            log.warning(
+                "metrics stale for %d of %d services (first: %s: %s)",
+                len(stale),
+                len(observation.services),
+                stale[0].key,
+                stale[0].stale_reasons[0],
+            )
+        return observation
+
+    def _observe(self, services: list[ServicePolicy], tick: _Tick, mapper: PodMapper) -> Observation:
+        results: dict[Family, _FamilyResult] = {}
+        for family in GPU_FAMILIES:
+            results[family] = self._family_query(family, tick)
+        for family in APP_FAMILIES:
+            results[family] = self._family_query(family, tick)
+        overrides = {family: self._override_results(family, services, tick) for family in APP_FAMILIES}
+
+        gpus = self._assemble_gpus(results)
+        by_service: dict[str, dict[str, list[_GpuAcc]]] = defaultdict(lambda: defaultdict(list))
+        for acc in gpus:
+            key = mapper.service_of(acc.namespace, acc.pod)
+            if key is not None and acc.pod is not None:
+                by_service[key][acc.pod].append(acc)
+        app = {family: self._app_by_service(results[family], mapper) for family in APP_FAMILIES}
+
+        out: dict[str, ServiceObservation] = {}
+        for service in services:
+            key = service.key
+            reasons: list[str] = []
+            rate = self._additive_signal(Family.REQUEST_RATE, service, app, overrides, mapper)
+            queue = self._additive_signal(Family.QUEUE_DEPTH, service, app, overrides, mapper)
+            latency = self._latency_signal(service, app, overrides, rate)
+            pods: PodMetrics | None = None
+            total: float | None = None
+            scaling = _SCALING_FAMILY[service.metric]
+            if scaling in GPU_FAMILIES:
+                pods, problems = self._pod_metrics(service, scaling, by_service.get(key, {}), results, mapper)
+                reasons += problems
+            else:
+                total = (rate if scaling is Family.REQUEST_RATE else queue).value
+                reasons += (rate if scaling is Family.REQUEST_RATE else queue).problems
+            if service.latency_slo_s is not None and service.slo_guard:
+                reasons += latency.problems
+            spec, ready = mapper.replicas.get(key, (0, 0))
+            out[key] = ServiceObservation(
+                key=key,
+                spec_replicas=spec,
+                ready_replicas=ready,
+                pods=pods,
+                metric_total=total,
+                latency_s=latency.value,
+                request_rate=rate.value,
+                queue_depth=queue.value,
+                stale_reasons=tuple(dict.fromkeys(_clip(r) for r in reasons)),
+            )
+        gpu_samples = tuple(self._gpu_sample(acc, results) for acc in gpus)
+        return Observation(time=tick.now, services=out, gpus=gpu_samples)
+
+    # -- queries ------------------------------------------------------------------------------------------------
+
+    def family_query(self, family: Family, extra_matchers: Iterable[str] = ()) -> str:
+        """The PromQL of one family, for a tick (no extra matchers) or a service's history (its matchers)."""
+        s = self.settings
+        values = s.template_values()
+        if family in GPU_FAMILIES:
+            metric = {
+                Family.GPU_UTIL: s.gpu_util_metric,
+                Family.ENGINE_ACTIVE: s.engine_active_metric,
+                Family.FB_USED: s.fb_used_metric,
+                Family.FB_FREE: s.fb_free_metric,
+            }[family]
+            values.update(
+                metric=metric,
+                selector=selector(extra_matchers, s.dcgm_matchers),
+                namespace_label=s.dcgm_namespace_label,
+                pod_label=s.dcgm_pod_label,
+            )
+            return render(s.gpu_query, values)
+        metric, template = {
+            Family.REQUEST_RATE: (s.request_count_metric, s.request_rate_query),
+            Family.QUEUE_DEPTH: (s.queue_depth_metric, s.queue_depth_query),
+            Family.LATENCY: (s.latency_bucket_metric, s.latency_query),
+        }[family]
+        values.update(
+            metric=metric,
+            selector=selector(extra_matchers, s.app_matchers),
+            namespace_label=s.app_namespace_label,
+            pod_label=s.app_pod_label,
+        )
+        return render(template, values)
+
+    def _family_query(self, family: Family, tick: _Tick) -> _FamilyResult:
+        query = self.family_query(family)
+        if family in GPU_FAMILIES and self.settings.check_sample_age:
+            # One request returns every series and, tagged, the age of those older than the bound: exact ages for
+            # the reason text at no cost in the healthy case (the right-hand side is then empty).
+            bound = f"{self.settings.staleness_seconds:g}"
+            query = f'({query}) or label_replace(time() - timestamp({query}) > {bound}, "{AGE_TAG}", "x", "", "")'
+        raw, error = self._instant(query, tick)
+        if error is not None:
+            return _FamilyResult(family, error=error)
+        result = parse_vector(raw, family, tick.now, self.settings.staleness_seconds)
+        tick.series += len(result.samples)
+        return result
+
+    def _instant(self, query: str, tick: _Tick) -> tuple[Any, str | None]:
+        """(result, None) or (None, reason). Never raises; a connection failure marks the tick unreachable."""
+        if tick.unreachable is not None:
+            return None, tick.unreachable
+        tick.queries += 1
+        url = self.settings.url
+        self._pc.headers = tick.headers
+        self._pc.auth = tick.auth
+        try:
+            return self._pc.custom_query(query, params={"time": _fmt_time(tick.now)}), None
+        except requests.exceptions.Timeout:
+            tick.unreachable = (
+                f"Prometheus at {url} did not answer within {self.settings.timeout_seconds:g}s (timeout_seconds)"
+            )
+        except requests.exceptions.ConnectionError as exc:
+            text = _short(exc)
+            if "timed out" in text.lower():
+                tick.unreachable = (
+                    f"Prometheus at {url} did not answer within {self.settings.timeout_seconds:g}s (timeout_seconds)"
+                )
+            else:
+                tick.unreachable = f"Prometheus at {url} unreachable: {text}"
+        except PrometheusApiClientException as exc:
+            tick.failed += 1
+            return None, f"Prometheus query failed: {_short(exc)}"
+        except (ValueError, KeyError, TypeError) as exc:
+            tick.failed += 1
+            return None, f"Prometheus answer is not the query API's JSON: {_short(exc)}"
+        except requests.RequestException as exc:
+            tick.unreachable = f"Prometheus at {url}: {_short(exc)}"
+        tick.failed += 1
+        return None, tick.unreachable
+
+    def _override_results(self, family: Family, services: Sequence[ServicePolicy], tick: _Tick) -> dict[str, _Signal]:
+        """Run every service's override for ``family``, batched; service key -> its single value (or problems)."""
+        attr = _OVERRIDE_FIELDS[family]
+        parts: list[tuple[str, str]] = []  # (service key, tagged query part)
+        out: dict[str, _Signal] = {}
+        trusted = self.settings.template_values()
+        for service in services:
+            spec = self._service_queries.get(service.key)
+            template = getattr(spec, attr, None) if spec is not None else None
+            if not template:
+                continue
+            try:
+                rendered = render(template, trusted, {"namespace": service.namespace, "name": service.name})
+            except PromQLError as exc:
+                out[service.key] = _Signal(None, [f"spec.queries.{_camel(attr)}: {exc}"])
+                continue
+            tag = string_literal(service.key)
+            parts.append((service.key, f'label_replace(({rendered}), "{SERVICE_TAG}", {tag}, "", "")'))
+        for batch in _batches(parts, self.settings.max_query_length):
+            self._run_override_batch(family, batch, tick, out)
+        return out
+
+    def _run_override_batch(
+        self, family: Family, batch: list[tuple[str, str]], tick: _Tick, out: dict[str, _Signal]
+    ) -> None:
+        attr = _camel(_OVERRIDE_FIELDS[family])
+        raw, error = self._instant(" or ".join(part for _, part in batch), tick)
+        if error is not None and len(batch) > 1 and "400" in error and tick.unreachable is None:
+            # One bad override (a parse error) must not blind its neighbours: find it by asking one at a time.
+            for item in batch:
+                self._run_override_batch(family, [item], tick, out)
+            return
+        if error is not None:
+            for key, _ in batch:
+                out[key] = _Signal(None, [f"spec.queries.{attr}: {error}"])
+            return
+        result = parse_vector(raw, family, tick.now, self.settings.staleness_seconds)
+        if result.error:
+            for key, _ in batch:
+                out[key] = _Signal(None, [f"spec.queries.{attr}: {result.error}"])
+            return
+        found: dict[str, list[_Sample]] = defaultdict(list)
+        for sample in result.samples:
+            found[sample.labels.get(SERVICE_TAG, "")].append(sample)
+        for key, _ in batch:
+            samples = found.get(key, [])
+            if not samples:
+                out[key] = _Signal(None, [f"spec.queries.{attr} returned no series"])
+            elif len(samples) > 1:
+                out[key] = _Signal(None, [f"spec.queries.{attr} returned {len(samples)} series, expected 1"])
+            elif samples[0].problem:
+                out[key] = _Signal(None, [f"spec.queries.{attr}: {samples[0].problem}"])
+            else:
+                out[key] = _Signal(samples[0].value, [])
+
+    # -- assembling ---------------------------------------------------------------------------------------------
+
+    def _assemble_gpus(self, results: Mapping[Family, _FamilyResult]) -> list[_GpuAcc]:
+        s = self.settings
+        gpus: dict[tuple[str, str, str, str, str], _GpuAcc] = {}
+
+        def key_of(labels: Mapping[str, str]) -> tuple[str, str, str, str, str]:
+            # A GPU is (node, UUID or index, MIG instance); the pod is part of the key because a shared GPU
+            # (time-slicing, MIG) legitimately has one series per pod. The same key twice is a duplicate.
+            return (
+                labels.get(s.node_label, ""),
+                labels.get(s.uuid_label) or labels.get(s.gpu_label, ""),
+                labels.get(s.gpu_instance_label, ""),
+                labels.get(s.dcgm_namespace_label, ""),
+                labels.get(s.dcgm_pod_label, ""),
+            )
+
+        for family in GPU_FAMILIES:
+            result = results[family]
+            if result.error:
+                continue
+            metric = self._metric_name(family)
+            groups: dict[tuple[str, str, str, str, str], list[_Sample]] = defaultdict(list)
+            for sample in result.samples:
+                groups[key_of(sample.labels)].append(sample)
+            for key, samples in groups.items():
+                acc = gpus.get(key)
+                if acc is None:
+                    labels = samples[0].labels
+                    acc = gpus[key] = _GpuAcc(
+                        node=key[0],
+                        gpu=labels.get(s.gpu_label, ""),
+                        uuid=labels.get(s.uuid_label, ""),
+                        model=labels.get(s.model_label, ""),
+                        namespace=key[3] or None,
+                        pod=key[4] or None,
+                    )
+                if not acc.model:
+                    acc.model = samples[0].labels.get(s.model_label, "")
+                if len(samples) > 1:
+                    acc.problems[family].append(
+                        f"{len(samples)} series of {metric} for one GPU{_differing_labels(samples)}"
+                    )
+                elif samples[0].problem:
+                    acc.problems[family].append(f"{metric}: {samples[0].problem}")
+                elif samples[0].value is not None:
+                    acc.values[family] = samples[0].value
+            for labels, age in result.ages:
+                acc = gpus.get(key_of(labels))
+                if acc is not None and family in acc.values:
+                    del acc.values[family]
+                    acc.problems[family].append(
+                        f"{metric}: last sample {age:.0f}s old (> staleness_seconds {s.staleness_seconds:g})"
+                    )
+        for acc in gpus.values():
+            for family in _REQUIRED_GPU_FAMILIES:
+                if results[family].error is None and family not in acc.values and not acc.problems.get(family):
+                    acc.problems[family].append(f"no {self._metric_name(family)} sample (partial answer)")
+        return list(gpus.values())
+
+    def _gpu_sample(self, acc: _GpuAcc, results: Mapping[Family, _FamilyResult]) -> GpuSample:
+        reasons: list[str] = []
+        for family in GPU_FAMILIES:
+            error = results[family].error
+            if error is not None:
+                reasons.append(f"{self._metric_name(family)}: {error}")
+            reasons += acc.problems.get(family, [])
+        return GpuSample(
+            node=acc.node,
+            gpu=acc.gpu,
+            uuid=acc.uuid,
+            model_name=acc.model,
+            utilization=acc.values.get(Family.GPU_UTIL),
+            engine_active=acc.values.get(Family.ENGINE_ACTIVE),
+            fb_used_mib=acc.values.get(Family.FB_USED),
+            fb_free_mib=acc.values.get(Family.FB_FREE),
+            namespace=acc.namespace,
+            pod=acc.pod,
+            stale_reasons=tuple(dict.fromkeys(_clip(r) for r in reasons)),
+        )
+
+    def _pod_metrics(
+        self,
+        service: ServicePolicy,
+        family: Family,
+        pods: Mapping[str, list[_GpuAcc]],
+        results: Mapping[Family, _FamilyResult],
+        mapper: PodMapper,
+    ) -> tuple[PodMetrics | None, list[str]]:
+        """The HPA's per-pod view of a GPU metric: mean over each pod's GPUs, ready/missing/unready counts."""
+        metric = self._metric_name(family)
+        error = results[family].error
+        if error is not None:
+            return None, [f"{metric}: {error}"]
+        values: dict[str, float] = {}
+        problems: dict[str, str] = {}
+        for pod, accs in pods.items():
+            pod_values = []
+            for acc in accs:
+                if family in acc.values:
+                    pod_values.append(acc.values[family])
+                else:
+                    found = acc.problems.get(family)
+                    text = found[0].removeprefix(f"{metric}: ") if found else "no sample"
+                    problems[pod] = f"{acc.describe()}: {text}"
+                    break
+            else:
+                values[pod] = sum(pod_values) / len(pod_values)
+        if mapper.knows_pods(service.key):
+            ready = mapper.ready[service.key]
+            unready = len(mapper.unready[service.key])
+            for pod in ready - values.keys() - problems.keys():
+                problems[pod] = "ready pod has no GPU series (dcgm-exporter pod mapping on?)"
+        else:
+            ready = set(values) | set(problems)
+            unready = 0
+        with_metric = [pod for pod in ready if pod in values]
+        missing = sorted(pod for pod in ready if pod not in values)
+        reasons: list[str] = []
+        if not ready:
+            what = "no ready pods" if mapper.knows_pods(service.key) else f"no {metric} series for any pod"
+            reasons.append(f"{metric}: {what} of {service.key}")
+            return None, reasons
+        if missing:
+            examples = ", ".join(f"{pod} ({problems[pod]})" for pod in missing[:_MAX_EXAMPLES])
+            more = f" and {len(missing) - _MAX_EXAMPLES} more" if len(missing) > _MAX_EXAMPLES else ""
+            reasons.append(
+                f"{metric}: {len(missing)} of {len(ready)} ready pods without a valid sample: {examples}{more}"
+            )
+        metrics = PodMetrics(
+            ready_with_metric=len(with_metric),
+            metric_sum=sum(values[pod] for pod in with_metric),
+            missing=len(missing),
+            unready=unready,
+        )
+        return metrics, reasons
+
+    def _app_by_service(self, result: _FamilyResult, mapper: PodMapper) -> _AppFamily:
+        s = self.settings
+        out = _AppFamily(error=result.error)
+        for sample in result.samples:
+            labels = sample.labels
+            namespace = labels.get(s.app_namespace_label)
+            key = mapper.service_by_name(namespace, labels.get(s.deployment_label))
+            if key is not None:
+                out.whole[key].append(sample)
+                continue
+            pod = labels.get(s.app_pod_label)
+            key = mapper.service_of(namespace, pod)
+            if key is not None and pod is not None:
+                out.pods[key][pod].append(sample)
+        return out
+
+    def _additive_signal(
+        self,
+        family: Family,
+        service: ServicePolicy,
+        app: Mapping[Family, _AppFamily],
+        overrides: Mapping[Family, Mapping[str, _Signal]],
+        mapper: PodMapper,
+    ) -> _Signal:
+        """Request rate or queue depth of a whole service: its override, its Deployment-level series, or the sum
+        over its pods, with every pod the cluster (or the sibling family) says should report accounted for."""
+        key = service.key
+        name = family.value.replace("_", " ")
+        if key in overrides[family]:
+            return overrides[family][key]
+        data = app[family]
+        if data.error is not None:
+            return _Signal(None, [f"{name}: {data.error}"])
+        whole = data.whole.get(key, [])
+        if whole:
+            return _single(whole, name)
+        pods = data.pods.get(key, {})
+        if mapper.knows_pods(key):
+            expected = mapper.ready[key]
+        else:
+            # Without the cluster's pod list, a pod reporting the sibling family is one we expect here too.
+            sibling = Family.QUEUE_DEPTH if family is Family.REQUEST_RATE else Family.REQUEST_RATE
+            expected = set(app[sibling].pods.get(key, {})) if app[sibling].error is None else set()
+            expected |= set(pods)
+        if not pods and not expected:
+            return _Signal(None, [f"{name}: no series for {key}"])
+        total = 0.0
+        problems: list[str] = []
+        for pod in sorted(expected | set(pods)):
+            samples = pods.get(pod)
+            if not samples:
+                if pod in expected:
+                    problems.append(f"pod {pod}: no sample")
+                continue
+            if len(samples) > 1:
+                problems.append(f"pod {pod}: {len(samples)} series{_differing_labels(samples)}")
+            elif samples[0].problem:
+                problems.append(f"pod {pod}: {samples[0].problem}")
+            else:
+                total += samples[0].value or 0.0
+        if problems:
+            more = f" and {len(problems) - _MAX_EXAMPLES} more" if len(problems) > _MAX_EXAMPLES else ""
+            return _Signal(None, [f"{name}: {'; '.join(problems[:_MAX_EXAMPLES])}{more}"])
+        return _Signal(total, [])
+
+    def _latency_signal(
+        self,
+        service: ServicePolicy,
+        app: Mapping[Family, _AppFamily],
+        overrides: Mapping[Family, Mapping[str, _Signal]],
+        rate: _Signal,
+    ) -> _Signal:
+        key = service.key
+        if key in overrides[Family.LATENCY]:
+            signal = overrides[Family.LATENCY][key]
+        else:
+            data = app[Family.LATENCY]
+            if data.error is not None:
+                return _Signal(None, [f"latency: {data.error}"])
+            samples = data.whole.get(key, []) or [s for v in data.pods.get(key, {}).values() for s in v]
+            if not samples:
+                return _Signal(None, [f"latency: no series for {key}"])
+            signal = _single(samples, "latency")
+        if signal.value is None and rate.value == 0 and any("NaN" in p for p in signal.problems):
+            # histogram_quantile of zero requests is NaN: there is no latency to guard, which is not a fault.
+            return _Signal(None, [])
+        return signal
+
+    # -- history ------------------------------------------------------------------------------------------------
+
+    def history_query(self, service: ServicePolicy, signal: str) -> str:
+        """PromQL of one service's signal over time (one series); see :data:`HISTORY_SIGNALS`."""
+        family = HISTORY_SIGNALS.get(str(getattr(signal, "value", signal)))
+        if family is None:
+            raise ValueError(f"unknown signal {signal!r}; one of {', '.join(HISTORY_SIGNALS)}")
+        s = self.settings
+        if family in _OVERRIDE_FIELDS:
+            spec = self._service_queries.get(service.key)
+            template = getattr(spec, _OVERRIDE_FIELDS[family], None) if spec is not None else None
+            if template:
+                return render(template, s.template_values(), {"namespace": service.namespace, "name": service.name})
+        if family in GPU_FAMILIES:
+            ns_label, pod_label = s.dcgm_namespace_label, s.dcgm_pod_label
+        else:
+            ns_label, pod_label = s.app_namespace_label, s.app_pod_label
+        own = [
+            matcher(ns_label, "=", service.namespace),
+            matcher(pod_label, "=~", escape_regex(service.name) + POD_NAME_SUFFIX_RE),
+        ]
+        query = self.family_query(family, own)
+        if family in GPU_FAMILIES:
+            # The same quantity as PodMetrics.metric_sum: each pod's mean over its GPUs, summed over pods.
+            return f"sum(avg by ({ns_label}, {pod_label}) ({query}))"
+        if family is Family.LATENCY:
+            return query
+        return f"sum({query})"
+
+    def history(self, service: ServicePolicy, signal: str, start: float, end: float, step_s: float) -> Series:
+        """Range query of one signal, split so that no request exceeds ``max_points_per_series`` points.
+
+        Raises ``PortError`` when Prometheus fails or the query yields several series; gaps, NaN and ±Inf points
+        are left out (the forecaster sees an irregular series rather than invented values).
+        """
+        if step_s <= 0 or end < start:
+            raise ValueError(f"need step_s > 0 and start <= end, got step {step_s}, {start}..{end}")
+        query = self.history_query(service, signal)
+        headers, auth = self._credentials()
+        points: dict[float, float] = {}
+        for chunk_start, chunk_end in chunk_range(start, end, step_s, self.settings.max_points_per_series):
+            self._pc.headers = headers
+            self._pc.auth = auth
+            try:
+                result = self._pc.custom_query_range(
+                    query,
+                    start_time=datetime.fromtimestamp(chunk_start, UTC),
+                    end_time=datetime.fromtimestamp(chunk_end, UTC),
+                    step=_fmt_time(step_s),
+                    # the client rounds start/end to whole seconds; these keep fractional steps aligned
+                    params={"start": _fmt_time(chunk_start), "end": _fmt_time(chunk_end)},
+                )
+            except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError, TypeError) as exc:
+                raise PortError(f"history of {service.key} {signal}: {_short(exc)}") from None
+            if not isinstance(result, list):
+                raise PortError(f"history of {service.key} {signal}: unexpected answer {type(result).__name__}")
+            if len(result) > 1:
+                raise PortError(f"history of {service.key} {signal}: {len(result)} series, expected 1 ({query})")
+            for series in result:
+                for pair in series.get("values", []) if isinstance(series, dict) else []:
+                    try:
+                        t, v = float(pair[0]), float(pair[1])
+                    except (TypeError, ValueError, IndexError):
+                        continue
+                    if math.isfinite(v):
+                        points[t] = v
+        times = tuple(sorted(points))
+        return Series(times=times, values=tuple(points[t] for t in times))
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+
+    def _metric_name(self, family: Family) -> str:
+        s = self.settings
+        return {
+            Family.GPU_UTIL: s.gpu_util_metric,
+            Family.ENGINE_ACTIVE: s.engine_active_metric,
+            Family.FB_USED: s.fb_used_metric,
+            Family.FB_FREE: s.fb_free_metric,
+            Family.REQUEST_RATE: s.request_count_metric,
+            Family.QUEUE_DEPTH: s.queue_depth_metric,
+            Family.LATENCY: s.latency_bucket_metric,
+        }[family]
+
+    def _credentials(self) -> tuple[dict[str, str], tuple[str, str] | None]:
+        """Headers and basic auth for this tick; files are re-read so that rotated secrets are picked up."""
+        s = self.settings
+        headers = dict(s.extra_headers)
+        auth = None
+        if s.bearer_token_file is not None:
+            token = _read_secret(s.bearer_token_file, "bearer_token_file")
+            headers["Authorization"] = f"Bearer {token}"
+        if s.basic_auth_username:
+            if s.basic_auth_password_file is not None:
+                password = _read_secret(s.basic_auth_password_file, "basic_auth_password_file")
+            else:
+                password = s.basic_auth_password.get_secret_value() if s.basic_auth_password else ""
+            auth = (s.basic_auth_username, password)
+        return headers, auth
+
+
+@dataclass(slots=True)
+class _AppFamily:
+    error: str | None = None
+    whole: dict[str, list[_Sample]] = field(default_factory=lambda: defaultdict(list))
+    pods: dict[str, dict[str, list[_Sample]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+
+
+def connect(
+    settings: PrometheusSettings | None = None,
+    *,
+    service_queries: Mapping[str, QueriesSpec] | None = None,
+    check: bool = True,
+) -> PrometheusMetricsSource:
+    """Build the adapter, failing fast (``PortError``) on a missing secret file or an unreachable Prometheus."""
+    settings = settings or PrometheusSettings()
+    for name in ("bearer_token_file", "basic_auth_password_file", "ca_bundle", "client_cert_file", "client_key_file"):
+        path = getattr(settings, name)
+        if path is not None and not Path(path).is_file():
+            raise PortError(f"{name}: {path} does not exist or is not a file")
+    source = PrometheusMetricsSource(settings, service_queries=service_queries)
+    if check:
+        source.check()
+    return source
+
+
+def validate_service_query(query: str) -> None:
+    """Raise ``PromQLError`` unless ``query`` is a usable per-service override (call when a policy is loaded)."""
+    check_template(query, TEMPLATE_PLACEHOLDERS, SERVICE_PLACEHOLDERS)
+
+
+def services_from_gpus(gpus: Iterable[GpuSample]) -> list[ServicePolicy]:
+    """The Deployments that own GPU pods, as default policies (``autoscaler observe`` without ``--policy``)."""
+    found: dict[tuple[str, str], ServicePolicy] = {}
+    for gpu in gpus:
+        deployment = deployment_of_pod(gpu.pod) if gpu.pod else None
+        if gpu.namespace and deployment:
+            found.setdefault((gpu.namespace, deployment), ServicePolicy(namespace=gpu.namespace, name=deployment))
+    return [found[k] for k in sorted(found)]
+
+
+def chunk_range(start: float, end: float, step_s: float, max_points: int) -> list[tuple[float, float]]:
+    """[start, end] cut into aligned chunks of at most ``max_points`` evaluation points, none shared."""
+    chunks = []
+    span = (max_points - 1) * step_s
+    t = start
+    while t <= end + 1e-9:
+        chunk_end = min(t + span, end)
+        chunks.append((t, chunk_end))
+        t = chunk_end + step_s
+    return chunks
+
+
+# ---- small helpers -------------------------------------------------------------------------------------------------
+
+
+def _single(samples: list[_Sample], name: str) -> _Signal:
+    if len(samples) > 1:
+        return _Signal(None, [f"{name}: {len(samples)} series for one service{_differing_labels(samples)}"])
+    sample = samples[0]
+    if sample.problem:
+        return _Signal(None, [f"{name}: {sample.problem}"])
+    return _Signal(sample.value, [])
+
+
+def _differing_labels(samples: Sequence[_Sample]) -> str:
+    names = sorted({k for s in samples for k in s.labels if len({x.labels.get(k) for x in samples}) > 1})
+    return f" (differing in {', '.join(names)})" if names else ""
+
+
+def _batches(parts: list[tuple[str, str]], max_chars: int) -> list[list[tuple[str, str]]]:
+    batches: list[list[tuple[str, str]]] = []
+    current: list[tuple[str, str]] = []
+    size = 0
+    for item in parts:
+        extra = len(item[1]) + 4
+        if current and size + extra > max_chars:
+            batches.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += extra
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _override_items(spec: QueriesSpec) -> list[tuple[str, str]]:
+    return [(_camel(attr), q) for attr in _OVERRIDE_FIELDS.values() if (q := getattr(spec, attr, None))]
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _read_secret(path: Path, setting: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise PortError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _status_of(exc: PrometheusApiClientException) -> int | None:
+    m = re.search(r"HTTP Status Code (\d+)", str(exc))
+    return int(m.group(1)) if m else None
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
+
+
+def _fmt_time(t: float) -> str:
+    return f"{t:.3f}".rstrip("0").rstrip(".")

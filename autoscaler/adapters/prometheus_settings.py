@@ -1,0 +1,261 @@
+"""Settings of the Prometheus metrics adapter (environment prefix ``AUTOSCALER_PROMETHEUS_``).
+
+Defaults follow dcgm-exporter (metric and label names) and vLLM (application metrics); every name and every query
+template can be changed, so the adapter also works with Triton, TGI, a relabelled dcgm-exporter or Thanos/Mimir.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from autoscaler.adapters.promql import LABEL_NAME, METRIC_NAME, POD_TO_DEPLOYMENT_RE, PromQLError, check_template
+
+# Placeholders every query template may use. All are trusted (they come from these settings, not from users).
+TEMPLATE_PLACEHOLDERS: dict[str, str] = {
+    "metric": "the family's metric name setting",
+    "selector": "label matchers: the *_matchers setting, plus the service's own matchers in history queries",
+    "window": "rate_window_seconds as a PromQL duration",
+    "staleness": "staleness_seconds as a PromQL duration",
+    "quantile": "latency_quantile",
+    "namespace_label": "the namespace label of the family (dcgm_namespace_label or app_namespace_label)",
+    "pod_label": "the pod label of the family (dcgm_pod_label or app_pod_label)",
+    "deployment_label": "deployment_label",
+    "pod_regex": "RE2 regex capturing the Deployment name from a pod name (<deployment>-<hash>-<suffix>)",
+}
+# Per-service overrides (GPUScalingPolicy spec.queries) may also use these, escaped by the adapter.
+SERVICE_PLACEHOLDERS: tuple[str, ...] = ("namespace", "name")
+
+
+class PrometheusSettings(BaseSettings):
+    """How to reach Prometheus and what to ask it."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AUTOSCALER_PROMETHEUS_", extra="forbid", validate_default=True, case_sensitive=False
+    )
+
+    # ---- connection ---------------------------------------------------------------------------------------------
+    url: str = Field(
+        "http://prometheus:9090",
+        description="base URL of the Prometheus HTTP API (http or https, no /api/v1 suffix); Thanos Query and "
+        "Mimir/Cortex Prometheus-compatible endpoints work too",
+    )
+    bearer_token_file: Path | None = Field(
+        None,
+        description="file holding a bearer token sent as 'Authorization: Bearer'; re-read every tick so rotated "
+        "service-account tokens keep working (e.g. /var/run/secrets/kubernetes.io/serviceaccount/token)",
+    )
+    basic_auth_username: str | None = Field(None, description="HTTP basic-auth user name")
+    basic_auth_password: SecretStr | None = Field(None, description="HTTP basic-auth password (prefer the file)")
+    basic_auth_password_file: Path | None = Field(
+        None, description="file holding the HTTP basic-auth password, re-read every tick"
+    )
+    ca_bundle: Path | None = Field(
+        None, description="PEM file of CA certificates to verify the server with (default: the system's)"
+    )
+    insecure_skip_verify: bool = Field(
+        False, description="do not verify the server's TLS certificate (tests only: anybody can impersonate it)"
+    )
+    client_cert_file: Path | None = Field(None, description="PEM client certificate for mutual TLS")
+    client_key_file: Path | None = Field(None, description="PEM private key of client_cert_file")
+    extra_headers: dict[str, str] = Field(
+        default_factory=dict,
+        description='extra HTTP headers, e.g. {"X-Scope-OrgID": "team-a"} for Mimir/Cortex tenants (JSON in env)',
+    )
+    timeout_seconds: float = Field(
+        10.0, gt=0, le=300, description="timeout of each HTTP request to Prometheus (connect and read), seconds"
+    )
+    retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="retries of a failed request (connection error, read timeout, 429/502/503/504), count; a "
+        "connection failure or timeout skips the tick's remaining queries, so one outage costs one timeout",
+    )
+    retry_backoff_seconds: float = Field(
+        0.5, ge=0, le=30, description="backoff factor between retries, seconds (urllib3: factor x 2^(retry-1))"
+    )
+
+    # ---- what counts as fresh -----------------------------------------------------------------------------------
+    staleness_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="a GPU sample older than this at the tick's time is stale (held, never read as zero), seconds; "
+        "keep it above dcgm-exporter's collect interval (30 s) plus the scrape interval",
+    )
+    check_sample_age: bool = Field(
+        True,
+        description="ask Prometheus for the age of every DCGM series (timestamp()) to apply staleness_seconds; "
+        "exact for plain selectors, a no-op for aggregated gpu_query templates",
+    )
+    rate_window_seconds: float = Field(
+        120.0, gt=0, description="range of rate() in application queries, seconds (at least 4 scrape intervals)"
+    )
+    latency_quantile: float = Field(
+        0.95, gt=0, lt=1, description="latency quantile computed with histogram_quantile (0.95 = P95), ratio"
+    )
+    max_points_per_series: int = Field(
+        11000,
+        ge=2,
+        le=11000,
+        description="points per series in one range query; history is split into chunks of this size "
+        "(Prometheus rejects more than 11,000), points",
+    )
+    max_query_length: int = Field(
+        8000,
+        ge=500,
+        description="longest PromQL text sent in one request, characters; per-service query overrides are "
+        "batched into as few queries as fit (URLs longer than ~8 kB are cut by many proxies)",
+    )
+
+    # ---- metric names (dcgm-exporter and vLLM defaults) ---------------------------------------------------------
+    gpu_util_metric: str = Field("DCGM_FI_DEV_GPU_UTIL", description="GPU utilisation, percent 0-100")
+    engine_active_metric: str = Field(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE", description="graphics engine active, ratio 0-1 (DCGM profiling; optional)"
+    )
+    fb_used_metric: str = Field("DCGM_FI_DEV_FB_USED", description="framebuffer memory used, MiB")
+    fb_free_metric: str = Field("DCGM_FI_DEV_FB_FREE", description="framebuffer memory free, MiB")
+    request_count_metric: str = Field(
+        "vllm:request_success_total",
+        description="counter of finished requests per pod, requests (Triton: nv_inference_request_success)",
+    )
+    queue_depth_metric: str = Field(
+        "vllm:num_requests_waiting",
+        description="gauge of requests waiting per pod, requests (Triton: nv_inference_pending_request_count)",
+    )
+    latency_bucket_metric: str = Field(
+        "vllm:e2e_request_latency_seconds_bucket",
+        description="histogram buckets (with an 'le' label) of request latency in seconds",
+    )
+
+    # ---- label names --------------------------------------------------------------------------------------------
+    node_label: str = Field(
+        "Hostname", description="DCGM label naming the node (GPU Operator relabelling may give kubernetes_node)"
+    )
+    gpu_label: str = Field("gpu", description="DCGM label with the GPU index on its node")
+    uuid_label: str = Field("UUID", description="DCGM label with the GPU UUID")
+    model_label: str = Field("modelName", description="DCGM label with the GPU model name")
+    gpu_instance_label: str = Field("GPU_I_ID", description="DCGM label with the MIG instance id, when MIG is on")
+    dcgm_namespace_label: str = Field(
+        "namespace",
+        description="DCGM label with the namespace of the pod using the GPU (exported_namespace when Prometheus "
+        "renamed dcgm-exporter's label because honorLabels is off)",
+    )
+    dcgm_pod_label: str = Field("pod", description="DCGM label with the pod using the GPU (or exported_pod)")
+    app_namespace_label: str = Field("namespace", description="namespace label on application metrics")
+    app_pod_label: str = Field("pod", description="pod label on application metrics")
+    deployment_label: str = Field(
+        "deployment",
+        description="label that names the Deployment in aggregated application results (the default latency "
+        "query derives it from the pod name with label_replace)",
+    )
+
+    # ---- extra matchers (trusted PromQL) ------------------------------------------------------------------------
+    dcgm_matchers: str = Field(
+        "", description='extra label matchers for every DCGM query, PromQL, e.g. cluster="prod",job="dcgm-exporter"'
+    )
+    app_matchers: str = Field("", description="extra label matchers for every application query, PromQL")
+
+    # ---- query templates ----------------------------------------------------------------------------------------
+    gpu_query: str = Field(
+        "{metric}{selector}",
+        description="instant query of one DCGM family (one series per GPU, with its DCGM labels); placeholders: "
+        + ", ".join("{" + k + "}" for k in TEMPLATE_PLACEHOLDERS),
+    )
+    request_rate_query: str = Field(
+        "sum by ({namespace_label}, {pod_label}) (rate({metric}{selector}[{window}]))",
+        description="requests per second per pod (or per Deployment, with the deployment label); summed per service",
+    )
+    queue_depth_query: str = Field(
+        "sum by ({namespace_label}, {pod_label}) (last_over_time({metric}{selector}[{staleness}]))",
+        description="requests waiting per pod (or per Deployment); summed per service; last_over_time drops "
+        "samples older than staleness_seconds",
+    )
+    latency_query: str = Field(
+        "histogram_quantile({quantile}, sum by ({namespace_label}, {deployment_label}, le) (label_replace("
+        'rate({metric}{selector}[{window}]), "{deployment_label}", "$1", "{pod_label}", "{pod_regex}")))',
+        description="latency quantile per Deployment, seconds: one series per service, labelled with namespace "
+        "and the deployment label (the default derives it from the pod name)",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got {value!r}")
+        return value
+
+    @field_validator(
+        "gpu_util_metric",
+        "engine_active_metric",
+        "fb_used_metric",
+        "fb_free_metric",
+        "request_count_metric",
+        "queue_depth_metric",
+        "latency_bucket_metric",
+    )
+    @classmethod
+    def _metric_name(cls, value: str) -> str:
+        if not METRIC_NAME.match(value):
+            raise ValueError(f"not a Prometheus metric name: {value!r}")
+        return value
+
+    @field_validator(
+        "node_label",
+        "gpu_label",
+        "uuid_label",
+        "model_label",
+        "gpu_instance_label",
+        "dcgm_namespace_label",
+        "dcgm_pod_label",
+        "app_namespace_label",
+        "app_pod_label",
+        "deployment_label",
+    )
+    @classmethod
+    def _label_name(cls, value: str) -> str:
+        if not LABEL_NAME.match(value):
+            raise ValueError(f"not a Prometheus label name: {value!r}")
+        return value
+
+    @field_validator("gpu_query", "request_rate_query", "queue_depth_query", "latency_query")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        try:
+            check_template(value, TEMPLATE_PLACEHOLDERS)
+        except PromQLError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _pairs(self) -> PrometheusSettings:
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise ValueError("client_cert_file and client_key_file must be set together")
+        if self.basic_auth_password is not None and self.basic_auth_password_file is not None:
+            raise ValueError("set basic_auth_password or basic_auth_password_file, not both")
+        has_password = self.basic_auth_password is not None or self.basic_auth_password_file is not None
+        if has_password and not self.basic_auth_username:
+            raise ValueError("basic_auth_username is required with a basic-auth password")
+        if self.bearer_token_file is not None and self.basic_auth_username:
+            raise ValueError("set bearer_token_file or basic auth, not both")
+        return self
+
+    def template_values(self) -> dict[str, str]:
+        """The trusted placeholder values common to every query (``selector``/labels are filled per family)."""
+        return {
+            "window": duration(self.rate_window_seconds),
+            "staleness": duration(self.staleness_seconds),
+            "quantile": repr(self.latency_quantile),
+            "deployment_label": self.deployment_label,
+            "pod_regex": POD_TO_DEPLOYMENT_RE,
+        }
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration literal: whole seconds as ``120s``, otherwise milliseconds."""
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"
