@@ -389,7 +389,7 @@ def _rate_series_from_table(table: CsvTable, source: str) -> RateSeries:
             f"timestamp: {table.rows[1 + i][0]!r} is not after the previous row's {table.rows[i][0]!r}"
             " (a rate series' timestamps must strictly increase)",
         )
-    step = _regular_step(diffs)
+    step = float(np.median(diffs))  # robust to a single gap, so the error names the gap's row
     off = np.abs(diffs - step) > STEP_JITTER_TOLERANCE * step
     if off.any():
         i = int(np.argmax(off)) + 1
@@ -397,14 +397,15 @@ def _rate_series_from_table(table: CsvTable, source: str) -> RateSeries:
             table.path,
             table.lines[1 + i],
             1,
-            f"timestamp: {table.rows[1 + i][0]!r} is {_fmt_seconds(float(diffs[i - 1]))} after the previous row, but"
-            f" the series' step is {_fmt_seconds(step)} (a rate series needs a regular step; gaps must be filled)",
+            f"timestamp: {table.rows[1 + i][0]!r} is {float(diffs[i - 1]):g} s after the previous row, but"
+            f" the series' step is {step:g} s (a rate series needs a regular step; gaps must be filled)",
         )
+    # Jitter passed the check: the mean step (first to last) is the drift-free estimate of the nominal step.
+    step = _snap_to_ms(float(times[-1] - times[0]) / (times.size - 1))
     return RateSeries(start=float(times[0]), step_s=step, rates=rates, source=source)
 
 
-def _regular_step(diffs: FloatArray) -> float:
-    step = float(np.median(diffs))
+def _snap_to_ms(step: float) -> float:
     # Timestamps written with ms (or coarser) precision give steps like 14.999999: snap to a whole ms so that
     # resampling and bin arithmetic stay exact.
     snapped = round(step * 1000) / 1000
