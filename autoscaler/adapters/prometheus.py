@@ -1053,8 +1053,13 @@ def _status_of(exc: PrometheusApiClientException) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_CAUSE = re.compile(r"\[Errno -?\d+\] [^'\")]+|Read timed out|Connection refused|Name or service not known")
+
+
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, requests.exceptions.ConnectionError) and (m := _CAUSE.search(text)):
+        return m.group(0)  # urllib3's wrapping repeats the URL and pool; the cause is what a human needs
     return text if len(text) <= 200 else text[:197] + "..."
 
 
