@@ -27,6 +27,15 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from autoscaler.adapters.kubernetes.status import (
+    AT_MAX_REPLICAS,
+    INVALID_SPEC,
+    METRICS_STALE,
+    READY,
+    ConditionUpdate,
+    LastAction,
+    StatusUpdate,
+)
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import (
     Action,
@@ -75,7 +84,7 @@ class PolicyObject:
     policy: ServicePolicy | None
     error: str | None = None
     generation: int | None = None
-    status: Mapping[str, Any] | None = None  # as read, so a restart keeps condition transition times
+    queries: Any = None  # spec.queries (PromQL overrides for the metrics source), when set
 
 
 class PolicySource(Protocol):
@@ -85,8 +94,11 @@ class PolicySource(Protocol):
 
 
 class PolicyStatusWriter(Protocol):
-    def update_policy_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        """Write the status subresource (idempotent). Raises PortError when it cannot."""
+    def update_policy_status(
+        self, namespace: str, name: str, update: StatusUpdate, *, generation: int | None, now: float
+    ) -> None:
+        """Merge ``update`` into the object's status subresource (``merge_status``); idempotent, retried on 409.
+        Raises PortError when it cannot."""
         ...
 
 
@@ -199,10 +211,12 @@ class Controller:
         self.can_act = can_act
         self._decide = decide_fn if decide_fn is not None else _default_decide()
         self._floors = floors
+        self._queries: dict[str, Any] = {}
+        self._observe_takes_cluster = _accepts_keyword(metrics.observe, "cluster")
         self.state = ControllerState()
         self.acting_since: float | None = None  # when this process started acting (took the lease)
         self.last_report: TickReport | None = None
-        self._written_status: dict[tuple[str, str], dict[str, Any]] = {}
+        self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
         self._reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
         self._lock = threading.Lock()
         self.telemetry.dry_run.set(1 if dry_run else 0)
@@ -271,9 +285,16 @@ class Controller:
 
         # 3. metrics; an outage makes every service stale, which decide() turns into a hold
         metrics_error: str | None = None
+        invalid += self._configure_queries(objects, policies)
+        report.invalid_policies = invalid
+        self.telemetry.invalid_policies.set(len(invalid))
         services = list(policies.values())
         try:
-            observation = self.metrics.observe(services, now)
+            if self._observe_takes_cluster:
+                # The Prometheus adapter maps pods to Deployments and counts unready pods from the snapshot.
+                observation = self.metrics.observe(services, now, cluster=snapshot)  # type: ignore[call-arg]
+            else:
+                observation = self.metrics.observe(services, now)
         except Exception as exc:
             self.telemetry.error("metrics_read")
             metrics_error = f"{type(exc).__name__}: {exc}"
@@ -323,6 +344,36 @@ class Controller:
         return report
 
     # -- reading --
+
+    def _configure_queries(
+        self, objects: Sequence[PolicyObject], policies: dict[str, ServicePolicy]
+    ) -> list[PolicyObject]:
+        """Hand the policies' PromQL overrides (spec.queries) to a metrics source that takes them; a policy whose
+        override is rejected becomes invalid (the error names spec.queries.<field>) and the others keep working."""
+        setter = getattr(self.metrics, "set_service_queries", None)
+        if setter is None:
+            return []
+        wanted = {o.policy.key: o.queries for o in objects if o.policy is not None and o.policy.key in policies}
+        wanted = {k: q for k, q in wanted.items() if q is not None}
+        if wanted == self._queries:
+            return []
+        rejected: list[PolicyObject] = []
+        for _ in range(len(wanted) + 1):
+            try:
+                setter(wanted)
+                self._queries = dict(wanted)
+                break
+            except ValueError as exc:
+                # The adapter names the service first: "<namespace>/<name>: spec.queries.<field>: <why>".
+                key, _, why = str(exc).partition(": ")
+                if key not in wanted:
+                    log.error("metrics source rejected the query overrides: %s", exc)
+                    break
+                del wanted[key]
+                obj = next(o for o in objects if o.policy is not None and o.policy.key == key)
+                rejected.append(replace(obj, policy=None, error=why))
+                del policies[key]
+        return rejected
 
     def _valid_policies(self, objects: Sequence[PolicyObject]) -> tuple[dict[str, ServicePolicy], list[PolicyObject]]:
         """Valid policies by service key. Two objects targeting one Deployment would fight: the first by name wins,
@@ -573,41 +624,48 @@ class Controller:
         report: TickReport,
         now: float,
     ) -> None:
+        """Status of every policy object; a write only when the update differs from the last one written (a
+        steady service costs no API call per tick)."""
         if self.status_writer is None:
             return
         decisions = {d.key: d for d in plan.decisions}
-        results = {
-            f"{r.action.namespace}/{r.action.name}": r for r in report.results if isinstance(r.action, ScaleDeployment)
+        applied = {
+            f"{r.action.namespace}/{r.action.name}": r.action
+            for r in report.results
+            if r.result == "applied" and isinstance(r.action, ScaleDeployment)
         }
-        invalid = {(o.namespace, o.name): o for o in report.invalid_policies}
+        invalid = {(o.namespace, o.name): o.error for o in report.invalid_policies}
         for obj in objects:
             ident = (obj.namespace, obj.name)
-            previous = self._written_status.get(ident) or dict(obj.status or {})
             if ident in invalid:
-                status = policy_status(previous, now, obj.generation, None, None, None, invalid[ident].error, ())
+                update = invalid_status(invalid[ident] or "invalid spec")
             elif obj.policy is not None:
                 key = obj.policy.key
-                status = policy_status(
-                    previous,
-                    now,
-                    obj.generation,
-                    policies[key],
-                    decisions.get(key),
-                    results.get(key),
-                    None,
-                    report.stale.get(key, ()),
+                update = policy_status(
+                    policies[key], decisions.get(key), applied.get(key), report.stale.get(key, ()), now
                 )
             else:
                 continue
-            if _same_status(status, previous):
+            if self._written_status.get(ident) == (obj.generation, update):
                 continue
             try:
-                self.status_writer.update_policy_status(obj.namespace, obj.name, status)
+                self.status_writer.update_policy_status(
+                    obj.namespace, obj.name, update, generation=obj.generation, now=now
+                )
             except Exception as exc:
                 self.telemetry.error("status_write")
                 log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)
                 continue
-            self._written_status[ident] = status
+            self._written_status[ident] = (obj.generation, update)
+
+
+def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _stale_label(reason: str) -> str:
@@ -616,107 +674,59 @@ def _stale_label(reason: str) -> str:
     return head[:64] or "unknown"
 
 
-def _same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
-
-
-def _condition(
-    previous: Mapping[str, Any], kind: str, true: bool, reason: str, message: str, now: float
-) -> dict[str, Any]:
-    """A metav1.Condition; lastTransitionTime moves only when the status flips (Kubernetes convention)."""
-    old = next((c for c in previous.get("conditions") or () if c.get("type") == kind), None)
-    status = "True" if true else "False"
-    changed = old is None or old.get("status") != status
-    return {
-        "type": kind,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": _iso(now) if changed else old.get("lastTransitionTime", _iso(now)),
-    }
+def invalid_status(error: str) -> StatusUpdate:
+    return StatusUpdate(
+        conditions=(
+            ConditionUpdate(READY, False, "InvalidSpec", error),
+            ConditionUpdate(INVALID_SPEC, True, "InvalidSpec", error),
+        )
+    )
 
 
 def policy_status(
-    previous: Mapping[str, Any],
-    now: float,
-    generation: int | None,
-    policy: ServicePolicy | None,
+    policy: ServicePolicy,
     decision: ScaleDecision | None,
-    applied: ActionResult | None,
-    error: str | None,
+    applied: Action | None,
     stale: Sequence[str],
-) -> dict[str, Any]:
-    """The GPUScalingPolicy ``status``: replicas, the last action and its reason, conditions.
+    now: float,
+) -> StatusUpdate:
+    """The GPUScalingPolicy status update for one tick: replicas, the last applied action and its reason, conditions.
 
-    ``lastAction`` changes only when an action was applied, so ``kubectl get`` keeps showing why the replicas are
-    what they are.
+    ``lastAction`` is only sent when an action was applied, so ``kubectl get`` keeps showing why the replicas are
+    what they are. Replicas are not sent when the Deployment is missing (0 would be a lie).
     """
-    status: dict[str, Any] = {}
-    if generation is not None:
-        status["observedGeneration"] = generation
-    if error is not None:
-        status["conditions"] = [_condition(previous, "Ready", False, "InvalidSpec", error, now)]
-        for key in ("currentReplicas", "desiredReplicas", "lastAction", "lastScaleTime"):
-            if key in previous:
-                status[key] = previous[key]
-        return status
-    assert policy is not None
-    if decision is not None and (decision.current_replicas > 0 or not stale):
-        status["currentReplicas"] = decision.current_replicas
-        status["desiredReplicas"] = decision.desired_replicas
-        status["lastDecision"] = {
-            "reason": decision.reason.value,
-            "message": f"{decision.reason.text} ({decision.detail})",
-        }
-    else:
-        for key in ("currentReplicas", "desiredReplicas"):
-            if key in previous:
-                status[key] = previous[key]
-    if applied is not None and applied.result == "applied" and isinstance(applied.action, ScaleDeployment):
-        action = applied.action
-        status["lastAction"] = {
-            "type": "ScaleDeployment",
-            "reason": action.reason.value,
-            "message": f"scaled from {action.previous_replicas} to {action.replicas}: {action.reason.text} "
-            f"({action.detail})",
-            "time": _iso(now),
-        }
-        status["lastScaleTime"] = _iso(now)
-    else:
-        for key in ("lastAction", "lastScaleTime"):
-            if key in previous:
-                status[key] = previous[key]
     missing = STALE_DEPLOYMENT_MISSING in stale
-    stale_text = "; ".join(stale)
-    at_max = decision is not None and decision.desired_replicas >= policy.max_replicas and not missing
-    conditions = [
-        _condition(
-            previous,
-            "Ready",
-            not missing,
-            "DeploymentNotFound" if missing else ("RecommendOnly" if policy.mode is Mode.RECOMMEND_ONLY else "Active"),
-            f"Deployment {policy.key} not found" if missing else f"scaling {policy.key} in mode {policy.mode.value}",
-            now,
-        ),
-        _condition(
-            previous,
-            "MetricsStale",
+    current = desired = None
+    if decision is not None and not missing:
+        current, desired = decision.current_replicas, decision.desired_replicas
+    at_max = desired is not None and desired >= policy.max_replicas
+    if missing:
+        ready = ConditionUpdate(READY, False, "DeploymentNotFound", f"Deployment {policy.key} not found")
+    else:
+        mode = "RecommendOnly" if policy.mode is Mode.RECOMMEND_ONLY else "Active"
+        ready = ConditionUpdate(READY, True, mode, f"scaling {policy.key} in mode {policy.mode.value}")
+    conditions = (
+        ready,
+        ConditionUpdate(
+            METRICS_STALE,
             bool(stale),
             event_reason(Reason.METRICS_STALE) if stale else "MetricsFresh",
-            stale_text or "all scaling signals are fresh",
-            now,
+            "; ".join(stale) if stale else "all scaling signals are fresh",
         ),
-        _condition(
-            previous,
-            "AtMaxReplicas",
+        ConditionUpdate(
+            AT_MAX_REPLICAS,
             at_max,
             "AtMaxReplicas" if at_max else "BelowMaxReplicas",
             f"desired replicas at maxReplicas {policy.max_replicas}" if at_max else "",
-            now,
         ),
-    ]
-    status["conditions"] = conditions
-    return status
+        ConditionUpdate(INVALID_SPEC, False, "Valid", ""),
+    )
+    return StatusUpdate(
+        current_replicas=current,
+        desired_replicas=desired,
+        last_action=LastAction.from_action(applied, now) if applied is not None else None,
+        conditions=conditions,
+    )
 
 
 # ---- The runtime: scheduler, leader election, HTTP, signals -------------------------------------------------------
@@ -931,32 +941,9 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
-def kubernetes_api_client(settings: Settings) -> Any:
-    """An ApiClient from in-cluster config or a kubeconfig, as the settings say."""
-    from kubernetes import client, config
-
-    k = settings.kubernetes
-    mode = k.config_mode
-    if mode == "auto":
-        mode = "in-cluster" if _in_cluster() and k.kubeconfig is None else "kubeconfig"
-    configuration = client.Configuration()
-    if mode == "in-cluster":
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(
-            config_file=str(k.kubeconfig) if k.kubeconfig else None,
-            context=k.context,
-            client_configuration=configuration,
-        )
-    return client.ApiClient(configuration)
-
-
-def _in_cluster() -> bool:
-    import os
-
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
-        "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    )
+def _kubernetes_adapters(settings: Settings, api_client: Any, metrics: MetricsSource) -> Adapters:
+    # WIRE: the Kubernetes writer and the GPUScalingPolicy reader are being written in autoscaler/adapters/kubernetes/
+    raise NotImplementedError("the Kubernetes writer / policy reader adapters have not landed yet")
 
 
 @dataclass(slots=True)
@@ -970,12 +957,20 @@ class Adapters:
     api_client: Any = None
 
 
-def build_adapters(settings: Settings) -> Adapters:
-    """The real adapters: Kubernetes (reader, writer, policies, status) and Prometheus."""
-    from autoscaler.adapters import wiring
+def build_adapters(settings: Settings, *, check_prometheus: bool = True) -> Adapters:
+    """The real adapters: Kubernetes (reader, writer, policies, status) and Prometheus.
 
-    api_client = kubernetes_api_client(settings)
-    return wiring.kubernetes_and_prometheus(settings, api_client)
+    Fails fast (PortError with a readable message) on a missing kubeconfig or an unreachable Prometheus, so a
+    misconfigured Deployment crash-loops with the reason in its log instead of holding forever in silence.
+    """
+    from autoscaler.adapters.kubernetes.config import load_api_client
+    from autoscaler.adapters.prometheus import connect
+
+    api_client = load_api_client(
+        settings.kubernetes.config_mode, settings.kubernetes.kubeconfig, settings.kubernetes.context
+    )
+    metrics = connect(settings.prometheus, check=check_prometheus)
+    return _kubernetes_adapters(settings, api_client, metrics)
 
 
 def build_runtime(
@@ -983,6 +978,7 @@ def build_runtime(
     adapters: Adapters | None = None,
     refit: Callable[[float], None] = _noop,
     rebalance: Callable[[float], None] = _noop,
+    http: bool = True,
 ) -> Runtime:
     from autoscaler.adapters.kubernetes_lease import ElectionTimings, KubernetesLeaseStore, LeaderElector
 
@@ -1030,7 +1026,7 @@ def build_runtime(
         elector=elector,
         refit=refit,
         rebalance=rebalance,
-        http=(settings.http.bind_address, settings.http.port) if settings.http.enabled else None,
+        http=(settings.http.bind_address, settings.http.port) if http and settings.http.enabled else None,
     )
     runtime_ref.append(runtime)
     return runtime

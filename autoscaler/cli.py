@@ -16,6 +16,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "autoscaler.commands.simulate",
     "autoscaler.commands.trace",
     "autoscaler.commands.observe",
+    "autoscaler.commands.run",
+    "autoscaler.commands.plan",
 )
 
 

@@ -3,10 +3,11 @@ these add the knobs the runtime tests need: failing reads and writes, call logs)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
 from autoscaler.app import PolicyObject
 from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo
 from autoscaler.core.model import Observation, PodMetrics, ServiceObservation, ServicePolicy
@@ -118,16 +119,22 @@ class FakePolicies:
 
 
 class FakeStatus:
+    """Status subresources, merged like the real writer does (``merge_status``)."""
+
     def __init__(self) -> None:
-        self.status: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.status: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes = 0
         self.fail = False
 
-    def update_policy_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    def update_policy_status(
+        self, namespace: str, name: str, update: StatusUpdate, *, generation: int | None, now: float
+    ) -> None:
         if self.fail:
             raise PortError("status: HTTP 500")
         self.writes += 1
-        self.status[(namespace, name)] = status
+        self.status[(namespace, name)] = merge_status(
+            self.status.get((namespace, name)), update, generation=generation, now=now
+        )
 
 
 def policy_object(policy: ServicePolicy, name: str | None = None) -> PolicyObject:

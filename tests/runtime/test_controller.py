@@ -65,7 +65,9 @@ def test_scale_up_is_applied_with_event_status_and_metrics() -> None:
         "Ready": "True",
         "MetricsStale": "False",
         "AtMaxReplicas": "False",
+        "InvalidSpec": "False",
     }
+    assert written["observedGeneration"] == 1
     labels = {"kind": "ScaleDeployment", "reason": "metric_above_target", "dry_run": "false", "result": "applied"}
     assert sample(c, "gpu_autoscaler_actions_total", **labels) == 1
     assert sample(c, "gpu_autoscaler_ticks_total", result="ok") == 1
@@ -168,7 +170,8 @@ def test_failed_write_is_counted_and_retried_next_tick_at_full_rate() -> None:
     # 5 s later, inside the same rate period: the failed change must not count against the limit
     c.run_once(T0 + 5)
     assert scales(cluster) == [("ml", "chat", 6)]
-    assert status.status[("ml", "chat-policy")]["lastAction"]["message"].startswith("scaled from 2 to 6")
+    last = status.status[("ml", "chat-policy")]["lastAction"]
+    assert (last["fromReplicas"], last["toReplicas"], last["reason"]) == (2, 6, "metric_above_target")
 
 
 def test_event_failure_does_not_fail_the_action() -> None:

@@ -1,0 +1,236 @@
+"""``autoscaler plan``: one dry-run tick against a live cluster, printed with the reason of every decision and action.
+
+It reads exactly what ``autoscaler run`` reads and decides with the same code, but writes nothing at all: no
+scaling, no Events, no status, no Lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from autoscaler.ports import EvictionOutcome
+
+EXIT_OK = 0
+EXIT_HOLD = 1
+EXIT_SETTINGS = 2
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="one dry-run tick against a live cluster: print the plan and the reason of every decision",
+        description=textwrap.dedent(
+            """\
+            Read the GPUScalingPolicies, the cluster and Prometheus once, decide with the controller's own code,
+            and print what it would do and why. Nothing is written to the cluster (no scaling, Events, status or
+            Lease). Settings come from these flags, AUTOSCALER_* environment variables and the config file, as
+            for 'autoscaler run'.
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 the plan was computed from fresh reads; 1 a read failed and the controller would hold "
+        "(the reason is printed); 2 invalid settings or no cluster configuration",
+    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML or JSON settings file")
+    parser.add_argument(
+        "--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)"
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
+    parser.add_argument(
+        "--prometheus-url", metavar="URL", help="Prometheus base URL, e.g. http://localhost:9090 after a port-forward"
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="only the GPUScalingPolicies of this namespace (repeatable; default: the namespaces setting, or all)",
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="table for people, json for scripts"
+    )
+    parser.add_argument(
+        "--time",
+        type=float,
+        metavar="UNIX_SECONDS",
+        help="evaluate at this time instead of now (Unix seconds; Prometheus must have data around it)",
+    )
+    parser.set_defaults(func=main)
+
+
+class ReadOnlyWriter:
+    """A ClusterWriter that refuses every write and keeps the Events it was asked for, to print them."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, str]] = []
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        raise RuntimeError("autoscaler plan is read-only")
+
+    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+        raise RuntimeError("autoscaler plan is read-only")
+
+    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+        raise RuntimeError("autoscaler plan is read-only")
+
+    def emit_event(
+        self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
+    ) -> None:
+        self.events.append(
+            {"object": f"{kind}/{namespace}/{name}", "type": event_type, "reason": reason, "message": message}
+        )
+
+
+def main(args: argparse.Namespace) -> int:
+    from autoscaler.settings import SettingsError, load_settings
+
+    overrides: dict[str, Any] = {"dry_run": True}
+    kube: dict[str, Any] = {}
+    if args.kubeconfig is not None:
+        kube["kubeconfig"] = args.kubeconfig
+        kube["config_mode"] = "kubeconfig"
+    if args.context:
+        kube["context"] = args.context
+    if kube:
+        overrides["kubernetes"] = kube
+    if args.prometheus_url:
+        overrides["prometheus"] = {"url": args.prometheus_url}
+    if args.namespaces:
+        overrides["namespaces"] = args.namespaces
+    try:
+        settings = load_settings(args.config, **overrides)
+    except SettingsError as exc:
+        print(f"autoscaler plan: {exc}", file=sys.stderr)
+        return EXIT_SETTINGS
+
+    from autoscaler.app import Controller, build_adapters, configure_logging
+    from autoscaler.telemetry import Telemetry
+
+    configure_logging("WARNING" if settings.log_level == "INFO" else settings.log_level, settings.log_format)
+    try:
+        adapters = build_adapters(settings, check_prometheus=False)
+    except Exception as exc:
+        print(f"autoscaler plan: cannot connect: {exc}", file=sys.stderr)
+        return EXIT_SETTINGS
+    writer = ReadOnlyWriter()
+    controller = Controller(
+        metrics=adapters.metrics,
+        cluster=adapters.cluster,
+        writer=writer,
+        policies=adapters.policies,
+        status_writer=None,
+        node_pools=None,
+        telemetry=Telemetry(),
+        dry_run=True,
+    )
+    now = args.time if args.time is not None else time.time()
+    controller.run_once(now)
+    report = controller.last_report
+    assert report is not None
+    document = plan_document(report, writer.events)
+    if args.output == "json":
+        json.dump(document, sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write("\n")
+    else:
+        print_table(document, sys.stdout)
+    return EXIT_OK if report.result == "ok" else EXIT_HOLD
+
+
+def plan_document(report: Any, events: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
+    """The plan as plain data: what ``-o json`` prints and the table is drawn from."""
+    from autoscaler.app import action_kind, action_target, describe_action
+
+    plan = report.plan
+    return {
+        "time": datetime.fromtimestamp(report.time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "result": report.result,
+        "heldBecause": report.held_because,
+        "decisions": [
+            {
+                "service": d.key,
+                "mode": "recommend-only" if d.recommend_only else "active",
+                "currentReplicas": d.current_replicas,
+                "desiredReplicas": d.desired_replicas,
+                "reason": d.reason.value,
+                "reasonText": d.reason.text,
+                "detail": d.detail,
+                "stale": list(report.stale.get(d.key, ())),
+            }
+            for d in plan.decisions
+        ],
+        "actions": [
+            {
+                "kind": action_kind(r.action),
+                "target": action_target(r.action),
+                "change": describe_action(r.action),
+                "reason": r.action.reason.value,
+                "reasonText": r.action.reason.text,
+                "detail": r.action.detail,
+                "wouldApply": r.result == "dry_run",
+                "heldBack": r.message if r.result == "held" else None,
+            }
+            for r in report.results
+        ],
+        "invalidPolicies": [{"policy": f"{o.namespace}/{o.name}", "error": o.error} for o in report.invalid_policies],
+        "errors": list(report.errors),
+        "events": list(events),
+    }
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n")
+
+
+def print_table(doc: dict[str, Any], out: TextIO) -> None:
+    out.write(f"Plan at {doc['time']} (dry run: nothing was changed)\n")
+    if doc["heldBecause"]:
+        out.write(f"HOLD: {doc['heldBecause']}\n  nothing would be scaled down, evicted or suspended this tick\n")
+    out.write("\n")
+    if doc["decisions"]:
+        rows = [["SERVICE", "MODE", "CURRENT", "DESIRED", "REASON", "DETAIL"]]
+        for d in doc["decisions"]:
+            rows.append(
+                [
+                    d["service"],
+                    d["mode"],
+                    str(d["currentReplicas"]),
+                    str(d["desiredReplicas"]),
+                    d["reason"],
+                    d["detail"],
+                ]
+            )
+        _table(rows, out)
+        out.write("\nWhy:\n")
+        for d in doc["decisions"]:
+            out.write(f"  {d['service']}: {d['reasonText']}\n")
+    else:
+        out.write("No GPUScalingPolicy found.\n")
+    out.write("\n")
+    if doc["actions"]:
+        rows = [["ACTION", "TARGET", "CHANGE", "REASON"]]
+        for a in doc["actions"]:
+            change = a["change"] if a["heldBack"] is None else f"{a['change']} (held back: {a['heldBack']})"
+            rows.append([a["kind"], a["target"], change, a["reason"]])
+        out.write("Actions the controller would take:\n")
+        _table(rows, out)
+    else:
+        out.write("Actions the controller would take: none\n")
+    if doc["invalidPolicies"]:
+        out.write("\nInvalid GPUScalingPolicies (ignored until fixed):\n")
+        for p in doc["invalidPolicies"]:
+            out.write(f"  {p['policy']}: {p['error']}\n")
+    if doc["errors"]:
+        out.write("\nErrors:\n")
+        for e in doc["errors"]:
+            out.write(f"  {e}\n")

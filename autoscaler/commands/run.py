@@ -1,0 +1,152 @@
+"""``autoscaler run``: the in-cluster controller (scheduler, leader election, /metrics, /healthz, /readyz)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import textwrap
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_TICK_FAILED = 1
+EXIT_SETTINGS = 2
+EXIT_NOT_LEADER = 3
+
+log = logging.getLogger("autoscaler")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the controller (in a cluster, or against a kubeconfig)",
+        description=textwrap.dedent(
+            """\
+            Run the controller: every tick (default 15 s) read the GPUScalingPolicies, the cluster and Prometheus,
+            decide, and act through the Kubernetes API. Several replicas may run: a coordination.k8s.io/v1 Lease
+            elects the one that acts. Serves /metrics, /healthz and /readyz. SIGTERM stops acting at once, lets a
+            running tick finish (shutdown_grace_seconds) and releases the Lease so a standby takes over quickly.
+
+            Every setting comes from (highest first) these flags, AUTOSCALER_* environment variables, the
+            config file, then the defaults; 'autoscaler run --list-settings' prints them all.
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 ok; 1 the --once tick could not read what it needed; 2 invalid settings; "
+        "3 --once and another replica holds the Lease",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="YAML or JSON settings file (default: $AUTOSCALER_CONFIG_FILE); the environment overrides it",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=None,
+        help='compute and report every plan (log, metrics with dry_run="true", Events marked [dry-run]) '
+        "and write nothing else (AUTOSCALER_DRY_RUN)",
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="run one tick and exit, acting only if this process can take the Lease (no scheduler, no HTTP)",
+    )
+    parser.add_argument(
+        "--tick-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between ticks (AUTOSCALER_TICK_INTERVAL_SECONDS, default 15)",
+    )
+    parser.add_argument(
+        "--port", type=int, metavar="PORT", help="TCP port of /metrics /healthz /readyz (AUTOSCALER_HTTP__PORT, 8080)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig to use instead of the in-cluster service account (AUTOSCALER_KUBERNETES__KUBECONFIG)",
+    )
+    parser.add_argument("--prometheus-url", metavar="URL", help="Prometheus base URL (AUTOSCALER_PROMETHEUS_URL)")
+    parser.add_argument(
+        "--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level (AUTOSCALER_LOG_LEVEL, INFO)"
+    )
+    parser.add_argument("--list-settings", action="store_true", help="print every setting and exit")
+    parser.set_defaults(func=main)
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, object]:
+    """Command-line flags as settings overrides (absent flags never mask the environment)."""
+    overrides: dict[str, object] = {
+        "dry_run": getattr(args, "dry_run", None),
+        "tick_interval_seconds": getattr(args, "tick_interval", None),
+        "log_level": getattr(args, "log_level", None),
+    }
+    if getattr(args, "port", None) is not None:
+        overrides["http"] = {"port": args.port}  # deep-merged with the env/file values of the group
+    if getattr(args, "kubeconfig", None) is not None:
+        overrides["kubernetes"] = {"kubeconfig": args.kubeconfig}
+    if getattr(args, "prometheus_url", None):
+        overrides["prometheus"] = {"url": args.prometheus_url}
+    return overrides
+
+
+def print_settings() -> None:
+    from autoscaler.settings import settings_table
+
+    rows = settings_table()
+    width = max(len(r[0]) for r in rows)
+    for env, key, default, description in rows:
+        print(f"{env:<{width}}  {default:<16}  {description}  [file: {key}]")
+
+
+def main(args: argparse.Namespace) -> int:
+    from autoscaler.settings import SettingsError, load_settings
+
+    if args.list_settings:
+        print_settings()
+        return EXIT_OK
+    try:
+        settings = load_settings(args.config, **overrides_from(args))
+    except SettingsError as exc:
+        print(f"autoscaler run: {exc}", flush=True)
+        return EXIT_SETTINGS
+
+    from autoscaler.app import build_runtime, configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    log.info(
+        "starting: tick %gs, dry_run=%s, namespaces=%s, leader election %s (lease %s/%s as %s)",
+        settings.tick_interval_seconds,
+        settings.dry_run,
+        ",".join(settings.namespaces) or "(all)",
+        "on" if settings.leader_election.enabled else "off",
+        settings.leader_election.lease_namespace,
+        settings.leader_election.lease_name,
+        settings.leader_election.identity,
+    )
+    try:
+        runtime = build_runtime(settings, http=not args.once)
+    except Exception as exc:  # startup errors (kubeconfig, unreachable Prometheus...) get one readable line
+        log.error("cannot start: %s", exc)
+        return EXIT_TICK_FAILED
+    if args.once:
+        return run_once(runtime)
+    return runtime.run_forever()
+
+
+def run_once(runtime: object) -> int:
+    from autoscaler.app import Runtime
+
+    assert isinstance(runtime, Runtime)
+    elector = runtime.elector
+    if elector is not None and not elector.try_acquire_or_renew():
+        log.error("another replica holds the Lease (%s): not acting", elector.holder or "unknown")
+        return EXIT_NOT_LEADER
+    try:
+        runtime.tick()
+    finally:
+        if elector is not None:
+            elector.release()
+    report = runtime.controller.last_report
+    return EXIT_OK if report is not None and report.result == "ok" else EXIT_TICK_FAILED
