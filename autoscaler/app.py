@@ -315,6 +315,10 @@ class Controller:
             plan, state = self._decide(observation, previous_state, policies, now)
         report.plan = plan
 
+        for decision in plan.decisions:
+            self.telemetry.decisions.labels(reason=decision.reason.value).inc()
+            self._log_decision(decision)
+
         # 5. act
         unapplied: set[str] = set()
         for action in plan.actions:
@@ -331,9 +335,6 @@ class Controller:
         self.state = self._forget_unapplied(state, previous_state, unapplied, now)
 
         # 6. report
-        for decision in plan.decisions:
-            self.telemetry.decisions.labels(reason=decision.reason.value).inc()
-            self._log_decision(decision)
         self._report_services(plan, policies, report)
         self._report_stale(objects, policies, report)
         if not self.dry_run and self.can_act():
