@@ -215,6 +215,9 @@ def _validate_scale_replicas(obj: JSON) -> list[tuple[str, str]]:
     return []
 
 
+_EVENT_TYPES = '"Normal", "Warning"'
+
+
 def _validate_event_v1(obj: JSON) -> list[tuple[str, str]]:
     """events.k8s.io/v1 create validation (ValidateEventCreate for v1)."""
     errs: list[tuple[str, str]] = []
@@ -222,7 +225,7 @@ def _validate_event_v1(obj: JSON) -> list[tuple[str, str]]:
         if not obj.get(key):
             errs.append((key, "Required value"))
     if obj.get("type") not in ("Normal", "Warning"):
-        errs.append(("type", f'Unsupported value: {json.dumps(obj.get("type"))}: supported values: "Normal", "Warning"'))
+        errs.append(("type", f"Unsupported value: {json.dumps(obj.get('type'))}: supported values: {_EVENT_TYPES}"))
     if len(obj.get("note") or "") > 1024:
         errs.append(("note", "Too long: may not be longer than 1024"))
     for key in ("reason", "action"):
@@ -248,7 +251,7 @@ def _validate_core_event(obj: JSON) -> list[tuple[str, str]]:
     if involved.get("namespace") and ns and involved["namespace"] != ns:
         errs.append(("involvedObject.namespace", "Invalid value: does not match event.namespace"))
     if obj.get("type") not in (None, "", "Normal", "Warning"):
-        errs.append(("type", f'Unsupported value: {json.dumps(obj.get("type"))}: supported values: "Normal", "Warning"'))
+        errs.append(("type", f"Unsupported value: {json.dumps(obj.get('type'))}: supported values: {_EVENT_TYPES}"))
     return errs
 
 
@@ -257,19 +260,36 @@ def builtin_types() -> list[ResourceType]:
     return [
         ResourceType("", ("v1",), "namespaces", "Namespace", namespaced=False, status_subresource=True),
         ResourceType(
-            "", ("v1",), "nodes", "Node", namespaced=False, status_subresource=True,
+            "",
+            ("v1",),
+            "nodes",
+            "Node",
+            namespaced=False,
+            status_subresource=True,
             field_selectors=frozenset({"spec.unschedulable"}),
         ),
         ResourceType("", ("v1",), "pods", "Pod", status_subresource=True, field_selectors=_POD_FIELDS),
-        ResourceType("", ("v1",), "events", "Event", field_selectors=_CORE_EVENT_FIELDS, validator=_validate_core_event),
+        ResourceType(
+            "", ("v1",), "events", "Event", field_selectors=_CORE_EVENT_FIELDS, validator=_validate_core_event
+        ),
         ResourceType("", ("v1",), "services", "Service", status_subresource=True),
         ResourceType("", ("v1",), "configmaps", "ConfigMap"),
         ResourceType(
-            "apps", ("v1",), "deployments", "Deployment", status_subresource=True, scale=scale_dep,
+            "apps",
+            ("v1",),
+            "deployments",
+            "Deployment",
+            status_subresource=True,
+            scale=scale_dep,
             validator=_validate_scale_replicas,
         ),
         ResourceType(
-            "apps", ("v1",), "statefulsets", "StatefulSet", status_subresource=True, scale=scale_dep,
+            "apps",
+            ("v1",),
+            "statefulsets",
+            "StatefulSet",
+            status_subresource=True,
+            scale=scale_dep,
             validator=_validate_scale_replicas,
         ),
         ResourceType("apps", ("v1",), "replicasets", "ReplicaSet", status_subresource=True, scale=scale_dep),
@@ -281,8 +301,12 @@ def builtin_types() -> list[ResourceType]:
             "events.k8s.io", ("v1",), "events", "Event", field_selectors=_EVENT_FIELDS, validator=_validate_event_v1
         ),
         ResourceType(
-            "apiextensions.k8s.io", ("v1",), "customresourcedefinitions", "CustomResourceDefinition",
-            namespaced=False, status_subresource=True,
+            "apiextensions.k8s.io",
+            ("v1",),
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            namespaced=False,
+            status_subresource=True,
         ),
     ]
 
@@ -382,8 +406,9 @@ def _walk(value: Any, schema: JSON, path: str, errors: list[tuple[str, str]], to
             errors.append((shown, f"Invalid value: {len(value)}: must have at least {schema['minItems']} items"))
     elif kind == "string":
         if "minLength" in schema and len(value) < schema["minLength"]:
-            errors.append((shown, f"Invalid value: {json.dumps(value)}: should be at least {schema['minLength']} "
-                           "chars long"))
+            errors.append(
+                (shown, f"Invalid value: {json.dumps(value)}: should be at least {schema['minLength']} chars long")
+            )
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             errors.append((shown, f"Too long: may not be longer than {schema['maxLength']}"))
         if "pattern" in schema and not re.search(schema["pattern"], value):
@@ -394,14 +419,16 @@ def _walk(value: Any, schema: JSON, path: str, errors: list[tuple[str, str]], to
             if schema.get("exclusiveMinimum") and not value > low:
                 errors.append((shown, f"Invalid value: {value}: {shown} in body should be greater than {low}"))
             elif value < low:
-                errors.append((shown, f"Invalid value: {value}: {shown} in body should be greater than or equal "
-                               f"to {low}"))
+                errors.append(
+                    (shown, f"Invalid value: {value}: {shown} in body should be greater than or equal to {low}")
+                )
         if high is not None:
             if schema.get("exclusiveMaximum") and not value < high:
                 errors.append((shown, f"Invalid value: {value}: {shown} in body should be less than {high}"))
             elif value > high:
-                errors.append((shown, f"Invalid value: {value}: {shown} in body should be less than or equal to "
-                               f"{high}"))
+                errors.append(
+                    (shown, f"Invalid value: {value}: {shown} in body should be less than or equal to {high}")
+                )
     if "enum" in schema and value not in schema["enum"]:
         allowed = ", ".join(json.dumps(v) for v in schema["enum"])
         errors.append((shown, f"Unsupported value: {json.dumps(value)}: supported values: {allowed}"))
@@ -456,7 +483,8 @@ def parse_label_selector(selector: str) -> Callable[[Mapping[str, str]], bool]:
                 break
         else:
             if term.startswith("!"):
-                checks.append(lambda labels, k=term[1:].strip(): k not in labels)
+                missing = term[1:].strip()
+                checks.append(lambda labels, k=missing: k not in labels)
             elif re.match(r"^[A-Za-z0-9./_-]+$", term):
                 checks.append(lambda labels, k=term: k in labels)
             else:
@@ -502,7 +530,7 @@ def parse_field_selector(selector: str, rt: ResourceType) -> Callable[[JSON], bo
         else:
             raise _bad_request(f"invalid selector: '{selector}'; can't understand '{term}'")
         if name not in allowed:
-            raise _bad_request(f'field label not supported: {name}')
+            raise _bad_request(f"field label not supported: {name}")
         if op == "!=":
             checks.append(lambda o, n=name, v=value: _field_value(o, n) != v)
         else:
@@ -563,7 +591,9 @@ def strategic_merge_patch(target: Any, patch: Any, field_name: str = "") -> Any:
             if not isinstance(item, dict) or key not in item:
                 merged.append(copy.deepcopy(item))
                 continue
-            index = next((i for i, cur in enumerate(merged) if isinstance(cur, dict) and cur.get(key) == item[key]), None)
+            index = next(
+                (i for i, cur in enumerate(merged) if isinstance(cur, dict) and cur.get(key) == item[key]), None
+            )
             if item.get("$patch") == "delete":
                 if index is not None:
                     merged.pop(index)
@@ -804,8 +834,11 @@ class FakeApiServer:
 
     # -- direct state access for tests (no HTTP, no faults) --
 
-    def seed(self, *objects: JSON | Iterable[JSON]) -> list[JSON]:
-        """Store objects as they are (status included, no validation); CRDs register their kinds first."""
+    def seed(self, *objects: JSON | Iterable[JSON]) -> int:
+        """Store objects as they are (status included, no validation); CRDs register their kinds first.
+
+        Returns how many objects were stored; read them back with ``get`` (uid, resourceVersion...).
+        """
         flat: list[JSON] = []
         for item in objects:
             if isinstance(item, dict):
@@ -814,7 +847,7 @@ class FakeApiServer:
                 flat.extend(item)
         # CRDs first, so that the custom objects in the same batch have a type
         flat.sort(key=lambda o: o.get("kind") != "CustomResourceDefinition")
-        stored = []
+        stored = 0
         with self._lock:
             for obj in flat:
                 obj = copy.deepcopy(obj)
@@ -831,10 +864,10 @@ class FakeApiServer:
                 self._store[rt.key][key] = obj
                 if rt.kind == "CustomResourceDefinition":
                     self.register_crd(obj)
-                stored.append(obj)
+                stored += 1
         return stored
 
-    def seed_yaml(self, source: str | Path) -> list[JSON]:
+    def seed_yaml(self, source: str | Path) -> int:
         """Seed every document of a YAML file (path) or string."""
         text = Path(source).read_text() if isinstance(source, Path) or "\n" not in str(source) else str(source)
         return self.seed([doc for doc in yaml.safe_load_all(text) if doc])
@@ -899,9 +932,7 @@ class FakeApiServer:
         skip: int = 0,
     ) -> Fault:
         """Add a fault: the next ``times`` requests matching ``method`` and the ``path`` regex get it."""
-        fault = Fault(
-            method.upper(), path, status, times, delay_s, retry_after, reason, message, drop_connection, skip
-        )
+        fault = Fault(method.upper(), path, status, times, delay_s, retry_after, reason, message, drop_connection, skip)
         with self._lock:
             self.faults.append(fault)
         return fault
@@ -1037,6 +1068,8 @@ class FakeApiServer:
                 return self._create(rt, version, namespace or "", payload, dry_run="dryRun" in query)
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection by the fake")
         ns = namespace or ""
+        if sub == "status" and not rt.status_subresource:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if sub in (None, "status"):
             if method == "GET":
                 return 200, self._read(rt, version, ns, name)
@@ -1100,18 +1133,41 @@ class FakeApiServer:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         resources = []
         for rt in types:
-            resources.append({
-                "name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced, "kind": rt.kind,
-                "verbs": ["create", "delete", "get", "list", "patch", "update"],
-            })
+            resources.append(
+                {
+                    "name": rt.plural,
+                    "singularName": rt.kind.lower(),
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["create", "delete", "get", "list", "patch", "update"],
+                }
+            )
             if rt.status_subresource:
-                resources.append({"name": f"{rt.plural}/status", "namespaced": rt.namespaced, "kind": rt.kind,
-                                  "verbs": ["get", "patch", "update"]})
+                resources.append(
+                    {
+                        "name": f"{rt.plural}/status",
+                        "namespaced": rt.namespaced,
+                        "kind": rt.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
             if rt.scale:
-                resources.append({"name": f"{rt.plural}/scale", "namespaced": rt.namespaced, "kind": "Scale",
-                                  "group": "autoscaling", "version": "v1", "verbs": ["get", "patch", "update"]})
-        return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}".lstrip("/"),
-                     "resources": resources}
+                resources.append(
+                    {
+                        "name": f"{rt.plural}/scale",
+                        "namespaced": rt.namespaced,
+                        "kind": "Scale",
+                        "group": "autoscaling",
+                        "version": "v1",
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        return 200, {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}".lstrip("/"),
+            "resources": resources,
+        }
 
     # -- read --
 
@@ -1125,7 +1181,9 @@ class FakeApiServer:
         with self._lock:
             return self._current(rt, ns, name)  # stored objects are replaced, never mutated: safe to serialise
 
-    def _list(self, rt: ResourceType, version: str, namespace: str | None, query: Mapping[str, str]) -> tuple[int, JSON]:
+    def _list(
+        self, rt: ResourceType, version: str, namespace: str | None, query: Mapping[str, str]
+    ) -> tuple[int, JSON]:
         if query.get("watch") in ("true", "1"):
             raise _bad_request("watch is not supported by the fake API server")
         label_sel = query.get("labelSelector") or ""
@@ -1225,12 +1283,22 @@ class FakeApiServer:
         if not name:
             raise _invalid(rt, "", [("metadata.name", "Required value: name or generateName is required")])
         if not _DNS_SUBDOMAIN.match(name) or len(name) > 253:
-            raise _invalid(rt, name, [("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
-                                       "must consist of lower case alphanumeric characters, '-' or '.'")])
+            raise _invalid(
+                rt,
+                name,
+                [
+                    (
+                        "metadata.name",
+                        f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
+                        "must consist of lower case alphanumeric characters, '-' or '.'",
+                    )
+                ],
+            )
         if rt.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise _bad_request("the namespace of the provided object does not match the namespace sent on the "
-                                   "request")
+                raise _bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             meta["namespace"] = namespace
         for key in ("resourceVersion", "uid", "creationTimestamp", "generation"):
             meta.pop(key, None)
@@ -1278,9 +1346,7 @@ class FakeApiServer:
         new["metadata"] = meta
         if new == cur:
             return cur  # a no-op write stores nothing and keeps the resourceVersion, like the real server
-        spec_changed = any(
-            new.get(k) != cur.get(k) for k in set(new) | set(cur) if k not in ("metadata", "status")
-        )
+        spec_changed = any(new.get(k) != cur.get(k) for k in set(new) | set(cur) if k not in ("metadata", "status"))
         if spec_changed and sub != "status":
             meta["generation"] = cur["metadata"].get("generation", 1) + 1
         meta["resourceVersion"] = self._next_rv()
@@ -1288,7 +1354,10 @@ class FakeApiServer:
             replicas = (new.get("spec") or {}).get("replicas", 1)
             new["status"] = dict(
                 new.get("status") or {},
-                replicas=replicas, readyReplicas=replicas, availableReplicas=replicas, updatedReplicas=replicas,
+                replicas=replicas,
+                readyReplicas=replicas,
+                availableReplicas=replicas,
+                updatedReplicas=replicas,
                 observedGeneration=meta["generation"],
             )
         self._store[rt.key][(meta.get("namespace", "") if rt.namespaced else "", meta["name"])] = new
@@ -1306,8 +1375,9 @@ class FakeApiServer:
         with self._lock:
             cur = self._current(rt, ns, name)
             if not rv and rt.custom:
-                raise _invalid(rt, name, [("metadata.resourceVersion", "Invalid value: 0x0: must be specified for "
-                                           "an update")])
+                raise _invalid(
+                    rt, name, [("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")]
+                )
             if rv and rv != cur["metadata"]["resourceVersion"]:
                 raise _conflict(rt, name)
             new = copy.deepcopy(body)
@@ -1321,18 +1391,27 @@ class FakeApiServer:
             try:
                 result = json_patch(target, patch)
             except ValueError as exc:
-                raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: "
-                               f"{exc}") from None
+                raise ApiError(
+                    422, "Invalid", f"the server rejected our request due to an error in our request: {exc}"
+                ) from None
         elif ctype == MERGE:
             result = merge_patch(target, patch)
         elif ctype == SMP:
             if rt.custom and not scale:
-                raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                               f"accepted media types include: {JSON_PATCH}, {MERGE}, {APPLY}")
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - "
+                    f"accepted media types include: {JSON_PATCH}, {MERGE}, {APPLY}",
+                )
             result = strategic_merge_patch(target, patch)
         else:
-            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                           f"accepted media types include: {JSON_PATCH}, {MERGE}, {SMP}")
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - "
+                f"accepted media types include: {JSON_PATCH}, {MERGE}, {SMP}",
+            )
         if not isinstance(result, dict):
             raise _bad_request("the patch did not produce an object")
         return result
@@ -1379,8 +1458,9 @@ class FakeApiServer:
         scale: JSON = {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in meta},
+            "metadata": {
+                k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta
+            },
             "spec": {},
             "status": {"replicas": _get_path(obj, status_path) or 0},
         }
@@ -1449,9 +1529,13 @@ class FakeApiServer:
                     matching.append(pdb)
             if len(matching) > 1:
                 return 500, {
-                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 500,
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "code": 500,
                     "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource "
-                               "does not support.",
+                    "does not support.",
                 }
             if matching:
                 pdb = matching[0]
@@ -1463,8 +1547,9 @@ class FakeApiServer:
                     if pdb_status.get("observedGeneration", pdb["metadata"].get("generation", 1)) < pdb["metadata"].get(
                         "generation", 1
                     ):
-                        raise _too_many(f"The disruption budget {pdb_name} is still being processed by the server.",
-                                        retry_after=10)
+                        raise _too_many(
+                            f"The disruption budget {pdb_name} is still being processed by the server.", retry_after=10
+                        )
                     if pdb_status.get("disruptionsAllowed", 0) <= 0:
                         raise _too_many(
                             f"The disruption budget {pdb_name} needs {desired} healthy pods and has "
@@ -1489,7 +1574,7 @@ class FakeApiServer:
         pods = [
             p
             for (pns, _), p in self._store[("", "pods")].items()
-            if pns == ns and match is not None and match((p["metadata"].get("labels") or {}))
+            if pns == ns and match is not None and match(p["metadata"].get("labels") or {})
         ]
         expected = len(pods)
         healthy = sum(1 for p in pods if _pod_ready(p))
@@ -1523,8 +1608,10 @@ def _too_many(cause: str, retry_after: int | None = None) -> ApiError:
         429,
         "TooManyRequests",
         "Cannot evict pod as it would violate the pod's disruption budget.",
-        {"causes": [{"reason": "DisruptionBudget", "message": cause}], **({"retryAfterSeconds": retry_after}
-                                                                              if retry_after else {})},
+        {
+            "causes": [{"reason": "DisruptionBudget", "message": cause}],
+            **({"retryAfterSeconds": retry_after} if retry_after else {}),
+        },
         headers={"Retry-After": str(retry_after)} if retry_after else None,
     )
 

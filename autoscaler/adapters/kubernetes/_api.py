@@ -1,0 +1,221 @@
+"""Plumbing shared by the Kubernetes adapters: error mapping, bounded read retries, JSON calls, pagination, times.
+
+Why raw JSON (``_preload_content=False`` + ``json.loads``) instead of the client's typed models: the generated
+models validate every field with pydantic, which costs ~10x more than parsing JSON for 20,000 pods and rejects
+objects the server itself accepts. The paths, verbs, auth and error handling are still the official client's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from autoscaler.ports import PortError
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+T = TypeVar("T")
+
+# Statuses worth retrying for a read: throttling (APF 429) and server-side trouble. 4xx otherwise mean the request
+# itself is wrong and retrying cannot help.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class KubeApiError(PortError):
+    """The API server answered with an error status."""
+
+    def __init__(self, what: str, status: int, reason: str, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(f"{what}: HTTP {status} {reason}: {message}" if message else f"{what}: HTTP {status} {reason}")
+        self.what = what
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    @classmethod
+    def from_exception(cls, what: str, exc: ApiException) -> KubeApiError:
+        reason, message = str(exc.reason or ""), ""
+        if exc.body:
+            try:
+                body = json.loads(exc.body)
+                reason = body.get("reason") or reason
+                message = body.get("message") or ""
+            except (ValueError, AttributeError):
+                message = str(exc.body)[:200]
+        retry_after = None
+        headers = exc.headers or {}
+        value = headers.get("Retry-After") if hasattr(headers, "get") else None
+        if value:
+            try:
+                retry_after = float(value)
+            except ValueError:
+                retry_after = None
+        error_cls = ConflictError if exc.status == 409 else cls
+        return error_cls(what, int(exc.status or 0), reason, message, retry_after)
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in RETRYABLE_STATUSES
+
+
+class ConflictError(KubeApiError):
+    """409: the object changed since it was read (or already exists); retries on a fresh read were exhausted."""
+
+
+class KubeUnavailable(PortError):
+    """No answer: connection refused or reset, DNS, TLS, or the request timed out."""
+
+
+class UnsupportedWorkloadError(PortError):
+    """The workload kind cannot be suspended through its spec (e.g. a Volcano Job): evict its pods instead."""
+
+
+def call_json(what: str, fn: Callable[..., Any], *args: Any, timeout_s: float, **kwargs: Any) -> JSON:
+    """Call a generated client method and return the JSON body; map every failure to a PortError subclass."""
+    try:
+        response = fn(*args, _preload_content=False, _request_timeout=timeout_s, **kwargs)
+        data = response.data
+    except ApiException as exc:
+        raise KubeApiError.from_exception(what, exc) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise KubeUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+    if not data:
+        return {}
+    try:
+        parsed = json.loads(data)
+    except ValueError as exc:
+        raise KubeApiError(what, 200, "BadResponse", f"response is not JSON: {data[:100]!r}") from exc
+    return parsed if isinstance(parsed, dict) else {"items": parsed}
+
+
+def with_read_retries(
+    what: str,
+    op: Callable[[], T],
+    *,
+    retries: int,
+    backoff_s: float,
+    max_backoff_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run a read, retrying throttling, 5xx and transport errors a bounded number of times.
+
+    Only for reads: a write that timed out may have happened, so writes are retried by the caller after a fresh
+    read (or left to the next tick), never blindly here.
+    """
+    attempt = 0
+    while True:
+        try:
+            return op()
+        except KubeApiError as exc:
+            if not exc.retryable or attempt >= retries:
+                raise
+            delay = exc.retry_after_s if exc.retry_after_s is not None else backoff_s * 2**attempt
+        except KubeUnavailable:
+            if attempt >= retries:
+                raise
+            delay = backoff_s * 2**attempt
+        attempt += 1
+        log.debug("%s: retry %d/%d in %.2fs", what, attempt, retries, min(delay, max_backoff_s))
+        sleep(min(delay, max_backoff_s))
+
+
+class Pager:
+    """``limit``/``continue`` pagination of one list, with a consistent restart when a token expires (410)."""
+
+    def __init__(
+        self,
+        *,
+        page_size: int,
+        timeout_s: float,
+        retries: int,
+        backoff_s: float,
+        max_backoff_s: float,
+        max_restarts: int = 2,
+        sleep: Callable[[float], None] = time.sleep,
+        on_call: Callable[[], None] | None = None,
+    ) -> None:
+        self.page_size = page_size
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_restarts = max_restarts
+        self.sleep = sleep
+        self.on_call = on_call
+
+    def items(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[JSON]:
+        """Every item of the list, or an exception: never a partial list (a partial pod list would look like free
+        GPUs and could drive a wrong decision)."""
+        restarts = 0
+        while True:
+            try:
+                return list(self._pages(what, fn, *args, **kwargs))
+            except KubeApiError as exc:
+                # 410: the snapshot behind the continue token is gone; only a list from scratch is consistent.
+                if exc.status != 410 or restarts >= self.max_restarts:
+                    raise
+                restarts += 1
+                log.info("%s: continue token expired, restarting the list (%d/%d)", what, restarts, self.max_restarts)
+
+    def _pages(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[JSON]:
+        token: str | None = None
+        while True:
+            page_kwargs = dict(kwargs, limit=self.page_size)
+            if token:
+                page_kwargs["_continue"] = token
+
+            def fetch(kw: dict[str, Any] = page_kwargs) -> JSON:
+                if self.on_call is not None:
+                    self.on_call()
+                return call_json(what, fn, *args, timeout_s=self.timeout_s, **kw)
+
+            page = with_read_retries(
+                what,
+                fetch,
+                retries=self.retries,
+                backoff_s=self.backoff_s,
+                max_backoff_s=self.max_backoff_s,
+                sleep=self.sleep,
+            )
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+
+def parse_time(value: Any) -> float | None:
+    """RFC 3339 (``2024-01-01T00:00:00Z``, fractional seconds allowed) or Unix seconds -> Unix seconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def format_time(seconds: float) -> str:
+    """Unix seconds -> RFC 3339 ``metav1.Time`` (whole seconds, UTC)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(seconds: float) -> str:
+    """Unix seconds -> ``metav1.MicroTime`` (what events.k8s.io/v1 ``eventTime`` requires)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,187 @@
+"""The GPUScalingPolicy CustomResourceDefinition, generated from the pydantic models (single source of truth).
+
+``GPUScalingPolicySpec`` (autoscaler/policy.py) and ``GPUScalingPolicyStatus`` (status.py) become a *structural*
+openAPIV3Schema: ``$ref`` inlined, ``Optional`` as ``nullable``, numeric ``exclusiveMinimum`` as the OpenAPI v3.0
+boolean form, no ``additionalProperties: false`` (structural schemas prune unknown fields instead; ``kubectl``'s
+default strict field validation turns them into errors). ``deploy/generate_crd.py`` writes the YAML; a test fails
+when the committed file differs from what this module generates.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from autoscaler.adapters.kubernetes.status import GPUScalingPolicyStatus
+from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL, GPUScalingPolicySpec
+
+SINGULAR = KIND.lower()
+SHORT_NAMES = ["gsp"]
+CRD_NAME = f"{PLURAL}.{API_GROUP}"
+
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Target", "type": "string", "jsonPath": ".spec.targetRef.name", "description": "scaled Deployment"},
+    {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
+    {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
+    {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
+    {"name": "Current", "type": "integer", "jsonPath": ".status.currentReplicas"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {
+        "name": "Stale",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="MetricsStale")].status',
+        "priority": 1,
+    },
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": ".status.lastAction.reason",
+        "description": "reason of the last action",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+# Cross-field rules the apiserver can enforce at admission (CEL); the controller re-checks everything with pydantic
+# and reports what slips through as the InvalidSpec condition.
+SPEC_VALIDATIONS = [
+    {
+        "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+        "message": "minReplicas must be <= maxReplicas",
+        "fieldPath": ".minReplicas",
+    }
+]
+
+_DROP = {"title", "$defs", "additionalProperties"}
+
+
+class SchemaError(ValueError):
+    """The pydantic model uses a construct a structural schema cannot express."""
+
+
+def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema (by alias) rewritten as a Kubernetes structural openAPIV3Schema."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    return _convert(raw, defs, "")
+
+
+def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str, Any]:
+    node = dict(node)
+    if "$ref" in node:
+        target = defs[node.pop("$ref").split("/")[-1]]
+        siblings = {k: v for k, v in node.items()}
+        node = dict(copy.deepcopy(target))
+        # The field's own description beats the referenced type's docstring.
+        node.update(siblings)
+    nullable = False
+    if "anyOf" in node:
+        options = node.pop("anyOf")
+        non_null = [o for o in options if o.get("type") != "null"]
+        if len(non_null) != 1:
+            raise SchemaError(f"{where or '<root>'}: union of several types is not structural")
+        nullable = len(non_null) < len(options)
+        inner = _convert(non_null[0], defs, where)
+        inner.update({k: v for k, v in node.items() if k not in _DROP})
+        node = inner
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key == "properties":
+            out["properties"] = {name: _convert(sub, defs, f"{where}.{name}") for name, sub in value.items()}
+        elif key == "items":
+            out["items"] = _convert(value, defs, f"{where}[]")
+        elif key == "exclusiveMinimum" and not isinstance(value, bool):
+            out["minimum"], out["exclusiveMinimum"] = value, True
+        elif key == "exclusiveMaximum" and not isinstance(value, bool):
+            out["maximum"], out["exclusiveMaximum"] = value, True
+        elif key == "const":
+            out["enum"] = [value]
+        elif key == "default" and value is None:
+            continue  # "absent" already means None to pydantic; an explicit null default only adds noise
+        elif key == "description":
+            out[key] = " ".join(str(value).split())
+        else:
+            out[key] = value
+    if nullable:
+        out["nullable"] = True
+    if "type" not in out:
+        if "properties" in out:
+            out["type"] = "object"
+        elif "enum" in out and all(isinstance(v, str) for v in out["enum"]):
+            out["type"] = "string"
+        else:
+            raise SchemaError(f"{where or '<root>'}: no type (structural schemas need one everywhere)")
+    if out.get("type") == "integer" and isinstance(out.get("default"), float):
+        out["default"] = int(out["default"])
+    return out
+
+
+def openapi_schema() -> dict[str, Any]:
+    spec = structural_schema(GPUScalingPolicySpec)
+    spec.pop("description", None)
+    spec["description"] = f"The scaling policy of one GPU inference service ({KIND} spec)."
+    spec["x-kubernetes-validations"] = SPEC_VALIDATIONS
+    status = structural_schema(GPUScalingPolicyStatus)
+    status["description"] = "What the controller last saw and did (written through the status subresource)."
+    return {
+        "type": "object",
+        "description": "Per-service GPU autoscaling policy: target Deployment, replicas bounds, scaling signal, "
+        "latency SLO, priority and cold start.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+
+
+def generate_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "gpu-autoscaler", "app.kubernetes.io/part-of": "gpu-autoscaler"},
+        },
+        "spec": {
+            "group": API_GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": ["gpuautoscaler"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+HEADER = (
+    "# GENERATED by deploy/generate_crd.py from autoscaler/policy.py and autoscaler/adapters/kubernetes/status.py.\n"
+    "# Do not edit by hand: change the pydantic models and run `python deploy/generate_crd.py`.\n"
+)
+
+
+def crd_yaml() -> str:
+    return HEADER + yaml.safe_dump(generate_crd(), sort_keys=False, width=120)

@@ -1,0 +1,194 @@
+"""Node pools that can be resized: the ``NodePoolScaler`` port, a Cluster API implementation and a provider registry.
+
+Cluster API: a pool is a ``MachineDeployment`` (cluster.x-k8s.io/v1beta1); its ``scale`` subresource sets
+``spec.replicas`` and the MachineSet controller creates or deletes Machines (and so Nodes). The same min/max
+annotations the Cluster Autoscaler reads bound our writes too, so both never disagree on the limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes._api import JSON, ConflictError, call_json, with_read_retries
+from autoscaler.ports import NodePoolScaler, PortError
+
+log = logging.getLogger(__name__)
+
+CAPI_GROUP = "cluster.x-k8s.io"
+CAPI_VERSION = "v1beta1"
+CAPI_PLURAL = "machinedeployments"
+MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class UnknownPoolError(PortError):
+    """The plan names a pool that is not configured."""
+
+
+class MachineDeploymentNodePools:
+    """``NodePoolScaler`` over Cluster API MachineDeployments in one namespace.
+
+    ``pools`` maps the pool name the core uses (the nodes' pool label) to a MachineDeployment name; without it a
+    pool is the MachineDeployment of the same name.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        pools: Mapping[str, str] | None = None,
+        *,
+        request_timeout_s: float = 10.0,
+        conflict_retries: int = 5,
+        read_retries: int = 2,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api_client)
+        self.namespace = namespace
+        self.pools = dict(pools) if pools is not None else None
+        self.request_timeout_s = request_timeout_s
+        self.conflict_retries = conflict_retries
+        self.read_retries = read_retries
+        self._sleep = sleep
+        self.api_calls = 0
+
+    def _md_name(self, pool: str) -> str:
+        if self.pools is None:
+            return pool
+        try:
+            return self.pools[pool]
+        except KeyError:
+            raise UnknownPoolError(f"node pool {pool!r} is not configured (known: {sorted(self.pools)})") from None
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        self.api_calls += 1
+        return call_json(what, fn, *args, timeout_s=self.request_timeout_s, **kwargs)
+
+    def _get(self, what: str, name: str) -> JSON:
+        return with_read_retries(
+            what,
+            lambda: self._call(
+                what,
+                self._custom.get_namespaced_custom_object,
+                CAPI_GROUP,
+                CAPI_VERSION,
+                self.namespace,
+                CAPI_PLURAL,
+                name,
+            ),
+            retries=self.read_retries,
+            backoff_s=0.2,
+            max_backoff_s=2.0,
+            sleep=self._sleep,
+        )
+
+    def node_count(self, pool: str) -> int:
+        """The pool's desired size (``spec.replicas``): what was asked for, booted or not."""
+        name = self._md_name(pool)
+        what = f"read MachineDeployment {self.namespace}/{name}"
+        scale = with_read_retries(
+            what,
+            lambda: self._call(
+                what,
+                self._custom.get_namespaced_custom_object_scale,
+                CAPI_GROUP,
+                CAPI_VERSION,
+                self.namespace,
+                CAPI_PLURAL,
+                name,
+            ),
+            retries=self.read_retries,
+            backoff_s=0.2,
+            max_backoff_s=2.0,
+            sleep=self._sleep,
+        )
+        return int((scale.get("spec") or {}).get("replicas") or 0)
+
+    def bounds(self, pool: str) -> tuple[int | None, int | None]:
+        """(min, max) from the Cluster Autoscaler annotations, None where unset."""
+        md = self._get(f"read MachineDeployment {self._md_name(pool)}", self._md_name(pool))
+        return _bounds(md)
+
+    def scale(self, pool: str, nodes: int) -> None:
+        """Set the pool's size (idempotent), clamped to its min/max annotations."""
+        if nodes < 0:
+            raise ValueError(f"nodes must be >= 0, got {nodes}")
+        name = self._md_name(pool)
+        what = f"scale MachineDeployment {self.namespace}/{name} to {nodes}"
+        for attempt in range(self.conflict_retries + 1):
+            md = self._get(what, name)
+            low, high = _bounds(md)
+            target = nodes
+            if high is not None and target > high:
+                log.warning("%s: clamped to the pool's max size %d", what, high)
+                target = high
+            if low is not None and target < low:
+                log.warning("%s: clamped to the pool's min size %d", what, low)
+                target = low
+            if (md.get("spec") or {}).get("replicas") == target:
+                return
+            # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
+            body = {"metadata": {"resourceVersion": md["metadata"]["resourceVersion"]}, "spec": {"replicas": target}}
+            try:
+                self._call(
+                    what,
+                    self._custom.patch_namespaced_custom_object_scale,
+                    CAPI_GROUP,
+                    CAPI_VERSION,
+                    self.namespace,
+                    CAPI_PLURAL,
+                    name,
+                    body,
+                    _content_type=MERGE_PATCH,
+                )
+                log.info("scaled node pool %s (MachineDeployment %s/%s) to %d", pool, self.namespace, name, target)
+                return
+            except ConflictError:
+                log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.conflict_retries)
+        raise ConflictError(what, 409, "Conflict", f"still conflicting after {self.conflict_retries} retries")
+
+
+def _bounds(md: JSON) -> tuple[int | None, int | None]:
+    annotations = (md.get("metadata") or {}).get("annotations") or {}
+
+    def parse(key: str) -> int | None:
+        value = annotations.get(key)
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            log.warning(
+                "MachineDeployment %s: annotation %s=%r is not an integer", md["metadata"].get("name"), key, value
+            )
+            return None
+
+    return parse(MIN_SIZE_ANNOTATION), parse(MAX_SIZE_ANNOTATION)
+
+
+# ---- provider registry: node-pool back-ends by name (a cloud provider plug-in registers itself here) ------------
+
+NodePoolFactory = Callable[..., NodePoolScaler]
+_PROVIDERS: dict[str, NodePoolFactory] = {"clusterapi": MachineDeploymentNodePools}
+
+
+def register_node_pool_provider(name: str, factory: NodePoolFactory) -> None:
+    _PROVIDERS[name] = factory
+
+
+def node_pool_providers() -> tuple[str, ...]:
+    return tuple(sorted(_PROVIDERS))
+
+
+def make_node_pool_scaler(provider: str, *args: Any, **kwargs: Any) -> NodePoolScaler:
+    """``make_node_pool_scaler("clusterapi", api_client, namespace="capi-system")``."""
+    try:
+        factory = _PROVIDERS[provider]
+    except KeyError:
+        known = ", ".join(node_pool_providers())
+        raise ValueError(f"unknown node pool provider {provider!r} (known: {known})") from None
+    return factory(*args, **kwargs)

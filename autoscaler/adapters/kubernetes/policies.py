@@ -1,0 +1,252 @@
+"""GPUScalingPolicy objects from the cluster, each validated with the pydantic model.
+
+An invalid object never stops the others: it is set aside with the field at fault, and ``report`` gives it an
+``InvalidSpec`` condition (``Ready=False``) and one Warning Event naming the field. When it is fixed the condition
+flips back. Two policies that scale the same Deployment: the older keeps it, the newer is invalid.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from pydantic import ValidationError
+
+from autoscaler.adapters.kubernetes._api import Pager, parse_time
+from autoscaler.adapters.kubernetes.status import INVALID_SPEC, READY, ConditionUpdate, StatusUpdate, condition
+from autoscaler.adapters.kubernetes.writer import KubeClusterWriter
+from autoscaler.core.model import ServicePolicy
+from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL, GPUScalingPolicySpec, to_service_policy
+from autoscaler.ports import PortError
+
+log = logging.getLogger(__name__)
+
+INVALID_REASON = "InvalidSpec"
+VALID_REASON = "SpecValid"
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: GPUScalingPolicySpec
+    service: ServicePolicy
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InvalidPolicy:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    field: str  # e.g. "spec.maxReplicas"
+    message: str
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    valid: tuple[LoadedPolicy, ...] = ()
+    invalid: tuple[InvalidPolicy, ...] = ()
+
+    @property
+    def services(self) -> tuple[ServicePolicy, ...]:
+        return tuple(p.service for p in self.valid)
+
+
+def _field_path(loc: Sequence[Any]) -> str:
+    path = "spec"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def validate_policy(obj: Mapping[str, Any]) -> LoadedPolicy | InvalidPolicy:
+    """One custom object -> a loaded policy, or an invalid one naming the first field at fault."""
+    meta = obj.get("metadata") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    common = {
+        "namespace": namespace,
+        "name": name,
+        "uid": meta.get("uid", ""),
+        "generation": int(meta.get("generation") or 0),
+        "status": obj.get("status") or {},
+    }
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return InvalidPolicy(field="spec", message="Required value: the policy has no spec", **common)
+    try:
+        parsed = GPUScalingPolicySpec.model_validate(spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = first["msg"].removeprefix("Value error, ")
+        value = first.get("input")
+        # Name the offending value when it is a scalar; cross-field checks (minReplicas > maxReplicas) report at
+        # their model with a message that already names the fields.
+        if first["type"] != "missing" and isinstance(value, (str, int, float, bool)):
+            message += f" (got {value!r})"
+        if exc.error_count() > 1:
+            message += f" (and {exc.error_count() - 1} more)"
+        return InvalidPolicy(field=_field_path(first["loc"]), message=message, **common)
+    return LoadedPolicy(spec=parsed, service=to_service_policy(namespace, name, parsed), **common)
+
+
+class PolicyLoader:
+    """Lists GPUScalingPolicy objects (all namespaces, or the given ones), paginated, and validates each."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespaces: Sequence[str] = (),
+        *,
+        page_size: int = 500,
+        request_timeout_s: float = 10.0,
+        read_retries: int = 2,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api_client)
+        self.namespaces = tuple(namespaces)
+        self.api_calls = 0
+        self._pager = Pager(
+            page_size=page_size,
+            timeout_s=request_timeout_s,
+            retries=read_retries,
+            backoff_s=0.2,
+            max_backoff_s=2.0,
+            sleep=sleep,
+            on_call=self._count,
+        )
+
+    def _count(self) -> None:
+        self.api_calls += 1
+
+    def list_objects(self) -> list[dict[str, Any]]:
+        if not self.namespaces:
+            return self._pager.items(
+                f"list {PLURAL}", self._custom.list_cluster_custom_object, API_GROUP, API_VERSION, PLURAL
+            )
+        items: list[dict[str, Any]] = []
+        for ns in self.namespaces:
+            items.extend(
+                self._pager.items(
+                    f"list {PLURAL} in {ns}",
+                    self._custom.list_namespaced_custom_object,
+                    API_GROUP,
+                    API_VERSION,
+                    ns,
+                    PLURAL,
+                )
+            )
+        return items
+
+    def load(self) -> PolicySet:
+        """Read and validate every policy (reads only; ``report`` writes the verdicts)."""
+        objects = self.list_objects()
+        # Oldest first, so that the policy created first keeps a contested Deployment.
+        objects.sort(
+            key=lambda o: (
+                parse_time((o.get("metadata") or {}).get("creationTimestamp")) or 0.0,
+                (o.get("metadata") or {}).get("namespace", ""),
+                (o.get("metadata") or {}).get("name", ""),
+            )
+        )
+        valid: list[LoadedPolicy] = []
+        invalid: list[InvalidPolicy] = []
+        owners: dict[str, str] = {}
+        for obj in objects:
+            result = validate_policy(obj)
+            if isinstance(result, InvalidPolicy):
+                invalid.append(result)
+                continue
+            key = result.service.key
+            if key in owners:
+                invalid.append(
+                    InvalidPolicy(
+                        namespace=result.namespace,
+                        name=result.name,
+                        uid=result.uid,
+                        generation=result.generation,
+                        field="spec.targetRef.name",
+                        message=f"Deployment {result.spec.target_ref.name!r} is already scaled by "
+                        f"{KIND} {owners[key]!r}",
+                        status=result.status,
+                    )
+                )
+                continue
+            owners[key] = result.name
+            valid.append(result)
+        for bad in invalid:
+            log.warning("%s %s/%s is invalid: %s", KIND, bad.namespace, bad.name, bad.text)
+        return PolicySet(valid=tuple(valid), invalid=tuple(invalid))
+
+    @staticmethod
+    def report(policies: PolicySet, writer: KubeClusterWriter, now: float) -> list[PortError]:
+        """Give invalid policies their condition and Warning Event; clear the condition of fixed ones.
+
+        Writes only on change (the Event only when the condition appears or its message changes), so calling this
+        every tick costs nothing in steady state. Errors are collected, not raised: one failing write must not keep
+        the other policies from being reported.
+        """
+        errors: list[PortError] = []
+        for bad in policies.invalid:
+            current = condition(bad.status, INVALID_SPEC)
+            new_problem = not current or current.get("status") != "True" or current.get("message") != bad.text
+            stale_generation = bool(current) and (current or {}).get("observedGeneration") != bad.generation
+            if not new_problem and not stale_generation:
+                continue
+            try:
+                writer.update_policy_status(
+                    bad.namespace,
+                    bad.name,
+                    StatusUpdate(
+                        conditions=(
+                            ConditionUpdate(INVALID_SPEC, True, INVALID_REASON, bad.text),
+                            ConditionUpdate(READY, False, INVALID_REASON, bad.text),
+                        )
+                    ),
+                    now=now,
+                )
+                if new_problem:
+                    writer.emit_event(
+                        KIND,
+                        bad.namespace,
+                        bad.name,
+                        INVALID_REASON,
+                        f"invalid policy: {bad.text}",
+                        "Warning",
+                        action="Validate",
+                    )
+            except PortError as exc:
+                errors.append(exc)
+        for good in policies.valid:
+            current = condition(good.status, INVALID_SPEC)
+            if not current or current.get("status") == "False":
+                continue
+            try:
+                writer.update_policy_status(
+                    good.namespace,
+                    good.name,
+                    StatusUpdate(conditions=(ConditionUpdate(INVALID_SPEC, False, VALID_REASON, "the spec is valid"),)),
+                    now=now,
+                )
+            except PortError as exc:
+                errors.append(exc)
+        return errors
+
+    def sync(self, writer: KubeClusterWriter, now: float) -> PolicySet:
+        """``load`` then ``report``; report errors are logged, the valid policies are returned regardless."""
+        policies = self.load()
+        for exc in self.report(policies, writer, now):
+            log.warning("reporting policy validity failed: %s", exc)
+        return policies

@@ -1,0 +1,382 @@
+"""ClusterReader over the Kubernetes API: Deployments, GPU Pods, GPU Nodes, PriorityClasses, PodDisruptionBudgets.
+
+One snapshot = one paginated list per resource (plus Volcano PodGroups when a pod belongs to one). A snapshot is
+all or nothing: if any list fails after its bounded retries, ``snapshot`` raises ``PortError`` and the caller
+holds; a partial pod list would look like free GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes._api import JSON, KubeApiError, Pager, parse_time
+from autoscaler.core.cluster import (
+    ClusterSnapshot,
+    DeploymentInfo,
+    NodeInfo,
+    PodDisruptionBudgetInfo,
+    PodInfo,
+)
+
+log = logging.getLogger(__name__)
+
+# Gang membership, in order of precedence. A gang id is "<source>/<namespace>/<name>" (names cannot contain "/").
+VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+VOLCANO_JOB_LABEL = "volcano.sh/job-name"
+KUEUE_WORKLOAD_KEY = "kueue.x-k8s.io/workload"  # annotation set from the Job's pod template (label accepted too)
+KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+KUBEFLOW_LABEL = "training.kubeflow.org/job-name"
+
+DEFAULT_NODE_POOL_LABELS = (
+    "gpuautoscaler.dev/node-pool",
+    "node.cluster.x-k8s.io/pool",
+    "karpenter.sh/nodepool",
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "kubernetes.azure.com/agentpool",
+)
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    page_size: int = 500  # the apiserver's own default chunk size for kubectl and informers
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_product_label: str = "nvidia.com/gpu.product"
+    node_pool_labels: tuple[str, ...] = DEFAULT_NODE_POOL_LABELS  # first label present names the node's pool
+    # Nodes of these pools count as GPU nodes even before the device plugin reports GPUs (booting burst nodes)
+    gpu_pools: frozenset[str] = frozenset()
+    gang_label: str | None = None  # a plain label whose value names the gang, when no scheduler integration does
+    gang_min_available_annotation: str = "gpuautoscaler.dev/gang-min-available"
+    checkpoint_annotation: str = "gpuautoscaler.dev/last-checkpoint"  # RFC 3339 or Unix seconds
+    include_non_gpu_pods: bool = False
+    include_non_gpu_nodes: bool = False
+    deployment_label_selector: str | None = None
+    read_podgroups: bool = True  # Volcano PodGroup minMember for gangs; skipped when no pod is in a PodGroup
+    request_timeout_s: float = 10.0
+    read_retries: int = 2
+    retry_backoff_s: float = 0.2
+    max_backoff_s: float = 2.0
+    max_list_restarts: int = 2
+
+
+def parse_gang(gang: str) -> tuple[str, str, str]:
+    """``"jobset/ml/train-1"`` -> ``("jobset", "ml", "train-1")``: source, namespace, workload name."""
+    source, namespace, name = gang.split("/", 2)
+    return source, namespace, name
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            from kubernetes.utils import parse_quantity
+
+            return int(parse_quantity(value))
+        except (ValueError, TypeError):
+            return default
+
+
+def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
+    """Effective GPU request: max(sum of app containers + sidecars, largest plain init container).
+
+    Extended resources have requests == limits; when only limits are set the request defaults to them.
+    """
+
+    def amount(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        return _int(requests.get(resource, limits.get(resource)))
+
+    app = sum(amount(c) for c in spec.get("containers") or [])
+    init = spec.get("initContainers") or []
+    sidecars = sum(amount(c) for c in init if c.get("restartPolicy") == "Always")
+    plain_init = max((amount(c) for c in init if c.get("restartPolicy") != "Always"), default=0)
+    return max(app + sidecars, plain_init)
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond
+    return None
+
+
+def deployment_for_replicaset(rs_name: str, pod_template_hash: str | None) -> str | None:
+    """A ReplicaSet ``<deployment>-<pod-template-hash>`` belongs to ``<deployment>``; saves listing ReplicaSets."""
+    if pod_template_hash and rs_name.endswith("-" + pod_template_hash):
+        return rs_name[: -len(pod_template_hash) - 1]
+    return None
+
+
+@dataclass
+class ReadStats:
+    api_calls: int = 0
+    seconds: float = 0.0
+    objects: dict[str, int] = field(default_factory=dict)
+
+
+class KubeClusterReader:
+    """``ClusterReader`` for a live cluster. ``last_stats`` tells how many API calls the last snapshot took."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        config: ReaderConfig | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config or ReaderConfig()
+        self._core = client.CoreV1Api(api_client)
+        self._apps = client.AppsV1Api(api_client)
+        self._policy = client.PolicyV1Api(api_client)
+        self._scheduling = client.SchedulingV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._calls = 0
+        self._podgroups_missing_logged = False
+        self.last_stats = ReadStats()
+        cfg = self.config
+        self._pager = Pager(
+            page_size=cfg.page_size,
+            timeout_s=cfg.request_timeout_s,
+            retries=cfg.read_retries,
+            backoff_s=cfg.retry_backoff_s,
+            max_backoff_s=cfg.max_backoff_s,
+            max_restarts=cfg.max_list_restarts,
+            sleep=sleep,
+            on_call=self._count_call,
+        )
+
+    def _count_call(self) -> None:
+        self._calls += 1
+
+    # -- the port --
+
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        started, self._calls = time.monotonic(), 0
+        cfg = self.config
+        priority_classes, default_priority = self._priority_classes()
+        deployments = self._pager.items(
+            "list deployments",
+            self._apps.list_deployment_for_all_namespaces,
+            **({"label_selector": cfg.deployment_label_selector} if cfg.deployment_label_selector else {}),
+        )
+        # Finished pods hold no GPUs; let the server drop them rather than shipping them to us.
+        raw_pods = self._pager.items(
+            "list pods",
+            self._core.list_pod_for_all_namespaces,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
+        raw_nodes = self._pager.items("list nodes", self._core.list_node)
+        raw_pdbs = self._pager.items(
+            "list poddisruptionbudgets", self._policy.list_pod_disruption_budget_for_all_namespaces
+        )
+        pods = [self._pod(p, priority_classes, default_priority) for p in raw_pods]
+        pods = [p for p in pods if p is not None]
+        pods = self._with_podgroup_min_available(pods)
+        nodes = [n for n in (self._node(raw) for raw in raw_nodes) if n is not None]
+        snapshot = ClusterSnapshot(
+            time=now,
+            deployments=tuple(self._deployment(d) for d in deployments),
+            pods=tuple(pods),
+            nodes=tuple(nodes),
+            priority_classes=priority_classes,
+            pdbs=tuple(self._pdb(p) for p in raw_pdbs),
+        )
+        self.last_stats = ReadStats(
+            api_calls=self._calls,
+            seconds=time.monotonic() - started,
+            objects={
+                "deployments": len(deployments),
+                "pods": len(raw_pods),
+                "gpu_pods": len(pods),
+                "nodes": len(raw_nodes),
+                "gpu_nodes": len(nodes),
+                "pdbs": len(raw_pdbs),
+                "priorityclasses": len(priority_classes),
+            },
+        )
+        return snapshot
+
+    # -- conversions --
+
+    def _priority_classes(self) -> tuple[dict[str, int], int]:
+        items = self._pager.items("list priorityclasses", self._scheduling.list_priority_class)
+        classes = {pc["metadata"]["name"]: _int(pc.get("value")) for pc in items}
+        default = next((_int(pc.get("value")) for pc in items if pc.get("globalDefault")), 0)
+        return classes, default
+
+    @staticmethod
+    def _deployment(raw: JSON) -> DeploymentInfo:
+        meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
+        replicas = spec.get("replicas")
+        return DeploymentInfo(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            spec_replicas=1 if replicas is None else _int(replicas),  # the API's default when unset
+            ready_replicas=_int(status.get("readyReplicas")),
+            selector=dict(((spec.get("selector") or {}).get("matchLabels")) or {}),
+        )
+
+    def _gang(
+        self, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> tuple[str | None, int | None]:
+        cfg = self.config
+        explicit_min = annotations.get(cfg.gang_min_available_annotation)
+        min_available = (_int(explicit_min, 0) or None) if explicit_min is not None else None
+        for key in VOLCANO_GROUP_ANNOTATIONS:
+            if annotations.get(key):
+                return f"volcano/{namespace}/{annotations[key]}", min_available
+        if labels.get(VOLCANO_JOB_LABEL):
+            return f"volcano/{namespace}/{labels[VOLCANO_JOB_LABEL]}", min_available
+        workload = annotations.get(KUEUE_WORKLOAD_KEY) or labels.get(KUEUE_WORKLOAD_KEY)
+        if workload:
+            return f"kueue/{namespace}/{workload}", min_available
+        if labels.get(KUEUE_POD_GROUP_LABEL):
+            total = annotations.get(KUEUE_POD_GROUP_COUNT_ANNOTATION)
+            return f"kueue/{namespace}/{labels[KUEUE_POD_GROUP_LABEL]}", min_available or (
+                _int(total) if total else None
+            )
+        if labels.get(JOBSET_LABEL):
+            return f"jobset/{namespace}/{labels[JOBSET_LABEL]}", min_available
+        if labels.get(KUBEFLOW_LABEL):
+            return f"kubeflow/{namespace}/{labels[KUBEFLOW_LABEL]}", min_available
+        if cfg.gang_label and labels.get(cfg.gang_label):
+            return f"label/{namespace}/{labels[cfg.gang_label]}", min_available
+        return None, None
+
+    def _pod(self, raw: JSON, priority_classes: Mapping[str, int], default_priority: int) -> PodInfo | None:
+        cfg = self.config
+        meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
+        gpus = pod_gpus(spec, cfg.gpu_resource)
+        if gpus <= 0 and not cfg.include_non_gpu_pods:
+            return None
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        namespace = meta.get("namespace", "")
+        priority = spec.get("priority")
+        if priority is None:
+            priority = priority_classes.get(spec.get("priorityClassName") or "", default_priority)
+        owner_kind = owner_name = None
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller"):
+                owner_kind, owner_name = ref.get("kind"), ref.get("name")
+                break
+        if owner_kind == "ReplicaSet" and owner_name:
+            deployment = deployment_for_replicaset(owner_name, labels.get("pod-template-hash"))
+            if deployment:
+                owner_kind, owner_name = "Deployment", deployment
+        gang, gang_min = self._gang(namespace, labels, annotations)
+        ready_cond = _condition(status, "Ready")
+        ready = bool(ready_cond and ready_cond.get("status") == "True")
+        terminating = bool(meta.get("deletionTimestamp"))
+        return PodInfo(
+            namespace=namespace,
+            name=meta.get("name", ""),
+            node=spec.get("nodeName") or None,
+            gpus=gpus,
+            priority=_int(priority),
+            phase=status.get("phase") or "Unknown",
+            # A terminating pod still holds its GPUs but is leaving: never count it as serving capacity.
+            ready=ready and not terminating,
+            owner_kind=owner_kind,
+            owner_name=owner_name,
+            gang=gang,
+            gang_min_available=gang_min,
+            created_at=parse_time(meta.get("creationTimestamp")),
+            ready_at=parse_time(ready_cond.get("lastTransitionTime")) if ready and ready_cond else None,
+            last_checkpoint_at=parse_time(annotations.get(cfg.checkpoint_annotation)),
+            labels=dict(labels),
+        )
+
+    def _with_podgroup_min_available(self, pods: list[PodInfo]) -> list[PodInfo]:
+        """Fill Volcano gangs' minAvailable from their PodGroup's ``spec.minMember`` (one list, only if needed)."""
+        wanted = {p.gang for p in pods if p.gang and p.gang.startswith("volcano/") and p.gang_min_available is None}
+        if not wanted or not self.config.read_podgroups:
+            return pods
+        try:
+            groups = self._pager.items(
+                "list podgroups",
+                self._custom.list_cluster_custom_object,
+                "scheduling.volcano.sh",
+                "v1beta1",
+                "podgroups",
+            )
+        except KubeApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            # Volcano not installed (404) or no RBAC for it (403): gangs keep an unknown minimum (whole gang).
+            if not self._podgroups_missing_logged:
+                log.info("Volcano PodGroups not readable (%s); gang minimums unknown", exc)
+                self._podgroups_missing_logged = True
+            return pods
+        minimum = {
+            f"volcano/{g['metadata'].get('namespace', '')}/{g['metadata']['name']}": _int(
+                (g.get("spec") or {}).get("minMember"), 0
+            )
+            for g in groups
+        }
+        out = []
+        for pod in pods:
+            if pod.gang in wanted and minimum.get(pod.gang):
+                pod = replace(pod, gang_min_available=minimum[pod.gang])
+            out.append(pod)
+        return out
+
+    def _node(self, raw: JSON) -> NodeInfo | None:
+        cfg = self.config
+        meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
+        labels = meta.get("labels") or {}
+        allocatable = status.get("allocatable") or {}
+        capacity = status.get("capacity") or {}
+        gpus = _int(allocatable.get(cfg.gpu_resource))
+        pool = next((labels[key] for key in cfg.node_pool_labels if labels.get(key)), None)
+        is_gpu_node = (
+            cfg.gpu_resource in allocatable
+            or cfg.gpu_resource in capacity
+            or cfg.gpu_product_label in labels
+            or (pool is not None and pool in cfg.gpu_pools)
+        )
+        if not is_gpu_node and not cfg.include_non_gpu_nodes:
+            return None
+        ready_cond = _condition(status, "Ready")
+        ready = bool(ready_cond and ready_cond.get("status") == "True")
+        return NodeInfo(
+            name=meta.get("name", ""),
+            allocatable_gpus=gpus,
+            gpu_product=labels.get(cfg.gpu_product_label),
+            pool=pool,
+            # Cluster Autoscaler's rule: a GPU node is not ready until its GPUs are allocatable. A cordoned node
+            # takes no new pods, so it is no capacity for a scale-up either.
+            ready=ready and gpus > 0 and not spec.get("unschedulable", False),
+            labels=dict(labels),
+        )
+
+    @staticmethod
+    def _pdb(raw: JSON) -> PodDisruptionBudgetInfo:
+        meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
+        selector = spec.get("selector") or {}
+        labels = dict(selector.get("matchLabels") or {})
+        for expr in selector.get("matchExpressions") or []:
+            # The core keeps selectors as equality maps; a single-value In is exactly one. Others cannot be
+            # represented; the Eviction API still enforces them, so this only makes the core's guess less exact.
+            if expr.get("operator") == "In" and len(expr.get("values") or []) == 1:
+                labels[expr["key"]] = expr["values"][0]
+        return PodDisruptionBudgetInfo(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            selector=labels,
+            # No status yet means the disruption controller has not looked at it: assume no budget.
+            disruptions_allowed=_int(status.get("disruptionsAllowed")),
+        )

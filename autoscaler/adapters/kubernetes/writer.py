@@ -1,0 +1,462 @@
+"""ClusterWriter over the Kubernetes API, plus status updates of GPUScalingPolicy objects.
+
+Every write is idempotent and optimistic:
+- read the object fresh, stop if it is already as wanted (no write, no resourceVersion bump);
+- write with the ``resourceVersion`` just read as a precondition; a 409 means someone wrote in between, so read
+  again and decide again, a bounded number of times (``ConflictError`` after that);
+- never blindly retry a write that failed otherwise (5xx, timeout): it may have happened. The caller gets a
+  ``PortError`` and the next tick re-applies the same absolute target, which is safe because writes are idempotent.
+  (The official client never retries a PATCH itself either.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes._api import (
+    JSON,
+    ConflictError,
+    KubeApiError,
+    UnsupportedWorkloadError,
+    call_json,
+    format_micro_time,
+    format_time,
+    with_read_retries,
+)
+from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
+from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
+from autoscaler.ports import EvictionOutcome, PortError
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+NOTE_LIMIT = 1024  # events.k8s.io/v1 rejects longer notes
+
+
+def _default_instance() -> str:
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    request_timeout_s: float = 10.0
+    conflict_retries: int = 5
+    read_retries: int = 2  # for the fresh reads before a write (reads are safe to retry)
+    retry_backoff_s: float = 0.2
+    max_backoff_s: float = 2.0
+    event_api: Literal["events.k8s.io/v1", "v1"] = "events.k8s.io/v1"
+    reporting_controller: str = "gpuautoscaler.dev/controller"
+    reporting_instance: str = ""  # default: POD_NAME, else the hostname
+    eviction_grace_period_s: int | None = None  # None: the pod's own terminationGracePeriodSeconds
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """How to suspend one kind of workload through its spec."""
+
+    group: str
+    version: str
+    plural: str
+    path: tuple[str, ...]  # the boolean field
+    suspended_value: bool  # spec.suspend=true, or Kueue's spec.active=false
+
+
+# Kinds whose controllers support suspension (the pods are deleted, the work resumes from its checkpoint later).
+WORKLOAD_KINDS: dict[str, WorkloadKind] = {
+    "Job": WorkloadKind("batch", "v1", "jobs", ("spec", "suspend"), True),
+    "JobSet": WorkloadKind("jobset.x-k8s.io", "v1alpha2", "jobsets", ("spec", "suspend"), True),
+    "PyTorchJob": WorkloadKind("kubeflow.org", "v1", "pytorchjobs", ("spec", "runPolicy", "suspend"), True),
+    "TFJob": WorkloadKind("kubeflow.org", "v1", "tfjobs", ("spec", "runPolicy", "suspend"), True),
+    "Workload": WorkloadKind("kueue.x-k8s.io", "v1beta1", "workloads", ("spec", "active"), False),
+}
+
+# (apiVersion, plural, namespaced) of the objects Events are attached to; kinds not listed get no uid lookup.
+EVENT_TARGETS: dict[str, tuple[str, str, bool]] = {
+    "Pod": ("v1", "pods", True),
+    "Node": ("v1", "nodes", False),
+    "Deployment": ("apps/v1", "deployments", True),
+    KIND: (f"{API_GROUP}/{API_VERSION}", PLURAL, True),
+    "MachineDeployment": ("cluster.x-k8s.io/v1beta1", "machinedeployments", True),
+    **{kind: (f"{w.group}/{w.version}", w.plural, True) for kind, w in WORKLOAD_KINDS.items()},
+}
+
+
+def _get_path(obj: JSON, path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for part in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _nested(path: tuple[str, ...], value: Any) -> JSON:
+    out: Any = value
+    for part in reversed(path):
+        out = {part: out}
+    return out
+
+
+def _truncate_utf8(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode(errors="ignore") + "..."
+
+
+class KubeClusterWriter:
+    """``ClusterWriter`` for a live cluster. ``api_calls`` counts every request it made (for metrics/benchmarks)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        config: WriterConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config or WriterConfig()
+        self._apps = client.AppsV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)
+        self._events = client.EventsV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._clock = clock
+        self._sleep = sleep
+        self._uids: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self.api_calls = 0
+        self.instance = self.config.reporting_instance or _default_instance()
+
+    # -- helpers --
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        self.api_calls += 1
+        return call_json(what, fn, *args, timeout_s=self.config.request_timeout_s, **kwargs)
+
+    def _read(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        cfg = self.config
+        return with_read_retries(
+            what,
+            lambda: self._call(what, fn, *args, **kwargs),
+            retries=cfg.read_retries,
+            backoff_s=cfg.retry_backoff_s,
+            max_backoff_s=cfg.max_backoff_s,
+            sleep=self._sleep,
+        )
+
+    def _remember_uid(self, kind: str, namespace: str, name: str, obj: JSON) -> None:
+        uid = (obj.get("metadata") or {}).get("uid")
+        if uid:
+            self._uids[(kind, namespace, name)] = uid
+            self._uids.move_to_end((kind, namespace, name))
+            while len(self._uids) > 4096:
+                self._uids.popitem(last=False)
+
+    def _read_modify_write(
+        self,
+        what: str,
+        read: Callable[[], JSON],
+        decide: Callable[[JSON], JSON | None],
+        write: Callable[[JSON], JSON],
+    ) -> bool:
+        """Fresh read -> ``decide`` (None = already as wanted) -> conditional write; 409 -> again (bounded).
+
+        Returns True when something was written.
+        """
+        for attempt in range(self.config.conflict_retries + 1):
+            current = read()
+            body = decide(current)
+            if body is None:
+                return False
+            try:
+                write(body)
+                return True
+            except ConflictError:
+                log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.config.conflict_retries)
+        raise ConflictError(what, 409, "Conflict", f"still conflicting after {self.config.conflict_retries} retries")
+
+    # -- ClusterWriter --
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        """Set ``spec.replicas`` through the scale subresource (what ``kubectl scale`` and the HPA use)."""
+        if replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {replicas}")
+        what = f"scale deployment {namespace}/{name} to {replicas}"
+
+        def read() -> JSON:
+            scale = self._read(what, self._apps.read_namespaced_deployment_scale, name, namespace)
+            self._remember_uid("Deployment", namespace, name, scale)  # a Scale carries its parent's uid
+            return scale
+
+        def decide(scale: JSON) -> JSON | None:
+            if (scale.get("spec") or {}).get("replicas") == replicas:
+                return None
+            rv = scale["metadata"]["resourceVersion"]
+            return {"metadata": {"resourceVersion": rv}, "spec": {"replicas": replicas}}
+
+        def write(body: JSON) -> JSON:
+            return self._call(
+                what, self._apps.patch_namespaced_deployment_scale, name, namespace, body, _content_type=MERGE_PATCH
+            )
+
+        if self._read_modify_write(what, read, decide, write):
+            log.info("scaled deployment %s/%s to %d replicas", namespace, name, replicas)
+
+    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+        """POST a policy/v1 Eviction: PodDisruptionBudgets are enforced by the API server, not by us."""
+        body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        if self.config.eviction_grace_period_s is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": self.config.eviction_grace_period_s}
+        try:
+            self._call(
+                f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
+            )
+        except KubeApiError as exc:
+            if exc.status == 429:
+                # A PodDisruptionBudget (or API throttling) says "not now": nothing happened, try another tick.
+                log.info("eviction of %s/%s blocked: %s", namespace, name, exc.message)
+                return EvictionOutcome.BLOCKED
+            if exc.status == 404:
+                return EvictionOutcome.GONE  # already gone: what we wanted, and why a repeated eviction is safe
+            raise
+        return EvictionOutcome.EVICTED
+
+    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+        """Suspend a Job / JobSet / PyTorchJob / TFJob (``suspend: true``) or deactivate a Kueue Workload."""
+        spec = WORKLOAD_KINDS.get(kind)
+        if spec is None:
+            raise UnsupportedWorkloadError(
+                f"suspend {kind} {namespace}/{name}: not suspendable through its spec "
+                f"(supported: {', '.join(sorted(WORKLOAD_KINDS))}); evict its pods instead"
+            )
+        what = f"suspend {kind} {namespace}/{name}"
+
+        def read_fn() -> JSON:
+            if kind == "Job":
+                return self._read(what, self._batch.read_namespaced_job, name, namespace)
+            return self._read(
+                what, self._custom.get_namespaced_custom_object, spec.group, spec.version, namespace, spec.plural, name
+            )
+
+        def patch(body: JSON) -> JSON:
+            if kind == "Job":
+                return self._call(
+                    what, self._batch.patch_namespaced_job, name, namespace, body, _content_type=MERGE_PATCH
+                )
+            return self._call(
+                what,
+                self._custom.patch_namespaced_custom_object,
+                spec.group,
+                spec.version,
+                namespace,
+                spec.plural,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+            )
+
+        def read() -> JSON:
+            obj = read_fn()
+            self._remember_uid(kind, namespace, name, obj)
+            return obj
+
+        def decide(obj: JSON) -> JSON | None:
+            if _get_path(obj, spec.path) == spec.suspended_value:
+                return None
+            body = _nested(spec.path, spec.suspended_value)
+            body["metadata"] = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return body
+
+        try:
+            if self._read_modify_write(what, read, decide, patch):
+                log.info("suspended %s %s/%s", kind, namespace, name)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            log.info("%s: already gone", what)  # a deleted workload uses no GPUs: the goal is met
+
+    def emit_event(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        action: str | None = None,
+    ) -> None:
+        """An Event on the object, deduplicated: the same (object, reason, message, type) bumps the existing Event's
+        series count instead of creating another, like client-go's recorder."""
+        api_version, _, namespaced = EVENT_TARGETS.get(kind, ("v1", "", True))
+        event_ns = namespace if namespaced and namespace else "default"  # cluster-scoped objects: "default"
+        uid = self._uid(kind, namespace if namespaced else "", name)
+        now = self._clock()
+        digest = hashlib.sha256("\x00".join((kind, namespace, name, reason, message, event_type)).encode()).hexdigest()[
+            :16
+        ]
+        event_name = f"{name[:200]}.{digest}"
+        ref: JSON = {"apiVersion": api_version, "kind": kind, "name": name}
+        if namespaced:
+            ref["namespace"] = namespace
+        if uid:
+            ref["uid"] = uid
+        reason = reason[:128]
+        note = _truncate_utf8(message, NOTE_LIMIT)
+        what = f"event {reason} on {kind} {namespace}/{name}"
+        if self.config.event_api == "events.k8s.io/v1":
+            body: JSON = {
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": event_name, "namespace": event_ns},
+                "eventTime": format_micro_time(now),
+                "reportingController": self.config.reporting_controller,
+                "reportingInstance": self.instance[:128],
+                "action": (action or reason)[:128],
+                "reason": reason,
+                "note": note,
+                "type": event_type,
+                "regarding": ref,
+            }
+            create = lambda: self._call(what, self._events.create_namespaced_event, event_ns, body)  # noqa: E731
+        else:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": event_name, "namespace": event_ns},
+                "involvedObject": ref,
+                "reason": reason,
+                "message": note,
+                "type": event_type,
+                "action": (action or reason)[:128],
+                "source": {"component": self.config.reporting_controller},
+                "reportingComponent": self.config.reporting_controller,
+                "reportingInstance": self.instance[:128],
+                "firstTimestamp": format_time(now),
+                "lastTimestamp": format_time(now),
+                "count": 1,
+            }
+            create = lambda: self._call(what, self._core.create_namespaced_event, event_ns, body)  # noqa: E731
+        try:
+            create()
+            return
+        except ConflictError as exc:
+            if exc.reason != "AlreadyExists":
+                raise
+        self._bump_event(what, event_ns, event_name, now)
+
+    def _bump_event(self, what: str, namespace: str, name: str, now: float) -> None:
+        v1 = self.config.event_api == "events.k8s.io/v1"
+
+        def read() -> JSON:
+            if v1:
+                return self._read(what, self._events.read_namespaced_event, name, namespace)
+            return self._read(what, self._core.read_namespaced_event, name, namespace)
+
+        def decide(event: JSON) -> JSON | None:
+            meta = {"resourceVersion": event["metadata"]["resourceVersion"]}
+            if v1:
+                count = ((event.get("series") or {}).get("count") or 1) + 1
+                return {"metadata": meta, "series": {"count": count, "lastObservedTime": format_micro_time(now)}}
+            return {"metadata": meta, "count": (event.get("count") or 1) + 1, "lastTimestamp": format_time(now)}
+
+        def write(body: JSON) -> JSON:
+            if v1:
+                return self._call(
+                    what, self._events.patch_namespaced_event, name, namespace, body, _content_type=MERGE_PATCH
+                )
+            return self._call(what, self._core.patch_namespaced_event, name, namespace, body, _content_type=MERGE_PATCH)
+
+        self._read_modify_write(what, read, decide, write)
+
+    def _uid(self, kind: str, namespace: str, name: str) -> str | None:
+        """The object's uid, so that ``kubectl describe`` (which selects Events by uid) shows our Events."""
+        key = (kind, namespace, name)
+        if key in self._uids:
+            self._uids.move_to_end(key)
+            return self._uids[key]
+        target = EVENT_TARGETS.get(kind)
+        if target is None:
+            return None
+        api_version, plural, _ = target
+        group, _, version = api_version.rpartition("/")
+        what = f"read {kind} {namespace}/{name} for its uid"
+        typed: dict[str, Callable[[], JSON]] = {
+            "Pod": lambda: self._call(what, self._core.read_namespaced_pod, name, namespace),
+            "Node": lambda: self._call(what, self._core.read_node, name),
+            "Deployment": lambda: self._call(what, self._apps.read_namespaced_deployment, name, namespace),
+            "Job": lambda: self._call(what, self._batch.read_namespaced_job, name, namespace),
+        }
+        try:
+            if kind in typed:
+                obj = typed[kind]()
+            else:
+                obj = self._call(
+                    what, self._custom.get_namespaced_custom_object, group, version, namespace, plural, name
+                )
+        except PortError as exc:
+            # Best effort: an Event without uid is still listed by `kubectl get events`, just not by describe.
+            log.debug("%s: %s (event without uid)", what, exc)
+            return None
+        self._remember_uid(kind, namespace, name, obj)
+        return self._uids.get(key)
+
+    # -- GPUScalingPolicy status --
+
+    def update_policy_status(
+        self,
+        namespace: str,
+        name: str,
+        update: StatusUpdate,
+        *,
+        generation: int | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Merge ``update`` into the policy's status through the status subresource; False when nothing changed.
+
+        ``generation``: the ``metadata.generation`` the caller's decision was based on, written as
+        ``observedGeneration`` (default: the generation read now). Conditions keep their ``lastTransitionTime``
+        unless their status flips. The write is a PUT carrying the resourceVersion just read, so a concurrent writer
+        makes it 409 and it is recomputed from a fresh read.
+        """
+        when = self._clock() if now is None else now
+        what = f"update status of {KIND} {namespace}/{name}"
+
+        def read() -> JSON:
+            obj = self._read(
+                what, self._custom.get_namespaced_custom_object, API_GROUP, API_VERSION, namespace, PLURAL, name
+            )
+            self._remember_uid(KIND, namespace, name, obj)
+            return obj
+
+        def decide(obj: JSON) -> JSON | None:
+            current = obj.get("status") or {}
+            observed = generation if generation is not None else (obj.get("metadata") or {}).get("generation")
+            status = merge_status(current, update, generation=observed, now=when)
+            if status == current:
+                return None
+            return dict(obj, status=status)
+
+        def write(body: JSON) -> JSON:
+            return self._call(
+                what,
+                self._custom.replace_namespaced_custom_object_status,
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body,
+            )
+
+        return self._read_modify_write(what, read, decide, write)
