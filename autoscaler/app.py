@@ -94,11 +94,9 @@ class PolicySource(Protocol):
 
 
 class PolicyStatusWriter(Protocol):
-    def update_policy_status(
-        self, namespace: str, name: str, update: StatusUpdate, *, generation: int | None, now: float
-    ) -> None:
-        """Merge ``update`` into the object's status subresource (``merge_status``); idempotent, retried on 409.
-        Raises PortError when it cannot."""
+    def update_policy_status(self, namespace: str, name: str, update: StatusUpdate, *, now: float) -> object:
+        """Merge ``update`` into the object's status subresource (``merge_status``: conditions keep their
+        transition time, observedGeneration follows the object); idempotent. Raises PortError when it cannot."""
         ...
 
 
@@ -602,7 +600,7 @@ class Controller:
                 (o for o in report.invalid_policies if (o.namespace, o.name) == (obj.namespace, obj.name)), None
             )
             if invalid is not None:
-                self._event(where, "InvalidPolicy", f"{mark}{invalid.error}", "Warning", topic="invalid")
+                self._event(where, "InvalidSpec", f"{mark}invalid policy: {invalid.error}", "Warning", topic="invalid")
                 continue
             self._reported.pop((f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "invalid"), None)
             if obj.policy is None:
@@ -650,9 +648,7 @@ class Controller:
             if self._written_status.get(ident) == (obj.generation, update):
                 continue
             try:
-                self.status_writer.update_policy_status(
-                    obj.namespace, obj.name, update, generation=obj.generation, now=now
-                )
+                self.status_writer.update_policy_status(obj.namespace, obj.name, update, now=now)
             except Exception as exc:
                 self.telemetry.error("status_write")
                 log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)
@@ -720,7 +716,7 @@ def policy_status(
             "AtMaxReplicas" if at_max else "BelowMaxReplicas",
             f"desired replicas at maxReplicas {policy.max_replicas}" if at_max else "",
         ),
-        ConditionUpdate(INVALID_SPEC, False, "Valid", ""),
+        ConditionUpdate(INVALID_SPEC, False, "SpecValid", "the spec is valid"),
     )
     return StatusUpdate(
         current_replicas=current,
@@ -942,11 +938,6 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
-def _kubernetes_adapters(settings: Settings, api_client: Any, metrics: MetricsSource) -> Adapters:
-    # WIRE: the Kubernetes writer and the GPUScalingPolicy reader are being written in autoscaler/adapters/kubernetes/
-    raise NotImplementedError("the Kubernetes writer / policy reader adapters have not landed yet")
-
-
 @dataclass(slots=True)
 class Adapters:
     metrics: MetricsSource
@@ -956,6 +947,66 @@ class Adapters:
     status_writer: PolicyStatusWriter | None
     node_pools: NodePoolScaler | None
     api_client: Any = None
+
+
+class KubePolicySource:
+    """The GPUScalingPolicy objects through the Kubernetes adapter's ``PolicyLoader`` (validated, contested
+    Deployments resolved oldest-first), in the controller's ``PolicyObject`` shape."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def list_policies(self) -> Sequence[PolicyObject]:
+        loaded = self._loader.load()
+        out = [
+            PolicyObject(p.namespace, p.name, p.service, None, p.generation, _queries_or_none(p.spec.queries))
+            for p in loaded.valid
+        ]
+        out += [PolicyObject(b.namespace, b.name, None, b.text, b.generation) for b in loaded.invalid]
+        return out
+
+
+def _queries_or_none(queries: Any) -> Any:
+    """Only policies that override a query are handed to the metrics source."""
+    if queries is None:
+        return None
+    fields = queries.model_dump(exclude_none=True) if hasattr(queries, "model_dump") else queries
+    return queries if fields else None
+
+
+def _kubernetes_adapters(settings: Settings, api_client: Any, metrics: MetricsSource) -> Adapters:
+    from autoscaler.adapters.kubernetes import (
+        KubeClusterReader,
+        KubeClusterWriter,
+        PolicyLoader,
+        ReaderConfig,
+        WriterConfig,
+        make_node_pool_scaler,
+    )
+
+    timeout = settings.kubernetes.request_timeout_seconds
+    writer = KubeClusterWriter(
+        api_client,
+        WriterConfig(request_timeout_s=timeout, reporting_instance=settings.leader_election.identity),
+    )
+    node_pools = None
+    if settings.node_pools.provider != "none":
+        node_pools = make_node_pool_scaler(
+            settings.node_pools.provider,
+            api_client,
+            settings.node_pools.namespace,
+            settings.node_pools.pools or None,
+            request_timeout_s=timeout,
+        )
+    return Adapters(
+        metrics=metrics,
+        cluster=KubeClusterReader(api_client, ReaderConfig(request_timeout_s=timeout)),
+        writer=writer,
+        policies=KubePolicySource(PolicyLoader(api_client, settings.namespaces, request_timeout_s=timeout)),
+        status_writer=writer,
+        node_pools=node_pools,
+        api_client=api_client,
+    )
 
 
 def build_adapters(settings: Settings, *, check_prometheus: bool = True) -> Adapters:

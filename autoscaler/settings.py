@@ -130,6 +130,19 @@ class KubernetesSettings(_Group):
     request_timeout_seconds: float = Field(10.0, gt=0, description="timeout of every API request, seconds")
 
 
+class NodePoolSettings(_Group):
+    """Where burst node pools are resized (only used once plans contain node-pool actions)."""
+
+    provider: Literal["none", "clusterapi"] = Field(
+        "none", description="none: node-pool actions are logged, never applied; clusterapi: MachineDeployment scale"
+    )
+    namespace: str = Field("default", min_length=1, description="namespace of the Cluster API MachineDeployments")
+    pools: dict[str, str] = Field(
+        default_factory=dict,
+        description="node-pool label value -> MachineDeployment name (JSON in env; empty = same name)",
+    )
+
+
 def _split_namespaces(value: Any) -> Any:
     """Accept ``a,b`` or ``["a", "b"]`` from the environment, a list from the file."""
     if isinstance(value, str):
@@ -177,6 +190,7 @@ class Settings(BaseSettings):
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)  # type: ignore[arg-type]
     http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
+    node_pools: NodePoolSettings = Field(default_factory=NodePoolSettings)  # type: ignore[arg-type]
     prometheus: PrometheusSettings = Field(
         default_factory=PrometheusSettings,  # type: ignore[arg-type]
         description="the Prometheus adapter (env AUTOSCALER_PROMETHEUS_*, file key prometheus)",

@@ -126,15 +126,11 @@ class FakeStatus:
         self.writes = 0
         self.fail = False
 
-    def update_policy_status(
-        self, namespace: str, name: str, update: StatusUpdate, *, generation: int | None, now: float
-    ) -> None:
+    def update_policy_status(self, namespace: str, name: str, update: StatusUpdate, *, now: float) -> None:
         if self.fail:
             raise PortError("status: HTTP 500")
         self.writes += 1
-        self.status[(namespace, name)] = merge_status(
-            self.status.get((namespace, name)), update, generation=generation, now=now
-        )
+        self.status[(namespace, name)] = merge_status(self.status.get((namespace, name)), update, generation=1, now=now)
 
 
 def policy_object(policy: ServicePolicy, name: str | None = None) -> PolicyObject:

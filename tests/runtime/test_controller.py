@@ -267,7 +267,7 @@ def test_invalid_policy_gets_event_and_condition_others_keep_working() -> None:
     assert scales(cluster) == [("ml", "chat", 4)]  # the first policy by name wins (max 20): no fight over it
     c.metrics.util[KEY] = 70.0  # type: ignore[attr-defined]
     c.run_once(T0 + 15)
-    invalid = [e for e in cluster.events if e["reason"] == "InvalidPolicy"]
+    invalid = [e for e in cluster.events if e["reason"] == "InvalidSpec"]
     assert sorted(e["name"] for e in invalid) == ["broken", "zz-duplicate"]  # once each, not every tick
     assert "spec.maxReplicas" in next(e for e in invalid if e["name"] == "broken")["message"]
     ready = next(c for c in status.status[("ml", "broken")]["conditions"] if c["type"] == "Ready")
