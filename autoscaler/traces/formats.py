@@ -158,9 +158,10 @@ class RequestLog:
             order = np.argsort(times, kind="stable")
             times = times[order]
             arrays = [None if a is None else a[order] for a in arrays]
-        for arr in (times, *arrays):
-            if arr is not None:
-                arr.setflags(write=False)
+        times.setflags(write=False)
+        for tokens_array in arrays:
+            if tokens_array is not None:
+                tokens_array.setflags(write=False)
         object.__setattr__(self, "times", times)
         object.__setattr__(self, "input_tokens", arrays[0])
         object.__setattr__(self, "output_tokens", arrays[1])
@@ -546,6 +547,9 @@ def write_rate_series(series: RateSeries, path: str | os.PathLike[str], *, decim
 
     ``decimals`` rounds the rates (e.g. 3 for a small packaged file); by default they round-trip exactly.
     """
+    if len(series) < 2:
+        # The file carries its step only as the time between rows: one row could not be read back.
+        raise ValueError(f"a rate series file needs at least 2 rows to carry its step; this one has {len(series)}")
     rates = series.rates if decimals is None else np.round(series.rates, decimals)
     times = series.times
     body = "".join(f"{_fmt_number(t)},{_fmt_number(r)}\n" for t, r in zip(times.tolist(), rates.tolist(), strict=True))

@@ -108,6 +108,12 @@ def test_write_rate_series_text_and_rounding(tmp_path: Path) -> None:
     assert path.read_text() == "timestamp,rate\n0,0.333\n60,2\n120,0\n"
 
 
+def test_a_one_row_rate_series_cannot_be_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        write_rate_series(RateSeries(0.0, 60.0, np.array([1.0])), tmp_path / "one.csv")
+    assert not (tmp_path / "one.csv").exists()
+
+
 def test_request_log_round_trip(tmp_path: Path) -> None:
     log = RequestLog(
         np.array([1_700_000_000.000001, 1_700_000_000.5, 1_700_000_003.25]),
