@@ -61,8 +61,9 @@ _OPTION_FORMATS: dict[str, tuple[str, ...]] = {
 _SINGLE_INPUT = ("azure-functions", "nab")
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keep the hand-wrapped description and epilog, and show defaults."""
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the hand-wrapped description and epilog; each option's help states its own default (argparse's
+    "(default: None)" would be wrong for the options whose default depends on FORMAT)."""
 
 
 def register(subparsers: Any) -> None:
@@ -117,9 +118,10 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         type=_positive_float,
         default=None,
-        help="bin length of the output rate series, in seconds. servegen: arrivals are binned to it (default"
-        f" {SERVEGEN_DEFAULT_STEP_S:g} s); azure-functions (60 s) and nab (the file's step): the series is"
-        " resampled to it (default: keep). Not for azure-llm, which writes one row per request",
+        help="bin length of the output rate series, in seconds. servegen: arrivals are counted in bins of this"
+        " length; azure-functions and nab: the series is resampled to it. Not for azure-llm, which writes one row"
+        f" per request [default: servegen {SERVEGEN_DEFAULT_STEP_S:g} s, azure-functions 60 s, nab the file's own"
+        " step]",
     )
     convert.add_argument(
         "--seed",
