@@ -47,6 +47,9 @@ SERVEGEN_DEFAULT_STEP_S = 60.0
 AZURE_FUNCTIONS_STEP_S = 60.0
 
 _NO_DIST, _GAMMA, _WEIBULL = 0, 1, 2
+_DIST_CODES = {"": _NO_DIST, "gamma": _GAMMA, "weibull": _WEIBULL}
+_CHUNK_RE = re.compile(r"^chunk-(\d+)-trace\.csv(\.gz)?$")
+
 # Γ over an array without scipy (not a declared dependency); it only sees a few hundred values per window.
 _gamma_ufunc = np.frompyfunc(math.gamma, 1, 1)
 
@@ -54,10 +57,6 @@ _gamma_ufunc = np.frompyfunc(math.gamma, 1, 1)
 def gamma_function(x: FloatArray) -> FloatArray:
     """Euler's Γ, element-wise."""
     return np.asarray(_gamma_ufunc(x), dtype=np.float64)
-
-
-_DIST_CODES = {"": _NO_DIST, "gamma": _GAMMA, "weibull": _WEIBULL}
-_CHUNK_RE = re.compile(r"^chunk-(\d+)-trace\.csv(\.gz)?$")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
