@@ -583,7 +583,7 @@ class Controller:
                     service=policy.name,
                     current_replicas=decision.current_replicas if known and decision else None,
                     desired_replicas=decision.desired_replicas if known and decision else None,
-                    stale_reasons=tuple(_stale_label(r) for r in report.stale.get(key, ())),
+                    stale_reasons=tuple(dict.fromkeys(stale_category(r) for r in report.stale.get(key, ()))),
                 )
             )
         self.telemetry.services.update(gauges)
@@ -665,10 +665,25 @@ def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
         return False
 
 
-def _stale_label(reason: str) -> str:
-    """A bounded metric label from a free-text stale reason (``metrics_unavailable: ConnectionError...``)."""
-    head = reason.split(":", 1)[0].strip().lower().replace(" ", "_")
-    return head[:64] or "unknown"
+# Stale reasons are free text (they name pods, URLs, ages); the metric label is one of these bounded categories.
+_STALE_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (STALE_DEPLOYMENT_MISSING, (STALE_DEPLOYMENT_MISSING,)),
+    (STALE_METRICS_UNAVAILABLE, (STALE_METRICS_UNAVAILABLE, "unreachable", "did not answer", "timed out")),
+    ("query_failed", ("query failed", "not the query api", "unexpected answer", "adapter error", "credentials")),
+    ("invalid_value", ("nan", "inf", "not a number", "outside", "invalid")),
+    ("sample_too_old", ("older than", "before the tick", " old", "stale")),
+    ("no_data", ("no ", "empty", "without a valid sample", "missing")),
+    ("duplicate_series", (" series", "duplicate")),  # "pod x: 2 series (differing ...)"
+)
+
+
+def stale_category(reason: str) -> str:
+    """The bounded ``reason`` label of ``gpu_autoscaler_stale_services`` for a free-text stale reason."""
+    text = reason.lower()
+    for category, needles in _STALE_CATEGORIES:
+        if any(needle in text for needle in needles):
+            return category
+    return "other"
 
 
 def invalid_status(error: str) -> StatusUpdate:

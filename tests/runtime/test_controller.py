@@ -96,13 +96,13 @@ def test_stale_metrics_hold_and_say_so_once() -> None:
     stale_events = [e for e in cluster.events if e["reason"] == "MetricsStale"]
     assert len(stale_events) == 1 and stale_events[0]["type"] == "Warning"
     assert stale_events[0]["kind"] == "GPUScalingPolicy" and "empty result" in stale_events[0]["message"]
-    assert sample(c, "gpu_autoscaler_stale_services", namespace="ml", service="chat", reason="empty_result") == 1
+    assert sample(c, "gpu_autoscaler_stale_services", namespace="ml", service="chat", reason="no_data") == 1
     conditions = {c["type"]: c for c in status.status[("ml", "chat-policy")]["conditions"]}
     assert conditions["MetricsStale"]["status"] == "True"
     # recovery clears the gauge and the condition, and scales down on fresh data
     del metrics.stale[KEY]
     c.run_once(T0 + 60)
-    assert sample(c, "gpu_autoscaler_stale_services", namespace="ml", service="chat", reason="empty_result") == 0
+    assert sample(c, "gpu_autoscaler_stale_services", namespace="ml", service="chat", reason="no_data") == 0
     conditions = {c["type"]: c for c in status.status[("ml", "chat-policy")]["conditions"]}
     assert conditions["MetricsStale"]["status"] == "False"
 
@@ -299,3 +299,22 @@ def test_condition_transition_time_only_moves_on_flip() -> None:
     c.run_once(T0 + 60)
     second = {c["type"]: c["lastTransitionTime"] for c in status.status[("ml", "chat-policy")]["conditions"]}
     assert first["Ready"] == second["Ready"] and first["MetricsStale"] == second["MetricsStale"]
+
+
+@pytest.mark.parametrize(
+    ("text", "category"),
+    [
+        ("Prometheus at http://prometheus:9090 unreachable: connection refused", "metrics_unavailable"),
+        ("DCGM_FI_DEV_GPU_UTIL: no DCGM_FI_DEV_GPU_UTIL series for any pod of ml/chat", "no_data"),
+        ("pod chat-x: value is NaN", "invalid_value"),
+        ("answer evaluated 300s before the tick (> 120s)", "sample_too_old"),
+        ("Prometheus query failed: HTTP 400 bad_data", "query_failed"),
+        ("deployment_not_found", "deployment_not_found"),
+        ("pod chat-x: 2 series (UUID differs)", "duplicate_series"),
+        ("something new", "other"),
+    ],
+)
+def test_stale_reason_label_is_bounded(text: str, category: str) -> None:
+    from autoscaler.app import stale_category
+
+    assert stale_category(text) == category
