@@ -57,7 +57,7 @@ _POD_RE = re.compile(POD_TO_DEPLOYMENT_RE)
 # generateName keeps at most 58 characters of "<replicaset>-" and appends 5 random ones (names are <= 63).
 _TRUNCATED_POD_NAME_LENGTH = 63
 _MAX_EXAMPLES = 3  # pods named in one stale reason; the rest are counted
-_MAX_REASON_CHARS = 300  # reasons end up in Events and logs
+_MAX_REASON_CHARS = 500  # reasons end up in Events and logs
 
 
 class Family(StrEnum):
@@ -643,7 +643,6 @@ class PrometheusMetricsSource:
             result = results[family]
             if result.error:
                 continue
-            metric = self._metric_name(family)
             groups: dict[tuple[str, str, str, str, str], list[_Sample]] = defaultdict(list)
             for sample in result.samples:
                 groups[key_of(sample.labels)].append(sample)
@@ -662,11 +661,9 @@ class PrometheusMetricsSource:
                 if not acc.model:
                     acc.model = samples[0].labels.get(s.model_label, "")
                 if len(samples) > 1:
-                    acc.problems[family].append(
-                        f"{len(samples)} series of {metric} for one GPU{_differing_labels(samples)}"
-                    )
+                    acc.problems[family].append(f"{len(samples)} series for one GPU{_differing_labels(samples)}")
                 elif samples[0].problem:
-                    acc.problems[family].append(f"{metric}: {samples[0].problem}")
+                    acc.problems[family].append(samples[0].problem)
                 elif samples[0].value is not None:
                     acc.values[family] = samples[0].value
             for labels, age in result.ages:
@@ -674,12 +671,12 @@ class PrometheusMetricsSource:
                 if acc is not None and family in acc.values:
                     del acc.values[family]
                     acc.problems[family].append(
-                        f"{metric}: last sample {age:.0f}s old (> staleness_seconds {s.staleness_seconds:g})"
+                        f"last sample {age:.0f}s old (> staleness_seconds {s.staleness_seconds:g})"
                     )
         for acc in gpus.values():
             for family in _REQUIRED_GPU_FAMILIES:
                 if results[family].error is None and family not in acc.values and not acc.problems.get(family):
-                    acc.problems[family].append(f"no {self._metric_name(family)} sample (partial answer)")
+                    acc.problems[family].append("no sample (partial answer)")
         return list(gpus.values())
 
     def _gpu_sample(self, acc: _GpuAcc, results: Mapping[Family, _FamilyResult]) -> GpuSample:
@@ -688,7 +685,7 @@ class PrometheusMetricsSource:
             error = results[family].error
             if error is not None:
                 reasons.append(f"{self._metric_name(family)}: {error}")
-            reasons += acc.problems.get(family, [])
+            reasons += [f"{self._metric_name(family)}: {p}" for p in acc.problems.get(family, [])]
         return GpuSample(
             node=acc.node,
             gpu=acc.gpu,
@@ -725,7 +722,7 @@ class PrometheusMetricsSource:
                     pod_values.append(acc.values[family])
                 else:
                     found = acc.problems.get(family)
-                    text = found[0].removeprefix(f"{metric}: ") if found else "no sample"
+                    text = found[0] if found else "no sample"
                     problems[pod] = f"{acc.describe()}: {text}"
                     break
             else:

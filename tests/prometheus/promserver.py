@@ -1,0 +1,183 @@
+"""Start real Prometheus servers for tests and benchmarks: backfill with promtool first, then serve on 127.0.0.1.
+
+Shared by ``tests/prometheus/conftest.py`` and ``benchmarks/bench_observe.py`` (which puts this folder on sys.path).
+Debian's Prometheus is 2.42: timestamps in OpenMetrics are seconds, each series' samples must ascend, a family's
+lines stay together, the file ends with ``# EOF`` and has no blank line (each of these fails silently or loudly).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO
+
+EMPTY_CONFIG = "global: {scrape_interval: 15s, evaluation_interval: 15s}\n"
+
+
+def binaries() -> tuple[str, str] | None:
+    """(prometheus, promtool) paths, or None when the Debian package is not installed."""
+    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    return (prometheus, promtool) if prometheus and promtool else None
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def label_text(labels: dict[str, str]) -> str:
+    """OpenMetrics label set, values escaped (backslash, quote, newline)."""
+
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return ",".join(f'{k}="{esc(v)}"' for k, v in labels.items())
+
+
+class OpenMetricsWriter:
+    """Write families one after the other; ``sample`` lines of one series must come in ascending time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] = path.open("w")
+        self._family: str | None = None
+        self.samples = 0
+
+    def family(self, name: str, kind: str, help_text: str = "") -> None:
+        self._family = name
+        self._file.write(f"# HELP {name} {help_text or name}\n# TYPE {name} {kind}\n")
+
+    def series(self, name: str, labels: dict[str, str], points: Iterable[tuple[float, float]]) -> None:
+        prefix = f"{name}{{{label_text(labels)}}} " if labels else f"{name} "
+        lines = []
+        for t, v in points:
+            lines.append(f"{prefix}{format_value(v)} {format_time(t)}\n")
+        self._file.writelines(lines)
+        self.samples += len(lines)
+
+    def write_raw(self, text: str) -> None:
+        self._file.write(text)
+
+    def close(self) -> None:
+        self._file.write("# EOF\n")
+        self._file.close()
+
+
+def format_value(v: float) -> str:
+    if v != v:
+        return "NaN"
+    if v == float("inf"):
+        return "+Inf"
+    if v == float("-inf"):
+        return "-Inf"
+    return repr(float(v))
+
+
+def format_time(t: float) -> str:
+    return str(int(t)) if float(t).is_integer() else f"{t:.3f}"
+
+
+def backfill(promtool: str, openmetrics: Path, data_dir: Path) -> float:
+    """Blocks from an OpenMetrics file into ``data_dir``; returns seconds taken."""
+    started = time.perf_counter()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "--max-block-duration=24h",
+            str(openmetrics),
+            str(data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"promtool backfill failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+class PrometheusServer:
+    """One Prometheus process on a free loopback port with its own data dir; stop() kills it by its pid."""
+
+    def __init__(self, binary: str, data_dir: Path, config: str = EMPTY_CONFIG, port: int | None = None) -> None:
+        self.binary = binary
+        self.data_dir = data_dir
+        self.config = config
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"prometheus-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 15.0, extra_args: Sequence[str] = ()) -> PrometheusServer:
+        config_path = self.data_dir.parent / f"prometheus-{self.port}.yml"
+        config_path.write_text(self.config)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={self.data_dir}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=100y",  # retention counts from the newest block, not the clock
+                *extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited with {self.proc.returncode}: {self.log_tail()}")
+            if self.ready():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"prometheus not ready after {timeout}s: {self.log_tail()}")
+
+    def ready(self) -> bool:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+            conn.request("GET", "/-/ready")
+            ok = conn.getresponse().status == 200
+            conn.close()
+            return ok
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
