@@ -53,6 +53,8 @@ class PolicyRun:
     lost_training_gpu_seconds: float = 0.0
     timelines: list[ServiceTimeline] = field(default_factory=list)
     reasons: dict[str, int] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    policy_object: object = None  # the policy after the run (the predictive one holds its forecast errors)
 
 
 @dataclass

@@ -16,6 +16,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,8 @@ class SimService:
     throughput: float  # requests/s per replica at saturation
     base_latency_s: float
     slo_s: float
-    quantile: float
+    quantile: float  # the latency quantile the SLO applies to
+    forecast_quantile: float = 0.9  # demand quantile the predictive policy provisions for
 
     def need(self, rate: float) -> int:
         """Fewest replicas meeting the SLO at ``rate``, within the policy's bounds."""
@@ -169,10 +171,20 @@ def _forward_window_max(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-POLICY_NAMES = ("oracle", "reactive", "hpa", "static")
+POLICY_NAMES = ("oracle", "predictive", "reactive", "hpa", "static")
 
 
-def make_policy(name: str, hpa_target_utilization: float = 70.0, static_headroom: float = 1.0) -> SimPolicy:
+def make_policy(
+    name: str,
+    hpa_target_utilization: float = 70.0,
+    static_headroom: float = 1.0,
+    forecasting: Any = None,
+    node_boot_s: float = 0.0,
+) -> SimPolicy:
+    if name == "predictive":
+        from autoscaler.sim.predictive import PredictivePolicy
+
+        return PredictivePolicy(forecasting, node_boot_s)
     if name == "hpa":
         return HpaBaseline(hpa_target_utilization)
     if name == "reactive":

@@ -22,7 +22,18 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("burst_cost", "burst cost ($)", "{:,.2f}"),
     ("preemptions", "preemptions", "{:,d}"),
     ("lost_training_gpu_hours", "training GPU-hours lost", "{:,.1f}"),
+    ("forecast_mae", "forecast MAE at lead (req/s)", "{:,.2f}"),
+    ("forecast_pinball", "forecast pinball at lead", "{:,.3f}"),
 )
+
+
+def forecast_figures(run: PolicyRun) -> dict[str, Any]:
+    """Forecast error of a predictive run (None for policies that do not forecast)."""
+    errors = getattr(run.policy_object, "errors", None)
+    pinball = getattr(run.policy_object, "pinball", None)
+    if not errors or not pinball:
+        return {"forecast_mae": None, "forecast_pinball": None}
+    return {"forecast_mae": sum(errors) / len(errors), "forecast_pinball": sum(pinball) / len(pinball)}
 
 
 def figures(run: PolicyRun, oracle_gpu_hours: float | None) -> dict[str, Any]:

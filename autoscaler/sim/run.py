@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ import numpy as np
 from autoscaler.policy import to_service_policy
 from autoscaler.sim.engine import PolicyRun, simulate
 from autoscaler.sim.policies import POLICY_NAMES, SimService, make_policy
-from autoscaler.sim.report import build_report, figures
+from autoscaler.sim.report import build_report, figures, forecast_figures
 from autoscaler.sim.scenario import BUILTIN_PREFIX, Scenario, ScenarioError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -67,6 +69,7 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
                 base_latency_s=entry.simulation.base_latency_seconds,
                 slo_s=latency.slo_seconds,
                 quantile=latency.quantile,
+                forecast_quantile=entry.spec.forecast.quantile,
             )
         )
         starts.append(series.start)
@@ -81,7 +84,7 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
             )
         steps = wanted
     services = [
-        SimService(s.policy, s.rates[:steps], s.throughput, s.base_latency_s, s.slo_s, s.quantile)
+        dataclasses.replace(s, rates=s.rates[:steps])
         for s in services
     ]
     return services, starts[0], steps
@@ -107,13 +110,23 @@ def run_scenario(
     ordered = sorted(policy_names, key=lambda name: name != "oracle")
     runs: dict[str, PolicyRun] = {}
     for name in ordered:
-        policy = make_policy(name, scenario.baselines.hpa_target_utilization, scenario.baselines.static_headroom)
+        started = time.perf_counter()
+        policy = make_policy(
+            name,
+            scenario.baselines.hpa_target_utilization,
+            scenario.baselines.static_headroom,
+            scenario.forecasting.to_config(),
+        )
         runs[name] = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,
             scenario.metrics_delay_seconds, progress,
         )
+        runs[name].wall_seconds = time.perf_counter() - started
+        runs[name].policy_object = policy
     oracle_hours = runs["oracle"].gpu_seconds / 3600.0 if "oracle" in runs else None
     policies = {name: figures(runs[name], oracle_hours) for name in policy_names}
+    for name in policy_names:
+        policies[name].update(forecast_figures(runs[name]))
     summary = {
         "name": scenario.name,
         "source": scenario_source,

@@ -102,6 +102,37 @@ class Baselines(_Strict):
     )
 
 
+class Forecasting(_Strict):
+    """How the simulator's ``predictive`` policy forecasts (the controller's refit job has the same settings)."""
+
+    model: str = Field("last_value", description="forecaster name (see `autoscaler backtest --help` for the list)")
+    refit_seconds: float = Field(3600.0, alias="refitSeconds", gt=0, description="full refit period, seconds")
+    update_seconds: float = Field(
+        300.0, alias="updateSeconds", gt=0, description="conditioning on new data with fitted parameters, seconds"
+    )
+    history_seconds: float = Field(7 * 86400.0, alias="historySeconds", gt=0, description="training window, s")
+    resolution_seconds: float = Field(60.0, alias="resolutionSeconds", gt=0, description="forecast step, seconds")
+    horizon_seconds: float = Field(1800.0, alias="horizonSeconds", gt=0, description="forecast horizon, seconds")
+
+    @model_validator(mode="after")
+    def _horizon(self) -> Forecasting:
+        if self.horizon_seconds <= self.update_seconds:
+            raise ValueError("horizonSeconds must exceed updateSeconds (the forecast must last until the next one)")
+        return self
+
+    def to_config(self) -> Any:
+        from autoscaler.sim.predictive import ForecastingConfig
+
+        return ForecastingConfig(
+            model=self.model,
+            refit_s=self.refit_seconds,
+            update_s=self.update_seconds,
+            history_s=self.history_seconds,
+            resolution_s=self.resolution_seconds,
+            horizon_s=self.horizon_seconds,
+        )
+
+
 class Scenario(_Strict):
     name: str = Field(min_length=1, description="scenario name, used for output file names")
     description: str = ""
@@ -116,6 +147,7 @@ class Scenario(_Strict):
     node_pools: list[NodePool] = Field(alias="nodePools", min_length=1)
     services: list[ServiceEntry] = Field(min_length=1)
     baselines: Baselines = Field(default_factory=Baselines)
+    forecasting: Forecasting = Field(default_factory=Forecasting)
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:
