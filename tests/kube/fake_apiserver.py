@@ -780,7 +780,10 @@ class FakeApiServer:
         handler = type("_BoundHandler", (_Handler,), {"api": self})
         self._httpd = ThreadingHTTPServer((self._host, self._requested_port), handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-apiserver", daemon=True)
+        # A short poll interval: stop() waits for it, and tests start and stop a server each.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-apiserver", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -122,12 +122,22 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
     return out
 
 
+def _without_defaults(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(v) for v in node]
+    return node
+
+
 def openapi_schema() -> dict[str, Any]:
     spec = structural_schema(GPUScalingPolicySpec)
     spec.pop("description", None)
     spec["description"] = f"The scaling policy of one GPU inference service ({KIND} spec)."
     spec["x-kubernetes-validations"] = SPEC_VALIDATIONS
-    status = structural_schema(GPUScalingPolicyStatus)
+    # No defaults in the status schema: the apiserver would add them to what the writer stores, the next merge
+    # would differ from the stored status, and every tick would write again.
+    status = _without_defaults(structural_schema(GPUScalingPolicyStatus))
     status["description"] = "What the controller last saw and did (written through the status subresource)."
     return {
         "type": "object",

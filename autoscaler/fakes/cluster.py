@@ -1,0 +1,383 @@
+"""An in-memory cluster: ``ClusterReader``, ``ClusterWriter`` and ``NodePoolScaler`` in one object.
+
+For the core, runtime and simulator tests. It keeps the semantics that matter to the controller the way the API
+server has them: evictions honour PodDisruptionBudgets (one budget is spent per eviction; zero left -> BLOCKED;
+two budgets on one pod -> error) and skip them for pending or finished pods; a missing pod is GONE; every write is
+idempotent (same target twice = once); suspending a workload removes its pods; node pools grow and shrink by whole
+nodes within their bounds, and new nodes can take a boot time before they count as ready.
+
+Faults on demand: ``fail("evict_pod", times=2)`` makes the next two evictions raise ``PortError``;
+``block_evictions(...)`` makes evictions BLOCKED whatever the budgets say. Everything written is in ``writes`` and
+``events``, in order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodDisruptionBudgetInfo, PodInfo
+from autoscaler.ports import EvictionOutcome, PortError
+
+SUSPENDABLE_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TFJob", "Workload"})
+OPS = ("snapshot", "scale_deployment", "evict_pod", "suspend_workload", "emit_event", "node_count", "scale")
+
+
+@dataclass(frozen=True, slots=True)
+class FakeWrite:
+    op: str  # scale_deployment | evict_pod | suspend_workload | scale (node pool)
+    args: tuple[Any, ...]
+    outcome: str  # applied | unchanged | evicted | blocked | gone | failed
+
+
+@dataclass(slots=True)
+class FakeEvent:
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+    message: str
+    type: str = "Normal"
+    count: int = 1  # repeats of the same event are counted, like the real writer's event series
+
+
+@dataclass(slots=True)
+class NodePool:
+    size: int
+    gpus_per_node: int = 8
+    gpu_product: str | None = None
+    boot_s: float = 0.0  # seconds from scale-up until a new node is ready (needs ``clock``)
+    min_size: int | None = None
+    max_size: int | None = None
+    next_index: int = 0
+    nodes: list[str] = field(default_factory=list)  # oldest first
+
+
+@dataclass(slots=True)
+class _Fault:
+    error: Exception
+    times: int | None
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+class FakeCluster:
+    """In-memory cluster state. ``clock`` (Unix seconds) is only needed for node boot times."""
+
+    def __init__(
+        self,
+        *,
+        deployments: Iterable[DeploymentInfo] = (),
+        pods: Iterable[PodInfo] = (),
+        nodes: Iterable[NodeInfo] = (),
+        pdbs: Iterable[PodDisruptionBudgetInfo] = (),
+        priority_classes: Mapping[str, int] | None = None,
+        ready_follows_spec: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._lock = threading.RLock()
+        self.deployments: dict[str, DeploymentInfo] = {_key(d.namespace, d.name): d for d in deployments}
+        self.pods: dict[str, PodInfo] = {_key(p.namespace, p.name): p for p in pods}
+        self.nodes: dict[str, NodeInfo] = {n.name: n for n in nodes}
+        self.pdbs: dict[str, PodDisruptionBudgetInfo] = {_key(p.namespace, p.name): p for p in pdbs}
+        self.priority_classes: dict[str, int] = dict(priority_classes or {})
+        self.pools: dict[str, NodePool] = {}
+        self.ready_follows_spec = ready_follows_spec
+        self.clock = clock
+        self._node_ready_at: dict[str, float] = {}
+        self.suspended: set[tuple[str, str, str]] = set()
+        self.writes: list[FakeWrite] = []
+        self.events: list[FakeEvent] = []
+        self.snapshots = 0
+        self._faults: dict[str, list[_Fault]] = {}
+        self._blocked: set[tuple[str, str | None]] = set()
+
+    # ---- building the state ---------------------------------------------------------------------------------------
+
+    def add_deployment(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        ready: int | None = None,
+        selector: Mapping[str, str] | None = None,
+    ) -> DeploymentInfo:
+        dep = DeploymentInfo(namespace, name, replicas, replicas if ready is None else ready, dict(selector or {}))
+        with self._lock:
+            self.deployments[_key(namespace, name)] = dep
+        return dep
+
+    def add_pod(self, pod: PodInfo) -> PodInfo:
+        with self._lock:
+            self.pods[_key(pod.namespace, pod.name)] = pod
+        return pod
+
+    def add_node(self, node: NodeInfo) -> NodeInfo:
+        with self._lock:
+            self.nodes[node.name] = node
+        return node
+
+    def add_pdb(self, namespace: str, name: str, selector: Mapping[str, str], disruptions_allowed: int) -> None:
+        with self._lock:
+            self.pdbs[_key(namespace, name)] = PodDisruptionBudgetInfo(
+                namespace, name, dict(selector), disruptions_allowed
+            )
+
+    def add_pool(
+        self,
+        pool: str,
+        nodes: int = 0,
+        *,
+        gpus_per_node: int = 8,
+        gpu_product: str | None = None,
+        boot_s: float = 0.0,
+        min_size: int | None = None,
+        max_size: int | None = None,
+    ) -> NodePool:
+        """A resizable pool; its initial ``nodes`` are ready at once."""
+        with self._lock:
+            state = NodePool(0, gpus_per_node, gpu_product, boot_s, min_size, max_size)
+            self.pools[pool] = state
+            self._resize(pool, state, nodes, boot=False)
+            return state
+
+    # ---- faults ---------------------------------------------------------------------------------------------------
+
+    def fail(self, op: str, error: Exception | None = None, *, times: int | None = 1) -> None:
+        """The next ``times`` calls of ``op`` raise ``error`` (default a PortError); ``times=None``: until cleared."""
+        if op not in OPS:
+            raise ValueError(f"unknown operation {op!r} (one of {', '.join(OPS)})")
+        with self._lock:
+            self._faults.setdefault(op, []).append(
+                _Fault(error or PortError(f"{op}: injected failure (HTTP 500)"), times)
+            )
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._blocked.clear()
+
+    def block_evictions(self, namespace: str, name: str | None = None) -> None:
+        """Evictions of this pod (or of every pod in the namespace) are BLOCKED, as by a PDB that never allows."""
+        with self._lock:
+            self._blocked.add((namespace, name))
+
+    def _check_fault(self, op: str) -> None:
+        faults = self._faults.get(op)
+        if not faults:
+            return
+        fault = faults[0]
+        if fault.times is not None:
+            fault.times -= 1
+            if fault.times <= 0:
+                faults.pop(0)
+        raise fault.error
+
+    # ---- ClusterReader --------------------------------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        with self._lock:
+            self._check_fault("snapshot")
+            self.snapshots += 1
+            nodes = []
+            for node in self.nodes.values():
+                ready_at = self._node_ready_at.get(node.name)
+                if ready_at is not None and now >= ready_at:
+                    node = replace(node, ready=True, allocatable_gpus=self._pool_gpus(node))
+                    self.nodes[node.name] = node
+                    del self._node_ready_at[node.name]
+                nodes.append(node)
+            return ClusterSnapshot(
+                time=now,
+                deployments=tuple(self.deployments.values()),
+                pods=tuple(self.pods.values()),
+                nodes=tuple(nodes),
+                priority_classes=dict(self.priority_classes),
+                pdbs=tuple(self.pdbs.values()),
+            )
+
+    def _pool_gpus(self, node: NodeInfo) -> int:
+        pool = self.pools.get(node.pool or "")
+        return pool.gpus_per_node if pool else node.allocatable_gpus
+
+    # ---- ClusterWriter --------------------------------------------------------------------------------------------
+
+    def _record(self, op: str, args: tuple[Any, ...], outcome: str) -> None:
+        self.writes.append(FakeWrite(op, args, outcome))
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        with self._lock:
+            args = (namespace, name, replicas)
+            try:
+                self._check_fault("scale_deployment")
+            except Exception:
+                self._record("scale_deployment", args, "failed")
+                raise
+            key = _key(namespace, name)
+            dep = self.deployments.get(key)
+            if dep is None:
+                self._record("scale_deployment", args, "failed")
+                raise PortError(f"scale deployment {key}: HTTP 404 NotFound")
+            if dep.spec_replicas == replicas:
+                self._record("scale_deployment", args, "unchanged")
+                return
+            ready = replicas if self.ready_follows_spec else min(dep.ready_replicas, replicas)
+            self.deployments[key] = replace(dep, spec_replicas=replicas, ready_replicas=ready)
+            self._record("scale_deployment", args, "applied")
+
+    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+        with self._lock:
+            args = (namespace, name)
+            try:
+                self._check_fault("evict_pod")
+            except Exception:
+                self._record("evict_pod", args, "failed")
+                raise
+            key = _key(namespace, name)
+            pod = self.pods.get(key)
+            if pod is None:
+                self._record("evict_pod", args, "gone")
+                return EvictionOutcome.GONE
+            if (namespace, name) in self._blocked or (namespace, None) in self._blocked:
+                self._record("evict_pod", args, "blocked")
+                return EvictionOutcome.BLOCKED
+            # Pending and finished pods cause no new disruption: the API server deletes them without a PDB check.
+            if pod.phase not in ("Pending", "Succeeded", "Failed"):
+                budgets = [
+                    pdb
+                    for pdb in self.pdbs.values()
+                    if pdb.namespace == namespace
+                    and pdb.selector
+                    and all(pod.labels.get(k) == v for k, v in pdb.selector.items())
+                ]
+                if len(budgets) > 1:
+                    self._record("evict_pod", args, "failed")
+                    raise PortError(
+                        f"evict pod {key}: HTTP 500: This pod has more than one PodDisruptionBudget, which the "
+                        "eviction subresource does not support."
+                    )
+                if budgets:
+                    pdb = budgets[0]
+                    if pdb.disruptions_allowed <= 0:
+                        self._record("evict_pod", args, "blocked")
+                        return EvictionOutcome.BLOCKED
+                    self.pdbs[_key(pdb.namespace, pdb.name)] = replace(
+                        pdb, disruptions_allowed=pdb.disruptions_allowed - 1
+                    )
+            del self.pods[key]
+            self._record("evict_pod", args, "evicted")
+            return EvictionOutcome.EVICTED
+
+    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            args = (kind, namespace, name)
+            try:
+                self._check_fault("suspend_workload")
+            except Exception:
+                self._record("suspend_workload", args, "failed")
+                raise
+            if kind not in SUSPENDABLE_KINDS:
+                self._record("suspend_workload", args, "failed")
+                raise PortError(f"suspend {kind} {namespace}/{name}: not suspendable through its spec")
+            if (kind, namespace, name) in self.suspended:
+                self._record("suspend_workload", args, "unchanged")
+                return
+            self.suspended.add((kind, namespace, name))
+            # The workload's controller deletes its pods when suspended.
+            for key, pod in list(self.pods.items()):
+                if pod.namespace != namespace:
+                    continue
+                owned = pod.owner_kind == kind and pod.owner_name == name
+                in_gang = pod.gang is not None and pod.gang.rsplit("/", 2)[-2:] == [namespace, name]
+                if owned or in_gang:
+                    del self.pods[key]
+            self._record("suspend_workload", args, "applied")
+
+    def emit_event(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        **_: Any,  # accepts the real writer's keyword extras (action=...)
+    ) -> None:
+        with self._lock:
+            self._check_fault("emit_event")
+            for event in self.events:
+                if (event.kind, event.namespace, event.name, event.reason, event.message, event.type) == (
+                    kind,
+                    namespace,
+                    name,
+                    reason,
+                    message,
+                    event_type,
+                ):
+                    event.count += 1
+                    return
+            self.events.append(FakeEvent(kind, namespace, name, reason, message, event_type))
+
+    # ---- NodePoolScaler -------------------------------------------------------------------------------------------
+
+    def node_count(self, pool: str) -> int:
+        with self._lock:
+            self._check_fault("node_count")
+            return self._pool(pool).size
+
+    def scale(self, pool: str, nodes: int) -> None:
+        with self._lock:
+            args = (pool, nodes)
+            try:
+                self._check_fault("scale")
+                state = self._pool(pool)
+            except Exception:
+                self._record("scale", args, "failed")
+                raise
+            target = nodes
+            if state.max_size is not None:
+                target = min(target, state.max_size)
+            if state.min_size is not None:
+                target = max(target, state.min_size)
+            if target == state.size:
+                self._record("scale", args, "unchanged")
+                return
+            self._resize(pool, state, target, boot=True)
+            self._record("scale", args, "applied")
+
+    def _pool(self, pool: str) -> NodePool:
+        try:
+            return self.pools[pool]
+        except KeyError:
+            raise PortError(f"node pool {pool!r}: HTTP 404 NotFound") from None
+
+    def _resize(self, pool: str, state: NodePool, target: int, *, boot: bool) -> None:
+        while state.size < target:
+            name = f"{pool}-{state.next_index}"
+            state.next_index += 1
+            booting = boot and state.boot_s > 0 and self.clock is not None
+            self.nodes[name] = NodeInfo(
+                name=name,
+                allocatable_gpus=0 if booting else state.gpus_per_node,
+                gpu_product=state.gpu_product,
+                pool=pool,
+                ready=not booting,
+            )
+            if booting:
+                assert self.clock is not None
+                self._node_ready_at[name] = self.clock() + state.boot_s
+            state.nodes.append(name)
+            state.size += 1
+        while state.size > target:
+            # Newest first: like a MachineSet's "Newest" delete policy, and the nodes least likely to hold work.
+            name = state.nodes.pop()
+            self.nodes.pop(name, None)
+            self._node_ready_at.pop(name, None)
+            for key, pod in list(self.pods.items()):
+                if pod.node == name:
+                    del self.pods[key]
+            state.size -= 1

@@ -1,0 +1,325 @@
+"""KubeClusterWriter against the fake API server: idempotence, 409 on a fresh read, 429/404 evictions, faults."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes import (
+    INVALID_SPEC,
+    READY,
+    ConditionUpdate,
+    ConflictError,
+    KubeApiError,
+    KubeClusterWriter,
+    KubeUnavailable,
+    LastAction,
+    StatusUpdate,
+    UnsupportedWorkloadError,
+    WriterConfig,
+)
+from autoscaler.core.model import ScaleDeployment
+from autoscaler.core.reasons import Reason
+from autoscaler.ports import EvictionOutcome, PortError
+from tests.kube import objects as o
+from tests.kube.fake_apiserver import FakeApiServer
+
+NOW = 1_800_000_000.0
+
+
+def writer(api: client.ApiClient, **kw: Any) -> KubeClusterWriter:
+    cfg = WriterConfig(reporting_instance="test-0", **kw)
+    return KubeClusterWriter(api, cfg, clock=lambda: NOW, sleep=lambda s: None)
+
+
+def rv(server: FakeApiServer, api_version: str, kind: str, name: str, ns: str = "default") -> str:
+    obj = server.get(api_version, kind, name, ns)
+    assert obj is not None
+    return str(obj["metadata"]["resourceVersion"])
+
+
+# ---- scale --------------------------------------------------------------------------------------------------------
+
+
+def test_scale_is_idempotent(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    w = writer(api_client)
+    w.scale_deployment("ml", "chat", 5)
+    after_first = rv(apiserver, "apps/v1", "Deployment", "chat", "ml")
+    w.scale_deployment("ml", "chat", 5)
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 5
+    assert rv(apiserver, "apps/v1", "Deployment", "chat", "ml") == after_first  # the re-apply wrote nothing
+    patches = [r for r in apiserver.requests if r.method == "PATCH"]
+    assert len(patches) == 1
+    assert patches[0].path == "/apis/apps/v1/namespaces/ml/deployments/chat/scale"
+    assert patches[0].content_type == "application/merge-patch+json"
+    assert patches[0].body["metadata"]["resourceVersion"]  # written with a precondition
+
+
+def _race_once(w: KubeClusterWriter, attr: str, api: str, race: Callable[[], None]) -> None:
+    """Make another client write right after the writer's first read (a genuine resourceVersion conflict)."""
+    target = getattr(w, api)
+    original = getattr(target, attr)
+    calls = {"n": 0}
+
+    def read(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            race()
+        return result
+
+    setattr(target, attr, read)
+
+
+def test_scale_conflict_is_retried_on_a_fresh_read(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    w = writer(api_client)
+
+    def someone_else_scales() -> None:
+        dep = apiserver.get("apps/v1", "Deployment", "chat", "ml")
+        dep["spec"]["replicas"] = 3
+        apiserver.update_object(dep)
+
+    _race_once(w, "read_namespaced_deployment_scale", "_apps", someone_else_scales)
+    w.scale_deployment("ml", "chat", 6)
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 6
+    statuses = [r.status for r in apiserver.requests if r.method == "PATCH"]
+    assert statuses == [409, 200]
+    assert apiserver.request_count("GET", r"/scale$") == 2
+
+
+def test_scale_conflict_that_resolves_itself_writes_nothing(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    w = writer(api_client)
+
+    def someone_else_scales_to_the_same() -> None:
+        dep = apiserver.get("apps/v1", "Deployment", "chat", "ml")
+        dep["spec"]["replicas"] = 6
+        apiserver.update_object(dep)
+
+    _race_once(w, "read_namespaced_deployment_scale", "_apps", someone_else_scales_to_the_same)
+    w.scale_deployment("ml", "chat", 6)
+    assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409]  # fresh read: already 6
+
+
+def test_persistent_conflict_is_bounded(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    apiserver.inject("PATCH", r"/scale$", 409, times=None, reason="Conflict")
+    with pytest.raises(ConflictError):
+        writer(api_client, conflict_retries=3).scale_deployment("ml", "chat", 6)
+    assert apiserver.request_count("PATCH") == 4
+
+
+def test_a_failed_write_is_not_retried_blindly(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    apiserver.inject("PATCH", r"/scale$", 500, times=1)
+    with pytest.raises(KubeApiError) as exc:
+        writer(api_client).scale_deployment("ml", "chat", 6)
+    assert exc.value.status == 500 and isinstance(exc.value, PortError)
+    assert apiserver.request_count("PATCH") == 1
+    writer(api_client).scale_deployment("ml", "chat", 6)  # the next tick re-applies the same absolute target
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 6
+
+
+def test_a_lost_response_never_doubles_the_action(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    apiserver.slow("PATCH", r"/scale$", 0.6, times=1)  # applied, but the answer comes after the client gave up
+    w = writer(api_client, request_timeout_s=0.2)
+    with pytest.raises(KubeUnavailable):
+        w.scale_deployment("ml", "chat", 6)
+    time.sleep(0.5)
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 6
+    version = rv(apiserver, "apps/v1", "Deployment", "chat", "ml")
+    w.scale_deployment("ml", "chat", 6)  # re-applied: a no-op
+    assert rv(apiserver, "apps/v1", "Deployment", "chat", "ml") == version
+
+
+def test_scale_missing_deployment_is_a_port_error(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    with pytest.raises(KubeApiError) as exc:
+        writer(api_client).scale_deployment("ml", "nope", 2)
+    assert exc.value.status == 404
+
+
+# ---- evictions ----------------------------------------------------------------------------------------------------
+
+
+def test_eviction_outcomes(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(
+        o.pod("free", "ml", labels={"app": "free"}),
+        o.pod("guarded", "ml", labels={"app": "guarded"}),
+        o.pdb("guarded", "ml", selector={"app": "guarded"}, disruptions_allowed=0, current=1),
+    )
+    w = writer(api_client)
+    assert w.evict_pod("ml", "free") is EvictionOutcome.EVICTED
+    assert w.evict_pod("ml", "free") is EvictionOutcome.GONE  # repeated: already gone, which is fine
+    assert w.evict_pod("ml", "guarded") is EvictionOutcome.BLOCKED
+    assert apiserver.get("v1", "Pod", "guarded", "ml") is not None
+    post = next(r for r in apiserver.requests if r.method == "POST")
+    assert post.path == "/api/v1/namespaces/ml/pods/free/eviction"
+    assert post.body["apiVersion"] == "policy/v1" and post.body["kind"] == "Eviction"
+
+
+def test_throttled_eviction_is_blocked_and_500_is_an_error(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.pod("p", "ml"))
+    apiserver.inject("POST", r"/eviction$", 429, times=1, retry_after=2)  # API priority and fairness
+    assert writer(api_client).evict_pod("ml", "p") is EvictionOutcome.BLOCKED
+    apiserver.inject("POST", r"/eviction$", 500, times=1)
+    with pytest.raises(PortError):
+        writer(api_client).evict_pod("ml", "p")
+    assert apiserver.request_count("POST") == 2  # never retried by the writer
+    assert writer(api_client).evict_pod("ml", "p") is EvictionOutcome.EVICTED
+
+
+def test_eviction_with_lost_response_then_retry_is_gone(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.pod("p", "ml"))
+    apiserver.slow("POST", r"/eviction$", 0.5, times=1)
+    w = writer(api_client, request_timeout_s=0.15)
+    with pytest.raises(KubeUnavailable):
+        w.evict_pod("ml", "p")
+    time.sleep(0.45)
+    assert w.evict_pod("ml", "p") is EvictionOutcome.GONE
+
+
+# ---- suspension ---------------------------------------------------------------------------------------------------
+
+
+def test_suspend_job_jobset_and_kueue_workload(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(
+        o.job("train", "ml"),
+        o.jobset_crd(),
+        o.jobset("llama", "ml"),
+        o.workload_crd(),
+        o.workload("job-bert-1", "ml"),
+    )
+    w = writer(api_client)
+    w.suspend_workload("Job", "ml", "train")
+    w.suspend_workload("JobSet", "ml", "llama")
+    w.suspend_workload("Workload", "ml", "job-bert-1")
+    assert apiserver.get("batch/v1", "Job", "train", "ml")["spec"]["suspend"] is True
+    assert apiserver.get("jobset.x-k8s.io/v1alpha2", "JobSet", "llama", "ml")["spec"]["suspend"] is True
+    assert apiserver.get("kueue.x-k8s.io/v1beta1", "Workload", "job-bert-1", "ml")["spec"]["active"] is False
+    patches = apiserver.request_count("PATCH")
+    w.suspend_workload("Job", "ml", "train")
+    w.suspend_workload("JobSet", "ml", "llama")
+    assert apiserver.request_count("PATCH") == patches  # idempotent
+    w.suspend_workload("Job", "ml", "gone")  # a deleted workload uses no GPUs: done, not an error
+    with pytest.raises(UnsupportedWorkloadError):
+        w.suspend_workload("VolcanoJob", "ml", "x")
+
+
+# ---- events -------------------------------------------------------------------------------------------------------
+
+
+def test_event_on_the_object_with_its_uid_and_deduplicated(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.deployment("chat", "ml"), o.node("gpu-0"))
+    w = writer(api_client)
+    w.emit_event("Deployment", "ml", "chat", "MetricAboveTarget", "scaled 2 -> 4: utilisation 95% > 70%")
+    w.emit_event("Deployment", "ml", "chat", "MetricAboveTarget", "scaled 2 -> 4: utilisation 95% > 70%")
+    w.emit_event("Node", "", "gpu-0", "Rebalance", "drained for a gang", "Warning", action="Drain")
+    events = apiserver.objects("events.k8s.io/v1", "Event")
+    assert len(events) == 2
+    dep_event = next(e for e in events if e["regarding"]["kind"] == "Deployment")
+    uid = apiserver.get("apps/v1", "Deployment", "chat", "ml")["metadata"]["uid"]
+    assert dep_event["regarding"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "chat",
+        "namespace": "ml",
+        "uid": uid,
+    }
+    assert dep_event["reason"] == "MetricAboveTarget" and dep_event["type"] == "Normal"
+    assert dep_event["reportingController"] == "gpuautoscaler.dev/controller"
+    assert dep_event["reportingInstance"] == "test-0"
+    assert dep_event["series"]["count"] == 2
+    node_event = next(e for e in events if e["regarding"]["kind"] == "Node")
+    assert node_event["metadata"]["namespace"] == "default" and node_event["action"] == "Drain"
+    assert "namespace" not in node_event["regarding"] and node_event["type"] == "Warning"
+
+
+def test_long_notes_are_truncated_and_core_v1_events_work(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    w = writer(api_client, event_api="v1")
+    w.emit_event("Pod", "ml", "gone-pod", "PreemptForInference", "é" * 2000)  # pod gone: event without uid
+    w.emit_event("Pod", "ml", "gone-pod", "PreemptForInference", "é" * 2000)
+    (event,) = apiserver.objects("v1", "Event")
+    assert len(event["message"].encode()) <= 1024 and event["count"] == 2
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "gone-pod", "namespace": "ml"}
+
+
+# ---- GPUScalingPolicy status ----------------------------------------------------------------------------------------
+
+
+def test_policy_status_merge_idempotence_and_transitions(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.policy_crd(), o.gpu_policy("chat", "ml"))
+    clock = {"now": NOW}
+    w = KubeClusterWriter(api_client, WriterConfig(), clock=lambda: clock["now"], sleep=lambda s: None)
+    action = ScaleDeployment("ml", "chat", 4, 2, Reason.METRIC_ABOVE_TARGET, "util 95% > 70%")
+    update = StatusUpdate(
+        current_replicas=2,
+        desired_replicas=4,
+        last_action=LastAction.from_action(action, NOW),
+        conditions=(ConditionUpdate(READY, True, "Active", "scaling ml/chat"),),
+    )
+    assert w.update_policy_status("ml", "chat", update, generation=1) is True
+    version = rv(apiserver, "gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat", "ml")
+    clock["now"] = NOW + 60
+    assert w.update_policy_status("ml", "chat", update, generation=1) is False  # same content: no write
+    assert rv(apiserver, "gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat", "ml") == version
+    status = apiserver.get("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat", "ml")["status"]
+    assert status["currentReplicas"] == 2 and status["desiredReplicas"] == 4 and status["observedGeneration"] == 1
+    assert status["lastAction"]["reason"] == "metric_above_target" and status["lastAction"]["toReplicas"] == 4
+    assert status["lastScaleTime"] == "2027-01-15T08:00:00Z"
+    ready = status["conditions"][0]
+    assert ready["lastTransitionTime"] == "2027-01-15T08:00:00Z"
+    # a message change keeps the transition time; a status flip moves it
+    w.update_policy_status("ml", "chat", StatusUpdate(conditions=(ConditionUpdate(READY, True, "Active", "x"),)))
+    cond = apiserver.get("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat", "ml")["status"]["conditions"][0]
+    assert cond["message"] == "x" and cond["lastTransitionTime"] == "2027-01-15T08:00:00Z"
+    w.update_policy_status(
+        "ml",
+        "chat",
+        StatusUpdate(
+            conditions=(
+                ConditionUpdate(READY, False, "DeploymentNotFound", "gone"),
+                ConditionUpdate(INVALID_SPEC, False, "Valid"),
+            )
+        ),
+    )
+    status = apiserver.get("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat", "ml")["status"]
+    assert status["conditions"][0]["lastTransitionTime"] == "2027-01-15T08:01:00Z"
+    assert [c["type"] for c in status["conditions"]] == [READY, INVALID_SPEC]
+    assert status["currentReplicas"] == 2  # fields not in the update are kept
+    puts = [r for r in apiserver.requests if r.method == "PUT"]
+    assert all(r.path.endswith("/gpuscalingpolicies/chat/status") for r in puts) and len(puts) == 3
+
+
+def test_policy_status_conflict_keeps_the_other_writers_fields(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.policy_crd(), o.gpu_policy("chat", "ml"))
+    w = writer(api_client)
+
+    def another_replica_writes_status() -> None:
+        obj = apiserver.get("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat", "ml")
+        obj["status"] = {"lastForecast": {"time": "2027-01-15T07:59:00Z", "horizonSeconds": 300, "quantile": 0.9}}
+        apiserver.update_object(obj)
+
+    _race_once(w, "get_namespaced_custom_object", "_custom", another_replica_writes_status)
+    assert w.update_policy_status("ml", "chat", StatusUpdate(current_replicas=3)) is True
+    status = apiserver.get("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat", "ml")["status"]
+    assert status["currentReplicas"] == 3 and status["lastForecast"]["horizonSeconds"] == 300  # no lost write
+    assert [r.status for r in apiserver.requests if r.method == "PUT"] == [409, 200]
