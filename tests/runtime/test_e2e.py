@@ -1,0 +1,395 @@
+"""End to end: the fake Kubernetes API server + a real Prometheus scraping a DCGM-like exporter + ``autoscaler run``
+as subprocesses.
+
+What is real here: the controller process (settings from the environment, apscheduler, leader election, HTTP), the
+official ``kubernetes`` client over HTTP, Prometheus 2.42 scraping and answering PromQL, prometheus-api-client. What
+is fake: the API server (tests/kube/fake_apiserver.py, real REST semantics) and the GPUs (a prometheus_client
+exporter publishing ``DCGM_FI_DEV_GPU_UTIL`` for two pods of the Deployment).
+
+Every wait is bounded; processes are killed by their pid in finalizers; ports are free ones on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from autoscaler.adapters.kubernetes.crd import generate_crd
+from tests.kube.fake_apiserver import FakeApiServer
+from tests.prometheus.promserver import PrometheusServer, binaries, free_port, in_ci
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE, DEPLOYMENT = "ml", "chat"
+# Pod names as a Deployment makes them (<deployment>-<pod-template-hash>-<suffix>), so Prometheus samples map to it.
+PODS = ("chat-6b7f9d8c4-xk2pz", "chat-6b7f9d8c4-q5mwz")
+SCALE_PATH = rf"^/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}/scale$"
+LEASE = {"duration": 3, "renew": 2, "retry": 0.5}
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str] = str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = condition()
+        except Exception:  # the thing polled may not be up yet
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs()}")
+        time.sleep(0.2)
+
+
+class GpuExporter:
+    """dcgm-exporter's shape: one DCGM_FI_DEV_GPU_UTIL series per GPU, labelled with the pod using it."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.util = Gauge(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "GPU utilization (in %).",
+            ["gpu", "UUID", "modelName", "Hostname", "namespace", "pod", "container"],
+            registry=self.registry,
+        )
+        self.port = free_port()
+        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
+
+    def set(self, percent: float) -> None:
+        for i, pod in enumerate(PODS):
+            self.util.labels(str(i), f"GPU-node1-{i}", "NVIDIA A100-SXM4-80GB", "node1", NAMESPACE, pod, "main").set(
+                percent
+            )
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def prometheus_config(exporter_port: int) -> str:
+    return (
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: dcgm\n"
+        "    honor_labels: true\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
+    )
+
+
+def prom_has_samples(url: str) -> bool:
+    query = urllib.parse.urlencode({"query": "DCGM_FI_DEV_GPU_UTIL"})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=2) as response:
+        return len(json.load(response)["data"]["result"]) == len(PODS)
+
+
+class Controller:
+    """``autoscaler run`` in a subprocess, configured through the environment like a Deployment would be."""
+
+    def __init__(self, identity: str, kubeconfig: Path, prometheus_url: str, workdir: Path) -> None:
+        self.identity = identity
+        self.port = free_port()
+        self.log_path = workdir / f"{identity}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALER_", "KUBERNETES_"))}
+        env.update(
+            {
+                "POD_NAME": identity,
+                "POD_NAMESPACE": "default",
+                "PYTHONPATH": str(REPO),
+                "AUTOSCALER_TICK_INTERVAL_SECONDS": "1",
+                "AUTOSCALER_TICK_STALL_SECONDS": "30",
+                "AUTOSCALER_SHUTDOWN_GRACE_SECONDS": "5",
+                "AUTOSCALER_LOG_LEVEL": "INFO",
+                "AUTOSCALER_HTTP__BIND_ADDRESS": "127.0.0.1",
+                "AUTOSCALER_HTTP__PORT": str(self.port),
+                "AUTOSCALER_KUBERNETES__CONFIG_MODE": "kubeconfig",
+                "AUTOSCALER_KUBERNETES__KUBECONFIG": str(kubeconfig),
+                "AUTOSCALER_KUBERNETES__REQUEST_TIMEOUT_SECONDS": "2",
+                "AUTOSCALER_LEADER_ELECTION__LEASE_DURATION_SECONDS": str(LEASE["duration"]),
+                "AUTOSCALER_LEADER_ELECTION__RENEW_DEADLINE_SECONDS": str(LEASE["renew"]),
+                "AUTOSCALER_LEADER_ELECTION__RETRY_PERIOD_SECONDS": str(LEASE["retry"]),
+                "AUTOSCALER_PROMETHEUS_URL": prometheus_url,
+                "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "1",
+                "AUTOSCALER_PROMETHEUS_RETRIES": "0",
+            }
+        )
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autoscaler.cli", "run"],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def log(self, chars: int = 6000) -> str:
+        try:
+            return f"--- {self.identity} log ---\n" + self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return f"--- {self.identity}: no log ---"
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """A sample of the controller's own /metrics, or None when absent."""
+        status, text = self.get("/metrics")
+        assert status == 200, text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+        return None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        return self.proc.returncode
+
+
+# ---- fixtures -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prometheus_binary() -> str:
+    found = binaries()
+    if found is None:
+        message = "prometheus is not installed: apt-get install -y --no-install-recommends prometheus"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return found[0]
+
+
+@pytest.fixture
+def exporter() -> Iterator[GpuExporter]:
+    exp = GpuExporter()
+    yield exp
+    exp.close()
+
+
+@pytest.fixture
+def prometheus(prometheus_binary: str, exporter: GpuExporter, tmp_path: Path) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(prometheus_binary, tmp_path / "prom-data", config=prometheus_config(exporter.port))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[FakeApiServer]:
+    server = FakeApiServer(simulate_deployments=True)
+    server.seed(generate_crd())
+    server.seed(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": DEPLOYMENT}},
+                "template": {
+                    "metadata": {"labels": {"app": DEPLOYMENT}},
+                    "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai"}]},
+                },
+            },
+            "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2},
+        },
+        {
+            "apiVersion": "gpuautoscaler.dev/v1alpha1",
+            "kind": "GPUScalingPolicy",
+            "metadata": {"name": "chat-policy", "namespace": NAMESPACE},
+            "spec": {
+                "targetRef": {"name": DEPLOYMENT},
+                "minReplicas": 1,
+                "maxReplicas": 8,
+                "metric": {"type": "gpu_utilization", "target": 50},
+                # No scale-down window, so that the test sees a scale-down (and a hold) within seconds.
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+            },
+        },
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def controllers(
+    api: FakeApiServer, prometheus: PrometheusServer, tmp_path: Path
+) -> Iterator[Callable[[str], Controller]]:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    started: list[Controller] = []
+
+    def start(identity: str) -> Controller:
+        controller = Controller(identity, kubeconfig, prometheus.url, tmp_path)
+        started.append(controller)
+        return controller
+
+    yield start
+    for controller in started:
+        controller.stop(signal.SIGKILL)
+
+
+def replicas(api: FakeApiServer) -> int:
+    deployment = api.get("apps/v1", "Deployment", DEPLOYMENT, NAMESPACE)
+    assert deployment is not None
+    return int(deployment["spec"]["replicas"])
+
+
+def policy_status(api: FakeApiServer) -> dict[str, Any]:
+    obj = api.get("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", "chat-policy", NAMESPACE)
+    assert obj is not None
+    return dict(obj.get("status") or {})
+
+
+def conditions(api: FakeApiServer) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in policy_status(api).get("conditions") or []}
+
+
+def events(api: FakeApiServer, reason: str) -> list[dict[str, Any]]:
+    return [e for e in api.objects("events.k8s.io/v1", "Event", NAMESPACE) if e.get("reason") == reason]
+
+
+def lease_holder(api: FakeApiServer) -> str | None:
+    lease = api.get("coordination.k8s.io/v1", "Lease", "gpu-autoscaler", "default")
+    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity")
+
+
+# ---- the tests ----------------------------------------------------------------------------------------------------
+
+
+def test_scales_under_load_with_event_and_status_and_holds_without_prometheus(
+    api: FakeApiServer,
+    exporter: GpuExporter,
+    prometheus: PrometheusServer,
+    controllers: Callable[[str], Controller],
+) -> None:
+    exporter.set(90.0)  # 2 pods at 90 % against a 50 % target: ceil(2 x 1.8) = 4 replicas
+    prometheus.start()
+    wait_until(lambda: prom_has_samples(prometheus.url), 30, "Prometheus to scrape the exporter")
+    ctrl = controllers("ctrl-a")
+    logs = ctrl.log
+
+    # -- a service under load gets scaled, once, with an Event and the CR status --
+    wait_until(lambda: replicas(api) == 4, 30, "the Deployment to be scaled 2 -> 4", logs)
+    wait_until(lambda: policy_status(api).get("currentReplicas") == 4, 10, "status.currentReplicas 4", logs)
+    time.sleep(2)  # a few more ticks at the same load: no further change, no repeated write
+    assert replicas(api) == 4
+    assert api.request_count("PATCH", SCALE_PATH) == 1, logs()
+    scaled = events(api, "MetricAboveTarget")
+    assert len(scaled) == 1 and scaled[0]["regarding"]["kind"] == "Deployment", scaled
+    assert "from 2 to 4" in scaled[0]["note"] and scaled[0]["type"] == "Normal"
+    status = policy_status(api)
+    assert status["desiredReplicas"] == 4
+    assert status["lastAction"]["reason"] == "metric_above_target"
+    assert (status["lastAction"]["fromReplicas"], status["lastAction"]["toReplicas"]) == (2, 4)
+    assert conditions(api)["Ready"]["status"] == "True"
+    assert conditions(api)["MetricsStale"]["status"] == "False"
+    applied = {"kind": "ScaleDeployment", "reason": "metric_above_target", "dry_run": "false", "result": "applied"}
+    assert ctrl.metric("gpu_autoscaler_actions_total", **applied) == 1
+    assert ctrl.metric("gpu_autoscaler_leader", identity="ctrl-a") == 1
+    assert ctrl.get("/healthz")[0] == 200 and ctrl.get("/readyz")[0] == 200
+    assert lease_holder(api) == "ctrl-a"
+
+    # -- Prometheus stops: the controller holds (the load it would scale down on is never seen as zero) --
+    prometheus.stop()
+    exporter.set(10.0)
+    wait_until(
+        lambda: ctrl.metric("gpu_autoscaler_stale_services", service=DEPLOYMENT, reason="metrics_unavailable") == 1,
+        15,
+        "the stale_services gauge",
+        logs,
+    )
+    wait_until(lambda: conditions(api)["MetricsStale"]["status"] == "True", 10, "MetricsStale=True", logs)
+    writes_before = api.request_count("PATCH", SCALE_PATH)
+    time.sleep(4)  # four ticks without Prometheus
+    assert replicas(api) == 4
+    assert api.request_count("PATCH", SCALE_PATH) == writes_before, logs()
+    stale_events = events(api, "MetricsStale")
+    assert len(stale_events) == 1 and stale_events[0]["type"] == "Warning", stale_events
+    assert stale_events[0]["regarding"]["kind"] == "GPUScalingPolicy"
+    assert ctrl.get("/healthz")[0] == 200  # holding is healthy: the loop runs
+
+    # -- Prometheus is back: the same low load now scales down, so the hold above was the staleness --
+    prometheus.start()
+    wait_until(lambda: replicas(api) == 1, 40, "the scale-down once metrics are fresh again", logs)
+    wait_until(lambda: conditions(api)["MetricsStale"]["status"] == "False", 10, "MetricsStale=False", logs)
+
+    # -- SIGTERM: clean exit, lease released for a fast handover --
+    assert ctrl.stop(signal.SIGTERM) == 0, logs()
+    assert lease_holder(api) == "", logs()
+
+
+def test_two_controllers_elect_one_leader_and_killing_it_hands_over(
+    api: FakeApiServer,
+    exporter: GpuExporter,
+    prometheus: PrometheusServer,
+    controllers: Callable[[str], Controller],
+) -> None:
+    exporter.set(50.0)  # on target: nothing to do
+    prometheus.start()
+    wait_until(lambda: prom_has_samples(prometheus.url), 30, "Prometheus to scrape the exporter")
+    a = controllers("ctrl-a")
+    wait_until(lambda: lease_holder(api) == "ctrl-a", 20, "ctrl-a to take the lease", a.log)
+    b = controllers("ctrl-b")
+
+    def logs() -> str:
+        return a.log() + "\n" + b.log()
+
+    wait_until(lambda: b.get("/readyz")[0] == 200, 20, "ctrl-b to be ready as a standby", logs)
+    assert "standby follower (leader: ctrl-a)" in b.get("/readyz")[1]
+    wait_until(lambda: (b.metric("gpu_autoscaler_ticks_total", result="standby") or 0) >= 2, 10, "standby ticks", logs)
+    assert a.metric("gpu_autoscaler_leader", identity="ctrl-a") == 1
+    assert b.metric("gpu_autoscaler_leader", identity="ctrl-b") == 0
+
+    # -- load: exactly one of them acts, exactly once --
+    exporter.set(90.0)
+    wait_until(lambda: replicas(api) == 4, 20, "the leader to scale 2 -> 4", logs)
+    time.sleep(2)
+    assert api.request_count("PATCH", SCALE_PATH) == 1, logs()
+    assert not b.metric("gpu_autoscaler_ticks_total", result="ok")
+    assert lease_holder(api) == "ctrl-a"
+
+    # -- kill the leader (no clean shutdown, no release): the follower takes over after the lease expires --
+    killed_at = time.monotonic()
+    a.stop(signal.SIGKILL)
+    wait_until(lambda: lease_holder(api) == "ctrl-b", 20, "ctrl-b to take over the lease", logs)
+    handover = time.monotonic() - killed_at
+    # lease duration (3 s) from the last renewal it saw, plus up to one retry period; never before expiry
+    assert handover < LEASE["duration"] + 4 * LEASE["retry"] + 2, handover
+    wait_until(lambda: b.metric("gpu_autoscaler_leader", identity="ctrl-b") == 1, 5, "ctrl-b leader gauge", logs)
+
+    # -- the new leader acts --
+    exporter.set(10.0)
+    wait_until(lambda: replicas(api) == 1, 30, "ctrl-b to scale 4 -> 1", logs)
+    time.sleep(2)
+    assert api.request_count("PATCH", SCALE_PATH) == 2, logs()  # two changes, two writes: no double action
+    applied = {"kind": "ScaleDeployment", "reason": "metric_below_target", "dry_run": "false", "result": "applied"}
+    assert b.metric("gpu_autoscaler_actions_total", **applied) == 1
+    assert b.stop(signal.SIGTERM) == 0, logs()
