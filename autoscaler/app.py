@@ -1027,8 +1027,9 @@ def _kubernetes_adapters(settings: Settings, api_client: Any, metrics: MetricsSo
 def build_adapters(settings: Settings, *, check_prometheus: bool = True) -> Adapters:
     """The real adapters: Kubernetes (reader, writer, policies, status) and Prometheus.
 
-    Fails fast (PortError with a readable message) on a missing kubeconfig or an unreachable Prometheus, so a
-    misconfigured Deployment crash-loops with the reason in its log instead of holding forever in silence.
+    A configuration error (no kubeconfig, a missing token or CA file) raises with a readable message: it will not
+    fix itself. An *unreachable* Prometheus only logs a warning: it is an outage, the controller starts anyway and
+    holds with stale metrics (visible in /metrics and Events) rather than crash-looping through it.
     """
     from autoscaler.adapters.kubernetes.config import load_api_client
     from autoscaler.adapters.prometheus import connect
@@ -1036,8 +1037,21 @@ def build_adapters(settings: Settings, *, check_prometheus: bool = True) -> Adap
     api_client = load_api_client(
         settings.kubernetes.config_mode, settings.kubernetes.kubeconfig, settings.kubernetes.context
     )
-    metrics = connect(settings.prometheus, check=check_prometheus)
+    metrics = connect(settings.prometheus, check=False)
+    if check_prometheus:
+        try:
+            info = metrics.check()
+            log.info("Prometheus at %s answers (version %s)", info.url, info.version or "unknown")
+        except Exception as exc:
+            log.warning("Prometheus check failed, starting anyway (services hold until it answers): %s", exc)
     return _kubernetes_adapters(settings, api_client, metrics)
+
+
+def lease_name(settings: Settings) -> str:
+    """A dry-run controller elects among dry-run replicas only: on the real Lease it could win, act on nothing,
+    and keep the real controller from acting at all."""
+    name = settings.leader_election.lease_name
+    return f"{name}-dry-run" if settings.dry_run else name
 
 
 def build_runtime(
@@ -1070,7 +1084,7 @@ def build_runtime(
         store = KubernetesLeaseStore(
             client.CoordinationV1Api(adapters.api_client),
             le.lease_namespace,
-            le.lease_name,
+            lease_name(settings),
             # one hung request must not use up the renew deadline
             request_timeout_s=min(settings.kubernetes.request_timeout_seconds, le.renew_deadline_seconds / 2),
         )

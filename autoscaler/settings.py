@@ -74,7 +74,11 @@ class LeaderElectionSettings(_Group):
     enabled: bool = Field(
         True, description="elect a leader through a Lease; false = this process always acts (single replica only)"
     )
-    lease_name: str = Field("gpu-autoscaler", min_length=1, description="name of the Lease object")
+    lease_name: str = Field(
+        "gpu-autoscaler",
+        min_length=1,
+        description="name of the Lease object (dry-run controllers use <name>-dry-run, never the real one)",
+    )
     lease_namespace: str = Field(
         default_factory=_pod_namespace,
         min_length=1,
