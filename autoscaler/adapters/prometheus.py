@@ -748,6 +748,8 @@ class PrometheusMetricsSource:
             reasons.append(
                 f"{metric}: {len(missing)} of {len(ready)} ready pods without a valid sample: {examples}{more}"
             )
+        if not with_metric:
+            return None, reasons  # nothing usable: no PodMetrics whose zero sum could be mistaken for idle
         metrics = PodMetrics(
             ready_with_metric=len(with_metric),
             metric_sum=sum(values[pod] for pod in with_metric),

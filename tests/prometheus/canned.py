@@ -1,0 +1,100 @@
+"""A tiny HTTP server on 127.0.0.1 that answers Prometheus API requests with canned bodies, per metric family.
+
+The adapter under test talks real HTTP to it (requests, prometheus-api-client, retries), so parsing is tested
+exactly as it runs in production; only the server's answers are made up.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from promserver import free_port
+
+NOW = 1_700_000_000.0
+
+# Which family a query belongs to, by the metric name it mentions (first match wins).
+FAMILY_MARKERS = (
+    ("autoscaler_service", "override"),
+    ("DCGM_FI_DEV_GPU_UTIL", "util"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "engine"),
+    ("DCGM_FI_DEV_FB_USED", "fb_used"),
+    ("DCGM_FI_DEV_FB_FREE", "fb_free"),
+    ("request_success_total", "rate"),
+    ("num_requests_waiting", "queue"),
+    ("latency_seconds_bucket", "latency"),
+    ("vector(1)", "check"),
+)
+
+
+def series(labels: dict[str, str], value: Any, ts: float = NOW) -> dict[str, Any]:
+    return {"metric": labels, "value": [ts, value]}
+
+
+def vector(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"status": "success", "data": {"resultType": "vector", "result": list(items)}}
+
+
+@dataclass
+class Answer:
+    body: Any  # JSON-able object, or bytes sent as is
+    status: int = 200
+
+
+@dataclass
+class CannedPrometheus:
+    answers: dict[str, Answer] = field(default_factory=dict)
+    queries: list[tuple[str, str]] = field(default_factory=list)  # (family, query)
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        canned = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                canned._handle(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> CannedPrometheus:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handle(self, req: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(req.path)
+        if parts.path == "/api/v1/status/buildinfo":
+            self._reply(req, Answer({"status": "success", "data": {"version": "canned"}}))
+            return
+        query = parse_qs(parts.query).get("query", [""])[0]
+        family = next((name for marker, name in FAMILY_MARKERS if marker in query), "unknown")
+        self.queries.append((family, query))
+        if family == "check":
+            self._reply(req, Answer(vector(series({}, "1"))))
+            return
+        self._reply(req, self.answers.get(family, Answer(vector())))
+
+    @staticmethod
+    def _reply(req: BaseHTTPRequestHandler, answer: Answer) -> None:
+        body = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
+        req.send_response(answer.status)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        req.wfile.write(body)
