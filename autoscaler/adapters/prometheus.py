@@ -990,9 +990,10 @@ def chunk_range(start: float, end: float, step_s: float, max_points: int) -> lis
     """[start, end] cut into aligned chunks of at most ``max_points`` evaluation points, none shared."""
     chunks = []
     span = (max_points - 1) * step_s
+    last = start + math.floor((end - start) / step_s + 1e-9) * step_s  # the last evaluation point on the grid
     t = start
-    while t <= end + 1e-9:
-        chunk_end = min(t + span, end)
+    while t <= last + 1e-9:
+        chunk_end = min(t + span, last)
         chunks.append((t, chunk_end))
         t = chunk_end + step_s
     return chunks

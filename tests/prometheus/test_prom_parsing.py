@@ -13,46 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from canned import NOW, Answer, CannedPrometheus, series, vector
+from canned import HEALTHY, NOW, P0, P1, Answer, CannedPrometheus, app, gpu, series, vector
 
 from autoscaler.adapters.prometheus import AGE_TAG, PrometheusMetricsSource
 from autoscaler.adapters.prometheus_settings import PrometheusSettings
 from autoscaler.core.model import GpuSample, MetricKind, Observation, ServiceObservation, ServicePolicy
-
-P0, P1 = "chat-7d9f8b6c5-x2x4b", "chat-7d9f8b6c5-qz7kd"
-
-
-def gpu(i: int, **extra: str) -> dict[str, str]:
-    pod = (P0, P1)[i]
-    labels = {
-        "__name__": "DCGM_FI_DEV_GPU_UTIL",
-        "gpu": str(i),
-        "UUID": f"GPU-{i}",
-        "modelName": "NVIDIA H100 80GB HBM3",
-        "Hostname": "node-a",
-        "namespace": "ml",
-        "pod": pod,
-        "container": "server",
-        "instance": "10.0.0.1:9400",
-        "job": "dcgm-exporter",
-    }
-    labels.update(extra)
-    return labels
-
-
-def app(pod: str) -> dict[str, str]:
-    return {"namespace": "ml", "pod": pod}
-
-
-HEALTHY: dict[str, Any] = {
-    "util": vector(series(gpu(0), "40"), series(gpu(1), "60")),
-    "engine": vector(series(gpu(0), "0.4"), series(gpu(1), "0.6")),
-    "fb_used": vector(series(gpu(0), "30000"), series(gpu(1), "50000")),
-    "fb_free": vector(series(gpu(0), "51559"), series(gpu(1), "31559")),
-    "rate": vector(series(app(P0), "1"), series(app(P1), "2")),
-    "queue": vector(series(app(P0), "0"), series(app(P1), "3")),
-    "latency": vector(series({"namespace": "ml", "deployment": "chat"}, "0.25")),
-}
 
 
 @dataclass
