@@ -501,6 +501,24 @@ def _get_path(obj: JSON, dotted: str) -> Any:
     return current
 
 
+_MISSING = object()
+
+
+def _at_path(obj: Any, field_path: str) -> Any:
+    """The value at an error's field path (``spec.a[0].b``), or a sentinel when absent."""
+    node = obj
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field_path):
+        if index:
+            if not isinstance(node, list) or int(index) >= len(node):
+                return _MISSING
+            node = node[int(index)]
+        else:
+            if not isinstance(node, dict) or name not in node:
+                return _MISSING
+            node = node[name]
+    return node
+
+
 def _set_path(obj: JSON, dotted: str, value: Any) -> None:
     parts = dotted.strip(".").split(".")
     current = obj
@@ -1259,13 +1277,19 @@ class FakeApiServer:
 
     # -- write --
 
-    def _prepare(self, rt: ResourceType, obj: JSON, name: str) -> JSON:
-        """Schema (CRDs) and kind-specific validation; returns the defaulted, pruned object or raises 422."""
+    def _prepare(self, rt: ResourceType, obj: JSON, name: str, old: JSON | None = None) -> JSON:
+        """Schema (CRDs) and kind-specific validation; returns the defaulted, pruned object or raises 422.
+
+        On update, errors in fields that did not change are dropped (CRD validation ratcheting, on by default
+        since 1.30): an object stored before a schema got stricter can still have its status written.
+        """
         errors: list[tuple[str, str]] = []
         if rt.custom and rt.schema:
             obj, errors = validate_structural(obj, rt.schema)
         if rt.validator:
             errors.extend(rt.validator(obj))
+        if old is not None:
+            errors = [(f, m) for f, m in errors if _at_path(obj, f) != _at_path(old, f)]
         if errors:
             raise _invalid(rt, name, errors)
         return obj
@@ -1342,7 +1366,7 @@ class FakeApiServer:
                 else:
                     new.pop("status", None)
         new["apiVersion"], new["kind"] = cur.get("apiVersion", rt.api_version()), rt.kind
-        new = self._prepare(rt, new, cur["metadata"]["name"])
+        new = self._prepare(rt, new, cur["metadata"]["name"], old=cur)
         meta = dict(new["metadata"])
         meta["resourceVersion"] = cur["metadata"]["resourceVersion"]
         meta["generation"] = cur["metadata"].get("generation", 1)

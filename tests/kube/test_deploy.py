@@ -1,0 +1,316 @@
+"""deploy/: the CRD is what the pydantic models generate, the kustomize output validates against the Kubernetes 1.30
+schemas (strict), the examples are valid policies, and RBAC allows exactly what the adapters do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes import (
+    ConditionUpdate,
+    KubeClusterReader,
+    KubeClusterWriter,
+    MachineDeploymentNodePools,
+    PolicyLoader,
+    ReaderConfig,
+    StatusUpdate,
+    WriterConfig,
+)
+from autoscaler.adapters.kubernetes.crd import crd_yaml, generate_crd
+from autoscaler.adapters.kubernetes_lease import KubernetesLeaseStore, LeaseRecord
+from autoscaler.policy import GPUScalingPolicySpec
+from tests.kube import objects as o
+from tests.kube.fake_apiserver import FakeApiServer, validate_structural
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+K8S_VERSION = "1.30.0"
+NOT_IN_K8S_SCHEMAS = {"ServiceMonitor": "a Prometheus Operator CRD, not part of the Kubernetes schemas"}
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    if shutil.which("kubectl") is None:
+        if os.environ.get("CI"):
+            pytest.fail("kubectl is required in CI to render deploy/")
+        pytest.skip("kubectl not installed")
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict[str, Any]]:
+    return kustomize(DEPLOY / "base")
+
+
+@pytest.fixture(scope="module")
+def dry_run() -> list[dict[str, Any]]:
+    return kustomize(DEPLOY / "overlays" / "dry-run")
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name))
+
+
+def test_committed_crd_is_generated_from_the_models() -> None:
+    committed = (DEPLOY / "base" / "crd-gpuscalingpolicies.yaml").read_text()
+    assert committed == crd_yaml(), "run: python deploy/generate_crd.py"
+    check = subprocess.run([sys.executable, str(DEPLOY / "generate_crd.py"), "--check"], capture_output=True)
+    assert check.returncode == 0
+
+
+def test_crd_shape() -> None:
+    crd = generate_crd()
+    version = crd["spec"]["versions"][0]
+    assert crd["spec"]["group"] == "gpuautoscaler.dev" and crd["spec"]["names"]["kind"] == "GPUScalingPolicy"
+    assert crd["spec"]["scope"] == "Namespaced" and version["subresources"] == {"status": {}}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Target", "Mode", "Min", "Max", "Current", "Desired", "Ready", "Stale", "Reason", "Age"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    # every field of the pydantic spec is in the schema, by its camelCase alias
+    aliases = {f.alias or name for name, f in GPUScalingPolicySpec.model_fields.items()}
+    assert set(spec["properties"]) == aliases
+    assert spec["required"] == ["targetRef"]
+    assert spec["properties"]["maxReplicas"]["minimum"] == 1
+    assert spec["properties"]["metric"]["properties"]["target"]["exclusiveMinimum"] is True
+    assert spec["properties"]["latency"]["nullable"] is True
+
+
+def _k8s_validate(doc: dict[str, Any]) -> None:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_base_renders_and_every_document_validates(base: list[dict[str, Any]]) -> None:
+    kinds = sorted(d["kind"] for d in base)
+    assert kinds == sorted(
+        [
+            "Namespace",
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "ServiceMonitor",
+        ]
+    )
+    skipped = []
+    for doc in base:
+        if doc["kind"] in NOT_IN_K8S_SCHEMAS:
+            skipped.append(doc["kind"])
+            continue
+        _k8s_validate(doc)
+    assert skipped == ["ServiceMonitor"]
+    namespaced = [
+        d
+        for d in base
+        if d["kind"] not in ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")
+    ]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"gpu-autoscaler"}
+
+
+def test_servicemonitor_points_at_the_metrics_port(base: list[dict[str, Any]]) -> None:
+    monitor = find(base, "ServiceMonitor")  # not in the k8s schemas: checked by hand
+    service = find(base, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}
+    ]
+    assert service["spec"]["ports"][0]["name"] == "http"
+
+
+def test_the_validator_catches_mistakes(base: list[dict[str, Any]]) -> None:
+    import kubernetes_validate
+
+    dep = yaml.safe_load(yaml.safe_dump(find(base, "Deployment")))
+    dep["spec"]["template"]["spec"]["serviceAccountNme"] = "typo"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _k8s_validate(dep)
+
+
+def test_deployment_is_hardened(base: list[dict[str, Any]]) -> None:
+    dep = find(base, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert dep["spec"]["replicas"] == 2
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert pod["serviceAccountName"] == "gpu-autoscaler"
+    env = {e["name"] for e in container["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env and "AUTOSCALER_DRY_RUN" not in env
+    assert find(base, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_dry_run_overlay(dry_run: list[dict[str, Any]]) -> None:
+    for doc in dry_run:
+        if doc["kind"] not in NOT_IN_K8S_SCHEMAS:
+            _k8s_validate(doc)
+    env = {
+        e["name"]: e.get("value")
+        for e in find(dry_run, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["AUTOSCALER_DRY_RUN"] == "true"
+    writes = {
+        (g, r, v)
+        for rule in find(dry_run, "ClusterRole")["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+        if v in ("create", "update", "patch", "delete")
+    }
+    assert {r for _, r, _ in writes} == {"events"}  # a dry-run install can only report
+
+
+def test_examples_are_valid_policies(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    schema = generate_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    apiserver.seed(generate_crd())
+    custom = client.CustomObjectsApi(api_client)
+    files = sorted((DEPLOY / "examples").glob("*.yaml"))
+    assert len(files) >= 3
+    for path in files:
+        for doc in yaml.safe_load_all(path.read_text()):
+            GPUScalingPolicySpec.model_validate(doc["spec"])
+            _, errors = validate_structural(doc, schema)
+            assert errors == [], f"{path.name}: {errors}"
+            ns = doc["metadata"]["namespace"]
+            created = custom.create_namespaced_custom_object(
+                "gpuautoscaler.dev", "v1alpha1", ns, "gpuscalingpolicies", doc
+            )
+            # what the API server stores (defaulted, pruned) is still the same policy
+            assert GPUScalingPolicySpec.model_validate(created["spec"]) == GPUScalingPolicySpec.model_validate(
+                doc["spec"]
+            )
+
+
+# ---- RBAC: every request the adapters make is allowed, and nothing is a wildcard ------------------------------------
+
+
+def _request_permissions(server: FakeApiServer) -> set[tuple[str, str, str, str | None]]:
+    """(apiGroup, resource[/subresource], verb, namespace) of every request the server saw."""
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+    seen = set()
+    for req in server.requests:
+        parts = req.path.strip("/").split("/")
+        group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+        verb = verbs.get(req.method) or ("get" if len(rest) > 1 else "list")
+        seen.add((group, resource, verb, namespace))
+    return seen
+
+
+def _allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def test_rbac_allows_exactly_what_a_full_tick_does(
+    base: list[dict[str, Any]], apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(
+        o.policy_crd(),
+        o.podgroup_crd(),
+        o.jobset_crd(),
+        o.workload_crd(),
+        o.machine_deployment_crd(),
+        o.simple_crd("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+        o.simple_crd("kubeflow.org", "v1", "TFJob", "tfjobs"),
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "tf", "namespace": "ml"}, "spec": {}},
+        o.node("gpu-0"),
+        o.deployment("chat", "ml"),
+        o.deployment_pod("chat", 0, "ml"),
+        o.pod("v0", "ml", annotations={"scheduling.k8s.io/group-name": "pg"}),
+        o.podgroup("pg", "ml"),
+        o.pdb("chat", "ml", selector={"app": "chat"}, disruptions_allowed=1, current=1),
+        o.priority_class("p", 1),
+        o.gpu_policy("chat", "ml"),
+        o.gpu_policy("bad", "ml", maxReplicas=0),
+        o.job("train", "ml"),
+        o.jobset("js", "ml"),
+        o.workload("wl", "ml"),
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "pt", "namespace": "ml"},
+            "spec": {},
+        },
+        o.machine_deployment("burst"),
+    )
+    reader = KubeClusterReader(api_client, ReaderConfig())
+    writer = KubeClusterWriter(api_client, WriterConfig(reporting_instance="t"))
+    writer_v1 = KubeClusterWriter(api_client, WriterConfig(reporting_instance="t", event_api="v1"))
+    reader.snapshot(0)
+    PolicyLoader(api_client).load()
+    reads = _request_permissions(apiserver)  # what a dry-run tick does besides Events
+    PolicyLoader(api_client).sync(writer, 0)
+    writer.scale_deployment("ml", "chat", 3)
+    writer.evict_pod("ml", "v0")
+    for kind, name in (("Job", "train"), ("JobSet", "js"), ("Workload", "wl"), ("PyTorchJob", "pt"), ("TFJob", "tf")):
+        writer.suspend_workload(kind, "ml", name)
+    for w in (writer, writer_v1):
+        for _ in range(2):  # the second one takes the dedup path: get + patch
+            w.emit_event("Pod", "ml", "v0", "Preempted", "for inference")
+    fresh = KubeClusterWriter(api_client, WriterConfig(reporting_instance="t"))  # no uid cached yet
+    fresh.emit_event("Deployment", "ml", "chat", "MetricAboveTarget", "2 -> 3")
+    fresh.emit_event("Node", "", "gpu-0", "Rebalance", "drain")
+    writer.update_policy_status("ml", "chat", StatusUpdate(conditions=(ConditionUpdate("Ready", True, "Active"),)))
+    nodes = MachineDeploymentNodePools(api_client, "capi-system")
+    nodes.node_count("burst")
+    nodes.scale("burst", 2)
+    store = KubernetesLeaseStore(client.CoordinationV1Api(api_client), "gpu-autoscaler", "gpu-autoscaler")
+    created = store.create(LeaseRecord(holder="a", lease_duration_s=15))
+    store.get()
+    store.update(created)
+
+    cluster_rules = find(base, "ClusterRole")["rules"]
+    role = find(base, "Role")
+    seen = _request_permissions(apiserver)
+    assert len(seen) > 20
+    for group, resource, verb, namespace in sorted(seen, key=str):
+        if resource == "leases":
+            assert namespace == role["metadata"]["namespace"] and _allowed(role["rules"], group, resource, verb)
+            assert not _allowed(cluster_rules, group, resource, verb)  # leases only in the own namespace
+        else:
+            assert _allowed(cluster_rules, group, resource, verb), f"RBAC misses {verb} {group}/{resource}"
+    # least privilege: no wildcard, no delete, nothing granted that no request used (watch aside: informers)
+    granted = {
+        (g, r, v)
+        for rule in cluster_rules + role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert not any("*" in item for item in granted) and not any(v == "delete" for _, _, v in granted)
+    used = {(g, r, v) for g, r, v, _ in seen}
+    # "watch" goes with "list" so that an informer-based reader needs no RBAC change
+    unused = {item for item in granted - used if item[2] != "watch"}
+    assert unused == set(), f"granted but never used: {unused}"
+    # the dry-run overlay can still read everything a tick reads
+    dry_rules = kustomize(DEPLOY / "overlays" / "dry-run")
+    dry_cluster = find(dry_rules, "ClusterRole")["rules"]
+    events = {p for p in seen if p[1] == "events"}
+    for group, resource, verb, _ in reads | events:
+        assert _allowed(dry_cluster, group, resource, verb), f"dry-run misses {verb} {group}/{resource}"

@@ -1,0 +1,115 @@
+"""GPUScalingPolicy objects: validated one by one; an invalid one gets a condition and an Event, others keep working."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes import KubeClusterWriter, PolicyLoader, WriterConfig
+from autoscaler.adapters.kubernetes.policies import validate_policy
+from autoscaler.core.model import MetricKind
+from tests.kube import objects as o
+from tests.kube.fake_apiserver import FakeApiServer
+
+NOW = 1_800_000_000.0
+GROUP = "gpuautoscaler.dev/v1alpha1"
+
+
+def _writer(api: client.ApiClient) -> KubeClusterWriter:
+    return KubeClusterWriter(api, WriterConfig(reporting_instance="t"), clock=lambda: NOW, sleep=lambda s: None)
+
+
+def test_invalid_policy_gets_condition_and_event_while_others_work(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    # Seeded as stored objects: a CRD upgrade, or a schema that cannot express the rule, lets them in.
+    apiserver.seed(
+        o.policy_crd(),
+        o.gpu_policy("chat", "ml", minReplicas=2, maxReplicas=8, metric={"type": "request_rate", "target": 12}),
+        o.gpu_policy("embed", "ml", metric={"type": "gpu_utilization", "target": 150}),
+        o.gpu_policy("search", "ml", minReplicas=5, maxReplicas=2),
+        o.gpu_policy("rank", "other"),
+    )
+    loader = PolicyLoader(api_client)
+    writer = _writer(api_client)
+    policies = loader.sync(writer, NOW)
+    assert sorted(p.service.key for p in policies.valid) == ["ml/chat", "other/rank"]
+    chat = next(p for p in policies.valid if p.name == "chat")
+    assert (chat.service.min_replicas, chat.service.max_replicas, chat.service.metric) == (
+        2,
+        8,
+        MetricKind.REQUEST_RATE,
+    )
+    bad = {p.name: p for p in policies.invalid}
+    assert bad["embed"].field == "spec.metric"
+    assert "gpu_utilization is a percentage" in bad["embed"].message
+    assert bad["search"].field == "spec" and "minReplicas (5) must be <= maxReplicas (2)" in bad["search"].message
+
+    status = apiserver.get(GROUP, "GPUScalingPolicy", "embed", "ml")["status"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["InvalidSpec"]["status"] == "True" and conditions["Ready"]["status"] == "False"
+    assert conditions["InvalidSpec"]["message"].startswith("spec.metric: ")
+    events = [e for e in apiserver.objects("events.k8s.io/v1", "Event") if e["regarding"]["name"] == "embed"]
+    assert len(events) == 1 and events[0]["type"] == "Warning" and "spec.metric" in events[0]["note"]
+    assert "status" not in apiserver.get(GROUP, "GPUScalingPolicy", "chat", "ml")  # valid: untouched
+
+    # Steady state: nothing written again
+    apiserver.clear_requests()
+    loader.sync(writer, NOW + 15)
+    assert apiserver.request_count("PUT") == 0 and apiserver.request_count("POST") == 0
+
+    # Fixed: the condition flips back, no new Warning
+    fixed = apiserver.get(GROUP, "GPUScalingPolicy", "embed", "ml")
+    fixed["spec"]["metric"]["target"] = 60
+    fixed["metadata"]["generation"] = 2
+    apiserver.update_object(fixed)
+    policies = loader.sync(writer, NOW + 30)
+    assert "ml/embed" in {p.service.key for p in policies.valid}
+    conditions = {c["type"]: c for c in apiserver.get(GROUP, "GPUScalingPolicy", "embed", "ml")["status"]["conditions"]}
+    assert conditions["InvalidSpec"]["status"] == "False"
+
+
+def test_a_failing_status_write_does_not_hide_the_valid_policies(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.policy_crd(), o.gpu_policy("chat", "ml"), o.gpu_policy("bad", "ml", maxReplicas=0))
+    apiserver.inject("PUT", r"/status$", 500, times=None)
+    policies = PolicyLoader(api_client).sync(_writer(api_client), NOW)
+    assert [p.name for p in policies.valid] == ["chat"] and [p.name for p in policies.invalid] == ["bad"]
+
+
+def test_two_policies_for_one_deployment(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    older = o.gpu_policy("chat-a", "ml", target="chat")
+    newer = o.gpu_policy("chat-b", "ml", target="chat")
+    newer["metadata"]["creationTimestamp"] = "2026-02-01T00:00:00Z"
+    apiserver.seed(o.policy_crd(), newer, older)
+    policies = PolicyLoader(api_client).load()
+    assert [p.name for p in policies.valid] == ["chat-a"]
+    assert policies.invalid[0].name == "chat-b" and policies.invalid[0].field == "spec.targetRef.name"
+
+
+def test_namespaces_and_pagination(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.policy_crd(), [o.gpu_policy(f"s{i}", "a") for i in range(5)], o.gpu_policy("x", "b"))
+    loader = PolicyLoader(api_client, namespaces=["a"], page_size=2)
+    assert len(loader.load().valid) == 5
+    assert loader.api_calls == 3
+    assert apiserver.request_count("GET", r"/namespaces/a/gpuscalingpolicies$") == 3
+
+
+def test_validate_policy_names_the_field() -> None:
+    missing = validate_policy({"metadata": {"name": "x", "namespace": "n"}, "spec": {"maxReplicas": 3}})
+    assert missing.field == "spec.targetRef" and "required" in missing.message.lower()  # type: ignore[union-attr]
+    typo = validate_policy({"metadata": {"name": "x"}, "spec": {"targetRef": {"name": "d"}, "maxReplica": 3}})
+    assert typo.field == "spec.maxReplica"  # type: ignore[union-attr]
+    nested = validate_policy(
+        {
+            "metadata": {"name": "x"},
+            "spec": {
+                "targetRef": {"name": "d"},
+                "behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 0, "periodSeconds": 15}]}},
+            },
+        }
+    )
+    assert nested.field == "spec.behavior.scaleUp.policies[0].value"  # type: ignore[union-attr]
+    assert "(got 0)" in nested.message  # type: ignore[union-attr]
+    no_spec = validate_policy({"metadata": {"name": "x"}})
+    assert no_spec.field == "spec"  # type: ignore[union-attr]
