@@ -103,7 +103,9 @@ def prom_has_samples(url: str) -> bool:
 class Controller:
     """``autoscaler run`` in a subprocess, configured through the environment like a Deployment would be."""
 
-    def __init__(self, identity: str, kubeconfig: Path, prometheus_url: str, workdir: Path) -> None:
+    def __init__(
+        self, identity: str, kubeconfig: Path, prometheus_url: str, workdir: Path, args: tuple[str, ...] = ()
+    ) -> None:
         self.identity = identity
         self.port = free_port()
         self.log_path = workdir / f"{identity}.log"
@@ -132,7 +134,7 @@ class Controller:
         )
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autoscaler.cli", "run"],
+                [sys.executable, "-m", "autoscaler.cli", "run", *args],
                 cwd=REPO,
                 env=env,
                 stdout=log,
@@ -242,12 +244,12 @@ def api(tmp_path: Path) -> Iterator[FakeApiServer]:
 @pytest.fixture
 def controllers(
     api: FakeApiServer, prometheus: PrometheusServer, tmp_path: Path
-) -> Iterator[Callable[[str], Controller]]:
+) -> Iterator[Callable[..., Controller]]:
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     started: list[Controller] = []
 
-    def start(identity: str) -> Controller:
-        controller = Controller(identity, kubeconfig, prometheus.url, tmp_path)
+    def start(identity: str, *args: str) -> Controller:
+        controller = Controller(identity, kubeconfig, prometheus.url, tmp_path, args)
         started.append(controller)
         return controller
 
@@ -288,7 +290,7 @@ def test_scales_under_load_with_event_and_status_and_holds_without_prometheus(
     api: FakeApiServer,
     exporter: GpuExporter,
     prometheus: PrometheusServer,
-    controllers: Callable[[str], Controller],
+    controllers: Callable[..., Controller],
 ) -> None:
     exporter.set(90.0)  # 2 pods at 90 % against a 50 % target: ceil(2 x 1.8) = 4 replicas
     prometheus.start()
@@ -350,7 +352,7 @@ def test_two_controllers_elect_one_leader_and_killing_it_hands_over(
     api: FakeApiServer,
     exporter: GpuExporter,
     prometheus: PrometheusServer,
-    controllers: Callable[[str], Controller],
+    controllers: Callable[..., Controller],
 ) -> None:
     exporter.set(50.0)  # on target: nothing to do
     prometheus.start()
@@ -393,3 +395,88 @@ def test_two_controllers_elect_one_leader_and_killing_it_hands_over(
     applied = {"kind": "ScaleDeployment", "reason": "metric_below_target", "dry_run": "false", "result": "applied"}
     assert b.metric("gpu_autoscaler_actions_total", **applied) == 1
     assert b.stop(signal.SIGTERM) == 0, logs()
+
+
+def test_dry_run_and_plan_write_nothing_but_marked_events(
+    api: FakeApiServer,
+    exporter: GpuExporter,
+    prometheus: PrometheusServer,
+    controllers: Callable[..., Controller],
+    tmp_path: Path,
+) -> None:
+    exporter.set(90.0)
+    prometheus.start()
+    wait_until(lambda: prom_has_samples(prometheus.url), 30, "Prometheus to scrape the exporter")
+    kubeconfig = tmp_path / "kubeconfig"
+
+    # -- autoscaler plan: one tick, printed with reasons, no write of any kind --
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALER_", "KUBERNETES_"))}
+    env["PYTHONPATH"] = str(REPO)
+    api.clear_requests()
+    plan = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autoscaler.cli",
+            "plan",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--prometheus-url",
+            prometheus.url,
+            "-o",
+            "json",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    doc = json.loads(plan.stdout)
+    [decision] = doc["decisions"]
+    assert (decision["service"], decision["currentReplicas"], decision["desiredReplicas"]) == ("ml/chat", 2, 4)
+    assert decision["reason"] == "metric_above_target" and "ratio 1.80" in decision["detail"]
+    assert [a["change"] for a in doc["actions"]] == ["scale deployment/ml/chat from 2 to 4"]
+    assert {r.method for r in api.requests} == {"GET"}, [(r.method, r.path) for r in api.requests]
+
+    # -- autoscaler run --dry-run: the plan every tick, an Event marked [dry-run], nothing else written --
+    ctrl = controllers("ctrl-dry", "--dry-run")
+    wait_until(lambda: events(api, "MetricAboveTarget"), 30, "the dry-run Event", ctrl.log)
+    time.sleep(3)
+    assert replicas(api) == 2
+    [event] = events(api, "MetricAboveTarget")  # one Event, not one per tick
+    assert event["note"].startswith("[dry-run] would scale deployment/ml/chat from 2 to 4"), event
+    assert policy_status(api) == {}  # no status writes either
+    writes = [(r.method, r.path) for r in api.requests if r.method != "GET"]
+    assert writes and all("/leases" in path or "/events" in path for _, path in writes), writes
+    assert lease_holder(api) is None  # the real Lease is left to the real controller
+    dry = {"kind": "ScaleDeployment", "reason": "metric_above_target", "dry_run": "true", "result": "dry_run"}
+    assert (ctrl.metric("gpu_autoscaler_actions_total", **dry) or 0) >= 2
+    assert ctrl.metric("gpu_autoscaler_dry_run") == 1
+    assert ctrl.stop(signal.SIGTERM) == 0, ctrl.log()
+
+
+def test_failed_and_conflicting_writes_are_retried_without_crash_or_double_action(
+    api: FakeApiServer,
+    exporter: GpuExporter,
+    prometheus: PrometheusServer,
+    controllers: Callable[..., Controller],
+) -> None:
+    exporter.set(90.0)
+    prometheus.start()
+    wait_until(lambda: prom_has_samples(prometheus.url), 30, "Prometheus to scrape the exporter")
+    api.inject("PATCH", SCALE_PATH, 500, times=2)  # two ticks fail with a server error...
+    api.inject("PATCH", SCALE_PATH, 409, times=1)  # ...then somebody else writes in between (faults apply in order)
+    ctrl = controllers("ctrl-a")
+    wait_until(lambda: replicas(api) == 4, 30, "the scale-up to get through", ctrl.log)
+    time.sleep(2)
+    assert replicas(api) == 4
+    assert api.request_count("PATCH", SCALE_PATH) == 4, ctrl.log()  # 500, 500, 409 -> re-read -> success
+    assert len(events(api, "MetricAboveTarget")) == 1  # the Event follows the one write that happened
+    assert ctrl.metric("gpu_autoscaler_errors_total", component="cluster_write") == 2
+    failed = {"kind": "ScaleDeployment", "reason": "metric_above_target", "dry_run": "false", "result": "failed"}
+    assert ctrl.metric("gpu_autoscaler_actions_total", **failed) == 2
+    assert ctrl.proc.poll() is None and ctrl.get("/healthz")[0] == 200
+    assert ctrl.stop(signal.SIGTERM) == 0, ctrl.log()
