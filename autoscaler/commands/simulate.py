@@ -18,7 +18,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "and print their SLO attainment, GPU-hours and scaling actions. Without SCENARIO it runs the packaged "
             "default: 14 days of the Alibaba ServeGen m-large trace."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
         "scenario", nargs="?", metavar="SCENARIO",
@@ -26,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--policies", default=",".join(POLICY_NAMES),
-        help=f"comma-separated policies to compare (known: {', '.join(POLICY_NAMES)})",
+        help=f"comma-separated policies to compare (default: all of {', '.join(POLICY_NAMES)})",
     )
     parser.add_argument(
         "--json", type=Path, metavar="OUT.json",
