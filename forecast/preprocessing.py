@@ -53,6 +53,10 @@ def clip_outliers(y: npt.ArrayLike, k: float = 6.0, window: int = 11) -> FloatAr
     A single scrape glitch (a counter reset, a 10x spike) would otherwise drag level and seasonal estimates for a
     whole season. The sigma is the MAD of the residuals around the rolling median over the whole series, so real
     daily peaks (which the rolling median follows) survive. NaN stays NaN.
+
+    The newest ``window // 2`` samples are never clipped: there the window is one-sided, so its median lags a real
+    ramp, and a jump at the very end cannot yet be told from a glitch. Clipping a real surge would make every model
+    under-forecast it, which is the expensive mistake for a scaler.
     """
     arr = as_series(y)
     if k <= 0 or window < 1:
@@ -67,7 +71,12 @@ def clip_outliers(y: npt.ArrayLike, k: float = 6.0, window: int = 11) -> FloatAr
     if scale <= 0:
         # More than half the residuals are exactly 0 (flat or step data): nothing is an outlier by this rule.
         return arr
-    return np.where(finite, np.clip(arr, median - k * scale, median + k * scale), arr)
+    clipped = np.where(finite, np.clip(arr, median - k * scale, median + k * scale), arr)
+    newest = window // 2
+    if newest:
+        clipped[-newest:] = arr[-newest:]
+    out: FloatArray = clipped
+    return out
 
 
 def _autocorrelation(x: FloatArray, max_lag: int) -> FloatArray:
