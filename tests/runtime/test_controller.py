@@ -318,3 +318,52 @@ def test_stale_reason_label_is_bounded(text: str, category: str) -> None:
     from autoscaler.app import stale_category
 
     assert stale_category(text) == category
+
+
+def test_no_eviction_or_suspension_on_a_tick_with_stale_metrics() -> None:
+    from autoscaler.core.model import EvictPod, Plan, SuspendWorkload
+
+    c, cluster, metrics, _, _ = make(replicas=2, util=140.0)
+
+    def preempting(observation, state, policies, now):  # type: ignore[no-untyped-def]
+        actions = (
+            EvictPod("train", "worker-0", Reason.PREEMPT_FOR_INFERENCE, "free 1 GPU", gang="jobset/train/llm"),
+            SuspendWorkload("JobSet", "train", "llm", Reason.PREEMPT_FOR_INFERENCE, "free 8 GPUs"),
+        )
+        return Plan(now, (), actions), state
+
+    c._decide = preempting
+    metrics.stale[KEY] = ("empty result",)
+    c.run_once(T0)
+    assert cluster.writes == []
+    assert c.last_report is not None and [r.result for r in c.last_report.results] == ["held", "held"]
+    del metrics.stale[KEY]
+    c.run_once(T0 + 15)  # fresh data: the same plan is applied
+    assert [w.op for w in cluster.writes] == ["evict", "suspend"]
+    assert [e["kind"] for e in cluster.events if e["type"] == "Normal"] == ["Pod", "JobSet"]
+    assert (
+        sample(
+            c,
+            "gpu_autoscaler_actions_total",
+            kind="EvictPod",
+            reason="preempt_for_inference",
+            dry_run="false",
+            result="applied",
+        )
+        == 1
+    )
+
+
+def test_eviction_blocked_by_a_pdb_is_not_now() -> None:
+    from autoscaler.core.model import EvictPod, Plan
+
+    c, cluster, _, _, _ = make(replicas=2, util=70.0)
+    cluster.evictions_blocked = True
+
+    def evict(observation, state, policies, now):  # type: ignore[no-untyped-def]
+        return Plan(now, (), (EvictPod("train", "w-0", Reason.PREEMPT_FOR_INFERENCE, "free 1 GPU"),)), state
+
+    c._decide = evict
+    c.run_once(T0)
+    assert c.last_report is not None and [r.result for r in c.last_report.results] == ["blocked"]
+    assert cluster.events == []  # nothing happened, so no Event says it did
