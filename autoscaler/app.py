@@ -815,10 +815,10 @@ class Runtime:
                 if not self.can_act():
                     self.telemetry.ticks.labels(result="standby").inc()
                     return
-                report_plan = self.controller.run_once(self._clock())
-                if self.controller.last_report is not None and self.controller.last_report.result == "ok":
+                self.controller.run_once(self._clock())
+                report = self.controller.last_report
+                if report is not None and report.result == "ok":
                     self._ok_ticks += 1
-                del report_plan
             except Exception:  # run_once never raises; this is the last line of defence for the thread
                 log.exception("tick job failed")
                 self.telemetry.error("decide")
