@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from autoscaler.adapters.prometheus_settings import SERVICE_PLACEHOLDERS, TEMPLATE_PLACEHOLDERS, PrometheusSettings
@@ -336,7 +337,7 @@ class PrometheusMetricsSource:
             headers=dict(settings.extra_headers),
             retry=retry,
             session=self._session,
-            timeout=settings.timeout_seconds,  # type: ignore[arg-type]  # requests accepts floats
+            timeout=settings.timeout_seconds,  # seconds; requests accepts floats
         )
         self.last_stats = TickStats(0, 0, 0, 0.0)
 
@@ -960,7 +961,8 @@ def connect(
     check: bool = True,
 ) -> PrometheusMetricsSource:
     """Build the adapter, failing fast (``PortError``) on a missing secret file or an unreachable Prometheus."""
-    settings = settings or PrometheusSettings()
+    # call-arg: without pydantic's mypy plugin, mypy reads positional Field defaults as required arguments
+    settings = settings or PrometheusSettings()  # type: ignore[call-arg]
     for name in ("bearer_token_file", "basic_auth_password_file", "ca_bundle", "client_cert_file", "client_key_file"):
         path = getattr(settings, name)
         if path is not None and not Path(path).is_file():

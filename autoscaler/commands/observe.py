@@ -273,7 +273,7 @@ def _scaling_value(policy: ServicePolicy, obs: ServiceObservation) -> float | No
     return obs.pods.metric_sum / obs.pods.ready_with_metric
 
 
-def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
     # The last column (status) is free text: it is not padded, so long reasons do not widen every row.
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return ["  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]) for r in rows]
