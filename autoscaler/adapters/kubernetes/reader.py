@@ -7,9 +7,11 @@ holds; a partial pod list would look like free GPUs.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -120,6 +122,17 @@ def deployment_for_replicaset(rs_name: str, pod_template_hash: str | None) -> st
     return None
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 @dataclass
 class ReadStats:
     api_calls: int = 0
@@ -164,6 +177,12 @@ class KubeClusterReader:
     # -- the port --
 
     def snapshot(self, now: float) -> ClusterSnapshot:
+        # Parsing 20,000 pods allocates millions of dicts with no reference cycles; the cyclic GC would walk them
+        # again and again for nothing (40 % of the snapshot's time at 20,000 pods). Refcounting still frees them.
+        with _gc_paused():
+            return self._snapshot(now)
+
+    def _snapshot(self, now: float) -> ClusterSnapshot:
         started, self._calls = time.monotonic(), 0
         cfg = self.config
         priority_classes, default_priority = self._priority_classes()

@@ -157,10 +157,18 @@ class KubeClusterWriter:
     def _remember_uid(self, kind: str, namespace: str, name: str, obj: JSON) -> None:
         uid = (obj.get("metadata") or {}).get("uid")
         if uid:
-            self._uids[(kind, namespace, name)] = uid
-            self._uids.move_to_end((kind, namespace, name))
-            while len(self._uids) > 4096:
-                self._uids.popitem(last=False)
+            self._cache_uid((kind, namespace, name), uid)
+
+    def _cache_uid(self, key: tuple[str, str, str], uid: str) -> None:
+        self._uids[key] = uid
+        self._uids.move_to_end(key)
+        while len(self._uids) > 4096:
+            self._uids.popitem(last=False)
+
+    def _forget_uid(self, kind: str, namespace: str, name: str) -> None:
+        """Remember that the object is gone (uid unknown for good): later Events skip the lookup. A pod recreated
+        under the same name (StatefulSet) gets Events without uid until the entry ages out of the LRU cache."""
+        self._cache_uid((kind, namespace, name), "")
 
     def _read_modify_write(
         self,
@@ -222,6 +230,8 @@ class KubeClusterWriter:
                 f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
             )
         except KubeApiError as exc:
+            if exc.status == 404:
+                self._forget_uid("Pod", namespace, name)
             if exc.status == 429:
                 # A PodDisruptionBudget (or API throttling) says "not now": nothing happened, try another tick.
                 log.info("eviction of %s/%s blocked: %s", namespace, name, exc.message)
@@ -229,6 +239,8 @@ class KubeClusterWriter:
             if exc.status == 404:
                 return EvictionOutcome.GONE  # already gone: what we wanted, and why a repeated eviction is safe
             raise
+        # The pod is going: an Event on it must not cost a GET that can only answer 404 (no uid, no describe).
+        self._forget_uid("Pod", namespace, name)
         return EvictionOutcome.EVICTED
 
     def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
@@ -384,7 +396,7 @@ class KubeClusterWriter:
         key = (kind, namespace, name)
         if key in self._uids:
             self._uids.move_to_end(key)
-            return self._uids[key]
+            return self._uids[key] or None
         target = EVENT_TARGETS.get(kind)
         if target is None:
             return None
