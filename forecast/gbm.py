@@ -148,15 +148,18 @@ class QuantileGBM(BaseForecaster):
             lead_list.append(np.full(origins.size, lead))
         origins = np.concatenate(origin_list)
         leads = np.concatenate(lead_list)
-        train = origins + leads < cut
-        calib = origins >= cut
-        if train.sum() < 2 * int(self.min_samples_leaf) or (fraction > 0 and calib.sum() < 10):
-            raise ValueError(f"QuantileGBM needs more data: {train.sum()} training rows from {coarse.size} samples")
-        features = self._features(coarse, first_time, origins, leads)
-        target = coarse[origins + leads] - features[:, 0]
-        train_idx = np.flatnonzero(train)
+        train_idx = np.flatnonzero(origins + leads < cut)
+        cal_idx = np.flatnonzero(origins >= cut) if fraction > 0 else np.empty(0, dtype=np.int64)
+        if train_idx.size < 2 * int(self.min_samples_leaf) or (fraction > 0 and cal_idx.size < 10):
+            raise ValueError(f"QuantileGBM needs more data: {train_idx.size} training rows from {coarse.size} samples")
+        # Subsample (origin, lead) pairs before building features: at one-minute resolution with an hour of leads
+        # there are over a million pairs, and building all of their features cost more than the boosting.
         if train_idx.size > int(self.max_rows):
             train_idx = np.sort(rng.choice(train_idx, size=int(self.max_rows), replace=False))
+        if cal_idx.size > int(self.max_rows) // 2:
+            cal_idx = np.sort(rng.choice(cal_idx, size=int(self.max_rows) // 2, replace=False))
+        train_x = self._features(coarse, first_time, origins[train_idx], leads[train_idx])
+        train_y = coarse[origins[train_idx] + leads[train_idx]] - train_x[:, 0]
         self.models_: list[Any] = []
         with threadpool_limits(limits=self.n_threads, user_api="openmp"):
             for q in self.levels_:
@@ -170,11 +173,11 @@ class QuantileGBM(BaseForecaster):
                     early_stopping=False,
                     random_state=self.random_state,
                 )
-                self.models_.append(model.fit(features[train_idx], target[train_idx]))
+                self.models_.append(model.fit(train_x, train_y))
             self.shifts_ = np.zeros(len(self.levels_))
             if fraction > 0:
-                cal_idx = np.flatnonzero(calib)
-                cal_x, cal_y = features[cal_idx], target[cal_idx]
+                cal_x = self._features(coarse, first_time, origins[cal_idx], leads[cal_idx])
+                cal_y = coarse[origins[cal_idx] + leads[cal_idx]] - cal_x[:, 0]
                 # Age of each held-out error = how long before the end of the series its target was.
                 age_steps = coarse.size - 1 - (origins[cal_idx] + leads[cal_idx])
                 weights = (

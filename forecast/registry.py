@@ -1,34 +1,56 @@
 """Forecasters by name, for the CLI (``autoscaler backtest --models``), the simulator and policy specs.
 
 Names are stable identifiers (snake_case); ``make_model(name, **params)`` builds a fresh, unfitted estimator with
-the given constructor parameters overriding the defaults.
+the given constructor parameters overriding the defaults. Importing this module is cheap (stdlib only): the model
+classes, and with them numpy/scikit-learn/statsmodels, are imported by ``make_model``, so listing the models in
+``autoscaler --help`` does not pay for the scientific stack.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from forecast.base import BaseForecaster
-from forecast.baselines import LastValue, SeasonalNaive
-from forecast.gbm import QuantileGBM
-from forecast.preprocessing import DAY_S, WEEK_S
-from forecast.statistical import FourierARIMA, HoltWinters
+if TYPE_CHECKING:
+    from forecast.base import BaseForecaster
 
-# name -> (factory, one-line description for --help)
-_MODELS: dict[str, tuple[Callable[..., BaseForecaster], str]] = {
-    "last_value": (LastValue, "naive: the last observed value; quantiles from past h-step changes"),
-    "seasonal_naive": (
-        lambda **kw: SeasonalNaive(**{"period_s": DAY_S, **kw}),
+DAY_S = 86_400.0
+WEEK_S = 604_800.0
+
+
+class _Entry(NamedTuple):
+    target: str  # "module:Class"
+    defaults: dict[str, Any]  # constructor defaults that differ from the class's own
+    description: str
+
+
+_MODELS: dict[str, _Entry] = {
+    "last_value": _Entry(
+        "forecast.baselines:LastValue", {}, "naive: the last observed value; quantiles from past h-step changes"
+    ),
+    "seasonal_naive": _Entry(
+        "forecast.baselines:SeasonalNaive",
+        {"period_s": DAY_S},
         "the value one day earlier (falls back to naive with less than a day of history)",
     ),
-    "seasonal_naive_weekly": (
-        lambda **kw: SeasonalNaive(**{"period_s": WEEK_S, **kw}),
+    "seasonal_naive_weekly": _Entry(
+        "forecast.baselines:SeasonalNaive",
+        {"period_s": WEEK_S},
         "the value one week earlier (falls back to naive with less than a week of history)",
     ),
-    "holt_winters": (HoltWinters, "Holt-Winters / additive ETS, damped trend, daily season when detected"),
-    "fourier_arima": (FourierARIMA, "ARMA(2,1) + constant + Fourier terms of detected daily/weekly seasons (SARIMAX)"),
-    "quantile_gbm": (QuantileGBM, "quantile gradient boosting on lag and calendar features, direct multi-horizon"),
+    "holt_winters": _Entry(
+        "forecast.statistical:HoltWinters", {}, "Holt-Winters / additive ETS, damped trend, daily season when detected"
+    ),
+    "fourier_arima": _Entry(
+        "forecast.statistical:FourierARIMA",
+        {},
+        "ARMA(2,1) + constant + Fourier terms of the detected daily/weekly seasons (statsmodels SARIMAX)",
+    ),
+    "quantile_gbm": _Entry(
+        "forecast.gbm:QuantileGBM",
+        {},
+        "quantile gradient boosting on lag and calendar features, direct multi-horizon, conformally calibrated",
+    ),
 }
 
 #: The model every other one is compared with (pinball ratio) and selection falls back to.
@@ -37,7 +59,7 @@ BASELINE = "seasonal_naive"
 
 def available_models() -> dict[str, str]:
     """Model names and their one-line descriptions, in a stable order."""
-    return {name: description for name, (_, description) in _MODELS.items()}
+    return {name: entry.description for name, entry in _MODELS.items()}
 
 
 def make_model(name: str, *, horizon_steps: int | None = None, **params: Any) -> BaseForecaster:
@@ -47,10 +69,12 @@ def make_model(name: str, *, horizon_steps: int | None = None, **params: Any) ->
     sets it), so they are trained for every lead they will be asked for.
     """
     try:
-        factory, _ = _MODELS[name]
+        entry = _MODELS[name]
     except KeyError:
         raise ValueError(f"unknown forecaster {name!r}; known: {', '.join(_MODELS)}") from None
-    model = factory(**params)
+    module, _, cls_name = entry.target.partition(":")
+    cls = getattr(importlib.import_module(module), cls_name)
+    model: BaseForecaster = cls(**{**entry.defaults, **params})
     if horizon_steps is not None and "max_horizon_steps" in model.get_params() and "max_horizon_steps" not in params:
         model.set_params(max_horizon_steps=int(horizon_steps))
     return model
