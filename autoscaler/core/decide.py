@@ -11,6 +11,7 @@ Every decision carries a Reason and the numbers behind it. Acting on the plan is
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from autoscaler.core.model import (
     Plan,
     ScaleDecision,
     ScaleDeployment,
+    ScalingRules,
     ServiceObservation,
     ServicePolicy,
     ServiceState,
@@ -103,9 +105,22 @@ def _slo_guard(policy: ServicePolicy, obs: ServiceObservation, current: int) -> 
     return replicas, f"latency {latency:.3g}s > SLO {policy.latency_slo_s:g}s with {ready} ready"
 
 
+@functools.lru_cache(maxsize=1024)
+def _retention(up: ScalingRules, down: ScalingRules) -> tuple[float, float]:
+    """How long recommendations (stabilisation windows) and scale events (rate-policy periods) must be kept."""
+    keep_events = max((p.period_s for p in (*up.policies, *down.policies)), default=0.0)
+    return max(up.stabilisation_s, down.stabilisation_s), keep_events
+
+
 def _prune(entries: tuple[tuple[float, int], ...], now: float, keep_s: float) -> tuple[tuple[float, int], ...]:
+    """Drop entries at or before ``now - keep_s``. Entries are appended in time order, so only a prefix can go."""
     cutoff = now - keep_s
-    return tuple(e for e in entries if e[0] > cutoff)
+    expired = 0
+    for timestamp, _ in entries:
+        if timestamp > cutoff:
+            break
+        expired += 1
+    return entries[expired:] if expired else entries
 
 
 def decide_service(
@@ -188,8 +203,7 @@ def decide_service(
             desired, reason = limit, Reason.SCALE_DOWN_RATE_LIMITED
             detail = f"rate limit allows {limit}; {detail}"
 
-    keep_recommendations = max(up_rules.stabilisation_s, down_rules.stabilisation_s)
-    keep_events = max((p.period_s for p in (*up_rules.policies, *down_rules.policies)), default=0.0)
+    keep_recommendations, keep_events = _retention(up_rules, down_rules)
     recommendations = (*_prune(state.recommendations, now, keep_recommendations), (now, recommendation))
     events = _prune(state.scale_events, now, keep_events)
     if desired != current and not recommend_only:
