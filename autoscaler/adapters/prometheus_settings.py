@@ -78,6 +78,13 @@ class PrometheusSettings(BaseSettings):
         0.5, ge=0, le=30, description="backoff factor between retries, seconds (urllib3: factor x 2^(retry-1))"
     )
 
+    max_concurrent_queries: int = Field(
+        4,
+        ge=1,
+        le=16,
+        description="queries of one tick in flight at once, count (the first one always runs alone, as a probe)",
+    )
+
     # ---- what counts as fresh -----------------------------------------------------------------------------------
     staleness_seconds: float = Field(
         120.0,
