@@ -1,0 +1,484 @@
+"""Build the Grafana dashboard of the GPU autoscaler (dashboards/gpu-autoscaler.json) with grafana-foundation-sdk.
+
+    python dashboards/build.py            # write dashboards/gpu-autoscaler.json
+    python dashboards/build.py --check    # exit 1 when the committed JSON differs from a fresh build
+
+The SDK must be exactly 0.0.21 (the ``test`` extra pins it): a plain ``pip install grafana-foundation-sdk`` resolves
+to a build for Grafana 10.1 (the versions carry epochs), whose API and JSON differ.
+
+Per-service and inference-pod panels read the recording rules of deploy/rules/gpu-autoscaler.rules.yml (leader-only,
+label-normalised series): install the PrometheusRule with the dashboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders.dashboard import (
+    Dashboard,
+    DashboardLink,
+    DatasourceVariable,
+    QueryVariable,
+    Row,
+    ThresholdsConfig,
+)
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.builders.stat import Panel as Stat
+from grafana_foundation_sdk.builders.statetimeline import Panel as StateTimeline
+from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DashboardLinkType,
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    ValueMap,
+    ValueMappingResult,
+    VariableRefresh,
+    VariableSort,
+)
+
+SDK_VERSION = "0.0.21"
+OUTPUT = Path(__file__).resolve().parent / "gpu-autoscaler.json"
+UID = "gpu-autoscaler"
+RUNBOOKS_URL = "https://github.com/example/gpu-autoscaler/blob/main/deploy/runbooks/README.md"
+
+# Forecast accountability metrics, to be exported by the controller's forecast job. When they land under other
+# names, change these two constants (and rebuild): the Forecast row already has their panels.
+FORECAST_ERROR_METRIC = "gpu_autoscaler_forecast_error"  # per namespace/service: the forecast's recent error
+FORECAST_FALLBACK_METRIC = "gpu_autoscaler_forecast_fallback"  # per namespace/service: 1 = reactive scaling only
+
+# The same regex the controller's adapter and the recording rules use to cut a Deployment name from a pod name.
+POD_HASH = "[bcdfghjklmnpqrstvwxz2456789]"
+POD_OF_SERVICE = f"($service)-{POD_HASH}{{1,10}}-{POD_HASH}{{5}}"
+
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+JOB = 'job=~"$job"'
+SVC = 'namespace=~"$namespace", service=~"$service"'
+SERVICES = "namespace_service:gpu_autoscaler_current_replicas:leader"  # managed services, from the recording rules
+
+Builder = Timeseries | Stat | StateTimeline
+
+
+def query(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False) -> Dataquery:
+    q = Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DS)
+    return q.instant() if instant else q.range()
+
+
+def thresholds(*steps: tuple[float | None, str]) -> ThresholdsConfig:
+    return ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=v, color=c) for v, c in steps])
+
+
+def timeseries(
+    title: str,
+    unit: str,
+    queries: Iterable[Dataquery],
+    description: str,
+    width: int,
+    height: int = 8,
+    stacked: bool = False,
+    step: bool = False,
+) -> Timeseries:
+    panel = (
+        Timeseries()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .fill_opacity(20 if stacked else 0)
+        .legend(
+            common_builders.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+    )
+    if stacked:
+        panel = panel.stacking(common_builders.StackingConfig().mode(common.StackingMode.NORMAL))
+    if step:
+        panel = panel.line_interpolation(common.LineInterpolation.STEP_AFTER)
+    for q in queries:
+        panel = panel.with_target(q)
+    return panel
+
+
+def stat(title: str, unit: str, q: Dataquery, description: str, width: int = 6) -> Stat:
+    # The SDK leaves reduceOptions.calcs empty; name the reducer so the panel shows the latest value everywhere.
+    return (
+        Stat()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .span(width)
+        .height(4)
+        .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
+        .with_target(q)
+    )
+
+
+def controller_row() -> tuple[Row, list[Builder]]:
+    leader_only = "on (job, instance) group_left () (gpu_autoscaler_leader == 1)"
+    panels: list[Builder] = [
+        stat(
+            "Leaders",
+            "none",
+            query(f"sum(gpu_autoscaler_leader{{{JOB}}})", "leaders", instant=True),
+            "Replicas that hold the leader Lease and act. Exactly 1 is healthy (alerts: GPUAutoscalerNoLeader, "
+            "GPUAutoscalerMultipleLeaders).",
+        ).thresholds(thresholds((None, "red"), (1, "green"), (2, "red"))),
+        stat(
+            "Mode",
+            "none",
+            query(f"max(gpu_autoscaler_dry_run{{{JOB}}})", "dry run", instant=True),
+            "Dry-run (recommend-only) controllers compute and report every plan but write nothing.",
+        ).mappings(
+            [
+                ValueMap(
+                    {
+                        "0": ValueMappingResult(text="acting", color="green"),
+                        "1": ValueMappingResult(text="dry-run", color="blue"),
+                    }
+                )
+            ]
+        ),
+        stat(
+            "Since last successful tick",
+            "s",
+            query(f"time() - max(gpu_autoscaler_last_successful_tick_timestamp_seconds{{{JOB}}})", "age", instant=True),
+            "Age of the newest tick that read everything it needed (alert GPUAutoscalerNoSuccessfulTick at 10 min).",
+        ).thresholds(thresholds((None, "green"), (60, "orange"), (600, "red"))),
+        stat(
+            "Invalid policies",
+            "none",
+            query(
+                f"max(gpu_autoscaler_invalid_policies{{{JOB}}} * {leader_only})",
+                "invalid",
+                instant=True,
+            ),
+            "GPUScalingPolicy objects the leader rejects; their services are not autoscaled.",
+        ).thresholds(thresholds((None, "green"), (1, "orange"))),
+        timeseries(
+            "Ticks by result",
+            "ops",
+            [query(f"sum by (result) (rate(gpu_autoscaler_ticks_total{{{JOB}}}[$__rate_interval]))", "{{result}}")],
+            "ok: read everything and decided; hold: a read failed, nothing applied; error: the tick raised; "
+            "standby: a follower's tick.",
+            width=6,
+            stacked=True,
+        ),
+        timeseries(
+            "Tick duration",
+            "s",
+            [
+                query(
+                    f"histogram_quantile({q}, sum by (le) "
+                    f"(rate(gpu_autoscaler_tick_duration_seconds_bucket{{{JOB}}}[$__rate_interval])))",
+                    f"p{round(q * 100)}",
+                    ref,
+                )
+                for q, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))
+            ],
+            "Wall time of one tick (observe, read, decide, act). Ticks run every 15 s by default; alert "
+            "GPUAutoscalerTickSlow at p99 > 10 s.",
+            width=6,
+        ),
+        timeseries(
+            "Leader by replica",
+            "none",
+            [query(f"max by (identity) (gpu_autoscaler_leader{{{JOB}}})", "{{identity}}")],
+            "1 while a replica holds the Lease. A hand-over shows as one line dropping and another rising.",
+            width=6,
+            step=True,
+        )
+        .min(0)
+        .max(1),
+        timeseries(
+            "Errors by component",
+            "ops",
+            [
+                query(
+                    f"sum by (component) (rate(gpu_autoscaler_errors_total{{{JOB}}}[$__rate_interval])) > 0",
+                    "{{component}}",
+                )
+            ],
+            "Reads (metrics_read, cluster_read, policy_read) make ticks hold; writes (cluster_write, node_pool) "
+            "fail actions; the others run beside the tick. Empty when nothing fails.",
+            width=6,
+        ).no_value("no errors"),
+    ]
+    return Row("Controller"), panels
+
+
+def decisions_row() -> tuple[Row, list[Builder]]:
+    panels: list[Builder] = [
+        timeseries(
+            "Decisions by reason",
+            "ops",
+            [
+                query(
+                    f"sum by (reason) (rate(gpu_autoscaler_decisions_total{{{JOB}}}[$__rate_interval]))",
+                    "{{reason}}",
+                )
+            ],
+            "One decision per service per tick, whether or not it changes anything; the reasons are the machine "
+            "names of autoscaler/core/reasons.py (also in Events and logs).",
+            width=12,
+            stacked=True,
+        ),
+        timeseries(
+            "Actions by kind, reason and result",
+            "ops",
+            [
+                query(
+                    "sum by (kind, reason, dry_run, result) "
+                    f"(rate(gpu_autoscaler_actions_total{{{JOB}}}[$__rate_interval]))",
+                    "{{kind}} {{reason}}: {{result}} (dry run {{dry_run}})",
+                )
+            ],
+            "applied; failed (retried next tick); blocked (a PodDisruptionBudget refused an eviction); held (not "
+            "applied on stale data or during the takeover grace); dry_run; not_leader.",
+            width=12,
+            stacked=True,
+        ),
+    ]
+    return Row("Decisions and actions"), panels
+
+
+def services_row() -> tuple[Row, list[Builder]]:
+    current = f"namespace_service:gpu_autoscaler_current_replicas:leader{{{SVC}}}"
+    desired = f"namespace_service:gpu_autoscaler_desired_replicas:leader{{{SVC}}}"
+    stale = f"namespace_service_reason:gpu_autoscaler_stale_services:leader{{{SVC}}}"
+    panels: list[Builder] = [
+        timeseries(
+            "Replicas: current and desired",
+            "short",
+            [
+                query(current, "{{namespace}}/{{service}} current", "A"),
+                query(desired, "{{namespace}}/{{service}} desired", "B"),
+            ],
+            "Replicas on the scale subresource and the replicas the latest plan wants (equal when holding).",
+            width=12,
+            step=True,
+        ),
+        timeseries(
+            "Desired minus current",
+            "short",
+            [query(f"{desired} - {current}", "{{namespace}}/{{service}}")],
+            "Above 0: a scale-up not applied yet (in flight, failing, or recommend-only); below 0: a scale-down.",
+            width=12,
+            step=True,
+        ),
+        stat(
+            "Stale services now",
+            "none",
+            query(f"count(max by (namespace, service) ({stale}))", "stale", instant=True),
+            "Services whose metrics are missing or stale: the controller holds their replicas.",
+        )
+        .thresholds(thresholds((None, "green"), (1, "orange")))
+        .no_value("0"),
+        StateTimeline()
+        .title("Stale services by reason")
+        .description(
+            "When each service's metrics were stale, and why (alert GPUAutoscalerServiceMetricsStale after 10 min)."
+        )
+        .datasource(DS)
+        .unit("none")
+        .span(18)
+        .height(4)
+        .with_target(query(stale, "{{namespace}}/{{service}} {{reason}}")),
+    ]
+    return Row("Services"), panels
+
+
+def gpu_row() -> tuple[Row, list[Builder]]:
+    util_steps = thresholds((None, "blue"), (30, "green"), (90, "red"))
+    lines = common_builders.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED)
+    panels: list[Builder] = [
+        timeseries(
+            "GPU utilization per node",
+            "percent",
+            [query("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}")],
+            "Mean DCGM_FI_DEV_GPU_UTIL of each node's GPUs; dashed lines at 30 % and 90 %.",
+            width=12,
+        )
+        .min(0)
+        .max(100)
+        .thresholds(util_steps)
+        .thresholds_style(lines),
+        timeseries(
+            "GPU memory used per node",
+            "percentunit",
+            [
+                query(
+                    "sum by (Hostname) (DCGM_FI_DEV_FB_USED) / "
+                    "(sum by (Hostname) (DCGM_FI_DEV_FB_USED) + sum by (Hostname) (DCGM_FI_DEV_FB_FREE))",
+                    "{{Hostname}}",
+                )
+            ],
+            "Framebuffer used / (used + free) over each node's GPUs.",
+            width=12,
+        )
+        .min(0)
+        .max(1),
+        timeseries(
+            "GPU utilization per inference pod",
+            "percent",
+            [query(f"namespace_service_pod:dcgm_gpu_util:avg{{{SVC}}}", "{{namespace}}/{{pod}}")],
+            "Pods of the Deployments that have a GPUScalingPolicy (alerts at > 90 % for 15 min, < 30 % for 1 h, "
+            "per service).",
+            width=8,
+        )
+        .min(0)
+        .max(100)
+        .thresholds(util_steps)
+        .thresholds_style(lines),
+        timeseries(
+            "GPU memory used per inference pod",
+            "bytes",
+            [query(f"namespace_service_pod:dcgm_fb_used_bytes:sum{{{SVC}}}", "{{namespace}}/{{pod}}")],
+            "Framebuffer used by each inference pod, summed over its GPUs.",
+            width=8,
+        ).min(0),
+        timeseries(
+            "Graphics engine active per inference pod",
+            "percentunit",
+            [
+                query(
+                    "avg by (namespace, pod) (DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+                    f'{{namespace=~"$namespace", pod=~"{POD_OF_SERVICE}"}})',
+                    "{{namespace}}/{{pod}}",
+                )
+            ],
+            "DCGM profiling: share of time the graphics engine was busy; unlike GPU utilization it does not read "
+            "100 % for a single small request.",
+            width=8,
+        )
+        .min(0)
+        .max(1),
+    ]
+    return Row("GPUs"), panels
+
+
+def forecast_row() -> tuple[Row, list[Builder]]:
+    panels: list[Builder] = [
+        timeseries(
+            "Forecast decisions",
+            "ops",
+            [
+                query(
+                    "sum by (reason) "
+                    f'(rate(gpu_autoscaler_decisions_total{{{JOB}, reason=~"forecast_.*"}}[$__rate_interval]))',
+                    "{{reason}}",
+                )
+            ],
+            "Decisions where the forecast floor raised the replicas (forecast_floor) or could not be used.",
+            width=8,
+            stacked=True,
+        ),
+        timeseries(
+            "Forecast error by service",
+            "percentunit",
+            [query(f"max by (namespace, service) ({FORECAST_ERROR_METRIC}{{{SVC}}})", "{{namespace}}/{{service}}")],
+            f"{FORECAST_ERROR_METRIC}: the forecast's recent error. Empty until the controller exports it.",
+            width=8,
+        ),
+        timeseries(
+            "Services on reactive fall-back",
+            "none",
+            [query(f"sum({FORECAST_FALLBACK_METRIC}{{{SVC}}})", "services")],
+            f"{FORECAST_FALLBACK_METRIC}: services whose forecast is unreliable or stale, scaled reactively only. "
+            "Empty until the controller exports it.",
+            width=8,
+        ),
+    ]
+    return Row("Forecast"), panels
+
+
+def query_variable(name: str, label: str, values: str) -> QueryVariable:
+    # "All" is sent as .* so that every panel can use =~"$name" whatever is selected.
+    return (
+        QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query(values)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as a JSON-ready dict (panel ids are assigned here, in layout order)."""
+    dashboard = (
+        Dashboard("GPU Autoscaler")
+        .uid(UID)
+        .description("The GPU autoscaler controller, its decisions and actions, its services and their GPUs.")
+        .tags(["gpu", "autoscaler", "kubernetes"])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .link(DashboardLink("Runbooks").type(DashboardLinkType.LINK).url(RUNBOOKS_URL).target_blank(True))
+        .with_variable(DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(query_variable("job", "Controller job", "label_values(gpu_autoscaler_ticks_total, job)"))
+        .with_variable(query_variable("namespace", "Namespace", f"label_values({SERVICES}, namespace)"))
+        .with_variable(
+            query_variable("service", "Service", f'label_values({SERVICES}{{namespace=~"$namespace"}}, service)')
+        )
+    )
+    next_id = 1
+    for row, panels in (controller_row(), decisions_row(), services_row(), gpu_row(), forecast_row()):
+        dashboard = dashboard.with_row(row.id(next_id))
+        next_id += 1
+        for panel in panels:
+            dashboard = dashboard.with_panel(panel.id(next_id))
+            next_id += 1
+    result: dict[str, Any] = json.loads(json.dumps(dashboard.build(), cls=JSONEncoder))
+    return result
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
+
+
+def check_sdk_version() -> None:
+    installed = metadata.version("grafana-foundation-sdk")
+    if installed.removeprefix("v") != SDK_VERSION:  # the 0.0.x wheels report their version as "v0.0.21"
+        raise SystemExit(
+            f"grafana-foundation-sdk {installed} is installed, this generator needs {SDK_VERSION}: "
+            f"pip install 'grafana-foundation-sdk=={SDK_VERSION}'"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the committed JSON is out of date")
+    args = parser.parse_args(argv)
+    check_sdk_version()
+    wanted = render()
+    if args.check:
+        if not OUTPUT.exists() or OUTPUT.read_text() != wanted:
+            print(f"{OUTPUT} is out of date: run python dashboards/build.py", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(wanted)
+    print(f"wrote {OUTPUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
