@@ -217,22 +217,30 @@ class Controller:
         self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
         self._reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
         self._lock = threading.Lock()
+        self._pending_reset: tuple[str, float | None] | None = None
         self.telemetry.dry_run.set(1 if dry_run else 0)
 
     # -- leadership hooks (called by the elector) --
 
     def start_acting(self, now: float) -> None:
-        """A fresh leader knows no history: forget any state and start the takeover grace now."""
-        with self._lock:
-            self.state = ControllerState()
-            self.acting_since = now
-            self._written_status.clear()
-            self._reported.clear()
+        """A fresh leader knows no history: forget any state and start the takeover grace now.
+
+        Called from the election thread, so it must not wait for a running tick (that tick may be asking the
+        elector whether it still leads): the reset is recorded here and applied when the next tick starts.
+        """
+        self._pending_reset = ("start", now)
 
     def stop_acting(self) -> None:
-        with self._lock:
-            self.acting_since = None
-            self.state = ControllerState()
+        self._pending_reset = ("stop", None)
+
+    def _apply_pending_reset(self) -> None:
+        pending, self._pending_reset = self._pending_reset, None
+        if pending is None:
+            return
+        self.state = ControllerState()
+        self._written_status.clear()
+        self._reported.clear()
+        self.acting_since = pending[1]
 
     # -- the tick --
 
@@ -240,6 +248,7 @@ class Controller:
         """One tick at ``now`` (Unix seconds). Never raises; the report is in ``last_report``."""
         started = time.perf_counter()
         with self._lock:
+            self._apply_pending_reset()
             if self.acting_since is None:
                 self.acting_since = now
             try:

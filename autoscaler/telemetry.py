@@ -214,10 +214,11 @@ class HttpServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
         if self._thread is not None:
+            self._server.shutdown()  # blocks until serve_forever returns, so only when it runs
             self._thread.join(timeout=5)
+            self._thread = None
+        self._server.server_close()
 
 
 def _check(check: HealthCheck) -> tuple[int, str, bytes]:

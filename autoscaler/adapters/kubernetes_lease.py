@@ -229,6 +229,7 @@ class LeaderElector:
         self._last_renew = -math.inf  # monotonic time of the last successful create/update as holder
         self._observed: tuple[str, datetime | None, str | None] | None = None
         self._observed_at = -math.inf  # monotonic time at which the observed record last changed
+        self._pending: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_attempt_ok = False  # the last call reached the API (for /readyz of a follower)
@@ -238,14 +239,19 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """True while this process holds the Lease *and* renewed it within the renew deadline."""
         with self._lock:
-            if self._leader and self._monotonic() - self._last_renew >= self._timings.renew_deadline_s:
-                log.warning(
-                    "leader election: no successful renewal for %.1fs (renew deadline %.1fs): stop acting",
-                    self._monotonic() - self._last_renew,
-                    self._timings.renew_deadline_s,
-                )
-                self._set_leader(False)
-            return self._leader
+            leader = self._check_deadline()
+        self._fire()
+        return leader
+
+    def _check_deadline(self) -> bool:
+        if self._leader and self._monotonic() - self._last_renew >= self._timings.renew_deadline_s:
+            log.warning(
+                "leader election: no successful renewal for %.1fs (renew deadline %.1fs): stop acting",
+                self._monotonic() - self._last_renew,
+                self._timings.renew_deadline_s,
+            )
+            self._set_leader(False)
+        return self._leader
 
     @property
     def holder(self) -> str | None:
@@ -256,12 +262,23 @@ class LeaderElector:
     # ---- protocol ----
 
     def _set_leader(self, leader: bool) -> None:
+        """Record a transition (under the lock); its callback runs later in ``_fire``, outside the lock."""
         if leader == self._leader:
             return
         self._leader = leader
-        callback = self._on_started if leader else self._on_stopped
         log.info("leader election: %s %s", self.identity, "became the leader" if leader else "is no longer the leader")
+        callback = self._on_started if leader else self._on_stopped
         if callback is not None:
+            self._pending.append(callback)
+
+    def _fire(self) -> None:
+        # Callbacks run without our lock held: they may take other locks (the controller's), and a tick that holds
+        # those asks is_leader() before every write; running them under our lock could deadlock the two threads.
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+                callback = self._pending.pop(0)
             try:
                 callback()
             except Exception:  # a broken callback must not kill the election loop
@@ -275,6 +292,12 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt; returns whether this process is the leader afterwards."""
+        try:
+            return self._attempt()
+        finally:
+            self._fire()
+
+    def _attempt(self) -> bool:
         with self._lock:
             now = self._monotonic()
             wall = self._wall()
@@ -319,10 +342,16 @@ class LeaderElector:
                 log.warning("leader election: %s", exc)
                 if self._on_error is not None:
                     self._on_error(exc)
-                return self.is_leader()  # keeps leadership until the renew deadline, then drops it
+                return self._check_deadline()  # keeps leadership until the renew deadline, then drops it
 
     def release(self) -> None:
         """Give the Lease up (holder "") so that a follower can take it at its next retry."""
+        try:
+            self._release()
+        finally:
+            self._fire()
+
+    def _release(self) -> None:
         with self._lock:
             was_leader = self._leader
             self._set_leader(False)

@@ -179,3 +179,43 @@ def test_stop_waits_for_the_running_tick_and_writes_nothing_after(runtimes: list
     assert cluster.writes == []
     assert controller.last_report is not None
     assert [r.result for r in controller.last_report.results] == ["not_leader"]
+
+
+def test_losing_the_lease_during_a_tick_neither_deadlocks_nor_writes() -> None:
+    """The election thread's callbacks never wait for a running tick, which itself asks the elector before every
+    write (the two threads would otherwise wait for each other)."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    store = InMemoryLeaseStore()
+    runtime, controller = build(cluster, store, "a", tick=30)
+    assert runtime.elector is not None
+    assert runtime.elector.try_acquire_or_renew()
+    entered, release = threading.Event(), threading.Event()
+    original = cluster.snapshot
+
+    def slow(now: float):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(5)
+        return original(now)
+
+    cluster.snapshot = slow  # type: ignore[method-assign]
+    ticker = threading.Thread(target=runtime.tick)
+    ticker.start()
+    assert entered.wait(5)
+    assert store.record is not None
+    store.update(replace(store.record, holder="b", renew_time=datetime.now(UTC)))  # b won the lease meanwhile
+    loser = threading.Thread(target=runtime.elector.try_acquire_or_renew)
+    loser.start()
+    loser.join(2)
+    assert not loser.is_alive(), "the election thread waited for the tick"
+    release.set()
+    ticker.join(5)
+    assert not ticker.is_alive()
+    assert cluster.writes == []
+    assert controller.last_report is not None
+    assert [r.result for r in controller.last_report.results] == ["not_leader"]
+    assert runtime.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "a"}) == 0
+    if runtime.http is not None:
+        runtime.http.stop()
