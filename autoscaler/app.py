@@ -810,6 +810,12 @@ class Runtime:
     def on_started_leading(self) -> None:
         self.telemetry.set_leader(True)
         self.controller.start_acting(self._clock())
+        # Act now rather than at the next interval: after a handover the service has been unattended already.
+        if self.scheduler is not None and self.scheduler.running:
+            try:
+                self.scheduler.modify_job("tick", next_run_time=datetime.now(UTC))
+            except Exception:  # the job may be gone during shutdown
+                log.debug("could not bring the tick forward", exc_info=True)
 
     def on_stopped_leading(self) -> None:
         self.telemetry.set_leader(False)
