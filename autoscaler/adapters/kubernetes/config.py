@@ -47,7 +47,7 @@ def load_api_client(
     use_in_cluster = mode == "in-cluster" or (mode == "auto" and kubeconfig is None and in_cluster_available())
     if use_in_cluster:
         try:
-            config.load_incluster_config(client_configuration=cfg)
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except ConfigException as exc:
             raise KubeConfigError(
                 f"in-cluster config failed: {exc}. It needs KUBERNETES_SERVICE_HOST/PORT and a service-account "
@@ -74,7 +74,7 @@ def load_api_client(
                     f"no kubeconfig at {where}{hint}; set AUTOSCALER_KUBERNETES__KUBECONFIG or KUBECONFIG"
                 )
         try:
-            config.load_kube_config(
+            config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=str(path) if path is not None else None,
                 context=context,
                 client_configuration=cfg,

@@ -7,10 +7,11 @@ flips back. Two policies that scale the same Deployment: the older keeps it, the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -37,7 +38,7 @@ class LoadedPolicy:
     generation: int
     spec: GPUScalingPolicySpec
     service: ServicePolicy
-    status: Mapping[str, Any] = field(default_factory=dict)
+    status: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class InvalidPolicy:
     generation: int
     field: str  # e.g. "spec.maxReplicas"
     message: str
-    status: Mapping[str, Any] = field(default_factory=dict)
+    status: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> str:

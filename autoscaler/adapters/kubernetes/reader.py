@@ -84,7 +84,7 @@ def _int(value: Any, default: int = 0) -> int:
         try:
             from kubernetes.utils import parse_quantity
 
-            return int(parse_quantity(value))
+            return int(parse_quantity(value))  # type: ignore[no-untyped-call]
         except (ValueError, TypeError):
             return default
 
@@ -110,7 +110,7 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for cond in status.get("conditions") or []:
-        if cond.get("type") == kind:
+        if isinstance(cond, Mapping) and cond.get("type") == kind:
             return cond
     return None
 
@@ -201,9 +201,8 @@ class KubeClusterReader:
         raw_pdbs = self._pager.items(
             "list poddisruptionbudgets", self._policy.list_pod_disruption_budget_for_all_namespaces
         )
-        pods = [self._pod(p, priority_classes, default_priority) for p in raw_pods]
-        pods = [p for p in pods if p is not None]
-        pods = self._with_podgroup_min_available(pods)
+        converted = (self._pod(p, priority_classes, default_priority) for p in raw_pods)
+        pods = self._with_podgroup_min_available([p for p in converted if p is not None])
         nodes = [n for n in (self._node(raw) for raw in raw_nodes) if n is not None]
         snapshot = ClusterSnapshot(
             time=now,

@@ -212,6 +212,6 @@ def merge_conditions(
 
 def condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
     for cond in (status or {}).get("conditions") or []:
-        if cond.get("type") == kind:
+        if isinstance(cond, Mapping) and cond.get("type") == kind:
             return cond
     return None

@@ -101,8 +101,8 @@ def _get_path(obj: JSON, path: tuple[str, ...]) -> Any:
 
 
 def _nested(path: tuple[str, ...], value: Any) -> JSON:
-    out: Any = value
-    for part in reversed(path):
+    out: JSON = {path[-1]: value}
+    for part in reversed(path[:-1]):
         out = {part: out}
     return out
 
@@ -340,7 +340,7 @@ class KubeClusterWriter:
                 "type": event_type,
                 "regarding": ref,
             }
-            create = lambda: self._call(what, self._events.create_namespaced_event, event_ns, body)  # noqa: E731
+            create_fn: Callable[..., Any] = self._events.create_namespaced_event
         else:
             body = {
                 "apiVersion": "v1",
@@ -358,9 +358,9 @@ class KubeClusterWriter:
                 "lastTimestamp": format_time(now),
                 "count": 1,
             }
-            create = lambda: self._call(what, self._core.create_namespaced_event, event_ns, body)  # noqa: E731
+            create_fn = self._core.create_namespaced_event
         try:
-            create()
+            self._call(what, create_fn, event_ns, body)
             return
         except ConflictError as exc:
             if exc.reason != "AlreadyExists":
