@@ -15,37 +15,42 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from grafana_foundation_sdk.builders import common as common_builders
-from grafana_foundation_sdk.builders.dashboard import (
-    Dashboard,
-    DashboardLink,
-    DatasourceVariable,
-    QueryVariable,
-    Row,
-    ThresholdsConfig,
-)
-from grafana_foundation_sdk.builders.prometheus import Dataquery
-from grafana_foundation_sdk.builders.stat import Panel as Stat
-from grafana_foundation_sdk.builders.statetimeline import Panel as StateTimeline
-from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models.dashboard import (
-    DashboardCursorSync,
-    DashboardLinkType,
-    DataSourceRef,
-    Threshold,
-    ThresholdsMode,
-    ValueMap,
-    ValueMappingResult,
-    VariableRefresh,
-    VariableSort,
-)
+# The SDK warns, when its modules are imported, that it prefers its v2 schema. The classic JSON model is kept on
+# purpose: Grafana 10 and 11 import it and file provisioning reads it, while v2 needs Grafana 12's new API.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Prefer using dashboardv2", DeprecationWarning)
+    from grafana_foundation_sdk.builders import common as common_builders
+    from grafana_foundation_sdk.builders.dashboard import (
+        Dashboard,
+        DashboardLink,
+        DatasourceVariable,
+        QueryVariable,
+        Row,
+        ThresholdsConfig,
+    )
+    from grafana_foundation_sdk.builders.prometheus import Dataquery
+    from grafana_foundation_sdk.builders.stat import Panel as Stat
+    from grafana_foundation_sdk.builders.statetimeline import Panel as StateTimeline
+    from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import common
+    from grafana_foundation_sdk.models.dashboard import (
+        DashboardCursorSync,
+        DashboardLinkType,
+        DataSourceRef,
+        Threshold,
+        ThresholdsMode,
+        ValueMap,
+        ValueMappingResult,
+        VariableRefresh,
+        VariableSort,
+    )
 
 SDK_VERSION = "0.0.21"
 OUTPUT = Path(__file__).resolve().parent / "gpu-autoscaler.json"
