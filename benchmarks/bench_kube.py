@@ -12,6 +12,12 @@ and the status of every policy that changed. The fake API server runs in its own
 Reported: API calls per tick (read / write), seconds per tick (median, and the read and write parts), peak Python
 memory of one tick (tracemalloc) and the client process's max RSS. The server is a fake: absolute times say what
 the client costs plus a local, unoptimised server, not what a production apiserver answers in.
+
+Last full run (2 shared vCPUs, Python 3.11, kubernetes client 37.0.2): 144 API calls per tick (55 reads: 40 pod
+pages + 10 node pages + 5 other lists; 89 writes for 10 scales with their Events and status, 15 eviction attempts,
+one node-pool resize), 1.50 s per tick median (1.35 s reading, 0.15 s writing; 1.8 s max; up to ~4.4 s while
+other test suites loaded the machine), 88 MiB peak Python memory in a tick, 316 MiB client max RSS. One page of
+500 pods: 0.025 s as raw JSON, 0.158 s through the client's typed models.
 """
 
 from __future__ import annotations

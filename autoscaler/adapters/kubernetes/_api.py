@@ -1,7 +1,7 @@
 """Plumbing shared by the Kubernetes adapters: error mapping, bounded read retries, JSON calls, pagination, times.
 
 Why raw JSON (``_preload_content=False`` + ``json.loads``) instead of the client's typed models: the generated
-models validate every field with pydantic, which costs ~3x more per page of 500 pods (benchmarks/bench_kube.py)
+models validate every field with pydantic, which costs ~6x more per page of 500 pods (benchmarks/bench_kube.py)
 and rejects objects the server itself accepts (a pod without containers, an event without eventTime). The paths,
 verbs, auth and error handling are still the official client's.
 """
