@@ -51,3 +51,14 @@ def alerts(rules: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
 
 def unit_test_files() -> list[Path]:
     return sorted(RULES_DIR.glob("*_test.yml"))
+
+
+def require_grafana_sdk() -> None:
+    """The dashboard generator's SDK (the ``test`` extra): skipped locally without it, a failure in CI."""
+    try:
+        import grafana_foundation_sdk  # noqa: F401
+    except ImportError:
+        message = "grafana-foundation-sdk is not installed: pip install 'grafana-foundation-sdk==0.0.21'"
+        if in_ci():
+            pytest.fail(f"CI is set but {message}")
+        pytest.skip(message)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.observability.common import DASHBOARDS_DIR, RULE_FILE, load_rules
-from tests.observability.promserver import (
+from tests.observability.common import DASHBOARDS_DIR, RULE_FILE, load_rules, require_grafana_sdk
+from tests.observability.live_prometheus import (
     EXPECTED_ACTIVE_ALERTS,
     HISTORY_S,
     Prometheus,
@@ -77,7 +77,7 @@ def substitute(expr: str, d: dict[str, Any]) -> str:
 
 
 def test_committed_dashboard_is_a_fresh_build() -> None:
-    pytest.importorskip("grafana_foundation_sdk", reason="pip install 'grafana-foundation-sdk==0.0.21' (test extra)")
+    require_grafana_sdk()
     build = load_build()
     build.check_sdk_version()
     assert DASHBOARD_JSON.read_text() == build.render(), "run: python dashboards/build.py"
@@ -85,7 +85,7 @@ def test_committed_dashboard_is_a_fresh_build() -> None:
 
 
 def test_build_check_fails_when_out_of_date(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("grafana_foundation_sdk", reason="pip install 'grafana-foundation-sdk==0.0.21' (test extra)")
+    require_grafana_sdk()
     build = load_build()
     stale = tmp_path / "gpu-autoscaler.json"
     stale.write_text(DASHBOARD_JSON.read_text().replace('"GPU Autoscaler"', '"GPU Autoscaler (old)"'))
