@@ -60,7 +60,9 @@ def load_api_client(
             raise KubeConfigError(
                 f"kubeconfig {path} does not exist (AUTOSCALER_KUBERNETES__KUBECONFIG / --kubeconfig)"
             )
+        config_file = str(path) if path is not None else None
         if path is None:
+            # Read $KUBECONFIG now: the client library reads it once, at import time.
             env = os.environ.get("KUBECONFIG")
             candidates = (
                 [Path(p).expanduser() for p in env.split(os.pathsep) if p]
@@ -73,9 +75,10 @@ def load_api_client(
                 raise KubeConfigError(
                     f"no kubeconfig at {where}{hint}; set AUTOSCALER_KUBERNETES__KUBECONFIG or KUBECONFIG"
                 )
+            config_file = os.pathsep.join(str(p) for p in candidates if p.exists())
         try:
             config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(path) if path is not None else None,
+                config_file=config_file,
                 context=context,
                 client_configuration=cfg,
                 persist_config=False,
