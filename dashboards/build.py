@@ -62,10 +62,6 @@ RUNBOOKS_URL = "https://github.com/example/gpu-autoscaler/blob/main/deploy/runbo
 FORECAST_ERROR_METRIC = "gpu_autoscaler_forecast_error"  # per namespace/service: the forecast's recent error
 FORECAST_FALLBACK_METRIC = "gpu_autoscaler_forecast_fallback"  # per namespace/service: 1 = reactive scaling only
 
-# The same regex the controller's adapter and the recording rules use to cut a Deployment name from a pod name.
-POD_HASH = "[bcdfghjklmnpqrstvwxz2456789]"
-POD_OF_SERVICE = f"($service)-{POD_HASH}{{1,10}}-{POD_HASH}{{5}}"
-
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 JOB = 'job=~"$job"'
 SVC = 'namespace=~"$namespace", service=~"$service"'
@@ -359,13 +355,7 @@ def gpu_row() -> tuple[Row, list[Builder]]:
         timeseries(
             "Graphics engine active per inference pod",
             "percentunit",
-            [
-                query(
-                    "avg by (namespace, pod) (DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-                    f'{{namespace=~"$namespace", pod=~"{POD_OF_SERVICE}"}})',
-                    "{{namespace}}/{{pod}}",
-                )
-            ],
+            [query(f"namespace_service_pod:dcgm_gr_engine_active:avg{{{SVC}}}", "{{namespace}}/{{pod}}")],
             "DCGM profiling: share of time the graphics engine was busy; unlike GPU utilization it does not read "
             "100 % for a single small request.",
             width=8,

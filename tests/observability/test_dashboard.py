@@ -6,6 +6,7 @@ rules, where it returns data (only the forecast panels may be empty until those 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ import pytest
 
 from tests.observability.common import DASHBOARDS_DIR, RULE_FILE, load_rules, require_grafana_sdk
 from tests.observability.live_prometheus import (
+    CHAT_PODS,
+    EMBED_POD,
     EXPECTED_ACTIVE_ALERTS,
     HISTORY_S,
     Prometheus,
@@ -39,8 +42,6 @@ def load_build() -> ModuleType:
 
 
 def dashboard() -> dict[str, Any]:
-    import json
-
     loaded: dict[str, Any] = json.loads(DASHBOARD_JSON.read_text())
     return loaded
 
@@ -197,6 +198,14 @@ def prometheus(promtool: str, prometheus_binary: str, tmp_path_factory: pytest.T
         server.stop()
 
 
+def load_build_constants() -> dict[str, Any]:
+    # Read the constants from the source so this test needs no SDK.
+    source = (DASHBOARDS_DIR / "build.py").read_text()
+    metrics = re.findall(r'^FORECAST_\w+_METRIC = "(\w+)"', source, flags=re.M)
+    assert len(metrics) == 2
+    return {"forecast_metrics": metrics}
+
+
 def test_a_broken_query_is_rejected(prometheus: Prometheus) -> None:
     """The check below can fail: Prometheus answers 400 to a parse error."""
     status, body = prometheus.query("sum by (result) (rate(gpu_autoscaler_ticks_total[5m])")
@@ -223,12 +232,15 @@ def test_every_panel_query_runs_and_returns_data(prometheus: Prometheus) -> None
     assert empty == placeholders
 
 
-def load_build_constants() -> dict[str, Any]:
-    # Read the constants from the source so this test needs no SDK.
-    source = (DASHBOARDS_DIR / "build.py").read_text()
-    metrics = re.findall(r'^FORECAST_\w+_METRIC = "(\w+)"', source, flags=re.M)
-    assert len(metrics) == 2
-    return {"forecast_metrics": metrics}
+def test_inference_pod_panels_show_only_pods_of_managed_services(prometheus: Prometheus) -> None:
+    d = dashboard()
+    pod_panels = [(title, t) for title, t in targets(d) if title.endswith("per inference pod")]
+    assert len(pod_panels) == 3
+    for title, target in pod_panels:
+        status, body = prometheus.query(substitute(target["expr"], d))
+        assert status == 200
+        pods = {r["metric"]["pod"] for r in body["data"]["result"]}
+        assert pods == {*CHAT_PODS, EMBED_POD}, f"{title}: {pods} (training pods are not inference)"
 
 
 def test_variables_list_the_managed_services(prometheus: Prometheus) -> None:

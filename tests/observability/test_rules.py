@@ -316,4 +316,4 @@ def test_every_error_component_is_covered_by_an_alert() -> None:
 
 def test_inference_pods_use_the_adapters_pod_regex() -> None:
     pod_regexes = [m.group(1) for expr in expressions() for m in re.finditer(r'"pod",\s*"([^"]+)"', expr)]
-    assert len(pod_regexes) == 2 and set(pod_regexes) == {POD_TO_DEPLOYMENT_RE}
+    assert len(pod_regexes) >= 3 and set(pod_regexes) == {POD_TO_DEPLOYMENT_RE}
