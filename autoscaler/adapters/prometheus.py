@@ -278,8 +278,6 @@ class PodMapper:
 @dataclass(slots=True)
 class _Tick:
     now: float
-    headers: dict[str, str]
-    auth: tuple[str, str] | None
     unreachable: str | None = None
     queries: int = 0
     failed: int = 0
@@ -426,12 +424,10 @@ class PrometheusMetricsSource:
         started = _time.perf_counter()
         unique = list({s.key: s for s in services}.values())
         try:
-            headers, auth = self._credentials()
-            tick = _Tick(now=now, headers=headers, auth=auth)
-            self._pc.headers = headers
-            self._pc.auth = auth
+            tick = _Tick(now=now)
+            self._pc.headers, self._pc.auth = self._credentials()
         except PortError as exc:
-            tick = _Tick(now=now, headers={}, auth=None, unreachable=str(exc))
+            tick = _Tick(now=now, unreachable=str(exc))
         try:
             observation = self._observe(unique, tick, PodMapper(unique, cluster))
         except Exception as exc:  # a bug here must not stop the controller: hold everything and say why
@@ -455,7 +451,7 @@ class PrometheusMetricsSource:
     def _observe(self, services: list[ServicePolicy], tick: _Tick, mapper: PodMapper) -> Observation:
         # Utilisation goes first and alone: when Prometheus is down or slow we learn it for the price of one request
         # and skip the rest. The others then run concurrently, so Prometheus evaluates one answer while we parse
-        # another (at 40,000 GPUs that halves the tick).
+        # another (at 40,000 GPUs on 2 cores: 12.6 s -> about 9 s per tick).
         results = {Family.GPU_UTIL: self._family_query(Family.GPU_UTIL, tick)}
         rest = [family for family in (*GPU_FAMILIES, *APP_FAMILIES) if family is not Family.GPU_UTIL]
         with ThreadPoolExecutor(self.settings.max_concurrent_queries, thread_name_prefix="prometheus") as pool:
