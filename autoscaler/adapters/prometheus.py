@@ -975,8 +975,7 @@ def connect(
     check: bool = True,
 ) -> PrometheusMetricsSource:
     """Build the adapter, failing fast (``PortError``) on a missing secret file or an unreachable Prometheus."""
-    # call-arg: without pydantic's mypy plugin, mypy reads positional Field defaults as required arguments
-    settings = settings or PrometheusSettings()  # type: ignore[call-arg]
+    settings = settings or PrometheusSettings()
     for name in ("bearer_token_file", "basic_auth_password_file", "ca_bundle", "client_cert_file", "client_key_file"):
         path = getattr(settings, name)
         if path is not None and not Path(path).is_file():
