@@ -40,10 +40,9 @@ def median_of(predictions: FloatArray, levels: Sequence[float]) -> FloatArray:
     if 0.5 in lv:
         out: FloatArray = predictions[lv.index(0.5)]
         return out
-    if lv[0] >= 0.5:
-        return predictions[0]
-    if lv[-1] <= 0.5:
-        return predictions[-1]
+    if lv[0] >= 0.5 or lv[-1] <= 0.5:
+        nearest: FloatArray = predictions[0] if lv[0] >= 0.5 else predictions[-1]
+        return nearest
     hi = next(i for i, level in enumerate(lv) if level > 0.5)
     weight = (0.5 - lv[hi - 1]) / (lv[hi] - lv[hi - 1])
     blended: FloatArray = predictions[hi - 1] + weight * (predictions[hi] - predictions[hi - 1])

@@ -110,8 +110,8 @@ class QuantileGBM(BaseForecaster):
             smooth = (csum[safe_src + 1] - csum[np.minimum(lo, safe_src)]) / (safe_src + 1 - np.minimum(lo, safe_src))
             cols.append(np.where(valid, smooth - level, np.nan))
         target_time = first_time + targets * self.step_
-        for period in (DAY_S, WEEK_S):
-            angle = 2.0 * np.pi * (target_time % period) / period
+        for calendar_period in (DAY_S, WEEK_S):
+            angle = 2.0 * np.pi * (target_time % calendar_period) / calendar_period
             cols.extend((np.sin(angle), np.cos(angle)))
         return np.column_stack(cols)
 

@@ -207,7 +207,7 @@ class FourierARIMA(BaseForecaster):
     def _exog(self, first_time: float, count: int) -> FloatArray | None:
         if not self.periods_used_:
             return None
-        times = first_time + np.arange(count) * self.coarse_step_s_
+        times = first_time + np.arange(count, dtype=np.float64) * self.coarse_step_s_
         return fourier_terms(times, self.periods_used_, int(self.fourier_terms))
 
     def _fit(self, y: FloatArray) -> None:
