@@ -21,7 +21,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
 import numpy.typing as npt
@@ -130,9 +130,6 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "forecast_start_")
-
-    def _more_params(self) -> dict[str, Any]:
-        return {}
 
 
 def quiet_single_thread() -> contextlib.ExitStack:
