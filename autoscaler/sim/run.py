@@ -47,7 +47,7 @@ def resolve_trace(reference: str, base_dir: Path) -> Path:
 
 def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService], float, int]:
     """SimServices with their demand at the scenario's step; returns (services, start, steps)."""
-    from autoscaler.traces import load_trace  # numpy-heavy; only the simulator needs it
+    from autoscaler.traces import load_trace, resample  # numpy-heavy; only the simulator needs it
 
     step_s = scenario.step_seconds
     services: list[SimService] = []
@@ -57,7 +57,7 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
         path = resolve_trace(entry.simulation.trace, base_dir)
         if not path.exists():
             raise ScenarioError(f"services.{index}.simulation.trace: file not found: {path}")
-        series = load_trace(path, step_s=step_s)
+        series = resample(load_trace(path, step_s=entry.simulation.bin_seconds), step_s)
         rates = np.asarray(series.rates, dtype=np.float64) * entry.simulation.trace_scale
         latency = entry.spec.latency
         assert latency is not None  # the scenario model requires it

@@ -60,6 +60,11 @@ class ServiceSimulation(_Strict):
         "'builtin:servegen-m-large' for the packaged trace"
     )
     trace_scale: float = Field(1.0, alias="traceScale", gt=0, description="multiplier on the trace's request rate")
+    bin_seconds: float = Field(
+        60.0, alias="binSeconds", gt=0, le=3600,
+        description="demand is averaged over bins of this many seconds before it reaches the latency model "
+        "(a steady-state queue model; request counts in shorter bins are mostly arrival noise), seconds",
+    )
     throughput_per_replica: float = Field(
         alias="throughputPerReplica", gt=0, description="requests/s one replica completes at saturation"
     )
@@ -113,6 +118,9 @@ class Forecasting(_Strict):
     history_seconds: float = Field(7 * 86400.0, alias="historySeconds", gt=0, description="training window, s")
     resolution_seconds: float = Field(60.0, alias="resolutionSeconds", gt=0, description="forecast step, seconds")
     horizon_seconds: float = Field(1800.0, alias="horizonSeconds", gt=0, description="forecast horizon, seconds")
+    min_history_seconds: float = Field(
+        1800.0, alias="minHistorySeconds", ge=0, description="no forecast before this much history, seconds"
+    )
 
     @model_validator(mode="after")
     def _horizon(self) -> Forecasting:
@@ -130,6 +138,7 @@ class Forecasting(_Strict):
             history_s=self.history_seconds,
             resolution_s=self.resolution_seconds,
             horizon_s=self.horizon_seconds,
+            min_history_s=self.min_history_seconds,
         )
 
 

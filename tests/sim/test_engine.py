@@ -125,3 +125,24 @@ def test_oracle_pre_warms_exactly_one_cold_start_ahead(make_scenario: Callable[.
     # ...because it asked exactly one cold start (60 s = 4 steps) before: spec[i] is what was asked at the end of i-1
     assert timeline.spec[jump - 4] >= need
     assert timeline.spec[jump - 5] < need
+
+
+def test_request_logs_are_binned_before_the_latency_model(tmp_path: Path) -> None:
+    """binSeconds averages arrival noise: 60 requests in the first 15 s of each minute is 1 req/s at 60 s bins."""
+    import yaml
+
+    from tests.sim.conftest import scenario_dict
+
+    times = [minute * 60.0 + i * 0.25 for minute in range(10) for i in range(60)]
+    (tmp_path / "log.csv").write_text("timestamp\n" + "\n".join(f"{t:g}" for t in times) + "\n", encoding="utf-8")
+    rates = {}
+    for bin_seconds in (15, 60):
+        data = scenario_dict("log.csv")
+        data["services"][0]["simulation"]["binSeconds"] = bin_seconds
+        path = tmp_path / f"s{bin_seconds}.yaml"
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+        scenario, base = load_scenario(path)
+        rates[bin_seconds] = run_scenario(scenario, base, ["static"]).services[0].rates
+    assert rates[60][:8].tolist() == [1.0] * 8
+    assert rates[15][:8].tolist() == [4.0, 0.0, 0.0, 0.0, 4.0, 0.0, 0.0, 0.0]
+    assert rates[60].sum() == pytest.approx(rates[15].sum())
