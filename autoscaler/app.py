@@ -33,6 +33,7 @@ from autoscaler.adapters.kubernetes.status import (
     METRICS_STALE,
     READY,
     ConditionUpdate,
+    ForecastRecord,
     LastAction,
     StatusUpdate,
 )
@@ -58,6 +59,8 @@ from autoscaler.telemetry import HttpServer, ServiceGauges, Telemetry
 
 if TYPE_CHECKING:
     from autoscaler.adapters.kubernetes_lease import LeaderElector
+    from autoscaler.core.decide import ReplicaFloor
+    from autoscaler.forecasting import ForecastReadout, ServiceForecastView
     from autoscaler.settings import Settings
 
 log = logging.getLogger("autoscaler")
@@ -100,6 +103,14 @@ class PolicyStatusWriter(Protocol):
         ...
 
 
+class ForecastReader(Protocol):
+    def readout(
+        self, now: float, policies: Mapping[str, ServicePolicy], snapshot: ClusterSnapshot, observation: Observation
+    ) -> ForecastReadout:
+        """The forecast floor of every forecasting service from the latest published fits (reads, never fits)."""
+        ...
+
+
 DecideFn = Callable[..., tuple[Plan, ControllerState]]
 
 
@@ -131,6 +142,8 @@ class TickReport:
     stale: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> reasons
     invalid_policies: list[PolicyObject] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    floors: Mapping[str, ReplicaFloor] = field(default_factory=dict)  # service key -> forecast floor handed to decide
+    forecasts: Mapping[str, ServiceForecastView] = field(default_factory=dict)  # what the tick made of each forecast
 
 
 def event_reason(reason: Reason | str) -> str:
@@ -196,7 +209,7 @@ class Controller:
         dry_run: bool = False,
         can_act: Callable[[], bool] = lambda: True,
         decide_fn: DecideFn | None = None,
-        floors: Callable[[float], Mapping[str, Any]] | None = None,
+        forecasts: ForecastReader | None = None,
     ) -> None:
         self.metrics = metrics
         self.cluster = cluster
@@ -208,13 +221,15 @@ class Controller:
         self.dry_run = dry_run
         self.can_act = can_act
         self._decide = decide_fn if decide_fn is not None else _default_decide()
-        self._floors = floors
+        self.forecasts = forecasts
+        self.policies_seen: tuple[ServicePolicy, ...] = ()  # valid policies of the latest tick (the refit fits these)
         self._queries: dict[str, Any] = {}
         self._observe_takes_cluster = _accepts_keyword(metrics.observe, "cluster")
         self.state = ControllerState()
         self.acting_since: float | None = None  # when this process started acting (took the lease)
         self.last_report: TickReport | None = None
         self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
+        self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}  # lastForecast, to not rewrite each tick
         self._reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
         self._lock = threading.Lock()
         self._pending_reset: tuple[str, float | None] | None = None
@@ -239,6 +254,7 @@ class Controller:
             return
         self.state = ControllerState()
         self._written_status.clear()
+        self._written_forecast.clear()
         self._reported.clear()
         self.acting_since = pending[1]
 
@@ -295,6 +311,7 @@ class Controller:
         invalid += self._configure_queries(objects, policies)
         report.invalid_policies = invalid
         self.telemetry.invalid_policies.set(len(invalid))
+        self.policies_seen = tuple(policies.values())
         services = list(policies.values())
         try:
             if self._observe_takes_cluster:
@@ -314,10 +331,13 @@ class Controller:
             if key not in observation.services:
                 report.stale[key] = (STALE_DEPLOYMENT_MISSING,)
 
-        # 4. decide (pure)
+        # 4. forecast floors: read the latest published fits (the refit job fits; the tick never does)
+        readout = self._read_forecasts(now, policies, snapshot, observation, report)
+
+        # 5. decide (pure)
         previous_state = self.state
-        if self._floors is not None:
-            plan, state = self._decide(observation, previous_state, policies, now, floors=self._floors(now))
+        if readout is not None:
+            plan, state = self._decide(observation, previous_state, policies, now, floors=readout.floors)
         else:
             plan, state = self._decide(observation, previous_state, policies, now)
         report.plan = plan
@@ -326,7 +346,7 @@ class Controller:
             self.telemetry.decisions.labels(reason=decision.reason.value).inc()
             self._log_decision(decision)
 
-        # 5. act
+        # 6. act
         unapplied: set[str] = set()
         for action in plan.actions:
             outcome = self._apply(action, policies, report, metrics_error, now)
@@ -341,8 +361,9 @@ class Controller:
                 unapplied.add(f"{action.namespace}/{action.name}")
         self.state = self._forget_unapplied(state, previous_state, unapplied, now)
 
-        # 6. report
+        # 7. report
         self._report_services(plan, policies, report)
+        self.telemetry.forecasts.update(readout.gauges(now) if readout is not None else ())
         self._report_stale(objects, policies, report)
         if not self.dry_run and self.can_act():
             self._write_statuses(objects, policies, plan, report, now)
@@ -352,6 +373,28 @@ class Controller:
         return report
 
     # -- reading --
+
+    def _read_forecasts(
+        self,
+        now: float,
+        policies: Mapping[str, ServicePolicy],
+        snapshot: ClusterSnapshot,
+        observation: Observation,
+        report: TickReport,
+    ) -> ForecastReadout | None:
+        """The forecast floors, or None: without forecasts every service scales reactively, which is always safe."""
+        if self.forecasts is None:
+            return None
+        try:
+            readout = self.forecasts.readout(now, policies, snapshot, observation)
+        except Exception as exc:
+            log.exception("reading the forecasts failed; reactive scaling only this tick")
+            self.telemetry.error("decide")
+            report.errors.append(f"forecast_read: {type(exc).__name__}: {exc}")
+            return None
+        report.floors = readout.floors
+        report.forecasts = readout.views
+        return readout
 
     def _configure_queries(
         self, objects: Sequence[PolicyObject], policies: dict[str, ServicePolicy]
@@ -645,6 +688,7 @@ class Controller:
         invalid = {(o.namespace, o.name): o.error for o in report.invalid_policies}
         for obj in objects:
             ident = (obj.namespace, obj.name)
+            forecast_memo: tuple[Any, ...] | None = None
             if ident in invalid:
                 update = invalid_status(invalid[ident] or "invalid spec")
             elif obj.policy is not None:
@@ -652,6 +696,14 @@ class Controller:
                 update = policy_status(
                     policies[key], decisions.get(key), applied.get(key), report.stale.get(key, ()), now
                 )
+                view = report.forecasts.get(key)
+                record = forecast_record(view) if view is not None else None
+                if record is not None:
+                    # The demand at now + lead moves every tick; rewrite lastForecast only when the fit, the floor
+                    # or the verdict changes, so a steady service costs no status write per tick.
+                    forecast_memo = (record.time, record.replicas, record.reliable, record.reason, record.mode)
+                    if self._written_forecast.get(ident) != forecast_memo:
+                        update = replace(update, last_forecast=record)
             else:
                 continue
             if self._written_status.get(ident) == (obj.generation, update):
@@ -662,7 +714,9 @@ class Controller:
                 self.telemetry.error("status_write")
                 log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)
                 continue
-            self._written_status[ident] = (obj.generation, update)
+            self._written_status[ident] = (obj.generation, replace(update, last_forecast=None))
+            if forecast_memo is not None:
+                self._written_forecast[ident] = forecast_memo
 
 
 def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
@@ -693,6 +747,32 @@ def stale_category(reason: str) -> str:
         if any(needle in text for needle in needles):
             return category
     return "other"
+
+
+def forecast_record(view: ServiceForecastView) -> ForecastRecord | None:
+    """``status.lastForecast`` of one service: the fit, the demand it forecasts at now + lead and the floor."""
+    pub = view.published
+    if pub is None:
+        return None
+    floor = view.floor
+    if floor is not None:
+        reason, message = floor.reason.value, floor.detail
+    else:
+        reason, message = None, view.message or None
+    return ForecastRecord(
+        time=pub.latest.fitted_at,
+        horizon_s=view.lead_s,
+        quantile=pub.quantile,
+        demand=view.demand,
+        replicas=floor.replicas if floor is not None and floor.usable else None,
+        model=pub.model,
+        error=pub.relative_error,
+        pinball_ratio=pub.pinball_ratio,
+        mode=view.mode.value,
+        reliable=pub.latest.reliable,
+        reason=reason,
+        message=message,
+    )
 
 
 def invalid_status(error: str) -> StatusUpdate:
@@ -775,6 +855,7 @@ class Runtime:
         rebalance: Callable[[float], None] = _noop,
         http: tuple[str, int] | None = ("0.0.0.0", 8080),
         clock: Callable[[], float] = time.time,
+        on_stop: Callable[[], None] | None = None,
     ) -> None:
         self.controller = controller
         self.telemetry = telemetry
@@ -785,6 +866,10 @@ class Runtime:
         self._stall = tick_stall_s
         self._grace = shutdown_grace_s
         self._refit = refit
+        self._on_stop = on_stop
+        # The first refit waits for a tick: the tick reads the policies (and hands their PromQL overrides to the
+        # metrics source) that the refit fits. Set again when this replica becomes the leader.
+        self._refit_after_tick = True
         self._rebalance = rebalance
         self._clock = clock
         self._stopping = threading.Event()
@@ -810,12 +895,17 @@ class Runtime:
     def on_started_leading(self) -> None:
         self.telemetry.set_leader(True)
         self.controller.start_acting(self._clock())
+        self._refit_after_tick = True
         # Act now rather than at the next interval: after a handover the service has been unattended already.
+        self._bring_forward("tick")
+
+    def _bring_forward(self, job: str) -> None:
+        """Run a scheduled job now rather than at its next interval."""
         if self.scheduler is not None and self.scheduler.running:
             try:
-                self.scheduler.modify_job("tick", next_run_time=datetime.now(UTC))
+                self.scheduler.modify_job(job, next_run_time=datetime.now(UTC))
             except Exception:  # the job may be gone during shutdown
-                log.debug("could not bring the tick forward", exc_info=True)
+                log.debug("could not bring the %s job forward", job, exc_info=True)
 
     def on_stopped_leading(self) -> None:
         self.telemetry.set_leader(False)
@@ -834,6 +924,9 @@ class Runtime:
                 report = self.controller.last_report
                 if report is not None and report.result == "ok":
                     self._ok_ticks += 1
+                if report is not None and report.result in ("ok", "hold") and self._refit_after_tick:
+                    self._refit_after_tick = False
+                    self._bring_forward("refit")
             except Exception:  # run_once never raises; this is the last line of defence for the thread
                 log.exception("tick job failed")
                 self.telemetry.error("decide")
@@ -894,9 +987,8 @@ class Runtime:
         )
         first = datetime.now(UTC)
         self.scheduler.add_job(self.tick, "interval", seconds=self._tick_interval, id="tick", next_run_time=first)
-        self.scheduler.add_job(
-            self._job("refit", self._refit), "interval", seconds=self._refit_interval, id="refit", next_run_time=first
-        )
+        # The refit's first run is brought forward by the first tick (see tick()).
+        self.scheduler.add_job(self._job("refit", self._refit), "interval", seconds=self._refit_interval, id="refit")
         self.scheduler.add_job(
             self._job("rebalance", self._rebalance), "interval", seconds=self._rebalance_interval, id="rebalance"
         )
@@ -916,6 +1008,11 @@ class Runtime:
         if self.elector is not None:
             self.elector.stop(release=True)
         self.telemetry.set_leader(False)
+        if self._on_stop is not None:
+            try:
+                self._on_stop()  # e.g. stop the forecast workers
+            except Exception:
+                log.exception("shutdown hook failed")
         if self.http is not None:
             self.http.stop()
 
@@ -1062,6 +1159,13 @@ def build_adapters(settings: Settings, *, check_prometheus: bool = True) -> Adap
     return _kubernetes_adapters(settings, api_client, metrics)
 
 
+def _discard_result(job: Callable[[float], object]) -> Callable[[float], None]:
+    def run(now: float) -> None:
+        job(now)
+
+    return run
+
+
 def lease_name(settings: Settings) -> str:
     """A dry-run controller elects among dry-run replicas only: on the real Lease it could win, act on nothing,
     and keep the real controller from acting at all."""
@@ -1072,15 +1176,30 @@ def lease_name(settings: Settings) -> str:
 def build_runtime(
     settings: Settings,
     adapters: Adapters | None = None,
-    refit: Callable[[float], None] = _noop,
+    refit: Callable[[float], None] | None = None,
     rebalance: Callable[[float], None] = _noop,
     http: bool = True,
 ) -> Runtime:
+    """Everything ``autoscaler run`` needs. ``refit`` defaults to the ``ForecastService``'s refit job, which also
+    hands the tick its forecast floors; pass another callable to replace the job (and run without forecasts)."""
     from autoscaler.adapters.kubernetes_lease import ElectionTimings, KubernetesLeaseStore, LeaderElector
 
     adapters = adapters if adapters is not None else build_adapters(settings)
     le = settings.leader_election
     telemetry = Telemetry(identity=le.identity if le.enabled else "")
+    forecasts = None
+    if refit is None:
+        from autoscaler.forecasting import ForecastService
+
+        forecasts = ForecastService(
+            settings.forecast,
+            adapters.metrics,
+            lambda: controller.policies_seen,
+            refit_interval_s=settings.refit_interval_seconds,
+            tick_interval_s=settings.tick_interval_seconds,
+            telemetry=telemetry,
+        )
+        refit = forecasts.refit
     controller = Controller(
         metrics=adapters.metrics,
         cluster=adapters.cluster,
@@ -1090,6 +1209,7 @@ def build_runtime(
         node_pools=adapters.node_pools,
         telemetry=telemetry,
         dry_run=settings.dry_run,
+        forecasts=forecasts,
     )
     runtime_ref: list[Runtime] = []
     elector = None
@@ -1120,9 +1240,10 @@ def build_runtime(
         tick_stall_s=settings.tick_stall_seconds,
         shutdown_grace_s=settings.shutdown_grace_seconds,
         elector=elector,
-        refit=refit,
+        refit=_discard_result(refit),
         rebalance=rebalance,
         http=(settings.http.bind_address, settings.http.port) if http and settings.http.enabled else None,
+        on_stop=forecasts.close if forecasts is not None else None,
     )
     runtime_ref.append(runtime)
     return runtime

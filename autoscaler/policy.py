@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autoscaler.core.model import (
+    ForecastMode,
+    ForecastPolicy,
     MetricKind,
     Mode,
     RateKind,
@@ -106,6 +108,18 @@ class ForecastSpec(_Strict):
         "the replica floor ahead of demand"
     )
     quantile: float = Field(0.9, gt=0, lt=1, description="forecast quantile provisioned for")
+    rate_per_replica: float | None = Field(
+        None,
+        alias="ratePerReplica",
+        gt=0,
+        description="requests/s one replica serves, to turn the request-rate forecast into replicas (default: "
+        "metric.target when metric.type is request_rate; other metrics get no forecast floor without it)",
+    )
+
+    def to_policy(self) -> ForecastPolicy | None:
+        if self.mode == "off":
+            return None
+        return ForecastPolicy(ForecastMode(self.mode), self.quantile, self.rate_per_replica)
 
 
 class GPUScalingPolicySpec(_Strict):
@@ -151,4 +165,5 @@ def to_service_policy(namespace: str, name: str, spec: GPUScalingPolicySpec) -> 
         cold_start_s=spec.cold_start_seconds,
         priority=spec.priority,
         mode=spec.mode,
+        forecast=spec.forecast.to_policy(),
     )

@@ -147,6 +147,117 @@ class NodePoolSettings(_Group):
     )
 
 
+AUTO_MODEL = "auto"
+
+
+def _model_names() -> dict[str, str]:
+    from forecast.registry import available_models
+
+    return available_models()
+
+
+class ForecastSettings(_Group):
+    """The refit job that fits every forecasting service's request-rate model, and how the tick uses the fits.
+
+    Policies opt in with ``spec.forecast.mode`` (shadow or active). Fits run in their own job every
+    ``refit_interval_seconds``, never inside a tick; the tick only reads the latest published fit.
+    """
+
+    model: str = Field(
+        "last_value",
+        min_length=1,
+        description="forecaster: a name from `autoscaler backtest --help` (last_value, seasonal_naive, holt_winters, "
+        "quantile_gbm...), 'auto' (per-series choice by backtest against seasonal naive), or module:Class",
+    )
+    model_params: dict[str, Any] = Field(
+        default_factory=dict, description="constructor parameters of the forecaster (JSON object in env)"
+    )
+    auto_candidates: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["seasonal_naive", "last_value", "holt_winters", "quantile_gbm"],
+        description="models 'auto' chooses from, comma-separated (seasonal_naive is always one: the baseline)",
+    )
+    selection_interval_seconds: float = Field(
+        86_400.0, gt=0, description="seconds between two per-series model selections when model is 'auto'"
+    )
+    history_seconds: float = Field(
+        7 * 86_400.0, gt=0, description="training window of request-rate history read from Prometheus, seconds"
+    )
+    step_seconds: float = Field(60.0, gt=0, description="resolution of the history and of the forecast, seconds")
+    horizon_seconds: float = Field(
+        3_600.0, gt=0, description="how far ahead each fit forecasts, seconds (must exceed the refit interval)"
+    )
+    min_history_seconds: float = Field(
+        3_600.0, ge=0, description="no fit before a service has this much history (seconds of valid samples)"
+    )
+    workers: int = Field(
+        2, ge=1, le=64, description="worker processes fitting series in parallel (1 = fit in the controller process)"
+    )
+    fit_timeout_seconds: float = Field(
+        120.0, gt=0, description="a single series' fit is abandoned after this many seconds (previous fit kept)"
+    )
+    stale_after_periods: float = Field(
+        3.0, gt=0, description="a fit older than this many refit intervals is stale: reactive only (forecast_stale)"
+    )
+    reliability_max_ratio: float = Field(
+        1.0,
+        gt=0,
+        description="forecast_unreliable when the recent pinball loss at the provisioned quantile is above this "
+        "multiple of the seasonal-naive baseline's on the same values (ratio)",
+    )
+    min_scored_samples: int = Field(
+        30, ge=1, description="scored forecast values needed before a forecast is trusted (count)"
+    )
+    accountability_window_seconds: float = Field(
+        21_600.0, gt=0, description="forecast error is judged on values that arrived in this window, seconds"
+    )
+    bootstrap_origins: int = Field(
+        4,
+        ge=0,
+        description="backtest origins scored when a service has no live scores yet (restart, new service), so a "
+        "forecast can earn trust from its history at once; 0 = wait for live scores (count)",
+    )
+    node_boot_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="added to the lead time when the cluster lacks free GPUs for the forecast's extra replicas "
+        "(GPU node boot until allocatable), seconds",
+    )
+
+    @field_validator("auto_candidates", mode="before")
+    @classmethod
+    def _candidates(cls, value: Any) -> Any:
+        return _split_namespaces(value)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value == AUTO_MODEL or ":" in value or value in _model_names():
+            return value
+        raise ValueError(f"unknown forecaster {value!r}; one of {AUTO_MODEL}, {', '.join(_model_names())}")
+
+    @field_validator("auto_candidates")
+    @classmethod
+    def _known_candidates(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in _model_names()]
+        if unknown:
+            raise ValueError(f"unknown forecaster(s) {', '.join(unknown)}; one of {', '.join(_model_names())}")
+        return value
+
+    @model_validator(mode="after")
+    def _windows(self) -> ForecastSettings:
+        if self.min_history_seconds > self.history_seconds:
+            raise ValueError(
+                f"{_name('forecast', 'min_history_seconds')} ({self.min_history_seconds:g}) must be <= "
+                f"{_name('forecast', 'history_seconds')} ({self.history_seconds:g})"
+            )
+        if self.horizon_seconds < self.step_seconds or self.history_seconds < 2 * self.step_seconds:
+            raise ValueError(
+                f"{_name('forecast', 'horizon_seconds')} and {_name('forecast', 'history_seconds')} must hold at "
+                f"least one and two {_name('forecast', 'step_seconds')} ({self.step_seconds:g})"
+            )
+        return self
+
+
 def _split_namespaces(value: Any) -> Any:
     """Accept ``a,b`` or ``["a", "b"]`` from the environment, a list from the file."""
     if isinstance(value, str):
@@ -195,6 +306,7 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
     node_pools: NodePoolSettings = Field(default_factory=NodePoolSettings)  # type: ignore[arg-type]
+    forecast: ForecastSettings = Field(default_factory=ForecastSettings)  # type: ignore[arg-type]
     prometheus: PrometheusSettings = Field(
         default_factory=PrometheusSettings,  # type: ignore[arg-type]
         description="the Prometheus adapter (env AUTOSCALER_PROMETHEUS_*, file key prometheus)",
@@ -209,6 +321,16 @@ class Settings(BaseSettings):
     @classmethod
     def _namespaces(cls, value: Any) -> Any:
         return _split_namespaces(value)
+
+    @model_validator(mode="after")
+    def _horizon_after_refit(self) -> Settings:
+        # Every fit must last until the next one, or the forecast runs out between two refits.
+        if self.forecast.horizon_seconds <= self.refit_interval_seconds:
+            raise ValueError(
+                f"{_name('forecast', 'horizon_seconds')} ({self.forecast.horizon_seconds:g}) must be > "
+                f"{_name('refit_interval_seconds')} ({self.refit_interval_seconds:g})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _stall_after_tick(self) -> Settings:

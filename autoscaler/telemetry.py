@@ -41,6 +41,10 @@ ERROR_COMPONENTS = (
 )
 
 
+# Results named in gpu_autoscaler_forecast_fits_total{result}.
+FIT_RESULTS = ("ok", "failed", "timeout", "no_data")
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceGauges:
     """The per-service values exported after a tick (None = unknown, not exported)."""
@@ -96,6 +100,82 @@ class _ServiceCollector(Collector):
         return [current, desired, stale]
 
 
+# One series' fit: milliseconds for the baselines, about a second for Holt-Winters on a week at 60 s, up to the
+# fit timeout (120 s by default) for the slowest models.
+FIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastGauges:
+    """The per-service forecast values exported after a tick (None = unknown, not exported)."""
+
+    namespace: str
+    service: str
+    pinball_ratio: float | None  # recent pinball loss / seasonal naive's on the same values
+    reliable: bool | None
+    fit_age_s: float | None
+    floor_replicas: int | None  # replicas the forecast asks for (also in shadow mode); None when not usable
+    fallback_reason: str | None = None  # forecast_stale | forecast_unreliable: the service scales reactively only
+
+
+class _ForecastCollector(Collector):
+    """Per-service forecast accountability from the latest tick, rendered atomically like ``_ServiceCollector``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._services: tuple[ForecastGauges, ...] = ()
+
+    def update(self, services: Iterable[ForecastGauges]) -> None:
+        snapshot = tuple(services)
+        with self._lock:
+            self._services = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._lock:
+            services = self._services
+        labels = ["namespace", "service"]
+        ratio = GaugeMetricFamily(
+            f"{PREFIX}_forecast_pinball_ratio",
+            "Recent pinball loss of the service's forecast at its provisioned quantile divided by the seasonal-naive "
+            "baseline's on the same values (below 1 = better than the baseline)",
+            labels=labels,
+        )
+        reliable = GaugeMetricFamily(
+            f"{PREFIX}_forecast_reliable",
+            "1 when the service's forecast is trusted, 0 when its recent error is above the threshold (reactive only)",
+            labels=labels,
+        )
+        age = GaugeMetricFamily(
+            f"{PREFIX}_forecast_fit_age_seconds",
+            "Seconds since the service's latest published forecast fit, at the latest tick",
+            labels=labels,
+        )
+        floor = GaugeMetricFamily(
+            f"{PREFIX}_forecast_floor_replicas",
+            "Replicas the forecast asks for at now + lead time (reported in shadow mode too)",
+            labels=labels,
+        )
+        fallback = GaugeMetricFamily(
+            f"{PREFIX}_forecast_fallback",
+            "1 when a forecasting service scales reactively only because its forecast is stale or unreliable, by "
+            "reason (forecast_stale, forecast_unreliable)",
+            labels=[*labels, "reason"],
+        )
+        for s in services:
+            key = [s.namespace, s.service]
+            if s.fallback_reason is not None:
+                fallback.add_metric([*key, s.fallback_reason], 1)
+            if s.pinball_ratio is not None:
+                ratio.add_metric(key, s.pinball_ratio)
+            if s.reliable is not None:
+                reliable.add_metric(key, 1 if s.reliable else 0)
+            if s.fit_age_s is not None:
+                age.add_metric(key, s.fit_age_s)
+            if s.floor_replicas is not None:
+                floor.add_metric(key, s.floor_replicas)
+        return [ratio, reliable, age, floor, fallback]
+
+
 class Telemetry:
     """All controller metrics, in one registry."""
 
@@ -149,6 +229,28 @@ class Telemetry:
             self.errors.labels(component=component)  # export zeros so that rate() works from the first error
         self.services = _ServiceCollector()
         r.register(self.services)
+        self.forecast_fit_duration = Histogram(
+            f"{PREFIX}_forecast_fit_duration_seconds",
+            "Wall time of one series' forecast fit (and model selection when due) in the refit job, seconds",
+            buckets=FIT_BUCKETS,
+            registry=r,
+        )
+        self.forecast_fits = Counter(
+            f"{PREFIX}_forecast_fits",
+            "Per-series outcomes of the refit job: ok, failed (the fit raised), timeout, no_data (history "
+            "unreadable or too short); the previous fit stays in use until it is stale",
+            ["result"],
+            registry=r,
+        )
+        for result in FIT_RESULTS:
+            self.forecast_fits.labels(result=result)
+        self.forecast_refit_duration = Gauge(
+            f"{PREFIX}_forecast_refit_duration_seconds",
+            "Wall time of the latest refit round (all series: history reads and fits), seconds",
+            registry=r,
+        )
+        self.forecasts = _ForecastCollector()
+        r.register(self.forecasts)
 
     def set_leader(self, leader: bool) -> None:
         self.leader.labels(identity=self._identity).set(1 if leader else 0)

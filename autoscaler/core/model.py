@@ -66,6 +66,21 @@ DEFAULT_SCALE_UP = ScalingRules(
 DEFAULT_SCALE_DOWN = ScalingRules(stabilisation_s=300.0, policies=(RatePolicy(RateKind.PERCENT, 100, 15.0),))
 
 
+class ForecastMode(StrEnum):
+    SHADOW = "shadow"  # fit and report the forecast floor, never apply it
+    ACTIVE = "active"  # the forecast floor raises the replicas ahead of demand
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastPolicy:
+    """How one service uses its demand forecast (``spec.forecast``; absent = forecasting off)."""
+
+    mode: ForecastMode = ForecastMode.SHADOW
+    quantile: float = 0.9  # forecast quantile of the request rate provisioned for
+    # requests/s one replica carries; None = the metric target when scaling on request_rate, else no floor
+    rate_per_replica: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ServicePolicy:
     """The scaling policy of one inference service (built from the CRD, a scenario file or settings)."""
@@ -85,6 +100,7 @@ class ServicePolicy:
     cold_start_s: float = 90.0  # pod creation to ready: image pull + model load, seconds
     priority: int = 0
     mode: Mode = Mode.ACTIVE
+    forecast: ForecastPolicy | None = None  # None: reactive only, no forecast is fitted
 
     @property
     def key(self) -> str:

@@ -64,6 +64,15 @@ class ForecastModel(_Wire):
     replicas: int | None = Field(None, ge=0, description="replicas the forecast asks for")
     model: str | None = Field(None, description="the forecaster that made it")
     error: float | None = Field(None, ge=0, description="its measured recent error (relative, 0.1 = 10 %)")
+    pinball_ratio: float | None = Field(
+        None, alias="pinballRatio", ge=0, description="recent pinball loss / the seasonal-naive baseline's"
+    )
+    mode: str | None = Field(None, description="shadow (reported, not applied) or active")
+    reliable: bool | None = Field(None, description="false: its recent error is above the threshold (reactive only)")
+    reason: str | None = Field(
+        None, description="forecast_floor, forecast_unreliable or forecast_stale (the decision reason's value)"
+    )
+    message: str | None = Field(None, description="why, with the numbers")
 
 
 class GPUScalingPolicyStatus(_Wire):
@@ -137,6 +146,11 @@ class ForecastRecord:
     replicas: int | None = None
     model: str | None = None
     error: float | None = None
+    pinball_ratio: float | None = None
+    mode: str | None = None
+    reliable: bool | None = None
+    reason: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +193,17 @@ def merge_status(
     if update.last_forecast is not None:
         f = update.last_forecast
         forecast: dict[str, Any] = {"time": format_time(f.time), "horizonSeconds": f.horizon_s, "quantile": f.quantile}
-        for key, value in (("demand", f.demand), ("replicas", f.replicas), ("model", f.model), ("error", f.error)):
+        for key, value in (
+            ("demand", f.demand),
+            ("replicas", f.replicas),
+            ("model", f.model),
+            ("error", f.error),
+            ("pinballRatio", f.pinball_ratio),
+            ("mode", f.mode),
+            ("reliable", f.reliable),
+            ("reason", f.reason),
+            ("message", f.message),
+        ):
             if value is not None:
                 forecast[key] = value
         status["lastForecast"] = forecast

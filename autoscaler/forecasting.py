@@ -1,0 +1,830 @@
+"""Demand forecasts for the running controller: the refit job fits, the tick only reads.
+
+``ForecastService.refit(now)`` is the leader-only scheduled job (every ``refit_interval_seconds``). For every managed
+service whose ``spec.forecast.mode`` is shadow or active it
+
+1. reads the request-rate history through the ``MetricsSource`` (``forecast.history_seconds`` at
+   ``forecast.step_seconds``) and puts it on a regular grid (gaps are NaN; the forecasters fill them);
+2. scores the forecasts it published earlier against the history that has arrived since (accountability, below);
+3. fits the configured model (``forecast.model``; ``auto`` = per-series choice by a short rolling-origin backtest
+   against seasonal naive, re-made every ``selection_interval_seconds``) and the seasonal-naive baseline, in parallel
+   across series in a ``ProcessPoolExecutor`` of ``forecast.workers`` processes (1 = in this process);
+4. publishes the latest ``ForecastInput`` of every service as one immutable mapping, swapped in a single assignment:
+   the tick, in another thread, reads whichever mapping is current and never waits for a refit.
+
+Failures stay local. A history that cannot be read (Prometheus outage), is too short, or a fit that raises or runs out
+of time (``fit_timeout_seconds``, enforced inside the worker process) leaves that service's previous fit published:
+it ages and, after ``stale_after_periods`` refit intervals, the core falls back to reactive scaling with reason
+``forecast_stale``. Each failure is counted (``gpu_autoscaler_forecast_fits_total{result}`` and
+``gpu_autoscaler_errors_total{component="refit"}``); nothing is raised out of ``refit``.
+
+Accountability. Every published forecast is kept until the values it predicted have arrived, then scored on the leads
+the tick actually reads it at (from ``fitted_at + lead`` to ``fitted_at + refit interval + lead``): pinball loss at the
+service's provisioned quantile and MAE of the median, next to the seasonal-naive forecast made from the same history at
+the same time. Over the last ``accountability_window_seconds``, ``forecast.assess_reliability`` decides: a model whose
+pinball loss is above ``reliability_max_ratio`` x the baseline's, or that has fewer than ``min_scored_samples``
+scored values, is *unreliable* and the core scales the service reactively (reason ``forecast_unreliable``, with the
+numbers). So that a restarted controller or a new service does not wait for live scores, the first fit of a service
+also backtests the model against the baseline on its own history (``bootstrap_origins`` origins); that verdict stands
+until enough live scores exist.
+
+The tick side, ``ForecastService.readout(...)``, turns the published fits into one ``ReplicaFloor`` per forecasting
+service with ``autoscaler.core.predictive.forecast_floor`` at ``now + lead``, where the lead is the p95 of the
+service's observed pod start-to-ready times (else ``coldStartSeconds``), plus ``node_boot_seconds`` when the cluster's
+free GPUs do not cover the floor's extra replicas. ``shadow`` floors are reported, not applied.
+
+Timeouts: a fit in a worker process is interrupted by SIGALRM after ``fit_timeout_seconds``; a worker that does not
+answer even then is killed with its pool (a new pool is started for the next round). With ``workers = 1`` fits run in
+the controller process, where a fit cannot be interrupted: its timeout is not enforced.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import importlib
+import logging
+import math
+import multiprocessing
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.decide import ReplicaFloor
+from autoscaler.core.model import ForecastMode, MetricKind, Observation, ServicePolicy
+from autoscaler.core.predictive import ForecastInput, PredictiveSettings, forecast_floor, lead_time_s
+from autoscaler.core.reasons import Reason
+from autoscaler.ports import MetricsSource
+from autoscaler.telemetry import ForecastGauges, Telemetry
+from forecast.types import Forecast, ForecastQuality, assess_reliability
+
+if TYPE_CHECKING:
+    from autoscaler.settings import ForecastSettings
+
+log = logging.getLogger("autoscaler.forecasting")
+
+SIGNAL = "request_rate"  # the demand signal forecast (requests/s, whole service)
+BASELINE = "seasonal_naive"  # every model is judged against it (forecast.registry.BASELINE)
+AUTO = "auto"
+BASE_LEVELS = (0.1, 0.5, 0.9)  # always fitted beside the provisioned quantile: the median scores MAE
+# Bootstrap backtest origins are spread over the latest day at most this far apart (different times of day).
+BOOTSTRAP_SPACING_S = 6 * 3600.0
+# A history whose newest valid sample is more than this many steps old is not fitted: the service's metric is gone.
+MAX_HISTORY_LAG_STEPS = 5
+# The parent waits this much beyond the fit timeout before it declares the workers stuck (worker start-up included).
+STUCK_GRACE_S = 30.0
+_LOGGED_FAILURES = 5  # per round, the rest are summarised
+
+
+# ---- the worker side: one series' fit, picklable in and out ------------------------------------------------------
+
+
+class FitTimeout(Exception):
+    """Raised inside a worker process when a fit outlives ``fit_timeout_seconds``."""
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """Everything one series' fit needs, as plain picklable data."""
+
+    key: str
+    model: str  # registry name or module:Class
+    params: Mapping[str, Any]
+    y: np.ndarray  # regular series, NaN = missing; y[i] covers [start + i*step_s, start + (i+1)*step_s)
+    start: float
+    step_s: float
+    horizon_steps: int
+    levels: tuple[float, ...]
+    quantile: float  # the provisioned level: backtest verdicts score it
+    timeout_s: float
+    candidates: tuple[str, ...] = ()  # non-empty: choose among these by backtest first (model = auto)
+    backtest_origins: int = 0  # > 0: also backtest the model against the baseline (bootstrap trust)
+    backtest_horizon_steps: int = 1
+    max_ratio: float = 1.0
+    min_samples: int = 30
+
+
+@dataclass(frozen=True)
+class FitResult:
+    key: str
+    status: Literal["ok", "failed", "timeout"]
+    seconds: float
+    model: str = ""  # the model fitted (for auto: the one chosen)
+    selected: bool = False  # a selection was made this time
+    forecast: Mapping[str, Any] | None = None  # Forecast.to_dict() (a Forecast holds a mappingproxy: not picklable)
+    baseline: Mapping[str, Any] | None = None
+    verdict: tuple[bool, str, float | None] | None = None  # backtest: reliable, reason, pinball ratio
+    error: str = ""
+
+
+_IN_WORKER = False  # set by the pool initializer: only worker processes may use SIGALRM
+
+
+def _init_worker() -> None:
+    global _IN_WORKER
+    _IN_WORKER = True
+    # One BLAS/OpenMP thread per worker: the workers already use the cores, extra threads only contend.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    # Pay the imports once per worker, not in the first timed fit.
+    for module in ("forecast.backtest", "forecast.baselines", "forecast.selection"):
+        importlib.import_module(module)
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """SIGALRM after ``seconds`` raises FitTimeout in the fit, in a worker process's main thread only (in the
+    controller process the signal belongs to others, e.g. pytest-timeout, and the refit runs off the main thread)."""
+    if not _IN_WORKER or threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise FitTimeout(f"fit did not finish within {seconds:g}s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def build_model(name: str, params: Mapping[str, Any], levels: Sequence[float], horizon_steps: int) -> Any:
+    """A fresh forecaster: a ``forecast.registry`` name, or ``package.module:Class`` (a forecaster of your own with
+    the same contract, importable in the worker processes)."""
+    if ":" in name:
+        module, _, cls_name = name.partition(":")
+        cls = getattr(importlib.import_module(module), cls_name)
+        return cls(**{"quantiles": tuple(levels), **params})
+    from forecast.registry import make_model
+
+    return make_model(name, horizon_steps=horizon_steps, **{"quantiles": tuple(levels), **params})
+
+
+def _quality_at(result: Any, level: float) -> ForecastQuality:
+    """A backtest's scores at one quantile level (the provisioned one), as the live accountability scores it."""
+    from forecast.backtest import evaluate
+
+    index = list(result.levels).index(level)
+    return evaluate(result.model, result.actuals, result.predictions[index : index + 1], [level])
+
+
+def _ratio(model: ForecastQuality, baseline: ForecastQuality) -> float | None:
+    """Pinball loss / the baseline's; 1 when both are exact (as ``assess_reliability`` counts it), None when
+    undefined (no values, or an exact baseline beside an inexact model)."""
+    score, base = model.mean_pinball, baseline.mean_pinball
+    if not (math.isfinite(score) and math.isfinite(base)):
+        return None
+    if base <= 0:
+        return 1.0 if score <= 0 else None
+    return score / base
+
+
+def _origin_spacing(n: int, horizon: int, origins: int, step_s: float) -> int:
+    span = n - horizon - n // 2  # origins lie after the first half of the series (the backtest's minimum training)
+    if span < 0:
+        raise ValueError(f"{n} samples are too few to backtest a {horizon}-step horizon")
+    return max(1, min(round(BOOTSTRAP_SPACING_S / step_s), span // max(1, origins - 1)))
+
+
+def _verdict(job: FitJob, model_bt: Any, base_bt: Any) -> tuple[bool, str, float | None]:
+    model_q, base_q = _quality_at(model_bt, job.quantile), _quality_at(base_bt, job.quantile)
+    reliable, reason = assess_reliability(model_q, base_q, max_ratio=job.max_ratio, min_samples=job.min_samples)
+    return reliable, f"backtest: {reason}", _ratio(model_q, base_q)
+
+
+def _fit(job: FitJob) -> FitResult:
+    from forecast.backtest import rolling_origin_backtest
+
+    started = time.perf_counter()
+    name, selected, verdict = job.model, False, None
+    h_bt = max(1, min(job.backtest_horizon_steps, job.horizon_steps))
+    n_origins = max(1, job.backtest_origins)
+
+    def candidate(model_name: str) -> Any:
+        params = job.params if model_name == job.model else {}
+        return build_model(model_name, params, job.levels, h_bt)
+
+    if job.candidates:
+        from forecast.selection import select_model
+
+        names = dict.fromkeys((BASELINE, *job.candidates))
+        try:
+            every = _origin_spacing(job.y.size, h_bt, n_origins, job.step_s)
+            selection = select_model(
+                job.y,
+                {n: candidate(n) for n in names},
+                baseline=BASELINE,
+                step_s=job.step_s,
+                horizon_steps=h_bt,
+                start=job.start,
+                n_origins=n_origins,
+                origin_every=every,
+                max_ratio=job.max_ratio,
+                min_samples=job.min_samples,
+            )
+        except ValueError:
+            name = BASELINE  # too short to backtest: the baseline until a selection succeeds
+        else:
+            name, selected = selection.best, True
+            verdict = _verdict(job, selection.results[name], selection.results[BASELINE])
+    elif job.backtest_origins > 0:
+        try:
+            every = _origin_spacing(job.y.size, h_bt, n_origins, job.step_s)
+            kw: dict[str, Any] = {
+                "step_s": job.step_s,
+                "horizon_steps": h_bt,
+                "start": job.start,
+                "n_origins": n_origins,
+                "origin_every": every,
+            }
+            model_bt = rolling_origin_backtest(candidate(name), job.y, **kw)
+            base_bt = model_bt if name == BASELINE else rolling_origin_backtest(candidate(BASELINE), job.y, **kw)
+            verdict = _verdict(job, model_bt, base_bt)
+        except ValueError:
+            verdict = None  # too short to backtest: trust has to come from live scores
+
+    model = build_model(name, job.params if name == job.model else {}, job.levels, job.horizon_steps)
+    forecast = model.fit(job.y, start=job.start, step_s=job.step_s).predict(job.horizon_steps)
+    if name == BASELINE:
+        baseline = forecast
+    else:
+        base_model = build_model(BASELINE, {}, job.levels, job.horizon_steps)
+        baseline = base_model.fit(job.y, start=job.start, step_s=job.step_s).predict(job.horizon_steps)
+    return FitResult(
+        job.key,
+        "ok",
+        time.perf_counter() - started,
+        model=name,
+        selected=selected,
+        forecast=forecast.to_dict(),
+        baseline=baseline.to_dict(),
+        verdict=verdict,
+    )
+
+
+def run_fit(job: FitJob) -> FitResult:
+    """One series' selection/backtest (when due), fit and forecast, plus the baseline's. Never raises: a failure or
+    a timeout is the result."""
+    started = time.perf_counter()
+    try:
+        with _deadline(job.timeout_s):
+            return _fit(job)
+    except FitTimeout as exc:
+        return FitResult(job.key, "timeout", time.perf_counter() - started, model=job.model, error=str(exc))
+    except Exception as exc:  # a model's bug or numerical failure must stay this series' problem
+        error = f"{type(exc).__name__}: {exc}"
+        return FitResult(job.key, "failed", time.perf_counter() - started, model=job.model, error=error)
+
+
+# ---- running fits: in process, or in a pool of worker processes ---------------------------------------------------
+
+
+class FitRunner:
+    """Runs ``FitJob``s: in this process for 1 worker, else in a persistent ``ProcessPoolExecutor`` (spawned
+    processes: forking a process with a scheduler, an HTTP server and API clients running in threads is unsafe).
+
+    Jobs are submitted as the iterable yields them (histories are read while the workers fit). A worker that does
+    not return within the fit timeout plus a grace period, even though the fit interrupts itself, is stuck: the pool is
+    killed, the jobs left are reported as timed out, and the next round starts a new pool.
+    """
+
+    def __init__(self, workers: int, fit_timeout_s: float, stuck_grace_s: float = STUCK_GRACE_S) -> None:
+        self.workers = workers
+        self.fit_timeout_s = fit_timeout_s
+        self.stuck_grace_s = stuck_grace_s
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def run(self, jobs: Iterable[FitJob]) -> list[FitResult]:
+        if self.workers <= 1:
+            return [run_fit(job) for job in jobs]
+        pool = self._ensure_pool()
+        futures: dict[cf.Future[FitResult], FitJob] = {}
+        results: list[FitResult] = []
+        for job in jobs:
+            try:
+                futures[pool.submit(run_fit, job)] = job
+            except Exception as exc:  # BrokenProcessPool: a worker died (OOM kill...)
+                results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=f"{type(exc).__name__}"))
+        pending = set(futures)
+        broken = False
+        while pending:
+            done, pending = cf.wait(
+                pending, timeout=self.fit_timeout_s + self.stuck_grace_s, return_when=cf.FIRST_COMPLETED
+            )
+            if not done:
+                log.error("forecast workers stuck: no fit returned within %.0fs; killing the pool", self.fit_timeout_s)
+                for future in pending:
+                    job = futures[future]
+                    message = "worker stuck: killed with its pool"
+                    results.append(FitResult(job.key, "timeout", self.fit_timeout_s, model=job.model, error=message))
+                self.close()
+                return results
+            for future in done:
+                job = futures[future]
+                try:
+                    results.append(future.result())
+                except Exception as exc:  # the worker process died under this job
+                    broken = True
+                    error = f"{type(exc).__name__}: {exc}"
+                    results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=error))
+        if broken:
+            self.close()
+        return results
+
+    def _ensure_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+            )
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the workers now (running fits are abandoned)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        if terminate is not None:
+            with contextlib.suppress(Exception):
+                terminate()
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.kill()
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.join(timeout=5)
+
+
+# ---- what the refit job publishes and the tick reads ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedForecast:
+    """The latest fit of one service and its accountability, immutable (read by the tick without a lock)."""
+
+    key: str
+    latest: ForecastInput
+    model: str  # registry name of the model fitted ("auto: holt_winters" when chosen by selection)
+    quantile: float  # provisioned level the fit and its scores are for
+    pinball_ratio: float | None = None  # recent pinball loss / seasonal naive's (None: not scored yet)
+    relative_error: float | None = None  # recent MAE of the median / mean demand
+    scored: int = 0  # live scored values behind the verdict (0 when it comes from the bootstrap backtest)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceForecastView:
+    """What the tick made of one service's forecast: its floor, the lead time, the demand it provisions for."""
+
+    key: str
+    namespace: str
+    service: str
+    mode: ForecastMode
+    published: PublishedForecast | None
+    floor: ReplicaFloor | None
+    lead_s: float
+    demand: float | None  # forecast request rate at the quantile over [now + lead, now + lead + tick], req/s
+    message: str = ""  # why there is no floor, when there is none
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastReadout:
+    """The tick's reading of the latest forecasts: floors for ``decide`` and what to report."""
+
+    floors: Mapping[str, ReplicaFloor]
+    views: Mapping[str, ServiceForecastView]
+
+    def gauges(self, now: float) -> list[ForecastGauges]:
+        out = []
+        for v in self.views.values():
+            pub = v.published
+            usable = v.floor is not None and v.floor.usable
+            fallback = v.floor.reason.value if v.floor is not None and not v.floor.usable else None
+            out.append(
+                ForecastGauges(
+                    namespace=v.namespace,
+                    service=v.service,
+                    pinball_ratio=pub.pinball_ratio if pub is not None else None,
+                    reliable=pub.latest.reliable if pub is not None else None,
+                    fit_age_s=max(0.0, now - pub.latest.fitted_at) if pub is not None else None,
+                    floor_replicas=v.floor.replicas if usable and v.floor is not None else None,
+                    fallback_reason=fallback,
+                )
+            )
+        return out
+
+
+@dataclass(slots=True)
+class RefitReport:
+    """One refit round, for logs and tests."""
+
+    time: float
+    services: int = 0
+    ok: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # key -> error (fit raised or timed out)
+    no_data: dict[str, str] = field(default_factory=dict)  # key -> why (history unreadable, too short, too old)
+    seconds: float = 0.0
+
+
+# ---- per-service memory of the refit job --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A published forecast waiting for its actuals."""
+
+    model: Forecast
+    baseline: Forecast
+    quantile: float
+    first: float  # score steps starting at or after this (fitted_at + lead)
+    until: float  # ... and before this (fitted_at + refit interval + lead)
+    next_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Score:
+    time: float  # when the actual arrived (sample time)
+    actual: float
+    model_q: float
+    model_median: float
+    base_q: float
+
+
+@dataclass(slots=True)
+class _ServiceState:
+    pending: deque[_Pending] = field(default_factory=deque)
+    scores: deque[_Score] = field(default_factory=deque)
+    verdict: tuple[bool, str, float | None] | None = None  # from the bootstrap backtest / the selection
+    selected: str | None = None  # auto: the model chosen
+    selected_at: float = -math.inf
+    baseline_label: str = BASELINE  # the baseline forecasts' own name, e.g. SeasonalNaive(1d)
+
+
+def rate_per_replica(policy: ServicePolicy) -> float | None:
+    """Requests/s one replica carries: ``spec.forecast.ratePerReplica``, else the target of a request-rate policy."""
+    if policy.forecast is not None and policy.forecast.rate_per_replica is not None:
+        return policy.forecast.rate_per_replica
+    if policy.metric is MetricKind.REQUEST_RATE:
+        return policy.target
+    return None
+
+
+def cold_starts_by_service(snapshot: ClusterSnapshot) -> dict[str, list[float]]:
+    """Observed creation-to-ready seconds of each Deployment's pods (``namespace/name`` -> seconds)."""
+    out: dict[str, list[float]] = {}
+    for pod in snapshot.pods:
+        if pod.owner_kind != "Deployment" or not pod.owner_name:
+            continue
+        if pod.created_at is None or pod.ready_at is None or pod.ready_at < pod.created_at:
+            continue
+        out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod.ready_at - pod.created_at)
+    return out
+
+
+def free_gpus(snapshot: ClusterSnapshot) -> int:
+    """GPUs on ready nodes not requested by a live pod, minus those pending pods are waiting for."""
+    ready = {n.name: n.allocatable_gpus for n in snapshot.nodes if n.ready}
+    used = 0
+    for pod in snapshot.pods:
+        if pod.phase in ("Succeeded", "Failed"):
+            continue
+        if pod.node is None or pod.node in ready:
+            used += pod.gpus
+    return max(0, sum(ready.values()) - used)
+
+
+class ForecastService:
+    """The refit job (``refit``) and the tick's reading of its output (``readout``). See the module docstring."""
+
+    def __init__(
+        self,
+        settings: ForecastSettings,
+        metrics: MetricsSource,
+        policies: Callable[[], Iterable[ServicePolicy]],
+        *,
+        refit_interval_s: float,
+        tick_interval_s: float = 15.0,
+        telemetry: Telemetry | None = None,
+        runner: FitRunner | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.policies = policies
+        self.refit_interval_s = refit_interval_s
+        self.tick_interval_s = tick_interval_s
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self.runner = runner if runner is not None else FitRunner(settings.workers, settings.fit_timeout_seconds)
+        self._published: Mapping[str, PublishedForecast] = MappingProxyType({})
+        self._state: dict[str, _ServiceState] = {}
+        self._leads: dict[str, float] = {}  # latest lead time the tick used, per service (scores those leads)
+        self._refit_lock = threading.Lock()
+        self.last_refit: RefitReport | None = None
+
+    # -- the hand-off ------------------------------------------------------------------------------------------------
+
+    @property
+    def published(self) -> Mapping[str, PublishedForecast]:
+        """The latest fits, one immutable mapping (replaced, never changed, by each refit)."""
+        return self._published
+
+    def close(self) -> None:
+        self.runner.close()
+
+    # -- the refit job -----------------------------------------------------------------------------------------------
+
+    def refit(self, now: float) -> RefitReport:
+        """One refit round at ``now`` (Unix seconds). Never raises; see the module docstring."""
+        with self._refit_lock:
+            started = time.perf_counter()
+            report = RefitReport(now)
+            try:
+                self._refit(now, report)
+            except Exception:  # a bug here must not kill the scheduler's job, nor unpublish anything
+                log.exception("refit round failed")
+                self.telemetry.error("refit")
+            report.seconds = time.perf_counter() - started
+            self.telemetry.forecast_refit_duration.set(report.seconds)
+            self.last_refit = report
+            failures = {**report.failed, **report.no_data}
+            if failures:
+                shown = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:_LOGGED_FAILURES])
+                more = f" (and {len(failures) - _LOGGED_FAILURES} more)" if len(failures) > _LOGGED_FAILURES else ""
+                log.warning(
+                    "refit: %d of %d services kept their previous fit: %s%s",
+                    len(failures),
+                    report.services,
+                    shown,
+                    more,
+                )
+            log.info("refit: %d services fitted in %.1fs", len(report.ok), report.seconds)
+            return report
+
+    def _refit(self, now: float, report: RefitReport) -> None:
+        s = self.settings
+        wanted = {p.key: p for p in self.policies() if p.forecast is not None}
+        report.services = len(wanted)
+        for key in list(self._state):
+            if key not in wanted:
+                del self._state[key]
+
+        def jobs() -> Iterator[FitJob]:
+            for key, policy in wanted.items():
+                state = self._state.setdefault(key, _ServiceState())
+                job = self._prepare(now, policy, state, report)
+                if job is not None:
+                    yield job
+
+        results = {r.key: r for r in self.runner.run(jobs())}
+        published: dict[str, PublishedForecast] = {}
+        for key, policy in wanted.items():
+            assert policy.forecast is not None
+            state = self._state[key]
+            previous = self._published.get(key)
+            result = results.get(key)
+            latest: ForecastInput | None = previous.latest if previous is not None else None
+            model_name = previous.model if previous is not None else s.model
+            quantile = previous.quantile if previous is not None else policy.forecast.quantile
+            if result is not None:
+                self.telemetry.forecast_fit_duration.observe(result.seconds)
+                self.telemetry.forecast_fits.labels(result=result.status).inc()
+                if result.status == "ok" and result.forecast is not None and result.baseline is not None:
+                    report.ok.append(key)
+                    if result.selected:
+                        state.selected, state.selected_at = result.model, now
+                    if result.verdict is not None:
+                        state.verdict = result.verdict
+                    forecast = Forecast.from_dict(result.forecast)
+                    baseline = Forecast.from_dict(result.baseline)
+                    state.baseline_label = baseline.model
+                    quantile = policy.forecast.quantile
+                    lead = self._leads.get(key, policy.cold_start_s)
+                    state.pending.append(
+                        _Pending(forecast, baseline, quantile, now + lead, now + self.refit_interval_s + lead)
+                    )
+                    latest = ForecastInput(forecast, fitted_at=now)
+                    model_name = f"{AUTO}: {result.model}" if s.model == AUTO else result.model
+                else:
+                    report.failed[key] = f"{result.status}: {result.error}"
+                    self.telemetry.error("refit")
+            if latest is None:
+                continue
+            reliable, detail, ratio, relative, scored = self._judge(state, quantile, latest.forecast.model, now)
+            latest = replace(latest, reliable=reliable, reliability_detail=detail)
+            published[key] = PublishedForecast(key, latest, model_name, quantile, ratio, relative, scored)
+        self._published = MappingProxyType(published)  # the hand-off: one atomic swap
+
+    def _prepare(
+        self,
+        now: float,
+        policy: ServicePolicy,
+        state: _ServiceState,
+        report: RefitReport,
+    ) -> FitJob | None:
+        """Read the history, score what has arrived, and build the fit job (None: nothing to fit this round)."""
+        s = self.settings
+        assert policy.forecast is not None
+        key = policy.key
+        step = s.step_seconds
+        end = math.floor(now / step) * step
+        n = max(2, int(s.history_seconds // step))
+        grid_start = end - (n - 1) * step
+        try:
+            series = self.metrics.history(policy, SIGNAL, grid_start, end, step)
+        except Exception as exc:  # an outage: keep the previous fit, it ages into forecast_stale
+            report.no_data[key] = f"history unreadable: {type(exc).__name__}: {exc}"
+            self.telemetry.forecast_fits.labels(result="no_data").inc()
+            self.telemetry.error("refit")
+            return None
+        values = np.full(n, np.nan)
+        for t, v in zip(series.times, series.values, strict=True):
+            index = round((t - grid_start) / step)
+            if 0 <= index < n and abs(t - (grid_start + index * step)) <= step / 2 and math.isfinite(v):
+                values[index] = v
+        self._score(state, values, grid_start, step, now)
+        finite = np.flatnonzero(np.isfinite(values))
+        why = None
+        if finite.size * step < s.min_history_seconds or finite.size < 2:
+            why = f"{finite.size * step:.0f}s of history, need {s.min_history_seconds:g}s"
+        elif finite[-1] < n - 1 - MAX_HISTORY_LAG_STEPS:
+            why = f"newest sample is {(n - 1 - finite[-1]) * step:.0f}s old"
+        if why is not None:
+            report.no_data[key] = why
+            self.telemetry.forecast_fits.labels(result="no_data").inc()
+            return None
+        first = int(finite[0])
+        y = values[first:].copy()
+        quantile = policy.forecast.quantile
+        levels = tuple(sorted({*BASE_LEVELS, quantile}))
+        lead = self._leads.get(key, policy.cold_start_s)
+        live = sum(1 for sc in state.scores if sc.time >= now - s.accountability_window_seconds)
+        candidates: tuple[str, ...] = ()
+        model = s.model
+        if s.model == AUTO:
+            if state.selected is None or now - state.selected_at >= s.selection_interval_seconds:
+                candidates = tuple(s.auto_candidates)
+                model = BASELINE
+            else:
+                model = state.selected
+        needs_bootstrap = not candidates and state.verdict is None and live < s.min_scored_samples
+        return FitJob(
+            key=key,
+            model=model,
+            params=dict(s.model_params) if s.model != AUTO else {},
+            y=y,
+            start=grid_start + first * step - step,  # the sample at T measures the interval [T - step, T)
+            step_s=step,
+            horizon_steps=max(1, math.ceil(s.horizon_seconds / step)),
+            levels=levels,
+            quantile=quantile,
+            timeout_s=s.fit_timeout_seconds,
+            candidates=candidates,
+            backtest_origins=s.bootstrap_origins if (candidates or needs_bootstrap) else 0,
+            backtest_horizon_steps=max(1, math.ceil((self.refit_interval_s + lead) / step)),
+            max_ratio=s.reliability_max_ratio,
+            min_samples=s.min_scored_samples,
+        )
+
+    def _score(self, state: _ServiceState, values: np.ndarray, grid_start: float, step: float, now: float) -> None:
+        """Score the steps of earlier forecasts whose actuals are now in the history."""
+        n = values.size
+        last_time = grid_start + (n - 1) * step
+        kept: deque[_Pending] = deque()
+        for p in state.pending:
+            f = p.model
+            while p.next_index < len(f):
+                s0 = f.start + p.next_index * f.step_s
+                if s0 >= p.until:
+                    p.next_index = len(f)
+                    break
+                sample_time = s0 + f.step_s  # the sample that measures the step's interval
+                if sample_time > last_time + 1e-6:
+                    break
+                p.next_index += 1
+                if s0 < p.first - 1e-6:
+                    continue
+                index = round((sample_time - grid_start) / step)
+                actual = float(values[index]) if 0 <= index < n else math.nan
+                if not math.isfinite(actual):
+                    continue  # a missing scrape is no evidence either way
+                try:
+                    score = _Score(
+                        sample_time,
+                        actual,
+                        f.at(s0, p.quantile),
+                        f.at(s0, 0.5),
+                        p.baseline.at(s0, p.quantile),
+                    )
+                except ValueError:  # a forecaster of one's own without the provisioned level
+                    p.next_index = len(f)
+                    break
+                state.scores.append(score)
+            if p.next_index < len(f):
+                kept.append(p)
+        state.pending = kept
+        horizon_start = now - self.settings.accountability_window_seconds
+        while state.scores and state.scores[0].time < horizon_start:
+            state.scores.popleft()
+
+    def _judge(
+        self, state: _ServiceState, quantile: float, label: str, now: float
+    ) -> tuple[bool, str, float | None, float | None, int]:
+        """reliable, reason, pinball ratio, relative MAE, live values scored."""
+        s = self.settings
+        scores = [sc for sc in state.scores if sc.time >= now - s.accountability_window_seconds]
+        relative = None
+        if scores:
+            mean_actual = sum(sc.actual for sc in scores) / len(scores)
+            mae = sum(abs(sc.actual - sc.model_median) for sc in scores) / len(scores)
+            relative = mae / mean_actual if mean_actual > 0 else None
+        if len(scores) < s.min_scored_samples and state.verdict is not None:
+            reliable, reason, ratio = state.verdict
+            return reliable, reason, ratio, relative, len(scores)
+        actuals = [sc.actual for sc in scores]
+        model_q = ForecastQuality.from_observations(label, actuals, {quantile: [sc.model_q for sc in scores]})
+        base_q = ForecastQuality.from_observations(
+            state.baseline_label, actuals, {quantile: [sc.base_q for sc in scores]}
+        )
+        reliable, reason = assess_reliability(
+            model_q, base_q, max_ratio=s.reliability_max_ratio, min_samples=s.min_scored_samples
+        )
+        return reliable, f"live: {reason}", _ratio(model_q, base_q), relative, len(scores)
+
+    # -- the tick side -----------------------------------------------------------------------------------------------
+
+    def readout(
+        self,
+        now: float,
+        policies: Mapping[str, ServicePolicy],
+        snapshot: ClusterSnapshot,
+        observation: Observation,
+    ) -> ForecastReadout:
+        """A floor per forecasting service from the latest published fits. Reads only: no fitting, no I/O."""
+        s = self.settings
+        published = self._published  # one read: a refit swapping the mapping meanwhile does not mix two rounds
+        cold_starts = cold_starts_by_service(snapshot)
+        free = free_gpus(snapshot)
+        floors: dict[str, ReplicaFloor] = {}
+        views: dict[str, ServiceForecastView] = {}
+        # Higher priority first: it gets the free GPUs, the others' leads include node boot.
+        for key, policy in sorted(policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
+            fp = policy.forecast
+            if fp is None:
+                continue
+            pub = published.get(key)
+            lead = lead_time_s(policy.cold_start_s, cold_starts.get(key, ()))
+            view = ServiceForecastView(key, policy.namespace, policy.name, fp.mode, pub, None, lead, None)
+            rate = rate_per_replica(policy)
+            if pub is None:
+                views[key] = replace(view, message="no forecast fitted yet")
+                continue
+            if rate is None:
+                message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
+                views[key] = replace(view, demand=self._demand(pub, now, lead, fp.quantile), message=message)
+                continue
+            predictive = PredictiveSettings(
+                rate_per_replica=rate,
+                quantile=fp.quantile,
+                refit_period_s=self.refit_interval_s,
+                max_fit_age_periods=s.stale_after_periods,
+                shadow=fp.mode is ForecastMode.SHADOW,
+            )
+            try:
+                floor = forecast_floor(policy, pub.latest, predictive, now, lead, self.tick_interval_s)
+                obs = observation.services.get(key)
+                current = obs.spec_replicas if obs is not None else 0
+                if floor is not None and floor.usable and s.node_boot_seconds > 0:
+                    extra = max(0, floor.replicas - current) * policy.gpus_per_replica
+                    if extra > free:
+                        lead = lead_time_s(
+                            policy.cold_start_s, cold_starts.get(key, ()), s.node_boot_seconds, needs_new_nodes=True
+                        )
+                        floor = forecast_floor(policy, pub.latest, predictive, now, lead, self.tick_interval_s)
+                    if floor is not None and floor.usable and not floor.shadow:
+                        free -= min(free, max(0, floor.replicas - current) * policy.gpus_per_replica)
+            except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
+                floor = ReplicaFloor(0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False)
+            self._leads[key] = lead
+            if floor is not None:
+                floors[key] = floor
+            views[key] = replace(view, floor=floor, lead_s=lead, demand=self._demand(pub, now, lead, fp.quantile))
+        return ForecastReadout(MappingProxyType(floors), MappingProxyType(views))
+
+    def _demand(self, pub: PublishedForecast, now: float, lead: float, quantile: float) -> float | None:
+        start = now + lead
+        try:
+            return pub.latest.forecast.max_over(start, start + self.tick_interval_s, quantile)
+        except ValueError:
+            return None
