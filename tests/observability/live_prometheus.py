@@ -8,9 +8,6 @@ together, no blank line, ``# EOF`` at the end. Retention is measured from the ne
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -19,6 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.prometheus.promserver import PrometheusServer, backfill
+
+__all__ = ["Prometheus", "backfill"]
 
 HISTORY_S = 30 * 60
 STEP_S = 15
@@ -169,57 +170,14 @@ def write_openmetrics(path: Path, series: Iterable[Series], start: float, end: f
         out.write("# EOF\n")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Prometheus:
-    """One Prometheus process with its own data dir on a free loopback port; ``stop`` ends it by its pid."""
+class Prometheus(PrometheusServer):
+    """The shared test Prometheus (``tests/prometheus/promserver.py``) with the project's rule file, evaluated every
+    second so that tests need not wait long, and JSON query helpers. No scrape jobs: the data is backfilled."""
 
     def __init__(self, binary: str, workdir: Path, rule_file: Path) -> None:
-        self.binary, self.workdir, self.rule_file = binary, workdir, rule_file
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = workdir / "prometheus.log"
-
-    def start(self, timeout: float = 15.0) -> Prometheus:
-        config = self.workdir / "prometheus.yml"
-        # No scrape jobs: the data is backfilled. Rules every second so the test need not wait long.
-        config.write_text(
-            f"global: {{scrape_interval: 15s, evaluation_interval: 1s}}\nrule_files: ['{self.rule_file}']\n"
-        )
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    self.binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={self.workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--storage.tsdb.retention.time=100y",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as answer:
-                    if answer.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"prometheus not ready after {timeout}s: {self.log.read_text()[-2000:]}")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        config = f"global: {{scrape_interval: 15s, evaluation_interval: 1s}}\nrule_files: ['{rule_file}']\n"
+        super().__init__(binary, workdir / "data", config)
+        self.workdir, self.rule_file = workdir, rule_file
 
     def get(self, path: str, **params: str) -> tuple[int, dict[str, Any]]:
         """(HTTP status, decoded JSON body); a 4xx answer is returned, not raised."""
@@ -241,33 +199,3 @@ class Prometheus:
                 return
             time.sleep(0.2)
         raise AssertionError(f"no result for {expr} after {timeout}s")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-
-
-def backfill(promtool: str, openmetrics: Path, data_dir: Path) -> None:
-    proc = subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            "--max-block-duration=24h",
-            str(openmetrics),
-            str(data_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"promtool backfill failed: {proc.stderr[-2000:]}")
