@@ -312,13 +312,14 @@ class FitRunner:
         pool = self._ensure_pool()
         futures: dict[cf.Future[FitResult], FitJob] = {}
         results: list[FitResult] = []
+        broken = False
         for job in jobs:
             try:
                 futures[pool.submit(run_fit, job)] = job
             except Exception as exc:  # BrokenProcessPool: a worker died (OOM kill...)
+                broken = True
                 results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=f"{type(exc).__name__}"))
         pending = set(futures)
-        broken = False
         while pending:
             done, pending = cf.wait(
                 pending, timeout=self.fit_timeout_s + self.stuck_grace_s, return_when=cf.FIRST_COMPLETED
@@ -470,7 +471,24 @@ class _ServiceState:
     verdict: tuple[bool, str, float | None] | None = None  # from the bootstrap backtest / the selection
     selected: str | None = None  # auto: the model chosen
     selected_at: float = -math.inf
+    quantile: float | None = None  # the provisioned level the scores are for
     baseline_label: str = BASELINE  # the baseline forecasts' own name, e.g. SeasonalNaive(1d)
+
+
+def on_grid(times: Sequence[float], values: Sequence[float], start: float, step: float, n: int) -> np.ndarray:
+    """``n`` values at ``start + i * step``: each sample at its nearest grid point (a later sample wins), NaN where
+    there is none or it is not finite."""
+    out = np.full(n, np.nan)
+    if not times:
+        return out
+    t = np.asarray(times, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    index = np.rint((t - start) / step).astype(np.int64)
+    keep = (index >= 0) & (index < n) & np.isfinite(v)
+    index, v = index[keep], v[keep]
+    last = np.append(index[1:] != index[:-1], True)  # times ascend: the last sample of each grid point
+    out[index[last]] = v[last]
+    return out
 
 
 def rate_per_replica(policy: ServicePolicy) -> float | None:
@@ -577,12 +595,14 @@ class ForecastService:
         wanted = {p.key: p for p in self.policies() if p.forecast is not None}
         report.services = len(wanted)
         for key in list(self._state):
-            if key not in wanted:
-                del self._state[key]
+            policy = wanted.get(key)
+            if policy is None or policy.forecast is None or policy.forecast.quantile != self._state[key].quantile:
+                del self._state[key]  # gone, or scored at another quantile: start afresh
 
         def jobs() -> Iterator[FitJob]:
             for key, policy in wanted.items():
-                state = self._state.setdefault(key, _ServiceState())
+                assert policy.forecast is not None
+                state = self._state.setdefault(key, _ServiceState(quantile=policy.forecast.quantile))
                 job = self._prepare(now, policy, state, report)
                 if job is not None:
                     yield job
@@ -648,11 +668,7 @@ class ForecastService:
             self.telemetry.forecast_fits.labels(result="no_data").inc()
             self.telemetry.error("refit")
             return None
-        values = np.full(n, np.nan)
-        for t, v in zip(series.times, series.values, strict=True):
-            index = round((t - grid_start) / step)
-            if 0 <= index < n and abs(t - (grid_start + index * step)) <= step / 2 and math.isfinite(v):
-                values[index] = v
+        values = on_grid(series.times, series.values, grid_start, step, n)
         self._score(state, values, grid_start, step, now)
         finite = np.flatnonzero(np.isfinite(values))
         why = None

@@ -584,3 +584,18 @@ def test_the_policy_spec_carries_the_forecast_mode_into_the_core() -> None:
     assert parse({"mode": "shadow"}).forecast == ForecastPolicy(ForecastMode.SHADOW, 0.9, None)
     active = parse({"mode": "active", "quantile": 0.95, "ratePerReplica": 3.5}).forecast
     assert active == ForecastPolicy(ForecastMode.ACTIVE, 0.95, 3.5)
+
+
+def test_a_new_quantile_in_the_spec_is_used_from_the_next_refit() -> None:
+    world = World()
+    world.service.refit(JUMP - 1200)
+    world.policies = [policy(quantile=0.95)]
+    world.controller.policies = FakePolicies([policy_object(world.policies[0])])
+    world.tick(JUMP - 1100)
+    floor = world.controller.last_report.floors["ml/chat"]  # type: ignore[union-attr]
+    assert floor.reason is Reason.FORECAST_STALE and "outside the forecast's levels" in floor.detail
+    world.service.refit(JUMP - 300)
+    assert world.service.published["ml/chat"].quantile == 0.95
+    world.tick(JUMP - 90)
+    floor = world.controller.last_report.floors["ml/chat"]  # type: ignore[union-attr]
+    assert floor.usable and "P95 forecast" in floor.detail
