@@ -598,6 +598,9 @@ class ForecastService:
             policy = wanted.get(key)
             if policy is None or policy.forecast is None or policy.forecast.quantile != self._state[key].quantile:
                 del self._state[key]  # gone, or scored at another quantile: start afresh
+        for key in list(self._leads):  # list(): one C-level copy, safe while the tick thread adds a key
+            if key not in wanted:
+                self._leads.pop(key, None)
 
         def jobs() -> Iterator[FitJob]:
             for key, policy in wanted.items():
