@@ -59,7 +59,7 @@ RUNBOOKS_URL = "https://github.com/example/gpu-autoscaler/blob/main/deploy/runbo
 
 # Forecast accountability metrics, to be exported by the controller's forecast job. When they land under other
 # names, change these two constants (and rebuild): the Forecast row already has their panels.
-FORECAST_ERROR_METRIC = "gpu_autoscaler_forecast_error"  # per namespace/service: the forecast's recent error
+FORECAST_ERROR_METRIC = "gpu_autoscaler_forecast_pinball_ratio"  # per namespace/service: error / seasonal naive
 FORECAST_FALLBACK_METRIC = "gpu_autoscaler_forecast_fallback"  # per namespace/service: 1 = reactive scaling only
 
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -383,18 +383,18 @@ def forecast_row() -> tuple[Row, list[Builder]]:
             stacked=True,
         ),
         timeseries(
-            "Forecast error by service",
-            "percentunit",
+            "Forecast error by service (pinball / seasonal naive)",
+            "none",
             [query(f"max by (namespace, service) ({FORECAST_ERROR_METRIC}{{{SVC}}})", "{{namespace}}/{{service}}")],
-            f"{FORECAST_ERROR_METRIC}: the forecast's recent error. Empty until the controller exports it.",
+            f"{FORECAST_ERROR_METRIC}: recent pinball loss at the provisioned quantile divided by the seasonal-naive "
+            "baseline's; above 1 the forecast is not trusted and the service scales reactively.",
             width=8,
         ),
         timeseries(
             "Services on reactive fall-back",
             "none",
             [query(f"sum({FORECAST_FALLBACK_METRIC}{{{SVC}}})", "services")],
-            f"{FORECAST_FALLBACK_METRIC}: services whose forecast is unreliable or stale, scaled reactively only. "
-            "Empty until the controller exports it.",
+            f"{FORECAST_FALLBACK_METRIC}: services whose forecast is unreliable or stale, scaled reactively only.",
             width=8,
         ),
     ]
