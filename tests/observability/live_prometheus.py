@@ -103,6 +103,13 @@ def history(start: float) -> list[Series]:
             "kube_node_status_capacity", {"node": "node3", "resource": "nvidia_com_gpu", "unit": "integer"}, const(8)
         ),
     ]
+    # Forecast accountability as the controller exports it (telemetry.py): chat's forecast is trusted, embed's is not.
+    s.append(Series("gpu_autoscaler_forecast_pinball_ratio", {**LEADER, "service": "chat", "namespace": "ml"},
+                    const(0.62)))
+    s.append(Series("gpu_autoscaler_forecast_pinball_ratio", {**LEADER, "service": "embed", "namespace": "ml"},
+                    const(1.4)))
+    s.append(Series("gpu_autoscaler_forecast_fallback",
+                    {**LEADER, "service": "embed", "namespace": "ml", "reason": "forecast_unreliable"}, const(1)))
     for le, share in (("0.1", 0.2), ("0.25", 0.9), ("1", 1.0), ("10", 1.0), ("+Inf", 1.0)):
         s.append(Series("gpu_autoscaler_tick_duration_seconds_bucket", {**LEADER, "le": le}, counter(share / 15)))
     for reason, per_s in (("within_tolerance", 0.1), ("at_max_replicas", 0.03), ("forecast_floor", 0.02)):
@@ -147,6 +154,7 @@ def history(start: float) -> list[Series]:
 CONTROLLER = (("job", "gpu-autoscaler"), ("namespace", "gpu-autoscaler"))
 EXPECTED_ACTIVE_ALERTS = {
     ("GPUAutoscalerInvalidPolicies", CONTROLLER),
+    ("GPUAutoscalerForecastFallback", (("namespace", "ml"), ("reason", "forecast_unreliable"), ("service", "embed"))),
     ("GPUAutoscalerServiceMetricsStale", (("namespace", "ml"), ("reason", "no_data"), ("service", "embed"))),
     ("GPUAutoscalerServiceAtMaxReplicas", CONTROLLER),
     ("GPUInferenceUtilizationHigh", (("namespace", "ml"), ("service", "chat"))),
