@@ -7,13 +7,12 @@ exactly as it runs in production; only the server's answers are made up.
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from promserver import free_port
+from promserver import LoopbackGetServer
 
 NOW = 1_700_000_000.0
 
@@ -51,31 +50,19 @@ class CannedPrometheus:
     queries: list[tuple[str, str]] = field(default_factory=list)  # (family, query)
 
     def __post_init__(self) -> None:
-        self.port = free_port()
-        canned = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                canned._handle(self)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._http = LoopbackGetServer(self._handle)
+        self.port = self._http.port
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> CannedPrometheus:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(req.path)

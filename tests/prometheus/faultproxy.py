@@ -11,11 +11,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from promserver import free_port
+from promserver import LoopbackGetServer
 
 
 @dataclass
@@ -41,19 +40,8 @@ class FaultProxy:
     seen: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.port = free_port()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                proxy._handle(self)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._http = LoopbackGetServer(self._handle)
+        self.port = self._http.port
         self._lock = threading.Lock()
         self._count = 0
 
@@ -62,12 +50,11 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> FaultProxy:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(req.path)

@@ -13,8 +13,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO
 
@@ -181,3 +183,28 @@ class PrometheusServer:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return "(no log)"
+
+
+class LoopbackGetServer:
+    """A threaded HTTP server on a free 127.0.0.1 port that hands every GET to ``handle`` (canned answers, proxies)."""
+
+    def __init__(self, handle: Callable[[BaseHTTPRequestHandler], None]) -> None:
+        self.port = free_port()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                handle(self)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
