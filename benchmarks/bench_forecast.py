@@ -45,7 +45,15 @@ SERVEGEN_STEP_S = 600.0
 AZURE_STEP_S = 10.0
 PINBALL_TARGET = 0.8
 COVERAGE_TARGET = (0.85, 0.95)
-MODELS = ("seasonal_naive", "seasonal_naive_weekly", "last_value", "holt_winters", "fourier_arima", "quantile_gbm")
+MODELS = (
+    "seasonal_naive",
+    "seasonal_naive_weekly",
+    "last_value",
+    "holt_winters",
+    "fourier_arima",
+    "quantile_gbm",
+    "count_level",
+)
 
 
 # -- data -------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ _LAZY: dict[str, str] = {
     "HoltWinters": "forecast.statistical",
     "FourierARIMA": "forecast.statistical",
     "QuantileGBM": "forecast.gbm",
+    "CountLevel": "forecast.smoothing",
     "fill_gaps": "forecast.preprocessing",
     "clip_outliers": "forecast.preprocessing",
     "detect_periods": "forecast.preprocessing",

@@ -51,6 +51,12 @@ _MODELS: dict[str, _Entry] = {
         {},
         "quantile gradient boosting on lag and calendar features, direct multi-horizon, conformally calibrated",
     ),
+    "count_level": _Entry(
+        "forecast.smoothing:CountLevel",
+        {},
+        "count-aware level: exponential smoothing chosen by h-step cross-validation, flat forecast,"
+        " negative-binomial quantiles (over-dispersed counts at the level, widening with the lead)",
+    ),
 }
 
 #: The model every other one is compared with (pinball ratio) and selection falls back to.

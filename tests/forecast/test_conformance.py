@@ -19,6 +19,7 @@ ESTIMATORS: dict[str, BaseForecaster] = {name: make_model(name, horizon_steps=6)
 ESTIMATORS["holt_winters_resampled"] = make_model("holt_winters", resample_s=1800.0, period_s=None)
 ESTIMATORS["fourier_arima_resampled"] = make_model("fourier_arima", order=(1, 0, 0), max_fit_samples=300)
 ESTIMATORS["quantile_gbm_uncalibrated"] = make_model("quantile_gbm", calibration_fraction=0.0, max_iter=20)
+ESTIMATORS["count_level_fixed_alpha"] = make_model("count_level", alphas=(0.3,), count_interval_s=60.0, burn_in=0)
 ESTIMATORS["last_value_clipped"] = make_model("last_value", clip_outliers=4.0, quantiles=(0.05, 0.5, 0.95))
 
 IDS = list(ESTIMATORS)
@@ -36,7 +37,7 @@ def estimator(request: pytest.FixtureRequest) -> BaseForecaster:
 
 def test_every_registered_model_is_covered() -> None:
     assert set(available_models()) <= set(ESTIMATORS)
-    assert len(available_models()) >= 6
+    assert len(available_models()) >= 7
 
 
 def test_init_stores_exactly_its_parameters(estimator: BaseForecaster) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from forecast.backtest import rolling_origin_backtest
 from forecast.baselines import LastValue, SeasonalNaive
 from forecast.gbm import QuantileGBM
+from forecast.smoothing import CountLevel, count_quantiles
 from forecast.statistical import FourierARIMA, HoltWinters, fourier_terms
 from tests.forecast.conftest import START, STEP_S, daily_series
 
@@ -106,3 +108,104 @@ def test_quantile_gbm_rejects_too_little_data() -> None:
 def test_quantile_gbm_leads_beyond_training_reuse_the_longest() -> None:
     model = QuantileGBM(max_horizon_steps=3, max_iter=20).fit(daily_series(days=3.0), step_s=STEP_S)
     assert len(model.predict(10)) == 10
+
+
+# -- CountLevel: request rates from Poisson / over-dispersed counts in 10 s bins -------------------------------------
+BIN_S = 10.0
+
+
+def poisson_rates(level: np.ndarray, seed: int = 0, dispersion: float = 1.0) -> np.ndarray:
+    """Rates (req/s) of counts per ``BIN_S`` bin around ``level``: Poisson, or negative binomial with var/mean."""
+    rng = np.random.default_rng(seed)
+    mean = level * BIN_S
+    if dispersion == 1.0:
+        counts = rng.poisson(mean)
+    else:
+        p = 1.0 / dispersion
+        counts = rng.negative_binomial(mean * p / (1.0 - p), p)
+    return counts / BIN_S
+
+
+def test_count_level_recovers_a_constant_level_and_poisson_dispersion() -> None:
+    y = poisson_rates(np.full(600, 5.0), seed=1)
+    model = CountLevel(max_horizon_steps=30).fit(y, step_s=BIN_S)
+    # A flat level: cross-validation picks heavy smoothing, which averages the Poisson noise away.
+    assert model.alpha_ <= 0.1
+    assert model.level_ == pytest.approx(5.0, abs=0.25)  # the last value alone is off by ~0.7 req/s half the time
+    assert 0.7 <= model.dispersion_ <= 1.4  # Poisson: variance = mean (plus the level's small error)
+    median = np.array(model.predict(30).values(0.5))
+    assert np.all(np.abs(median - 5.0) < 0.35)
+
+
+def test_count_level_estimates_overdispersion() -> None:
+    y = poisson_rates(np.full(1000, 5.0), seed=2, dispersion=3.0)
+    model = CountLevel(max_horizon_steps=10).fit(y, step_s=BIN_S)
+    assert 2.3 <= model.dispersion_ <= 4.0
+    f = model.predict(1)
+    # P10-P90 of NB(mean 50, var 150) counts is about 50 +- 16, i.e. +-1.6 req/s.
+    assert f.quantiles[0.9][0] - f.quantiles[0.1][0] == pytest.approx(3.1, abs=0.6)
+
+
+def test_count_level_quantiles_are_monotone_and_widen_with_the_lead() -> None:
+    level = 5.0 + np.cumsum(np.random.default_rng(3).normal(0.0, 0.1, 500))
+    model = CountLevel(max_horizon_steps=30).fit(poisson_rates(np.maximum(level, 0.5), seed=3), step_s=BIN_S)
+    f = model.predict(30)
+    lo, mid, hi = (np.array(f.quantiles[q]) for q in (0.1, 0.5, 0.9))
+    assert np.all(lo <= mid) and np.all(mid <= hi) and np.all(lo < hi)
+    assert (hi - lo)[-1] > (hi - lo)[0]  # the level itself may move over 30 steps
+
+
+def test_count_level_follows_a_step_in_demand() -> None:
+    y = poisson_rates(np.r_[np.full(300, 2.0), np.full(300, 8.0)], seed=4)
+    model = CountLevel(max_horizon_steps=6).fit(y, step_s=BIN_S)
+    assert model.alpha_ >= 0.1  # a series that jumps needs a level that can follow it
+    # Within ~3 noise sigmas of the smoothed level (0.4 req/s at alpha 0.3), far from the old 2 req/s.
+    assert np.array(model.predict(6).values(0.5)) == pytest.approx(np.full(6, 8.0), abs=1.2)
+
+
+@pytest.mark.parametrize("dispersion", [1.0, 2.0])
+def test_count_level_p90_coverage_on_simulated_counts_is_near_90_percent(dispersion: float) -> None:
+    # The model's own assumption: a level that wanders (random walk) under Poisson / over-dispersed count noise,
+    # scored like the benchmark (rolling origins, 30 steps ahead), pooled over four series.
+    upper, inside, ratios = [], [], []
+    for seed in range(5, 9):
+        walk = 20.0 + np.cumsum(np.random.default_rng(100 + seed).normal(0.0, 0.15, 720))
+        y = poisson_rates(np.maximum(walk, 2.0), seed=seed, dispersion=dispersion)
+        quality, naive = (
+            rolling_origin_backtest(
+                model, y, step_s=BIN_S, horizon_steps=30, origin_every=5, min_train_steps=120
+            ).quality
+            for model in (CountLevel(max_horizon_steps=30), LastValue())
+        )
+        upper.append(quality.upper_coverage)
+        inside.append(quality.interval_coverage)
+        ratios.append(quality.mean_pinball / naive.mean_pinball)
+    assert 0.86 <= np.mean(upper) <= 0.94, upper
+    assert 0.74 <= np.mean(inside) <= 0.86, inside
+    assert max(ratios) < 0.85, ratios  # averaging the count noise out beats the last value
+
+
+def test_count_level_fixed_alpha_and_update_keep_the_smoothing() -> None:
+    y = poisson_rates(np.full(300, 5.0), seed=6)
+    model = CountLevel(alphas=(0.3,)).fit(y[:200], step_s=BIN_S)
+    assert model.alpha_ == 0.3
+    model.update(y, step_s=BIN_S)
+    assert model.alpha_ == 0.3 and model.forecast_start_ == 300 * BIN_S
+
+
+def test_count_quantiles_fall_back_to_normal_below_the_poisson_variance() -> None:
+    # Variance below the Poisson floor (not counts, or counted over a longer interval): normal quantiles.
+    q = count_quantiles(10.0, np.array([0.01]), 10.0, (0.1, 0.5, 0.9))
+    assert q[:, 0] == pytest.approx([10.0 - 1.2816 * 0.1, 10.0, 10.0 + 1.2816 * 0.1], abs=1e-3)
+    # Above it: negative binomial counts, on the count grid (multiples of 1 / interval).
+    q = count_quantiles(10.0, np.array([2.0]), 10.0, (0.1, 0.5, 0.9))
+    assert np.allclose(q * 10.0, np.round(q * 10.0))
+    assert q[0, 0] < 10.0 < q[2, 0]
+
+
+@pytest.mark.parametrize("params", [{"alphas": ()}, {"alphas": (0.0,)}, {"max_horizon_steps": 0}, {"burn_in": -1}])
+def test_count_level_rejects_bad_parameters(params: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        CountLevel(**params).fit(np.ones(50), step_s=BIN_S)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least"):
+        CountLevel().fit(np.ones(5), step_s=BIN_S)
