@@ -173,7 +173,9 @@ class ForecastSettings(_Group):
         default_factory=dict, description="constructor parameters of the forecaster (JSON object in env)"
     )
     auto_candidates: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["seasonal_naive", "last_value", "holt_winters", "quantile_gbm"],
+        default_factory=lambda: [
+            "seasonal_naive", "last_value", "phase_naive", "count_level", "holt_winters", "quantile_gbm"
+        ],
         description="models 'auto' chooses from, comma-separated (seasonal_naive is always one: the baseline)",
     )
     selection_interval_seconds: float = Field(

@@ -51,6 +51,12 @@ _MODELS: dict[str, _Entry] = {
         {},
         "quantile gradient boosting on lag and calendar features, direct multi-horizon, conformally calibrated",
     ),
+    "phase_naive": _Entry(
+        "forecast.phase:PhaseNaive",
+        {},
+        "naive: the last value; quantiles learnt per phase of a detected window period (demand that jumps at"
+        " 5/10/15/20/30/60-minute window edges), plain naive when there is none",
+    ),
     "count_level": _Entry(
         "forecast.smoothing:CountLevel",
         {},

@@ -180,11 +180,12 @@ def make_policy(
     static_headroom: float = 1.0,
     forecasting: Any = None,
     node_boot_s: float = 0.0,
+    metrics_delay_s: float = 0.0,
 ) -> SimPolicy:
     if name == "predictive":
         from autoscaler.sim.predictive import PredictivePolicy
 
-        return PredictivePolicy(forecasting, node_boot_s)
+        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s)
     if name == "hpa":
         return HpaBaseline(hpa_target_utilization)
     if name == "reactive":

@@ -53,10 +53,15 @@ class _ServiceForecasting:
 
 
 class PredictivePolicy(CorePolicy):
-    def __init__(self, config: ForecastingConfig | None = None, node_boot_s: float = 0.0) -> None:
+    def __init__(
+        self, config: ForecastingConfig | None = None, node_boot_s: float = 0.0, metrics_delay_s: float = 0.0
+    ) -> None:
         super().__init__("predictive")
         self.config = config or ForecastingConfig()
         self.node_boot_s = node_boot_s
+        # The request rate a tick sees is this old; the history is time-stamped with when the demand happened, as
+        # Prometheus samples are, so that the forecaster learns the true phase of the demand's changes.
+        self.metrics_delay_s = metrics_delay_s
         self.errors: list[float] = []
         self.pinball: list[float] = []
         self.fit_failures = 0
@@ -98,8 +103,8 @@ class PredictivePolicy(CorePolicy):
         if state.bucket_count == self.bucket_steps:
             state.history.append(state.bucket_sum / state.bucket_count)
             state.bucket_sum, state.bucket_count = 0.0, 0
-        # Score forecasts whose target time has arrived, against the demand observed now.
-        while state.pending_scores and state.pending_scores[0][0] <= now:
+        # Score forecasts whose target time has arrived, against the demand observed for that time.
+        while state.pending_scores and state.pending_scores[0][0] <= now - self.metrics_delay_s:
             _, predicted = state.pending_scores.popleft()
             self.errors.append(abs(obs.request_rate - predicted))
             self.pinball.append(pinball_loss(obs.request_rate, predicted, quantile))
@@ -111,8 +116,9 @@ class PredictivePolicy(CorePolicy):
             return
         keep = int(config.history_s / config.resolution_s)
         window = np.asarray(state.history[-keep:], dtype=np.float64)
-        # The history ends at the last complete bucket; the forecast starts right after it.
-        start = now - (state.bucket_count * self.step_s) - len(window) * config.resolution_s
+        # The history ends at the last complete bucket of demand (seen metrics_delay_s late); the forecast starts
+        # right after it.
+        start = now - self.metrics_delay_s - (state.bucket_count * self.step_s) - len(window) * config.resolution_s
         horizon = math.ceil(config.horizon_s / config.resolution_s)
         try:
             if now - state.last_refit >= config.refit_s or state.estimator is None:
@@ -136,9 +142,12 @@ class PredictivePolicy(CorePolicy):
 
 
 def _rate_per_replica(service: SimService) -> float:
-    """Requests/s one replica should carry: the reactive target when the service scales on request rate, else the
-    utilisation target's share of the replica's throughput."""
+    """Requests/s one replica should carry at the forecast: ``spec.forecast.ratePerReplica`` when set, else the
+    reactive target when the service scales on request rate, else the utilisation target's share of the replica's
+    throughput."""
     policy = service.policy
+    if policy.forecast is not None and policy.forecast.rate_per_replica is not None:
+        return policy.forecast.rate_per_replica
     if policy.metric is MetricKind.REQUEST_RATE:
         return policy.target
     if policy.metric is MetricKind.GPU_UTILIZATION:

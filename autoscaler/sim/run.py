@@ -116,6 +116,7 @@ def run_scenario(
             scenario.baselines.hpa_target_utilization,
             scenario.baselines.static_headroom,
             scenario.forecasting.to_config(),
+            metrics_delay_s=scenario.metrics_delay_seconds,
         )
         runs[name] = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,

@@ -121,11 +121,24 @@ class Forecasting(_Strict):
     min_history_seconds: float = Field(
         1800.0, alias="minHistorySeconds", ge=0, description="no forecast before this much history, seconds"
     )
+    model_params: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="modelParams",
+        description="constructor parameters of the forecaster overriding its defaults, e.g. {residual_window: 40320}",
+    )
 
     @model_validator(mode="after")
     def _horizon(self) -> Forecasting:
         if self.horizon_seconds <= self.update_seconds:
             raise ValueError("horizonSeconds must exceed updateSeconds (the forecast must last until the next one)")
+        from forecast.registry import make_model
+
+        try:
+            make_model(self.model, **self.model_params)  # an unknown model or parameter fails here, not mid-run
+        except ValueError as exc:
+            raise ValueError(f"model: {exc}") from None
+        except TypeError as exc:
+            raise ValueError(f"modelParams: {exc}") from None
         return self
 
     def to_config(self) -> Any:
@@ -139,6 +152,7 @@ class Forecasting(_Strict):
             resolution_s=self.resolution_seconds,
             horizon_s=self.horizon_seconds,
             min_history_s=self.min_history_seconds,
+            model_params=dict(self.model_params),
         )
 
 

@@ -12,3 +12,21 @@ def test_quick_benchmark_prints_its_figures(capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     for expected in ("service-steps/s", "reactive", "hpa", "oracle", "peak RSS"):
         assert expected in out
+
+
+def test_quick_predictive_benchmark_prints_every_policy_and_the_causal_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import bench_predictive
+
+    argv = ["--quick", "--traces", "servegen-m-large,azure-conv", "--specs", "hot-p99,p95"]
+    assert bench_predictive.main(argv) == 0
+    out = capsys.readouterr().out
+    for expected in ("predictive", "hpa", "hot-p99", "p95", "causal bound"):
+        assert expected in out
+    servegen_rows = [line for line in out.splitlines() if line.startswith("servegen-m-large")]
+    azure_rows = [line for line in out.splitlines() if line.startswith("azure-conv")]
+    assert len(servegen_rows) == 2 and len(azure_rows) == 2
+    # ServeGen's 10-minute windows give a bound; the Azure request log has no window edges.
+    assert all("margin" in row for row in servegen_rows)
+    assert all("no change period" in row for row in azure_rows)

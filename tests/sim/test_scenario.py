@@ -46,6 +46,9 @@ _DELETE = object()
         ("services.0.spec.replicas", 3, "services.0.spec.replicas: Extra inputs are not permitted"),
         ("services.0.simulation.throughputPerReplica", -1, "throughputPerReplica: Input should be greater than 0"),
         ("nodePools.1.maxNodes", _DELETE, None),  # valid: a burst pool without maxNodes stays at its nodes
+        ("forecasting", {"model": "prophet"}, "forecasting: model: unknown forecaster 'prophet'"),
+        ("forecasting", {"model": "phase_naive", "modelParams": {"perod_s": 600}}, "modelParams: PhaseNaive.__init__"),
+        ("forecasting", {"model": "phase_naive", "modelParams": {"period_s": 600}}, None),
     ],
 )
 def test_invalid_scenarios_name_field_and_problem(path: str, value: Any, expected: str | None) -> None:

@@ -1,0 +1,166 @@
+"""Naive forecast with phase-aware quantiles: demand that changes at the edges of fixed windows.
+
+Much request traffic moves in steps at fixed boundaries: batch clients and cron jobs start on the hour or every ten
+minutes, and traces aggregated per window (ServeGen publishes one rate per 10-minute window) jump at every window
+edge and hardly move in between. A forecaster whose intervals are the same at every phase must then carry the
+edge-jump spread all the time, and a scaler that provisions its upper quantile pays for that headroom around the
+clock. ``PhaseNaive`` keeps the naive point forecast (the last value) but learns the spread of the change from the
+origin to each lead *separately for the origin's phase* within a short period, so the interval is wide only where
+the history shows the series jumps. When no period explains the changes (``detect_change_period`` finds none), it is
+the naive forecast with the usual empirical quantiles (``LastValue``).
+
+Changes are learnt as ratios (log space) by default, because the size of a jump scales with the level: a regime
+twice as busy jumps twice as far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from forecast.base import DEFAULT_QUANTILES, BaseForecaster, residual_offsets
+from forecast.preprocessing import DAY_S, FloatArray
+
+#: Candidate periods, seconds: the boundaries traffic is scheduled or aggregated on.
+CANDIDATE_PERIODS_S: tuple[float, ...] = (300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0)
+
+
+def detect_change_period(
+    y: FloatArray,
+    step_s: float,
+    candidates_s: Sequence[float] = CANDIDATE_PERIODS_S,
+    min_share: float = 0.08,
+    min_cycles: int = 20,
+) -> float | None:
+    """The candidate period whose phase best explains the variance of the series' step-to-step absolute changes
+    (one-way ANOVA eta squared), if it explains at least ``min_share`` of it; else None.
+
+    A series that jumps at window edges has large ``|y[t+1] - y[t]|`` at one phase and small ones elsewhere, so the
+    phase explains much of their variance; for a series without edges the share is near the chance level of
+    ``period / samples``. Multiples of the true period explain about as much as it does and its divisors less (they
+    mix edge and non-edge steps), so the shortest period within 10 % of the best share is chosen. A candidate needs
+    ``min_cycles`` whole cycles of history to be considered.
+    """
+    values = np.asarray(y, dtype=np.float64)
+    if values.size < 3:
+        return None
+    change = np.abs(np.diff(_log_level(values)))
+    change = change[np.isfinite(change)]
+    total = float(((change - change.mean()) ** 2).sum()) if change.size else 0.0
+    if total <= 0.0:
+        return None
+    shares: dict[float, float] = {}
+    for period_s in sorted(candidates_s):
+        bins = period_s / step_s
+        if bins < 2 or abs(bins - round(bins)) > 1e-9 or change.size < min_cycles * bins:
+            continue
+        period = round(bins)
+        phase = np.arange(change.size) % period
+        counts = np.bincount(phase, minlength=period)
+        means = np.bincount(phase, weights=change, minlength=period) / np.maximum(counts, 1)
+        shares[period_s] = float((counts * (means - change.mean()) ** 2).sum()) / total
+    if not shares:
+        return None
+    best = max(shares.values())
+    if best < min_share:
+        return None
+    return min(period_s for period_s, share in shares.items() if share >= 0.9 * best)
+
+
+def _log_level(values: FloatArray) -> FloatArray:
+    # log1p keeps near-zero rates finite; for rates of a few requests/s and above it is the log ratio.
+    out: FloatArray = np.log1p(np.maximum(values, 0.0))
+    return out
+
+
+class PhaseNaive(BaseForecaster):
+    """Naive point forecast; quantiles of the change at each lead learnt from history origins at the same phase.
+
+    ``period_s``: the window length whose edges the series jumps at; None detects it among
+    ``CANDIDATE_PERIODS_S`` (none found: one phase, the plain naive forecast). ``multiplicative``: learn changes as
+    ratios (log1p space) rather than differences. ``residual_window``: training samples the changes are learnt from;
+    ``residual_half_life_s``: recent changes weigh more (see ``forecast.base.residual_offsets``).
+    """
+
+    def __init__(
+        self,
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        period_s: float | None = None,
+        multiplicative: bool = True,
+        residual_window: int = 10_080,
+        residual_half_life_s: float | None = 2 * DAY_S,
+        min_share: float = 0.08,
+        nonnegative: bool = True,
+        clip_outliers: float | None = None,
+    ) -> None:
+        self.quantiles = quantiles
+        self.period_s = period_s
+        self.multiplicative = multiplicative
+        self.residual_window = residual_window
+        self.residual_half_life_s = residual_half_life_s
+        self.min_share = min_share
+        self.nonnegative = nonnegative
+        self.clip_outliers = clip_outliers
+
+    def label(self) -> str:
+        return "PhaseNaive" if self.period_bins_ <= 1 else f"PhaseNaive({self.period_bins_ * self.step_s_:g}s)"
+
+    def _fit(self, y: FloatArray) -> None:
+        if int(self.residual_window) < 2:
+            raise ValueError(f"residual_window must be >= 2, got {self.residual_window}")
+        if self.period_s is not None:
+            bins = float(self.period_s) / self.step_s_
+            if self.period_s <= 0 or abs(bins - round(bins)) > 1e-9:
+                raise ValueError(
+                    f"period_s must be a positive multiple of the step {self.step_s_:g} s, got {self.period_s}"
+                )
+            self.period_bins_ = max(1, round(bins))
+        else:
+            detected = detect_change_period(y[-int(self.residual_window) :], self.step_s_, min_share=self.min_share)
+            self.period_bins_ = 1 if detected is None else round(detected / self.step_s_)
+        self._update(y)
+
+    def _update(self, y: FloatArray) -> None:
+        # The period stays as fitted; the spreads are learnt again from the newest history, lazily per origin phase
+        # and lead (``_offsets``), so an update costs a copy and a predict a few quantiles. Keeping the spreads of
+        # the last (hourly) fit instead measured slightly worse in the simulator's default ServeGen scenario
+        # (99.48 % within SLO at 1.255x the oracle's GPU-hours, against 99.51 % at 1.246x).
+        self.history_ = y[-int(self.residual_window) :].copy()
+        self.learn_first_index_ = round(self.start_ / self.step_s_) + self.n_obs_ - self.history_.size
+        self.offsets_cache_: dict[tuple[int, int], FloatArray] = {}
+        # The origin: the newest value and its phase (its index since the Unix epoch).
+        self.origin_value_ = float(y[-1])
+        self.origin_index_ = round(self.start_ / self.step_s_) + self.n_obs_ - 1
+
+    def _offsets(self, origin_phase: int, lead: int) -> FloatArray:
+        """Quantiles of the change over ``lead`` steps from history origins at ``origin_phase`` (cached per fit)."""
+        key = (origin_phase, lead)
+        cached = self.offsets_cache_.get(key)
+        if cached is not None:
+            return cached
+        hist = self.history_
+        series = _log_level(hist) if self.multiplicative else hist
+        period = self.period_bins_
+        lag = min(lead, hist.size - 1)
+        if lag < 1:
+            out: FloatArray = np.zeros(len(self.levels_))
+        else:
+            origins = np.arange(hist.size - lag)
+            starts = origins[(self.learn_first_index_ + origins) % period == origin_phase]
+            if starts.size < 10:  # too little same-phase history: every origin
+                starts = origins
+            out = residual_offsets(
+                series[starts + lag] - series[starts], self.levels_, self.step_s_ * period, self.residual_half_life_s
+            )
+        self.offsets_cache_[key] = out
+        return out
+
+    def _predict(self, horizon: int) -> FloatArray:
+        origin_phase = self.origin_index_ % self.period_bins_
+        offsets = np.stack([self._offsets(origin_phase, h) for h in range(1, horizon + 1)], axis=1)
+        if self.multiplicative:
+            out: FloatArray = np.expm1(float(_log_level(np.array([self.origin_value_]))[0]) + offsets)
+            return out
+        out = self.origin_value_ + offsets
+        return out
