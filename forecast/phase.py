@@ -104,7 +104,8 @@ class PhaseNaive(BaseForecaster):
         self.clip_outliers = clip_outliers
 
     def label(self) -> str:
-        return "PhaseNaive" if self.period_bins_ <= 1 else f"PhaseNaive({self.period_bins_ * self.step_s_:g}s)"
+        period_bins = getattr(self, "period_bins_", 1)  # the label of an unfitted model names no period
+        return "PhaseNaive" if period_bins <= 1 else f"PhaseNaive({period_bins * self.step_s_:g}s)"
 
     def _fit(self, y: FloatArray) -> None:
         if int(self.residual_window) < 2:

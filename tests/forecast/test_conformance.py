@@ -51,6 +51,11 @@ def test_init_stores_exactly_its_parameters(estimator: BaseForecaster) -> None:
         assert getattr(fresh, name) is signature.parameters[name].default
 
 
+def test_label_is_available_before_fit(estimator: BaseForecaster) -> None:
+    # Backtests and the refit job label a model before fitting it.
+    assert isinstance(estimator.label(), str) and estimator.label()
+
+
 def test_init_does_no_validation(estimator: BaseForecaster) -> None:
     # Invalid values are accepted by __init__ and only rejected by fit.
     bad = type(estimator)(quantiles=(1.5, -2.0))

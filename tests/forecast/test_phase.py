@@ -107,7 +107,7 @@ def test_without_edges_it_is_the_naive_forecast() -> None:
     y = 100.0 + np.random.default_rng(1).normal(0.0, 3.0, 5_000)
     model = PhaseNaive(quantiles=LEVELS).fit(y, start=0.0, step_s=STEP)
     assert model.period_bins_ == 1
-    assert model.label() == "PhaseNaive"
+    assert model.label() == "PhaseNaive" == PhaseNaive().label()  # backtests label a model before fitting it
     assert model.predict(3).quantiles[0.5] == pytest.approx([y[-1]] * 3, rel=0.01)
 
 

@@ -599,3 +599,24 @@ def test_a_new_quantile_in_the_spec_is_used_from_the_next_refit() -> None:
     world.tick(JUMP - 90)
     floor = world.controller.last_report.floors["ml/chat"]  # type: ignore[union-attr]
     assert floor.usable and "P95 forecast" in floor.detail
+
+
+def ten_minute_windows(t: float) -> float:
+    """A level per 10-minute window (ServeGen's shape): 10, 15, 20, 25 or 30 req/s, in a fixed pseudo-random order."""
+    return 10.0 + 5.0 * ((int(t // 600) * 7919) % 5)
+
+
+def test_phase_naive_in_the_controller_raises_the_floor_only_before_a_window_edge() -> None:
+    world = World([policy("chat", quantile=0.99)], demand=ten_minute_windows, model="phase_naive")
+    edge = DAY0 + 3 * DAY + 600 * 7
+    # A refit every minute, as the README advises for this model: each tick reads a fresh origin.
+    world.service.refit(edge - 60)
+    world.tick(edge - 60)  # now + 90 s lead is 30 s into the next window
+    before_edge = world.controller.last_report.forecasts["ml/chat"]  # type: ignore[union-attr]
+    assert before_edge.published is not None and "PhaseNaive(600s)" in before_edge.published.latest.forecast.model
+    current = ten_minute_windows(edge - 60)
+    assert before_edge.demand is not None and before_edge.demand >= current + 5.0  # covers a jump to the next level
+    world.service.refit(edge + 240)
+    world.tick(edge + 240)  # now + 90 s stays inside the window that began at the edge
+    inside = world.controller.last_report.forecasts["ml/chat"]  # type: ignore[union-attr]
+    assert inside.demand == pytest.approx(ten_minute_windows(edge), rel=0.01)
