@@ -53,6 +53,7 @@ MODELS = (
     "fourier_arima",
     "quantile_gbm",
     "count_level",
+    "phase_naive",
 )
 
 

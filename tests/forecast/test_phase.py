@@ -111,6 +111,17 @@ def test_without_edges_it_is_the_naive_forecast() -> None:
     assert model.predict(3).quantiles[0.5] == pytest.approx([y[-1]] * 3, rel=0.01)
 
 
+def test_without_edges_its_intervals_are_the_naive_forecasts() -> None:
+    # Bursty counts, no window edges: the same spreads as LastValue learns (differences, not ratios).
+    y = np.random.default_rng(2).poisson(np.repeat([5.0, 40.0, 12.0, 60.0], 600)).astype(float)
+    shared = {"quantiles": LEVELS, "residual_window": 2016, "residual_half_life_s": 86_400.0}
+    phase = PhaseNaive(**shared).fit(y, start=0.0, step_s=STEP)
+    naive = LastValue(**shared).fit(y, start=0.0, step_s=STEP)
+    assert phase.period_bins_ == 1
+    for level in LEVELS:
+        assert phase.predict(5).quantiles[level] == pytest.approx(naive.predict(5).quantiles[level])
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [({"period_s": 90.0}, "period_s"), ({"period_s": -600.0}, "period_s"), ({"residual_window": 1}, "residual_window")],
