@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoscaler.sim.bounds import cheapest_at, window_margin_bound
+from autoscaler.sim.bounds import cheapest_at, tuned_observed_policy, window_margin_bound
 from autoscaler.sim.engine import simulate
 from autoscaler.sim.policies import make_policy
 from autoscaler.sim.predictive import ForecastingConfig
@@ -126,3 +126,18 @@ def test_forecast_rate_per_replica_overrides_the_reactive_target() -> None:
     assert _rate_per_replica(dataclasses.replace(service, policy=with_rate)) == 2.5
     on_utilisation = dataclasses.replace(base, metric=MetricKind.GPU_UTILIZATION, target=70.0)
     assert _rate_per_replica(dataclasses.replace(service, policy=on_utilisation)) == pytest.approx(3.5 * 0.7)
+
+
+def test_tuned_observed_policy_reaches_the_target_and_a_wider_search_never_costs_more(edge_scenario: Path) -> None:
+    scenario, base = load_scenario(_with_forecast(edge_scenario))
+    services, start, _ = build_services(scenario, base)
+    args = (services[0], start, scenario.step_seconds, DELAY_S, WINDOW_S)
+    narrow = tuned_observed_policy(*args, 0.99, inside_margins=(1.1,), edge_intercepts=(0.9,),
+                                   edge_reversion=(0.0,), edge_volatility=(0.0,))
+    wide = tuned_observed_policy(*args, 0.99, inside_margins=(1.0, 1.1), edge_intercepts=(0.3, 0.6, 0.9))
+    assert narrow is not None and wide is not None
+    assert narrow.slo_attainment >= 0.99 and wide.slo_attainment >= 0.99
+    assert wide.gpu_hours_vs_oracle <= narrow.gpu_hours_vs_oracle
+    # Knowing only observed demand, covering every jump costs more than the oracle, which knew each one.
+    assert wide.gpu_hours_vs_oracle > 1.0
+    assert tuned_observed_policy(*args, 1.01) is None
