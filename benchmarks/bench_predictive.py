@@ -72,7 +72,7 @@ def scenario(
              "pricePerGpuHour": 4.1},
         ],
         # Re-conditioned every minute, as in the packaged default scenario. phase_naive is the plain naive forecast
-        # when the demand has no window edges (the Azure traces).
+        # when it finds no change period (the Azure traces: an hour is too short to detect one).
         "forecasting": {"model": service["model"], "refitSeconds": 3600 if history > 3600 else 600,
                         "updateSeconds": 60, "historySeconds": history, "minHistorySeconds": spec["min"]},
         "services": [

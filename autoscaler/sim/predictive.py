@@ -126,7 +126,7 @@ class PredictivePolicy(CorePolicy):
 
                 # The forecaster must produce the level the service provisions for, plus the usual band.
                 levels = tuple(sorted({0.1, 0.5, 0.9, self.settings[index].quantile}))
-                state.estimator = make_model(config.model, **{"quantiles": levels, **config.model_params})
+                state.estimator = make_model(config.model, **{**config.model_params, "quantiles": levels})
                 state.estimator.fit(window, start=start, step_s=config.resolution_s)
                 state.last_refit = state.last_update = now
             elif now - state.last_update >= config.update_s:

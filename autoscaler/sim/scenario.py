@@ -133,6 +133,8 @@ class Forecasting(_Strict):
             raise ValueError("horizonSeconds must exceed updateSeconds (the forecast must last until the next one)")
         from forecast.registry import make_model
 
+        if "quantiles" in self.model_params:
+            raise ValueError("modelParams: quantiles come from each service's spec.forecast.quantile, not from here")
         try:
             make_model(self.model, **self.model_params)  # an unknown model or parameter fails here, not mid-run
         except ValueError as exc:
