@@ -74,7 +74,8 @@ def scenario(
         # Re-conditioned every minute, as in the packaged default scenario. phase_naive is the plain naive forecast
         # when it finds no change period (the Azure traces: an hour is too short to detect one).
         "forecasting": {"model": service["model"], "refitSeconds": 3600 if history > 3600 else 600,
-                        "updateSeconds": 60, "historySeconds": history, "minHistorySeconds": spec["min"]},
+                        "updateSeconds": 60, "horizonSeconds": 900, "historySeconds": history,
+                        "minHistorySeconds": spec["min"]},
         "services": [
             {
                 "metadata": {"name": "chat", "namespace": "bench"},
