@@ -45,6 +45,46 @@ class BoundPoint:
     gpu_hours_vs_oracle: float
 
 
+@dataclass(frozen=True)
+class _Timing:
+    """What both reference policies share: the oracle's replicas and cost, and which step's demand a policy had seen
+    when it had to request the replicas ready at each step, and whether that step lay in the same window."""
+
+    need: np.ndarray  # replicas meeting the SLO at each step's demand
+    lead_steps: int
+    oracle_cost: float  # replica-steps, costed from the request, as the simulator costs pods
+    seen: np.ndarray  # index of the step whose demand was the newest observed at request time
+    window: np.ndarray  # window index of each step, counted from the first step's window
+    known: np.ndarray  # bool: the step's window had already been observed at request time
+
+    def cost(self, ready: np.ndarray) -> float:
+        """GPU-hours of ``ready`` replicas per step, relative to the oracle's (pods held from their request)."""
+        cost = float(_forward_window_max(ready, self.lead_steps + 1).sum())
+        return cost / self.oracle_cost if self.oracle_cost else math.nan
+
+
+def _timing(service: SimService, start: float, step_s: float, metrics_delay_s: float, period_s: float) -> _Timing:
+    rates = service.rates
+    steps = rates.size
+    need = np.fromiter((service.need(float(r)) for r in rates), dtype=np.int64, count=steps)
+    lead_steps = math.ceil(service.policy.cold_start_s / step_s)
+    index = np.arange(steps)
+    # Replicas ready at step i were requested at the end of step i - lead - 1, on the demand of `delay` steps earlier.
+    requested_on = index - lead_steps - 1 - round(metrics_delay_s / step_s)
+    seen = np.maximum(requested_on, 0)
+    window = np.floor((start + index * step_s) / period_s).astype(np.int64)
+    window -= window[0]
+    known = (window[seen] == window) & (requested_on >= 0)
+    oracle_cost = float(_forward_window_max(need, lead_steps + 1).sum())
+    return _Timing(need, lead_steps, oracle_cost, seen, window, known)
+
+
+def _slo_attainment(rates: np.ndarray, ready: np.ndarray, need: np.ndarray) -> float:
+    """Share of requests in steps with at least the replicas the SLO needs."""
+    total = float(rates.sum())
+    return float((rates * (ready >= need)).sum() / total) if total > 0 else 1.0
+
+
 def window_margin_bound(
     service: SimService,
     start: float,
@@ -55,26 +95,16 @@ def window_margin_bound(
 ) -> list[BoundPoint]:
     """The fixed-margin causal policy above, for each margin (see the module docstring)."""
     rates = service.rates
-    steps = rates.size
-    need = np.fromiter((service.need(float(r)) for r in rates), dtype=np.int64, count=steps)
-    lead_steps = math.ceil(service.policy.cold_start_s / step_s)
-    oracle_cost = float(_forward_window_max(need, lead_steps + 1).sum())
-    # Replicas ready at step i were requested at the end of step i - lead - 1, on the demand of `delay` steps earlier.
-    requested_on = np.arange(steps) - lead_steps - 1 - round(metrics_delay_s / step_s)
-    seen = np.maximum(requested_on, 0)
-    window = np.floor((start + np.arange(steps) * step_s) / period_s).astype(np.int64)
-    known = (window[seen] == window) & (requested_on >= 0)
+    timing = _timing(service, start, step_s, metrics_delay_s, period_s)
+    unseen = ~timing.known
     points = []
     for margin in margins:
-        guessed = np.fromiter(
-            (service.need(float(r) * margin) for r in rates[seen[~known]]), dtype=np.int64, count=int((~known).sum())
+        ready = timing.need.copy()
+        ready[unseen] = np.fromiter(
+            (service.need(float(r) * margin) for r in rates[timing.seen[unseen]]), dtype=np.int64,
+            count=int(unseen.sum()),
         )
-        ready = need.copy()
-        ready[~known] = guessed
-        ok = ready >= need
-        slo = float((rates * ok).sum() / rates.sum()) if rates.sum() > 0 else 1.0
-        cost = float(_forward_window_max(ready, lead_steps + 1).sum())
-        points.append(BoundPoint(float(margin), slo, cost / oracle_cost if oracle_cost else math.nan))
+        points.append(BoundPoint(float(margin), _slo_attainment(rates, ready, timing.need), timing.cost(ready)))
     return points
 
 
@@ -113,17 +143,9 @@ def tuned_observed_policy(
     ``volatility_windows`` window-to-window log changes; all known at request time.
     """
     rates = service.rates
-    steps = rates.size
-    need = np.fromiter((service.need(float(r)) for r in rates), dtype=np.int64, count=steps)
-    lead_steps = math.ceil(service.policy.cold_start_s / step_s)
-    oracle_cost = float(_forward_window_max(need, lead_steps + 1).sum())
-    index = np.arange(steps)
-    requested_on = index - lead_steps - 1 - round(metrics_delay_s / step_s)
-    seen = np.maximum(requested_on, 0)
-    window = np.floor((start + index * step_s) / period_s).astype(np.int64)
-    window -= window[0]
-    known = (window[seen] == window) & (requested_on >= 0)
-    inside, edge = np.flatnonzero(known), np.flatnonzero(~known)
+    timing = _timing(service, start, step_s, metrics_delay_s, period_s)
+    need, seen, window = timing.need, timing.seen, timing.window
+    inside, edge = np.flatnonzero(timing.known), np.flatnonzero(~timing.known)
     level = np.log(np.maximum(np.bincount(window, weights=rates) / np.maximum(np.bincount(window), 1), 1e-9))
     jumps = np.diff(level, prepend=level[0])
     last_complete = window[seen[edge]] - 1  # -1: no window complete yet (no deviation, no volatility)
@@ -145,19 +167,20 @@ def tuned_observed_policy(
             cache[key] = service.need(key)
         return cache[key]
 
-    total = float(rates.sum())
     best: TunedPoint | None = None
-    ready = np.empty(steps, dtype=np.int64)
+    ready = np.empty(rates.size, dtype=np.int64)
     for inside_margin in inside_margins:
         ready[inside] = [need_at(float(r) * inside_margin) for r in rates[seen[inside]]]
         for a, b, z in itertools.product(edge_intercepts, edge_reversion, edge_volatility):
             margin = np.exp(a + b * deviation + z * edge_volatility_now)
             ready[edge] = [need_at(float(r * m)) for r, m in zip(observed_edge, margin, strict=True)]
-            slo = float((rates * (ready >= need)).sum() / total) if total > 0 else 1.0
+            slo = _slo_attainment(rates, ready, need)
             if slo < target_slo:
                 continue
-            cost = float(_forward_window_max(ready, lead_steps + 1).sum()) / oracle_cost
+            cost = timing.cost(ready)
             if best is None or cost < best.gpu_hours_vs_oracle:
-                params = {"inside_margin": inside_margin, "edge_intercept": a, "edge_reversion": b}
-                best = TunedPoint(slo, cost, {**params, "edge_volatility": z})
+                params = {
+                    "inside_margin": inside_margin, "edge_intercept": a, "edge_reversion": b, "edge_volatility": z
+                }
+                best = TunedPoint(slo, cost, params)
     return best
