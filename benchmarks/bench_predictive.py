@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoscaler.sim.bounds import cheapest_at, tuned_observed_policy, window_margin_bound
+from autoscaler.sim.bounds import BoundPoint, cheapest_at, tuned_observed_policy, window_margin_bound
 from autoscaler.sim.policies import POLICY_NAMES
 from autoscaler.sim.run import SimulationResult, run_scenario
 from autoscaler.sim.scenario import parse_scenario
@@ -99,32 +99,19 @@ def scenario(
     return data
 
 
-def causal_bound(result: SimulationResult, slo_attainment: float) -> tuple[float | None, float | None]:
-    """(GPU-h ÷ oracle of the cheapest fixed-margin causal policy reaching ``slo_attainment``, its margin), or
-    (None, None) when the demand has no change period (the bound is only defined for window-edge demand)."""
+def references(result: SimulationResult) -> tuple[list[BoundPoint], float | None]:
+    """The idealised fixed-margin curve over BOUND_MARGINS and the hindsight-tuned observed-demand policy's GPU-h ÷
+    oracle at TARGET_SLO (None when none of its family reaches it); ([], None) when the demand has no change period
+    (both are only defined for window-edge demand)."""
     service = result.services[0]
     step_s = result.step_s
     period = detect_change_period(service.rates[:: max(1, round(60.0 / step_s))], 60.0)
     if period is None:
-        return None, None
-    points = window_margin_bound(
-        service, result.start, step_s, result.scenario.metrics_delay_seconds, period, BOUND_MARGINS
-    )
-    best = cheapest_at(points, slo_attainment)
-    return (best.gpu_hours_vs_oracle, best.margin) if best is not None else (None, None)
-
-
-def tuned_policy(result: SimulationResult) -> float | None:
-    """GPU-h ÷ oracle of the hindsight-tuned observed-demand policy at TARGET_SLO (None: no change period or none
-    of the family reaches it)."""
-    service = result.services[0]
-    period = detect_change_period(service.rates[:: max(1, round(60.0 / result.step_s))], 60.0)
-    if period is None:
-        return None
-    best = tuned_observed_policy(
-        service, result.start, result.step_s, result.scenario.metrics_delay_seconds, period, TARGET_SLO
-    )
-    return None if best is None else best.gpu_hours_vs_oracle
+        return [], None
+    delay = result.scenario.metrics_delay_seconds
+    points = window_margin_bound(service, result.start, step_s, delay, period, BOUND_MARGINS)
+    tuned = tuned_observed_policy(service, result.start, step_s, delay, period, TARGET_SLO)
+    return points, None if tuned is None else tuned.gpu_hours_vs_oracle
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cold_starts = (90.0,) if args.quick else (30.0, 90.0, 300.0)
     results: dict[str, Any] = {}
-    tuned_cache: dict[tuple[str, float], float | None] = {}  # the same for every spec: it depends on trace and cold
+    # The references depend on the trace and the cold start only, not on the spec: computed once for each.
+    reference_cache: dict[tuple[str, float], tuple[list[BoundPoint], float | None]] = {}
     print(f"{'trace':<17} {'spec':<8} {'cold':>5}  " + "  ".join(f"{name:>19}" for name in POLICY_NAMES)
           + "   fc MAE   secs   causal bound")
     print(f"{'':<17} {'':<8} {'s':>5}  " + "  ".join(f"{'SLO   GPUh/oracle':>19}" for _ in POLICY_NAMES))
@@ -155,17 +143,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{figures[n]['slo_attainment']:>8.2%} {figures[n]['gpu_hours_vs_oracle']:>9.3f}x" for n in POLICY_NAMES
         ]
         mae = figures["predictive"]["forecast_mae"]
-        bound, margin = causal_bound(result, figures["predictive"]["slo_attainment"])
-        bound_target, _ = causal_bound(result, TARGET_SLO)
-        if (trace_name, cold) not in tuned_cache and bound is not None and not args.quick:
-            tuned_cache[(trace_name, cold)] = tuned_policy(result)
-        tuned = tuned_cache.get((trace_name, cold))
+        if (trace_name, cold) not in reference_cache:
+            reference_cache[(trace_name, cold)] = references(result)
+        points, tuned = reference_cache[(trace_name, cold)]
+        at_slo = cheapest_at(points, figures["predictive"]["slo_attainment"])
+        at_target = cheapest_at(points, TARGET_SLO)
+        bound = None if at_slo is None else at_slo.gpu_hours_vs_oracle
+        margin = None if at_slo is None else at_slo.margin
+        bound_target = None if at_target is None else at_target.gpu_hours_vs_oracle
         figures["causal_bound"] = {
             "gpu_hours_vs_oracle": bound, "margin": margin, "gpu_hours_vs_oracle_at_target": bound_target,
             "tuned_observed_policy_at_target": tuned,
         }
         bound_cell = (
-            "   n/a (no change period)" if bound is None
+            "   n/a (no change period)" if not points
+            else "   unreachable" if bound is None
             else f"   {bound:.3f}x (margin {margin:.3g}); at {TARGET_SLO:.1%}: "
             + ("unreachable" if bound_target is None else f"{bound_target:.3f}x")
             + ("" if tuned is None else f", tuned {tuned:.3f}x")
