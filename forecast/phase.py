@@ -15,6 +15,7 @@ the level: a regime twice as busy jumps twice as far. Without one, they are diff
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -132,11 +133,14 @@ class PhaseNaive(BaseForecaster):
         # the last (hourly) fit instead measured slightly worse in the simulator's default ServeGen scenario
         # (99.48 % within SLO at 1.255x the oracle's GPU-hours, against 99.51 % at 1.245x, before the detection fixes).
         self.history_ = y[-int(self.residual_window) :].copy()
-        self.learn_first_index_ = round(self.start_ / self.step_s_) + self.n_obs_ - self.history_.size
+        # The scale changes are learnt in, computed once per update rather than per (phase, lead).
+        self.learn_series_ = _log_level(self.history_) if self._in_ratios() else self.history_
+        end_index = round(self.start_ / self.step_s_) + self.n_obs_  # index since the Unix epoch, after the newest
+        self.learn_first_index_ = end_index - self.history_.size
         self.offsets_cache_: dict[tuple[int, int], FloatArray] = {}
-        # The origin: the newest value and its phase (its index since the Unix epoch).
+        # The origin: the newest value and its phase.
         self.origin_value_ = float(y[-1])
-        self.origin_index_ = round(self.start_ / self.step_s_) + self.n_obs_ - 1
+        self.origin_index_ = end_index - 1
 
     def _in_ratios(self) -> bool:
         # Ratios only where there are edges: jump sizes scale with the level. Without a period this is the naive
@@ -145,19 +149,19 @@ class PhaseNaive(BaseForecaster):
         return bool(self.multiplicative) and self.period_bins_ > 1
 
     def _offsets(self, origin_phase: int, lead: int) -> FloatArray:
-        """Quantiles of the change over ``lead`` steps from history origins at ``origin_phase`` (cached per fit)."""
+        """Quantiles of the change over ``lead`` steps from history origins at ``origin_phase`` (cached until the next
+        update, which relearns them from the newest history)."""
         key = (origin_phase, lead)
         cached = self.offsets_cache_.get(key)
         if cached is not None:
             return cached
-        hist = self.history_
-        series = _log_level(hist) if self._in_ratios() else hist
+        series = self.learn_series_
         period = self.period_bins_
-        lag = min(lead, hist.size - 1)
+        lag = min(lead, series.size - 1)
         if lag < 1:
             out: FloatArray = np.zeros(len(self.levels_))
         else:
-            origins = np.arange(hist.size - lag)
+            origins = np.arange(series.size - lag)
             starts = origins[(self.learn_first_index_ + origins) % period == origin_phase]
             spacing_s = self.step_s_ * period  # same-phase origins are one period apart (for recency weights)
             if starts.size < 10:  # too little same-phase history: every origin
@@ -172,7 +176,7 @@ class PhaseNaive(BaseForecaster):
         origin_phase = self.origin_index_ % self.period_bins_
         offsets = np.stack([self._offsets(origin_phase, h) for h in range(1, horizon + 1)], axis=1)
         if self._in_ratios():
-            out: FloatArray = np.expm1(float(_log_level(np.array([self.origin_value_]))[0]) + offsets)
+            out: FloatArray = np.expm1(math.log1p(max(self.origin_value_, 0.0)) + offsets)
             return out
         out = self.origin_value_ + offsets
         return out
