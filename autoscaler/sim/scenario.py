@@ -131,6 +131,10 @@ class Forecasting(_Strict):
     def _horizon(self) -> Forecasting:
         if self.horizon_seconds <= self.update_seconds:
             raise ValueError("horizonSeconds must exceed updateSeconds (the forecast must last until the next one)")
+        return self
+
+    @model_validator(mode="after")
+    def _known_model(self) -> Forecasting:
         from forecast.registry import make_model
 
         if "quantiles" in self.model_params:
