@@ -140,6 +140,7 @@ class TickReport:
     held_because: str | None = None
     results: list[ActionResult] = field(default_factory=list)
     stale: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> reasons
+    partial: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> why no scale-down
     invalid_policies: list[PolicyObject] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     floors: Mapping[str, ReplicaFloor] = field(default_factory=dict)  # service key -> forecast floor handed to decide
@@ -327,6 +328,7 @@ class Controller:
             observation = Observation(now, {})
         observation = self._merge(observation, snapshot, policies, metrics_error, now)
         report.stale = {k: o.stale_reasons for k, o in observation.services.items() if o.stale_reasons}
+        report.partial = {k: o.partial_reasons for k, o in observation.services.items() if o.partial_reasons}
         for key in policies:
             if key not in observation.services:
                 report.stale[key] = (STALE_DEPLOYMENT_MISSING,)
@@ -666,6 +668,14 @@ class Controller:
                     self._event(where, event_reason(Reason.METRICS_STALE), message, "Warning", topic="stale")
             else:
                 self._reported.pop((f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "stale"), None)
+            partial = report.partial.get(obj.policy.key)
+            if partial and not reasons:
+                text = f"{Reason.METRICS_PARTIAL.text}: {'; '.join(partial)}"
+                message = f"{mark}no scale-down for {obj.policy.key}: {text}"
+                if (f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "partial") not in self._reported:
+                    self._event(where, event_reason(Reason.METRICS_PARTIAL), message, "Warning", topic="partial")
+            else:
+                self._reported.pop((f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "partial"), None)
 
     def _write_statuses(
         self,

@@ -9,7 +9,9 @@ and readiness are used instead (the HPA's own view: ready pods, missing samples,
 
 Validation happens at this boundary. An empty result, NaN, ±Inf, a value out of its range, two series for one GPU,
 a sample older than ``staleness_seconds``, a failed or timed-out query: each makes the affected value ``None`` and
-adds a human reason to ``stale_reasons``; nothing is ever read as zero, and ``observe`` never raises.
+adds a human reason to ``stale_reasons``; nothing is ever read as zero, and ``observe`` never raises. What leaves
+the scaling metric usable but incomplete (ready pods without a sample while others have one; the SLO guard's
+latency missing) goes to ``partial_reasons`` instead: the core then forbids a scale-down but not a scale-up.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from autoscaler.adapters.promql import (
     selector,
     string_literal,
 )
-from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.cluster import ClusterSnapshot, PodInfo
 from autoscaler.core.model import GpuSample, MetricKind, Observation, PodMetrics, ServiceObservation, ServicePolicy
 from autoscaler.policy import QueriesSpec
 from autoscaler.ports import PortError, Series
@@ -211,6 +213,22 @@ def deployment_of_pod(pod: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _owning_deployment(pod: PodInfo) -> str | None:
+    """The Deployment a pod belongs to, from its controller owner.
+
+    The Kubernetes reader resolves a ReplicaSet owner to its Deployment (``owner_kind="Deployment"``); a snapshot
+    built elsewhere may still name the ReplicaSet ``<deployment>-<pod-template-hash>``. Both must count, or the
+    ready pods without a sample go unseen and a partial answer looks complete.
+    """
+    if not pod.owner_name:
+        return None
+    if pod.owner_kind == "Deployment":
+        return pod.owner_name
+    if pod.owner_kind == "ReplicaSet":
+        return pod.owner_name.rsplit("-", 1)[0]
+    return None
+
+
 class PodMapper:
     """Which managed service a pod belongs to, and which of its pods the cluster says are ready.
 
@@ -235,9 +253,10 @@ class PodMapper:
             if key:
                 self.replicas[key] = (dep.spec_replicas, dep.ready_replicas)
         for pod in cluster.pods:
-            if pod.owner_kind != "ReplicaSet" or not pod.owner_name or pod.phase in ("Succeeded", "Failed"):
+            deployment = _owning_deployment(pod)
+            if deployment is None or pod.phase in ("Succeeded", "Failed"):
                 continue
-            key = self._names.get(pod.namespace, {}).get(pod.owner_name.rsplit("-", 1)[0])
+            key = self._names.get(pod.namespace, {}).get(deployment)
             if key is None:
                 continue
             self._explicit[(pod.namespace, pod.name)] = key
@@ -478,14 +497,17 @@ class PrometheusMetricsSource:
             pods: PodMetrics | None = None
             total: float | None = None
             scaling = _SCALING_FAMILY[service.metric]
+            partial: list[str] = []
             if scaling in GPU_FAMILIES:
                 pods, problems = self._pod_metrics(service, scaling, by_service.get(key, {}), results, mapper)
-                reasons += problems
+                # With some pods' samples the metric is partial (no scale-down), without any it is unknown.
+                (partial if pods is not None else reasons).extend(problems)
             else:
                 total = (rate if scaling is Family.REQUEST_RATE else queue).value
                 reasons += (rate if scaling is Family.REQUEST_RATE else queue).problems
             if service.latency_slo_s is not None and service.slo_guard:
-                reasons += latency.problems
+                # The guard's signal missing stops only what it guards: a scale-down below the SLO-safe count.
+                partial += latency.problems
             spec, ready = mapper.replicas.get(key, (0, 0))
             out[key] = ServiceObservation(
                 key=key,
@@ -497,6 +519,7 @@ class PrometheusMetricsSource:
                 request_rate=rate.value,
                 queue_depth=queue.value,
                 stale_reasons=tuple(dict.fromkeys(_clip(r) for r in reasons)),
+                partial_reasons=tuple(dict.fromkeys(_clip(r) for r in partial)),
             )
         gpu_samples = tuple(self._gpu_sample(acc, results) for acc in gpus)
         return Observation(time=tick.now, services=out, gpus=gpu_samples)

@@ -164,6 +164,7 @@ def plan_document(report: Any, events: Sequence[dict[str, str]] = ()) -> dict[st
                 "reasonText": d.reason.text,
                 "detail": d.detail,
                 "stale": list(report.stale.get(d.key, ())),
+                "partial": list(report.partial.get(d.key, ())),
             }
             for d in plan.decisions
         ],

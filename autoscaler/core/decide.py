@@ -1,7 +1,8 @@
 """``decide(observation, state, policies, now) -> (plan, state)``: one tick of the inference scaler.
 
 Per service, in this order (each step a small pure function, Ray Serve style guard-rails):
-1. hold when the Deployment is scaled to zero by hand, or when the scaling metric is stale/missing;
+1. hold when the Deployment is scaled to zero by hand, or when the scaling metric is stale/missing; when the
+   observation is only partial (k of n pods reported, the guard's latency missing), forbid a scale-down only;
 2. the HPA v2 recommendation on the service's metric (tolerance per direction);
 3. the SLO guard: latency above the SLO forces a scale-up (and forbids a scale-down);
 4. the forecast floor, when one is given (it can only raise the recommendation);
@@ -174,6 +175,13 @@ def decide_service(
             detail = f"{detail}; shadow forecast floor {floor.replicas} ({floor.detail})"
         elif floor.replicas > recommendation:
             recommendation, reason, detail = floor.replicas, floor.reason, f"{floor.detail}; {detail}"
+
+    if obs.partial_reasons and recommendation <= current:
+        # Partial data never removes capacity, and a hold on it says so (not "within tolerance"). Like a stale hold,
+        # nothing is recorded: a scale-down on complete data after the fault is judged on that data alone.
+        partial = "; ".join(obs.partial_reasons)
+        detail = f"recommended {recommendation} on partial data ({partial}); {detail}"
+        return decision(current, Reason.METRICS_PARTIAL, detail), state
 
     up_rules, down_rules = policy.scale_up, policy.scale_down
     stabilised = hpa.stabilise(

@@ -129,6 +129,11 @@ class ServiceObservation:
     sample too old, Prometheus unreachable...). The core holds on unknown or stale data, never reads it as zero.
     Either ``pods`` (per-pod samples, HPA ``Pods``/``Resource`` metric) or ``metric_total`` (service-wide total,
     HPA ``External`` metric with an average-value target) carries the scaling metric.
+
+    ``partial_reasons`` lists what is incomplete without making the scaling metric untrusted: ready pods without a
+    sample (k of n pods reported) or a missing signal of the SLO guard. Partial data never removes capacity (no
+    scale-down), but a scale-up on the fresh part of the metric still goes: an exporter down on one node must not
+    freeze a service under load.
     """
 
     key: str
@@ -140,6 +145,7 @@ class ServiceObservation:
     request_rate: float | None = None  # requests per second, whole service
     queue_depth: float | None = None  # requests waiting, whole service
     stale_reasons: tuple[str, ...] = ()
+    partial_reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ class Reason(StrEnum):
     AT_MAX_REPLICAS = "at_max_replicas"
     # Holding because we cannot trust what we see
     METRICS_STALE = "metrics_stale"
+    METRICS_PARTIAL = "metrics_partial"
     SCALING_DISABLED = "scaling_disabled"
     # Predictive scaling
     FORECAST_FLOOR = "forecast_floor"
@@ -57,6 +58,10 @@ _TEXT: dict[Reason, str] = {
     Reason.AT_MIN_REPLICAS: "recommendation clamped to the minimum replicas",
     Reason.AT_MAX_REPLICAS: "recommendation clamped to the maximum replicas",
     Reason.METRICS_STALE: "metrics are missing or stale: hold the current replicas (never read as zero)",
+    Reason.METRICS_PARTIAL: (
+        "metrics are incomplete (ready pods without a sample, or the SLO guard's latency missing): no scale-down; "
+        "a scale-up on the fresh data still goes"
+    ),
     Reason.SCALING_DISABLED: "the Deployment is scaled to zero by hand: autoscaling is disabled for it",
     Reason.FORECAST_FLOOR: "forecast demand at now + cold start needs more replicas: scale up ahead of demand",
     Reason.FORECAST_UNRELIABLE: "forecast error is above its threshold: reactive scaling only",

@@ -109,6 +109,79 @@ def test_stale_or_missing_metrics_hold_never_zero(obs: ServiceObservation, why: 
     assert state == ServiceState()  # a stale tick leaves no recommendation behind
 
 
+SLO_POLICY = dataclasses.replace(POLICY, latency_slo_s=1.0)
+NO_LATENCY = ("latency: no series for ml/chat",)
+ONE_POD_MISSING = ("gpu_utilization: 1 of 6 ready pods without a valid sample",)
+
+
+@pytest.mark.parametrize(
+    ("policy", "obs", "desired", "reason"),
+    [
+        # k of n pods reported, low: the HPA rule (missing = 100 %) still recommends 3; partial data removes nothing
+        (
+            POLICY,
+            gpu_obs(6, 10.0, pods=PodMetrics(5, 50.0, missing=1), partial_reasons=ONE_POD_MISSING),
+            6,
+            Reason.METRICS_PARTIAL,
+        ),
+        # only 1 of 6 reported: the HPA itself would hold (direction flips); the reason says why
+        (
+            POLICY,
+            gpu_obs(6, 10.0, pods=PodMetrics(1, 10.0, missing=5), partial_reasons=ONE_POD_MISSING),
+            6,
+            Reason.METRICS_PARTIAL,
+        ),
+        # busy on 5 of 6: a scale-up on the fresh part goes (missing = idle on a scale-up): ceil(6 * 500/420) = 8
+        (
+            POLICY,
+            gpu_obs(6, 100.0, pods=PodMetrics(5, 500.0, missing=1), partial_reasons=ONE_POD_MISSING),
+            8,
+            Reason.METRIC_ABOVE_TARGET,
+        ),
+        # the guard's latency missing: a scale-up on a fresh scaling metric is not frozen (issue 17, defect 2)...
+        (SLO_POLICY, gpu_obs(2, 100.0, partial_reasons=NO_LATENCY), 3, Reason.METRIC_ABOVE_TARGET),
+        # ... but what it guards, a scale-down, is
+        (SLO_POLICY, gpu_obs(6, 10.0, partial_reasons=NO_LATENCY), 6, Reason.METRICS_PARTIAL),
+        (SLO_POLICY, gpu_obs(6, 70.0, partial_reasons=NO_LATENCY), 6, Reason.METRICS_PARTIAL),
+        # a stale scaling metric still holds, partial or not
+        (SLO_POLICY, gpu_obs(6, 100.0, pods=None, partial_reasons=NO_LATENCY), 6, Reason.METRICS_STALE),
+    ],
+)
+def test_partial_data_forbids_only_a_scale_down(
+    policy: ServicePolicy, obs: ServiceObservation, desired: int, reason: Reason
+) -> None:
+    decision, state = decide_service(policy, obs, ServiceState(), 0.0)
+    assert (decision.desired_replicas, decision.reason) == (desired, reason), decision.detail
+    if desired <= obs.spec_replicas:
+        assert state == ServiceState()  # a hold on partial data leaves no recommendation behind
+    if reason is Reason.METRICS_PARTIAL:
+        assert obs.partial_reasons[0] in decision.detail
+
+
+def test_partial_then_complete_data_scales_down_on_the_complete_data_only() -> None:
+    """Multi-tick: 4 ticks of a partial answer (5 of 6 pods, low), then complete data, low: no scale-down while the
+    data is partial, and the partial ticks left nothing in the stabilisation window to hold the complete data up."""
+    policy = dataclasses.replace(POLICY, scale_down=dataclasses.replace(POLICY.scale_down, stabilisation_s=60.0))
+    state, replicas, seen = ServiceState(), 6, []
+    for tick in range(12):
+        if tick < 4:
+            obs = gpu_obs(
+                replicas,
+                10.0,
+                pods=PodMetrics(replicas - 1, 10.0 * (replicas - 1), missing=1),
+                partial_reasons=ONE_POD_MISSING,
+            )
+        else:
+            obs = gpu_obs(replicas, 10.0)
+        decision, state = decide_service(policy, obs, state, tick * 15.0)
+        replicas = decision.desired_replicas
+        seen.append(replicas)
+    # ticks 0-3 partial: 6. Tick 4 (t=60) is the first complete one; its own recommendation (1) is the window's only
+    # entry, so the scale-down happens at once (the rate policy allows it). Ticks after stay at 1.
+    assert seen[:4] == [6, 6, 6, 6]
+    assert seen[4] < 6 and seen[-1] == 1
+
+
 def test_stale_request_rate_total_holds() -> None:
     policy = dataclasses.replace(POLICY, metric=MetricKind.REQUEST_RATE, target=5.0)
     obs = ServiceObservation("ml/chat", 4, 4, metric_total=None, stale_reasons=("request_rate: empty result",))

@@ -163,7 +163,7 @@ def test_cluster_snapshot_gives_replicas_readiness_and_missing_pods(
     assert xl.pods is not None
     assert (xl.pods.ready_with_metric, xl.pods.missing, xl.pods.unready) == (3, 1, 1)
     assert xl.pods.metric_sum == pytest.approx(sum(genai.util_at(p.name, t) or 0.0 for p in pods[:3]), rel=REL)
-    assert any("sd-xl-7d9f8b6c5-zzzzz" in r and "no GPU series" in r for r in xl.stale_reasons)
+    assert any("sd-xl-7d9f8b6c5-zzzzz" in r and "no GPU series" in r for r in xl.partial_reasons)
     # request rate: the ready pod without application metrics makes the total partial, hence stale
     assert xl.request_rate is None
 

@@ -129,11 +129,12 @@ def test_live_exporter_changes_are_seen(exporter: Exporter, start_prometheus: Ca
     busy = wait_for(chat, lambda o: (o.request_rate or 0) > 0 and o.latency_s is not None, "requests and latency")
     assert 0.5 < (busy.latency_s or 0) <= 1.0
 
-    # Partial answer: one GPU's utilisation disappears (its memory series stay): that service is stale, not lower.
+    # Partial answer: one GPU's utilisation disappears (its memory series stay): the service is partial (no
+    # scale-down), not lower.
     exporter.util.remove(*exporter.gpu_labels(1).values())
-    partial = wait_for(chat, lambda o: bool(o.stale_reasons), "the removed series to be noticed")
+    partial = wait_for(chat, lambda o: bool(o.partial_reasons), "the removed series to be noticed")
     assert partial.pods is not None and (partial.pods.ready_with_metric, partial.pods.missing) == (1, 1)
-    assert "no sample (partial answer)" in partial.stale_reasons[0]
+    assert "no sample (partial answer)" in partial.partial_reasons[0] and not partial.stale_reasons
 
     # The exporter goes away: Prometheus marks its series stale; the adapter holds, with the reason.
     exporter.stop()
