@@ -231,6 +231,7 @@ class Controller:
         self.last_report: TickReport | None = None
         self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
         self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}  # lastForecast, to not rewrite each tick
+        self._policy_owners: dict[str, tuple[str, str]] = {}  # service key -> (namespace, name) of its policy
         self._reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
         self._lock = threading.Lock()
         self._pending_reset: tuple[str, float | None] | None = None
@@ -429,12 +430,18 @@ class Controller:
         return rejected
 
     def _valid_policies(self, objects: Sequence[PolicyObject]) -> tuple[dict[str, ServicePolicy], list[PolicyObject]]:
-        """Valid policies by service key. Two objects targeting one Deployment would fight: the first by name wins,
-        the others are reported invalid."""
+        """Valid policies by service key. Two objects targeting one Deployment would fight: the one that owned it at
+        the previous tick keeps it, else the first listed (the Kubernetes source lists established owners first);
+        the others are reported invalid. Never by name: a newcomer must not take a Deployment over."""
         valid: dict[str, ServicePolicy] = {}
         owner: dict[str, PolicyObject] = {}
         invalid: list[PolicyObject] = []
-        for obj in sorted(objects, key=lambda o: (o.namespace, o.name)):
+        previous = self._policy_owners
+        ordered = sorted(
+            objects,
+            key=lambda o: o.policy is None or previous.get(o.policy.key) != (o.namespace, o.name),
+        )
+        for obj in ordered:
             if obj.policy is None:
                 invalid.append(obj)
                 continue
@@ -446,6 +453,7 @@ class Controller:
                 continue
             valid[key] = obj.policy
             owner[key] = obj
+        self._policy_owners = {key: (obj.namespace, obj.name) for key, obj in owner.items()}
         return valid, invalid
 
     def _merge(

@@ -87,6 +87,33 @@ def test_two_policies_for_one_deployment(apiserver: FakeApiServer, api_client: c
     assert policies.invalid[0].name == "chat-b" and policies.invalid[0].field == "spec.targetRef.name"
 
 
+def test_a_newcomer_never_takes_over_an_established_policy(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """Issue 17, defect 3: a policy applied later whose name sorts first (and, worse, whose creation time ties or
+    even looks older, as with a re-applied manifest) must not take the Deployment from the one scaling it."""
+    established = o.gpu_policy("chat-z", "ml", target="chat")
+    apiserver.seed(o.policy_crd(), established)
+    loader, writer = PolicyLoader(api_client), _writer(api_client)
+    assert [p.name for p in loader.sync(writer, NOW).valid] == ["chat-z"]
+
+    newcomer = o.gpu_policy("chat-a", "ml", target="chat")
+    newcomer["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"  # "older" than the established one
+    apiserver.seed(newcomer)
+    policies = loader.sync(writer, NOW + 15)
+    assert [p.name for p in policies.valid] == ["chat-z"]
+    assert [(p.name, p.field) for p in policies.invalid] == [("chat-a", "spec.targetRef.name")]
+    assert "already scaled by GPUScalingPolicy 'chat-z'" in policies.invalid[0].message
+
+    # A controller restart (a new loader, no memory): the status it wrote says who was acting.
+    status = {"conditions": [{"type": "Ready", "status": "True", "reason": "SpecValid", "message": ""}]}
+    current = apiserver.get(GROUP, "GPUScalingPolicy", "chat-z", "ml")
+    apiserver.update_object({**current, "status": status})
+    restarted = PolicyLoader(api_client).load()
+    assert [p.name for p in restarted.valid] == ["chat-z"]
+    assert [p.name for p in restarted.invalid] == ["chat-a"]
+
+
 def test_namespaces_and_pagination(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
     apiserver.seed(o.policy_crd(), [o.gpu_policy(f"s{i}", "a") for i in range(5)], o.gpu_policy("x", "b"))
     loader = PolicyLoader(api_client, namespaces=["a"], page_size=2)

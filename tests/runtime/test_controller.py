@@ -367,3 +367,20 @@ def test_eviction_blocked_by_a_pdb_is_not_now() -> None:
     c.run_once(T0)
     assert c.last_report is not None and [r.result for r in c.last_report.results] == ["blocked"]
     assert cluster.events == []  # nothing happened, so no Event says it did
+
+
+def test_a_second_policy_on_the_same_deployment_does_not_take_it_over() -> None:
+    """Issue 17, defect 3: the newcomer, listed first and named first, is the one reported invalid."""
+    c, cluster, _, policies, status = make(replicas=4, util=70.0)
+    c.run_once(T0)
+    greedy = ServicePolicy("ml", "chat", min_replicas=10, max_replicas=20, target=70.0)
+    policies.objects.insert(0, policy_object(greedy, name="a-newcomer"))
+    plan = c.run_once(T0 + 15)
+    assert scales(cluster) == []  # not scaled to the newcomer's minReplicas 10
+    assert [d.desired_replicas for d in plan.decisions] == [4]
+    conditions = {x["type"]: x for x in status.status[("ml", "a-newcomer")]["conditions"]}
+    assert conditions["InvalidSpec"]["status"] == "True"
+    assert "already scaled by chat-policy" in conditions["InvalidSpec"]["message"]
+    assert {x["type"]: x["status"] for x in status.status[("ml", "chat-policy")]["conditions"]}["InvalidSpec"] == (
+        "False"
+    )

@@ -2,7 +2,10 @@
 
 An invalid object never stops the others: it is set aside with the field at fault, and ``report`` gives it an
 ``InvalidSpec`` condition (``Ready=False``) and one Warning Event naming the field. When it is fixed the condition
-flips back. Two policies that scale the same Deployment: the older keeps it, the newer is invalid.
+flips back. Two policies that scale the same Deployment: the established one keeps it and the other is invalid.
+Established means, in this order: the owner at this loader's previous load; a policy whose status says the controller
+has been acting on it (``Ready=True``, no ``InvalidSpec``), which survives a controller restart; the older object.
+A newcomer never takes a Deployment over by its name or by a tie on the creation second.
 """
 
 from __future__ import annotations
@@ -103,6 +106,12 @@ def validate_policy(obj: Mapping[str, Any]) -> LoadedPolicy | InvalidPolicy:
     return LoadedPolicy(spec=parsed, service=to_service_policy(namespace, name, parsed), **common)
 
 
+def _acted_on(status: Mapping[str, Any] | None) -> bool:
+    """The controller has been scaling for this policy: its status says Ready and not InvalidSpec."""
+    ready, invalid = condition(status, READY), condition(status, INVALID_SPEC)
+    return bool(ready and ready.get("status") == "True" and not (invalid and invalid.get("status") == "True"))
+
+
 class PolicyLoader:
     """Lists GPUScalingPolicy objects (all namespaces, or the given ones), paginated, and validates each."""
 
@@ -118,6 +127,7 @@ class PolicyLoader:
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
         self.namespaces = tuple(namespaces)
+        self._owners: dict[str, str] = {}  # service key -> uid of the policy that scaled it at the previous load
         self.api_calls = 0
         self._pager = Pager(
             page_size=page_size,
@@ -154,14 +164,20 @@ class PolicyLoader:
     def load(self) -> PolicySet:
         """Read and validate every policy (reads only; ``report`` writes the verdicts)."""
         objects = self.list_objects()
-        # Oldest first, so that the policy created first keeps a contested Deployment.
-        objects.sort(
-            key=lambda o: (
-                parse_time((o.get("metadata") or {}).get("creationTimestamp")) or 0.0,
-                (o.get("metadata") or {}).get("namespace", ""),
-                (o.get("metadata") or {}).get("name", ""),
+        previous = set(self._owners.values())
+
+        def precedence(obj: Mapping[str, Any]) -> tuple[bool, bool, float, str, str]:
+            meta = obj.get("metadata") or {}
+            return (
+                meta.get("uid") not in previous,
+                not _acted_on(obj.get("status")),
+                parse_time(meta.get("creationTimestamp")) or 0.0,
+                meta.get("namespace", ""),
+                meta.get("name", ""),
             )
-        )
+
+        # Established owners first, so that they keep a contested Deployment.
+        objects.sort(key=precedence)
         valid: list[LoadedPolicy] = []
         invalid: list[InvalidPolicy] = []
         owners: dict[str, str] = {}
@@ -187,6 +203,7 @@ class PolicyLoader:
                 continue
             owners[key] = result.name
             valid.append(result)
+        self._owners = {p.service.key: p.uid for p in valid}
         for bad in invalid:
             log.warning("%s %s/%s is invalid: %s", KIND, bad.namespace, bad.name, bad.text)
         return PolicySet(valid=tuple(valid), invalid=tuple(invalid))
