@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from controller_process import LEASE, REPO, Controller, wait_until
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
-from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.adapters.kubernetes.crd import generate_crd
 from tests.kube.fake_apiserver import FakeApiServer
@@ -34,29 +34,13 @@ from tests.prometheus.promserver import PrometheusServer, binaries, free_port, i
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE, DEPLOYMENT = "ml", "chat"
 # Pod names as a Deployment makes them (<deployment>-<pod-template-hash>-<suffix>), so Prometheus samples map to it.
 PODS = ("chat-6b7f9d8c4-xk2pz", "chat-6b7f9d8c4-q5mwz")
 SCALE_PATH = rf"^/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}/scale$"
-LEASE = {"duration": 3, "renew": 2, "retry": 0.5}
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str] = str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except Exception:  # the thing polled may not be up yet
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs()}")
-        time.sleep(0.2)
 
 
 class GpuExporter:
@@ -98,81 +82,6 @@ def prom_has_samples(url: str) -> bool:
     query = urllib.parse.urlencode({"query": "DCGM_FI_DEV_GPU_UTIL"})
     with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=2) as response:
         return len(json.load(response)["data"]["result"]) == len(PODS)
-
-
-class Controller:
-    """``autoscaler run`` in a subprocess, configured through the environment like a Deployment would be."""
-
-    def __init__(
-        self, identity: str, kubeconfig: Path, prometheus_url: str, workdir: Path, args: tuple[str, ...] = ()
-    ) -> None:
-        self.identity = identity
-        self.port = free_port()
-        self.log_path = workdir / f"{identity}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALER_", "KUBERNETES_"))}
-        env.update(
-            {
-                "POD_NAME": identity,
-                "POD_NAMESPACE": "default",
-                "PYTHONPATH": str(REPO),
-                "AUTOSCALER_TICK_INTERVAL_SECONDS": "1",
-                "AUTOSCALER_TICK_STALL_SECONDS": "30",
-                "AUTOSCALER_SHUTDOWN_GRACE_SECONDS": "5",
-                "AUTOSCALER_LOG_LEVEL": "INFO",
-                "AUTOSCALER_HTTP__BIND_ADDRESS": "127.0.0.1",
-                "AUTOSCALER_HTTP__PORT": str(self.port),
-                "AUTOSCALER_KUBERNETES__CONFIG_MODE": "kubeconfig",
-                "AUTOSCALER_KUBERNETES__KUBECONFIG": str(kubeconfig),
-                "AUTOSCALER_KUBERNETES__REQUEST_TIMEOUT_SECONDS": "2",
-                "AUTOSCALER_LEADER_ELECTION__LEASE_DURATION_SECONDS": str(LEASE["duration"]),
-                "AUTOSCALER_LEADER_ELECTION__RENEW_DEADLINE_SECONDS": str(LEASE["renew"]),
-                "AUTOSCALER_LEADER_ELECTION__RETRY_PERIOD_SECONDS": str(LEASE["retry"]),
-                "AUTOSCALER_PROMETHEUS_URL": prometheus_url,
-                "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "1",
-                "AUTOSCALER_PROMETHEUS_RETRIES": "0",
-            }
-        )
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autoscaler.cli", "run", *args],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def log(self, chars: int = 6000) -> str:
-        try:
-            return f"--- {self.identity} log ---\n" + self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return f"--- {self.identity}: no log ---"
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
-    def metric(self, name: str, **labels: str) -> float | None:
-        """A sample of the controller's own /metrics, or None when absent."""
-        status, text = self.get("/metrics")
-        assert status == 200, text
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return float(sample.value)
-        return None
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        return self.proc.returncode
 
 
 # ---- fixtures -----------------------------------------------------------------------------------------------------
