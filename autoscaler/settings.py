@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
 
 from autoscaler.adapters.prometheus_settings import PrometheusSettings
 
@@ -62,6 +63,20 @@ def _default_identity() -> str:
 def _name(*loc: str) -> str:
     """How a cross-field error names a setting: env var and file key (the error has no single location)."""
     return f"{env_name(loc)} ({'.'.join(loc)})"
+
+
+def _json_object(value: Any) -> Any:
+    """A mapping given as JSON text (the environment), decoded; anything else (a file's mapping) as it is.
+
+    JSON-valued settings are ``NoDecode`` and decoded here, in validation, so that a syntax error is a validation
+    error naming the setting; decoded by pydantic-settings' env source, it escaped as a traceback (exit 1).
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc}); expected a JSON object") from None
 
 
 class _Group(BaseModel):
@@ -141,10 +156,15 @@ class NodePoolSettings(_Group):
         "none", description="none: node-pool actions are logged, never applied; clusterapi: MachineDeployment scale"
     )
     namespace: str = Field("default", min_length=1, description="namespace of the Cluster API MachineDeployments")
-    pools: dict[str, str] = Field(
+    pools: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
         description="node-pool label value -> MachineDeployment name (JSON in env; empty = same name)",
     )
+
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _pools_json(cls, value: Any) -> Any:
+        return _json_object(value)
 
 
 AUTO_MODEL = "auto"
@@ -169,7 +189,7 @@ class ForecastSettings(_Group):
         description="forecaster: a name from `autoscaler backtest --help` (last_value, seasonal_naive, holt_winters, "
         "quantile_gbm...), 'auto' (per-series choice by backtest against seasonal naive), or module:Class",
     )
-    model_params: dict[str, Any] = Field(
+    model_params: Annotated[dict[str, Any], NoDecode] = Field(
         default_factory=dict, description="constructor parameters of the forecaster (JSON object in env)"
     )
     auto_candidates: Annotated[list[str], NoDecode] = Field(
@@ -230,6 +250,11 @@ class ForecastSettings(_Group):
     def _candidates(cls, value: Any) -> Any:
         return _split_namespaces(value)
 
+    @field_validator("model_params", mode="before")
+    @classmethod
+    def _params_json(cls, value: Any) -> Any:
+        return _json_object(value)
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
@@ -265,7 +290,10 @@ def _split_namespaces(value: Any) -> Any:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            return json.loads(text)
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON ({exc}); expected a JSON array or a comma-separated list") from None
         return [part.strip() for part in text.split(",") if part.strip()]
     return value
 
@@ -427,6 +455,51 @@ def _prometheus_settings(file_values: Mapping[str, Any], overrides: Mapping[str,
     )
 
 
+def _environment_problems() -> list[str]:
+    """Mistakes in the environment that would not reach validation, one line each.
+
+    A whole group may be given as one JSON object (``AUTOSCALER_HTTP='{"port": 9000}'``, merged with the
+    ``AUTOSCALER_HTTP__*`` variables); pydantic-settings decodes it before validation, so its syntax is checked here.
+    The Prometheus group has no such form: its settings are flat variables of their own (``AUTOSCALER_PROMETHEUS_URL``).
+    """
+    problems: list[str] = []
+    group_prefix = ENV_PREFIX + PROMETHEUS_GROUP.upper()
+    doubled = sorted(k for k in os.environ if k.upper().startswith(group_prefix + ENV_NESTED_DELIMITER))
+    if doubled:
+        problems.append(
+            f"{', '.join(doubled)}: the Prometheus settings use a single underscore, e.g. {PROMETHEUS_ENV_PREFIX}URL"
+        )
+    groups = {
+        env_name((name,)): (name, info.annotation)
+        for name, info in Settings.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+    }
+    for key, value in sorted(os.environ.items()):
+        if key.upper() not in groups:
+            continue
+        name, group = groups[key.upper()]
+        if name == PROMETHEUS_GROUP:
+            problems.append(
+                f"{key}: not a setting; use the {PROMETHEUS_ENV_PREFIX}* variables, e.g. {PROMETHEUS_ENV_PREFIX}URL"
+            )
+            continue
+        try:
+            json.loads(value)
+        except json.JSONDecodeError as exc:
+            example = env_name((name, next(iter(group.model_fields))))
+            problems.append(
+                f"{key} ({name}): not valid JSON ({exc}); expected a JSON object of the group's settings, "
+                f"or set them one by one, e.g. {example}"
+            )
+    return problems
+
+
+def _describe_source_error(error: SourceError) -> str:
+    """A pydantic-settings source error (a value it could not decode) as one line, with its cause."""
+    cause = error.__cause__
+    return f"invalid settings:\n  {error}" + (f": {cause}" if cause is not None else "")
+
+
 def describe_validation_error(error: ValidationError, prefix: tuple[str, ...] = ()) -> str:
     """One line per problem, naming the env var and the file key (``a.b``) of the offending setting."""
     lines = []
@@ -468,12 +541,9 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
     if path is not None:
         init["config_file"] = path
     where = f"\n  (read from the command line, the environment and {path})" if path is not None else ""
-    doubled = sorted(k for k in os.environ if k.upper().startswith(ENV_PREFIX + PROMETHEUS_GROUP.upper() + "__"))
-    if doubled:
-        raise SettingsError(
-            f"invalid settings:\n  {', '.join(doubled)}: the Prometheus settings use a single underscore, "
-            f"e.g. {PROMETHEUS_ENV_PREFIX}URL"
-        )
+    problems = _environment_problems()
+    if problems:
+        raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
     prometheus_file = data.pop(PROMETHEUS_GROUP, None) or {}
     if not isinstance(prometheus_file, dict):
         raise SettingsError(f"invalid settings:\n  {PROMETHEUS_GROUP}: must be a mapping in {path}")
@@ -481,11 +551,15 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         init[PROMETHEUS_GROUP] = _prometheus_settings(prometheus_file, init.pop(PROMETHEUS_GROUP, None) or {})
     except ValidationError as exc:
         raise SettingsError(describe_validation_error(exc, prefix=(PROMETHEUS_GROUP,)) + where) from None
+    except SourceError as exc:  # any value a source cannot decode is still a settings error (exit 2), not a crash
+        raise SettingsError(_describe_source_error(exc) + where) from None
     token = _FILE_DATA.set(data)
     try:
         return Settings(**init)
     except ValidationError as exc:
         raise SettingsError(describe_validation_error(exc) + where) from None
+    except SourceError as exc:
+        raise SettingsError(_describe_source_error(exc) + where) from None
     finally:
         _FILE_DATA.reset(token)
 

@@ -233,6 +233,9 @@ class LeaderElector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_attempt_ok = False  # the last call reached the API (for /readyz of a follower)
+        # Why the last attempt could not talk to the API (None when it could): a False from try_acquire_or_renew()
+        # with this set means "could not read or write the Lease", not "another replica holds it".
+        self.last_error: Exception | None = None
 
     # ---- what the rest of the controller asks ----
 
@@ -302,6 +305,7 @@ class LeaderElector:
             now = self._monotonic()
             wall = self._wall()
             duration = self._timings.lease_duration_s
+            self.last_error = None
             try:
                 current = self._store.get()
                 if current is None:
@@ -339,6 +343,7 @@ class LeaderElector:
                 return False
             except Exception as exc:
                 self.last_attempt_ok = False
+                self.last_error = exc
                 log.warning("leader election: %s", exc)
                 if self._on_error is not None:
                     self._on_error(exc)

@@ -6,10 +6,12 @@ template can be changed, so the adapter also works with Triton, TGI, a relabelle
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from autoscaler.adapters.promql import LABEL_NAME, METRIC_NAME, POD_TO_DEPLOYMENT_RE, PromQLError, check_template
 
@@ -60,7 +62,7 @@ class PrometheusSettings(BaseSettings):
     )
     client_cert_file: Path | None = Field(None, description="PEM client certificate for mutual TLS")
     client_key_file: Path | None = Field(None, description="PEM private key of client_cert_file")
-    extra_headers: dict[str, str] = Field(
+    extra_headers: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
         description='extra HTTP headers, e.g. {"X-Scope-OrgID": "team-a"} for Mimir/Cortex tenants (JSON in env)',
     )
@@ -194,6 +196,23 @@ class PrometheusSettings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"must start with http:// or https://, got {value!r}")
         return value
+
+    @field_validator("extra_headers", mode="before")
+    @classmethod
+    def _headers_json(cls, value: Any, info: ValidationInfo) -> Any:
+        # Decoded here (NoDecode), not by pydantic-settings' env source, whose JSON errors escape validation as a
+        # traceback. The message names the variable itself: `autoscaler observe` has no other way to say it.
+        # The value is never echoed: headers may carry credentials.
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            env = f"{cls.model_config.get('env_prefix', '')}{info.field_name}".upper()
+            raise ValueError(
+                f"{env} (prometheus.{info.field_name}): not valid JSON ({exc}); expected a JSON object of header "
+                'names to values, e.g. {"X-Scope-OrgID": "team-a"}'
+            ) from None
 
     @field_validator(
         "gpu_util_metric",

@@ -31,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             """
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit codes: 0 ok; 1 the --once tick could not read what it needed; 2 invalid settings; "
-        "3 --once and another replica holds the Lease",
+        epilog="exit codes: 0 ok; 1 the --once tick could not read what it needed, or the Kubernetes API could not "
+        "be reached to take the Lease; 2 invalid settings; 3 --once and another replica holds the Lease",
     )
     parser.add_argument(
         "--config",
@@ -141,6 +141,10 @@ def run_once(runtime: object) -> int:
     assert isinstance(runtime, Runtime)
     elector = runtime.elector
     if elector is not None and not elector.try_acquire_or_renew():
+        if elector.last_error is not None:
+            # Unreachable API server, a timeout, 403, 5xx...: nobody is known to hold the Lease, we could not ask.
+            log.error("could not reach the Kubernetes API to take the Lease: %s", elector.last_error)
+            return EXIT_TICK_FAILED
         log.error("another replica holds the Lease (%s): not acting", elector.holder or "unknown")
         return EXIT_NOT_LEADER
     try:

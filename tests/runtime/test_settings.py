@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
+from pydantic_settings import EnvSettingsSource
 
-from autoscaler.settings import SettingsError, load_settings, settings_table
+from autoscaler.adapters.prometheus_settings import PrometheusSettings
+from autoscaler.settings import Settings, SettingsError, env_name, load_settings, settings_table
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -130,3 +138,122 @@ def test_every_setting_is_documented_with_a_unit_or_choice() -> None:
         assert description, f"{env} ({key}) has no description"
         if key.endswith("_seconds"):
             assert "second" in description or " s" in description or "s," in description, (env, description)
+
+
+# Every environment variable whose value is JSON: the settings pydantic-settings decodes as JSON (dicts, lists and
+# whole groups, AUTOSCALER_<GROUP>='{...}') and the lists that also accept a JSON array. A syntax error in any of
+# them used to escape the settings errors as a pydantic_settings traceback with exit 1.
+JSON_VALUED = {
+    "AUTOSCALER_NAMESPACES": "[ml, search",
+    "AUTOSCALER_LEADER_ELECTION": "{bad",
+    "AUTOSCALER_HTTP": "{bad",
+    "AUTOSCALER_KUBERNETES": "{bad",
+    "AUTOSCALER_NODE_POOLS": "{bad",
+    "AUTOSCALER_NODE_POOLS__POOLS": "notjson",
+    "AUTOSCALER_FORECAST": "{bad",
+    "AUTOSCALER_FORECAST__MODEL_PARAMS": "{bad",
+    "AUTOSCALER_FORECAST__AUTO_CANDIDATES": '["last_value",',
+    "AUTOSCALER_PROMETHEUS": "{bad",
+    "AUTOSCALER_PROMETHEUS_EXTRA_HEADERS": "nope",
+}
+# What the line says; the Prometheus group has no JSON form (its settings keep their own flat variables).
+EXPECTED = {"AUTOSCALER_PROMETHEUS": "use the AUTOSCALER_PROMETHEUS_* variables"}
+# The commands that read the settings: run and plan all of them, observe the Prometheus ones.
+COMMANDS = {"run": ("run", "--once"), "plan": ("plan",), "observe": ("observe",)}
+
+
+def json_valued_settings() -> set[str]:
+    """The environment variables of every field pydantic-settings itself treats as complex (JSON-decoded)."""
+    source = EnvSettingsSource(Settings)
+    found: set[str] = set()
+
+    def walk(model: type[BaseModel], prefix: tuple[str, ...]) -> None:
+        for name, info in model.model_fields.items():
+            if source.field_is_complex(info):
+                found.add(env_name((*prefix, name)))
+            annotation = info.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, (*prefix, name))
+
+    walk(Settings, ())
+    return found
+
+
+def test_the_bad_json_table_covers_every_json_valued_setting() -> None:
+    assert set(JSON_VALUED) == json_valued_settings()
+    assert "extra_headers" in PrometheusSettings.model_fields
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The real command line in a fresh interpreter, with only ``env`` as its AUTOSCALER_* environment."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALER_", "KUBERNETES_", "KUBECONFIG"))}
+    clean.update(env, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "autoscaler.cli", *args],
+        cwd=REPO,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        (command, env)
+        for env in JSON_VALUED
+        for command in COMMANDS
+        if command != "observe" or env == "AUTOSCALER_PROMETHEUS_EXTRA_HEADERS"
+    ],
+)
+def test_bad_json_exits_2_naming_the_variable(command: str, env: str) -> None:
+    result = run_cli(*COMMANDS[command], env={env: JSON_VALUED[env]})
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
+    # plan and observe report on stderr; run reports its settings errors on stdout (test_commands pins that)
+    report = result.stdout if command == "run" else result.stderr
+    lines = [line for line in report.splitlines() if env in line]
+    assert lines, report
+    assert EXPECTED.get(env, "not valid JSON") in lines[0], report
+
+
+def test_valid_json_values_still_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCALER_FORECAST__MODEL_PARAMS", '{"season": 24}')
+    monkeypatch.setenv("AUTOSCALER_NODE_POOLS__POOLS", '{"a100": "md-a100"}')
+    monkeypatch.setenv("AUTOSCALER_PROMETHEUS_EXTRA_HEADERS", '{"X-Scope-OrgID": "team-a"}')
+    monkeypatch.setenv("AUTOSCALER_HTTP", '{"port": 9000}')
+    monkeypatch.setenv("AUTOSCALER_HTTP__BIND_ADDRESS", "127.0.0.1")  # merged with the group's JSON
+    monkeypatch.setenv("AUTOSCALER_NAMESPACES", '["ml", "search"]')
+    s = load_settings()
+    assert s.forecast.model_params == {"season": 24}
+    assert s.node_pools.pools == {"a100": "md-a100"}
+    assert s.prometheus.extra_headers == {"X-Scope-OrgID": "team-a"}
+    assert (s.http.port, s.http.bind_address) == (9000, "127.0.0.1")
+    assert s.namespaces == ["ml", "search"]
+    assert PrometheusSettings().extra_headers == {"X-Scope-OrgID": "team-a"}
+
+
+def test_a_json_value_of_the_wrong_shape_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCALER_FORECAST__MODEL_PARAMS", "[1, 2]")
+    with pytest.raises(SettingsError, match=r"AUTOSCALER_FORECAST__MODEL_PARAMS \(forecast.model_params\)"):
+        load_settings()
+
+
+def test_secret_headers_are_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCALER_PROMETHEUS_EXTRA_HEADERS", '{"Authorization": "Bearer s3cret"')
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "AUTOSCALER_PROMETHEUS_EXTRA_HEADERS" in str(info.value)
+    assert "s3cret" not in str(info.value)
+
+
+def test_any_value_a_source_cannot_decode_is_a_settings_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The last line of defence for a JSON-valued setting added without NoDecode: pydantic-settings' own decode
+    # error is still a SettingsError (exit 2) that names the field, never a traceback.
+    def undecodable(*args: object) -> object:
+        raise ValueError("Expecting value: line 1 column 1 (char 0)")
+
+    monkeypatch.setattr(EnvSettingsSource, "prepare_field_value", undecodable)
+    with pytest.raises(SettingsError, match=r'error parsing value for field "\w+".*: Expecting value'):
+        load_settings()
