@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from autoscaler.core import hpa
@@ -66,16 +66,24 @@ def _metric_is_stale(policy: ServicePolicy, obs: ServiceObservation) -> str | No
     return None
 
 
-# A pod whose sample is missing counts as fully busy on a scale-down: 100 % of its GPU for utilisation-like signals
-# (as the HPA does with 100 % of the CPU request), the target for the others.
+# A pod whose sample is missing counts as fully busy on a scale-down: for utilisation-like signals max(100 %, target)
+# of its GPU (as the HPA does with the CPU request), the target for the others.
 _FULL_SCALE: dict[MetricKind, float] = {MetricKind.GPU_UTILIZATION: 100.0, MetricKind.ENGINE_ACTIVE: 1.0}
 
 
 def _metric_recommendation(policy: ServicePolicy, obs: ServiceObservation, current: int) -> tuple[int, str]:
     tol_up, tol_down = policy.scale_up.tolerance, policy.scale_down.tolerance
     if obs.pods is not None and obs.pods.ready_with_metric > 0:
+        full = _FULL_SCALE.get(policy.metric)
         replicas, ratio = hpa.replicas_for_pod_metric(
-            current, obs.pods, policy.target, tol_up, tol_down, _FULL_SCALE.get(policy.metric)
+            current,
+            obs.pods,
+            policy.target,
+            tol_up,
+            tol_down,
+            None if full is None else max(full, policy.target),
+            # GPU utilisation is a percentage like the HPA's CPU utilisation: truncated to a whole percent
+            whole_percent=policy.metric is MetricKind.GPU_UTILIZATION,
         )
         average = obs.pods.metric_sum / obs.pods.ready_with_metric
         return replicas, f"{policy.metric.value} {average:.3g} per pod vs target {policy.target:g} (ratio {ratio:.2f})"
@@ -139,6 +147,10 @@ def decide_service(
             state,
         )
     current = obs.spec_replicas
+    if not state.recommendations:
+        # upstream recordInitialRecommendation: a new (or restarted) controller remembers the current replicas as a
+        # recommendation, so nothing scales down before a whole scale-down window has been observed
+        state = ServiceState(((now, current),), state.scale_events)
 
     def decision(desired: int, reason: Reason, detail: str) -> ScaleDecision:
         return ScaleDecision(policy.key, current, desired, reason, detail, recommend_only)
@@ -184,6 +196,8 @@ def decide_service(
         return decision(current, Reason.METRICS_PARTIAL, detail), state
 
     up_rules, down_rules = policy.scale_up, policy.scale_down
+    if not policy.behavior:
+        return _without_behavior(policy, state, now, current, recommendation, reason, detail, decision)
     stabilised = hpa.stabilise(
         now, current, recommendation, state.recommendations, up_rules.stabilisation_s, down_rules.stabilisation_s
     )
@@ -217,6 +231,41 @@ def decide_service(
     if desired != current and not recommend_only:
         events = (*events, (now, desired - current))
     return decision(desired, reason, detail), ServiceState(recommendations, events)
+
+
+def _without_behavior(
+    policy: ServicePolicy,
+    state: ServiceState,
+    now: float,
+    current: int,
+    recommendation: int,
+    reason: Reason,
+    detail: str,
+    decision: Callable[[int, Reason, str], ScaleDecision],
+) -> tuple[ScaleDecision, ServiceState]:
+    """``normalizeDesiredReplicas`` + ``convertDesiredReplicasWithRules``: an HPA without a behavior block."""
+    window = policy.scale_down.stabilisation_s
+    stabilised = hpa.stabilise_without_behavior(now, recommendation, state.recommendations, window)
+    if stabilised != recommendation:
+        reason = Reason.SCALE_DOWN_STABILISED
+        detail = f"recommended {recommendation}, stabilised at {stabilised}; {detail}"
+    desired = stabilised
+    scale_up_limit = hpa.scale_up_limit_without_behavior(current)
+    if desired < policy.min_replicas:
+        desired, reason, detail = (
+            policy.min_replicas,
+            Reason.AT_MIN_REPLICAS,
+            f"minReplicas {policy.min_replicas}; {detail}",
+        )
+    elif desired > min(policy.max_replicas, scale_up_limit):
+        if policy.max_replicas > scale_up_limit:
+            desired, reason = scale_up_limit, Reason.SCALE_UP_RATE_LIMITED
+            detail = f"scale-up limit max(2 x {current}, 4) = {scale_up_limit}; {detail}"
+        else:
+            desired, reason = policy.max_replicas, Reason.AT_MAX_REPLICAS
+            detail = f"maxReplicas {policy.max_replicas}; {detail}"
+    recommendations = (*_prune(state.recommendations, now, window), (now, recommendation))
+    return decision(desired, reason, detail), ServiceState(recommendations, state.scale_events)
 
 
 def decide(

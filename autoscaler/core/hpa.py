@@ -24,6 +24,7 @@ def replicas_for_pod_metric(
     tolerance_up: float = 0.1,
     tolerance_down: float = 0.1,
     missing_value_on_scale_down: float | None = None,
+    whole_percent: bool = False,
 ) -> tuple[int, float]:
     """``GetResourceReplicas`` / ``GetMetricReplicas`` for a per-pod metric with an average target.
 
@@ -33,9 +34,18 @@ def replicas_for_pod_metric(
     scale-up and are left out otherwise. A conservative
     recomputation that flips direction, or lands within tolerance, keeps the current replicas.
     Requires ``pods.ready_with_metric > 0`` (the caller treats no samples at all as stale).
+
+    At a ratio of exactly 1 the missing pods are left out (upstream fills them in only strictly below or above 1).
+    ``whole_percent``: the average is truncated to a whole number before the ratio, as upstream's
+    ``GetResourceUtilizationRatio`` does for utilisation (``int32(sum * 100 / requests)``).
     """
+
+    def average(total: float, count: int) -> float:
+        mean = total / count
+        return float(math.floor(mean)) if whole_percent else mean
+
     ready_count = pods.ready_with_metric
-    usage_ratio = pods.metric_sum / ready_count / target
+    usage_ratio = average(pods.metric_sum, ready_count) / target
     scale_up_with_unready = pods.unready > 0 and usage_ratio > 1.0
     if not scale_up_with_unready and pods.missing == 0:
         if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
@@ -44,7 +54,7 @@ def replicas_for_pod_metric(
 
     metric_sum = pods.metric_sum
     samples = ready_count
-    if pods.missing > 0:
+    if pods.missing > 0 and usage_ratio != 1.0:
         if usage_ratio < 1.0:
             # scaling down: assume the missing pods are busy, so we do not remove capacity they may be using
             busy = target if missing_value_on_scale_down is None else missing_value_on_scale_down
@@ -52,7 +62,7 @@ def replicas_for_pod_metric(
         samples += pods.missing  # scaling up: they count as 0
     if scale_up_with_unready:
         samples += pods.unready  # unready pods count as 0
-    new_usage_ratio = metric_sum / samples / target
+    new_usage_ratio = average(metric_sum, samples) / target
     if (
         within_tolerance(new_usage_ratio, tolerance_up, tolerance_down)
         or (usage_ratio < 1.0 and new_usage_ratio > 1.0)
@@ -107,6 +117,24 @@ def stabilise(
     if stabilised > down_recommendation:
         stabilised = down_recommendation
     return stabilised
+
+
+def stabilise_without_behavior(
+    now: float, recommendation: int, history: tuple[tuple[float, int], ...], window_s: float
+) -> int:
+    """``stabilizeRecommendation`` (an HPA without a behavior block): the highest recommendation of the
+    scale-down window, whatever the current replicas. Upstream drops samples strictly before ``now - window``."""
+    cutoff = now - window_s
+    highest = recommendation
+    for timestamp, value in history:
+        if timestamp >= cutoff and value > highest:
+            highest = value
+    return highest
+
+
+def scale_up_limit_without_behavior(current_replicas: int) -> int:
+    """``calculateScaleUpLimit``: at most max(2 x current, 4) replicas per sync, with no memory of past events."""
+    return max(2 * current_replicas, 4)
 
 
 def _changes_in_period(now: float, period_s: float, events: tuple[tuple[float, int], ...]) -> tuple[int, int]:

@@ -93,6 +93,11 @@ class ServicePolicy:
     target: float = 70.0  # average per ready replica, in the metric's unit
     scale_up: ScalingRules = DEFAULT_SCALE_UP
     scale_down: ScalingRules = DEFAULT_SCALE_DOWN
+    # False: an HPA without a ``behavior`` block. Upstream then takes the behaviour-less path: the highest
+    # recommendation of the scale-down window (``scale_down.stabilisation_s``, the controller's
+    # --horizontal-pod-autoscaler-downscale-stabilization), a scale-up cap of max(2 x current, 4) per sync, no
+    # rate policies. True: the rules above, as an HPA with a (defaulted) behavior block.
+    behavior: bool = True
     latency_slo_s: float | None = None  # latency objective (the service's latency quantile), seconds
     slo_guard: bool = True  # scale up when latency > SLO even if the metric is on target
     slo_guard_max_factor: float = 2.0  # SLO guard grows replicas by at most this factor per tick

@@ -77,8 +77,10 @@ def forecast_floor(
     forecast = latest.forecast
     if not forecast.covers(target_time):
         return ReplicaFloor(
-            0, Reason.FORECAST_STALE,
-            f"forecast horizon ends at {forecast.end:.0f}, before now + lead {target_time:.0f}", usable=False,
+            0,
+            Reason.FORECAST_STALE,
+            f"forecast horizon ends at {forecast.end:.0f}, before now + lead {target_time:.0f}",
+            usable=False,
         )
     demand = forecast.max_over(target_time, target_time + window_s, settings.quantile)
     replicas = math.ceil(max(demand, 0.0) / settings.rate_per_replica - 1e-9)

@@ -95,11 +95,14 @@ class CorePolicy(SimPolicy):
 
 
 class HpaBaseline(CorePolicy):
-    """The Kubernetes HPA v2 on GPU utilisation with default behaviour (no SLO guard)."""
+    """The Kubernetes HPA v2 on GPU utilisation, no SLO guard. By default an HPA without a ``behavior`` block, as most
+    HPAs in the wild are: scale-up at most max(2 x current, 4) per sync, the 300 s scale-down window, no rate limit.
+    ``behavior=True`` gives it the defaulted behavior block instead (max(+4 pods, +100 %) per 15 s)."""
 
-    def __init__(self, target_utilization: float = 70.0) -> None:
+    def __init__(self, target_utilization: float = 70.0, behavior: bool = False) -> None:
         super().__init__("hpa")
         self.target_utilization = target_utilization
+        self.behavior = behavior
 
     def policy_for(self, service: SimService) -> ServicePolicy:
         return dataclasses.replace(
@@ -108,6 +111,7 @@ class HpaBaseline(CorePolicy):
             target=self.target_utilization,
             scale_up=DEFAULT_SCALE_UP,
             scale_down=DEFAULT_SCALE_DOWN,
+            behavior=self.behavior,
             slo_guard=False,
         )
 

@@ -106,7 +106,7 @@ def test_stale_or_missing_metrics_hold_never_zero(obs: ServiceObservation, why: 
     assert decision.desired_replicas == 5
     assert decision.reason is Reason.METRICS_STALE
     assert why in decision.detail
-    assert state == ServiceState()  # a stale tick leaves no recommendation behind
+    assert state == ServiceState(((0.0, 5),))  # a stale tick leaves no recommendation but upstream's initial one
 
 
 SLO_POLICY = dataclasses.replace(POLICY, latency_slo_s=1.0)
@@ -152,8 +152,8 @@ def test_partial_data_forbids_only_a_scale_down(
 ) -> None:
     decision, state = decide_service(policy, obs, ServiceState(), 0.0)
     assert (decision.desired_replicas, decision.reason) == (desired, reason), decision.detail
-    if desired <= obs.spec_replicas:
-        assert state == ServiceState()  # a hold on partial data leaves no recommendation behind
+    if desired <= obs.spec_replicas:  # a hold on partial data leaves no recommendation but upstream's initial one
+        assert state == ServiceState(((0.0, obs.spec_replicas),))
     if reason is Reason.METRICS_PARTIAL:
         assert obs.partial_reasons[0] in decision.detail
 
@@ -216,7 +216,8 @@ def test_min_max_and_scaled_to_zero() -> None:
     assert decide_service(POLICY, gpu_obs(0, 0.0), ServiceState(), 0.0)[0].reason is Reason.SCALING_DISABLED
     assert decide_service(POLICY, gpu_obs(25, 70.0), ServiceState(), 0.0)[0].desired_replicas == 20
     policy = dataclasses.replace(POLICY, min_replicas=3)
-    decision, _ = decide_service(policy, gpu_obs(3, 5.0), ServiceState(), 0.0)
+    warm = ServiceState(((-1000.0, 3),))  # past the scale-down window
+    decision, _ = decide_service(policy, gpu_obs(3, 5.0), warm, 0.0)
     assert (decision.desired_replicas, decision.reason) == (3, Reason.AT_MIN_REPLICAS)
     decision, _ = decide_service(POLICY, gpu_obs(18, 100.0), ServiceState(), 0.0)
     assert (decision.desired_replicas, decision.reason) == (20, Reason.AT_MAX_REPLICAS)
@@ -255,3 +256,55 @@ def test_missing_observation_is_a_hold_without_action() -> None:
     plan, _ = decide(Observation(0.0, {}), ControllerState(), {"ml/chat": POLICY}, 0.0)
     assert plan.actions == ()
     assert plan.decisions[0].reason is Reason.METRICS_STALE
+
+
+def test_restart_with_a_warm_service_does_not_scale_down_inside_the_window() -> None:
+    """Issue 16: 10 ticks on target at 6 replicas, then the controller restarts (its state is lost) and the load
+    drops to 10 %: upstream's initial recommendation holds 6 for one whole scale-down window (300 s) after the
+    restart, then the scale-down goes. Without the seed a restarted controller scaled 6 -> 1 at its first tick."""
+    state, replicas, now = ServiceState(), 6, 0.0
+    for _ in range(10):
+        decision, state = decide_service(POLICY, gpu_obs(replicas, 70.0), state, now)
+        replicas, now = decision.desired_replicas, now + 15.0
+    assert replicas == 6
+    restart = now
+    state = ServiceState()  # a new process
+    seen = []
+    while now <= restart + 330:
+        decision, state = decide_service(POLICY, gpu_obs(replicas, 10.0), state, now)
+        replicas = decision.desired_replicas
+        seen.append((now - restart, replicas))
+        now += 15.0
+    assert all(r == 6 for t, r in seen if t < 300), seen  # the seed leaves the window at exactly 300 s
+    assert seen[-1][1] < 6, seen
+
+
+@pytest.mark.parametrize(
+    ("current", "util", "behavior", "expected"),
+    [
+        # no behavior block: at most max(2 x current, 4) per sync; with the defaulted block max(current + 4, 2 x)
+        (1, 1000.0, False, 4),
+        (2, 1000.0, False, 4),
+        (3, 1000.0, False, 6),
+        (1, 1000.0, True, 5),
+        (2, 1000.0, True, 6),
+        (3, 1000.0, True, 7),
+    ],
+)
+def test_scale_up_cap_with_and_without_a_behavior_block(
+    current: int, util: float, behavior: bool, expected: int
+) -> None:
+    policy = dataclasses.replace(POLICY, behavior=behavior)
+    decision, _ = decide_service(policy, gpu_obs(current, util), ServiceState(), 0.0)
+    assert decision.desired_replicas == expected, decision.detail
+
+
+def test_without_a_behavior_block_the_window_maximum_wins_and_there_is_no_rate_limit() -> None:
+    policy = dataclasses.replace(POLICY, behavior=False)
+    history = ServiceState(((0.0, 9), (100.0, 4)))
+    decision, _ = decide_service(policy, gpu_obs(10, 7.0), history, 250.0)  # wants 1; the window's max is 9
+    assert (decision.desired_replicas, decision.reason) == (9, Reason.SCALE_DOWN_STABILISED)
+    decision, _ = decide_service(policy, gpu_obs(10, 7.0), history, 350.0)  # (0, 9) left the window: 4
+    assert decision.desired_replicas == 4
+    decision, _ = decide_service(policy, gpu_obs(10, 7.0), ServiceState(((-400.0, 10),)), 0.0)
+    assert decision.desired_replicas == 1  # 10 -> 1 in one sync: no scale-down rate policy without behavior
