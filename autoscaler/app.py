@@ -37,7 +37,7 @@ from autoscaler.adapters.kubernetes.status import (
     LastAction,
     StatusUpdate,
 )
-from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.cluster import ClusterSnapshot, HpaInfo, hpas_targeting
 from autoscaler.core.model import (
     Action,
     ControllerState,
@@ -88,6 +88,7 @@ class PolicyObject:
     error: str | None = None
     generation: int | None = None
     queries: Any = None  # spec.queries (PromQL overrides for the metrics source), when set
+    adopt_hpa: str | None = None  # spec.adoptHpa: the HPA this policy takes the Deployment over from
 
 
 class PolicySource(Protocol):
@@ -141,6 +142,8 @@ class TickReport:
     results: list[ActionResult] = field(default_factory=list)
     stale: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> reasons
     partial: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> why no scale-down
+    # service key -> the HPAs that also scale its Deployment (the service is then recommend-only this tick)
+    hpas: dict[str, tuple[HpaInfo, ...]] = field(default_factory=dict)
     invalid_policies: list[PolicyObject] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     floors: Mapping[str, ReplicaFloor] = field(default_factory=dict)  # service key -> forecast floor handed to decide
@@ -308,6 +311,9 @@ class Controller:
         except Exception as exc:
             return self._hold(report, "cluster_read", exc)
 
+        # 2b. never two writers of one scale subresource: a Deployment an HPA scales is only recommended for
+        policies = self._yield_to_hpas(objects, policies, snapshot, report)
+
         # 3. metrics; an outage makes every service stale, which decide() turns into a hold
         metrics_error: str | None = None
         invalid += self._configure_queries(objects, policies)
@@ -455,6 +461,48 @@ class Controller:
             owner[key] = obj
         self._policy_owners = {key: (obj.namespace, obj.name) for key, obj in owner.items()}
         return valid, invalid
+
+    def _yield_to_hpas(
+        self,
+        objects: Sequence[PolicyObject],
+        policies: dict[str, ServicePolicy],
+        snapshot: ClusterSnapshot,
+        report: TickReport,
+    ) -> dict[str, ServicePolicy]:
+        """Services whose Deployment an HPA also scales become recommend-only for this tick, with one Event per
+        episode on the policy: ``WaitingForHpaRemoval`` (Normal) when the policy adopts that HPA
+        (``spec.adoptHpa``), ``HpaConflict`` (Warning) otherwise. The HPA is never modified: deleting it is the
+        user's hand-over, after comparing both recommendations in ``autoscaler plan``."""
+        by_key = {o.policy.key: o for o in objects if o.policy is not None}
+        out = dict(policies)
+        for key, policy in policies.items():
+            found = hpas_targeting(snapshot, policy.namespace, policy.name)
+            obj = by_key.get(key)
+            if obj is None:
+                continue
+            memo = (f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "hpa")
+            if not found:
+                self._reported.pop(memo, None)
+                continue
+            report.hpas[key] = found
+            out[key] = replace(policy, mode=Mode.RECOMMEND_ONLY)
+            names = ", ".join(h.name for h in found)
+            mark = DRY_RUN_MARK if self.dry_run else ""
+            where = (POLICY_KIND, obj.namespace, obj.name)
+            if obj.adopt_hpa is not None and [h.name for h in found] == [obj.adopt_hpa]:
+                message = (
+                    f"{mark}recommend-only while HorizontalPodAutoscaler {names} scales deployment {key}; "
+                    f"compare both with autoscaler plan, then delete the HPA to hand the Deployment over "
+                    f"(kubectl delete hpa {names} -n {policy.namespace})"
+                )
+                self._event(where, "WaitingForHpaRemoval", message, "Normal", topic="hpa")
+            else:
+                message = (
+                    f"{mark}not scaling deployment {key}: HorizontalPodAutoscaler {names} also scales it; delete "
+                    f"the HPA, or set spec.adoptHpa to hand the Deployment over from it"
+                )
+                self._event(where, "HpaConflict", message, "Warning", topic="hpa")
+        return out
 
     def _merge(
         self,
@@ -1104,7 +1152,15 @@ class KubePolicySource:
     def list_policies(self) -> Sequence[PolicyObject]:
         loaded = self._loader.load()
         out = [
-            PolicyObject(p.namespace, p.name, p.service, None, p.generation, _queries_or_none(p.spec.queries))
+            PolicyObject(
+                p.namespace,
+                p.name,
+                p.service,
+                None,
+                p.generation,
+                _queries_or_none(p.spec.queries),
+                adopt_hpa=p.spec.adopt_hpa,
+            )
             for p in loaded.valid
         ]
         out += [PolicyObject(b.namespace, b.name, None, b.text, b.generation) for b in loaded.invalid]

@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "autoscaler.commands.observe",
     "autoscaler.commands.run",
     "autoscaler.commands.plan",
+    "autoscaler.commands.import_hpa",
     "autoscaler.commands.backtest",
 )
 

@@ -85,6 +85,25 @@ class ScalingRulesSpec(_Strict):
 class BehaviorSpec(_Strict):
     scale_up: ScalingRulesSpec = Field(default_factory=ScalingRulesSpec, alias="scaleUp")
     scale_down: ScalingRulesSpec = Field(default_factory=ScalingRulesSpec, alias="scaleDown")
+    hpa_without_behavior: bool = Field(
+        False,
+        alias="hpaWithoutBehavior",
+        description="behave as an HPA with no behavior block (what autoscaler import-hpa writes for one): "
+        "scale-up at most max(2 x current, 4) replicas per tick, no scale-down rate limit, scale-down "
+        "stabilised over scaleDown.stabilizationWindowSeconds (default 300 s); rate policies are then not allowed",
+    )
+
+    @model_validator(mode="after")
+    def _no_policies_without_behavior(self) -> BehaviorSpec:
+        if self.hpa_without_behavior:
+            for direction, rules in (("scaleUp", self.scale_up), ("scaleDown", self.scale_down)):
+                if rules.policies is not None or rules.select_policy != "Max":
+                    raise ValueError(
+                        f"{direction}: policies and selectPolicy have no effect with hpaWithoutBehavior: true"
+                    )
+            if self.scale_up.stabilization_window_seconds:
+                raise ValueError("scaleUp.stabilizationWindowSeconds has no effect with hpaWithoutBehavior: true")
+        return self
 
 
 class LatencySpec(_Strict):
@@ -104,8 +123,9 @@ class QueriesSpec(_Strict):
 
 class ForecastSpec(_Strict):
     mode: Literal["off", "shadow", "active"] = Field(
-        "off", description="off: reactive only; shadow: report what the forecast would do; active: forecast raises "
-        "the replica floor ahead of demand"
+        "off",
+        description="off: reactive only; shadow: report what the forecast would do; active: forecast raises "
+        "the replica floor ahead of demand",
     )
     quantile: float = Field(0.9, gt=0, lt=1, description="forecast quantile provisioned for")
     rate_per_replica: float | None = Field(
@@ -137,6 +157,14 @@ class GPUScalingPolicySpec(_Strict):
     mode: Mode = Field(Mode.ACTIVE, description="active: act; recommend-only: report the plan, write nothing")
     behavior: BehaviorSpec = Field(default_factory=BehaviorSpec)
     forecast: ForecastSpec = Field(default_factory=ForecastSpec)
+    adopt_hpa: str | None = Field(
+        None,
+        alias="adoptHpa",
+        min_length=1,
+        description="name of the HorizontalPodAutoscaler (same namespace) that scales the Deployment today: while "
+        "it exists this policy only recommends (autoscaler plan shows both), and deleting it hands the Deployment "
+        "over. Without this field an HPA on the same Deployment is a conflict: the policy recommends only and warns",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> GPUScalingPolicySpec:
@@ -159,6 +187,7 @@ def to_service_policy(namespace: str, name: str, spec: GPUScalingPolicySpec) -> 
         target=spec.metric.target,
         scale_up=spec.behavior.scale_up.to_rules(DEFAULT_SCALE_UP),
         scale_down=spec.behavior.scale_down.to_rules(DEFAULT_SCALE_DOWN),
+        behavior=not spec.behavior.hpa_without_behavior,
         latency_slo_s=spec.latency.slo_seconds if spec.latency else None,
         slo_guard=spec.latency.guard if spec.latency else False,
         gpus_per_replica=spec.gpus_per_replica,

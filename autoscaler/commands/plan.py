@@ -165,6 +165,17 @@ def plan_document(report: Any, events: Sequence[dict[str, str]] = ()) -> dict[st
                 "detail": d.detail,
                 "stale": list(report.stale.get(d.key, ())),
                 "partial": list(report.partial.get(d.key, ())),
+                # an HPA on the same Deployment: its recommendation beside ours (we write nothing while it exists)
+                "hpa": [
+                    {
+                        "name": h.name,
+                        "currentReplicas": h.current_replicas,
+                        "desiredReplicas": h.desired_replicas,
+                        "minReplicas": h.min_replicas,
+                        "maxReplicas": h.max_replicas,
+                    }
+                    for h in report.hpas.get(d.key, ())
+                ],
             }
             for d in plan.decisions
         ],
@@ -199,19 +210,29 @@ def print_table(doc: dict[str, Any], out: TextIO) -> None:
         out.write(f"HOLD: {doc['heldBecause']}\n  nothing would be scaled down, evicted or suspended this tick\n")
     out.write("\n")
     if doc["decisions"]:
-        rows = [["SERVICE", "MODE", "CURRENT", "DESIRED", "REASON", "DETAIL"]]
+        with_hpa = any(d["hpa"] for d in doc["decisions"])
+        rows = [["SERVICE", "MODE", "CURRENT", "DESIRED", *(["HPA DESIRED"] if with_hpa else []), "REASON", "DETAIL"]]
         for d in doc["decisions"]:
+            hpa = ", ".join(
+                f"{h['desiredReplicas'] if h['desiredReplicas'] is not None else '?'} ({h['name']})" for h in d["hpa"]
+            )
             rows.append(
                 [
                     d["service"],
                     d["mode"],
                     str(d["currentReplicas"]),
                     str(d["desiredReplicas"]),
+                    *([hpa or "-"] if with_hpa else []),
                     d["reason"],
                     d["detail"],
                 ]
             )
         _table(rows, out)
+        if with_hpa:
+            out.write(
+                "\nAn HPA also scales these Deployments: the controller only recommends for them (no write) "
+                "until the HPA is deleted.\n"
+            )
         out.write("\nWhy:\n")
         for d in doc["decisions"]:
             out.write(f"  {d['service']}: {d['reasonText']}\n")

@@ -45,6 +45,20 @@ class NodeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class HpaInfo:
+    """A HorizontalPodAutoscaler: another controller that may write a Deployment's replicas."""
+
+    namespace: str
+    name: str
+    target_kind: str
+    target_name: str
+    min_replicas: int
+    max_replicas: int
+    current_replicas: int | None = None  # status.currentReplicas
+    desired_replicas: int | None = None  # status.desiredReplicas: what the HPA recommends now
+
+
+@dataclass(frozen=True, slots=True)
 class PodDisruptionBudgetInfo:
     namespace: str
     name: str
@@ -60,3 +74,13 @@ class ClusterSnapshot:
     nodes: tuple[NodeInfo, ...] = ()
     priority_classes: Mapping[str, int] = field(default_factory=dict)
     pdbs: tuple[PodDisruptionBudgetInfo, ...] = ()
+    hpas: tuple[HpaInfo, ...] = ()
+
+
+def hpas_targeting(snapshot: ClusterSnapshot, namespace: str, deployment: str) -> tuple[HpaInfo, ...]:
+    """The HPAs that scale this Deployment (they and we must never both write its replicas)."""
+    return tuple(
+        h
+        for h in snapshot.hpas
+        if h.namespace == namespace and h.target_kind == "Deployment" and h.target_name == deployment
+    )

@@ -299,6 +299,9 @@ def builtin_types() -> list[ResourceType]:
         ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass", namespaced=False),
         ResourceType("coordination.k8s.io", ("v1",), "leases", "Lease"),
         ResourceType(
+            "autoscaling", ("v2",), "horizontalpodautoscalers", "HorizontalPodAutoscaler", status_subresource=True
+        ),
+        ResourceType(
             "events.k8s.io", ("v1",), "events", "Event", field_selectors=_EVENT_FIELDS, validator=_validate_event_v1
         ),
         ResourceType(

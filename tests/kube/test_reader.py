@@ -42,8 +42,8 @@ def test_snapshot_reads_everything_paginated(apiserver: FakeApiServer, api_clien
     assert snap.deployments[0].spec_replicas == 40 and snap.deployments[0].selector == {"app": "chat"}
     assert snap.pdbs[0].disruptions_allowed == 2 and snap.pdbs[0].selector == {"app": "chat"}
     assert snap.priority_classes == {"inference": 1000}
-    # pods: 47 non-finished pods in pages of 7 = 7 calls; nodes 25 -> 4; deployments, pdbs, priority classes 1 each
-    assert r.last_stats.api_calls == 7 + 4 + 3
+    # pods: 47 non-finished pods in pages of 7 = 7 calls; nodes 25 -> 4; deployments, pdbs, priority classes, HPAs 1 each
+    assert r.last_stats.api_calls == 7 + 4 + 4
     assert apiserver.request_count("GET", r"^/api/v1/pods$") == 7
     pod_lists = [req for req in apiserver.requests if req.path == "/api/v1/pods"]
     assert all(req.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed" for req in pod_lists)
@@ -210,3 +210,40 @@ def test_pod_gpus_effective_request() -> None:
     assert pod_gpus({"containers": [c(1)], "initContainers": [c(4)]}, "nvidia.com/gpu") == 4
     assert pod_gpus({"containers": [c(1)], "initContainers": [c(1, restartPolicy="Always")]}, "nvidia.com/gpu") == 2
     assert pod_gpus({"containers": [{"name": "x"}]}, "nvidia.com/gpu") == 0
+
+
+def hpa(name: str, namespace: str, target: str, *, desired: int | None = None, kind: str = "Deployment") -> dict:
+    obj: dict = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target}, "maxReplicas": 10},
+    }
+    if desired is not None:
+        obj["status"] = {"currentReplicas": 3, "desiredReplicas": desired}
+    return obj
+
+
+def test_hpas_are_read_with_their_target_and_recommendation(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    from autoscaler.core.cluster import hpas_targeting
+
+    apiserver.seed(
+        hpa("chat", "ml", "chat", desired=5),
+        hpa("other", "ml", "embed"),
+        hpa("sts", "ml", "chat", kind="StatefulSet"),
+        hpa("chat", "web", "chat"),
+    )
+    snap = reader(api_client).snapshot(NOW)
+    assert len(snap.hpas) == 4
+    (found,) = hpas_targeting(snap, "ml", "chat")
+    assert (found.name, found.min_replicas, found.max_replicas) == ("chat", 1, 10)
+    assert (found.current_replicas, found.desired_replicas) == (3, 5)
+    assert hpas_targeting(snap, "ml", "absent") == ()
+
+
+def test_hpas_forbidden_is_not_an_error(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.inject("GET", r"horizontalpodautoscalers", 403, times=None)
+    snap = reader(api_client).snapshot(NOW)
+    assert snap.hpas == ()

@@ -9,7 +9,7 @@ from typing import Any
 
 from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
 from autoscaler.app import PolicyObject
-from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, HpaInfo
 from autoscaler.core.model import Observation, PodMetrics, ServiceObservation, ServicePolicy
 from autoscaler.ports import EvictionOutcome, PortError, Series
 
@@ -59,6 +59,7 @@ class FakeCluster:
     writes: list[Write] = field(default_factory=list)
     events: list[dict[str, str]] = field(default_factory=list)
     evictions_blocked: bool = False
+    hpas: list[HpaInfo] = field(default_factory=list)  # HorizontalPodAutoscalers in the cluster
 
     def snapshot(self, now: float) -> ClusterSnapshot:
         if self.fail_reads is not None:
@@ -67,7 +68,7 @@ class FakeCluster:
             DeploymentInfo(k.split("/")[0], k.split("/")[1], spec, ready)
             for k, (spec, ready) in self.deployments.items()
         )
-        return ClusterSnapshot(time=now, deployments=deps)
+        return ClusterSnapshot(time=now, deployments=deps, hpas=tuple(self.hpas))
 
     def _maybe_fail(self, what: str) -> None:
         if self.fail_writes > 0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
 
@@ -387,3 +389,31 @@ def test_a_second_policy_on_the_same_deployment_does_not_take_it_over() -> None:
     assert {x["type"]: x["status"] for x in status.status[("ml", "chat-policy")]["conditions"]}["InvalidSpec"] == (
         "False"
     )
+
+
+def test_a_deployment_an_hpa_scales_is_only_recommended_for_until_the_hpa_is_gone() -> None:
+    """Issue 16: never two controllers writing one scale subresource. Without spec.adoptHpa an HPA on the same
+    Deployment is a conflict (Warning); with it the hand-over waits for the HPA's deletion (Normal Event); then the
+    controller acts."""
+    from autoscaler.core.cluster import HpaInfo
+
+    c, cluster, _, policies, _ = make(replicas=2, util=140.0)
+    cluster.hpas = [HpaInfo("ml", "chat-hpa", "Deployment", "chat", 1, 10, current_replicas=2, desired_replicas=3)]
+    plan = c.run_once(T0)
+    assert scales(cluster) == [] and plan.actions == ()
+    assert plan.decisions[0].recommend_only and plan.decisions[0].desired_replicas == 4  # still recommended
+    assert c.last_report is not None and [h.name for h in c.last_report.hpas["ml/chat"]] == ["chat-hpa"]
+    conflict = [e for e in cluster.events if e["reason"] == "HpaConflict"]
+    assert len(conflict) == 1 and conflict[0]["type"] == "Warning" and "chat-hpa" in conflict[0]["message"]
+
+    policies.objects = [dataclasses.replace(policies.objects[0], adopt_hpa="chat-hpa")]
+    c.run_once(T0 + 15)
+    c.run_once(T0 + 30)
+    assert scales(cluster) == []
+    waiting = [e for e in cluster.events if e["reason"] == "WaitingForHpaRemoval"]
+    assert len(waiting) == 1 and waiting[0]["type"] == "Normal"  # once per episode, not every tick
+    assert "kubectl delete hpa chat-hpa -n ml" in waiting[0]["message"]
+
+    cluster.hpas = []  # the user deleted the HPA
+    c.run_once(T0 + 45)
+    assert scales(cluster) == [("ml", "chat", 4)]

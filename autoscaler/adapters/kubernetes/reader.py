@@ -21,6 +21,7 @@ from autoscaler.adapters.kubernetes._api import JSON, KubeApiError, Pager, parse
 from autoscaler.core.cluster import (
     ClusterSnapshot,
     DeploymentInfo,
+    HpaInfo,
     NodeInfo,
     PodDisruptionBudgetInfo,
     PodInfo,
@@ -62,6 +63,7 @@ class ReaderConfig:
     include_non_gpu_nodes: bool = False
     deployment_label_selector: str | None = None
     read_podgroups: bool = True  # Volcano PodGroup minMember for gangs; skipped when no pod is in a PodGroup
+    read_hpas: bool = True  # HorizontalPodAutoscalers, so that a Deployment an HPA scales is never written
     request_timeout_s: float = 10.0
     read_retries: int = 2
     retry_backoff_s: float = 0.2
@@ -158,6 +160,8 @@ class KubeClusterReader:
         self._custom = client.CustomObjectsApi(api_client)
         self._calls = 0
         self._podgroups_missing_logged = False
+        self._hpas_missing_logged = False
+        self._autoscaling = client.AutoscalingV2Api(api_client)
         self.last_stats = ReadStats()
         cfg = self.config
         self._pager = Pager(
@@ -201,6 +205,7 @@ class KubeClusterReader:
         raw_pdbs = self._pager.items(
             "list poddisruptionbudgets", self._policy.list_pod_disruption_budget_for_all_namespaces
         )
+        hpas = self._hpas()
         converted = (self._pod(p, priority_classes, default_priority) for p in raw_pods)
         pods = self._with_podgroup_min_available([p for p in converted if p is not None])
         nodes = [n for n in (self._node(raw) for raw in raw_nodes) if n is not None]
@@ -211,6 +216,7 @@ class KubeClusterReader:
             nodes=tuple(nodes),
             priority_classes=priority_classes,
             pdbs=tuple(self._pdb(p) for p in raw_pdbs),
+            hpas=hpas,
         )
         self.last_stats = ReadStats(
             api_calls=self._calls,
@@ -223,6 +229,7 @@ class KubeClusterReader:
                 "gpu_nodes": len(nodes),
                 "pdbs": len(raw_pdbs),
                 "priorityclasses": len(priority_classes),
+                "hpas": len(hpas),
             },
         )
         return snapshot
@@ -317,6 +324,44 @@ class KubeClusterReader:
             last_checkpoint_at=parse_time(annotations.get(cfg.checkpoint_annotation)),
             labels=dict(labels),
         )
+
+    def _hpas(self) -> tuple[HpaInfo, ...]:
+        """Every HorizontalPodAutoscaler (autoscaling/v2). Without RBAC for them (403) the controller goes on as
+        before, saying once that it cannot see HPAs: an upgrade must not stop the scaling."""
+        if not self.config.read_hpas:
+            return ()
+        try:
+            items = self._pager.items(
+                "list horizontalpodautoscalers", self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces
+            )
+        except KubeApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            if not self._hpas_missing_logged:
+                log.warning(
+                    "HorizontalPodAutoscalers not readable (%s): a Deployment an HPA also scales is not "
+                    "detected; grant list on horizontalpodautoscalers",
+                    exc,
+                )
+                self._hpas_missing_logged = True
+            return ()
+        out = []
+        for raw in items:
+            meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
+            ref = spec.get("scaleTargetRef") or {}
+            out.append(
+                HpaInfo(
+                    namespace=meta.get("namespace", ""),
+                    name=meta.get("name", ""),
+                    target_kind=ref.get("kind", ""),
+                    target_name=ref.get("name", ""),
+                    min_replicas=_int(spec.get("minReplicas"), 1),
+                    max_replicas=_int(spec.get("maxReplicas"), 0),
+                    current_replicas=None if status.get("currentReplicas") is None else _int(status["currentReplicas"]),
+                    desired_replicas=None if status.get("desiredReplicas") is None else _int(status["desiredReplicas"]),
+                )
+            )
+        return tuple(out)
 
     def _with_podgroup_min_available(self, pods: list[PodInfo]) -> list[PodInfo]:
         """Fill Volcano gangs' minAvailable from their PodGroup's ``spec.minMember`` (one list, only if needed)."""

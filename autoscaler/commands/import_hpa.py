@@ -1,0 +1,183 @@
+"""``autoscaler import-hpa``: the GPUScalingPolicy equivalent to a HorizontalPodAutoscaler, from a file or the cluster.
+
+Prints the policy as YAML on standard output, with what has no equivalent as comments at the top (and on standard
+error), so that ``autoscaler import-hpa hpa.yaml > policy.yaml`` is reviewable as it stands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.core.model import MetricKind
+
+EXIT_OK = 0
+EXIT_READ_FAILED = 1
+EXIT_INVALID = 2
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "import-hpa",
+        help="write the GPUScalingPolicy equivalent to a HorizontalPodAutoscaler (file or live)",
+        description=textwrap.dedent(
+            """\
+            Translate HorizontalPodAutoscalers (autoscaling/v2 or v1) into GPUScalingPolicies: min/max replicas,
+            the metric, the behavior block (windows, rate policies, select policy, tolerance) or its absence
+            (hpaWithoutBehavior: true). Fields without an equivalent are listed as comments. Give a file (YAML or
+            JSON, several documents allowed; - for standard input), or --namespace and --name to read a live HPA.
+            To hand a Deployment over from its HPA, set spec.adoptHpa in the policy (see the README).
+            """
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 written; 1 the live HPA could not be read; 2 the input is not an importable HPA "
+        "(the field is named)",
+    )
+    parser.add_argument("file", nargs="?", metavar="FILE", help="HPA manifest(s), YAML or JSON; - for stdin")
+    parser.add_argument("-n", "--namespace", metavar="NS", help="namespace of a live HPA")
+    parser.add_argument("--name", metavar="NAME", help="name of a live HPA (with --namespace)")
+    parser.add_argument(
+        "--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)"
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
+    parser.add_argument(
+        "--metric",
+        metavar="TYPE=TARGET",
+        help="scale on this metric instead (e.g. gpu_utilization=70) - needed when the HPA scales on CPU or memory; "
+        f"TYPE is one of {', '.join(k.value for k in MetricKind)}",
+    )
+    parser.add_argument("--adopt", action="store_true", help="set spec.adoptHpa to the HPA's name in the output")
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser.set_defaults(func=main)
+
+
+def _metric_override(text: str | None) -> tuple[MetricKind, float] | None:
+    if text is None:
+        return None
+    kind, sep, target = text.partition("=")
+    try:
+        value = float(target)
+        metric = MetricKind(kind.strip())
+    except ValueError:
+        raise ValueError(
+            f"--metric: {text!r} is not TYPE=TARGET with TYPE one of "
+            f"{', '.join(k.value for k in MetricKind)} and TARGET a number"
+        ) from None
+    if not sep or not (value > 0 and value != float("inf")):
+        raise ValueError(f"--metric: {text!r}: the target must be a positive number")
+    return metric, value
+
+
+def _read_documents(args: argparse.Namespace) -> list[Any]:
+    if args.file == "-":
+        text = sys.stdin.read()
+    else:
+        path = Path(args.file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except IsADirectoryError:
+            raise ValueError(f"{path}: is a directory, not an HPA manifest") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not UTF-8 text") from None
+        except OSError as exc:
+            raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{args.file}: not YAML or JSON ({exc})") from None
+    out: list[Any] = []
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            out.extend(doc.get("items") or [])  # kubectl get hpa -o yaml
+        else:
+            out.append(doc)
+    return out
+
+
+def _read_live(args: argparse.Namespace) -> dict[str, Any]:
+    from kubernetes import client
+
+    from autoscaler.adapters.kubernetes.config import load_api_client
+
+    api = load_api_client("kubeconfig", args.kubeconfig, context=args.context)
+    try:
+        response = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(
+            args.name, args.namespace, _preload_content=False, _request_timeout=10
+        )
+        obj: dict[str, Any] = json.loads(response.data)
+    finally:
+        api.close()
+    obj.setdefault("apiVersion", "autoscaling/v2")
+    obj.setdefault("kind", "HorizontalPodAutoscaler")
+    return obj
+
+
+def main(args: argparse.Namespace) -> int:
+    from autoscaler.adapters.kubernetes.hpa import HpaImportError, import_hpa
+
+    try:
+        override = _metric_override(args.metric)
+    except ValueError as exc:
+        print(f"autoscaler import-hpa: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if (args.file is None) == (args.name is None):
+        print("autoscaler import-hpa: give a FILE, or --namespace and --name of a live HPA", file=sys.stderr)
+        return EXIT_INVALID
+    if args.file is not None:
+        try:
+            documents = _read_documents(args)
+        except ValueError as exc:
+            print(f"autoscaler import-hpa: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+    else:
+        if not args.namespace:
+            print("autoscaler import-hpa: --name needs --namespace", file=sys.stderr)
+            return EXIT_INVALID
+        try:
+            documents = [_read_live(args)]
+        except Exception as exc:  # the client raises many types; all mean "could not read"
+            status = getattr(exc, "status", None)
+            what = f"HTTP {status}" if status else type(exc).__name__
+            print(
+                f"autoscaler import-hpa: could not read HPA {args.namespace}/{args.name}: {what}: "
+                f"{getattr(exc, 'reason', None) or exc}",
+                file=sys.stderr,
+            )
+            return EXIT_READ_FAILED
+    if not documents:
+        print(f"autoscaler import-hpa: {args.file}: no HPA in it", file=sys.stderr)
+        return EXIT_INVALID
+    outputs = []
+    for index, doc in enumerate(documents):
+        where = "" if len(documents) == 1 else f"document {index + 1}: "
+        try:
+            imported = import_hpa(doc, override)
+        except HpaImportError as exc:
+            print(f"autoscaler import-hpa: {where}{exc}", file=sys.stderr)
+            return EXIT_INVALID
+        if args.adopt:
+            imported.manifest["spec"]["adoptHpa"] = imported.manifest["metadata"]["name"]
+        outputs.append(imported)
+        meta = imported.manifest["metadata"]
+        for note in imported.notes:
+            print(f"autoscaler import-hpa: {meta['namespace']}/{meta['name']}: {note}", file=sys.stderr)
+    if args.output == "json":
+        docs = [o.manifest for o in outputs]
+        print(json.dumps(docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
+        return EXIT_OK
+    parts = []
+    for imported in outputs:
+        meta = imported.manifest["metadata"]
+        header = [
+            f"# Imported from HorizontalPodAutoscaler {meta['namespace']}/{meta['name']} by autoscaler import-hpa."
+        ]
+        header += [f"# no equivalent: {note}" for note in imported.notes]
+        parts.append("\n".join(header) + "\n" + yaml.safe_dump(imported.manifest, sort_keys=False))
+    sys.stdout.write("---\n".join(parts))
+    return EXIT_OK

@@ -1,0 +1,360 @@
+"""``autoscaler import-hpa`` on the HPA examples of the Kubernetes documentation, from files, standard input and a live
+API server, and the imported policies replayed against the HPA's own rules.
+
+The examples are those of kubernetes.io: the walkthrough's ``php-apache`` HPA (CPU at 50 %), the walkthrough's
+multiple-metrics HPA (CPU, a Pods metric, an Object metric on an Ingress), and the "Configurable scaling behavior"
+policies of the HPA concepts page (scale-down by 4 pods or 10 % per minute; the defaulted behaviour block; a disabled
+scale-down). What the documentation says those policies do is the reference the replay is checked against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.adapters.kubernetes.hpa import HpaImportError, import_hpa, metric_kind_for
+from autoscaler.adapters.kubernetes.policies import LoadedPolicy, validate_policy
+from autoscaler.core.decide import decide_service
+from autoscaler.core.model import MetricKind, PodMetrics, ServiceObservation, ServicePolicy, ServiceState
+from tests.kube.fake_apiserver import FakeApiServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+WALKTHROUGH = """
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: php-apache
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: php-apache
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+  - type: Resource
+    resource:
+      name: cpu
+      target:
+        type: Utilization
+        averageUtilization: 50
+"""
+
+MULTIPLE_METRICS = """
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: php-apache
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: php-apache
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+  - type: Resource
+    resource:
+      name: cpu
+      target:
+        type: Utilization
+        averageUtilization: 50
+  - type: Pods
+    pods:
+      metric:
+        name: packets-per-second
+      target:
+        type: AverageValue
+        averageValue: 1k
+  - type: Object
+    object:
+      metric:
+        name: requests-per-second
+      describedObject:
+        apiVersion: networking.k8s.io/v1
+        kind: Ingress
+        name: main-route
+      target:
+        type: Value
+        value: 10k
+"""
+
+
+def with_behavior(behavior: dict[str, Any], metrics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    doc = yaml.safe_load(WALKTHROUGH)
+    doc["metadata"]["namespace"] = "ml"
+    doc["spec"]["maxReplicas"] = 100
+    doc["spec"]["behavior"] = behavior
+    if metrics is not None:
+        doc["spec"]["metrics"] = metrics
+    return doc
+
+
+# "Scaling policies": at most 4 pods or 10 % per minute, the larger (selectPolicy Max by default)
+SCALE_DOWN_POLICIES = {
+    "scaleDown": {
+        "policies": [
+            {"type": "Pods", "value": 4, "periodSeconds": 60},
+            {"type": "Percent", "value": 10, "periodSeconds": 60},
+        ]
+    }
+}
+# "Default Behavior" as the documentation prints it
+DEFAULT_BEHAVIOR = {
+    "scaleDown": {
+        "stabilizationWindowSeconds": 300,
+        "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+    },
+    "scaleUp": {
+        "stabilizationWindowSeconds": 0,
+        "policies": [
+            {"type": "Percent", "value": 100, "periodSeconds": 15},
+            {"type": "Pods", "value": 4, "periodSeconds": 15},
+        ],
+        "selectPolicy": "Max",
+    },
+}
+DISABLE_SCALE_DOWN = {"scaleDown": {"selectPolicy": "Disabled"}}
+GPU_METRIC = [
+    {
+        "type": "Pods",
+        "pods": {"metric": {"name": "DCGM_FI_DEV_GPU_UTIL"}, "target": {"type": "AverageValue", "averageValue": "70"}},
+    }
+]
+
+
+def service_policy(manifest: dict[str, Any]) -> ServicePolicy:
+    loaded = validate_policy(manifest)
+    assert isinstance(loaded, LoadedPolicy), loaded
+    return loaded.service
+
+
+def replay(policy: ServicePolicy, start: int, util: float, seconds: float, step: float = 15.0) -> list[int]:
+    """Ticks every ``step`` seconds at a constant per-pod GPU utilisation, after a long warm history."""
+    state, replicas, out = ServiceState(((-10_000.0, start),)), start, []
+    now = 0.0
+    while now <= seconds:
+        obs = ServiceObservation(policy.key, replicas, replicas, pods=PodMetrics(replicas, util * replicas))
+        decision, state = decide_service(policy, obs, state, now)
+        replicas = decision.desired_replicas
+        out.append(replicas)
+        now += step
+    return out
+
+
+# ---- the documentation's examples ----------------------------------------------------------------------------------
+
+
+def test_walkthrough_cpu_hpa_needs_a_metric_and_keeps_the_rest() -> None:
+    doc = yaml.safe_load(WALKTHROUGH)
+    with pytest.raises(HpaImportError, match=r"spec\.metrics: no metric this controller can read"):
+        import_hpa(doc)
+    imported = import_hpa(doc, (MetricKind.GPU_UTILIZATION, 50.0))
+    spec = imported.manifest["spec"]
+    assert spec["targetRef"]["name"] == "php-apache" and (spec["minReplicas"], spec["maxReplicas"]) == (1, 10)
+    assert spec["metric"] == {"type": "gpu_utilization", "target": 50.0}
+    assert spec["behavior"] == {"hpaWithoutBehavior": True}  # the HPA had no behavior block
+    assert any("Resource cpu: no equivalent" in n for n in imported.notes)
+    assert imported.manifest["metadata"] == {"name": "php-apache", "namespace": "default"}
+
+
+def test_walkthrough_policy_reproduces_a_behaviour_less_hpa() -> None:
+    """Upstream, without a behavior block: a scale-up is capped at max(2 x current, 4) per sync (1 -> 4 -> 8 -> 10
+    at maxReplicas), and a scale-down waits for the 300 s window, then goes all the way at once."""
+    policy = service_policy(import_hpa(yaml.safe_load(WALKTHROUGH), (MetricKind.GPU_UTILIZATION, 50.0)).manifest)
+    assert policy.behavior is False
+    assert replay(policy, 1, 100.0 * 10, 45)[:3] == [4, 8, 10]
+    cold = dataclasses.replace(policy)
+    state, replicas, seen = ServiceState(((0.0, 10),)), 10, []
+    for tick in range(25):
+        now = tick * 15.0
+        obs = ServiceObservation(cold.key, replicas, replicas, pods=PodMetrics(replicas, 5.0 * replicas))
+        decision, state = decide_service(cold, obs, state, now)
+        replicas = decision.desired_replicas
+        seen.append((now, replicas))
+    # upstream keeps a sample at exactly now - window (it drops only those strictly before): 10 through 300 s
+    assert all(r == 10 for t, r in seen if t <= 300) and dict(seen)[315.0] == 1
+
+
+def test_multiple_metrics_lists_what_has_no_equivalent() -> None:
+    doc = yaml.safe_load(MULTIPLE_METRICS)
+    with pytest.raises(HpaImportError, match="no metric this controller can read"):
+        import_hpa(doc)
+    imported = import_hpa(doc, (MetricKind.REQUEST_RATE, 1000.0))
+    notes = "\n".join(imported.notes)
+    assert "spec.metrics[0]: Resource cpu: no equivalent" in notes
+    assert "spec.metrics[1]: Pods metric 'packets-per-second': not a signal this controller reads" in notes
+    assert "spec.metrics[2]: Object metric on a Ingress: no equivalent" in notes
+    assert imported.manifest["spec"]["metric"] == {"type": "request_rate", "target": 1000.0}
+
+
+def test_several_readable_metrics_use_the_first_and_say_so() -> None:
+    metrics = [
+        *GPU_METRIC,
+        {
+            "type": "External",
+            "external": {
+                "metric": {"name": "vllm:num_requests_waiting"},
+                "target": {"type": "AverageValue", "averageValue": "500m"},
+            },
+        },
+    ]
+    imported = import_hpa(with_behavior(DEFAULT_BEHAVIOR, metrics))
+    assert imported.manifest["spec"]["metric"] == {"type": "gpu_utilization", "target": 70.0}
+    assert any("queue_depth=0.5: not used" in n for n in imported.notes)
+
+
+def test_scale_down_policies_reproduce_the_documented_rate() -> None:
+    """The documentation: "the first policy allows at most 4 replicas to be scaled down in one minute, the second
+    at most 10 % of the current replicas; the policy with the largest change is selected, so the second is only used
+    above 40 replicas". From 80 replicas with no load (and a history older than the 300 s window): 10 % a minute,
+    truncated as upstream's int32(start x 0.9) (80 -> 72 -> 64 -> 57 -> 51 -> 45 -> 40), then 4 a minute once 10 %
+    is less (40 -> 36 -> 32 -> 28 -> 24)."""
+    imported = import_hpa(with_behavior(SCALE_DOWN_POLICIES, GPU_METRIC))
+    assert imported.manifest["spec"]["behavior"] == {
+        "scaleDown": {
+            "policies": [
+                {"type": "Pods", "value": 4, "periodSeconds": 60},
+                {"type": "Percent", "value": 10, "periodSeconds": 60},
+            ]
+        }
+    }
+    policy = service_policy(imported.manifest)
+    seen = replay(policy, 80, 1.0, 60 * 12)
+    per_minute = seen[3::4]  # the replicas at the end of each minute
+    assert per_minute[:10] == [72, 64, 57, 51, 45, 40, 36, 32, 28, 24]
+
+
+def test_default_behavior_block_and_disabled_scale_down() -> None:
+    policy = service_policy(import_hpa(with_behavior(DEFAULT_BEHAVIOR, GPU_METRIC)).manifest)
+    assert policy.behavior is True
+    # max(+4 pods, +100 %) per 15 s: 1 -> 5 -> 10 -> 20 -> 40
+    assert replay(policy, 1, 70.0 * 100, 45) == [5, 10, 20, 40]
+    frozen = service_policy(import_hpa(with_behavior(DISABLE_SCALE_DOWN, GPU_METRIC)).manifest)
+    assert set(replay(frozen, 30, 1.0, 600)) == {30}
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("DCGM_FI_DEV_GPU_UTIL", MetricKind.GPU_UTILIZATION),
+        ("dcgm_fi_prof_gr_engine_active", MetricKind.ENGINE_ACTIVE),
+        ("vllm:num_requests_waiting", MetricKind.QUEUE_DEPTH),
+        ("http_requests_per_second", MetricKind.REQUEST_RATE),
+        ("packets-per-second", None),
+        ("cpu", None),
+    ],
+)
+def test_metric_names(name: str, kind: MetricKind | None) -> None:
+    assert metric_kind_for(name) is kind
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kind": "Deployment"}, "kind/apiVersion: 'Deployment'"),
+        ({"spec": {"scaleTargetRef": {"kind": "StatefulSet", "name": "x"}, "maxReplicas": 3}}, "only Deployments"),
+        ({"spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}}}, "spec.maxReplicas: required"),
+        ({"metadata": {}}, "metadata.name: required"),
+    ],
+)
+def test_bad_input_names_the_field(change: dict[str, Any], message: str) -> None:
+    doc = {**yaml.safe_load(WALKTHROUGH), **change}
+    with pytest.raises(HpaImportError, match=message):
+        import_hpa(doc, (MetricKind.GPU_UTILIZATION, 50.0))
+
+
+def test_a_bad_quantity_names_the_field() -> None:
+    metrics = [
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": "DCGM_FI_DEV_GPU_UTIL"},
+                "target": {"type": "AverageValue", "averageValue": "lots"},
+            },
+        }
+    ]
+    with pytest.raises(HpaImportError, match=r"spec.metrics\[0\].pods.target.averageValue: 'lots' is not a quantity"):
+        import_hpa(with_behavior(DEFAULT_BEHAVIOR, metrics))
+
+
+# ---- the command ----------------------------------------------------------------------------------------------------
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autoscaler.cli", "import-hpa", *args],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_command_from_a_file_writes_a_policy_the_controller_accepts(tmp_path: Path) -> None:
+    path = tmp_path / "hpa.yaml"
+    path.write_text(WALKTHROUGH)
+    done = cli(str(path), "--metric", "gpu_utilization=50")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# Imported from HorizontalPodAutoscaler default/php-apache")
+    assert "# no equivalent: spec.metrics[0]: Resource cpu" in done.stdout
+    assert "Resource cpu: no equivalent" in done.stderr
+    assert isinstance(validate_policy(yaml.safe_load(done.stdout)), LoadedPolicy)
+
+
+def test_command_from_stdin_several_documents_and_json(tmp_path: Path) -> None:
+    two = WALKTHROUGH + "\n---\n" + yaml.safe_dump(with_behavior(SCALE_DOWN_POLICIES, GPU_METRIC))
+    done = cli("-", "--metric", "gpu_utilization=60", "-o", "json", stdin=two)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["kind"] == "List" and [i["spec"]["metric"]["target"] for i in doc["items"]] == [60.0, 60.0]
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        (("--metric", "gpu_utilization=50"), None, "give a FILE, or --namespace and --name"),
+        (("-", "--metric", "cpu=50"), WALKTHROUGH, "--metric: 'cpu=50' is not TYPE=TARGET"),
+        (("-", "--metric", "gpu_utilization=-1"), WALKTHROUGH, "the target must be a positive number"),
+        (("-",), WALKTHROUGH, "no metric this controller can read"),
+        (("-",), "{not: [yaml", "not YAML or JSON"),
+        (("-",), "", "no HPA in it"),
+    ],
+)
+def test_command_errors_exit_2_naming_the_problem(args: tuple[str, ...], stdin: str | None, message: str) -> None:
+    done = cli(*args, stdin=stdin)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_command_on_a_directory_exits_2(tmp_path: Path) -> None:
+    done = cli(str(tmp_path))
+    assert done.returncode == 2 and "is a directory" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_command_reads_a_live_hpa_and_can_adopt_it(tmp_path: Path) -> None:
+    server = FakeApiServer().start()
+    try:
+        hpa = with_behavior(DEFAULT_BEHAVIOR, GPU_METRIC)
+        hpa["status"] = {"currentReplicas": 3, "desiredReplicas": 4}
+        server.seed(hpa)
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        done = cli("-n", "ml", "--name", "php-apache", "--kubeconfig", str(kubeconfig), "--adopt")
+        assert done.returncode == 0, done.stderr
+        manifest = yaml.safe_load(done.stdout)
+        assert manifest["spec"]["adoptHpa"] == "php-apache"
+        loaded = validate_policy(manifest)
+        assert isinstance(loaded, LoadedPolicy) and loaded.spec.adopt_hpa == "php-apache"
+        missing = cli("-n", "ml", "--name", "absent", "--kubeconfig", str(kubeconfig))
+        assert missing.returncode == 1 and "HTTP 404" in missing.stderr and "Traceback" not in missing.stderr
+    finally:
+        server.stop()
