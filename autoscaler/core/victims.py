@@ -1,0 +1,276 @@
+"""Which training to stop so that inference gets the GPUs it needs: a pure victim search over whole gangs.
+
+Kueue's shape: a pure search first, then an idempotent apply somebody else does. The rules (issue 12):
+
+- only whole gangs are victims (one evicted worker of an 8-GPU job throws away the whole job's work since its last
+  checkpoint, so taking one pod of a gang is never cheaper than taking the gang);
+- never a non-preemptible gang, never one inside its minimum runtime, never one whose eviction would take a
+  PodDisruptionBudget below its minimum (``disruptions_allowed``);
+- the cheapest set that meets the need: the cost of a set is compared priority tier by priority tier from the highest
+  down (taking from a higher priority is worse than any amount taken from a lower one), and within a tier by the work
+  it throws away (GPUs x seconds since the last checkpoint, else since the start), then by the number of gangs, then
+  the newest first (the least sunk time);
+- the set is minimal: no victim can be dropped with the need still met.
+
+The search is exact (branch and bound from the greedy answer) up to ``max_search_nodes`` explored; beyond that it
+returns the best set found, which is still minimal and meets the need, and says it is not proven optimal.
+
+The need is per replica: ``replicas`` replicas of ``gpus_per_replica`` GPUs each, every replica on one node, on nodes
+of ``gpu_type`` (None: any). A need is met when the free GPUs after the victims leave, node by node, room for all the
+replicas (sum over nodes of floor(free / gpus_per_replica)).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.core.cluster import ClusterSnapshot, PodInfo
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNeed:
+    replicas: int
+    gpus_per_replica: int = 1
+    gpu_type: str | None = None  # NodeInfo.gpu_product; None = any GPU node
+
+
+@dataclass(frozen=True, slots=True)
+class GangCandidate:
+    """One training gang as the victim search sees it."""
+
+    gang: str  # "<source>/<namespace>/<name>", or "pod/<namespace>/<name>" for a pod on its own
+    priority: int
+    gpus_by_node: Mapping[str, int]  # node -> GPUs the gang's pods hold there
+    pods: tuple[tuple[str, str], ...]  # (namespace, name) of its pods
+    started_at: float  # Unix seconds
+    lost_work_gpu_s: float  # GPUs x seconds since the last checkpoint (else since the start), lost if stopped
+    preemptible: bool = True
+    why_not: str | None = None  # why it may not be taken (non-preemptible, PDB, minimum runtime), None = eligible
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.gpus_by_node.values())
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChoice:
+    victims: tuple[GangCandidate, ...]
+    met: bool  # False: even every eligible gang would not free enough; ``victims`` is then empty
+    exact: bool  # the search completed: no cheaper eligible set meets the need
+    ineligible: tuple[GangCandidate, ...] = ()  # with their ``why_not``, for ``autoscaler plan``
+    explored: int = 0
+
+    @property
+    def lost_work_gpu_s(self) -> float:
+        return sum(v.lost_work_gpu_s for v in self.victims)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingRules:
+    """What may be preempted. Units: priorities are PriorityClass values, times are seconds."""
+
+    preemptible_below_priority: int = 1000  # gangs with a lower priority are preemptible
+    non_preemptible_label: str = "gpuautoscaler.dev/preemptible"  # value "false" protects a gang
+    min_runtime_s: float = 600.0  # a gang younger than this is never stopped (no preempt/resume loop)
+    protected: frozenset[str] = field(default_factory=frozenset)  # namespace/name of managed inference Deployments
+
+
+def free_gpus_by_node(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """Allocatable minus requested GPUs of the pods bound there, for ready GPU nodes."""
+    used: dict[str, int] = defaultdict(int)
+    for pod in snapshot.pods:
+        if pod.node and pod.phase not in ("Succeeded", "Failed"):
+            used[pod.node] += pod.gpus
+    return {n.name: max(0, n.allocatable_gpus - used[n.name]) for n in snapshot.nodes if n.ready}
+
+
+def _gang_id(pod: PodInfo) -> str:
+    return pod.gang or f"pod/{pod.namespace}/{pod.name}"
+
+
+def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRules) -> list[GangCandidate]:
+    """Training gangs of the snapshot (pods with GPUs bound to a node, not owned by a managed inference Deployment),
+    each with its cost and, when it may not be taken, why."""
+    members: dict[str, list[PodInfo]] = defaultdict(list)
+    for pod in snapshot.pods:
+        if not pod.node or pod.gpus <= 0 or pod.phase in ("Succeeded", "Failed"):
+            continue
+        if pod.owner_kind == "Deployment" and f"{pod.namespace}/{pod.owner_name}" in rules.protected:
+            continue
+        members[_gang_id(pod)].append(pod)
+    out = []
+    for gang, pods in sorted(members.items()):
+        by_node: dict[str, int] = defaultdict(int)
+        for pod in pods:
+            by_node[pod.node or ""] += pod.gpus
+        started = min((p.created_at for p in pods if p.created_at is not None), default=now)
+        checkpoints = [p.last_checkpoint_at for p in pods if p.last_checkpoint_at is not None]
+        since = max(checkpoints) if checkpoints else started
+        gpus = sum(by_node.values())
+        priority = min(p.priority for p in pods)
+        why_not = None
+        protected_label = any(p.labels.get(rules.non_preemptible_label) == "false" for p in pods)
+        preemptible = priority < rules.preemptible_below_priority and not protected_label
+        if not preemptible:
+            why_not = (
+                f"labelled {rules.non_preemptible_label}=false"
+                if protected_label
+                else f"priority {priority} >= {rules.preemptible_below_priority}"
+            )
+        elif now - started < rules.min_runtime_s:
+            why_not = f"running {now - started:.0f}s < minimum runtime {rules.min_runtime_s:g}s"
+        else:
+            why_not = _pdb_blocks(snapshot, pods)
+        out.append(
+            GangCandidate(
+                gang=gang,
+                priority=priority,
+                gpus_by_node=dict(by_node),
+                pods=tuple((p.namespace, p.name) for p in pods),
+                started_at=started,
+                lost_work_gpu_s=gpus * max(0.0, now - since),
+                preemptible=preemptible,
+                why_not=why_not,
+            )
+        )
+    return out
+
+
+def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
+    for pdb in snapshot.pdbs:
+        if not pdb.selector:
+            continue
+        covered = sum(
+            1
+            for p in pods
+            if p.namespace == pdb.namespace and all(p.labels.get(k) == v for k, v in pdb.selector.items())
+        )
+        if covered > pdb.disruptions_allowed:
+            return f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows {pdb.disruptions_allowed} of its {covered}"
+    return None
+
+
+def need_met(free: Mapping[str, int], need: GpuNeed, node_types: Mapping[str, str | None]) -> bool:
+    slots = 0
+    for node, gpus in free.items():
+        if need.gpu_type is None or node_types.get(node) == need.gpu_type:
+            slots += gpus // need.gpus_per_replica
+            if slots >= need.replicas:
+                return True
+    return slots >= need.replicas
+
+
+def _order_key(c: GangCandidate) -> tuple[int, float, float, str]:
+    return (c.priority, c.lost_work_gpu_s, -c.started_at, c.gang)
+
+
+def _better(a: Sequence[GangCandidate], b: Sequence[GangCandidate] | None, priorities: Sequence[int]) -> bool:
+    """True when set ``a`` costs less than set ``b`` (None = no set yet)."""
+    if b is None:
+        return True
+    return victim_set_cost(a, priorities) < victim_set_cost(b, priorities)
+
+
+def victim_set_cost(victims: Sequence[GangCandidate], priorities: Sequence[int]) -> tuple[object, ...]:
+    """The cost to minimise, comparable as a tuple: the lost work taken from each priority tier (``priorities``
+    sorted from the highest down), then the gang count, then the newest first (minus the sum of start times), then
+    the names, so that the answer is deterministic."""
+    tiers: dict[int, float] = defaultdict(float)
+    for v in victims:
+        tiers[v.priority] += v.lost_work_gpu_s
+    profile = tuple(round(tiers.get(p, 0.0), 6) for p in priorities)  # priorities sorted high to low
+    chosen = sorted(victims, key=_order_key)
+    return (profile, len(chosen), -sum(v.started_at for v in chosen), tuple(v.gang for v in chosen))
+
+
+def choose_victims(
+    need: GpuNeed,
+    free: Mapping[str, int],
+    candidates: Sequence[GangCandidate],
+    node_types: Mapping[str, str | None],
+    max_search_nodes: int = 20_000,
+) -> VictimChoice:
+    """The cheapest minimal set of whole eligible gangs whose GPUs, added to ``free``, meet ``need``."""
+    eligible = sorted((c for c in candidates if c.why_not is None), key=_order_key)
+    ineligible = tuple(c for c in candidates if c.why_not is not None)
+    if need.replicas <= 0 or need_met(free, need, node_types):
+        return VictimChoice((), True, True, ineligible)
+    # Only gangs that hold GPUs on nodes of the right type can help.
+    useful = [
+        c
+        for c in eligible
+        if any(need.gpu_type is None or node_types.get(n) == need.gpu_type for n in c.gpus_by_node)
+    ]
+    if not need_met(_freed(free, useful), need, node_types):
+        return VictimChoice((), False, True, ineligible)
+    priorities = sorted({c.priority for c in useful}, reverse=True)
+
+    # Incumbent: greedy in order, then made minimal.
+    greedy: list[GangCandidate] = []
+    for c in useful:
+        greedy.append(c)
+        if need_met(_freed(free, greedy), need, node_types):
+            break
+    best: list[GangCandidate] = _minimal(greedy, free, need, node_types)
+
+    # Branch and bound over include/exclude, in the greedy order. Cost only grows with additions, so a partial set
+    # that already costs more than the incumbent is cut; so is a branch that cannot meet the need even with all
+    # that is left.
+    explored = 0
+    exact = True
+    suffix_free = [_freed({}, useful[i:]) for i in range(len(useful) + 1)]
+
+    def search(index: int, chosen: list[GangCandidate], current: dict[str, int]) -> None:
+        nonlocal best, explored, exact
+        if explored >= max_search_nodes:
+            exact = False
+            return
+        explored += 1
+        if not _better(chosen, best, priorities):
+            return
+        if need_met(current, need, node_types):
+            minimal = _minimal(chosen, free, need, node_types)
+            if _better(minimal, best, priorities):
+                best = minimal
+            return
+        if index == len(useful):
+            return
+        if not need_met(_add(current, suffix_free[index]), need, node_types):
+            return
+        candidate = useful[index]
+        chosen.append(candidate)
+        search(index + 1, chosen, _add(current, candidate.gpus_by_node))
+        chosen.pop()
+        search(index + 1, chosen, current)
+
+    search(0, [], dict(free))
+    return VictimChoice(tuple(sorted(best, key=_order_key)), True, exact, ineligible, explored)
+
+
+def _add(free: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]:
+    out = dict(free)
+    for node, gpus in extra.items():
+        out[node] = out.get(node, 0) + gpus
+    return out
+
+
+def _freed(free: Mapping[str, int], victims: Iterable[GangCandidate]) -> dict[str, int]:
+    out = dict(free)
+    for v in victims:
+        for node, gpus in v.gpus_by_node.items():
+            out[node] = out.get(node, 0) + gpus
+    return out
+
+
+def _minimal(
+    victims: Sequence[GangCandidate], free: Mapping[str, int], need: GpuNeed, node_types: Mapping[str, str | None]
+) -> list[GangCandidate]:
+    """Drop victims that turned out unneeded, the most expensive first."""
+    kept = list(victims)
+    for v in sorted(victims, key=_order_key, reverse=True):
+        trial = [k for k in kept if k is not v]
+        if need_met(_freed(free, trial), need, node_types):
+            kept = trial
+    return kept
