@@ -42,7 +42,8 @@ def replicas_for_pod_metric(
 
     def average(total: float, count: int) -> float:
         mean = total / count
-        return float(math.floor(mean)) if whole_percent else mean
+        # round first: a float mean of 87 can be 86.99999999999999, which upstream's integer arithmetic never sees
+        return float(math.floor(round(mean, 9))) if whole_percent else mean
 
     ready_count = pods.ready_with_metric
     usage_ratio = average(pods.metric_sum, ready_count) / target

@@ -308,3 +308,24 @@ def test_without_a_behavior_block_the_window_maximum_wins_and_there_is_no_rate_l
     assert decision.desired_replicas == 4
     decision, _ = decide_service(policy, gpu_obs(10, 7.0), ServiceState(((-400.0, 10),)), 0.0)
     assert decision.desired_replicas == 1  # 10 -> 1 in one sync: no scale-down rate policy without behavior
+
+
+def test_whole_percent_is_exact_where_the_float_mean_is_not() -> None:
+    """90.6, 88.3, 80.9 and 88.2 average 87 exactly, as a float 86.99999999999999; upstream's integer arithmetic
+    gives 87, and 87 against a target of 87 holds."""
+    from autoscaler.core import hpa
+
+    pods = PodMetrics(4, 90.6 + 88.3 + 80.9 + 88.2)
+    replicas, ratio = hpa.replicas_for_pod_metric(4, pods, 87.0, 0.0, 0.0, whole_percent=True)
+    assert (replicas, ratio) == (4, 1.0)
+
+
+def test_a_missing_pod_counts_as_its_target_above_100_percent() -> None:
+    """Upstream's fallback for a missing utilisation sample on a scale-down is max(100 %, target)."""
+    from autoscaler.core import hpa
+
+    # 3 ready pods at 60 % of a 150 % target, 1 missing: (180 + 150) / 4 = 82.5 % -> ratio 0.55 -> ceil(2.2) = 3
+    pods = PodMetrics(3, 180.0, missing=1)
+    assert hpa.replicas_for_pod_metric(4, pods, 150.0, missing_value_on_scale_down=max(100.0, 150.0))[0] == 3
+    # with a fixed 100 % instead it would be (180 + 100) / 4 = 70 % -> ratio 0.47 -> ceil(1.87) = 2
+    assert hpa.replicas_for_pod_metric(4, pods, 150.0, missing_value_on_scale_down=100.0)[0] == 2
