@@ -16,28 +16,61 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Replay a scenario (node pools, inference services, demand traces) through the policies side by side "
             "and print their SLO attainment, GPU-hours and scaling actions. Without SCENARIO it runs the packaged "
-            "default: 14 days of the Alibaba ServeGen m-large trace."
+            "default: 14 days of the Alibaba ServeGen m-large trace. The scenario is checked before anything is "
+            "read or written (exit code 2 and the field at fault otherwise): a run is at most 1,000,000 steps "
+            "(durationSeconds or the shortest trace / stepSeconds), 10,000,000 service-steps and 1,000,000,000 "
+            "replica-steps, and its name must be a plain file name (the outputs stay inside out/)."
         ),
     )
     parser.add_argument(
-        "scenario", nargs="?", metavar="SCENARIO",
+        "scenario",
+        nargs="?",
+        metavar="SCENARIO",
         help="scenario YAML file (default: the packaged autoscaler/sim/scenarios/default.yaml)",
     )
     parser.add_argument(
-        "--policies", default=",".join(POLICY_NAMES),
+        "--policies",
+        default=",".join(POLICY_NAMES),
         help=f"comma-separated policies to compare (default: all of {', '.join(POLICY_NAMES)})",
     )
     parser.add_argument(
-        "--json", type=Path, metavar="OUT.json",
+        "--json",
+        type=Path,
+        metavar="OUT.json",
         help="where to write the JSON report (default: out/<scenario name>.json)",
     )
     parser.add_argument(
-        "--plot", type=Path, metavar="OUT.png",
+        "--plot",
+        type=Path,
+        metavar="OUT.png",
         help="where to write the plot (default: out/<scenario name>.png)",
     )
     parser.add_argument("--no-plot", action="store_true", help="skip the plot")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.set_defaults(func=run)
+
+
+OUTPUT_DIR = Path("out")
+
+
+class OutputPathError(ValueError):
+    """An output path that would land outside the output folder."""
+
+
+def default_output(name: str, suffix: str, out_dir: Path = OUTPUT_DIR) -> Path:
+    """``out_dir/<name><suffix>``, refused (OutputPathError) unless it resolves inside ``out_dir``.
+
+    The scenario model already allows only safe names; this is the second line of defence (it also catches a
+    symlink planted in the output folder)."""
+    path = out_dir / f"{name}{suffix}"
+    try:
+        root = out_dir.resolve()
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise OutputPathError(f"name: cannot resolve the output path {path}: {error}") from None
+    if resolved == root or not resolved.is_relative_to(root):
+        raise OutputPathError(f"name: {name!r} would write {resolved}, outside the output folder {root}")
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,13 +82,19 @@ def run(args: argparse.Namespace) -> int:
     policies = [name.strip() for name in args.policies.split(",") if name.strip()]
     unknown = [name for name in policies if name not in POLICY_NAMES]
     if unknown or not policies:
-        print(f"autoscaler simulate: --policies: unknown policy {unknown[0] if unknown else ''!r} "
-              f"(known: {', '.join(POLICY_NAMES)})", file=sys.stderr)
+        print(
+            f"autoscaler simulate: --policies: unknown policy {unknown[0] if unknown else ''!r} "
+            f"(known: {', '.join(POLICY_NAMES)})",
+            file=sys.stderr,
+        )
         return 2
     scenario_path = Path(args.scenario) if args.scenario else default_scenario_path()
+    bar = None
     try:
         scenario, base_dir = load_scenario(scenario_path)
-        bar = None
+        # Where the outputs go is settled before the (long) run, so a bad name costs nothing.
+        json_path = args.json or default_output(scenario.name, ".json")
+        plot_path = None if args.no_plot else args.plot or default_output(scenario.name, ".png")
         if not args.no_progress:
             from tqdm import tqdm
 
@@ -67,31 +106,57 @@ def run(args: argparse.Namespace) -> int:
                 bar.refresh()
 
         result = run_scenario(
-            scenario, base_dir, policies, progress=bar.update if bar is not None else None,
-            scenario_source=str(scenario_path), on_total_steps=set_total,
+            scenario,
+            base_dir,
+            policies,
+            progress=bar.update if bar is not None else None,
+            scenario_source=str(scenario_path),
+            on_total_steps=set_total,
         )
+    except (ScenarioError, TraceFormatError, OutputPathError) as error:
         if bar is not None:
             bar.close()
-    except (ScenarioError, TraceFormatError) as error:
         print(f"autoscaler simulate: {error}", file=sys.stderr)
         return 2
+    except MemoryError:
+        if bar is not None:
+            bar.close()
+        print(
+            f"autoscaler simulate: {scenario_path}: out of memory while simulating: use fewer services, a longer "
+            "stepSeconds or a shorter durationSeconds (or smaller forecasting.modelParams)",
+            file=sys.stderr,
+        )
+        return 2
+    if bar is not None:
+        bar.close()
     report = result.report
     summary = report["scenario"]
-    print(f"scenario {summary['name']}: {summary['simulated_days']:.1f} days at {summary['step_seconds']:g} s steps, "
-          f"{len(summary['services'])} service(s)")
+    print(
+        f"scenario {summary['name']}: {summary['simulated_days']:.1f} days at {summary['step_seconds']:g} s steps, "
+        f"{len(summary['services'])} service(s)"
+    )
     for service in summary["services"]:
-        print(f"  {service['service']}: mean {service['mean_rate']:.1f} req/s, peak {service['peak_rate']:.1f} req/s, "
-              f"SLO {service['slo_seconds']:g} s, cold start {service['cold_start_seconds']:g} s")
+        print(
+            f"  {service['service']}: mean {service['mean_rate']:.1f} req/s, peak {service['peak_rate']:.1f} req/s, "
+            f"SLO {service['slo_seconds']:g} s, cold start {service['cold_start_seconds']:g} s"
+        )
     print()
     print(format_table(report))
     print()
-    json_path = args.json or Path("out") / f"{scenario.name}.json"
-    write_json(report, json_path)
+    try:
+        write_json(report, json_path)
+    except OSError as error:
+        print(f"autoscaler simulate: --json: cannot write {json_path}: {error.strerror or error}", file=sys.stderr)
+        return 2
     print(f"JSON report: {json_path}")
-    if not args.no_plot:
+    if plot_path is not None:
         from autoscaler.sim.plot import plot
 
-        plot_path = args.plot or Path("out") / f"{scenario.name}.png"
-        plot(result, plot_path)
+        try:
+            plot(result, plot_path)
+        except (OSError, ValueError) as error:  # ValueError: matplotlib knows no format for the file's extension
+            reason = getattr(error, "strerror", None) or error
+            print(f"autoscaler simulate: --plot: cannot write {plot_path}: {reason}", file=sys.stderr)
+            return 2
         print(f"plot:        {plot_path}")
     return 0

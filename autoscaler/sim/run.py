@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,16 @@ from autoscaler.policy import to_service_policy
 from autoscaler.sim.engine import PolicyRun, simulate
 from autoscaler.sim.policies import POLICY_NAMES, SimService, make_policy
 from autoscaler.sim.report import build_report, figures, forecast_figures
-from autoscaler.sim.scenario import BUILTIN_PREFIX, Scenario, ScenarioError
+from autoscaler.sim.scenario import (
+    BUILTIN_PREFIX,
+    MAX_RATE,
+    MAX_STEPS,
+    MAX_TRACE_BINS,
+    Scenario,
+    ScenarioError,
+    ServiceEntry,
+)
+from autoscaler.traces.formats import RateSeries, TraceFormatError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
@@ -32,11 +42,14 @@ class SimulationResult:
     report: dict[str, Any]
 
 
+_BUILTIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 def resolve_trace(reference: str, base_dir: Path) -> Path:
     """A scenario's trace reference as a file: ``builtin:NAME`` is a trace packaged in ``autoscaler/data``."""
     if reference.startswith(BUILTIN_PREFIX):
         name = reference.removeprefix(BUILTIN_PREFIX)
-        matches = sorted(DATA_DIR.glob(f"{name}*.csv*"))
+        matches = sorted(DATA_DIR.glob(f"{name}*.csv*")) if _BUILTIN_NAME.fullmatch(name) else []
         if len(matches) != 1:
             known = sorted({p.name.split(".")[0] for p in DATA_DIR.glob("*.csv*")})
             raise ScenarioError(f"trace {reference!r}: no packaged trace of that name (packaged: {', '.join(known)})")
@@ -45,20 +58,121 @@ def resolve_trace(reference: str, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
+def _shown(path: Path) -> str:
+    text = str(path)
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return text if text.isprintable() else repr(text)
+
+
+def _trace_file(field: str, reference: str, base_dir: Path) -> Path:
+    """The trace file of ``field``, checked to be a readable regular file (not a directory, FIFO or device)."""
+    try:
+        path = resolve_trace(reference, base_dir)
+    except ScenarioError as error:
+        raise ScenarioError(f"{field}: {error}") from None
+    problem = None
+    try:
+        if not path.exists():
+            problem = f"file not found: {_shown(path)}"
+        elif path.is_dir():
+            problem = f"{_shown(path)} is a directory, not a trace file"
+        elif not path.is_file():
+            problem = f"{_shown(path)} is not a regular file"
+    except OSError as error:  # a name too long, ...
+        problem = f"cannot read {_shown(path)}: {error.strerror or error}"
+    except ValueError as error:
+        problem = f"cannot read {_shown(path)}: {error}"
+    if problem is not None:
+        raise ScenarioError(f"{field}: {problem}")
+    return path
+
+
+def _check_bins(index: int, span_s: float, bin_s: float, used: int, path: Path) -> int:
+    """Bins of demand this trace adds at ``bin_s``; refuses to go over MAX_TRACE_BINS for the whole scenario."""
+    bins = math.ceil(span_s / bin_s)
+    if used + bins > MAX_TRACE_BINS:
+        raise ScenarioError(
+            f"services.{index}.simulation.binSeconds: {path.name} spans {span_s:,.0f} s, {bins:,} bins of "
+            f"{bin_s:g} s ({used + bins:,} with the traces before it), more than the maximum of {MAX_TRACE_BINS:,}: "
+            "use a longer binSeconds or a shorter trace"
+        )
+    return bins
+
+
+def _load_demand(index: int, entry: ServiceEntry, base_dir: Path, used_bins: int) -> tuple[RateSeries, int]:
+    """The service's demand at its ``binSeconds`` (what ``load_trace(path, step_s=binSeconds)`` gives), sized before
+    anything is allocated; returns it with the bins it takes."""
+    from autoscaler.traces import bin_requests, load_request_log, load_trace, resample
+    from autoscaler.traces.formats import sniff_format
+
+    field = f"services.{index}.simulation.trace"
+    path = _trace_file(field, entry.simulation.trace, base_dir)
+    bin_s = entry.simulation.bin_seconds
+    try:
+        if sniff_format(path) == "rate series":
+            series = load_trace(path)  # at its own step: as many values as the file has rows
+            bins = _check_bins(index, series.duration_s, bin_s, used_bins, path)
+            if not math.isclose(bin_s, series.step_s, rel_tol=1e-12):
+                series = resample(series, bin_s)
+        else:
+            log = load_request_log(path)
+            span = float(log.times.max() - log.times.min()) + bin_s if len(log) else bin_s
+            bins = _check_bins(index, span, bin_s, used_bins, path)
+            series = bin_requests(log.times, bin_s, source=f"{path.name} (request log, {len(log)} requests)")
+    except (TraceFormatError, ScenarioError):
+        raise  # they name the file, line and column, or the field
+    except OSError as error:
+        raise ScenarioError(f"{field}: cannot read {_shown(path)}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise ScenarioError(f"{field}: {_shown(path)}: {error}") from None
+    return series, bins
+
+
 def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService], float, int]:
-    """SimServices with their demand at the scenario's step; returns (services, start, steps)."""
-    from autoscaler.traces import load_trace, resample  # numpy-heavy; only the simulator needs it
+    """SimServices with their demand at the scenario's step; returns (services, start, steps).
+
+    The run is sized from the traces before they are resampled to the step (``Scenario.check_run_size``: at most
+    MAX_STEPS steps, MAX_SERVICE_STEPS service-steps, MAX_REPLICA_STEPS replica-steps), so no input allocates or
+    computes more than that."""
+    from autoscaler.traces import resample
 
     step_s = scenario.step_seconds
+    demand: list[RateSeries] = []
+    used_bins = 0
+    for index, entry in enumerate(scenario.services):
+        series, bins = _load_demand(index, entry, base_dir, used_bins)
+        demand.append(series)
+        used_bins += bins
+    if scenario.duration_seconds is not None:
+        span, over = scenario.duration_seconds, "durationSeconds"
+        most_steps = math.ceil(span / step_s)
+    else:
+        span = min(series.duration_s for series in demand)
+        over = "the shortest trace" if len(demand) > 1 else "the trace"
+        most_steps = max(math.ceil(span / step_s - 1e-9), 1)
+    try:
+        scenario.check_run_size(most_steps, over, span)
+    except ValueError as error:
+        raise ScenarioError(str(error)) from None
+    keep_steps = most_steps + 1  # every series is at least as long as the run (or the run is refused below)
+
     services: list[SimService] = []
     starts: list[float] = []
     lengths: list[int] = []
-    for index, entry in enumerate(scenario.services):
-        path = resolve_trace(entry.simulation.trace, base_dir)
-        if not path.exists():
-            raise ScenarioError(f"services.{index}.simulation.trace: file not found: {path}")
-        series = resample(load_trace(path, step_s=entry.simulation.bin_seconds), step_s)
-        rates = np.asarray(series.rates, dtype=np.float64) * entry.simulation.trace_scale
+    for index, (entry, series) in enumerate(zip(scenario.services, demand, strict=True)):
+        if series.duration_s / step_s > MAX_STEPS + 2:
+            # Far longer than any run: resample only the part the run reads.
+            keep = min(len(series), math.ceil((keep_steps + 1) * step_s / series.step_s) + 1)
+            series = RateSeries(series.start, series.step_s, series.rates[:keep], series.source)
+        resampled = resample(series, step_s)
+        rates = np.asarray(resampled.rates[:keep_steps], dtype=np.float64) * entry.simulation.trace_scale
+        peak = float(rates.max()) if rates.size else 0.0
+        if not peak <= MAX_RATE:
+            raise ScenarioError(
+                f"services.{index}.simulation.traceScale: the trace's peak times traceScale is {peak:g} req/s, more "
+                f"than the maximum of {MAX_RATE:g}"
+            )
         latency = entry.spec.latency
         assert latency is not None  # the scenario model requires it
         services.append(
@@ -72,7 +186,7 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
                 forecast_quantile=entry.spec.forecast.quantile,
             )
         )
-        starts.append(series.start)
+        starts.append(resampled.start)
         lengths.append(len(rates))
     steps = min(lengths)
     if scenario.duration_seconds is not None:

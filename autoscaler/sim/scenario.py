@@ -3,20 +3,69 @@
 A scenario describes node pools, inference services and the step length. Services are written exactly as the
 ``GPUScalingPolicy`` custom resources the controller reads in a cluster, plus a ``simulation`` block that says
 where the demand comes from and how fast a replica is. See ``autoscaler/sim/scenarios/default.yaml``.
+
+A scenario file may come from somebody else, so everything in it is checked before anything is read, allocated or
+written: every number must be finite (no ``.nan``/``.inf``) and a number (``true``/``false`` is not one), and is
+bounded where a larger value would only cost memory or time; ``name`` must be a safe file name (it names the output
+files). The limits on the size of a run:
+
+- at most :data:`MAX_STEPS` (1,000,000) simulation steps (``durationSeconds`` / ``stepSeconds``, or the shortest
+  trace / ``stepSeconds``): 14 days at 1.2 s steps, a year at 32 s steps;
+- at most :data:`MAX_SERVICE_STEPS` (10,000,000) service-steps (services x steps, 2.5 times the 50 services x 14 days
+  at 15 s of ``benchmarks/bench_simulate.py``; about 1.5 GB of per-step timelines for the five policies);
+- at most :data:`MAX_REPLICA_STEPS` (1,000,000,000) replica-steps (the services' maxReplicas, within the node pools'
+  GPUs, x steps): the latency model costs one Erlang C term per ready replica and step, about a minute per policy;
+- at most :data:`MAX_TRACE_BINS` (20,000,000) bins of demand over all traces, binned at ``binSeconds``;
+- a scenario file is at most :data:`MAX_SCENARIO_BYTES` (4 MiB) of UTF-8 YAML, without duplicate keys.
 """
 
 from __future__ import annotations
 
+import collections.abc
+import inspect
+import math
+import re
+import types
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, GPUScalingPolicySpec
 
 BUILTIN_PREFIX = "builtin:"
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
+
+#: Simulation steps in one run, at most (duration / stepSeconds).
+MAX_STEPS = 1_000_000
+#: Services x steps in one run, at most (each policy keeps per-step timelines of every service).
+MAX_SERVICE_STEPS = 10_000_000
+#: Replicas x steps in one run, at most: the latency model and the oracle cost O(ready replicas) per service-step,
+#: about 50 ns per replica (so at most about a minute per policy).
+MAX_REPLICA_STEPS = 1_000_000_000
+#: Bins of demand over all the scenario's traces (each binned at its ``binSeconds``), at most.
+MAX_TRACE_BINS = 20_000_000
+#: Size of a scenario file, at most.
+MAX_SCENARIO_BYTES = 4 * 1024 * 1024
+MAX_SERVICES = 1_000
+MAX_NODE_POOLS = 100
+MAX_NODES_PER_POOL = 10_000
+#: A service's maxReplicas in a simulation, at most (the latency model and the oracle cost O(replicas) per step).
+MAX_REPLICAS = 10_000
+#: Requests/s of one service after traceScale, at most.
+MAX_RATE = 1e9
+#: Per-replica targets and rates (any unit) are at least this: smaller ones would ask for an infinite replica count.
+MIN_PER_REPLICA = 1e-6
+#: Points of one forecast (horizonSeconds / resolutionSeconds), at most.
+MAX_FORECAST_POINTS = 10_000
+#: Integers (replica counts, priorities, rate-policy values, forecaster parameters) are 32-bit, as in Kubernetes.
+MAX_INT = 2**31 - 1
+#: The scenario name is used as a file name: out/<name>.json and out/<name>.png.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}")
+#: Problems listed in one error, at most (the rest are counted).
+MAX_LISTED_PROBLEMS = 20
 
 
 class ScenarioError(ValueError):
@@ -24,20 +73,26 @@ class ScenarioError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
 class NodePool(_Strict):
     name: str = Field(min_length=1, description="node pool name (the node-pool label value in a cluster)")
     gpu_type: str = Field("A100-80GB", alias="gpuType", description="GPU product, informational")
     gpus_per_node: int = Field(8, alias="gpusPerNode", ge=1, le=64, description="GPUs per node")
-    nodes: int = Field(ge=0, description="nodes always present (on-premises or reserved)")
+    nodes: int = Field(ge=0, le=MAX_NODES_PER_POOL, description="nodes always present (on-premises or reserved)")
     burst: bool = Field(False, description="whether nodes can be added on demand (a cloud burst pool)")
-    max_nodes: int | None = Field(None, alias="maxNodes", ge=0, description="upper bound on nodes for a burst pool")
-    boot_seconds: float = Field(300.0, alias="bootSeconds", ge=0, description="request to GPU-ready node, seconds")
-    price_per_gpu_hour: float = Field(0.0, alias="pricePerGpuHour", ge=0, description="price of one GPU-hour, $")
+    max_nodes: int | None = Field(
+        None, alias="maxNodes", ge=0, le=MAX_NODES_PER_POOL, description="upper bound on nodes for a burst pool"
+    )
+    boot_seconds: float = Field(
+        300.0, alias="bootSeconds", ge=0, le=86400, description="request to GPU-ready node, seconds"
+    )
+    price_per_gpu_hour: float = Field(
+        0.0, alias="pricePerGpuHour", ge=0, le=10_000, description="price of one GPU-hour, $"
+    )
     scale_down_unneeded_seconds: float = Field(
-        600.0, alias="scaleDownUnneededSeconds", ge=0,
+        600.0, alias="scaleDownUnneededSeconds", ge=0, le=86400,
         description="a burst node is removed after its GPUs were unneeded this long (Cluster Autoscaler: 10 min)",
     )
 
@@ -59,17 +114,19 @@ class ServiceSimulation(_Strict):
         description="demand trace: a path (relative to the scenario file) in a canonical trace format, or "
         "'builtin:servegen-m-large' for the packaged trace"
     )
-    trace_scale: float = Field(1.0, alias="traceScale", gt=0, description="multiplier on the trace's request rate")
+    trace_scale: float = Field(
+        1.0, alias="traceScale", gt=0, le=1e6, description="multiplier on the trace's request rate"
+    )
     bin_seconds: float = Field(
-        60.0, alias="binSeconds", gt=0, le=3600,
+        60.0, alias="binSeconds", ge=1, le=3600,
         description="demand is averaged over bins of this many seconds before it reaches the latency model "
         "(a steady-state queue model; request counts in shorter bins are mostly arrival noise), seconds",
     )
     throughput_per_replica: float = Field(
-        alias="throughputPerReplica", gt=0, description="requests/s one replica completes at saturation"
+        alias="throughputPerReplica", ge=1e-3, le=1e6, description="requests/s one replica completes at saturation"
     )
     base_latency_seconds: float = Field(
-        alias="baseLatencySeconds", gt=0, description="latency of a request that does not queue, seconds"
+        alias="baseLatencySeconds", gt=0, le=3600, description="latency of a request that does not queue, seconds"
     )
 
 
@@ -84,6 +141,22 @@ class ServiceEntry(_Strict):
     metadata: Metadata
     spec: GPUScalingPolicySpec
     simulation: ServiceSimulation
+
+    @model_validator(mode="after")
+    def _simulation_bounds(self) -> ServiceEntry:
+        # The spec is the controller's GPUScalingPolicy; a simulation also needs it small enough to replay.
+        if self.spec.max_replicas > MAX_REPLICAS:
+            raise ValueError(
+                f"spec.maxReplicas: at most {MAX_REPLICAS:,} in a simulation, got {self.spec.max_replicas:,}"
+            )
+        if self.spec.metric.target < MIN_PER_REPLICA:
+            raise ValueError(
+                f"spec.metric.target: must be at least {MIN_PER_REPLICA:g}, got {self.spec.metric.target:g}"
+            )
+        rate = self.spec.forecast.rate_per_replica
+        if rate is not None and rate < MIN_PER_REPLICA:
+            raise ValueError(f"spec.forecast.ratePerReplica: must be at least {MIN_PER_REPLICA:g}, got {rate:g}")
+        return self
 
     @model_validator(mode="after")
     def _needs_slo(self) -> ServiceEntry:
@@ -103,7 +176,8 @@ class Baselines(_Strict):
         description="the HPA baseline's GPU utilisation target, percent (the seed article's 70 %)",
     )
     static_headroom: float = Field(
-        1.0, alias="staticHeadroom", ge=1.0, description="static policy: replicas for the peak times this factor"
+        1.0, alias="staticHeadroom", ge=1.0, le=100.0,
+        description="static policy: replicas for the peak times this factor",
     )
 
 
@@ -111,15 +185,22 @@ class Forecasting(_Strict):
     """How the simulator's ``predictive`` policy forecasts (the controller's refit job has the same settings)."""
 
     model: str = Field("last_value", description="forecaster name (see `autoscaler backtest --help` for the list)")
-    refit_seconds: float = Field(3600.0, alias="refitSeconds", gt=0, description="full refit period, seconds")
+    refit_seconds: float = Field(
+        3600.0, alias="refitSeconds", ge=60, description="full refit period, seconds (at most one a minute)"
+    )
     update_seconds: float = Field(
         300.0, alias="updateSeconds", gt=0, description="conditioning on new data with fitted parameters, seconds"
     )
-    history_seconds: float = Field(7 * 86400.0, alias="historySeconds", gt=0, description="training window, s")
-    resolution_seconds: float = Field(60.0, alias="resolutionSeconds", gt=0, description="forecast step, seconds")
+    history_seconds: float = Field(
+        7 * 86400.0, alias="historySeconds", gt=0, le=366 * 86400.0, description="training window, s"
+    )
+    resolution_seconds: float = Field(
+        60.0, alias="resolutionSeconds", ge=1, le=86400, description="forecast step, seconds"
+    )
     horizon_seconds: float = Field(1800.0, alias="horizonSeconds", gt=0, description="forecast horizon, seconds")
     min_history_seconds: float = Field(
-        1800.0, alias="minHistorySeconds", ge=0, description="no forecast before this much history, seconds"
+        1800.0, alias="minHistorySeconds", ge=0, le=366 * 86400.0,
+        description="no forecast before this much history, seconds",
     )
     model_params: dict[str, Any] = Field(
         default_factory=dict,
@@ -134,18 +215,36 @@ class Forecasting(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _sizes(self) -> Forecasting:
+        if self.history_seconds < self.resolution_seconds:
+            raise ValueError(
+                f"historySeconds ({self.history_seconds:g}) must be at least resolutionSeconds "
+                f"({self.resolution_seconds:g}): the training window holds whole forecast steps"
+            )
+        points = self.horizon_seconds / self.resolution_seconds
+        if points > MAX_FORECAST_POINTS:
+            raise ValueError(
+                f"horizonSeconds: {self.horizon_seconds:g} s at resolutionSeconds {self.resolution_seconds:g} s is "
+                f"{points:,.0f} forecast points, more than the maximum of {MAX_FORECAST_POINTS:,}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _known_model(self) -> Forecasting:
         from forecast.registry import make_model
 
         if "quantiles" in self.model_params:
             raise ValueError("modelParams: quantiles come from each service's spec.forecast.quantile, not from here")
         try:
-            make_model(self.model, **self.model_params)  # an unknown model or parameter fails here, not mid-run
+            estimator = make_model(self.model)
         except ValueError as exc:
             raise ValueError(f"model: {exc}") from None
-        except TypeError as exc:
+        params = _checked_model_params(type(estimator), self.model_params)
+        try:
+            make_model(self.model, **params)  # an unknown parameter fails here, not mid-run
+        except (ValueError, TypeError) as exc:
             raise ValueError(f"modelParams: {exc}") from None
-        return self
+        return self if params == self.model_params else self.model_copy(update={"model_params": params})
 
     def to_config(self) -> Any:
         from autoscaler.sim.predictive import ForecastingConfig
@@ -162,21 +261,100 @@ class Forecasting(_Strict):
         )
 
 
+def _checked_model_params(estimator: type, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` converted to the types the forecaster's constructor declares, so that a wrong type (a string for
+    a window, ``true`` for a period, NaN) fails here and not in the middle of a run. Names the constructor does not
+    take are left for the constructor to refuse."""
+    try:
+        parameters = inspect.signature(estimator, eval_str=True).parameters
+    except (NameError, TypeError, ValueError):  # pragma: no cover - every registered forecaster's annotations resolve
+        return dict(params)
+    hints = {name: p.annotation for name, p in parameters.items() if p.annotation is not inspect.Parameter.empty}
+    checked: dict[str, Any] = {}
+    for key, value in params.items():
+        hint = hints.get(key)
+        if hint is None:
+            checked[key] = value
+            continue
+        problems: list[tuple[_Loc, str]] = []
+        _input_problems(hint, value, (), problems, set())
+        if problems:
+            raise ValueError(f"modelParams.{key}{_where(problems[0][0], prefix='.')}: {problems[0][1]}")
+        try:
+            checked[key] = TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False)).validate_python(value)
+        except ValidationError as error:
+            item = error.errors()[0]
+            raise ValueError(f"modelParams.{key}{_where(item['loc'], prefix='.')}: {item['msg']}") from None
+    return checked
+
+
 class Scenario(_Strict):
-    name: str = Field(min_length=1, description="scenario name, used for output file names")
+    name: str = Field(
+        min_length=1,
+        description="scenario name, used for output file names (out/<name>.json): letters, digits, '-', '_', '.', "
+        "':', not starting with '.', '-' or ':', at most 100 characters",
+    )
     description: str = ""
-    step_seconds: float = Field(15.0, alias="stepSeconds", gt=0, le=3600, description="simulation step = tick, s")
+    step_seconds: float = Field(15.0, alias="stepSeconds", ge=1, le=3600, description="simulation step = tick, s")
     duration_seconds: float | None = Field(
-        None, alias="durationSeconds", gt=0, description="simulated time, seconds (default: the shortest trace)"
+        None, alias="durationSeconds", gt=0,
+        description=f"simulated time, seconds (default: the shortest trace); at most {MAX_STEPS:,} steps",
     )
     metrics_delay_seconds: float = Field(
-        30.0, alias="metricsDelaySeconds", ge=0,
+        30.0, alias="metricsDelaySeconds", ge=0, le=3600,
         description="age of the metrics the controller sees (DCGM collect 30 s + scrape), seconds",
     )
-    node_pools: list[NodePool] = Field(alias="nodePools", min_length=1)
-    services: list[ServiceEntry] = Field(min_length=1)
+    node_pools: list[NodePool] = Field(alias="nodePools", min_length=1, max_length=MAX_NODE_POOLS)
+    services: list[ServiceEntry] = Field(min_length=1, max_length=MAX_SERVICES)
     baselines: Baselines = Field(default_factory=Baselines)
     forecasting: Forecasting = Field(default_factory=Forecasting)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        if NAME_PATTERN.fullmatch(name) is None:
+            shown = name if len(name) <= 60 else name[:57] + "..."
+            raise ValueError(
+                f"{shown!r} is not a safe file name (it names out/<name>.json and .png): use letters, digits, "
+                "'-', '_', '.' and ':', not starting with '.', '-' or ':', at most 100 characters"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _run_size(self) -> Scenario:
+        if self.duration_seconds is not None:
+            self.check_run_size(math.ceil(self.duration_seconds / self.step_seconds), "durationSeconds",
+                                self.duration_seconds)
+        return self
+
+    def replica_bound(self) -> int:
+        """Most ready replicas the services can have at once, summed: maxReplicas, bounded by the pools' GPUs."""
+        gpus = sum(pool.node_limit * pool.gpus_per_node for pool in self.node_pools)
+        return sum(min(s.spec.max_replicas, gpus // s.spec.gpus_per_replica) for s in self.services)
+
+    def check_run_size(self, steps: int, over: str, seconds: float) -> None:
+        """Refuse (ValueError naming the field) a run of more than MAX_STEPS steps, MAX_SERVICE_STEPS service-steps
+        or MAX_REPLICA_STEPS replica-steps; ``over`` is what the ``seconds`` are: durationSeconds or the trace."""
+        step_s, services = self.step_seconds, len(self.services)
+        if steps > MAX_STEPS:
+            raise ValueError(
+                f"stepSeconds: {step_s:g} s over {over} ({seconds:,.0f} s) is {steps:,} steps, more than the maximum "
+                f"of {MAX_STEPS:,} simulation steps: use a longer stepSeconds or a shorter durationSeconds"
+            )
+        if steps * services > MAX_SERVICE_STEPS:
+            raise ValueError(
+                f"services: {services:,} services x {steps:,} steps of {step_s:g} s is {steps * services:,} "
+                f"service-steps, more than the maximum of {MAX_SERVICE_STEPS:,}: use a longer stepSeconds, a shorter "
+                "durationSeconds or fewer services"
+            )
+        replicas = self.replica_bound()
+        if steps * replicas > MAX_REPLICA_STEPS:
+            raise ValueError(
+                f"services: up to {replicas:,} replicas (maxReplicas, within the node pools' GPUs) x {steps:,} steps "
+                f"of {step_s:g} s is {steps * replicas:,} replica-steps, more than the maximum of "
+                f"{MAX_REPLICA_STEPS:,} (the latency model costs one Erlang C term per replica and step): use a "
+                "longer stepSeconds, a shorter durationSeconds or lower maxReplicas"
+            )
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:
@@ -189,35 +367,199 @@ class Scenario(_Strict):
         return self
 
 
-def _format_errors(error: ValidationError) -> str:
+# ---- checks on the raw YAML values, before pydantic converts them ---------------------------------------------------
+# Pydantic's lax mode reads `true` as 1 where a number is expected, and the policy spec (shared with the controller)
+# accepts NaN and infinity; these walks go over the input along the models' field types and name what is wrong.
+
+_Loc = tuple[str | int, ...]
+
+
+def _number_problem(value: Any, integer: bool) -> str | None:
+    if isinstance(value, bool):
+        return "Input should be a number, not a boolean (true/false)"
+    number: Any = value
+    if isinstance(value, str | bytes):
+        try:
+            number = float(value)
+        except ValueError:
+            return None  # not a number at all: pydantic says so
+    if isinstance(number, float) and not math.isfinite(number):
+        return "Input should be a finite number (not NaN or infinity)"
+    if integer and isinstance(number, int | float) and abs(number) > MAX_INT:
+        return f"Input should be at most {MAX_INT:,} in magnitude (a 32-bit integer)"
+    return None
+
+
+def _input_problems(
+    annotation: Any, value: Any, loc: _Loc, problems: list[tuple[_Loc, str]], seen: set[tuple[int, int]]
+) -> None:
+    """Append (location, problem) for every boolean given as a number, non-boolean given as a boolean, and
+    non-finite or over-large number in ``value``, read as ``annotation``. A YAML node shared through aliases is
+    visited once per type it is read as (so a "billion laughs" costs its size in memory, not its expansion)."""
+    if value is None:
+        return
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(options) == 1:
+            _input_problems(options[0], value, loc, problems, seen)
+        return
+    if annotation is bool:
+        if not isinstance(value, bool):
+            problems.append((loc, "Input should be true or false"))
+        return
+    if annotation is int or annotation is float:
+        problem = _number_problem(value, integer=annotation is int)
+        if problem is not None:
+            problems.append((loc, problem))
+        return
+    visit = (id(value), id(annotation))
+    if visit in seen:
+        return
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        if isinstance(value, dict):
+            seen.add(visit)
+            for name, info in annotation.model_fields.items():
+                for key in dict.fromkeys((info.alias or name, name)):
+                    if key in value:
+                        _input_problems(info.annotation, value[key], (*loc, key), problems, seen)
+        return
+    if isinstance(value, list) and origin in (list, tuple, collections.abc.Sequence):
+        seen.add(visit)
+        args = typing.get_args(annotation)
+        for index, item in enumerate(value):
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                item_type = args[index] if index < len(args) else None
+            else:
+                item_type = args[0] if args else None
+            _input_problems(item_type, item, (*loc, index), problems, seen)
+    # Anything else (str, enums, literals, modelParams' free-form values) is pydantic's, or _checked_model_params'.
+
+
+def _non_finite(model: BaseModel, loc: _Loc = ()) -> list[tuple[_Loc, str]]:
+    """Every non-finite float left in a validated model (the walk above should have caught them all)."""
+    problems: list[tuple[_Loc, str]] = []
+    for name, info in type(model).model_fields.items():
+        stack: list[tuple[_Loc, Any]] = [((*loc, info.alias or name), getattr(model, name))]
+        while stack:
+            where, value = stack.pop()
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append((where, "Input should be a finite number (not NaN or infinity)"))
+            elif isinstance(value, BaseModel):
+                problems.extend(_non_finite(value, where))
+            elif isinstance(value, list | tuple):
+                stack.extend(((*where, index), item) for index, item in enumerate(value))
+    return problems
+
+
+def _part(part: Any) -> str:
+    text = str(part)
+    if len(text) > 60 or not text.isprintable():
+        text = repr(text[:57] + "..." if len(text) > 60 else text)
+    return text
+
+
+def _where(loc: _Loc | tuple[Any, ...], prefix: str = "") -> str:
+    return prefix + ".".join(_part(part) for part in loc) if loc else ""
+
+
+def _format_problems(problems: list[tuple[_Loc, str]]) -> str:
     lines = []
-    for item in error.errors():
-        location = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"  {location}: {message}")
+    for loc, message in problems[:MAX_LISTED_PROBLEMS]:
+        # Errors of a whole-scenario check carry their field at the start of the message.
+        lines.append(f"  {_where(loc)}: {message}" if loc else f"  {message}")
+    if len(problems) > MAX_LISTED_PROBLEMS:
+        lines.append(f"  ... and {len(problems) - MAX_LISTED_PROBLEMS:,} more")
     return "\n".join(lines)
 
 
 def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    problems: list[tuple[_Loc, str]] = []
+    _input_problems(Scenario, data, (), problems, set())
+    scenario: Scenario | None = None
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as error:
-        raise ScenarioError(f"{source}: invalid scenario\n{_format_errors(error)}") from None
+        flagged = {loc for loc, _ in problems}
+        for item in error.errors():
+            loc = tuple(item["loc"])
+            # Said already, or a check of the model holding a value said to be wrong (it read that value wrongly).
+            if any(loc == bad[: len(loc)] for bad in flagged):
+                continue
+            message = item["msg"].removeprefix("Value error, ")
+            if not loc and item["type"] != "value_error":
+                message = f"(top level): {message}"  # a whole-scenario check's own message starts with its field
+            problems.append((loc, message))
+    except RecursionError:
+        problems.append(((), "(top level): nested too deeply"))
+    if scenario is not None and not problems:
+        problems = _non_finite(scenario)
+    if problems or scenario is None:  # scenario is None only with problems
+        raise ScenarioError(f"{source}: invalid scenario\n{_format_problems(problems)}")
+    return scenario
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (not: the last one wins)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base`: the keys written beside it override the merged ones, as YAML says
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # an unhashable key: the base class reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_scenario_text(path: Path) -> str:
+    problem = None
+    raw = b""
+    try:
+        if path.is_dir():
+            problem = "it is a directory"
+        elif path.exists() and not path.is_file():
+            problem = "not a regular file"  # a FIFO or a device would block or never end
+        else:
+            with path.open("rb") as stream:
+                raw = stream.read(MAX_SCENARIO_BYTES + 1)
+    except OSError as error:
+        problem = str(error.strerror or error)
+    except ValueError as error:  # e.g. a NUL byte in the path
+        problem = str(error)
+    if problem is None and len(raw) > MAX_SCENARIO_BYTES:
+        problem = f"larger than {MAX_SCENARIO_BYTES // (1024 * 1024)} MiB"
+    if problem is not None:
+        raise ScenarioError(f"{path}: cannot read scenario: {problem}")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        raise ScenarioError(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{raw[error.start]:02x})") from None
 
 
 def load_scenario(path: str | Path) -> tuple[Scenario, Path]:
     """The scenario and the directory its relative trace paths are resolved against."""
     path = Path(path)
+    text = _read_scenario_text(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read scenario: {error.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        raise ScenarioError(f"{path}{where}: not valid YAML: {getattr(error, 'problem', error)}") from None
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ScenarioError(f"{path}{where}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: a scenario is a YAML mapping with nodePools and services")
     return parse_scenario(data, str(path)), path.parent

@@ -42,7 +42,8 @@ def test_snapshot_reads_everything_paginated(apiserver: FakeApiServer, api_clien
     assert snap.deployments[0].spec_replicas == 40 and snap.deployments[0].selector == {"app": "chat"}
     assert snap.pdbs[0].disruptions_allowed == 2 and snap.pdbs[0].selector == {"app": "chat"}
     assert snap.priority_classes == {"inference": 1000}
-    # pods: 47 non-finished pods in pages of 7 = 7 calls; nodes 25 -> 4; deployments, pdbs, priority classes, HPAs 1 each
+    # pods: 47 non-finished pods in pages of 7 = 7 calls; nodes 25 -> 4; deployments, pdbs, priority classes, HPAs:
+    # 1 each
     assert r.last_stats.api_calls == 7 + 4 + 4
     assert apiserver.request_count("GET", r"^/api/v1/pods$") == 7
     pod_lists = [req for req in apiserver.requests if req.path == "/api/v1/pods"]

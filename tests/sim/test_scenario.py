@@ -34,7 +34,7 @@ _DELETE = object()
 @pytest.mark.parametrize(
     ("path", "value", "expected"),
     [
-        ("stepSeconds", 0, "stepSeconds: Input should be greater than 0"),
+        ("stepSeconds", 0, "stepSeconds: Input should be greater than or equal to 1"),
         ("nodePools", [], "nodePools: List should have at least 1 item"),
         ("nodePools.0.gpusPerNode", "eight", "nodePools.0.gpusPerNode: Input should be a valid integer"),
         ("services.0.spec.maxReplicas", 0, "services.0.spec.maxReplicas: Input should be greater than or equal to 1"),
@@ -44,7 +44,7 @@ _DELETE = object()
         ("services.0.spec.latency", _DELETE, "spec.latency.sloSeconds is required"),
         ("services.0.spec.latency", {"sloSeconds": 0.5}, "must exceed simulation.baseLatencySeconds"),
         ("services.0.spec.replicas", 3, "services.0.spec.replicas: Extra inputs are not permitted"),
-        ("services.0.simulation.throughputPerReplica", -1, "throughputPerReplica: Input should be greater than 0"),
+        ("services.0.simulation.throughputPerReplica", -1, "throughputPerReplica: Input should be greater than or "),
         ("nodePools.1.maxNodes", _DELETE, None),  # valid: a burst pool without maxNodes stays at its nodes
         ("forecasting", {"model": "prophet"}, "forecasting: model: unknown forecaster 'prophet'"),
         ("forecasting", {"model": "phase_naive", "modelParams": {"perod_s": 600}}, "modelParams: PhaseNaive.__init__"),
@@ -87,3 +87,132 @@ def test_packaged_default_scenario_is_valid() -> None:
     scenario, base = load_scenario(default_scenario_path())
     assert scenario.services[0].simulation.trace.startswith("builtin:")
     assert base == default_scenario_path().parent
+
+
+# ---- issue 17, defects 5 and 6: hostile input to `autoscaler simulate` -----------------------------------------------
+# Each runs the real command in-process: bad input is exit code 2 and a clear error naming the field, never a
+# traceback (an exception escaping main() fails the test), and nothing is written outside the output folder.
+
+
+def _simulate(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from autoscaler.cli import main
+
+    code = main(["simulate", *argv, "--policies", "static", "--no-plot", "--no-progress"])
+    return code, capsys.readouterr().err
+
+
+def _tiny(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    from tests.sim.conftest import write_rate_trace
+
+    write_rate_trace(tmp_path / "trace.csv", [10.0] * 30)
+    data = scenario_dict("trace.csv")
+    data.update(overrides)
+    return data
+
+
+def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    import yaml
+
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _assert_clear_error(code: int, err: str, *expected: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err
+    for text in expected:
+        assert text in err, err
+
+
+def test_trace_path_that_is_a_directory_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _tiny(tmp_path)
+    (tmp_path / "traces").mkdir()
+    data["services"][0]["simulation"]["trace"] = "traces"
+    code, err = _simulate([str(_write(tmp_path, data))], capsys)
+    _assert_clear_error(code, err, "services.0.simulation.trace", "is a directory")
+
+
+def test_scenario_that_is_not_utf8_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"name: caf\xe9\nstepSeconds: 15\n")
+    code, err = _simulate([str(path)], capsys)
+    _assert_clear_error(code, err, "latin1.yaml:1:10", "not UTF-8")
+
+
+def test_tiny_step_is_refused_before_anything_is_allocated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _simulate([str(_write(tmp_path, _tiny(tmp_path, stepSeconds=1.0e-09)))], capsys)
+    _assert_clear_error(code, err, "stepSeconds")
+
+
+def test_more_steps_than_the_maximum_are_refused_naming_step_seconds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from autoscaler.sim.scenario import MAX_STEPS
+
+    data = _tiny(tmp_path, stepSeconds=1, durationSeconds=MAX_STEPS + 1)
+    code, err = _simulate([str(_write(tmp_path, data))], capsys)
+    _assert_clear_error(code, err, "stepSeconds", f"{MAX_STEPS:,}")
+
+
+def test_boolean_step_is_not_a_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _simulate([str(_write(tmp_path, _tiny(tmp_path, stepSeconds=True)))], capsys)
+    _assert_clear_error(code, err, "stepSeconds: Input should be a number, not a boolean")
+
+
+def test_infinite_throughput_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _tiny(tmp_path)
+    data["services"][0]["simulation"]["throughputPerReplica"] = float("inf")
+    code, err = _simulate([str(_write(tmp_path, data))], capsys)
+    _assert_clear_error(code, err, "services.0.simulation.throughputPerReplica", "finite")
+
+
+def test_name_cannot_escape_the_output_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "a" / "b" / "work"  # ../../evil from work/out lands in tmp_path/a, still inside tmp_path
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    path = _write(tmp_path, _tiny(tmp_path, name="../../evil"))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code, err = _simulate([str(path)], capsys)
+    _assert_clear_error(code, err, "name")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_default_output_paths_stay_inside_the_output_folder(tmp_path: Path) -> None:
+    """Second line of defence behind the name check: the writer refuses a path that resolves outside out/."""
+    from autoscaler.commands.simulate import OutputPathError, default_output
+
+    out = tmp_path / "out"
+    assert default_output("ok-name", ".json", out) == out / "ok-name.json"
+    for name in ("../evil", "../../evil", "/abs/evil", "a/../../evil", ""):
+        with pytest.raises(OutputPathError, match="outside the output folder"):
+            default_output(name, "" if name == "" else ".json", out)
+    out.mkdir()
+    (out / "planted.json").symlink_to(tmp_path / "elsewhere.json")  # a symlink left in the output folder
+    with pytest.raises(OutputPathError, match="outside the output folder"):
+        default_output("planted", ".json", out)
+
+
+def test_scenario_name_must_be_a_safe_file_name() -> None:
+    for name in ("../x", "..", ".hidden", "a/b", "/abs", "a\\b", "-x", "x" * 101, "new\nline", "a\x00b"):
+        with pytest.raises(ScenarioError, match=r"name: .* is not a safe file name"):
+            parse_scenario(scenario_dict("t.csv", name=name))
+    for name in ("tiny", "v1.2_final", "builtin:servegen-m-large-cold90", "x" * 100):
+        assert parse_scenario(scenario_dict("t.csv", name=name)).name == name
+
+
+def test_the_run_size_limits_are_documented_in_the_help() -> None:
+    from autoscaler.cli import build_parser
+    from autoscaler.sim.scenario import MAX_REPLICA_STEPS, MAX_SERVICE_STEPS, MAX_STEPS
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command")
+    description = " ".join(subparsers.choices["simulate"].description.split())
+    for limit in (MAX_STEPS, MAX_SERVICE_STEPS, MAX_REPLICA_STEPS):
+        assert f"{limit:,}" in description
