@@ -185,13 +185,14 @@ def make_policy(
     forecasting: Any = None,
     node_boot_s: float = 0.0,
     metrics_delay_s: float = 0.0,
+    hpa_behavior: bool = False,
 ) -> SimPolicy:
     if name == "predictive":
         from autoscaler.sim.predictive import PredictivePolicy
 
         return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s)
     if name == "hpa":
-        return HpaBaseline(hpa_target_utilization)
+        return HpaBaseline(hpa_target_utilization, behavior=hpa_behavior)
     if name == "reactive":
         return CorePolicy("reactive")
     if name == "static":

@@ -231,6 +231,7 @@ def run_scenario(
             scenario.baselines.static_headroom,
             scenario.forecasting.to_config(),
             metrics_delay_s=scenario.metrics_delay_seconds,
+            hpa_behavior=scenario.baselines.hpa_behavior,
         )
         runs[name] = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,

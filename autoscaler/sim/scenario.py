@@ -175,6 +175,11 @@ class Baselines(_Strict):
         70.0, alias="hpaTargetUtilization", gt=0, le=100,
         description="the HPA baseline's GPU utilisation target, percent (the seed article's 70 %)",
     )
+    hpa_behavior: bool = Field(
+        False, alias="hpaBehavior",
+        description="give the HPA baseline the defaulted behavior block (scale-up max(+4 pods, +100 %) per 15 s, "
+        "scale-down 100 % per 15 s); false: an HPA without one, as most run (max(2 x current, 4) per sync)",
+    )
     static_headroom: float = Field(
         1.0, alias="staticHeadroom", ge=1.0, le=100.0,
         description="static policy: replicas for the peak times this factor",

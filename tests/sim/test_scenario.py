@@ -216,3 +216,18 @@ def test_the_run_size_limits_are_documented_in_the_help() -> None:
     description = " ".join(subparsers.choices["simulate"].description.split())
     for limit in (MAX_STEPS, MAX_SERVICE_STEPS, MAX_REPLICA_STEPS):
         assert f"{limit:,}" in description
+
+
+def test_the_hpa_baseline_runs_without_a_behavior_block_unless_the_scenario_gives_it_one() -> None:
+    from autoscaler.sim.policies import HpaBaseline, make_policy
+
+    data = copy.deepcopy(scenario_dict("trace.csv"))
+    assert parse_scenario(data).baselines.hpa_behavior is False
+    data["baselines"] = {"hpaBehavior": True}
+    assert parse_scenario(data).baselines.hpa_behavior is True
+    data["baselines"] = {"hpaBehavior": 1}
+    with pytest.raises(ScenarioError, match=r"baselines\.hpaBehavior"):
+        parse_scenario(data)
+    for behavior in (False, True):
+        policy = make_policy("hpa", hpa_behavior=behavior)
+        assert isinstance(policy, HpaBaseline) and policy.behavior is behavior
