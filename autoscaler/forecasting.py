@@ -59,8 +59,14 @@ import numpy as np
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import ReplicaFloor
-from autoscaler.core.model import ForecastMode, MetricKind, Observation, ServicePolicy
-from autoscaler.core.predictive import ForecastInput, PredictiveSettings, forecast_floor, lead_time_s
+from autoscaler.core.model import ForecastMode, Observation, ServicePolicy
+from autoscaler.core.predictive import (
+    ForecastInput,
+    PredictiveSettings,
+    forecast_floor,
+    lead_time_s,
+    rate_per_replica,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.ports import MetricsSource
 from autoscaler.telemetry import ForecastGauges, Telemetry
@@ -489,15 +495,6 @@ def on_grid(times: Sequence[float], values: Sequence[float], start: float, step:
     last = np.append(index[1:] != index[:-1], True)  # times ascend: the last sample of each grid point
     out[index[last]] = v[last]
     return out
-
-
-def rate_per_replica(policy: ServicePolicy) -> float | None:
-    """Requests/s one replica carries: ``spec.forecast.ratePerReplica``, else the target of a request-rate policy."""
-    if policy.forecast is not None and policy.forecast.rate_per_replica is not None:
-        return policy.forecast.rate_per_replica
-    if policy.metric is MetricKind.REQUEST_RATE:
-        return policy.target
-    return None
 
 
 def cold_starts_by_service(snapshot: ClusterSnapshot) -> dict[str, list[float]]:

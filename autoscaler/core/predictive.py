@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoscaler.core.decide import ReplicaFloor
-from autoscaler.core.model import ServicePolicy
+from autoscaler.core.model import MetricKind, ServicePolicy
 from autoscaler.core.reasons import Reason
 from forecast.types import Forecast
 
@@ -36,6 +36,28 @@ class PredictiveSettings:
     refit_period_s: float = 3600.0  # how often the refit job runs, seconds
     max_fit_age_periods: float = 3.0  # a fit older than this many refit periods is stale
     shadow: bool = False  # report the floor, do not apply it
+
+
+# The share of a replica's saturation throughput a utilisation-less signal (queue depth) is provisioned at.
+DEFAULT_UTILISATION = 0.7
+
+
+def rate_per_replica(policy: ServicePolicy, throughput_per_replica: float | None = None) -> float | None:
+    """Requests/s one replica should carry at the forecast, the one rule for the controller and the simulator:
+    ``spec.forecast.ratePerReplica`` when set, else the target of a request-rate policy; else, when the replica's
+    saturation throughput is known (the simulator knows it, the controller does not), the utilisation target's share
+    of it (``DEFAULT_UTILISATION`` for a queue-depth policy). None: no floor can be computed."""
+    if policy.forecast is not None and policy.forecast.rate_per_replica is not None:
+        return policy.forecast.rate_per_replica
+    if policy.metric is MetricKind.REQUEST_RATE:
+        return policy.target
+    if throughput_per_replica is None:
+        return None
+    if policy.metric is MetricKind.GPU_UTILIZATION:
+        return throughput_per_replica * policy.target / 100.0
+    if policy.metric is MetricKind.ENGINE_ACTIVE:
+        return throughput_per_replica * policy.target
+    return throughput_per_replica * DEFAULT_UTILISATION
 
 
 def lead_time_s(

@@ -21,8 +21,14 @@ from typing import Any
 import numpy as np
 
 from autoscaler.core.decide import decide_service
-from autoscaler.core.model import MetricKind, ServiceObservation
-from autoscaler.core.predictive import ForecastInput, PredictiveSettings, forecast_floor, lead_time_s
+from autoscaler.core.model import ServiceObservation
+from autoscaler.core.predictive import (
+    ForecastInput,
+    PredictiveSettings,
+    forecast_floor,
+    lead_time_s,
+    rate_per_replica,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.sim.policies import CorePolicy, SimService
 from forecast.types import Forecast, pinball_loss
@@ -142,16 +148,7 @@ class PredictivePolicy(CorePolicy):
 
 
 def _rate_per_replica(service: SimService) -> float:
-    """Requests/s one replica should carry at the forecast: ``spec.forecast.ratePerReplica`` when set, else the
-    reactive target when the service scales on request rate, else the utilisation target's share of the replica's
-    throughput."""
-    policy = service.policy
-    if policy.forecast is not None and policy.forecast.rate_per_replica is not None:
-        return policy.forecast.rate_per_replica
-    if policy.metric is MetricKind.REQUEST_RATE:
-        return policy.target
-    if policy.metric is MetricKind.GPU_UTILIZATION:
-        return service.throughput * policy.target / 100.0
-    if policy.metric is MetricKind.ENGINE_ACTIVE:
-        return service.throughput * policy.target
-    return service.throughput * 0.7
+    """The core's rule (``autoscaler.core.predictive.rate_per_replica``) with the simulated replica's throughput."""
+    rate = rate_per_replica(service.policy, service.throughput)
+    assert rate is not None  # with a throughput the rule always has an answer
+    return rate

@@ -96,3 +96,25 @@ def test_shadow_mode_reports_without_acting() -> None:
     decision, _ = decide_service(POLICY, obs, ServiceState(), 600.0, floor)
     assert decision.desired_replicas == 4
     assert "shadow forecast floor 11" in decision.detail
+
+
+@pytest.mark.parametrize(
+    ("metric", "target", "rate", "throughput", "expected"),
+    [
+        (MetricKind.REQUEST_RATE, 3.2, None, None, 3.2),
+        (MetricKind.REQUEST_RATE, 3.2, 2.5, None, 2.5),
+        (MetricKind.GPU_UTILIZATION, 70.0, None, None, None),  # the controller: no throughput, no floor
+        (MetricKind.GPU_UTILIZATION, 70.0, None, 3.5, 3.5 * 0.7),  # the simulator knows the throughput
+        (MetricKind.ENGINE_ACTIVE, 0.5, None, 4.0, 2.0),
+        (MetricKind.QUEUE_DEPTH, 2.0, None, 4.0, 4.0 * 0.7),
+    ],
+)
+def test_rate_per_replica_is_one_rule_for_controller_and_simulator(
+    metric: MetricKind, target: float, rate: float | None, throughput: float | None, expected: float | None
+) -> None:
+    from autoscaler.core.model import ForecastPolicy
+    from autoscaler.core.predictive import rate_per_replica
+
+    policy = ServicePolicy("ml", "chat", metric=metric, target=target, forecast=ForecastPolicy(rate_per_replica=rate))
+    got = rate_per_replica(policy, throughput)
+    assert got == (pytest.approx(expected) if expected is not None else None)
