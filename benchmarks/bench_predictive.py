@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.sim.bounds import BoundPoint, cheapest_at, tuned_observed_policy, window_margin_bound
-from autoscaler.sim.policies import POLICY_NAMES
+from autoscaler.sim.registry import POLICY_NAMES
 from autoscaler.sim.run import SimulationResult, run_scenario
 from autoscaler.sim.scenario import parse_scenario
 from forecast.phase import detect_change_period

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.sim.engine import simulate
-from autoscaler.sim.policies import make_policy
+from autoscaler.sim.registry import make_policy
 from autoscaler.sim.run import build_services, resolve_trace
 from autoscaler.sim.scenario import parse_scenario
 from autoscaler.traces import load_trace, write_rate_series

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autoscaler.sim.policies import POLICY_NAMES
+from autoscaler.sim.registry import POLICY_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

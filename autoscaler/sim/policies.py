@@ -16,7 +16,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -173,30 +172,3 @@ def _forward_window_max(values: np.ndarray, window: int) -> np.ndarray:
         np.maximum(out, shifted, out=out)
         span += step
     return out
-
-
-POLICY_NAMES = ("oracle", "predictive", "reactive", "hpa", "static")
-
-
-def make_policy(
-    name: str,
-    hpa_target_utilization: float = 70.0,
-    static_headroom: float = 1.0,
-    forecasting: Any = None,
-    node_boot_s: float = 0.0,
-    metrics_delay_s: float = 0.0,
-    hpa_behavior: bool = False,
-) -> SimPolicy:
-    if name == "predictive":
-        from autoscaler.sim.predictive import PredictivePolicy
-
-        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s)
-    if name == "hpa":
-        return HpaBaseline(hpa_target_utilization, behavior=hpa_behavior)
-    if name == "reactive":
-        return CorePolicy("reactive")
-    if name == "static":
-        return StaticPeak(static_headroom)
-    if name == "oracle":
-        return Oracle()
-    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")

@@ -15,7 +15,8 @@ import numpy as np
 
 from autoscaler.policy import to_service_policy
 from autoscaler.sim.engine import PolicyRun, simulate
-from autoscaler.sim.policies import POLICY_NAMES, SimService, make_policy
+from autoscaler.sim.policies import SimService
+from autoscaler.sim.registry import POLICY_NAMES, make_policy
 from autoscaler.sim.report import build_report, figures, forecast_figures
 from autoscaler.sim.scenario import (
     BUILTIN_PREFIX,

@@ -10,8 +10,8 @@ import pytest
 
 from autoscaler.sim.bounds import cheapest_at, tuned_observed_policy, window_margin_bound
 from autoscaler.sim.engine import simulate
-from autoscaler.sim.policies import make_policy
 from autoscaler.sim.predictive import ForecastingConfig
+from autoscaler.sim.registry import make_policy
 from autoscaler.sim.run import build_services, run_scenario
 from autoscaler.sim.scenario import load_scenario
 

@@ -219,7 +219,8 @@ def test_the_run_size_limits_are_documented_in_the_help() -> None:
 
 
 def test_the_hpa_baseline_runs_without_a_behavior_block_unless_the_scenario_gives_it_one() -> None:
-    from autoscaler.sim.policies import HpaBaseline, make_policy
+    from autoscaler.sim.policies import HpaBaseline
+    from autoscaler.sim.registry import make_policy
 
     data = copy.deepcopy(scenario_dict("trace.csv"))
     assert parse_scenario(data).baselines.hpa_behavior is False
