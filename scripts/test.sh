@@ -10,5 +10,7 @@ echo "== mypy (type check: core, ports, forecast types)"
 .venv/bin/mypy
 echo "== import-linter (layering contracts)"
 .venv/bin/lint-imports
+echo "== control plane for tests/realkube (scripts/control-plane.sh: ~8 min cold, cached after)"
+[[ -n "${SKIP_REALKUBE:-}" && -z "${CI:-}" ]] || scripts/control-plane.sh >/dev/null
 echo "== pytest"
 exec .venv/bin/pytest "$@"

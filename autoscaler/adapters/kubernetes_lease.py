@@ -57,6 +57,17 @@ class LeaseStore(Protocol):
         ...
 
 
+def _micro_time(value: datetime | None) -> datetime | None:
+    """A ``MicroTime`` the apiserver accepts. It parses RFC 3339 with exactly six fraction digits; the client
+    serialises with ``isoformat()``, which drops the fraction on a whole second, and the real apiserver answers 400
+    (found against the real control plane of tests/realkube; the fake API server accepted it). The client's pydantic
+    models turn a string back into a datetime, so the only fix on our side is to never send microsecond 0: one
+    microsecond later is immaterial to a Lease."""
+    if value is None:
+        return None
+    return value.replace(microsecond=1) if value.microsecond == 0 else value
+
+
 class KubernetesLeaseStore:
     """One Lease object through the official client's CoordinationV1Api."""
 
@@ -94,8 +105,8 @@ class KubernetesLeaseStore:
                 holder_identity=record.holder,
                 # The API field is whole seconds; round up so that followers never wait less than configured.
                 lease_duration_seconds=max(1, math.ceil(record.lease_duration_s)),
-                acquire_time=record.acquire_time,
-                renew_time=record.renew_time,
+                acquire_time=_micro_time(record.acquire_time),
+                renew_time=_micro_time(record.renew_time),
                 lease_transitions=record.transitions,
             ),
         )

@@ -1,0 +1,547 @@
+"""The Kubernetes adapters against a real control plane: what tests/kube checks against our imitation of the API
+server, checked here against kube-apiserver, etcd, the real controllers, the real scheduler and kwok nodes.
+
+Objects are set up with plain REST calls (``control_plane.request``); the code under test is the repository's own
+adapters (``load_api_client``, ``KubeClusterReader``, ``KubeClusterWriter``, ``PolicyLoader``,
+``KubernetesLeaseStore``) exactly as the controller wires them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes import (
+    INVALID_SPEC,
+    READY,
+    KubeClusterReader,
+    KubeClusterWriter,
+    PolicyLoader,
+    ReaderConfig,
+    StatusUpdate,
+    WriterConfig,
+)
+from autoscaler.adapters.kubernetes.status import condition
+from autoscaler.adapters.kubernetes_lease import (
+    ElectionTimings,
+    KubernetesLeaseStore,
+    LeaderElector,
+    LeaseConflict,
+    LeaseRecord,
+)
+from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
+from autoscaler.ports import EvictionOutcome
+from tests.realkube.control_plane import (
+    COMPLETE_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    REPO,
+    ApiError,
+    ControlPlane,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.realkube]
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+CRD_FILE = REPO / "deploy" / "base" / "crd-gpuscalingpolicies.yaml"
+POLICIES = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{{ns}}/{PLURAL}"
+
+
+# ---- object builders ---------------------------------------------------------------------------------------------
+
+
+def pod_spec(gpus: int, product: str | None = A100, priority_class: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",  # never pulled: kwok runs no containers
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                    "limits": {GPU_RESOURCE: str(gpus)},
+                },
+            }
+        ],
+        "terminationGracePeriodSeconds": 5,
+    }
+    if product:
+        spec["nodeSelector"] = {GPU_PRODUCT_LABEL: product}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return spec
+
+
+def deployment(name: str, replicas: int, gpus: int = 1, **pod: Any) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec(gpus, **pod)},
+        },
+    }
+
+
+def job(name: str, parallelism: int, gpus: int = 1, complete: bool = False) -> dict[str, Any]:
+    spec = dict(pod_spec(gpus), restartPolicy="Never")
+    annotations = {COMPLETE_ANNOTATION: "true"} if complete else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"job": name}, "annotations": annotations}, "spec": spec},
+        },
+    }
+
+
+def running_ready(pod: dict[str, Any]) -> bool:
+    conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
+    return (
+        pod.get("status", {}).get("phase") == "Running"
+        and conds.get("Ready") == "True"
+        and not pod["metadata"].get("deletionTimestamp")
+    )
+
+
+def create_deployment(cp: ControlPlane, ns: str, body: dict[str, Any], ready: int | None = None) -> dict[str, Any]:
+    created = cp.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", body)
+    want = body["spec"]["replicas"] if ready is None else ready
+    name = body["metadata"]["name"]
+    wait_running(cp, ns, f"app={name}", want)
+    return dict(created)
+
+
+def wait_running(cp: ControlPlane, ns: str, selector: str, count: int, timeout_s: float = 60) -> list[dict[str, Any]]:
+    def probe() -> list[dict[str, Any]] | None:
+        pods = cp.pods(ns, selector)
+        running = [p for p in pods if running_ready(p)]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return running if len(running) == count and len(live) == count else None
+
+    return cp.wait(f"{count} Running+Ready pods {selector} in {ns}", probe, timeout_s=timeout_s)
+
+
+def make_writer(api: client.ApiClient) -> KubeClusterWriter:
+    return KubeClusterWriter(api, WriterConfig(reporting_instance="realkube-test"))
+
+
+# ---- fixtures ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def policy_crd(control_plane: ControlPlane) -> Iterator[dict[str, Any]]:
+    """The GPUScalingPolicy CRD exactly as deploy/ ships it, Established."""
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    name = crd["metadata"]["name"]
+    exists = control_plane.exists(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    if not exists:
+        control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+
+    def established() -> dict[str, Any] | None:
+        obj = control_plane.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions") or []}
+        if conds.get("Established") != "True":
+            return None
+        # Established can precede the discovery/storage of the new resource by a moment: list it once.
+        control_plane.get(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}")
+        return dict(obj)
+
+    yield control_plane.wait(f"CRD {name} Established", established, timeout_s=30)
+
+
+# ---- Deployment -> ReplicaSet -> Pods on kwok GPU nodes -> the reader ---------------------------------------------
+
+
+def test_deployment_pods_scheduled_onto_gpu_nodes_and_read_back(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    cp, ns = control_plane, namespace
+    pc_name = f"rk-high-{secrets.token_hex(3)}"
+    cp.request(
+        "POST",
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": pc_name}, "value": 1000},
+    )
+    try:
+        create_deployment(cp, ns, deployment("chat", replicas=3, gpus=2, priority_class=pc_name))
+
+        # The real deployment controller made a ReplicaSet owned by the Deployment, which made the pods.
+        rs = cp.get(f"/apis/apps/v1/namespaces/{ns}/replicasets", params={"labelSelector": "app=chat"})["items"]
+        assert len(rs) == 1
+        owner = rs[0]["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("Deployment", "chat", True)
+        cp.wait(
+            "Deployment chat readyReplicas 3",
+            lambda: (
+                cp.get(f"/apis/apps/v1/namespaces/{ns}/deployments/chat").get("status", {}).get("readyReplicas") == 3
+            ),
+        )
+
+        snapshot = KubeClusterReader(api_client).snapshot(time.time())
+        # The same snapshot one object per page: the real apiserver's continue tokens.
+        paged_reader = KubeClusterReader(api_client, ReaderConfig(page_size=1))
+        paged = paged_reader.snapshot(time.time())
+        assert sorted(p.name for p in paged.pods if p.namespace == ns) == sorted(
+            p.name for p in snapshot.pods if p.namespace == ns
+        )
+        assert paged_reader.last_stats.api_calls > len(paged.pods)
+
+        mine = [p for p in snapshot.pods if p.namespace == ns]
+        assert len(mine) == 3
+        a100_nodes = {"kwok-a100-0", "kwok-a100-1"}
+        for pod in mine:
+            assert pod.gpus == 2
+            assert pod.node in a100_nodes, pod  # the scheduler honoured the GPU-product nodeSelector
+            assert (pod.owner_kind, pod.owner_name) == ("Deployment", "chat")
+            assert pod.phase == "Running" and pod.ready
+            assert pod.priority == 1000  # the Priority admission plugin resolved the class into spec.priority
+            assert pod.created_at is not None and pod.ready_at is not None
+        dep = next(d for d in snapshot.deployments if d.namespace == ns and d.name == "chat")
+        assert (dep.spec_replicas, dep.ready_replicas, dep.selector) == (3, 3, {"app": "chat"})
+
+        nodes = {n.name: n for n in snapshot.nodes}
+        assert {"kwok-a100-0", "kwok-a100-1", "kwok-l4-0"} <= set(nodes)
+        assert (nodes["kwok-a100-0"].allocatable_gpus, nodes["kwok-a100-0"].gpu_product) == (8, A100)
+        assert (nodes["kwok-l4-0"].allocatable_gpus, nodes["kwok-l4-0"].gpu_product) == (4, "NVIDIA-L4")
+        assert nodes["kwok-l4-0"].pool == "l4"
+        assert all(n.ready for n in nodes.values() if n.name.startswith("kwok-"))
+        # The apiserver's own bootstrap classes plus ours.
+        assert snapshot.priority_classes[pc_name] == 1000
+        assert snapshot.priority_classes["system-cluster-critical"] == 2_000_000_000
+    finally:
+        cp.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{pc_name}")
+
+
+def test_pods_that_fit_no_gpu_node_stay_pending(control_plane: ControlPlane, namespace: str) -> None:
+    cp, ns = control_plane, namespace
+    # 5 GPUs per pod fit an A100 node (8) once, never an L4 node (4): the real scheduler's NodeResourcesFit.
+    cp.request(
+        "POST", f"/apis/apps/v1/namespaces/{ns}/deployments", deployment("big", replicas=1, gpus=5, product="NVIDIA-L4")
+    )
+
+    def unschedulable() -> dict[str, Any] | None:
+        pods = cp.pods(ns, "app=big")
+        for pod in pods:
+            for c in pod.get("status", {}).get("conditions") or []:
+                if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
+                    return pod
+        return None
+
+    pod = cp.wait("pod big Unschedulable", unschedulable, timeout_s=30)
+    assert not pod["spec"].get("nodeName")
+    assert "nvidia.com/gpu" in next(c["message"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+
+
+# ---- the scale subresource ---------------------------------------------------------------------------------------
+
+
+def test_scale_deployment_through_the_scale_subresource(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    cp, ns = control_plane, namespace
+    create_deployment(cp, ns, deployment("embed", replicas=1))
+    writer = make_writer(api_client)
+
+    writer.scale_deployment(ns, "embed", 4)
+    assert cp.get(f"/apis/apps/v1/namespaces/{ns}/deployments/embed")["spec"]["replicas"] == 4
+    wait_running(cp, ns, "app=embed", 4)
+
+    # Idempotent: the same target again writes nothing (the resourceVersion does not move).
+    rv = cp.get(f"/apis/apps/v1/namespaces/{ns}/deployments/embed")["metadata"]["resourceVersion"]
+    calls = writer.api_calls
+    writer.scale_deployment(ns, "embed", 4)
+    assert writer.api_calls == calls + 1  # the read only
+    assert cp.get(f"/apis/apps/v1/namespaces/{ns}/deployments/embed")["metadata"]["resourceVersion"] == rv
+
+    writer.scale_deployment(ns, "embed", 2)
+    wait_running(cp, ns, "app=embed", 2)
+
+    # What the writer's optimistic concurrency relies on: a merge patch of /scale carrying a stale resourceVersion
+    # is refused with 409 by the real apiserver (not applied over the newer object).
+    stale = {"metadata": {"resourceVersion": rv}, "spec": {"replicas": 7}}
+    with pytest.raises(ApiError) as err:
+        cp.request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{ns}/deployments/embed/scale",
+            stale,
+            content_type="application/merge-patch+json",
+        )
+    assert err.value.status == 409
+    assert cp.get(f"/apis/apps/v1/namespaces/{ns}/deployments/embed")["spec"]["replicas"] == 2
+
+
+# ---- eviction and PodDisruptionBudgets ---------------------------------------------------------------------------
+
+
+def test_eviction_blocked_by_a_pdb_until_the_budget_allows_it(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    cp, ns = control_plane, namespace
+    create_deployment(cp, ns, deployment("serve", replicas=2))
+    pdb_path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+    cp.request(
+        "POST",
+        pdb_path,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "serve"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "serve"}}},
+        },
+    )
+
+    def budget(allowed: int) -> Any:
+        def probe() -> dict[str, Any] | None:
+            pdb = cp.get(f"{pdb_path}/serve")
+            st = pdb.get("status") or {}
+            fresh = st.get("observedGeneration") == pdb["metadata"]["generation"]
+            return pdb if fresh and st.get("expectedPods") == 2 and st.get("disruptionsAllowed") == allowed else None
+
+        return cp.wait(f"PDB serve disruptionsAllowed={allowed} (disruption controller)", probe, timeout_s=30)
+
+    budget(0)
+    snapshot = KubeClusterReader(api_client).snapshot(time.time())
+    pdb_info = next(p for p in snapshot.pdbs if p.namespace == ns)
+    assert (pdb_info.selector, pdb_info.disruptions_allowed) == ({"app": "serve"}, 0)
+
+    writer = make_writer(api_client)
+    victim = cp.pods(ns, "app=serve")[0]["metadata"]["name"]
+    assert writer.evict_pod(ns, victim) is EvictionOutcome.BLOCKED  # the apiserver's 429: "not now"
+    pod = cp.get(f"/api/v1/namespaces/{ns}/pods/{victim}")
+    assert not pod["metadata"].get("deletionTimestamp")
+
+    cp.request("PATCH", f"{pdb_path}/serve", {"spec": {"minAvailable": 1}}, content_type="application/merge-patch+json")
+    budget(1)
+    assert writer.evict_pod(ns, victim) is EvictionOutcome.EVICTED
+    cp.wait(
+        f"pod {victim} gone or terminating",
+        lambda: (
+            not cp.exists(f"/api/v1/namespaces/{ns}/pods/{victim}")
+            or bool(cp.get(f"/api/v1/namespaces/{ns}/pods/{victim}")["metadata"].get("deletionTimestamp"))
+        ),
+    )
+    assert writer.evict_pod(ns, "no-such-pod") is EvictionOutcome.GONE
+    # The ReplicaSet replaces the evicted pod.
+    wait_running(cp, ns, "app=serve", 2)
+
+
+# ---- Job suspension ----------------------------------------------------------------------------------------------
+
+
+def test_suspending_a_job_makes_the_job_controller_delete_its_pods(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    cp, ns = control_plane, namespace
+    cp.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job("train", parallelism=2, gpus=4))
+    pods = wait_running(cp, ns, "job=train", 2)
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "Job" for p in pods)
+
+    snapshot = KubeClusterReader(api_client).snapshot(time.time())
+    mine = [p for p in snapshot.pods if p.namespace == ns]
+    assert [(p.owner_kind, p.owner_name, p.gpus) for p in mine] == [("Job", "train", 4)] * 2
+
+    writer = make_writer(api_client)
+    writer.suspend_workload("Job", ns, "train")
+    assert cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/train")["spec"]["suspend"] is True
+
+    cp.wait("the Job controller deleted the pods of the suspended Job", lambda: cp.pods(ns, "job=train") == [])
+
+    def suspended() -> dict[str, Any] | None:
+        st = cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/train").get("status") or {}
+        conds = {c["type"]: c["status"] for c in st.get("conditions") or []}
+        return st if conds.get("Suspended") == "True" and not st.get("active") else None
+
+    cp.wait("Job train Suspended", suspended, timeout_s=30)
+    # Idempotent: suspending a suspended Job writes nothing.
+    rv = cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/train")["metadata"]["resourceVersion"]
+    writer.suspend_workload("Job", ns, "train")
+    assert cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/train")["metadata"]["resourceVersion"] == rv
+    writer.suspend_workload("Job", ns, "no-such-job")  # gone: the goal is met, no error
+
+
+def test_kwok_completes_job_pods_only_when_annotated(control_plane: ControlPlane, namespace: str) -> None:
+    cp, ns = control_plane, namespace
+    cp.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job("once", parallelism=1, complete=True))
+
+    def complete() -> bool:
+        st = cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/once").get("status") or {}
+        return any(c["type"] == "Complete" and c["status"] == "True" for c in st.get("conditions") or [])
+
+    cp.wait("Job once Complete", complete, timeout_s=60)
+
+
+# ---- the GPUScalingPolicy CRD: schema validation and the status subresource --------------------------------------
+
+
+def policy(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "GPUScalingPolicy",
+        "metadata": {"name": name},
+        "spec": {"targetRef": {"name": name}, **spec},
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "says"),
+    [
+        ({"maxReplicas": 0}, "spec.maxReplicas", "should be greater than or equal to 1"),
+        ({"maxReplicas": "ten"}, "spec.maxReplicas", "must be of type integer"),
+        ({"minReplicas": 5, "maxReplicas": 2}, "spec.minReplicas", "minReplicas must be <= maxReplicas"),
+        ({"metric": {"type": "gpu_util", "target": 70}}, "spec.metric.type", "Unsupported value"),
+        ({"metric": {"type": "gpu_utilization", "target": 0}}, "spec.metric.target", "should be greater than 0"),
+    ],
+    ids=["maxReplicas-0", "maxReplicas-string", "min-over-max-CEL", "metric-enum", "target-0"],
+)
+def test_the_crd_schema_rejects_bad_policies(
+    control_plane: ControlPlane, namespace: str, policy_crd: dict[str, Any], spec: dict[str, Any], field: str, says: str
+) -> None:
+    with pytest.raises(ApiError) as err:
+        control_plane.request("POST", POLICIES.format(ns=namespace), policy("bad", **spec))
+    assert err.value.status == 422, err.value
+    assert err.value.reason == "Invalid"
+    causes = err.value.body["details"]["causes"]
+    assert any(c.get("field") == field and says in c.get("message", "") for c in causes), causes
+
+
+def test_policy_loader_writes_status_through_the_subresource(
+    control_plane: ControlPlane, namespace: str, policy_crd: dict[str, Any], api_client: client.ApiClient
+) -> None:
+    cp, ns = control_plane, namespace
+    good = cp.request("POST", POLICIES.format(ns=ns), policy("chat", minReplicas=1, maxReplicas=6))
+    assert good["spec"]["maxReplicas"] == 6 and good["spec"]["mode"]  # accepted, with the schema's defaults
+    # Valid for the CRD's openAPIV3Schema, invalid for the controller: the percentage rule cannot be expressed
+    # there, so the controller reports it as the InvalidSpec condition on the status subresource.
+    bad = cp.request("POST", POLICIES.format(ns=ns), policy("embed", metric={"type": "gpu_utilization", "target": 150}))
+
+    loader, writer = PolicyLoader(api_client, [ns]), make_writer(api_client)
+    now = time.time()
+    policies = loader.sync(writer, now)
+    assert [p.name for p in policies.valid] == ["chat"]
+    assert [(p.name, p.field) for p in policies.invalid] == [("embed", "spec.metric")]
+
+    stored = cp.get(f"{POLICIES.format(ns=ns)}/embed")
+    invalid, ready = condition(stored.get("status"), INVALID_SPEC), condition(stored.get("status"), READY)
+    assert invalid is not None and invalid["status"] == "True" and invalid["message"].startswith("spec.metric: ")
+    assert ready is not None and ready["status"] == "False"
+    assert stored["metadata"]["generation"] == bad["metadata"]["generation"] == 1  # a status write is no spec change
+    assert "status" not in cp.get(f"{POLICIES.format(ns=ns)}/chat")
+
+    events = cp.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+    warnings = [e for e in events if e["regarding"].get("name") == "embed"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning" and "spec.metric" in warnings[0]["note"]
+    assert warnings[0]["regarding"].get("uid") == bad["metadata"]["uid"]  # `kubectl describe` finds it
+
+    # Steady state: what was written is what the server keeps (nothing pruned), so a second sync writes nothing.
+    rv = stored["metadata"]["resourceVersion"]
+    loader.sync(writer, now + 15)
+    assert cp.get(f"{POLICIES.format(ns=ns)}/embed")["metadata"]["resourceVersion"] == rv
+
+    # The writer's own status fields go through the status subresource too, and survive the schema's pruning.
+    assert writer.update_policy_status(ns, "chat", StatusUpdate(current_replicas=2, desired_replicas=3), now=now)
+    status = cp.get(f"{POLICIES.format(ns=ns)}/chat")["status"]
+    assert (status["currentReplicas"], status["desiredReplicas"], status["observedGeneration"]) == (2, 3, 1)
+    assert not writer.update_policy_status(ns, "chat", StatusUpdate(current_replicas=2, desired_replicas=3), now=now)
+
+    # Fixed by the user: generation 2, the condition flips back.
+    cp.request(
+        "PATCH",
+        f"{POLICIES.format(ns=ns)}/embed",
+        {"spec": {"metric": {"target": 60}}},
+        content_type="application/merge-patch+json",
+    )
+    policies = loader.sync(writer, now + 30)
+    assert sorted(p.name for p in policies.valid) == ["chat", "embed"]
+    fixed = cp.get(f"{POLICIES.format(ns=ns)}/embed")
+    assert fixed["metadata"]["generation"] == 2
+    assert condition(fixed["status"], INVALID_SPEC)["status"] == "False"  # type: ignore[index]
+
+
+def test_events_are_deduplicated_into_a_series(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    cp, ns = control_plane, namespace
+    create_deployment(cp, ns, deployment("chat", replicas=1))
+    writer = make_writer(api_client)
+    writer.emit_event("Deployment", ns, "chat", "ScaledUp", "scaled from 1 to 2 replicas", action="Scale")
+    writer.emit_event("Deployment", ns, "chat", "ScaledUp", "scaled from 1 to 2 replicas", action="Scale")
+    events = cp.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"]
+    ours = [e for e in events if e.get("reportingController") == "gpuautoscaler.dev/controller"]
+    assert len(ours) == 1
+    assert ours[0]["series"]["count"] == 2
+    dep_uid = cp.get(f"/apis/apps/v1/namespaces/{ns}/deployments/chat")["metadata"]["uid"]
+    assert ours[0]["regarding"]["uid"] == dep_uid
+    # The same Event through the core/v1 view that `kubectl describe` reads.
+    core = cp.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    assert any(e["involvedObject"].get("uid") == dep_uid and e["reason"] == "ScaledUp" for e in core)
+
+
+# ---- Leases ------------------------------------------------------------------------------------------------------
+
+
+def test_lease_store_optimistic_concurrency(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    store = KubernetesLeaseStore(client.CoordinationV1Api(api_client), namespace, "gpu-autoscaler")
+    assert store.get() is None
+    now = datetime.now(UTC)
+    created = store.create(LeaseRecord("a", 15.0, acquire_time=now, renew_time=now))
+    assert created.holder == "a" and created.resource_version
+    with pytest.raises(LeaseConflict):
+        store.create(LeaseRecord("b", 15.0, acquire_time=now, renew_time=now))
+    renewed = store.update(LeaseRecord("a", 15.0, now, datetime.now(UTC), 0, created.resource_version))
+    assert renewed.resource_version != created.resource_version
+    with pytest.raises(LeaseConflict):  # a stale resourceVersion loses the race
+        store.update(LeaseRecord("b", 15.0, now, datetime.now(UTC), 1, created.resource_version))
+    read = store.get()
+    assert read is not None and read.holder == "a" and read.resource_version == renewed.resource_version
+    assert read.lease_duration_s == 15.0
+
+
+def test_lease_times_with_whole_seconds_are_accepted(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    """A wall clock that lands on a whole second (microsecond 0): ``MicroTime`` must still serialise as the
+    apiserver's RFC 3339 with microseconds, or one renewal in a million fails."""
+    store = KubernetesLeaseStore(client.CoordinationV1Api(api_client), namespace, "whole-second")
+    whole = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+    created = store.create(LeaseRecord("a", 15.0, acquire_time=whole, renew_time=whole))
+    assert created.renew_time is not None and abs((created.renew_time - whole).total_seconds()) < 1e-3
+
+
+def test_two_electors_one_lease(control_plane: ControlPlane, namespace: str, api_client: client.ApiClient) -> None:
+    coordination = client.CoordinationV1Api(api_client)
+    timings = ElectionTimings(lease_duration_s=2.0, renew_deadline_s=1.5, retry_period_s=0.2)
+    a = LeaderElector(KubernetesLeaseStore(coordination, namespace, "gpu-autoscaler"), "a", timings)
+    b = LeaderElector(KubernetesLeaseStore(coordination, namespace, "gpu-autoscaler"), "b", timings)
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False and b.last_error is None and b.holder == "a"
+    assert a.try_acquire_or_renew() is True  # renewal
+    lease = control_plane.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/gpu-autoscaler")
+    assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["leaseDurationSeconds"] == 2
+    a.release()
+    assert not a.is_leader()
+    assert b.try_acquire_or_renew() is True  # released: taken at once, no wait for expiry
+    lease = control_plane.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/gpu-autoscaler")
+    assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+    # b stops renewing; a takes over only after it has seen the record unchanged for a lease duration.
+    assert a.try_acquire_or_renew() is False
+    deadline = time.monotonic() + 10
+    while not a.try_acquire_or_renew():
+        assert time.monotonic() < deadline, "a never took over the expired lease"
+        time.sleep(0.2)
+    assert not b.is_leader()  # past its renew deadline
