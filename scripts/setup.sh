@@ -31,3 +31,9 @@ if [ "$extras" = "test" ] && ! command -v prometheus >/dev/null 2>&1; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
+
+if [ "$extras" = "test" ] && ! command -v openssl >/dev/null 2>&1; then
+    echo "setup: installing Debian's openssl (certificates and keys of the tests' real control plane)" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null
+fi
