@@ -715,23 +715,31 @@ class Controller:
             self._reported.pop((f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "invalid"), None)
             if obj.policy is None:
                 continue
-            reasons = report.stale.get(obj.policy.key)
-            if reasons:
-                message = f"{mark}holding {obj.policy.key}: {Reason.METRICS_STALE.text}: {'; '.join(reasons)}"
-                # Topic key ignores the detailed text, so a changing error message does not re-emit every tick.
-                memo = (f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "stale")
-                if memo not in self._reported:
-                    self._event(where, event_reason(Reason.METRICS_STALE), message, "Warning", topic="stale")
-            else:
-                self._reported.pop((f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "stale"), None)
-            partial = report.partial.get(obj.policy.key)
-            if partial and not reasons:
-                text = f"{Reason.METRICS_PARTIAL.text}: {'; '.join(partial)}"
-                message = f"{mark}no scale-down for {obj.policy.key}: {text}"
-                if (f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "partial") not in self._reported:
-                    self._event(where, event_reason(Reason.METRICS_PARTIAL), message, "Warning", topic="partial")
-            else:
-                self._reported.pop((f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "partial"), None)
+            key = obj.policy.key
+            reasons = report.stale.get(key)
+            partial = None if reasons else report.partial.get(key)
+            self._episode_warning(
+                where,
+                Reason.METRICS_STALE,
+                f"{mark}holding {key}: {Reason.METRICS_STALE.text}: {'; '.join(reasons)}" if reasons else None,
+            )
+            self._episode_warning(
+                where,
+                Reason.METRICS_PARTIAL,
+                f"{mark}no scale-down for {key}: {Reason.METRICS_PARTIAL.text}: {'; '.join(partial)}"
+                if partial
+                else None,
+            )
+
+    def _episode_warning(self, where: tuple[str, str, str], reason: Reason, message: str | None) -> None:
+        """One Warning Event when an episode (stale, partial data) starts, none while it lasts, whatever its changing
+        detail says; ``message`` None ends the episode."""
+        topic = reason.value
+        memo = (f"{where[0]}/{where[1]}/{where[2]}", topic)
+        if message is None:
+            self._reported.pop(memo, None)
+        elif memo not in self._reported:
+            self._event(where, event_reason(reason), message, "Warning", topic=topic)
 
     def _write_statuses(
         self,

@@ -12,10 +12,8 @@ ride out on preemptible training (or to accept), unless no preemptible capacity 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-EXPANDERS = ("least-waste", "cheapest", "priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +79,13 @@ def burst_options(
     return out
 
 
-def _rank(option: BurstOption, expander: str) -> tuple[float, ...]:
-    if expander == "least-waste":
-        return (option.wasted_gpus,)
-    if expander == "cheapest":
-        return (option.cost_per_hour,)
-    if expander == "priority":
-        return (-option.pool.priority,)
-    raise ValueError(f"unknown expander {expander!r} (known: {', '.join(EXPANDERS)})")
+# Each expander ranks an option (lower first); chained, each breaks the ties of the one before.
+_RANKS: dict[str, Callable[[BurstOption], float]] = {
+    "least-waste": lambda option: option.wasted_gpus,
+    "cheapest": lambda option: option.cost_per_hour,
+    "priority": lambda option: -option.pool.priority,
+}
+EXPANDERS = tuple(_RANKS)
 
 
 def choose_burst(
@@ -101,13 +98,14 @@ def choose_burst(
     spend_cap_per_hour: float | None = None,
 ) -> BurstChoice:
     """The pool to grow for ``replicas`` more replicas, by the chained expanders (then by name), or none."""
-    for expander in expanders:
-        _rank(BurstOption(BurstPool("", 1, None, 0, 0), 0, 0, 0), expander)  # a bad name fails before anything
+    unknown = [e for e in expanders if e not in _RANKS]
+    if unknown:
+        raise ValueError(f"unknown expander {unknown[0]!r} (known: {', '.join(EXPANDERS)})")
     options = burst_options(pools, replicas, gpus_per_replica, gpu_type, spend_per_hour, spend_cap_per_hour)
     usable = [o for o in options if o.why_not is None]
     if replicas <= 0 or not usable:
         return BurstChoice(None, tuple(options))
-    best = min(usable, key=lambda o: (*(r for e in expanders for r in _rank(o, e)), o.pool.name))
+    best = min(usable, key=lambda o: (*(_RANKS[e](o) for e in expanders), o.pool.name))
     return BurstChoice(best, tuple(options))
 
 
@@ -133,4 +131,4 @@ def nodes_to_release(nodes: Sequence[BurstNode], now: float, cooldown_s: float, 
     """Burst nodes idle for at least ``cooldown_s``, emptiest and longest idle first, keeping ``keep`` of them."""
     idle = [n for n in nodes if n.idle_since is not None and now - n.idle_since >= cooldown_s]
     idle.sort(key=lambda n: (n.gpus_used, n.idle_since, n.name))
-    return idle[: max(0, len(idle) - keep)] if keep else idle
+    return idle[: max(0, len(idle) - keep)]

@@ -166,13 +166,6 @@ def _order_key(c: GangCandidate) -> tuple[int, float, float, str]:
     return (c.priority, c.lost_work_gpu_s, -c.started_at, c.gang)
 
 
-def _better(a: Sequence[GangCandidate], b: Sequence[GangCandidate] | None, priorities: Sequence[int]) -> bool:
-    """True when set ``a`` costs less than set ``b`` (None = no set yet)."""
-    if b is None:
-        return True
-    return victim_set_cost(a, priorities) < victim_set_cost(b, priorities)
-
-
 def victim_set_cost(victims: Sequence[GangCandidate], priorities: Sequence[int]) -> tuple[object, ...]:
     """The cost to minimise, comparable as a tuple: the lost work taken from each priority tier (``priorities``
     sorted from the highest down), then the gang count, then the newest first (minus the sum of start times), then
@@ -199,9 +192,7 @@ def choose_victims(
         return VictimChoice((), True, True, ineligible)
     # Only gangs that hold GPUs on nodes of the right type can help.
     useful = [
-        c
-        for c in eligible
-        if any(need.gpu_type is None or node_types.get(n) == need.gpu_type for n in c.gpus_by_node)
+        c for c in eligible if any(need.gpu_type is None or node_types.get(n) == need.gpu_type for n in c.gpus_by_node)
     ]
     if not need_met(_freed(free, useful), need, node_types):
         return VictimChoice((), False, True, ineligible)
@@ -214,6 +205,7 @@ def choose_victims(
         if need_met(_freed(free, greedy), need, node_types):
             break
     best: list[GangCandidate] = _minimal(greedy, free, need, node_types)
+    best_cost = victim_set_cost(best, priorities)
 
     # Branch and bound over include/exclude, in the greedy order. Cost only grows with additions, so a partial set
     # that already costs more than the incumbent is cut; so is a branch that cannot meet the need even with all
@@ -223,17 +215,18 @@ def choose_victims(
     suffix_free = [_freed({}, useful[i:]) for i in range(len(useful) + 1)]
 
     def search(index: int, chosen: list[GangCandidate], current: dict[str, int]) -> None:
-        nonlocal best, explored, exact
+        nonlocal best, best_cost, explored, exact
         if explored >= max_search_nodes:
             exact = False
             return
         explored += 1
-        if not _better(chosen, best, priorities):
+        if victim_set_cost(chosen, priorities) >= best_cost:
             return
         if need_met(current, need, node_types):
             minimal = _minimal(chosen, free, need, node_types)
-            if _better(minimal, best, priorities):
-                best = minimal
+            minimal_cost = victim_set_cost(minimal, priorities)
+            if minimal_cost < best_cost:
+                best, best_cost = minimal, minimal_cost
             return
         if index == len(useful):
             return

@@ -20,7 +20,6 @@ What it models, as Kubernetes does it:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -145,7 +144,10 @@ class SimCluster:
         pending = sorted(
             (p for p in self.pods.values() if p.node is None), key=lambda p: (-p.priority, p.created_at, p.name)
         )
-        free = {name: self.free_gpus(name) for name in self.nodes}
+        free = {name: node.gpus for name, node in self.nodes.items()}
+        for bound in self.pods.values():
+            if bound.node is not None:
+                free[bound.node] -= bound.gpus
         for pod in pending:
             fits = [
                 node
@@ -298,7 +300,3 @@ class SimCluster:
 def _desc(name: str) -> tuple[int, ...]:
     """Ties broken towards the smaller name when maximising: the key of a name, negated."""
     return tuple(-ord(c) for c in name)
-
-
-def gpus_in_use(pods: Iterable[SimPod]) -> int:
-    return sum(p.gpus for p in pods if p.node is not None)

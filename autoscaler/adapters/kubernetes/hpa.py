@@ -1,5 +1,5 @@
-"""HorizontalPodAutoscaler objects: translated into a GPUScalingPolicy (``autoscaler import-hpa``), and read from the
-cluster so that the controller never writes a scale subresource an HPA also writes.
+"""HorizontalPodAutoscaler objects translated into a GPUScalingPolicy (``autoscaler import-hpa``). The reader lists
+them too (``KubeClusterReader``), so that the controller never writes a scale subresource an HPA also writes.
 
 The translation keeps everything the HPA's arithmetic depends on: min/max replicas, the behaviour block (windows,
 rate policies, select policy, per-direction tolerance), or its absence (``hpaWithoutBehavior: true``, upstream's
@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from decimal import InvalidOperation
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity as k8s_parse
+
+from autoscaler.adapters.kubernetes.policies import InvalidPolicy, validate_policy
 from autoscaler.core.model import MetricKind
 from autoscaler.policy import API_GROUP, API_VERSION, KIND
 
@@ -60,8 +63,6 @@ def parse_quantity(value: object, where: str) -> float:
         number = float(value)
     elif isinstance(value, str):
         try:
-            from kubernetes.utils.quantity import parse_quantity as k8s_parse
-
             number = float(k8s_parse(value.strip()))
         except (ValueError, InvalidOperation, TypeError) as exc:
             raise HpaImportError(f"{where}: {value!r} is not a quantity ({exc})") from None
@@ -223,8 +224,6 @@ def import_hpa(obj: Mapping[str, Any], metric_override: tuple[MetricKind, float]
 def _validate(manifest: Mapping[str, Any]) -> None:
     """The output must be a policy the controller accepts; a failure here is an input the HPA accepted but we
     cannot express (e.g. a rate policy over 30 minutes)."""
-    from autoscaler.adapters.kubernetes.policies import InvalidPolicy, validate_policy
-
     result = validate_policy(dict(manifest))
     if isinstance(result, InvalidPolicy):
         raise HpaImportError(f"{result.field}: {result.message}")
