@@ -28,7 +28,8 @@ numbers). So that a restarted controller or a new service does not wait for live
 also backtests the model against the baseline on its own history (``bootstrap_origins`` origins); that verdict stands
 until enough live scores exist.
 
-The tick side, ``ForecastService.readout(...)``, turns the published fits into one ``ReplicaFloor`` per forecasting
+The tick side is the core's (``autoscaler.core.tick.read_forecasts``, called by ``decide_tick``; ``readout`` here
+is the same for callers outside a tick): it turns the published fits into one ``ReplicaFloor`` per forecasting
 service with ``autoscaler.core.predictive.forecast_floor`` at ``now + lead``, where the lead is the p95 of the
 service's observed pod start-to-ready times (else ``coldStartSeconds``), plus ``node_boot_seconds`` when the cluster's
 free GPUs do not cover the floor's extra replicas. ``shadow`` floors are reported, not applied.
@@ -59,17 +60,17 @@ import numpy as np
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import ReplicaFloor
-from autoscaler.core.model import ForecastMode, Observation, ServicePolicy
-from autoscaler.core.predictive import (
-    ForecastInput,
-    PredictiveSettings,
-    forecast_floor,
-    lead_time_s,
-    rate_per_replica,
+from autoscaler.core.model import Observation, ServicePolicy
+from autoscaler.core.predictive import ForecastInput
+from autoscaler.core.tick import (
+    ForecastReadConfig,
+    PublishedForecast,
+    ServiceForecastView,
+    TickInput,
+    read_forecasts,
 )
-from autoscaler.core.reasons import Reason
 from autoscaler.ports import MetricsSource
-from autoscaler.telemetry import ForecastGauges, Telemetry
+from autoscaler.telemetry import Telemetry
 from forecast.types import Forecast, ForecastQuality, assess_reliability
 
 if TYPE_CHECKING:
@@ -380,58 +381,11 @@ class FitRunner:
 
 
 @dataclass(frozen=True, slots=True)
-class PublishedForecast:
-    """The latest fit of one service and its accountability, immutable (read by the tick without a lock)."""
-
-    key: str
-    latest: ForecastInput
-    model: str  # registry name of the model fitted ("auto: holt_winters" when chosen by selection)
-    quantile: float  # provisioned level the fit and its scores are for
-    pinball_ratio: float | None = None  # recent pinball loss / seasonal naive's (None: not scored yet)
-    relative_error: float | None = None  # recent MAE of the median / mean demand
-    scored: int = 0  # live scored values behind the verdict (0 when it comes from the bootstrap backtest)
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceForecastView:
-    """What the tick made of one service's forecast: its floor, the lead time, the demand it provisions for."""
-
-    key: str
-    namespace: str
-    service: str
-    mode: ForecastMode
-    published: PublishedForecast | None
-    floor: ReplicaFloor | None
-    lead_s: float
-    demand: float | None  # forecast request rate at the quantile over [now + lead, now + lead + tick], req/s
-    message: str = ""  # why there is no floor, when there is none
-
-
-@dataclass(frozen=True, slots=True)
 class ForecastReadout:
     """The tick's reading of the latest forecasts: floors for ``decide`` and what to report."""
 
     floors: Mapping[str, ReplicaFloor]
     views: Mapping[str, ServiceForecastView]
-
-    def gauges(self, now: float) -> list[ForecastGauges]:
-        out = []
-        for v in self.views.values():
-            pub = v.published
-            usable = v.floor is not None and v.floor.usable
-            fallback = v.floor.reason.value if v.floor is not None and not v.floor.usable else None
-            out.append(
-                ForecastGauges(
-                    namespace=v.namespace,
-                    service=v.service,
-                    pinball_ratio=pub.pinball_ratio if pub is not None else None,
-                    reliable=pub.latest.reliable if pub is not None else None,
-                    fit_age_s=max(0.0, now - pub.latest.fitted_at) if pub is not None else None,
-                    floor_replicas=v.floor.replicas if usable and v.floor is not None else None,
-                    fallback_reason=fallback,
-                )
-            )
-        return out
 
 
 @dataclass(slots=True)
@@ -495,30 +449,6 @@ def on_grid(times: Sequence[float], values: Sequence[float], start: float, step:
     last = np.append(index[1:] != index[:-1], True)  # times ascend: the last sample of each grid point
     out[index[last]] = v[last]
     return out
-
-
-def cold_starts_by_service(snapshot: ClusterSnapshot) -> dict[str, list[float]]:
-    """Observed creation-to-ready seconds of each Deployment's pods (``namespace/name`` -> seconds)."""
-    out: dict[str, list[float]] = {}
-    for pod in snapshot.pods:
-        if pod.owner_kind != "Deployment" or not pod.owner_name:
-            continue
-        if pod.created_at is None or pod.ready_at is None or pod.ready_at < pod.created_at:
-            continue
-        out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod.ready_at - pod.created_at)
-    return out
-
-
-def free_gpus(snapshot: ClusterSnapshot) -> int:
-    """GPUs on ready nodes not requested by a live pod, minus those pending pods are waiting for."""
-    ready = {n.name: n.allocatable_gpus for n in snapshot.nodes if n.ready}
-    used = 0
-    for pod in snapshot.pods:
-        if pod.phase in ("Succeeded", "Failed"):
-            continue
-        if pod.node is None or pod.node in ready:
-            used += pod.gpus
-    return max(0, sum(ready.values()) - used)
 
 
 class ForecastService:
@@ -780,6 +710,22 @@ class ForecastService:
 
     # -- the tick side -----------------------------------------------------------------------------------------------
 
+    def read_config(self) -> ForecastReadConfig:
+        """How the tick reads these forecasts (``core.tick.read_forecasts``)."""
+        s = self.settings
+        return ForecastReadConfig(
+            refit_period_s=self.refit_interval_s,
+            max_fit_age_periods=s.stale_after_periods,
+            node_boot_s=s.node_boot_seconds,
+            tick_interval_s=self.tick_interval_s,
+        )
+
+    def record_leads(self, views: Mapping[str, ServiceForecastView]) -> None:
+        """The leads the tick read each forecast at: the refit scores later forecasts on those leads."""
+        for key, view in views.items():
+            if view.published is not None:
+                self._leads[key] = view.lead_s
+
     def readout(
         self,
         now: float,
@@ -787,60 +733,10 @@ class ForecastService:
         snapshot: ClusterSnapshot,
         observation: Observation,
     ) -> ForecastReadout:
-        """A floor per forecasting service from the latest published fits. Reads only: no fitting, no I/O."""
-        s = self.settings
-        published = self._published  # one read: a refit swapping the mapping meanwhile does not mix two rounds
-        cold_starts = cold_starts_by_service(snapshot)
-        free = free_gpus(snapshot)
-        floors: dict[str, ReplicaFloor] = {}
-        views: dict[str, ServiceForecastView] = {}
-        # Higher priority first: it gets the free GPUs, the others' leads include node boot.
-        for key, policy in sorted(policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
-            fp = policy.forecast
-            if fp is None:
-                continue
-            pub = published.get(key)
-            lead = lead_time_s(policy.cold_start_s, cold_starts.get(key, ()))
-            view = ServiceForecastView(key, policy.namespace, policy.name, fp.mode, pub, None, lead, None)
-            rate = rate_per_replica(policy)
-            if pub is None:
-                views[key] = replace(view, message="no forecast fitted yet")
-                continue
-            if rate is None:
-                message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
-                views[key] = replace(view, demand=self._demand(pub, now, lead, fp.quantile), message=message)
-                continue
-            predictive = PredictiveSettings(
-                rate_per_replica=rate,
-                quantile=fp.quantile,
-                refit_period_s=self.refit_interval_s,
-                max_fit_age_periods=s.stale_after_periods,
-                shadow=fp.mode is ForecastMode.SHADOW,
-            )
-            try:
-                floor = forecast_floor(policy, pub.latest, predictive, now, lead, self.tick_interval_s)
-                obs = observation.services.get(key)
-                current = obs.spec_replicas if obs is not None else 0
-                if floor is not None and floor.usable and s.node_boot_seconds > 0:
-                    extra = max(0, floor.replicas - current) * policy.gpus_per_replica
-                    if extra > free:
-                        lead = lead_time_s(
-                            policy.cold_start_s, cold_starts.get(key, ()), s.node_boot_seconds, needs_new_nodes=True
-                        )
-                        floor = forecast_floor(policy, pub.latest, predictive, now, lead, self.tick_interval_s)
-                    if floor is not None and floor.usable and not floor.shadow:
-                        free -= min(free, max(0, floor.replicas - current) * policy.gpus_per_replica)
-            except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
-                floor = ReplicaFloor(0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False)
-            self._leads[key] = lead
-            if floor is not None:
-                floors[key] = floor
-            views[key] = replace(view, floor=floor, lead_s=lead, demand=self._demand(pub, now, lead, fp.quantile))
+        """A floor per forecasting service from the latest published fits, as the tick reads them
+        (``core.tick.read_forecasts``). Reads only: no fitting, no I/O."""
+        tick = TickInput(now, observation, snapshot, policies, self._published)
+        views = read_forecasts(tick, self.read_config())
+        self.record_leads(views)
+        floors = {k: v.floor for k, v in views.items() if v.floor is not None}
         return ForecastReadout(MappingProxyType(floors), MappingProxyType(views))
-
-    def _demand(self, pub: PublishedForecast, now: float, lead: float, quantile: float) -> float | None:
-        start = now + lead
-        try:
-            return pub.latest.forecast.max_over(start, start + self.tick_interval_s, quantile)
-        except ValueError:
-            return None

@@ -1,5 +1,7 @@
 """One small Protocol per external system. Each has a real adapter (``autoscaler/adapters``) and an in-memory fake
-(``autoscaler/fakes.py``); the simulator is one more implementation of them.
+(``autoscaler/fakes``); the simulator is one more implementation of them. The GPUScalingPolicy objects
+(``PolicySource``, ``PolicyStatusWriter``) and the forecasts the refit job publishes (``ForecastReader``) are read
+through ports too.
 
 Errors: an adapter raises ``PortError`` (or a subclass) for an outage it could not recover from; callers turn that
 into stale data / a hold, never into a scale-down or a preemption.
@@ -7,13 +9,17 @@ into stale data / a hold, never into a scale-down or a preemption.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import Observation, ServicePolicy
+from autoscaler.core.status import StatusUpdate
+from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, ServiceForecastView
+
+POLICY_KIND = "GPUScalingPolicy"  # the kind of a PolicyObject: its Events and status go to this object
 
 
 class PortError(Exception):
@@ -31,8 +37,19 @@ class Series:
 class MetricsSource(Protocol):
     """Observes DCGM and application metrics (Prometheus in production)."""
 
-    def observe(self, services: Sequence[ServicePolicy], now: float) -> Observation:
-        """One observation of every service and GPU at ``now``. Never raises for an outage: returns stale data."""
+    def observe(
+        self, services: Sequence[ServicePolicy], now: float, *, cluster: ClusterSnapshot | None = None
+    ) -> Observation:
+        """One observation of every service and GPU at ``now``. Never raises for an outage: returns stale data.
+
+        ``cluster``, this tick's snapshot, lets a source map pods to Deployments and count unready pods (the
+        Prometheus adapter does); a source that does not need it ignores it."""
+        ...
+
+    def set_service_queries(self, service_queries: Mapping[str, Any]) -> None:
+        """Replace the per-service query overrides (``spec.queries`` of each policy that sets one, by service key);
+        a source without queries ignores them. Raises ValueError naming the service first
+        (``"<namespace>/<name>: spec.queries.<field>: <why>"``) when an override is rejected."""
         ...
 
     def history(self, service: ServicePolicy, signal: str, start: float, end: float, step_s: float) -> Series:
@@ -70,6 +87,55 @@ class NodePoolScaler(Protocol):
     def node_count(self, pool: str) -> int: ...
 
     def scale(self, pool: str, nodes: int) -> None: ...
+
+
+# ---- GPUScalingPolicy objects -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyObject:
+    """One GPUScalingPolicy object: its parsed policy, or the validation error that names the bad field."""
+
+    namespace: str
+    name: str  # the object's own name (events and status go here)
+    policy: ServicePolicy | None
+    error: str | None = None
+    generation: int | None = None
+    queries: Any = None  # spec.queries (PromQL overrides for the metrics source), when set
+    adopt_hpa: str | None = None  # spec.adoptHpa: the HPA this policy takes the Deployment over from
+
+
+class PolicySource(Protocol):
+    def list_policies(self) -> Sequence[PolicyObject]:
+        """Every GPUScalingPolicy in the watched namespaces. Raises PortError when the API cannot be read."""
+        ...
+
+
+class PolicyStatusWriter(Protocol):
+    def update_policy_status(self, namespace: str, name: str, update: StatusUpdate, *, now: float) -> object:
+        """Merge ``update`` into the object's status subresource (``merge_status``: conditions keep their
+        transition time, observedGeneration follows the object); idempotent. Raises PortError when it cannot."""
+        ...
+
+
+# ---- forecasts --------------------------------------------------------------------------------------------------
+
+
+class ForecastReader(Protocol):
+    """The latest fits the refit job published, for the tick to read (``core.tick.decide_tick``); never fits."""
+
+    @property
+    def published(self) -> Mapping[str, PublishedForecast]:
+        """The latest fit of every forecasting service, one immutable mapping (replaced, never changed)."""
+        ...
+
+    def read_config(self) -> ForecastReadConfig:
+        """How the tick reads these forecasts (refit period, staleness, node boot, tick interval)."""
+        ...
+
+    def record_leads(self, views: Mapping[str, ServiceForecastView]) -> None:
+        """The lead time the tick read each forecast at (the refit scores later forecasts on those leads)."""
+        ...
 
 
 class Clock(Protocol):

@@ -112,7 +112,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"autoscaler plan: {exc}", file=sys.stderr)
         return EXIT_SETTINGS
 
-    from autoscaler.app import Controller, build_adapters, configure_logging
+    from autoscaler.app import build_adapters
+    from autoscaler.controller import Controller
+    from autoscaler.runtime import configure_logging
     from autoscaler.telemetry import Telemetry
 
     configure_logging("WARNING" if settings.log_level == "INFO" else settings.log_level, settings.log_format)
@@ -147,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
 
 def plan_document(report: Any, events: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
     """The plan as plain data: what ``-o json`` prints and the table is drawn from."""
-    from autoscaler.app import action_kind, action_target, describe_action
+    from autoscaler.actuator import action_kind, action_target, describe_action
 
     plan = report.plan
     return {

@@ -112,7 +112,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"autoscaler run: {exc}", flush=True)
         return EXIT_SETTINGS
 
-    from autoscaler.app import build_runtime, configure_logging
+    from autoscaler.app import build_runtime
+    from autoscaler.runtime import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
     log.info(
@@ -136,7 +137,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def run_once(runtime: object) -> int:
-    from autoscaler.app import Runtime
+    from autoscaler.runtime import Runtime
 
     assert isinstance(runtime, Runtime)
     elector = runtime.elector

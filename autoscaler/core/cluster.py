@@ -84,3 +84,27 @@ def hpas_targeting(snapshot: ClusterSnapshot, namespace: str, deployment: str) -
         for h in snapshot.hpas
         if h.namespace == namespace and h.target_kind == "Deployment" and h.target_name == deployment
     )
+
+
+def cold_starts_by_service(snapshot: ClusterSnapshot) -> dict[str, list[float]]:
+    """Observed creation-to-ready seconds of each Deployment's pods (``namespace/name`` -> seconds)."""
+    out: dict[str, list[float]] = {}
+    for pod in snapshot.pods:
+        if pod.owner_kind != "Deployment" or not pod.owner_name:
+            continue
+        if pod.created_at is None or pod.ready_at is None or pod.ready_at < pod.created_at:
+            continue
+        out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod.ready_at - pod.created_at)
+    return out
+
+
+def free_gpus(snapshot: ClusterSnapshot) -> int:
+    """GPUs on ready nodes not requested by a live pod, minus those pending pods are waiting for."""
+    ready = {n.name: n.allocatable_gpus for n in snapshot.nodes if n.ready}
+    used = 0
+    for pod in snapshot.pods:
+        if pod.phase in ("Succeeded", "Failed"):
+            continue
+        if pod.node is None or pod.node in ready:
+            used += pod.gpus
+    return max(0, sum(ready.values()) - used)

@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from autoscaler.core.reasons import Reason
+
+if TYPE_CHECKING:
+    from autoscaler.core.tick import ServiceForecastView
 
 
 class MetricKind(StrEnum):
@@ -258,3 +262,5 @@ class Plan:
     time: float
     decisions: tuple[ScaleDecision, ...] = ()
     actions: tuple[Action, ...] = ()
+    # what the tick made of each forecasting service's forecast (``core.tick.decide_tick`` fills it)
+    forecasts: Mapping[str, ServiceForecastView] = field(default_factory=dict)

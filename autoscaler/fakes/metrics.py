@@ -6,10 +6,11 @@ raises (an outage makes every service stale with the reason), ``history`` raises
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import GpuSample, Observation, PodMetrics, ServiceObservation, ServicePolicy
 from autoscaler.ports import PortError, Series
 
@@ -32,6 +33,7 @@ class FakeMetricsSource:
         self._outage: str | None = None
         self.observe_calls: list[ObserveCall] = []
         self.history_calls: list[tuple[str, str, float, float, float]] = []
+        self.service_queries: dict[str, Any] = {}  # the latest per-service query overrides (recorded, not applied)
 
     # -- setting what is seen -------------------------------------------------------------------------------
 
@@ -95,7 +97,14 @@ class FakeMetricsSource:
 
     # -- the port -------------------------------------------------------------------------------------------
 
-    def observe(self, services: Sequence[ServicePolicy], now: float) -> Observation:
+    def set_service_queries(self, service_queries: Mapping[str, Any]) -> None:
+        """Recorded only: the values this fake returns are set by the test, not queried."""
+        self.service_queries = dict(service_queries)
+
+    def observe(
+        self, services: Sequence[ServicePolicy], now: float, *, cluster: ClusterSnapshot | None = None
+    ) -> Observation:
+        """What was set for each service (``cluster`` is ignored: replicas are as set)."""
         keys = tuple(dict.fromkeys(s.key for s in services))
         self.observe_calls.append(ObserveCall(keys, now))
         out: dict[str, ServiceObservation] = {}

@@ -20,7 +20,8 @@ What it models, as Kubernetes does it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo
@@ -99,12 +100,19 @@ class SimCluster:
         self.events: list[tuple[float, str, str, str, str, str, str]] = []
         self.lost_training_gpu_s = 0.0
         self._serial = 0
+        # What the snapshot and the counts were computed from: nothing changes until a write, a binding, a pod
+        # turning ready or a node finishing its boot (``_next_change``), so most simulator steps reuse them.
+        self._dirty = True
+        self._next_change = math.inf
+        self._snapshot: ClusterSnapshot | None = None
+        self._counts: dict[str, tuple[int, int, int]] = {}
 
     # ---- building -------------------------------------------------------------------------------------------------
 
     def add_node(self, name: str, gpus: int, gpu_product: str | None = None, pool: str | None = None) -> SimNode:
         node = SimNode(name, gpus, gpu_product, pool, self.now)
         self.nodes[name] = node
+        self._dirty = True
         return node
 
     def add_pool(self, pool: SimPool, nodes: int = 0) -> None:
@@ -112,9 +120,17 @@ class SimCluster:
         for _ in range(nodes):
             self._new_pool_node(pool, ready_at=self.now)
 
-    def add_deployment(self, deployment: SimDeployment) -> None:
-        self.deployments[f"{deployment.namespace}/{deployment.name}"] = deployment
+    def add_deployment(self, deployment: SimDeployment, warm: bool = False) -> None:
+        """Add a Deployment; ``warm``: the replicas that are placed now are already serving (a simulation's initial
+        state), the others wait for GPUs like any new pod."""
+        key = f"{deployment.namespace}/{deployment.name}"
+        self.deployments[key] = deployment
         self._reconcile(deployment)
+        if warm:
+            for pod in self.pods.values():
+                if pod.owner == key and pod.node is not None:
+                    pod.ready_at = self.now
+            self._dirty = True
 
     def add_training_pod(
         self, namespace: str, name: str, gpus: int, priority: int, gang: str | None = None, node: str | None = None
@@ -125,6 +141,7 @@ class SimCluster:
                 raise ValueError(f"node {node} has {self.free_gpus(node)} free GPUs, {name} needs {gpus}")
             pod.node, pod.ready_at = node, self.now
         self.pods[(namespace, name)] = pod
+        self._dirty = True
         return pod
 
     # ---- time -----------------------------------------------------------------------------------------------------
@@ -134,7 +151,46 @@ class SimCluster:
         if now < self.now:
             raise ValueError(f"time goes forward: {now} < {self.now}")
         self.now = now
-        self.schedule()
+        if self._dirty or now >= self._next_change:
+            self.schedule()
+            self._recount()
+
+    def _recount(self) -> None:
+        """Recompute the cached snapshot and counts, and when they next go out of date by time alone."""
+        now = self.now
+        counts: dict[str, list[int]] = {key: [0, 0, 0] for key in self.deployments}
+        next_change = math.inf
+        for pod in self.pods.values():
+            ready_at = pod.ready_at
+            if ready_at is not None and ready_at > now:
+                next_change = min(next_change, ready_at)
+            if pod.owner is None:
+                continue
+            entry = counts.get(pod.owner)
+            if entry is None:
+                continue
+            if pod.node is None:
+                entry[2] += 1
+            else:
+                entry[1] += 1
+                if ready_at is not None and ready_at <= now:
+                    entry[0] += 1
+        for node in self.nodes.values():
+            if node.ready_at > now:
+                next_change = min(next_change, node.ready_at)
+        self._counts = {key: (c[0], c[1], c[2]) for key, c in counts.items()}
+        self._next_change = next_change
+        self._snapshot = None
+        self._dirty = False
+
+    def counts(self, now: float) -> dict[str, tuple[int, int, int]]:
+        """Per Deployment ``namespace/name``: (ready pods, pods bound to a node, pending pods) at ``now``."""
+        self.advance(now)
+        return self._counts
+
+    def burst_nodes(self) -> dict[str, int]:
+        """Nodes of each pool, booting ones included (what a cloud bills)."""
+        return {name: len(pool.nodes) for name, pool in self.pools.items()}
 
     def free_gpus(self, node: str) -> int:
         used = sum(p.gpus for p in self.pods.values() if p.node == node)
@@ -162,6 +218,7 @@ class SimCluster:
             pod.node = best.name
             pod.ready_at = self.now + pod.cold_start_s
             free[best.name] -= pod.gpus
+            self._dirty = True
 
     def _score(self, node: SimNode, free: int, request: int) -> float:
         used_after = (node.gpus - free + request) / node.gpus if node.gpus else 1.0
@@ -171,6 +228,12 @@ class SimCluster:
 
     def snapshot(self, now: float) -> ClusterSnapshot:
         self.advance(now)  # the scheduler has run by the time anybody looks
+        if self._snapshot is not None:
+            return self._snapshot if self._snapshot.time == now else replace(self._snapshot, time=now)
+        self._snapshot = self._build_snapshot(now)
+        return self._snapshot
+
+    def _build_snapshot(self, now: float) -> ClusterSnapshot:
         deployments = []
         for key, dep in self.deployments.items():
             ready = sum(1 for p in self.pods.values() if p.owner == key and p.ready(now))
@@ -205,14 +268,16 @@ class SimCluster:
         if replicas < 0:
             raise PortError(f"scale deployment {key}: replicas {replicas} < 0")
         self.writes.append((self.now, "scale_deployment", (namespace, name, replicas)))
-        dep.replicas = replicas
-        self._reconcile(dep)
+        if dep.replicas != replicas:
+            dep.replicas = replicas
+            self._reconcile(dep)
 
     def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
         pod = self.pods.pop((namespace, name), None)
         self.writes.append((self.now, "evict_pod", (namespace, name)))
         if pod is None:
             return EvictionOutcome.GONE
+        self._dirty = True
         self._removed(pod)
         return EvictionOutcome.EVICTED
 
@@ -221,6 +286,7 @@ class SimCluster:
         for key, pod in list(self.pods.items()):
             if pod.gang is not None and pod.gang.rsplit("/", 2)[-2:] == [namespace, name]:
                 del self.pods[key]
+                self._dirty = True
                 self._removed(pod)
 
     def emit_event(
@@ -237,16 +303,18 @@ class SimCluster:
         spec = self._pool(pool)
         wanted = max(spec.min_nodes, min(spec.max_nodes, nodes))
         self.writes.append((self.now, "scale", (pool, wanted)))
+        self._dirty = True
         while len(spec.nodes) < wanted:
             self._new_pool_node(spec, ready_at=self.now + spec.boot_s)
         while len(spec.nodes) > wanted:
             emptiest = min(spec.nodes, key=lambda n: (self.nodes[n].gpus - self.free_gpus(n), _desc(n)))
             spec.nodes.remove(emptiest)
-            for key, pod in list(self.pods.items()):
-                if pod.node == emptiest:
-                    del self.pods[key]
-                    self._removed(pod)
+            # Node and pods go first, then the ReplicaSets replace the pods: not on this node again.
             del self.nodes[emptiest]
+            doomed = [key for key, pod in self.pods.items() if pod.node == emptiest]
+            removed = [self.pods.pop(key) for key in doomed]
+            for pod in removed:
+                self._removed(pod)
 
     # ---- internals ------------------------------------------------------------------------------------------------
 
@@ -257,6 +325,7 @@ class SimCluster:
             raise PortError(f"node pool {pool!r}: not found") from None
 
     def _new_pool_node(self, pool: SimPool, ready_at: float) -> None:
+        self._dirty = True
         name = f"{pool.name}-{pool.next_index}"
         pool.next_index += 1
         pool.nodes.append(name)
@@ -294,6 +363,7 @@ class SimCluster:
             ]
             for pod in doomed:
                 del self.pods[(pod.namespace, pod.name)]
+        self._dirty = True
         self.schedule()
 
 

@@ -1,31 +1,50 @@
-"""The trace-driven simulator: replays demand through a policy on a model cluster, step by step.
+"""The trace-driven simulator: replays demand through a policy on a simulated cluster, through the controller's ports.
 
-Per step i (length dt, starting at t_i):
-1. pods whose cold start is over become ready; burst nodes whose boot is over join their pool; pending pods are
-   placed on free GPUs (higher priority first) and start their cold start;
+The cluster is ``SimCluster`` (nodes with per-GPU allocation, a scheduler, pod start = binding + cold start, node
+boot), which implements the controller's ``ClusterReader``, ``ClusterWriter`` and ``NodePoolScaler``. Per step i
+(length dt, starting at t_i):
+
+1. the cluster advances to t_i: pods whose cold start is over are ready, booted nodes take pods, pending pods are
+   bound by the scheduler;
 2. the step is served by the ready replicas: the latency model (``latency.py``) gives the P-quantile latency and the
-   share of requests within the SLO; GPU-seconds are counted for every pod holding GPUs (ready or starting);
-3. at the end of the step the policy decides, seeing the metrics of ``metricsDelaySeconds`` ago (as the controller
-   sees DCGM through Prometheus); new pods wait for GPUs, removed pods go newest first (pending, then starting,
-   then ready);
-4. a Cluster-Autoscaler-like loop adds burst nodes for pending pods and removes a burst node after its GPUs were
-   unneeded for ``scaleDownUnneededSeconds``. It is the same for every policy.
+   share of requests within the SLO; GPU-seconds are counted for every pod bound to a node (ready or starting);
+3. at the end of the step the policy plans -- ``reactive`` and ``predictive`` through the controller's tick
+   (``core.tick.decide_tick``), the baselines through their own rule -- on the snapshot the cluster gives and the
+   metrics of ``metricsDelaySeconds`` ago (as the controller sees DCGM through Prometheus); the controller's
+   actuator (``autoscaler.actuator``) applies the plan to the cluster, with the controller's guard;
+4. the cluster's node autoscaler (Cluster-Autoscaler-like, ``node_autoscaler_plan``) adds burst nodes for pending
+   pods and removes a burst node whose pods fit elsewhere after ``scaleDownUnneededSeconds``; its plan goes through
+   the same actuator. It runs beside every policy, as the cluster's own Cluster Autoscaler runs beside the
+   controller (the controller's own burst arbitration is issue 12).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoscaler.core.model import MetricKind, PodMetrics, ServiceObservation
+from autoscaler.actuator import Actuator, GuardContext
+from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.model import (
+    MetricKind,
+    Observation,
+    Plan,
+    PodMetrics,
+    ScaleDeployment,
+    ScaleNodePool,
+    ServiceObservation,
+)
+from autoscaler.core.reasons import Reason
+from autoscaler.sim.cluster import Scoring, SimCluster, SimDeployment, SimPool
 from autoscaler.sim.latency import erlang_c, latency_and_share
 from autoscaler.sim.policies import SimPolicy, SimService
 from autoscaler.sim.scenario import NodePool
 
+# Cluster Autoscaler's default: a node is a scale-down candidate below this share of its GPUs requested.
+UNNEEDED_UTILISATION = 0.5
 
 @dataclass
 class ServiceTimeline:
@@ -55,33 +74,107 @@ class PolicyRun:
     reasons: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
     policy_object: object = None  # the policy after the run (the predictive one holds its forecast errors)
+    cluster: SimCluster | None = None  # the simulated cluster after the run (its writes and events)
 
 
 @dataclass
-class _Pods:
-    ready: int
-    starting: deque[float]  # ready-at times, oldest first (one cold start per service, so sorted)
-    pending: int = 0
+class _NodeAutoscaler:
+    """The cluster's Cluster-Autoscaler-like node loop: its memory of when each burst node became unneeded."""
 
-    @property
-    def total(self) -> int:
-        return self.ready + len(self.starting) + self.pending
+    pools: Sequence[NodePool]
+    unneeded_since: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def holding_gpus(self) -> int:
-        return self.ready + len(self.starting)
+    def plan(self, snapshot: ClusterSnapshot, now: float) -> Plan:
+        return node_autoscaler_plan(snapshot, self.pools, self.unneeded_since, now)
 
 
-@dataclass
-class _Pool:
-    spec: NodePool
-    burst_ready: int = 0
-    booting: deque[float] = field(default_factory=deque)  # ready-at times of burst nodes
-    unneeded_since: float | None = None
+def node_autoscaler_plan(
+    snapshot: ClusterSnapshot, pools: Sequence[NodePool], unneeded_since: dict[str, float], now: float
+) -> Plan:
+    """Scale-up: enough burst nodes (pools in scenario order, up to ``maxNodes``) for the GPUs pending pods wait for,
+    beyond the nodes already booting. Scale-down: one burst node at a time, once it has been unneeded -- under half
+    its GPUs requested, and its pods fit on the other ready nodes -- for the pool's ``scaleDownUnneededSeconds``."""
+    burst = [p for p in pools if p.burst]
+    if not burst:
+        return Plan(now)
+    free: dict[str, int] = {n.name: n.allocatable_gpus for n in snapshot.nodes}
+    ready = {n.name for n in snapshot.nodes if n.ready}
+    pending = 0
+    for pod in snapshot.pods:
+        if pod.node is None:
+            pending += pod.gpus
+        elif pod.node in free:
+            free[pod.node] -= pod.gpus
+    nodes_of: dict[str, list[str]] = {p.name: [] for p in burst}
+    for node in snapshot.nodes:
+        if node.pool in nodes_of:
+            nodes_of[node.pool].append(node.name)
+    actions: list[ScaleNodePool] = []
+    if pending > 0:
+        booting = sum(free[n] for p in burst for n in nodes_of[p.name] if n not in ready)
+        short = pending - booting
+        for pool in burst:
+            if short <= 0:
+                break
+            count = len(nodes_of[pool.name])
+            add = min(math.ceil(short / pool.gpus_per_node), pool.node_limit - count)
+            if add > 0:
+                detail = f"{pending} GPU(s) pending, {booting} booting"
+                actions.append(ScaleNodePool(pool.name, count + add, count, Reason.BURST_SCALE_UP, detail))
+                short -= add * pool.gpus_per_node
+        unneeded_since.clear()
+        return Plan(now, actions=tuple(actions))
+    spare = sum(free[n] for n in ready)
+    candidates = set()
+    for pool in burst:
+        for name in nodes_of[pool.name]:
+            gpus = next(n.allocatable_gpus for n in snapshot.nodes if n.name == name)
+            used = gpus - free[name]
+            if name in ready and used < UNNEEDED_UTILISATION * gpus and used <= spare - free[name]:
+                candidates.add(name)
+                unneeded_since.setdefault(name, now)
+    for name in list(unneeded_since):
+        if name not in candidates:
+            del unneeded_since[name]
+    for pool in burst:
+        wait = pool.scale_down_unneeded_seconds
+        due = [n for n in nodes_of[pool.name] if n in candidates and now - unneeded_since[n] >= wait]
+        if due:
+            count = len(nodes_of[pool.name])
+            detail = f"node unneeded for {pool.scale_down_unneeded_seconds:g}s"
+            actions.append(ScaleNodePool(pool.name, count - 1, count, Reason.BURST_SCALE_DOWN, detail))
+            for name in due:
+                unneeded_since.pop(name, None)
+            break  # one node per loop, as Cluster Autoscaler removes empty-ish nodes one by one
+    return Plan(now, actions=tuple(actions))
 
-    @property
-    def capacity_gpus(self) -> int:
-        return (self.spec.nodes + self.burst_ready) * self.spec.gpus_per_node
+
+def build_cluster(
+    services: Sequence[SimService],
+    pools: Sequence[NodePool],
+    initial: Sequence[int],
+    start: float,
+    scoring: Scoring = Scoring.LEAST_ALLOCATED,
+) -> SimCluster:
+    """The simulated cluster at ``start``: every pool's fixed nodes, ready; each service's initial replicas warm
+    where they fit (higher priority first), the rest pending."""
+    cluster = SimCluster(scoring, now=start)
+    for pool in pools:
+        cluster.add_pool(
+            SimPool(pool.name, pool.gpus_per_node, pool.gpu_type, pool.boot_seconds, pool.nodes, pool.node_limit),
+            nodes=pool.nodes,
+        )
+    order = sorted(range(len(services)), key=lambda k: -services[k].policy.priority)
+    for index in order:
+        policy = services[index].policy
+        cluster.add_deployment(
+            SimDeployment(
+                policy.namespace, policy.name, initial[index], policy.gpus_per_replica, policy.cold_start_s,
+                policy.priority,
+            ),
+            warm=True,
+        )
+    return cluster
 
 
 def simulate(
@@ -93,23 +186,19 @@ def simulate(
     steps: int,
     metrics_delay_s: float,
     progress: Callable[[int], None] | None = None,
+    scoring: Scoring = Scoring.LEAST_ALLOCATED,
 ) -> PolicyRun:
     """Run one policy over ``steps`` steps and return its figures and per-step timelines."""
     run = PolicyRun(policy.name)
     initial = policy.reset(services, step_s)
-    pods = [_Pods(ready=n, starting=deque()) for n in initial]
-    pool_states = [_Pool(p) for p in pools]
-    # Initial replicas are already warm; if they do not fit, the extra ones wait for GPUs like any other pod.
-    free = sum(pool.capacity_gpus for pool in pool_states)
-    for s_index, service in enumerate(services):
-        gpus = service.policy.gpus_per_replica
-        fit = max(0, min(pods[s_index].ready, free // gpus))
-        pods[s_index].pending += pods[s_index].ready - fit
-        pods[s_index].ready = fit
-        free -= fit * gpus
-    spec = [p.total for p in pods]
+    cluster = build_cluster(services, pools, initial, start, scoring)
+    run.cluster = cluster
+    actuator = Actuator(cluster, cluster)
+    nodes = _NodeAutoscaler(pools)
+    acting_since = start + step_s if policy.is_controller else None  # the controller starts at the first tick
     delay_steps = round(metrics_delay_s / step_s)
-    order = sorted(range(len(services)), key=lambda i: -services[i].policy.priority)  # placement priority
+    keys = [s.policy.key for s in services]
+    burst_pools = [(p.name, p.gpus_per_node, p.price_per_gpu_hour) for p in pools if p.burst]
 
     count = len(services)
     ready_hist = np.zeros((count, steps), dtype=np.int32)
@@ -125,24 +214,14 @@ def simulate(
 
     for i in range(steps):
         now = start + i * step_s
-        # 1. pods and nodes that finished starting
-        for pod_state in pods:
-            starting = pod_state.starting
-            while starting and starting[0] <= now:
-                starting.popleft()
-                pod_state.ready += 1
-        for pool in pool_states:
-            while pool.booting and pool.booting[0] <= now:
-                pool.booting.popleft()
-                pool.burst_ready += 1
-        _place_pending(services, pods, pool_states, order, now)
+        # 1. the cluster at the start of the step
+        counts = cluster.counts(now)
 
         # 2. serve the step
         step_ok = True
         for s_index, service in enumerate(services):
-            pod_state = pods[s_index]
+            ready, bound, _ = counts[keys[s_index]]
             rate = float(service.rates[i])
-            ready = pod_state.ready
             latency, share = latency_and_share(
                 ready, rate, service.throughput, service.base_latency_s, service.quantile, service.slo_s
             )
@@ -154,64 +233,81 @@ def simulate(
                 run.requests_in_slo_steps += requests
             else:
                 step_ok = False
-            run.gpu_seconds += pod_state.holding_gpus * service.policy.gpus_per_replica * step_s
+            run.gpu_seconds += bound * service.policy.gpus_per_replica * step_s
             ready_hist[s_index, i] = ready
-            spec_hist[s_index, i] = spec[s_index]
+            spec_hist[s_index, i] = cluster.deployments[keys[s_index]].replicas
             latency_hist[s_index, i] = latency
             within_hist[s_index, i] = ok
             util_hist[s_index, i] = 100.0 * min(1.0, rate / (ready * service.throughput)) if ready else 0.0
-        for pool in pool_states:
-            burst_nodes = pool.burst_ready + len(pool.booting)
-            if burst_nodes:
-                gpu_seconds = burst_nodes * pool.spec.gpus_per_node * step_s
+        if burst_pools:
+            node_counts = cluster.burst_nodes()
+            for name, gpus_per_node, price in burst_pools:
+                gpu_seconds = node_counts[name] * gpus_per_node * step_s
                 run.burst_gpu_seconds += gpu_seconds
-                run.burst_cost += gpu_seconds / 3600.0 * pool.spec.price_per_gpu_hour
+                run.burst_cost += gpu_seconds / 3600.0 * price
         minute_ok = minute_ok and step_ok
         if (i + 1) % steps_per_minute == 0 or i == steps - 1:
             run.minutes += 1
             run.minutes_within_slo += minute_ok
             minute_ok = True
 
-        # 3. decide at the end of the step, on delayed metrics
+        # 3. plan at the end of the step, on the cluster as it is and the metrics of delay ago; apply
         decided_at = now + step_s
+        snapshot = cluster.snapshot(decided_at)
+        counts = cluster.counts(decided_at)
         seen = max(0, i - delay_steps)
+        observed = {}
         for s_index, service in enumerate(services):
-            pod_state = pods[s_index]
-            observation = _observe(
+            key = keys[s_index]
+            ready, bound, _ = counts[key]
+            observed[key] = _observe(
                 service,
                 policy.metric(s_index),
-                pod_state,
-                spec[s_index],
+                cluster.deployments[key].replicas,
+                ready,
+                bound - ready,
                 float(service.rates[seen]),
                 float(util_hist[s_index, seen]),
                 float(latency_hist[s_index, seen]),
             )
-            desired, reason = policy.decide(s_index, i, decided_at, observation)
-            reasons[reason.value] = reasons.get(reason.value, 0) + 1
-            if desired != spec[s_index]:
-                run.scale_actions += 1
-                _resize(pod_state, desired)
-                spec[s_index] = desired
-        _place_pending(services, pods, pool_states, order, decided_at)
+        plan = policy.plan(i, decided_at, Observation(decided_at, observed), snapshot)
+        for decision in plan.decisions:
+            reasons[decision.reason.value] = reasons.get(decision.reason.value, 0) + 1
+        if plan.actions:
+            context = GuardContext(decided_at, _policies(policy, services), acting_since=acting_since)
+            results = actuator.apply(plan.actions, context)
+            run.scale_actions += sum(
+                1 for r in results if r.result == "applied" and isinstance(r.action, ScaleDeployment)
+            )
+            policy.applied(plan, results)
 
-        # 4. burst node pools
-        _autoscale_nodes(services, pods, pool_states, decided_at)
+        # 4. the cluster's node autoscaler
+        if burst_pools:
+            node_plan = nodes.plan(cluster.snapshot(decided_at), decided_at)
+            if node_plan.actions:
+                actuator.apply(node_plan.actions, GuardContext(decided_at, {}))
         if progress is not None and (i + 1) % progress_every == 0:
             progress(progress_every)
     if progress is not None:
         progress(steps % progress_every)
 
+    run.lost_training_gpu_seconds = cluster.lost_training_gpu_s
     run.timelines = [
         ServiceTimeline(ready_hist[k], spec_hist[k], latency_hist[k], within_hist[k]) for k in range(count)
     ]
     return run
 
 
+def _policies(policy: SimPolicy, services: Sequence[SimService]) -> dict[str, object]:
+    return getattr(policy, "policies", None) or {s.policy.key: s.policy for s in services}
+
+
 def _observe(
     service: SimService,
     metric: MetricKind,
-    pod_state: _Pods,
     spec: int,
+    ready: int,
+    starting: int,
     seen_rate: float,
     seen_util: float,
     seen_latency: float,
@@ -221,13 +317,12 @@ def _observe(
     GPU utilisation per ready pod is 100 * min(1, lambda / (c * mu)): the GPU is busy in proportion to the load it
     carries. Pods still starting report no usable sample (unready, as the HPA treats them).
     """
-    ready = pod_state.ready
     pods = None
     total = None
     if metric is MetricKind.GPU_UTILIZATION:
-        pods = PodMetrics(ready, seen_util * ready, 0, len(pod_state.starting))
+        pods = PodMetrics(ready, seen_util * ready, 0, starting)
     elif metric is MetricKind.ENGINE_ACTIVE:
-        pods = PodMetrics(ready, seen_util / 100.0 * ready, 0, len(pod_state.starting))
+        pods = PodMetrics(ready, seen_util / 100.0 * ready, 0, starting)
     elif metric is MetricKind.REQUEST_RATE:
         total = seen_rate
     else:  # queue depth: mean requests waiting, Little's law on the M/M/c waiting time
@@ -248,76 +343,3 @@ def _mean_wait(replicas: int, rate: float, throughput: float) -> float:
     if rate <= 0:
         return 0.0
     return erlang_c(replicas, rate / throughput) / (replicas * throughput - rate)
-
-
-def _resize(pod_state: _Pods, desired: int) -> None:
-    """Add pending pods, or remove pods newest first: pending, then starting, then ready."""
-    change = desired - pod_state.total
-    if change >= 0:
-        pod_state.pending += change
-        return
-    remove = -change
-    from_pending = min(remove, pod_state.pending)
-    pod_state.pending -= from_pending
-    remove -= from_pending
-    while remove and pod_state.starting:
-        pod_state.starting.pop()
-        remove -= 1
-    pod_state.ready -= remove
-
-
-def _place_pending(
-    services: Sequence[SimService], pods: list[_Pods], pools: list[_Pool], order: list[int], now: float
-) -> None:
-    """Start pending pods on free GPUs, higher priority first. GPUs of all pools are one capacity here (the pools
-    hold the same GPU type); which pool a pod lands in only matters for burst accounting (``_burst_used``)."""
-    free = sum(pool.capacity_gpus for pool in pools) - _used_gpus(services, pods)
-    for s_index in order:
-        pod_state = pods[s_index]
-        if not pod_state.pending or free <= 0:
-            continue
-        service = services[s_index]
-        gpus = service.policy.gpus_per_replica
-        fit = min(pod_state.pending, free // gpus)
-        if fit:
-            ready_at = now + service.policy.cold_start_s
-            pod_state.starting.extend([ready_at] * fit)
-            pod_state.pending -= fit
-            free -= fit * gpus
-
-
-def _used_gpus(services: Sequence[SimService], pods: list[_Pods]) -> int:
-    return sum(p.holding_gpus * s.policy.gpus_per_replica for s, p in zip(services, pods, strict=True))
-
-
-def _autoscale_nodes(services: Sequence[SimService], pods: list[_Pods], pools: list[_Pool], now: float) -> None:
-    """Cluster-Autoscaler-like: add burst nodes for pending GPUs (pools in scenario order), remove a burst node once
-    its GPUs were unneeded for the pool's ``scaleDownUnneededSeconds``. Pods fill fixed pools first."""
-    pending = sum(p.pending * s.policy.gpus_per_replica for s, p in zip(services, pods, strict=True))
-    used = _used_gpus(services, pods)
-    fixed = sum(pool.capacity_gpus for pool in pools if not pool.spec.burst)
-    spill = max(0, used - fixed)  # GPUs held in burst pools
-    for pool in pools:
-        spec = pool.spec
-        if not spec.burst:
-            continue
-        in_pool = min(spill, pool.capacity_gpus)
-        spill -= in_pool
-        booting_gpus = len(pool.booting) * spec.gpus_per_node
-        if pending > 0:
-            nodes_now = spec.nodes + pool.burst_ready + len(pool.booting)
-            add = min(math.ceil(max(0, pending - booting_gpus) / spec.gpus_per_node), spec.node_limit - nodes_now)
-            if add > 0:
-                pool.booting.extend([now + spec.boot_seconds] * add)
-            pending -= booting_gpus + max(add, 0) * spec.gpus_per_node
-            pool.unneeded_since = None
-            continue
-        if pool.burst_ready and pool.capacity_gpus - in_pool >= spec.gpus_per_node:
-            if pool.unneeded_since is None:
-                pool.unneeded_since = now
-            elif now - pool.unneeded_since >= spec.scale_down_unneeded_seconds:
-                # The rebalancer empties a node before it goes; here the pods are assumed to fit elsewhere.
-                pool.burst_ready -= 1
-                pool.unneeded_since = now
-        else:
-            pool.unneeded_since = None

@@ -1,5 +1,7 @@
-"""Policies compared by the simulator. All see the same observations; ``hpa`` and ``reactive`` (and later
-``predictive``) decide through the project's pure core, ``static`` and ``oracle`` are the bounds.
+"""Policies compared by the simulator. All see the same observation and cluster snapshot each tick and return one
+``Plan`` for every service, which the controller's own actuator (``autoscaler.actuator``) applies to the simulated
+cluster. ``reactive`` and ``predictive`` are the controller's tick (``autoscaler.core.tick.decide_tick``) with
+different settings; ``hpa`` goes through the same core HPA arithmetic; ``static`` and ``oracle`` are the bounds.
 
 - ``hpa``: the Kubernetes HPA v2 on GPU utilisation (target 70 % by default), default behaviour: the baseline most
   clusters run today. It goes through the same core HPA arithmetic, with the SLO guard off.
@@ -19,16 +21,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoscaler.core.decide import decide_service
+from autoscaler.actuator import ActionResult, forget_unapplied
+from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
+    ControllerState,
     MetricKind,
-    ServiceObservation,
+    Observation,
+    Plan,
+    ScaleDecision,
+    ScaleDeployment,
     ServicePolicy,
-    ServiceState,
 )
 from autoscaler.core.reasons import Reason
+from autoscaler.core.tick import PublishedForecast, TickConfig, TickInput, decide_tick
 from autoscaler.sim.latency import replicas_needed
 
 
@@ -53,9 +60,12 @@ class SimService:
 
 
 class SimPolicy:
-    """A policy the simulator can run: initial replicas, then one decision per service per tick."""
+    """A policy the simulator can run: initial replicas, then one plan per tick for all services."""
 
     name = "base"
+    # The controller's guard-rails that come with acting as the controller (the takeover grace after start-up)
+    # apply to the project's policies, not to the baselines.
+    is_controller = False
 
     def reset(self, services: Sequence[SimService], step_s: float) -> list[int]:
         """Prepare for a run; returns the initial (ready) replicas of each service."""
@@ -67,36 +77,72 @@ class SimPolicy:
         """The signal this policy scales service ``index`` on (what the observation must carry)."""
         return self.services[index].policy.metric
 
-    def decide(self, index: int, step: int, now: float, obs: ServiceObservation) -> tuple[int, Reason]:
+    def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
         raise NotImplementedError
+
+    def applied(self, plan: Plan, results: Sequence[ActionResult]) -> None:
+        """What the actuator made of the plan (the controller takes unapplied changes out of its state)."""
+
+
+def replica_plan(
+    now: float, services: Sequence[SimService], observation: Observation, desired: Sequence[tuple[int, Reason]]
+) -> Plan:
+    """A plan that sets each service's replicas: what a baseline that is not the controller would do."""
+    decisions, actions = [], []
+    for service, (replicas, reason) in zip(services, desired, strict=True):
+        policy = service.policy
+        seen = observation.services.get(policy.key)
+        current = seen.spec_replicas if seen is not None else 0
+        decisions.append(ScaleDecision(policy.key, current, replicas, reason, ""))
+        if replicas != current:
+            actions.append(ScaleDeployment(policy.namespace, policy.name, replicas, current, reason, ""))
+    return Plan(now, tuple(decisions), tuple(actions))
 
 
 class CorePolicy(SimPolicy):
-    """Decides through ``autoscaler.core.decide.decide_service`` with one ServicePolicy per service."""
+    """The controller's tick: ``decide_tick`` over every service's ServicePolicy, through the same state."""
+
+    is_controller = True
 
     def __init__(self, name: str) -> None:
         self.name = name
 
     def policy_for(self, service: SimService) -> ServicePolicy:
-        return service.policy
+        # Without forecasts (the reactive column) a spec.forecast has nothing to read.
+        return dataclasses.replace(service.policy, forecast=None)
 
     def reset(self, services: Sequence[SimService], step_s: float) -> list[int]:
-        self.policies = [self.policy_for(s) for s in services]
-        self.states = [ServiceState() for _ in services]
+        self.policies = {s.policy.key: self.policy_for(s) for s in services}
+        self.metrics = [self.policies[s.policy.key].metric for s in services]
+        self.throughputs = {s.policy.key: s.throughput for s in services}
+        self.state = ControllerState()
+        self.previous_state = self.state
+        self.tick_config = TickConfig()
         return super().reset(services, step_s)
 
     def metric(self, index: int) -> MetricKind:
-        return self.policies[index].metric
+        return self.metrics[index]
 
-    def decide(self, index: int, step: int, now: float, obs: ServiceObservation) -> tuple[int, Reason]:
-        decision, self.states[index] = decide_service(self.policies[index], obs, self.states[index], now)
-        return decision.desired_replicas, decision.reason
+    def forecasts(self, step: int, now: float, observation: Observation) -> dict[str, PublishedForecast]:
+        return {}
+
+    def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
+        tick = TickInput(now, observation, snapshot, self.policies, self.forecasts(step, now, observation),
+                         self.throughputs)
+        self.previous_state = self.state
+        plan, self.state = decide_tick(tick, self.state, self.tick_config)
+        return plan
+
+    def applied(self, plan: Plan, results: Sequence[ActionResult]) -> None:
+        self.state = forget_unapplied(self.state, self.previous_state, results, plan.time)
 
 
 class HpaBaseline(CorePolicy):
     """The Kubernetes HPA v2 on GPU utilisation, no SLO guard. By default an HPA without a ``behavior`` block, as most
     HPAs in the wild are: scale-up at most max(2 x current, 4) per sync, the 300 s scale-down window, no rate limit.
     ``behavior=True`` gives it the defaulted behavior block instead (max(+4 pods, +100 %) per 15 s)."""
+
+    is_controller = False
 
     def __init__(self, target_utilization: float = 70.0, behavior: bool = False) -> None:
         super().__init__("hpa")
@@ -112,6 +158,7 @@ class HpaBaseline(CorePolicy):
             scale_down=DEFAULT_SCALE_DOWN,
             behavior=self.behavior,
             slo_guard=False,
+            forecast=None,
         )
 
 
@@ -128,8 +175,8 @@ class StaticPeak(SimPolicy):
         ]
         return list(self.replicas)
 
-    def decide(self, index: int, step: int, now: float, obs: ServiceObservation) -> tuple[int, Reason]:
-        return self.replicas[index], Reason.STATIC_PEAK
+    def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
+        return replica_plan(now, self.services, observation, [(r, Reason.STATIC_PEAK) for r in self.replicas])
 
 
 class Oracle(SimPolicy):
@@ -154,10 +201,9 @@ class Oracle(SimPolicy):
             initial.append(int(need[: lead_steps + 1].max()))
         return initial
 
-    def decide(self, index: int, step: int, now: float, obs: ServiceObservation) -> tuple[int, Reason]:
-        targets = self.targets[index]
-        following = min(step + 1, len(targets) - 1)
-        return int(targets[following]), Reason.ORACLE
+    def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
+        desired = [(int(t[min(step + 1, len(t) - 1)]), Reason.ORACLE) for t in self.targets]
+        return replica_plan(now, self.services, observation, desired)
 
 
 def _forward_window_max(values: np.ndarray, window: int) -> np.ndarray:

@@ -1,17 +1,24 @@
-"""The ``predictive`` policy in the simulator: the reactive core plus a forecast floor ahead of the cold start.
+"""The ``predictive`` policy in the simulator: the controller's tick (``core.tick.decide_tick``) with forecasts.
 
 It follows the controller's split: a *refit* job (here every ``refitSeconds`` of simulated time) fits the service's
 forecaster on the request-rate history it has observed (``historySeconds``, at ``resolutionSeconds``), a cheap
 *update* (every ``updateSeconds``) conditions that fit on the newest data with its parameters fixed, and every tick
-only reads the latest forecast through ``autoscaler.core.predictive.forecast_floor``. The forecaster learns online
-from the first step: at the start it has no history and the service scales reactively, as a new service would.
+only reads the latest published forecast, as the controller's tick does (``core.tick.read_forecasts``: the lead time
+includes node boot when free GPUs are short, demand becomes replicas by ``core.predictive.rate_per_replica``). The
+forecaster learns online from the first step: at the start it has no history and the service scales reactively, as
+a new service would.
 
-Forecast error is measured as the policy runs: each tick's forecast for now + lead is scored against the demand that
-then arrives (MAE and pinball loss at the provisioned quantile).
+Accountability, as the controller's: each tick's forecast for now + lead is scored against the demand that then
+arrives, beside the seasonal-naive baseline fitted on the same history at the same times; over the last
+``accountabilitySeconds`` a forecast whose pinball loss is above ``reliabilityMaxRatio`` x the baseline's, or that
+has fewer than ``minScoredSamples`` scored values, is published as unreliable and the tick scales the service
+reactively (``forecast_unreliable``). Unlike the controller, the simulator does not bootstrap the verdict with a
+backtest: a new service earns trust from live scores only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -20,18 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.core.decide import decide_service
-from autoscaler.core.model import ServiceObservation
-from autoscaler.core.predictive import (
-    ForecastInput,
-    PredictiveSettings,
-    forecast_floor,
-    lead_time_s,
-    rate_per_replica,
-)
-from autoscaler.core.reasons import Reason
+from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
+from autoscaler.core.predictive import ForecastInput
+from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, TickConfig
 from autoscaler.sim.policies import CorePolicy, SimService
-from forecast.types import Forecast, pinball_loss
+from forecast.types import Forecast, ForecastQuality, assess_reliability, pinball_loss
 
 
 @dataclass(frozen=True)
@@ -44,18 +45,30 @@ class ForecastingConfig:
     horizon_s: float = 1800.0  # forecast horizon, seconds (must exceed update period + lead time)
     min_history_s: float = 1800.0  # no forecast before this much history, seconds
     model_params: dict[str, Any] = field(default_factory=dict)
+    reliability_max_ratio: float = 1.0  # unreliable above this pinball ratio to the seasonal-naive baseline
+    min_scored_samples: int = 30  # scored values needed before a forecast is trusted
+    accountability_s: float = 21_600.0  # forecast error is judged on values that arrived in this window, seconds
 
 
 @dataclass
 class _ServiceForecasting:
     estimator: Any = None
+    baseline: Any = None  # the seasonal-naive forecaster the model is judged against
     latest: ForecastInput | None = None
+    baseline_forecast: Forecast | None = None
     last_refit: float = -math.inf
     last_update: float = -math.inf
     history: list[float] = field(default_factory=list)  # mean observed request rate per resolution bucket
     bucket_sum: float = 0.0
     bucket_count: int = 0
-    pending_scores: deque[tuple[float, float]] = field(default_factory=deque)  # (target time, predicted value)
+    # (target time, model's prediction, baseline's prediction) at the provisioned quantile
+    pending_scores: deque[tuple[float, float, float]] = field(default_factory=deque)
+    # (time, model's pinball loss, baseline's, |error|, covered) of the values scored in the accountability window,
+    # with their running sums (n, model pinball, baseline pinball, |error|, covered): the verdict costs O(1)
+    scores: deque[tuple[float, float, float, float, int]] = field(default_factory=deque)
+    sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
+    reliable: bool = False
+    reliability_detail: str = "no scored forecasts yet"
 
 
 class PredictivePolicy(CorePolicy):
@@ -71,49 +84,104 @@ class PredictivePolicy(CorePolicy):
         self.errors: list[float] = []
         self.pinball: list[float] = []
         self.fit_failures = 0
+        self.unreliable_ticks = 0
+
+    def policy_for(self, service: SimService) -> ServicePolicy:
+        forecast = service.policy.forecast
+        if forecast is None or forecast.mode is not ForecastMode.ACTIVE:
+            forecast = ForecastPolicy(ForecastMode.ACTIVE, service.forecast_quantile)
+        return dataclasses.replace(service.policy, forecast=forecast)
 
     def reset(self, services: Sequence[SimService], step_s: float) -> list[int]:
         initial = super().reset(services, step_s)
         self.per_service = [_ServiceForecasting() for _ in services]
-        self.settings = [
-            PredictiveSettings(
-                rate_per_replica=_rate_per_replica(s),
-                quantile=s.forecast_quantile,
+        self.quantiles = [self.policies[s.policy.key].forecast.quantile for s in services]  # type: ignore[union-attr]
+        self.tick_config = TickConfig(
+            ForecastReadConfig(
                 refit_period_s=self.config.refit_s,
                 max_fit_age_periods=3.0,
+                node_boot_s=self.node_boot_s,
+                tick_interval_s=step_s,
             )
-            for s in services
-        ]
+        )
         self.bucket_steps = max(1, round(self.config.resolution_s / step_s))
-        self.errors, self.pinball, self.fit_failures = [], [], 0
+        self.errors, self.pinball, self.fit_failures, self.unreliable_ticks = [], [], 0, 0
         return initial
 
-    def decide(self, index: int, step: int, now: float, obs: ServiceObservation) -> tuple[int, Reason]:
-        service = self.services[index]
-        state = self.per_service[index]
-        self._observe(state, now, obs, self.settings[index].quantile)
-        self._maybe_refit(index, state, now)
-        lead = lead_time_s(service.policy.cold_start_s, (), self.node_boot_s, needs_new_nodes=False)
-        floor = forecast_floor(service.policy, state.latest, self.settings[index], now, lead, self.step_s)
-        if floor is not None and floor.usable and state.latest is not None:
-            predicted = state.latest.forecast.at(now + lead, self.settings[index].quantile)
-            state.pending_scores.append((now + lead, predicted))
-        decision, self.states[index] = decide_service(self.policies[index], obs, self.states[index], now, floor)
-        return decision.desired_replicas, decision.reason
+    def forecasts(self, step: int, now: float, observation: Observation) -> dict[str, PublishedForecast]:
+        published = {}
+        for index, service in enumerate(self.services):
+            key = service.policy.key
+            state = self.per_service[index]
+            seen = observation.services.get(key)
+            if seen is not None:
+                self._observe(state, now, seen.request_rate, self.quantiles[index])
+            self._maybe_refit(index, state, now)
+            if state.latest is not None:
+                latest = dataclasses.replace(
+                    state.latest, reliable=state.reliable, reliability_detail=state.reliability_detail
+                )
+                published[key] = PublishedForecast(key, latest, self.config.model, self.quantiles[index])
+        return published
 
-    def _observe(self, state: _ServiceForecasting, now: float, obs: ServiceObservation, quantile: float) -> None:
-        if obs.request_rate is None or not math.isfinite(obs.request_rate):
+    def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
+        plan = super().plan(step, now, observation, snapshot)
+        for index, service in enumerate(self.services):
+            view = plan.forecasts.get(service.policy.key)
+            state = self.per_service[index]
+            if view is None or view.floor is None or state.latest is None:
+                continue
+            if not view.floor.usable:
+                self.unreliable_ticks += 1
+            # Every tick's forecast at now + lead is scored, used or not: that is how it earns trust.
+            target = now + view.lead_s
+            try:
+                predicted = state.latest.forecast.at(target, self.quantiles[index])
+                baseline = state.baseline_forecast
+                base = baseline.at(target, self.quantiles[index]) if baseline is not None else math.nan
+            except ValueError:
+                continue
+            state.pending_scores.append((target, predicted, base))
+        return plan
+
+    def _observe(self, state: _ServiceForecasting, now: float, rate: float | None, quantile: float) -> None:
+        if rate is None or not math.isfinite(rate):
             return  # a gap: the forecaster's gap filling handles it at the next fit
-        state.bucket_sum += obs.request_rate
+        state.bucket_sum += rate
         state.bucket_count += 1
         if state.bucket_count == self.bucket_steps:
             state.history.append(state.bucket_sum / state.bucket_count)
             state.bucket_sum, state.bucket_count = 0.0, 0
         # Score forecasts whose target time has arrived, against the demand observed for that time.
         while state.pending_scores and state.pending_scores[0][0] <= now - self.metrics_delay_s:
-            _, predicted = state.pending_scores.popleft()
-            self.errors.append(abs(obs.request_rate - predicted))
-            self.pinball.append(pinball_loss(obs.request_rate, predicted, quantile))
+            target, predicted, base = state.pending_scores.popleft()
+            error = abs(rate - predicted)
+            loss = pinball_loss(rate, predicted, quantile)
+            self.errors.append(error)
+            self.pinball.append(loss)
+            if math.isfinite(base):
+                entry = (target, loss, pinball_loss(rate, base, quantile), error, int(rate <= predicted))
+                state.scores.append(entry)
+                _add(state.sums, entry, 1.0)
+
+    def _judge(self, state: _ServiceForecasting, quantile: float, now: float) -> None:
+        """The controller's verdict (``forecast.assess_reliability``) on the last accountability window."""
+        from forecast.registry import BASELINE
+
+        config = self.config
+        while state.scores and state.scores[0][0] < now - config.accountability_s:
+            _add(state.sums, state.scores.popleft(), -1.0)
+        count = len(state.scores)
+        n = max(count, 1)
+        model_sum, base_sum, error_sum, covered = state.sums[1:]
+        levels = (quantile, quantile)
+        model = ForecastQuality(config.model, count, error_sum / n, {quantile: model_sum / n}, math.nan, covered / n,
+                                levels)
+        base = ForecastQuality(BASELINE, count, math.nan, {quantile: base_sum / n}, math.nan, math.nan, levels)
+        state.reliable, detail = assess_reliability(
+            model, base, max_ratio=config.reliability_max_ratio, min_samples=config.min_scored_samples
+        )
+        state.reliability_detail = f"live: {detail}"
 
     def _maybe_refit(self, index: int, state: _ServiceForecasting, now: float) -> None:
         config = self.config
@@ -126,29 +194,34 @@ class PredictivePolicy(CorePolicy):
         # right after it.
         start = now - self.metrics_delay_s - (state.bucket_count * self.step_s) - len(window) * config.resolution_s
         horizon = math.ceil(config.horizon_s / config.resolution_s)
+        quantile = self.quantiles[index]
         try:
             if now - state.last_refit >= config.refit_s or state.estimator is None:
-                from forecast.registry import make_model
+                from forecast.registry import BASELINE, make_model
 
                 # The forecaster must produce the level the service provisions for, plus the usual band.
-                levels = tuple(sorted({0.1, 0.5, 0.9, self.settings[index].quantile}))
+                levels = tuple(sorted({0.1, 0.5, 0.9, quantile}))
                 state.estimator = make_model(config.model, **{**config.model_params, "quantiles": levels})
                 state.estimator.fit(window, start=start, step_s=config.resolution_s)
+                state.baseline = make_model(BASELINE, quantiles=levels)
+                state.baseline.fit(window, start=start, step_s=config.resolution_s)
                 state.last_refit = state.last_update = now
             elif now - state.last_update >= config.update_s:
                 state.estimator.update(window, start=start)
+                state.baseline.update(window, start=start)
                 state.last_update = now
             else:
                 return
             forecast: Forecast = state.estimator.predict(horizon)
+            state.baseline_forecast = state.baseline.predict(horizon)
         except (ValueError, np.linalg.LinAlgError):
             self.fit_failures += 1  # the previous forecast stays until it is too old, then reactive takes over
             return
+        self._judge(state, quantile, now)
         state.latest = ForecastInput(forecast, fitted_at=now)
 
 
-def _rate_per_replica(service: SimService) -> float:
-    """The core's rule (``autoscaler.core.predictive.rate_per_replica``) with the simulated replica's throughput."""
-    rate = rate_per_replica(service.policy, service.throughput)
-    assert rate is not None  # with a throughput the rule always has an answer
-    return rate
+def _add(sums: list[float], entry: tuple[float, float, float, float, int], sign: float) -> None:
+    sums[0] += sign
+    for k in range(1, 5):
+        sums[k] += sign * entry[k]

@@ -231,6 +231,8 @@ def run_scenario(
             scenario.baselines.hpa_target_utilization,
             scenario.baselines.static_headroom,
             scenario.forecasting.to_config(),
+            # The controller's lead time includes node boot when free GPUs are short: the burst pool's boot here.
+            node_boot_s=max((p.boot_seconds for p in scenario.node_pools if p.burst), default=0.0),
             metrics_delay_s=scenario.metrics_delay_seconds,
             hpa_behavior=scenario.baselines.hpa_behavior,
         )

@@ -3,15 +3,14 @@ these add the knobs the runtime tests need: failing reads and writes, call logs)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
-from autoscaler.app import PolicyObject
 from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, HpaInfo
 from autoscaler.core.model import Observation, PodMetrics, ServiceObservation, ServicePolicy
-from autoscaler.ports import EvictionOutcome, PortError, Series
+from autoscaler.ports import EvictionOutcome, PolicyObject, PortError, Series
 
 
 class FakeMetrics:
@@ -24,7 +23,9 @@ class FakeMetrics:
         self.fail: Exception | None = None
         self.calls = 0
 
-    def observe(self, services: Sequence[ServicePolicy], now: float) -> Observation:
+    def observe(
+        self, services: Sequence[ServicePolicy], now: float, *, cluster: ClusterSnapshot | None = None
+    ) -> Observation:
         self.calls += 1
         if self.fail is not None:
             raise self.fail
@@ -40,6 +41,9 @@ class FakeMetrics:
 
     def history(self, service: ServicePolicy, signal: str, start: float, end: float, step_s: float) -> Series:
         return Series((), ())
+
+    def set_service_queries(self, service_queries: Mapping[str, Any]) -> None:
+        pass  # no queries: utilisation is set by the test
 
 
 @dataclass

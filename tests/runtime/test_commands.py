@@ -9,10 +9,10 @@ import pytest
 from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, policy_object
 
 from autoscaler import app
-from autoscaler.app import Adapters, PolicyObject
+from autoscaler.app import Adapters
 from autoscaler.cli import main
 from autoscaler.core.model import Mode, ServicePolicy
-from autoscaler.ports import PortError
+from autoscaler.ports import PolicyObject, PortError
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
 
-from autoscaler.app import Controller, PolicyObject
+from autoscaler.controller import Controller
 from autoscaler.core.model import Mode, ScaleDeployment, ServicePolicy
 from autoscaler.core.reasons import Reason
-from autoscaler.ports import PortError
+from autoscaler.ports import PolicyObject, PortError
 from autoscaler.telemetry import Telemetry
 
 T0 = 1_800_000_000.0
@@ -144,15 +144,43 @@ def test_metrics_outage_holds_even_if_decide_misbehaves() -> None:
     c.acting_since = T0 - 3600
     from autoscaler.core.model import Plan
 
-    def reckless(observation, state, policies, now):  # type: ignore[no-untyped-def]
+    def reckless(tick, state, config):  # type: ignore[no-untyped-def]
         action = ScaleDeployment("ml", "chat", 1, 8, Reason.METRIC_BELOW_TARGET, "ignores staleness")
-        return Plan(now, (), (action,)), state
+        return Plan(tick.now, (), (action,)), state
 
     c._decide = reckless
     metrics.fail = PortError("prometheus down")
     c.run_once(T0)
     assert cluster.writes == []
     assert c.last_report is not None and [r.result for r in c.last_report.results] == ["held"]
+
+
+def test_forecasts_that_cannot_be_read_leave_the_tick_reactive() -> None:
+    from autoscaler.core.tick import ForecastReadConfig
+
+    class BrokenForecasts:
+        leads_recorded = False
+
+        @property
+        def published(self) -> dict[str, object]:
+            raise RuntimeError("published fits unreadable")
+
+        def read_config(self) -> ForecastReadConfig:
+            return ForecastReadConfig()
+
+        def record_leads(self, views: object) -> None:
+            self.leads_recorded = True
+
+    c, cluster, _, _, _ = make(replicas=2, util=140.0)
+    broken = BrokenForecasts()
+    c.forecasts = broken  # type: ignore[assignment]
+    c.run_once(T0)
+    assert scales(cluster) == [("ml", "chat", 4)]  # decided reactively, and applied
+    assert c.last_report is not None and c.last_report.result == "ok"
+    assert c.last_report.errors == ["forecast_read: RuntimeError: published fits unreadable"]
+    assert c.last_report.floors == {} and c.last_report.forecasts == {}
+    assert not broken.leads_recorded
+    assert sample(c, "gpu_autoscaler_errors_total", component="decide") == 1
 
 
 def test_unexpected_exception_from_a_read_is_a_hold_not_a_crash() -> None:
@@ -320,7 +348,7 @@ def test_condition_transition_time_only_moves_on_flip() -> None:
     ],
 )
 def test_stale_reason_label_is_bounded(text: str, category: str) -> None:
-    from autoscaler.app import stale_category
+    from autoscaler.reporting import stale_category
 
     assert stale_category(text) == category
 
@@ -330,12 +358,12 @@ def test_no_eviction_or_suspension_on_a_tick_with_stale_metrics() -> None:
 
     c, cluster, metrics, _, _ = make(replicas=2, util=140.0)
 
-    def preempting(observation, state, policies, now):  # type: ignore[no-untyped-def]
+    def preempting(tick, state, config):  # type: ignore[no-untyped-def]
         actions = (
             EvictPod("train", "worker-0", Reason.PREEMPT_FOR_INFERENCE, "free 1 GPU", gang="jobset/train/llm"),
             SuspendWorkload("JobSet", "train", "llm", Reason.PREEMPT_FOR_INFERENCE, "free 8 GPUs"),
         )
-        return Plan(now, (), actions), state
+        return Plan(tick.now, (), actions), state
 
     c._decide = preempting
     metrics.stale[KEY] = ("empty result",)
@@ -365,8 +393,8 @@ def test_eviction_blocked_by_a_pdb_is_not_now() -> None:
     c, cluster, _, _, _ = make(replicas=2, util=70.0)
     cluster.evictions_blocked = True
 
-    def evict(observation, state, policies, now):  # type: ignore[no-untyped-def]
-        return Plan(now, (), (EvictPod("train", "w-0", Reason.PREEMPT_FOR_INFERENCE, "free 1 GPU"),)), state
+    def evict(tick, state, config):  # type: ignore[no-untyped-def]
+        return Plan(tick.now, (), (EvictPod("train", "w-0", Reason.PREEMPT_FOR_INFERENCE, "free 1 GPU"),)), state
 
     c._decide = evict
     c.run_once(T0)

@@ -13,15 +13,16 @@ import numpy as np
 import pytest
 from runtime_fakes import FakePolicies, FakeStatus, policy_object
 
-from autoscaler.app import Controller, Runtime
-from autoscaler.core.cluster import NodeInfo, PodInfo
+from autoscaler.controller import Controller
+from autoscaler.core.cluster import NodeInfo, PodInfo, free_gpus
 from autoscaler.core.model import ForecastMode, ForecastPolicy, MetricKind, Observation, ServicePolicy
 from autoscaler.core.reasons import Reason
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
-from autoscaler.forecasting import FitJob, FitRunner, ForecastService, free_gpus, run_fit
+from autoscaler.forecasting import FitJob, FitRunner, ForecastService, run_fit
 from autoscaler.policy import GPUScalingPolicySpec, to_service_policy
 from autoscaler.ports import Series
+from autoscaler.runtime import Runtime
 from autoscaler.settings import ForecastSettings, SettingsError, load_settings
 from autoscaler.telemetry import Telemetry
 

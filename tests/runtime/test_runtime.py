@@ -12,8 +12,9 @@ import pytest
 from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
 
 from autoscaler.adapters.kubernetes_lease import ElectionTimings, InMemoryLeaseStore, LeaderElector
-from autoscaler.app import Controller, Runtime
+from autoscaler.controller import Controller
 from autoscaler.core.model import ServicePolicy
+from autoscaler.runtime import Runtime
 from autoscaler.telemetry import Telemetry
 
 FAST = ElectionTimings(lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.05)

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoscaler.core.model import ServiceObservation, ServicePolicy
+from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.model import Observation, Plan, ServiceObservation, ServicePolicy
 from autoscaler.core.reasons import Reason
 from autoscaler.sim.engine import simulate
-from autoscaler.sim.policies import SimPolicy, SimService
+from autoscaler.sim.policies import SimPolicy, SimService, replica_plan
 from autoscaler.sim.run import run_scenario
 from autoscaler.sim.scenario import NodePool, load_scenario
 
@@ -23,7 +24,7 @@ class Scripted(SimPolicy):
 
     def __init__(self, initial: int, plan: dict[int, int]) -> None:
         self.initial = initial
-        self.plan = plan
+        self.script = plan
         self.current = initial
         self.seen: list[ServiceObservation] = []
 
@@ -32,10 +33,10 @@ class Scripted(SimPolicy):
         self.current = self.initial
         return [self.initial]
 
-    def decide(self, index: int, step: int, now: float, obs: ServiceObservation) -> tuple[int, Reason]:
-        self.seen.append(obs)
-        self.current = self.plan.get(step, self.current)
-        return self.current, Reason.STATIC_PEAK
+    def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
+        self.seen.append(observation.services["ml/chat"])
+        self.current = self.script.get(step, self.current)
+        return replica_plan(now, self.services, observation, [(self.current, Reason.STATIC_PEAK)])
 
 
 def service(rates: list[float], cold_start_s: float = 60.0) -> SimService:

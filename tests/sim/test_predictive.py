@@ -116,8 +116,12 @@ def test_forecast_rate_per_replica_overrides_the_reactive_target() -> None:
     import dataclasses
 
     from autoscaler.core.model import ForecastMode, ForecastPolicy, MetricKind, ServicePolicy
+    from autoscaler.core.predictive import rate_per_replica
     from autoscaler.sim.policies import SimService
-    from autoscaler.sim.predictive import _rate_per_replica
+
+    def _rate_per_replica(service: SimService) -> float | None:
+        # what the simulator hands the tick: the policy, and the replica's known throughput (TickInput.throughputs)
+        return rate_per_replica(service.policy, service.throughput)
 
     base = ServicePolicy(namespace="ml", name="chat", metric=MetricKind.REQUEST_RATE, target=3.2)
     service = SimService(base, np.zeros(4), throughput=3.5, base_latency_s=2.0, slo_s=4.0, quantile=0.95)

@@ -5,20 +5,22 @@ merge of an update into the current status (conditions keep their ``lastTransiti
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.adapters.kubernetes._api import format_time
-from autoscaler.core.model import Action, EvictPod, ScaleDeployment, ScaleNodePool, SuspendWorkload
 
-# Condition types (metav1.Condition ``type``), shown by ``kubectl get`` / ``kubectl describe``.
-READY = "Ready"  # the policy is valid and its target was read this tick
-METRICS_STALE = "MetricsStale"  # holding because metrics are missing or stale
-AT_MAX_REPLICAS = "AtMaxReplicas"  # the recommendation was clamped to maxReplicas
-INVALID_SPEC = "InvalidSpec"  # the spec failed validation; the message names the field
-CONDITION_TYPES = (READY, METRICS_STALE, AT_MAX_REPLICAS, INVALID_SPEC)
+# The pure records callers hand to the writer live in the core; they are re-exported here.
+from autoscaler.core.status import AT_MAX_REPLICAS as AT_MAX_REPLICAS
+from autoscaler.core.status import CONDITION_TYPES as CONDITION_TYPES
+from autoscaler.core.status import INVALID_SPEC as INVALID_SPEC
+from autoscaler.core.status import METRICS_STALE as METRICS_STALE
+from autoscaler.core.status import READY as READY
+from autoscaler.core.status import ConditionUpdate as ConditionUpdate
+from autoscaler.core.status import ForecastRecord as ForecastRecord
+from autoscaler.core.status import LastAction as LastAction
+from autoscaler.core.status import StatusUpdate as StatusUpdate
 
 _REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
@@ -88,80 +90,6 @@ class GPUScalingPolicyStatus(_Wire):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-
-
-# ---- what callers hand to the writer ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ConditionUpdate:
-    type: str
-    status: bool | None  # None = Unknown
-    reason: str
-    message: str = ""
-
-    @property
-    def status_text(self) -> str:
-        return "Unknown" if self.status is None else ("True" if self.status else "False")
-
-
-@dataclass(frozen=True, slots=True)
-class LastAction:
-    type: str
-    reason: str
-    message: str
-    time: float
-    detail: str = ""
-    dry_run: bool = False
-    from_replicas: int | None = None
-    to_replicas: int | None = None
-
-    @classmethod
-    def from_action(cls, action: Action, now: float, *, dry_run: bool = False) -> LastAction:
-        """The status record of a plan action: type, reason (machine and human) and detail."""
-        from_r = to_r = None
-        if isinstance(action, ScaleDeployment):
-            from_r, to_r = action.previous_replicas, action.replicas
-        elif isinstance(action, ScaleNodePool):
-            from_r, to_r = action.previous_nodes, action.nodes
-        assert isinstance(action, (ScaleDeployment, EvictPod, SuspendWorkload, ScaleNodePool))
-        return cls(
-            type=type(action).__name__,
-            reason=action.reason.value,
-            message=action.reason.text,
-            time=now,
-            detail=action.detail,
-            dry_run=dry_run,
-            from_replicas=from_r,
-            to_replicas=to_r,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ForecastRecord:
-    time: float
-    horizon_s: float
-    quantile: float
-    demand: float | None = None
-    replicas: int | None = None
-    model: str | None = None
-    error: float | None = None
-    pinball_ratio: float | None = None
-    mode: str | None = None
-    reliable: bool | None = None
-    reason: str | None = None
-    message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StatusUpdate:
-    """Fields left as None are kept as they are; conditions are merged by type."""
-
-    current_replicas: int | None = None
-    desired_replicas: int | None = None
-    last_action: LastAction | None = None
-    last_forecast: ForecastRecord | None = None
-    conditions: Sequence[ConditionUpdate] = ()
 
 
 def merge_status(

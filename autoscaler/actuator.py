@@ -1,0 +1,234 @@
+"""The actuator: turns a plan into port calls, the same for the controller and the simulator (issue 11).
+
+For every action of a plan, in order:
+
+1. **guard** (defence in depth: ``decide_tick`` already holds on stale data, this makes the rule independent of any
+   future bug in it): an action that takes capacity away (a scale-down, an eviction, a suspension, fewer nodes) is
+   held when the metrics could not be read this tick, when its service's metrics are stale, or -- for a scale-down --
+   while the process has been acting for less than the service's scale-down window (a new leader has no
+   stabilisation history);
+2. **dry-run**: nothing is written but an Event marked ``[dry-run]`` (deduplicated: recommend-only plans repeat);
+3. **leadership**: asked before every single write, so a Lease lost in the middle of a tick stops the rest;
+4. **apply** through ``ClusterWriter`` / ``NodePoolScaler``; a failed write is reported, never raised (the next tick
+   re-decides on fresh data); a PodDisruptionBudget's 429 is ``blocked``;
+5. **record**: one ``ActionResult`` per action, and a Normal Event on the object for every applied change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from autoscaler.core.model import (
+    Action,
+    ControllerState,
+    EvictPod,
+    ScaleDeployment,
+    ScaleNodePool,
+    ServicePolicy,
+    ServiceState,
+    SuspendWorkload,
+)
+from autoscaler.core.reasons import Reason
+from autoscaler.ports import ClusterWriter, EvictionOutcome, NodePoolScaler
+
+log = logging.getLogger("autoscaler")
+
+DRY_RUN_MARK = "[dry-run] "
+
+
+@dataclass(slots=True)
+class ActionResult:
+    action: Action
+    result: str  # applied | failed | blocked | held | not_leader | dry_run
+    message: str = ""
+    component: str | None = None  # for a failed write: cluster_write | node_pool
+
+
+@dataclass(frozen=True, slots=True)
+class GuardContext:
+    """What the guard needs to know about this tick."""
+
+    now: float
+    policies: Mapping[str, ServicePolicy]
+    stale: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> why its metrics are stale
+    metrics_error: str | None = None  # the metrics read failed this tick
+    acting_since: float | None = None  # when this process started acting (took the lease)
+
+
+def event_reason(reason: Reason | str) -> str:
+    """Event reasons are CamelCase by Kubernetes convention: ``metric_above_target`` -> ``MetricAboveTarget``."""
+    value = reason.value if isinstance(reason, Reason) else reason
+    return "".join(part.capitalize() for part in value.split("_"))
+
+
+def action_kind(action: Action) -> str:
+    return type(action).__name__
+
+
+def action_target(action: Action) -> str:
+    if isinstance(action, ScaleNodePool):
+        return f"nodepool/{action.pool}"
+    if isinstance(action, SuspendWorkload):
+        return f"{action.kind.lower()}/{action.namespace}/{action.name}"
+    if isinstance(action, EvictPod):
+        return f"pod/{action.namespace}/{action.name}"
+    return f"deployment/{action.namespace}/{action.name}"
+
+
+def describe_action(action: Action) -> str:
+    if isinstance(action, ScaleDeployment):
+        return f"scale {action_target(action)} from {action.previous_replicas} to {action.replicas}"
+    if isinstance(action, ScaleNodePool):
+        return f"scale {action_target(action)} from {action.previous_nodes} to {action.nodes} nodes"
+    if isinstance(action, EvictPod):
+        gang = f" (gang {action.gang})" if action.gang else ""
+        return f"evict {action_target(action)}{gang}"
+    return f"suspend {action_target(action)}"
+
+
+def is_destructive(action: Action) -> bool:
+    """Actions that take capacity away; none of them may follow from data we could not read."""
+    if isinstance(action, ScaleDeployment):
+        return action.replicas < action.previous_replicas
+    if isinstance(action, ScaleNodePool):
+        return action.nodes < action.previous_nodes
+    return True  # evictions and suspensions
+
+
+def guard(action: Action, context: GuardContext) -> str | None:
+    """Why a planned action must not be applied, or None."""
+    if not is_destructive(action):
+        return None
+    if context.metrics_error is not None:
+        return f"metrics unreadable this tick ({context.metrics_error})"
+    if isinstance(action, ScaleDeployment):
+        key = f"{action.namespace}/{action.name}"
+        if context.stale.get(key):
+            return f"metrics stale: {'; '.join(context.stale[key])}"
+        policy = context.policies.get(key)
+        # A new leader has no stabilisation history: the old leader's window may have been holding a scale-down
+        # back. Wait one window after taking over, as if every recent recommendation had been "keep".
+        if policy is not None and context.acting_since is not None:
+            window = policy.scale_down.stabilisation_s
+            acting = context.now - context.acting_since
+            if acting < window:
+                return f"takeover grace: acting for {acting:.0f}s < scale-down window {window:g}s"
+    elif context.stale:
+        return f"metrics stale for {len(context.stale)} service(s)"
+    return None
+
+
+def forget_unapplied(
+    state: ControllerState, previous: ControllerState, results: Sequence[ActionResult], now: float
+) -> ControllerState:
+    """Take the scale events of actions that were not applied back out of the state: the rate policies must count
+    only changes that happened (a failed write is retried next tick at full allowance). ``decide`` records this
+    tick's change as an event stamped ``now``."""
+    unapplied = {
+        f"{r.action.namespace}/{r.action.name}"
+        for r in results
+        if r.result != "applied" and isinstance(r.action, ScaleDeployment)
+    }
+    if not unapplied:
+        return state
+    services = dict(state.services)
+    for key in unapplied:
+        if key in services:
+            before = set(previous.services.get(key, ServiceState()).scale_events)
+            kept = tuple(e for e in services[key].scale_events if e[0] != now or e in before)
+            services[key] = replace(services[key], scale_events=kept)
+    return ControllerState(services)
+
+
+class Actuator:
+    """Applies plans through the ports; keeps the memo that stops repeated Events."""
+
+    def __init__(
+        self,
+        writer: ClusterWriter,
+        node_pools: NodePoolScaler | None = None,
+        *,
+        dry_run: bool = False,
+        can_act: Callable[[], bool] = lambda: True,
+        on_error: Callable[[str], None] = lambda component: None,
+    ) -> None:
+        self.writer = writer
+        self.node_pools = node_pools
+        self.dry_run = dry_run
+        self.can_act = can_act
+        self.on_error = on_error  # counts an error of a component (the controller's telemetry)
+        self.reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
+
+    def apply(self, actions: Sequence[Action], context: GuardContext) -> list[ActionResult]:
+        return [self.apply_one(action, context) for action in actions]
+
+    def apply_one(self, action: Action, context: GuardContext) -> ActionResult:
+        text = f"{describe_action(action)}: {action.reason.text} ({action.detail})"
+        blocked = guard(action, context)
+        if blocked is not None:
+            log.warning("held back: %s; because %s", describe_action(action), blocked)
+            return ActionResult(action, "held", blocked)
+        if self.dry_run:
+            log.info("%s%s", DRY_RUN_MARK, text)
+            self.event_for(action, f"{DRY_RUN_MARK}would {text}", dedupe=True)
+            return ActionResult(action, "dry_run", text)
+        if not self.can_act():
+            log.warning("not the leader any more: not applying %s", describe_action(action))
+            return ActionResult(action, "not_leader", "lost the lease during the tick")
+        try:
+            result = self._write(action)
+        except Exception as exc:
+            component = "node_pool" if isinstance(action, ScaleNodePool) else "cluster_write"
+            self.on_error(component)
+            message = f"{type(exc).__name__}: {exc}"
+            log.error("write failed (retried next tick): %s: %s", describe_action(action), message)
+            return ActionResult(action, "failed", message, component)
+        log.info("%s: %s", result, text)
+        if result == "applied":
+            self.event_for(action, text[0].upper() + text[1:], dedupe=False)
+        return ActionResult(action, result, text)
+
+    def _write(self, action: Action) -> str:
+        if isinstance(action, ScaleDeployment):
+            self.writer.scale_deployment(action.namespace, action.name, action.replicas)
+            return "applied"
+        if isinstance(action, EvictPod):
+            outcome = self.writer.evict_pod(action.namespace, action.name)
+            # 429 from a PodDisruptionBudget means "not now": the next tick re-plans.
+            return "blocked" if outcome is EvictionOutcome.BLOCKED else "applied"
+        if isinstance(action, SuspendWorkload):
+            self.writer.suspend_workload(action.kind, action.namespace, action.name)
+            return "applied"
+        if self.node_pools is None:
+            raise RuntimeError("no node-pool scaler is configured")
+        self.node_pools.scale(action.pool, action.nodes)
+        return "applied"
+
+    def event_for(self, action: Action, message: str, dedupe: bool) -> None:
+        if isinstance(action, ScaleDeployment):
+            obj = ("Deployment", action.namespace, action.name)
+        elif isinstance(action, EvictPod):
+            obj = ("Pod", action.namespace, action.name)
+        elif isinstance(action, SuspendWorkload):
+            obj = (action.kind, action.namespace, action.name)
+        else:
+            return  # node pools are cluster-scoped provider objects: log and metric only
+        self.event(obj, event_reason(action.reason), message, "Normal", topic="action" if dedupe else None)
+
+    def event(self, obj: tuple[str, str, str], reason: str, message: str, event_type: str, topic: str | None) -> None:
+        """Emit an Event; with a ``topic``, only when it differs from the last one of that topic on that object
+        (dry-run and recommend-only plans repeat every tick and would flood the API)."""
+        memo = (f"{obj[0]}/{obj[1]}/{obj[2]}", topic) if topic is not None else None
+        if memo is not None:
+            if self.reported.get(memo) == f"{reason}|{message}":
+                return
+            self.reported[memo] = f"{reason}|{message}"
+        try:
+            self.writer.emit_event(obj[0], obj[1], obj[2], reason, message, event_type)
+        except Exception as exc:
+            self.on_error("event_write")
+            log.warning("event not written (%s %s/%s %s): %s", obj[0], obj[1], obj[2], reason, exc)
+            if memo is not None:
+                self.reported.pop(memo, None)  # try again next tick

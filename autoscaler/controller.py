@@ -1,0 +1,367 @@
+"""The controller: ``Controller.run_once(now)`` is one tick, RunOnce style. It reads the policies, the cluster and the
+metrics, decides through the pure ``autoscaler.core.tick.decide_tick`` (the simulator's decision too), applies the plan
+through the ``Actuator`` and reports (``autoscaler.reporting``). The rules it keeps, beyond what the core already does:
+
+- **A failed read holds.** A PortError (or any exception) from the policy, cluster or metrics read never turns into
+  a scale-down, an eviction or a suspension: when the cluster or the policies cannot be read nothing is applied; when
+  the metrics cannot be read every service is observed as stale and ``decide()`` holds. When the forecasts cannot be
+  read the tick decides reactively.
+- **A failed write is retried by the next tick**, which re-decides on fresh data (the failed action's scale event is
+  taken out of the state so that the rate policies do not count a change that never happened). Nothing propagates
+  out of ``run_once``: the loop survives every error, counts it and logs it.
+- **Only the leader acts**, and it asks before every single write, so a Lease lost in the middle of a tick stops the
+  rest of that tick's writes.
+- **Dry-run writes nothing but Events** (marked ``[dry-run]``); the plan is still logged and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from autoscaler.actuator import DRY_RUN_MARK, Actuator, GuardContext, forget_unapplied
+from autoscaler.core.cluster import ClusterSnapshot, hpas_targeting
+from autoscaler.core.model import ControllerState, Mode, Observation, Plan, ServiceObservation, ServicePolicy
+from autoscaler.core.tick import TickConfig, TickInput, decide_tick
+from autoscaler.ports import (
+    POLICY_KIND,
+    ClusterReader,
+    ClusterWriter,
+    ForecastReader,
+    MetricsSource,
+    NodePoolScaler,
+    PolicyObject,
+    PolicySource,
+    PolicyStatusWriter,
+)
+from autoscaler.reporting import STALE_DEPLOYMENT_MISSING, STALE_METRICS_UNAVAILABLE, TickReport, TickReporter
+from autoscaler.telemetry import Telemetry
+
+__all__ = [
+    "POLICY_KIND",
+    "STALE_DEPLOYMENT_MISSING",
+    "STALE_METRICS_UNAVAILABLE",
+    "Controller",
+    "TickDecider",
+    "TickReport",
+]
+
+log = logging.getLogger("autoscaler")
+
+TickDecider = Callable[[TickInput, ControllerState, TickConfig], tuple[Plan, ControllerState]]
+
+
+class Controller:
+    """One tick at a time: observe, decide, act. Thread-compatible (the scheduler runs one tick at a time)."""
+
+    def __init__(
+        self,
+        *,
+        metrics: MetricsSource,
+        cluster: ClusterReader,
+        writer: ClusterWriter,
+        policies: PolicySource,
+        status_writer: PolicyStatusWriter | None = None,
+        node_pools: NodePoolScaler | None = None,
+        telemetry: Telemetry | None = None,
+        dry_run: bool = False,
+        can_act: Callable[[], bool] = lambda: True,
+        forecasts: ForecastReader | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.cluster = cluster
+        self.writer = writer
+        self.policies = policies
+        self.status_writer = status_writer
+        self.node_pools = node_pools
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self.dry_run = dry_run
+        self.can_act = can_act  # replaced by the Runtime (leadership); the actuator asks it before every write
+        self.forecasts = forecasts
+        self.actuator = Actuator(
+            writer, node_pools, dry_run=dry_run, can_act=lambda: self.can_act(), on_error=self.telemetry.error
+        )
+        self.reporter = TickReporter(self.telemetry, self.actuator, status_writer, dry_run=dry_run)
+        self._decide: TickDecider = decide_tick
+        self.policies_seen: tuple[ServicePolicy, ...] = ()  # valid policies of the latest tick (the refit fits these)
+        self._queries: dict[str, Any] = {}
+        self.state = ControllerState()
+        self.acting_since: float | None = None  # when this process started acting (took the lease)
+        self.last_report: TickReport | None = None
+        self._policy_owners: dict[str, tuple[str, str]] = {}  # service key -> (namespace, name) of its policy
+        self._lock = threading.Lock()
+        self._pending_reset: tuple[str, float | None] | None = None
+        self.telemetry.dry_run.set(1 if dry_run else 0)
+
+    # -- leadership hooks (called by the elector) --
+
+    def start_acting(self, now: float) -> None:
+        """A fresh leader knows no history: forget any state and start the takeover grace now.
+
+        Called from the election thread, so it must not wait for a running tick (that tick may be asking the
+        elector whether it still leads): the reset is recorded here and applied when the next tick starts.
+        """
+        self._pending_reset = ("start", now)
+
+    def stop_acting(self) -> None:
+        self._pending_reset = ("stop", None)
+
+    def _apply_pending_reset(self) -> None:
+        pending, self._pending_reset = self._pending_reset, None
+        if pending is None:
+            return
+        self.state = ControllerState()
+        self.reporter.reset()
+        self.actuator.reported.clear()
+        self.acting_since = pending[1]
+
+    # -- the tick --
+
+    def run_once(self, now: float) -> Plan:
+        """One tick at ``now`` (Unix seconds). Never raises; the report is in ``last_report``."""
+        started = time.perf_counter()
+        with self._lock:
+            self._apply_pending_reset()
+            if self.acting_since is None:
+                self.acting_since = now
+            try:
+                report = self._tick(now)
+            except Exception as exc:  # a bug in here must not kill the scheduler thread
+                log.exception("tick failed")
+                self.telemetry.error("decide")
+                report = TickReport(now, Plan(now), result="error", errors=[f"{type(exc).__name__}: {exc}"])
+            self.last_report = report
+        self.telemetry.ticks.labels(result=report.result).inc()
+        self.telemetry.tick_duration.observe(time.perf_counter() - started)
+        if report.result == "ok":
+            self.telemetry.last_success.set(now)
+        return report.plan
+
+    def _hold(self, report: TickReport, component: str, exc: Exception) -> TickReport:
+        report.result = "hold"
+        report.held_because = f"{component}: {type(exc).__name__}: {exc}"
+        report.errors.append(report.held_because)
+        self.telemetry.error(component)
+        log.warning("hold: %s (nothing applied this tick)", report.held_because)
+        return report
+
+    def _tick(self, now: float) -> TickReport:
+        report = TickReport(now, Plan(now))
+
+        # 1. policies
+        try:
+            objects = list(self.policies.list_policies())
+        except Exception as exc:
+            return self._hold(report, "policy_read", exc)
+        policies, invalid = self._valid_policies(objects)
+        report.invalid_policies = invalid
+        self.telemetry.invalid_policies.set(len(invalid))
+
+        # 2. cluster
+        try:
+            snapshot = self.cluster.snapshot(now)
+        except Exception as exc:
+            return self._hold(report, "cluster_read", exc)
+
+        # 2b. never two writers of one scale subresource: a Deployment an HPA scales is only recommended for
+        policies = self._yield_to_hpas(objects, policies, snapshot, report)
+
+        # 3. metrics; an outage makes every service stale, which decide() turns into a hold
+        metrics_error: str | None = None
+        invalid += self._configure_queries(objects, policies)
+        report.invalid_policies = invalid
+        self.telemetry.invalid_policies.set(len(invalid))
+        self.policies_seen = tuple(policies.values())
+        services = list(policies.values())
+        try:
+            # The Prometheus adapter maps pods to Deployments and counts unready pods from the snapshot.
+            observation = self.metrics.observe(services, now, cluster=snapshot)
+        except Exception as exc:
+            self.telemetry.error("metrics_read")
+            metrics_error = f"{type(exc).__name__}: {exc}"
+            log.warning("metrics read failed, holding every service: %s", metrics_error)
+            report.errors.append(f"metrics_read: {metrics_error}")
+            observation = Observation(now, {})
+        observation = self._merge(observation, snapshot, policies, metrics_error, now)
+        report.stale = {k: o.stale_reasons for k, o in observation.services.items() if o.stale_reasons}
+        report.partial = {k: o.partial_reasons for k, o in observation.services.items() if o.partial_reasons}
+        for key in policies:
+            if key not in observation.services:
+                report.stale[key] = (STALE_DEPLOYMENT_MISSING,)
+
+        # 4. decide (pure), with the forecast floors from the latest published fits (the refit job fits; never here)
+        previous_state = self.state
+        plan, state = self._decide_tick(TickInput(now, observation, snapshot, policies), previous_state, report)
+        report.plan = plan
+        self.reporter.decisions(plan)
+
+        # 5. act
+        context = GuardContext(now, policies, report.stale, metrics_error, self.acting_since)
+        report.results = self.actuator.apply(plan.actions, context)
+        self.reporter.actions(report.results, report)
+        self.state = forget_unapplied(state, previous_state, report.results, now)
+
+        # 6. report
+        self.reporter.services(plan, policies, report)
+        self.reporter.warnings(objects, report)
+        if not self.dry_run and self.can_act():
+            self.reporter.statuses(objects, policies, plan, report, now)
+        if metrics_error is not None:
+            report.result = "hold"
+            report.held_because = f"metrics_read: {metrics_error}"
+        return report
+
+    def _decide_tick(self, tick: TickInput, state: ControllerState, report: TickReport) -> tuple[Plan, ControllerState]:
+        """``decide_tick`` with the latest published forecasts. Without a forecast reader, or when the forecasts
+        cannot be read, every service scales reactively, which is always safe."""
+        if self.forecasts is None:
+            return self._decide(tick, state, TickConfig())
+        try:
+            config = TickConfig(forecast=self.forecasts.read_config())
+            plan, new_state = self._decide(replace(tick, forecasts=self.forecasts.published), state, config)
+            self.forecasts.record_leads(plan.forecasts)
+        except Exception as exc:
+            log.exception("reading the forecasts failed; reactive scaling only this tick")
+            self.telemetry.error("decide")
+            report.errors.append(f"forecast_read: {type(exc).__name__}: {exc}")
+            return self._decide(tick, state, TickConfig())
+        report.forecasts = plan.forecasts
+        report.floors = MappingProxyType({k: v.floor for k, v in plan.forecasts.items() if v.floor is not None})
+        return plan, new_state
+
+    # -- reading --
+
+    def _configure_queries(
+        self, objects: Sequence[PolicyObject], policies: dict[str, ServicePolicy]
+    ) -> list[PolicyObject]:
+        """Hand the policies' PromQL overrides (spec.queries) to the metrics source; a policy whose
+        override is rejected becomes invalid (the error names spec.queries.<field>) and the others keep working."""
+        wanted = {o.policy.key: o.queries for o in objects if o.policy is not None and o.policy.key in policies}
+        wanted = {k: q for k, q in wanted.items() if q is not None}
+        if wanted == self._queries:
+            return []
+        rejected: list[PolicyObject] = []
+        for _ in range(len(wanted) + 1):
+            try:
+                self.metrics.set_service_queries(wanted)
+                self._queries = dict(wanted)
+                break
+            except ValueError as exc:
+                # The adapter names the service first: "<namespace>/<name>: spec.queries.<field>: <why>".
+                key, _, why = str(exc).partition(": ")
+                if key not in wanted:
+                    log.error("metrics source rejected the query overrides: %s", exc)
+                    break
+                del wanted[key]
+                obj = next(o for o in objects if o.policy is not None and o.policy.key == key)
+                rejected.append(replace(obj, policy=None, error=why))
+                del policies[key]
+        return rejected
+
+    def _valid_policies(self, objects: Sequence[PolicyObject]) -> tuple[dict[str, ServicePolicy], list[PolicyObject]]:
+        """Valid policies by service key. Two objects targeting one Deployment would fight: the one that owned it at
+        the previous tick keeps it, else the first listed (the Kubernetes source lists established owners first);
+        the others are reported invalid. Never by name: a newcomer must not take a Deployment over."""
+        valid: dict[str, ServicePolicy] = {}
+        owner: dict[str, PolicyObject] = {}
+        invalid: list[PolicyObject] = []
+        previous = self._policy_owners
+        ordered = sorted(
+            objects,
+            key=lambda o: o.policy is None or previous.get(o.policy.key) != (o.namespace, o.name),
+        )
+        for obj in ordered:
+            if obj.policy is None:
+                invalid.append(obj)
+                continue
+            key = obj.policy.key
+            if key in valid:
+                first = owner[key]
+                error = f"spec.targetRef.name: Deployment {obj.policy.name} is already scaled by {first.name}"
+                invalid.append(replace(obj, policy=None, error=error))
+                continue
+            valid[key] = obj.policy
+            owner[key] = obj
+        self._policy_owners = {key: (obj.namespace, obj.name) for key, obj in owner.items()}
+        return valid, invalid
+
+    def _yield_to_hpas(
+        self,
+        objects: Sequence[PolicyObject],
+        policies: dict[str, ServicePolicy],
+        snapshot: ClusterSnapshot,
+        report: TickReport,
+    ) -> dict[str, ServicePolicy]:
+        """Services whose Deployment an HPA also scales become recommend-only for this tick, with one Event per
+        episode on the policy: ``WaitingForHpaRemoval`` (Normal) when the policy adopts that HPA
+        (``spec.adoptHpa``), ``HpaConflict`` (Warning) otherwise. The HPA is never modified: deleting it is the
+        user's hand-over, after comparing both recommendations in ``autoscaler plan``."""
+        by_key = {o.policy.key: o for o in objects if o.policy is not None}
+        out = dict(policies)
+        for key, policy in policies.items():
+            found = hpas_targeting(snapshot, policy.namespace, policy.name)
+            obj = by_key.get(key)
+            if obj is None:
+                continue
+            memo = (f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "hpa")
+            if not found:
+                self.actuator.reported.pop(memo, None)
+                continue
+            report.hpas[key] = found
+            out[key] = replace(policy, mode=Mode.RECOMMEND_ONLY)
+            names = ", ".join(h.name for h in found)
+            mark = DRY_RUN_MARK if self.dry_run else ""
+            where = (POLICY_KIND, obj.namespace, obj.name)
+            if obj.adopt_hpa is not None and [h.name for h in found] == [obj.adopt_hpa]:
+                message = (
+                    f"{mark}recommend-only while HorizontalPodAutoscaler {names} scales deployment {key}; "
+                    f"compare both with autoscaler plan, then delete the HPA to hand the Deployment over "
+                    f"(kubectl delete hpa {names} -n {policy.namespace})"
+                )
+                self.actuator.event(where, "WaitingForHpaRemoval", message, "Normal", topic="hpa")
+            else:
+                message = (
+                    f"{mark}not scaling deployment {key}: HorizontalPodAutoscaler {names} also scales it; delete "
+                    f"the HPA, or set spec.adoptHpa to hand the Deployment over from it"
+                )
+                self.actuator.event(where, "HpaConflict", message, "Warning", topic="hpa")
+        return out
+
+    def _merge(
+        self,
+        observation: Observation,
+        snapshot: ClusterSnapshot,
+        policies: Mapping[str, ServicePolicy],
+        metrics_error: str | None,
+        now: float,
+    ) -> Observation:
+        """The cluster is the authority on replicas; the metrics source on signals.
+
+        A service whose Deployment does not exist is left out (``decide()`` then holds with "no observation").
+        """
+        deployments = {f"{d.namespace}/{d.name}": d for d in snapshot.deployments}
+        merged: dict[str, ServiceObservation] = {}
+        for key in policies:
+            deployment = deployments.get(key)
+            if deployment is None:
+                continue
+            seen = observation.services.get(key)
+            if seen is None:
+                reason = (
+                    f"{STALE_METRICS_UNAVAILABLE}: {metrics_error}" if metrics_error else "no metrics for this service"
+                )
+                seen = ServiceObservation(
+                    key, deployment.spec_replicas, deployment.ready_replicas, stale_reasons=(reason,)
+                )
+            elif metrics_error is not None:
+                # Whatever came back from a failed read is not trusted.
+                seen = replace(seen, stale_reasons=(*seen.stale_reasons, STALE_METRICS_UNAVAILABLE))
+            merged[key] = replace(
+                seen, spec_replicas=deployment.spec_replicas, ready_replicas=deployment.ready_replicas
+            )
+        return Observation(now, merged, observation.gpus)

@@ -1,0 +1,163 @@
+"""``decide_tick(tick_input, state, config) -> (plan, state)``: one tick of the whole controller, pure.
+
+The controller's tick job and the simulator both call this and nothing else to decide (issue 11). It takes what the
+tick gathered -- the observation, the cluster snapshot, the valid policies and the latest published forecast of each
+forecasting service -- and returns one plan for every service:
+
+1. the forecast readout (``read_forecasts``): per forecasting service, higher priority first, the lead time (p95 of
+   the Deployment's observed start-to-ready times, else ``coldStartSeconds``; plus node boot when the free GPUs left
+   by higher-priority floors do not cover this floor's extra replicas), the demand at ``now + lead`` and the replica
+   floor (``core.predictive.forecast_floor``: stale, unreliable or short forecasts are not used, and say why);
+2. the per-service decision (``core.decide.decide``) with those floors.
+
+The plan carries the forecast views (``Plan.forecasts``) so that reporting does not recompute them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from autoscaler.core.cluster import ClusterSnapshot, cold_starts_by_service, free_gpus
+from autoscaler.core.decide import ReplicaFloor, decide
+from autoscaler.core.model import ControllerState, ForecastMode, Observation, Plan, ServicePolicy
+from autoscaler.core.predictive import (
+    ForecastInput,
+    PredictiveSettings,
+    forecast_floor,
+    lead_time_s,
+    rate_per_replica,
+)
+from autoscaler.core.reasons import Reason
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedForecast:
+    """The latest fit of one service and its accountability, immutable (read by the tick without a lock)."""
+
+    key: str
+    latest: ForecastInput
+    model: str  # registry name of the model fitted ("auto: holt_winters" when chosen by selection)
+    quantile: float  # provisioned level the fit and its scores are for
+    pinball_ratio: float | None = None  # recent pinball loss / the baseline's (None: not scored yet)
+    relative_error: float | None = None  # recent MAE of the median / mean demand
+    scored: int = 0  # live scored values behind the verdict (0 when it comes from the bootstrap backtest)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceForecastView:
+    """What the tick made of one service's forecast: its floor, the lead time, the demand it provisions for."""
+
+    key: str
+    namespace: str
+    service: str
+    mode: ForecastMode
+    published: PublishedForecast | None
+    floor: ReplicaFloor | None
+    lead_s: float
+    demand: float | None  # forecast request rate at the quantile over [now + lead, now + lead + tick], req/s
+    message: str = ""  # why there is no floor, when there is none
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastReadConfig:
+    """How the tick reads forecasts; the controller's values come from its settings, the simulator's from its
+    scenario."""
+
+    refit_period_s: float = 3600.0  # how often fits are made, seconds
+    max_fit_age_periods: float = 3.0  # a fit older than this many refit periods is stale
+    node_boot_s: float = 0.0  # seconds a new GPU node takes to join; added to the lead when free GPUs are short
+    tick_interval_s: float = 15.0  # seconds between ticks: a floor covers the peak over the next tick
+
+
+@dataclass(frozen=True, slots=True)
+class TickConfig:
+    forecast: ForecastReadConfig = ForecastReadConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class TickInput:
+    """Everything one tick decides on (gathered by the controller's job code, or by the simulator)."""
+
+    now: float  # Unix seconds
+    observation: Observation
+    snapshot: ClusterSnapshot
+    policies: Mapping[str, ServicePolicy]  # valid policies by service key "namespace/name"
+    forecasts: Mapping[str, PublishedForecast] = field(default_factory=dict)
+    # Requests/s one replica serves at saturation, where known (the simulator knows it, a cluster does not): lets
+    # ``rate_per_replica`` turn demand into replicas for a utilisation-scaled service without ratePerReplica.
+    throughputs: Mapping[str, float] = field(default_factory=dict)
+
+
+def read_forecasts(tick: TickInput, config: ForecastReadConfig) -> dict[str, ServiceForecastView]:
+    """The forecast view (floor, lead, demand) of every forecasting service. Higher priority first: it gets the
+    free GPUs, the others' leads then include node boot."""
+    cold_starts = cold_starts_by_service(tick.snapshot)
+    free = free_gpus(tick.snapshot)
+    views: dict[str, ServiceForecastView] = {}
+    for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
+        fp = policy.forecast
+        if fp is None:
+            continue
+        pub = tick.forecasts.get(key)
+        observed = cold_starts.get(key, ())
+        lead = lead_time_s(policy.cold_start_s, observed)
+        view = ServiceForecastView(key, policy.namespace, policy.name, fp.mode, pub, None, lead, None)
+        if pub is None:
+            views[key] = replace(view, message="no forecast fitted yet")
+            continue
+        rate = rate_per_replica(policy, tick.throughputs.get(key))
+        if rate is None:
+            message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
+            views[key] = replace(view, demand=_demand(pub.latest, tick.now, lead, fp.quantile, config), message=message)
+            continue
+        settings = PredictiveSettings(
+            rate_per_replica=rate,
+            quantile=fp.quantile,
+            refit_period_s=config.refit_period_s,
+            max_fit_age_periods=config.max_fit_age_periods,
+            shadow=fp.mode is ForecastMode.SHADOW,
+        )
+        try:
+            floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
+            seen = tick.observation.services.get(key)
+            current = seen.spec_replicas if seen is not None else 0
+            if floor is not None and floor.usable and config.node_boot_s > 0:
+                extra = max(0, floor.replicas - current) * policy.gpus_per_replica
+                if extra > free:
+                    lead = lead_time_s(policy.cold_start_s, observed, config.node_boot_s, needs_new_nodes=True)
+                    floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
+                if floor is not None and floor.usable and not floor.shadow:
+                    free -= min(free, max(0, floor.replicas - current) * policy.gpus_per_replica)
+        except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
+            floor = ReplicaFloor(0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False)
+        views[key] = replace(
+            view, floor=floor, lead_s=lead, demand=_demand(pub.latest, tick.now, lead, fp.quantile, config)
+        )
+    return views
+
+
+def _demand(
+    latest: ForecastInput, now: float, lead: float, quantile: float, config: ForecastReadConfig
+) -> float | None:
+    start = now + lead
+    try:
+        return latest.forecast.max_over(start, start + config.tick_interval_s, quantile)
+    except ValueError:
+        return None
+
+
+def decide_tick(
+    tick: TickInput, state: ControllerState, config: TickConfig | None = None
+) -> tuple[Plan, ControllerState]:
+    """One plan for every service of ``tick.policies``, and the state for the next tick."""
+    config = config if config is not None else TickConfig()
+    views = read_forecasts(tick, config.forecast) if tick.forecasts or _any_forecasting(tick.policies) else {}
+    floors = {key: view.floor for key, view in views.items() if view.floor is not None}
+    plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
+    return replace(plan, forecasts=MappingProxyType(views)), new_state
+
+
+def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:
+    return any(p.forecast is not None for p in policies.values())

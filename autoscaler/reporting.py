@@ -1,0 +1,361 @@
+"""What one tick tells the world, beyond its writes: the ``TickReport``, the decision log, the per-service and
+forecast gauges, the Warning Events on the policies (invalid spec; stale or partial metrics, once per episode) and
+the GPUScalingPolicy status (replicas, conditions, the last action and the last forecast), written only when it
+changes.
+
+The controller (``autoscaler.controller``) gathers and decides; ``TickReporter`` reports. Events go through the
+actuator, whose memo keeps recommend-only and dry-run plans from repeating them every tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, action_kind, describe_action, event_reason
+from autoscaler.core.cluster import HpaInfo
+from autoscaler.core.decide import ReplicaFloor
+from autoscaler.core.model import Action, Mode, Plan, ScaleDecision, ScaleDeployment, ServicePolicy
+from autoscaler.core.reasons import Reason
+from autoscaler.core.status import (
+    AT_MAX_REPLICAS,
+    INVALID_SPEC,
+    METRICS_STALE,
+    READY,
+    ConditionUpdate,
+    ForecastRecord,
+    LastAction,
+    StatusUpdate,
+)
+from autoscaler.core.tick import ServiceForecastView
+from autoscaler.ports import POLICY_KIND, PolicyObject, PolicyStatusWriter
+from autoscaler.telemetry import ForecastGauges, ServiceGauges, Telemetry
+
+log = logging.getLogger("autoscaler")
+
+# Stale reasons the controller itself adds (the metrics adapter adds its own, e.g. "empty result").
+STALE_METRICS_UNAVAILABLE = "metrics_unavailable"
+STALE_DEPLOYMENT_MISSING = "deployment_not_found"
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one tick saw, decided and did; ``autoscaler plan`` prints it, tests read it."""
+
+    time: float
+    plan: Plan
+    result: str = "ok"  # ok | hold | error | standby
+    held_because: str | None = None
+    results: list[ActionResult] = field(default_factory=list)
+    stale: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> reasons
+    partial: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> why no scale-down
+    # service key -> the HPAs that also scale its Deployment (the service is then recommend-only this tick)
+    hpas: dict[str, tuple[HpaInfo, ...]] = field(default_factory=dict)
+    invalid_policies: list[PolicyObject] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    floors: Mapping[str, ReplicaFloor] = field(default_factory=dict)  # service key -> forecast floor handed to decide
+    forecasts: Mapping[str, ServiceForecastView] = field(default_factory=dict)  # what the tick made of each forecast
+
+
+class TickReporter:
+    """Logs, metrics, Events and policy status of each tick. Remembers what it wrote, to not rewrite it."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        actuator: Actuator,
+        status_writer: PolicyStatusWriter | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> None:
+        self.telemetry = telemetry
+        self.actuator = actuator
+        self.status_writer = status_writer
+        self.dry_run = dry_run
+        self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
+        self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}  # lastForecast, to not rewrite each tick
+
+    def reset(self) -> None:
+        """Forget what was written (a new leader writes everything once)."""
+        self._written_status.clear()
+        self._written_forecast.clear()
+
+    # -- decisions and actions --
+
+    def decisions(self, plan: Plan) -> None:
+        for decision in plan.decisions:
+            self.telemetry.decisions.labels(reason=decision.reason.value).inc()
+            log_decision(decision)
+
+    def actions(self, results: Sequence[ActionResult], report: TickReport) -> None:
+        """Count every action by its result; a failed write is also one of the tick's errors."""
+        for outcome in results:
+            action = outcome.action
+            if outcome.result == "failed":
+                report.errors.append(f"{outcome.component}: {describe_action(action)}: {outcome.message}")
+            self.telemetry.actions.labels(
+                kind=action_kind(action),
+                reason=action.reason.value,
+                dry_run=str(self.dry_run).lower(),
+                result=outcome.result,
+            ).inc()
+
+    # -- gauges --
+
+    def services(self, plan: Plan, policies: Mapping[str, ServicePolicy], report: TickReport) -> None:
+        """The per-service replica and staleness gauges, and the forecast gauges."""
+        by_key = {d.key: d for d in plan.decisions}
+        gauges = []
+        for key, policy in policies.items():
+            decision = by_key.get(key)
+            # Without a Deployment the decision's 0 -> 0 is not a replica count; export nothing rather than a zero.
+            known = decision is not None and STALE_DEPLOYMENT_MISSING not in report.stale.get(key, ())
+            gauges.append(
+                ServiceGauges(
+                    namespace=policy.namespace,
+                    service=policy.name,
+                    current_replicas=decision.current_replicas if known and decision else None,
+                    desired_replicas=decision.desired_replicas if known and decision else None,
+                    stale_reasons=tuple(dict.fromkeys(stale_category(r) for r in report.stale.get(key, ()))),
+                )
+            )
+        self.telemetry.services.update(gauges)
+        self.telemetry.forecasts.update(forecast_gauges(report.forecasts, report.time))
+
+    # -- Events on the policies --
+
+    def warnings(self, objects: Sequence[PolicyObject], report: TickReport) -> None:
+        """A Warning Event on the policy when its service turns stale (once per episode), and one per invalid
+        object naming the bad field ("say so in a metric and an event")."""
+        for obj in objects:
+            where = (POLICY_KIND, obj.namespace, obj.name)
+            mark = DRY_RUN_MARK if self.dry_run else ""
+            invalid = next(
+                (o for o in report.invalid_policies if (o.namespace, o.name) == (obj.namespace, obj.name)), None
+            )
+            if invalid is not None:
+                message = f"{mark}invalid policy: {invalid.error}"
+                self.actuator.event(where, "InvalidSpec", message, "Warning", topic="invalid")
+                continue
+            self.actuator.reported.pop((f"{POLICY_KIND}/{obj.namespace}/{obj.name}", "invalid"), None)
+            if obj.policy is None:
+                continue
+            key = obj.policy.key
+            reasons = report.stale.get(key)
+            partial = None if reasons else report.partial.get(key)
+            self._episode_warning(
+                where,
+                Reason.METRICS_STALE,
+                f"{mark}holding {key}: {Reason.METRICS_STALE.text}: {'; '.join(reasons)}" if reasons else None,
+            )
+            self._episode_warning(
+                where,
+                Reason.METRICS_PARTIAL,
+                f"{mark}no scale-down for {key}: {Reason.METRICS_PARTIAL.text}: {'; '.join(partial)}"
+                if partial
+                else None,
+            )
+
+    def _episode_warning(self, where: tuple[str, str, str], reason: Reason, message: str | None) -> None:
+        """One Warning Event when an episode (stale, partial data) starts, none while it lasts, whatever its changing
+        detail says; ``message`` None ends the episode."""
+        topic = reason.value
+        memo = (f"{where[0]}/{where[1]}/{where[2]}", topic)
+        if message is None:
+            self.actuator.reported.pop(memo, None)
+        elif memo not in self.actuator.reported:
+            self.actuator.event(where, event_reason(reason), message, "Warning", topic=topic)
+
+    # -- status --
+
+    def statuses(
+        self,
+        objects: Sequence[PolicyObject],
+        policies: Mapping[str, ServicePolicy],
+        plan: Plan,
+        report: TickReport,
+        now: float,
+    ) -> None:
+        """Status of every policy object; a write only when the update differs from the last one written (a
+        steady service costs no API call per tick)."""
+        if self.status_writer is None:
+            return
+        decisions = {d.key: d for d in plan.decisions}
+        applied = {
+            f"{r.action.namespace}/{r.action.name}": r.action
+            for r in report.results
+            if r.result == "applied" and isinstance(r.action, ScaleDeployment)
+        }
+        invalid = {(o.namespace, o.name): o.error for o in report.invalid_policies}
+        for obj in objects:
+            ident = (obj.namespace, obj.name)
+            forecast_memo: tuple[Any, ...] | None = None
+            if ident in invalid:
+                update = invalid_status(invalid[ident] or "invalid spec")
+            elif obj.policy is not None:
+                key = obj.policy.key
+                update = policy_status(
+                    policies[key], decisions.get(key), applied.get(key), report.stale.get(key, ()), now
+                )
+                view = report.forecasts.get(key)
+                record = forecast_record(view) if view is not None else None
+                if record is not None:
+                    # The demand at now + lead moves every tick; rewrite lastForecast only when the fit, the floor
+                    # or the verdict changes, so a steady service costs no status write per tick.
+                    forecast_memo = (record.time, record.replicas, record.reliable, record.reason, record.mode)
+                    if self._written_forecast.get(ident) != forecast_memo:
+                        update = replace(update, last_forecast=record)
+            else:
+                continue
+            if self._written_status.get(ident) == (obj.generation, update):
+                continue
+            try:
+                self.status_writer.update_policy_status(obj.namespace, obj.name, update, now=now)
+            except Exception as exc:
+                self.telemetry.error("status_write")
+                log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)
+                continue
+            self._written_status[ident] = (obj.generation, replace(update, last_forecast=None))
+            if forecast_memo is not None:
+                self._written_forecast[ident] = forecast_memo
+
+
+def log_decision(decision: ScaleDecision) -> None:
+    mode = " (recommend-only)" if decision.recommend_only else ""
+    level = logging.INFO if decision.changes or decision.reason is Reason.METRICS_STALE else logging.DEBUG
+    log.log(
+        level,
+        "decision %s%s: %d -> %d, %s: %s (%s)",
+        decision.key,
+        mode,
+        decision.current_replicas,
+        decision.desired_replicas,
+        decision.reason.value,
+        decision.reason.text,
+        decision.detail,
+    )
+
+
+# Stale reasons are free text (they name pods, URLs, ages); the metric label is one of these bounded categories.
+_STALE_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (STALE_DEPLOYMENT_MISSING, (STALE_DEPLOYMENT_MISSING,)),
+    (STALE_METRICS_UNAVAILABLE, (STALE_METRICS_UNAVAILABLE, "unreachable", "did not answer", "timed out")),
+    ("query_failed", ("query failed", "not the query api", "unexpected answer", "adapter error", "credentials")),
+    ("invalid_value", ("nan", "inf", "not a number", "outside", "invalid")),
+    ("sample_too_old", ("older than", "before the tick", " old", "stale")),
+    ("no_data", ("no ", "empty", "without a valid sample", "missing")),
+    ("duplicate_series", (" series", "duplicate")),  # "pod x: 2 series (differing ...)"
+)
+
+
+def stale_category(reason: str) -> str:
+    """The bounded ``reason`` label of ``gpu_autoscaler_stale_services`` for a free-text stale reason."""
+    text = reason.lower()
+    for category, needles in _STALE_CATEGORIES:
+        if any(needle in text for needle in needles):
+            return category
+    return "other"
+
+
+def forecast_gauges(views: Mapping[str, ServiceForecastView], now: float) -> list[ForecastGauges]:
+    """The forecast gauges of every forecasting service the tick read."""
+    out = []
+    for v in views.values():
+        pub = v.published
+        usable = v.floor is not None and v.floor.usable
+        fallback = v.floor.reason.value if v.floor is not None and not v.floor.usable else None
+        out.append(
+            ForecastGauges(
+                namespace=v.namespace,
+                service=v.service,
+                pinball_ratio=pub.pinball_ratio if pub is not None else None,
+                reliable=pub.latest.reliable if pub is not None else None,
+                fit_age_s=max(0.0, now - pub.latest.fitted_at) if pub is not None else None,
+                floor_replicas=v.floor.replicas if usable and v.floor is not None else None,
+                fallback_reason=fallback,
+            )
+        )
+    return out
+
+
+def forecast_record(view: ServiceForecastView) -> ForecastRecord | None:
+    """``status.lastForecast`` of one service: the fit, the demand it forecasts at now + lead and the floor."""
+    pub = view.published
+    if pub is None:
+        return None
+    floor = view.floor
+    if floor is not None:
+        reason, message = floor.reason.value, floor.detail
+    else:
+        reason, message = None, view.message or None
+    return ForecastRecord(
+        time=pub.latest.fitted_at,
+        horizon_s=view.lead_s,
+        quantile=pub.quantile,
+        demand=view.demand,
+        replicas=floor.replicas if floor is not None and floor.usable else None,
+        model=pub.model,
+        error=pub.relative_error,
+        pinball_ratio=pub.pinball_ratio,
+        mode=view.mode.value,
+        reliable=pub.latest.reliable,
+        reason=reason,
+        message=message,
+    )
+
+
+def invalid_status(error: str) -> StatusUpdate:
+    return StatusUpdate(
+        conditions=(
+            ConditionUpdate(READY, False, "InvalidSpec", error),
+            ConditionUpdate(INVALID_SPEC, True, "InvalidSpec", error),
+        )
+    )
+
+
+def policy_status(
+    policy: ServicePolicy,
+    decision: ScaleDecision | None,
+    applied: Action | None,
+    stale: Sequence[str],
+    now: float,
+) -> StatusUpdate:
+    """The GPUScalingPolicy status update for one tick: replicas, the last applied action and its reason, conditions.
+
+    ``lastAction`` is only sent when an action was applied, so ``kubectl get`` keeps showing why the replicas are
+    what they are. Replicas are not sent when the Deployment is missing (0 would be a lie).
+    """
+    missing = STALE_DEPLOYMENT_MISSING in stale
+    current = desired = None
+    if decision is not None and not missing:
+        current, desired = decision.current_replicas, decision.desired_replicas
+    at_max = desired is not None and desired >= policy.max_replicas
+    if missing:
+        ready = ConditionUpdate(READY, False, "DeploymentNotFound", f"Deployment {policy.key} not found")
+    else:
+        mode = "RecommendOnly" if policy.mode is Mode.RECOMMEND_ONLY else "Active"
+        ready = ConditionUpdate(READY, True, mode, f"scaling {policy.key} in mode {policy.mode.value}")
+    conditions = (
+        ready,
+        ConditionUpdate(
+            METRICS_STALE,
+            bool(stale),
+            event_reason(Reason.METRICS_STALE) if stale else "MetricsFresh",
+            "; ".join(stale) if stale else "all scaling signals are fresh",
+        ),
+        ConditionUpdate(
+            AT_MAX_REPLICAS,
+            at_max,
+            "AtMaxReplicas" if at_max else "BelowMaxReplicas",
+            f"desired replicas at maxReplicas {policy.max_replicas}" if at_max else "",
+        ),
+        ConditionUpdate(INVALID_SPEC, False, "SpecValid", "the spec is valid"),
+    )
+    return StatusUpdate(
+        current_replicas=current,
+        desired_replicas=desired,
+        last_action=LastAction.from_action(applied, now) if applied is not None else None,
+        conditions=conditions,
+    )

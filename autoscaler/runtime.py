@@ -1,0 +1,258 @@
+"""The process around the controller: apscheduler jobs (tick, refit, rebalance), leader election, the HTTP
+``/metrics``, ``/healthz`` and ``/readyz`` endpoints, signals and a clean shutdown; and the log format.
+
+``Runtime`` runs ``Controller.run_once`` as its tick job, only while this replica leads (it hands the controller its
+``can_act``, asked before every write); ``autoscaler.app.build_runtime`` builds one from settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from autoscaler.controller import Controller
+from autoscaler.telemetry import HttpServer, Telemetry
+
+if TYPE_CHECKING:
+    from autoscaler.adapters.kubernetes_lease import LeaderElector
+
+log = logging.getLogger("autoscaler")
+
+
+def noop_job(now: float) -> None:
+    """Placeholder job (the rebalance job lands in a later issue)."""
+
+
+class Runtime:
+    """apscheduler jobs (tick, refit, rebalance), leader election, HTTP endpoints, clean shutdown."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        telemetry: Telemetry,
+        *,
+        tick_interval_s: float = 15.0,
+        refit_interval_s: float = 900.0,
+        rebalance_interval_s: float = 300.0,
+        tick_stall_s: float = 120.0,
+        shutdown_grace_s: float = 10.0,
+        elector: LeaderElector | None = None,
+        refit: Callable[[float], None] = noop_job,
+        rebalance: Callable[[float], None] = noop_job,
+        http: tuple[str, int] | None = ("0.0.0.0", 8080),
+        clock: Callable[[], float] = time.time,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
+        self.controller = controller
+        self.telemetry = telemetry
+        self.elector = elector
+        self._tick_interval = tick_interval_s
+        self._refit_interval = refit_interval_s
+        self._rebalance_interval = rebalance_interval_s
+        self._stall = tick_stall_s
+        self._grace = shutdown_grace_s
+        self._refit = refit
+        self._on_stop = on_stop
+        # The first refit waits for a tick: the tick reads the policies (and hands their PromQL overrides to the
+        # metrics source) that the refit fits. Set again when this replica becomes the leader.
+        self._refit_after_tick = True
+        self._rebalance = rebalance
+        self._clock = clock
+        self._stopping = threading.Event()
+        self._tick_running = threading.Lock()  # held while a tick runs; shutdown waits on it
+        self._heartbeat = time.monotonic()
+        self._tick_started: float | None = None
+        self._ok_ticks = 0
+        self.scheduler: Any = None
+        self.http: HttpServer | None = None
+        if http is not None:
+            self.http = HttpServer(telemetry, self.healthz, self.readyz, bind_address=http[0], port=http[1])
+        controller.can_act = self.can_act
+        if elector is None:
+            telemetry.set_leader(True)
+
+    # -- leadership --
+
+    def can_act(self) -> bool:
+        if self._stopping.is_set():
+            return False
+        return self.elector is None or self.elector.is_leader()
+
+    def on_started_leading(self) -> None:
+        self.telemetry.set_leader(True)
+        self.controller.start_acting(self._clock())
+        self._refit_after_tick = True
+        # Act now rather than at the next interval: after a handover the service has been unattended already.
+        self._bring_forward("tick")
+
+    def _bring_forward(self, job: str) -> None:
+        """Run a scheduled job now rather than at its next interval."""
+        if self.scheduler is not None and self.scheduler.running:
+            try:
+                self.scheduler.modify_job(job, next_run_time=datetime.now(UTC))
+            except Exception:  # the job may be gone during shutdown
+                log.debug("could not bring the %s job forward", job, exc_info=True)
+
+    def on_stopped_leading(self) -> None:
+        self.telemetry.set_leader(False)
+        self.controller.stop_acting()
+
+    # -- jobs --
+
+    def tick(self) -> None:
+        with self._tick_running:
+            self._tick_started = time.monotonic()
+            try:
+                if not self.can_act():
+                    self.telemetry.ticks.labels(result="standby").inc()
+                    return
+                self.controller.run_once(self._clock())
+                report = self.controller.last_report
+                if report is not None and report.result == "ok":
+                    self._ok_ticks += 1
+                if report is not None and report.result in ("ok", "hold") and self._refit_after_tick:
+                    self._refit_after_tick = False
+                    self._bring_forward("refit")
+            except Exception:  # run_once never raises; this is the last line of defence for the thread
+                log.exception("tick job failed")
+                self.telemetry.error("decide")
+            finally:
+                self._tick_started = None
+                self._heartbeat = time.monotonic()
+
+    def _job(self, component: str, fn: Callable[[float], None]) -> Callable[[], None]:
+        def run() -> None:
+            if not self.can_act():
+                return  # acting jobs run on the leader only
+            try:
+                fn(self._clock())
+            except Exception:
+                log.exception("%s job failed", component)
+                self.telemetry.error(component)
+
+        return run
+
+    # -- health --
+
+    def healthz(self) -> tuple[bool, str]:
+        """Alive and not wedged: the tick loop finished an iteration recently and none is stuck."""
+        now = time.monotonic()
+        if self.scheduler is not None and not self.scheduler.running and not self._stopping.is_set():
+            return False, "scheduler is not running"
+        started = self._tick_started
+        if started is not None and now - started > self._stall:
+            return False, f"a tick has been running for {now - started:.0f}s (> {self._stall:g}s)"
+        if started is None and now - self._heartbeat > self._stall:
+            return False, f"no tick for {now - self._heartbeat:.0f}s (> {self._stall:g}s)"
+        return True, "tick loop alive"
+
+    def readyz(self) -> tuple[bool, str]:
+        """Ready once settings are loaded (they are, if this object exists) and either a tick succeeded or this
+        replica is a standby follower that can reach the Lease."""
+        if self._stopping.is_set():
+            return False, "shutting down"
+        if self._ok_ticks > 0:
+            return True, "ticking"
+        if self.elector is not None and not self.elector.is_leader() and self.elector.last_attempt_ok:
+            return True, f"standby follower (leader: {self.elector.holder or 'none'})"
+        return False, "no successful tick yet"
+
+    # -- lifecycle --
+
+    def start(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        if self.http is not None:
+            self.http.start()
+            log.info("serving /metrics /healthz /readyz on port %d", self.http.port)
+        if self.elector is not None:
+            self.elector.start()
+        # coalesce + max_instances=1: a slow tick delays the next one instead of stacking ticks up.
+        self.scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}, timezone=UTC
+        )
+        first = datetime.now(UTC)
+        self.scheduler.add_job(self.tick, "interval", seconds=self._tick_interval, id="tick", next_run_time=first)
+        # The refit's first run is brought forward by the first tick (see tick()).
+        self.scheduler.add_job(self._job("refit", self._refit), "interval", seconds=self._refit_interval, id="refit")
+        self.scheduler.add_job(
+            self._job("rebalance", self._rebalance), "interval", seconds=self._rebalance_interval, id="rebalance"
+        )
+        self.scheduler.start()
+        self._heartbeat = time.monotonic()
+
+    def stop(self) -> None:
+        """Stop acting at once, let a running tick finish (bounded), then release the Lease for a fast handover."""
+        log.info("shutting down")
+        self._stopping.set()  # can_act() is False from here: an in-flight tick applies nothing more
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        if self._tick_running.acquire(timeout=self._grace):
+            self._tick_running.release()
+        else:
+            log.warning("a tick is still running after %.0fs; releasing the lease anyway", self._grace)
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        self.telemetry.set_leader(False)
+        if self._on_stop is not None:
+            try:
+                self._on_stop()  # e.g. stop the forecast workers
+            except Exception:
+                log.exception("shutdown hook failed")
+        if self.http is not None:
+            self.http.stop()
+
+    def run_forever(self) -> int:
+        """Start, block until SIGTERM/SIGINT, stop cleanly."""
+        stop = threading.Event()
+
+        def handle(signum: int, _frame: object) -> None:
+            log.info("received %s", signal.Signals(signum).name)
+            stop.set()
+
+        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            while not stop.wait(1.0):
+                pass
+        finally:
+            self.stop()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return 0
+
+
+# ---- Logging ---------------------------------------------------------------------------------------------------------
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("apscheduler", "urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
