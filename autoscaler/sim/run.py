@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.policy import to_service_policy
+from autoscaler.sim.cluster import Scoring
 from autoscaler.sim.engine import PolicyRun, simulate
 from autoscaler.sim.policies import SimService
 from autoscaler.sim.registry import POLICY_NAMES, make_policy
@@ -238,7 +239,7 @@ def run_scenario(
         )
         runs[name] = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,
-            scenario.metrics_delay_seconds, progress,
+            scenario.metrics_delay_seconds, progress, Scoring(scenario.gpu_scoring),
         )
         runs[name].wall_seconds = time.perf_counter() - started
         runs[name].policy_object = policy

@@ -310,6 +310,11 @@ class Scenario(_Strict):
         description="age of the metrics the controller sees (DCGM collect 30 s + scrape), seconds",
     )
     node_pools: list[NodePool] = Field(alias="nodePools", min_length=1, max_length=MAX_NODE_POOLS)
+    gpu_scoring: Literal["LeastAllocated", "MostAllocated"] = Field(
+        "LeastAllocated", alias="gpuScoring",
+        description="how the simulated scheduler scores nodes for GPU pods: LeastAllocated (the Kubernetes default, "
+        "spreads) or MostAllocated (bin-packs GPUs, keeps whole nodes free)",
+    )
     services: list[ServiceEntry] = Field(min_length=1, max_length=MAX_SERVICES)
     baselines: Baselines = Field(default_factory=Baselines)
     forecasting: Forecasting = Field(default_factory=Forecasting)

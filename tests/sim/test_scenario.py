@@ -50,6 +50,8 @@ _DELETE = object()
         ("forecasting", {"model": "phase_naive", "modelParams": {"perod_s": 600}}, "modelParams: PhaseNaive.__init__"),
         ("forecasting", {"model": "phase_naive", "modelParams": {"period_s": 600}}, None),
         ("forecasting", {"model": "last_value", "modelParams": {"quantiles": [0.5]}}, "modelParams: quantiles come"),
+        ("gpuScoring", "BinPack", "gpuScoring: Input should be 'LeastAllocated' or 'MostAllocated'"),
+        ("gpuScoring", "MostAllocated", None),
     ],
 )
 def test_invalid_scenarios_name_field_and_problem(path: str, value: Any, expected: str | None) -> None:

@@ -3,6 +3,8 @@ pod start after bind + cold start, booting nodes, pending pods placed when capac
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,3 +113,18 @@ def test_no_node_is_ever_over_committed(
     for pod in snap.pods:
         if pod.node is None:
             assert all(pod.gpus > f for f in free.values())
+
+
+def test_the_scenario_chooses_the_simulated_schedulers_gpu_scoring(make_scenario: Any) -> None:
+    from autoscaler.sim.run import run_scenario
+    from autoscaler.sim.scenario import load_scenario
+
+    used = {}
+    for scoring in ("LeastAllocated", "MostAllocated"):
+        scenario, base = load_scenario(make_scenario([20.0] * 10, step_s=60.0, gpuScoring=scoring))
+        result = run_scenario(scenario, base, policy_names=("static",))
+        cluster = result.runs["static"].cluster
+        assert cluster is not None and cluster.scoring.value == scoring
+        # 2 fixed nodes of 8 GPUs: spread puts replicas on both nodes, bin-packing fills one first
+        used[scoring] = sum(1 for node in cluster.nodes if cluster.free_gpus(node) < cluster.nodes[node].gpus)
+    assert used == {"LeastAllocated": 2, "MostAllocated": 1}
