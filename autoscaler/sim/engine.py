@@ -97,7 +97,8 @@ def node_autoscaler_plan(
     burst = [p for p in pools if p.burst]
     if not burst:
         return Plan(now)
-    free: dict[str, int] = {n.name: n.allocatable_gpus for n in snapshot.nodes}
+    gpus_of: dict[str, int] = {n.name: n.allocatable_gpus for n in snapshot.nodes}
+    free = dict(gpus_of)
     ready = {n.name for n in snapshot.nodes if n.ready}
     pending = 0
     for pod in snapshot.pods:
@@ -128,7 +129,7 @@ def node_autoscaler_plan(
     candidates = set()
     for pool in burst:
         for name in nodes_of[pool.name]:
-            gpus = next(n.allocatable_gpus for n in snapshot.nodes if n.name == name)
+            gpus = gpus_of[name]
             used = gpus - free[name]
             if name in ready and used < UNNEEDED_UTILISATION * gpus and used <= spare - free[name]:
                 candidates.add(name)
@@ -274,7 +275,7 @@ def simulate(
         for decision in plan.decisions:
             reasons[decision.reason.value] = reasons.get(decision.reason.value, 0) + 1
         if plan.actions:
-            context = GuardContext(decided_at, _policies(policy, services), acting_since=acting_since)
+            context = GuardContext(decided_at, policy.guarded_policies(), acting_since=acting_since)
             results = actuator.apply(plan.actions, context)
             run.scale_actions += sum(
                 1 for r in results if r.result == "applied" and isinstance(r.action, ScaleDeployment)
@@ -296,10 +297,6 @@ def simulate(
         ServiceTimeline(ready_hist[k], spec_hist[k], latency_hist[k], within_hist[k]) for k in range(count)
     ]
     return run
-
-
-def _policies(policy: SimPolicy, services: Sequence[SimService]) -> dict[str, object]:
-    return getattr(policy, "policies", None) or {s.policy.key: s.policy for s in services}
 
 
 def _observe(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,6 +80,10 @@ class SimPolicy:
     def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
         raise NotImplementedError
 
+    def guarded_policies(self) -> Mapping[str, ServicePolicy]:
+        """The policies the actuator's guard reads (scale-down windows for the takeover grace)."""
+        return {s.policy.key: s.policy for s in self.services}
+
     def applied(self, plan: Plan, results: Sequence[ActionResult]) -> None:
         """What the actuator made of the plan (the controller takes unapplied changes out of its state)."""
 
@@ -122,6 +126,9 @@ class CorePolicy(SimPolicy):
 
     def metric(self, index: int) -> MetricKind:
         return self.metrics[index]
+
+    def guarded_policies(self) -> Mapping[str, ServicePolicy]:
+        return self.policies
 
     def forecasts(self, step: int, now: float, observation: Observation) -> dict[str, PublishedForecast]:
         return {}
