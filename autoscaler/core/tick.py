@@ -153,7 +153,8 @@ def decide_tick(
 ) -> tuple[Plan, ControllerState]:
     """One plan for every service of ``tick.policies``, and the state for the next tick."""
     config = config if config is not None else TickConfig()
-    views = read_forecasts(tick, config.forecast) if tick.forecasts or _any_forecasting(tick.policies) else {}
+    # Only a policy with spec.forecast has a view: without one, skip reading the snapshot's cold starts and GPUs.
+    views = read_forecasts(tick, config.forecast) if _any_forecasting(tick.policies) else {}
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     return replace(plan, forecasts=MappingProxyType(views)), new_state

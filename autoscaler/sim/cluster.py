@@ -188,7 +188,7 @@ class SimCluster:
         self.advance(now)
         return self._counts
 
-    def burst_nodes(self) -> dict[str, int]:
+    def nodes_per_pool(self) -> dict[str, int]:
         """Nodes of each pool, booting ones included (what a cloud bills)."""
         return {name: len(pool.nodes) for name, pool in self.pools.items()}
 

@@ -241,7 +241,7 @@ def simulate(
             within_hist[s_index, i] = ok
             util_hist[s_index, i] = 100.0 * min(1.0, rate / (ready * service.throughput)) if ready else 0.0
         if burst_pools:
-            node_counts = cluster.burst_nodes()
+            node_counts = cluster.nodes_per_pool()
             for name, gpus_per_node, price in burst_pools:
                 gpu_seconds = node_counts[name] * gpus_per_node * step_s
                 run.burst_gpu_seconds += gpu_seconds

@@ -84,7 +84,6 @@ class PredictivePolicy(CorePolicy):
         self.errors: list[float] = []
         self.pinball: list[float] = []
         self.fit_failures = 0
-        self.unreliable_ticks = 0
 
     def policy_for(self, service: SimService) -> ServicePolicy:
         forecast = service.policy.forecast
@@ -105,7 +104,7 @@ class PredictivePolicy(CorePolicy):
             )
         )
         self.bucket_steps = max(1, round(self.config.resolution_s / step_s))
-        self.errors, self.pinball, self.fit_failures, self.unreliable_ticks = [], [], 0, 0
+        self.errors, self.pinball, self.fit_failures = [], [], 0
         return initial
 
     def forecasts(self, step: int, now: float, observation: Observation) -> dict[str, PublishedForecast]:
@@ -131,8 +130,6 @@ class PredictivePolicy(CorePolicy):
             state = self.per_service[index]
             if view is None or view.floor is None or state.latest is None:
                 continue
-            if not view.floor.usable:
-                self.unreliable_ticks += 1
             # Every tick's forecast at now + lead is scored, used or not: that is how it earns trust.
             target = now + view.lead_s
             try:
