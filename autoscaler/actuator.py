@@ -139,7 +139,7 @@ def forget_unapplied(
             before = set(previous.services.get(key, ServiceState()).scale_events)
             kept = tuple(e for e in services[key].scale_events if e[0] != now or e in before)
             services[key] = replace(services[key], scale_events=kept)
-    return ControllerState(services)
+    return replace(state, services=services)
 
 
 class Actuator:

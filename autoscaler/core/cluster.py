@@ -67,6 +67,27 @@ class PodDisruptionBudgetInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    """A training workload that can be stopped through its spec (Job, JobSet, Kubeflow job, Kueue Workload)."""
+
+    kind: str  # Job | JobSet | PyTorchJob | TFJob | Workload
+    namespace: str
+    name: str
+    gang: str  # the gang id its pods carry ("job/<namespace>/<name>", ...)
+    suspended: bool
+    priority: int = 0
+    pod_gpus: tuple[int, ...] = ()  # GPUs of each pod it runs (to place it again when resumed)
+    gpu_product: str | None = None  # the GPU type its pods select; None = any
+    # set when this controller suspended it (an annotation in a cluster): only those are resumed by us
+    suspended_by_us_at: float | None = None
+    min_runtime_s: float | None = None  # the workload's own minimum runtime (annotation), else the rules' default
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.pod_gpus)
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     time: float
     deployments: tuple[DeploymentInfo, ...] = ()
@@ -75,6 +96,7 @@ class ClusterSnapshot:
     priority_classes: Mapping[str, int] = field(default_factory=dict)
     pdbs: tuple[PodDisruptionBudgetInfo, ...] = ()
     hpas: tuple[HpaInfo, ...] = ()
+    workloads: tuple[WorkloadInfo, ...] = ()
 
 
 def hpas_targeting(snapshot: ClusterSnapshot, namespace: str, deployment: str) -> tuple[HpaInfo, ...]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from autoscaler.core.reasons import Reason
 
 if TYPE_CHECKING:
+    from autoscaler.core.arbitrate import CapacityReport
     from autoscaler.core.tick import ServiceForecastView
 
 
@@ -192,8 +193,18 @@ class ServiceState:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityState:
+    """What the capacity arbitration (``core.arbitrate``) remembers between ticks. Times are Unix seconds."""
+
+    short_since: float | None = None  # first tick of the current stretch with inference replicas left without GPUs
+    free_since: float | None = None  # first tick of the current stretch with no shortfall (resume hysteresis)
+    burst_unneeded_since: Mapping[str, float] = field(default_factory=dict)  # burst pool -> since when a node is spare
+
+
+@dataclass(frozen=True, slots=True)
 class ControllerState:
     services: Mapping[str, ServiceState] = field(default_factory=dict)
+    capacity: CapacityState = field(default_factory=CapacityState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +255,17 @@ class SuspendWorkload:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeWorkload:
+    """Undo a ``SuspendWorkload`` of ours: the training gets its GPUs back (``spec.suspend: false``)."""
+
+    kind: str
+    namespace: str
+    name: str
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class ScaleNodePool:
     pool: str
     nodes: int
@@ -252,7 +274,7 @@ class ScaleNodePool:
     detail: str
 
 
-Action = ScaleDeployment | EvictPod | SuspendWorkload | ScaleNodePool
+Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,3 +286,5 @@ class Plan:
     actions: tuple[Action, ...] = ()
     # what the tick made of each forecasting service's forecast (``core.tick.decide_tick`` fills it)
     forecasts: Mapping[str, ServiceForecastView] = field(default_factory=dict)
+    # the capacity arbitration's options, costs and choices (``core.arbitrate``); None when arbitration is off
+    capacity: CapacityReport | None = None

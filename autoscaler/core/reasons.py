@@ -36,6 +36,7 @@ class Reason(StrEnum):
     PREEMPT_FOR_INFERENCE = "preempt_for_inference"
     BURST_SCALE_UP = "burst_scale_up"
     BURST_SCALE_DOWN = "burst_scale_down"
+    RESUME_TRAINING = "resume_training"
     REBALANCE = "rebalance"
     # Baselines used by the simulator
     STATIC_PEAK = "static_peak"
@@ -69,6 +70,10 @@ _TEXT: dict[Reason, str] = {
     Reason.PREEMPT_FOR_INFERENCE: "low-priority training preempted (whole gang) to free GPUs for inference",
     Reason.BURST_SCALE_UP: "cluster is short of GPUs: add burst nodes",
     Reason.BURST_SCALE_DOWN: "burst nodes no longer needed: give them back",
+    Reason.RESUME_TRAINING: (
+        "GPUs taken from training are free again and the forecast keeps them free for the gang's minimum runtime: "
+        "resume it"
+    ),
     Reason.REBALANCE: "move GPU work to keep whole nodes free against fragmentation",
     Reason.STATIC_PEAK: "static provisioning for the trace's peak",
     Reason.ORACLE: "oracle: provisioned for the known future demand at now + cold start",

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.cluster import ClusterSnapshot, cold_starts_by_service, free_gpus
 from autoscaler.core.decide import ReplicaFloor, decide
 from autoscaler.core.model import ControllerState, ForecastMode, Observation, Plan, ServicePolicy
@@ -74,6 +75,7 @@ class ForecastReadConfig:
 @dataclass(frozen=True, slots=True)
 class TickConfig:
     forecast: ForecastReadConfig = ForecastReadConfig()
+    capacity: CapacityConfig | None = None  # None: no capacity arbitration (replicas only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,9 @@ class TickInput:
     # Requests/s one replica serves at saturation, where known (the simulator knows it, a cluster does not): lets
     # ``rate_per_replica`` turn demand into replicas for a utilisation-scaled service without ratePerReplica.
     throughputs: Mapping[str, float] = field(default_factory=dict)
+    # Nodes per pool as the node-pool provider counts them (requested nodes not yet registered included); None:
+    # count the snapshot's nodes.
+    pool_nodes: Mapping[str, int] | None = None
 
 
 def read_forecasts(tick: TickInput, config: ForecastReadConfig) -> dict[str, ServiceForecastView]:
@@ -157,7 +162,26 @@ def decide_tick(
     views = read_forecasts(tick, config.forecast) if _any_forecasting(tick.policies) else {}
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
-    return replace(plan, forecasts=MappingProxyType(views)), new_state
+    plan = replace(plan, forecasts=MappingProxyType(views))
+    if config.capacity is None:
+        return plan, replace(new_state, capacity=state.capacity)
+    usable = {}
+    for key, view in views.items():
+        fp = tick.policies[key].forecast
+        if view.floor is not None and view.floor.usable and not view.floor.shadow and view.published and fp:
+            usable[key] = (view.published.latest.forecast, fp.quantile, view.lead_s)
+    arbitration = ArbitrationInput(
+        tick.now,
+        tick.snapshot,
+        tick.policies,
+        plan.decisions,
+        usable,
+        tick.throughputs,
+        tick.pool_nodes,
+        config.forecast.tick_interval_s,
+    )
+    actions, report, capacity = arbitrate(arbitration, state.capacity, config.capacity)
+    return replace(plan, actions=plan.actions + tuple(actions), capacity=report), replace(new_state, capacity=capacity)
 
 
 def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:

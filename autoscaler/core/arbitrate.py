@@ -1,0 +1,446 @@
+"""Capacity arbitration, pure (issue 12): where the GPUs for inference come from, and when they go back.
+
+One step of the tick, after the per-service decisions (``core.decide``) have set how many replicas each service
+wants -- a lead time ahead when its forecast is usable (the forecast floor), reactively otherwise:
+
+1. **Shortfall**: higher priority first, the replicas each service wants that hold no GPU yet are placed on the
+   free GPUs, node by node (a replica's GPUs are on one node), then on the burst nodes still booting; what is left
+   is the service's shortfall.
+2. **Options**, for each shortfall, in one currency (money per hour x hours):
+   - *preempt*: the cheapest minimal set of whole lower-priority training gangs (``core.victims``); it costs the
+     work they lose since their last checkpoint plus the training GPU-hours they do not get while the shortfall
+     lasts, both at ``training_gpu_hour_value``;
+   - *burst*: the pool the chained expanders choose (``core.burst``); it costs the nodes for at least their minimum
+     billing period, plus the SLO risk of waiting for the boot (``slo_risk_per_gpu_hour`` x the GPUs short x boot).
+     Allowed only when the shortfall lasts longer than boot + billing, or when no preemptible capacity is left
+     (``core.burst.worth_a_node``).
+   The cheaper allowed option is chosen. How long the shortfall lasts comes from the service's forecast when it is
+   usable (the first time the forecast fits in the capacity it has), else ``assumed_shortfall_s``.
+3. **Give back**, when no service is short: a burst pool whose spare GPUs have covered the forecast demand for
+   ``burst_idle_cooldown_s`` loses one node; once no burst node is left above its minimum and there has been no
+   shortfall for ``resume_after_s``, the workloads this controller suspended are resumed where their GPUs are free,
+   after reserving what the forecast says inference needs over the gang's minimum runtime (no preempt/resume loop:
+   a resumed gang is also protected from preemption for that runtime by ``TrainingRules.min_runtime_s``).
+
+Every action carries its reason and the numbers; ``CapacityReport`` lists every option with its cost and why it was
+or was not chosen, for ``autoscaler plan`` and the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from autoscaler.core.burst import BurstOption, BurstPool, choose_burst, worth_a_node
+from autoscaler.core.cluster import ClusterSnapshot, WorkloadInfo
+from autoscaler.core.model import (
+    Action,
+    CapacityState,
+    EvictPod,
+    Mode,
+    ResumeWorkload,
+    ScaleDecision,
+    ScaleNodePool,
+    ServicePolicy,
+    SuspendWorkload,
+)
+from autoscaler.core.predictive import rate_per_replica
+from autoscaler.core.reasons import Reason
+from autoscaler.core.victims import GangCandidate, GpuNeed, TrainingRules, choose_victims, gangs_from_snapshot
+from forecast.types import Forecast
+
+# Workload kinds stopped through their spec (the Kubernetes adapter's suspend); any other gang is evicted pod by pod.
+SUSPENDABLE_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TFJob", "Workload"})
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityConfig:
+    """How the controller gets GPUs for inference and gives them back. Money is in the pools' currency."""
+
+    training: TrainingRules = field(default_factory=TrainingRules)
+    pools: tuple[BurstPool, ...] = ()  # burst pools the controller may grow (their node counts come from the tick)
+    expanders: tuple[str, ...] = ("least-waste", "cheapest")  # chained pool choice, as Cluster Autoscaler's
+    spend_cap_per_hour: float | None = None  # burst spend at most this per hour; None = no cap
+    training_gpu_hour_value: float = 2.0  # what one training GPU-hour is worth (lost or delayed work), per GPU-hour
+    slo_risk_per_gpu_hour: float = 20.0  # cost of one GPU-hour of inference demand left without a GPU
+    assumed_shortfall_s: float = 1800.0  # how long a shortfall lasts when no usable forecast says, seconds
+    burst_idle_cooldown_s: float = 600.0  # a burst node is given back after it was spare this long, seconds
+    resume_after_s: float = 300.0  # no shortfall for this long before suspended training is resumed, seconds
+    preempt: bool = True  # False: never stop training (burst only)
+    burst: bool = True  # False: never add nodes (preempt only)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    service: str
+    priority: int
+    replicas: int  # replicas short after the free GPUs and the booting nodes
+    gpus_per_replica: int
+    duration_s: float  # how long it is expected to last
+    basis: str  # "forecast" | "assumed"
+    covered_by_booting: int = 0  # replicas that will go on burst nodes already booting
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityOption:
+    service: str
+    kind: str  # preempt | burst
+    cost: float | None  # None when the option is not available
+    chosen: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityReport:
+    shortfalls: tuple[Shortfall, ...] = ()
+    options: tuple[CapacityOption, ...] = ()
+    candidates: tuple[GangCandidate, ...] = ()  # every training gang, eligible or not (with why not)
+    burst_options: tuple[BurstOption, ...] = ()
+    notes: tuple[str, ...] = ()  # give-back decisions and why not
+
+
+@dataclass(frozen=True, slots=True)
+class ArbitrationInput:
+    """What the arbitration reads, gathered by ``core.tick.decide_tick``."""
+
+    now: float
+    snapshot: ClusterSnapshot
+    policies: Mapping[str, ServicePolicy]
+    decisions: Sequence[ScaleDecision]
+    # per forecasting service: (forecast, quantile, lead seconds) when its floor is usable
+    forecasts: Mapping[str, tuple[Forecast, float, float]] = field(default_factory=dict)
+    throughputs: Mapping[str, float] = field(default_factory=dict)
+    pool_nodes: Mapping[str, int] | None = None  # nodes per pool as the provider counts them (booting included)
+    tick_s: float = 15.0
+
+
+def _bound_and_pending(snapshot: ClusterSnapshot, policy: ServicePolicy) -> tuple[int, int]:
+    bound = pending = 0
+    for pod in snapshot.pods:
+        if pod.owner_kind != "Deployment" or pod.owner_name != policy.name or pod.namespace != policy.namespace:
+            continue
+        if pod.phase in ("Succeeded", "Failed"):
+            continue
+        if pod.node is None:
+            pending += 1
+        else:
+            bound += 1
+    return bound, pending
+
+
+def _place(free: dict[str, int], replicas: int, gpus: int) -> int:
+    """Place up to ``replicas`` replicas of ``gpus`` GPUs, best fit (the fullest node that fits first), consuming
+    ``free``; returns how many were placed."""
+    placed = 0
+    while placed < replicas:
+        fits = [(left, node) for node, left in free.items() if left >= gpus]
+        if not fits:
+            break
+        _, node = min(fits)
+        free[node] -= gpus
+        placed += 1
+    return placed
+
+
+def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | None:
+    """``free`` after placing every pod (first fit decreasing, best fit), or None when one does not fit."""
+    left = dict(free)
+    for gpus in sorted(pod_gpus, reverse=True):
+        fits = [(room, node) for node, room in left.items() if room >= gpus]
+        if not fits:
+            return None
+        _, node = min(fits)
+        left[node] -= gpus
+    return left
+
+
+def _free_by_node(snapshot: ClusterSnapshot) -> tuple[dict[str, int], dict[str, int]]:
+    """Free GPUs of ready nodes, and of booting (not ready) nodes."""
+    used: dict[str, int] = {}
+    for pod in snapshot.pods:
+        if pod.node and pod.phase not in ("Succeeded", "Failed"):
+            used[pod.node] = used.get(pod.node, 0) + pod.gpus
+    ready: dict[str, int] = {}
+    booting: dict[str, int] = {}
+    for node in snapshot.nodes:
+        left = max(0, node.allocatable_gpus - used.get(node.name, 0))
+        (ready if node.ready else booting)[node.name] = left
+    return ready, booting
+
+
+def _needed_replicas(arb: ArbitrationInput, key: str, policy: ServicePolicy, t0: float, t1: float) -> int | None:
+    """Replicas the service's usable forecast asks for at its peak over [t0, t1], or None without one."""
+    entry = arb.forecasts.get(key)
+    if entry is None:
+        return None
+    forecast, quantile, _ = entry
+    rate = rate_per_replica(policy, arb.throughputs.get(key))
+    if rate is None:
+        return None
+    end = min(t1, forecast.end)
+    if end <= t0:
+        return None
+    demand = forecast.max_over(t0, end, quantile)
+    return min(max(math.ceil(max(demand, 0.0) / rate - 1e-9), policy.min_replicas), policy.max_replicas)
+
+
+def _duration(arb: ArbitrationInput, key: str, policy: ServicePolicy, capacity: int, config: CapacityConfig) -> tuple[
+    float, str
+]:
+    """How long the service stays short of ``capacity`` replicas: the forecast's first fit, else assumed."""
+    entry = arb.forecasts.get(key)
+    if entry is None:
+        return config.assumed_shortfall_s, "assumed"
+    forecast, _, lead = entry
+    step = max(arb.tick_s, 60.0)
+    t = arb.now + lead
+    end = forecast.end
+    while t < end:
+        need = _needed_replicas(arb, key, policy, t, min(t + step, end))
+        if need is not None and need <= capacity:
+            return max(arb.tick_s, t - arb.now), "forecast"
+        t += step
+    return max(arb.tick_s, end - arb.now), "forecast"
+
+
+def _pools(arb: ArbitrationInput, config: CapacityConfig) -> list[BurstPool]:
+    counts: dict[str, int] = {}
+    for node in arb.snapshot.nodes:
+        if node.pool:
+            counts[node.pool] = counts.get(node.pool, 0) + 1
+    if arb.pool_nodes is not None:
+        counts.update(arb.pool_nodes)
+    return [replace(p, nodes=counts.get(p.name, 0)) for p in config.pools]
+
+
+def _stop_actions(victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str) -> list[Action]:
+    workload = workloads.get(victim.gang)
+    if workload is not None and workload.kind in SUSPENDABLE_KINDS and not workload.suspended:
+        return [
+            SuspendWorkload(workload.kind, workload.namespace, workload.name, Reason.PREEMPT_FOR_INFERENCE, detail)
+        ]
+    return [
+        EvictPod(namespace, name, Reason.PREEMPT_FOR_INFERENCE, detail, gang=victim.gang)
+        for namespace, name in victim.pods
+    ]
+
+
+def arbitrate(
+    arb: ArbitrationInput, state: CapacityState, config: CapacityConfig
+) -> tuple[list[Action], CapacityReport, CapacityState]:
+    """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next."""
+    now, snapshot = arb.now, arb.snapshot
+    free, booting = _free_by_node(snapshot)
+    node_types = {n.name: n.gpu_product for n in snapshot.nodes}
+    managed = frozenset(arb.policies)
+    rules = replace(config.training, protected=config.training.protected | managed)
+    candidates = gangs_from_snapshot(snapshot, now, rules)
+    workloads = {w.gang: w for w in snapshot.workloads}
+    pools = _pools(arb, config)
+    spend = sum(p.nodes * p.gpus_per_node * p.price_per_gpu_hour for p in pools)
+    desired = {d.key: d for d in arb.decisions}
+
+    actions: list[Action] = []
+    shortfalls: list[Shortfall] = []
+    options: list[CapacityOption] = []
+    burst_seen: list[BurstOption] = []
+    taken: set[str] = set()
+    added_nodes: dict[str, int] = {}
+    ordered = sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0]))
+    for key, policy in ordered:
+        decision = desired.get(key)
+        if decision is None or decision.recommend_only or policy.mode is Mode.RECOMMEND_ONLY:
+            continue
+        bound, _ = _bound_and_pending(snapshot, policy)
+        unplaced = max(0, decision.desired_replicas - bound)
+        if unplaced == 0:
+            continue
+        g = policy.gpus_per_replica
+        unplaced -= _place(free, unplaced, g)
+        on_booting = _place(booting, unplaced, g)
+        short = unplaced - on_booting
+        if short <= 0:
+            continue
+        capacity = decision.desired_replicas - short
+        duration, basis = _duration(arb, key, policy, capacity, config)
+        shortfalls.append(Shortfall(key, policy.priority, short, g, duration, basis, on_booting))
+        hours = duration / 3600.0
+        lower = [c for c in candidates if c.gang not in taken and c.priority < policy.priority]
+        choice = choose_victims(GpuNeed(short, g), free, lower, node_types) if config.preempt else None
+        preempt_cost = None
+        if choice is not None and choice.met and choice.victims:
+            victim_gpus = sum(v.gpus for v in choice.victims)
+            preempt_cost = (choice.lost_work_gpu_s / 3600.0 + victim_gpus * hours) * config.training_gpu_hour_value
+        preemptible_left = sum(c.gpus for c in lower if c.why_not is None)
+        current_pools = [replace(p, nodes=p.nodes + added_nodes.get(p.name, 0)) for p in pools]
+        burst = (
+            choose_burst(current_pools, short, g, None, config.expanders, spend, config.spend_cap_per_hour)
+            if config.burst and pools
+            else None
+        )
+        burst_cost = None
+        burst_why = "no burst pool configured" if not pools else "burst disabled"
+        if burst is not None:
+            burst_seen.extend(burst.options)
+            if burst.chosen is None:
+                reasons = [o.why_not for o in burst.options if o.why_not]
+                burst_why = "; ".join(r for r in reasons if r) or "no pool can host the replicas"
+            else:
+                pool = burst.chosen.pool
+                worth, burst_why = worth_a_node(duration, pool, preemptible_left if config.preempt else 0, short * g)
+                if worth:
+                    burst_cost = burst.chosen.cost_per_hour * max(duration, pool.min_billing_s) / 3600.0 + (
+                        short * g * pool.boot_s / 3600.0 * config.slo_risk_per_gpu_hour
+                    )
+        shortage = f"{key}: {short} replica(s) x {g} GPU short for ~{duration:.0f}s ({basis})"
+        pick_preempt = preempt_cost is not None and (burst_cost is None or preempt_cost <= burst_cost)
+        pick_burst = not pick_preempt and burst_cost is not None
+        if choice is not None and choice.met and choice.victims:
+            names = ", ".join(v.gang for v in choice.victims)
+            text = (
+                f"{shortage}; stop {names} ({sum(v.gpus for v in choice.victims)} GPUs, "
+                f"{choice.lost_work_gpu_s / 3600.0:.2f} GPU-h since checkpoint): cost {preempt_cost:.2f}"
+            )
+            if not pick_preempt:
+                text += f" > burst {burst_cost:.2f}"
+        elif choice is not None:
+            text = f"{shortage}; no set of preemptible lower-priority gangs frees enough"
+        else:
+            text = f"{shortage}; preemption disabled"
+        options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))
+        if burst_cost is not None and burst is not None and burst.chosen is not None:
+            chosen = burst.chosen
+            btext = (
+                f"{shortage}; +{chosen.nodes} node(s) of {chosen.pool.name} ({chosen.cost_per_hour:.2f}/h, boot "
+                f"{chosen.pool.boot_s:g}s): cost {burst_cost:.2f}; {burst_why}"
+            )
+            if not pick_burst:
+                btext += f" > preempt {preempt_cost:.2f}"
+        else:
+            btext = f"{shortage}; burst not possible: {burst_why}"
+        options.append(CapacityOption(key, "burst", burst_cost, pick_burst, btext))
+        if pick_preempt and choice is not None:
+            for victim in choice.victims:
+                taken.add(victim.gang)
+                for node, gpus in victim.gpus_by_node.items():
+                    if node in free:
+                        free[node] += gpus
+                actions.extend(_stop_actions(victim, workloads, text))
+            _place(free, short, g)
+        elif pick_burst and burst is not None and burst.chosen is not None:
+            chosen = burst.chosen
+            pool = chosen.pool
+            before = pool.nodes
+            added_nodes[pool.name] = added_nodes.get(pool.name, 0) + chosen.nodes
+            spend += chosen.cost_per_hour
+            actions = [a for a in actions if not (isinstance(a, ScaleNodePool) and a.pool == pool.name)]
+            actions.append(
+                ScaleNodePool(pool.name, before + chosen.nodes, before, Reason.BURST_SCALE_UP, btext)
+            )
+
+    notes: list[str] = []
+    short_since = state.short_since
+    free_since = state.free_since
+    unneeded = dict(state.burst_unneeded_since)
+    if shortfalls:
+        short_since = short_since if short_since is not None else now
+        free_since = None
+        unneeded = {}
+    else:
+        short_since = None
+        free_since = free_since if free_since is not None else now
+        actions.extend(_give_back(arb, config, pools, free, node_types, unneeded, free_since, workloads, notes))
+    report = CapacityReport(tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes))
+    return actions, report, CapacityState(short_since, free_since, unneeded)
+
+
+def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
+    """GPUs the forecasting services need beyond their current replicas at their peak over the next ``window_s``."""
+    wanted = {d.key: d.desired_replicas for d in arb.decisions}
+    total = 0
+    for key, policy in arb.policies.items():
+        need = _needed_replicas(arb, key, policy, arb.now, arb.now + window_s)
+        if need is not None:
+            total += max(0, need - wanted.get(key, 0)) * policy.gpus_per_replica
+    return total
+
+
+def _give_back(
+    arb: ArbitrationInput,
+    config: CapacityConfig,
+    pools: Sequence[BurstPool],
+    free: dict[str, int],
+    node_types: Mapping[str, str | None],
+    unneeded: dict[str, float],
+    free_since: float,
+    workloads: Mapping[str, WorkloadInfo],
+    notes: list[str],
+) -> list[Action]:
+    """Burst nodes first, then the training this controller suspended."""
+    now = arb.now
+    actions: list[Action] = []
+    node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
+    burst_left = False
+    for pool in pools:
+        if pool.nodes <= pool.min_nodes:
+            unneeded.pop(pool.name, None)
+            continue
+        burst_left = True
+        # Spare: the pool's emptiest node's pods fit on the other free GPUs and the forecast's extra demand over
+        # a boot still fits without that node.
+        mine = {n: left for n, left in free.items() if node_pool.get(n) == pool.name}
+        spare_here = max(mine.values(), default=0)
+        others = sum(free.values()) - spare_here
+        used_on_node = pool.gpus_per_node - spare_here
+        reserve = _reserve_gpus(arb, pool.boot_s + arb.tick_s)
+        if used_on_node <= others - reserve:
+            since = unneeded.setdefault(pool.name, now)
+            if now - since >= config.burst_idle_cooldown_s:
+                detail = (
+                    f"{pool.name}: a node spare for {now - since:.0f}s (>= {config.burst_idle_cooldown_s:g}s), "
+                    f"{used_on_node} GPU(s) in use fit in {others} free elsewhere, forecast reserve {reserve}"
+                )
+                actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
+                unneeded.pop(pool.name, None)
+            else:
+                notes.append(f"{pool.name}: a node spare for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
+        else:
+            unneeded.pop(pool.name, None)
+            notes.append(f"{pool.name}: no node spare ({used_on_node} GPUs in use, {others} free elsewhere)")
+    if burst_left:
+        suspended = [w for w in workloads.values() if w.suspended_by_us_at is not None and w.suspended]
+        if suspended:
+            notes.append(f"{len(suspended)} suspended workload(s) wait: burst nodes are given back first")
+        return actions
+    quiet = now - free_since
+    suspended = sorted(
+        (w for w in workloads.values() if w.suspended and w.suspended_by_us_at is not None),
+        key=lambda w: (-w.priority, w.suspended_by_us_at, w.namespace, w.name),
+    )
+    for workload in suspended:
+        if quiet < config.resume_after_s:
+            notes.append(
+                f"{workload.kind} {workload.namespace}/{workload.name}: no shortfall for {quiet:.0f}s of "
+                f"{config.resume_after_s:g}s before resuming"
+            )
+            continue
+        runtime = workload.min_runtime_s if workload.min_runtime_s is not None else config.training.min_runtime_s
+        reserve = _reserve_gpus(arb, runtime)
+        usable = {n: left for n, left in free.items() if workload.gpu_product in (None, node_types.get(n))}
+        after = _fits(usable, workload.pod_gpus)
+        if after is None or sum(after.values()) < reserve:
+            notes.append(
+                f"{workload.kind} {workload.namespace}/{workload.name}: {workload.gpus} GPU(s) do not fit in the free "
+                f"GPUs with {reserve} reserved for the forecast over its {runtime:g}s minimum runtime"
+            )
+            continue
+        for node, left in after.items():
+            free[node] = left
+        detail = (
+            f"{workload.gpus} GPU(s) free for {quiet:.0f}s, forecast keeps them free for {runtime:g}s "
+            f"({reserve} GPU(s) reserved for inference)"
+        )
+        actions.append(ResumeWorkload(workload.kind, workload.namespace, workload.name, Reason.RESUME_TRAINING, detail))
+    return actions
+
