@@ -24,6 +24,7 @@ from autoscaler.core.model import (
     Action,
     ControllerState,
     EvictPod,
+    ResumeWorkload,
     ScaleDeployment,
     ScaleNodePool,
     ServicePolicy,
@@ -70,7 +71,7 @@ def action_kind(action: Action) -> str:
 def action_target(action: Action) -> str:
     if isinstance(action, ScaleNodePool):
         return f"nodepool/{action.pool}"
-    if isinstance(action, SuspendWorkload):
+    if isinstance(action, SuspendWorkload | ResumeWorkload):
         return f"{action.kind.lower()}/{action.namespace}/{action.name}"
     if isinstance(action, EvictPod):
         return f"pod/{action.namespace}/{action.name}"
@@ -85,6 +86,8 @@ def describe_action(action: Action) -> str:
     if isinstance(action, EvictPod):
         gang = f" (gang {action.gang})" if action.gang else ""
         return f"evict {action_target(action)}{gang}"
+    if isinstance(action, ResumeWorkload):
+        return f"resume {action_target(action)}"
     return f"suspend {action_target(action)}"
 
 
@@ -94,7 +97,8 @@ def is_destructive(action: Action) -> bool:
         return action.replicas < action.previous_replicas
     if isinstance(action, ScaleNodePool):
         return action.nodes < action.previous_nodes
-    return True  # evictions and suspensions
+    # Evictions and suspensions take capacity; a resume gives GPUs to training and takes none the forecast needs.
+    return not isinstance(action, ResumeWorkload)
 
 
 def guard(action: Action, context: GuardContext) -> str | None:
@@ -201,6 +205,9 @@ class Actuator:
         if isinstance(action, SuspendWorkload):
             self.writer.suspend_workload(action.kind, action.namespace, action.name)
             return "applied"
+        if isinstance(action, ResumeWorkload):
+            self.writer.resume_workload(action.kind, action.namespace, action.name)
+            return "applied"
         if self.node_pools is None:
             raise RuntimeError("no node-pool scaler is configured")
         self.node_pools.scale(action.pool, action.nodes)
@@ -211,7 +218,7 @@ class Actuator:
             obj = ("Deployment", action.namespace, action.name)
         elif isinstance(action, EvictPod):
             obj = ("Pod", action.namespace, action.name)
-        elif isinstance(action, SuspendWorkload):
+        elif isinstance(action, SuspendWorkload | ResumeWorkload):
             obj = (action.kind, action.namespace, action.name)
         else:
             return  # node pools are cluster-scoped provider objects: log and metric only

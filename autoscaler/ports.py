@@ -76,6 +76,10 @@ class ClusterWriter(Protocol):
 
     def suspend_workload(self, kind: str, namespace: str, name: str) -> None: ...
 
+    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+        """Undo ``suspend_workload`` (``spec.suspend: false``; a Kueue Workload ``spec.active: true``)."""
+        ...
+
     def emit_event(
         self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
     ) -> None: ...

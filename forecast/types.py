@@ -157,7 +157,9 @@ class Forecast:
         hi = min(t1, self.end - self.step_s * _BOUNDARY_EPS)
         if hi < lo:
             raise ValueError(f"[{t0}, {t1}] does not overlap the forecast horizon [{self.start}, {self.end})")
-        first, last = self.step_index(lo), self.step_index(hi)
+        # hi is just inside the horizon, but the boundary tolerance of step_index can round it onto the next step
+        first = self.step_index(lo)
+        last = min(len(self) - 1, max(first, math.floor((hi - self.start) / self.step_s + _BOUNDARY_EPS)))
         return max(self.at(self.start + i * self.step_s, level) for i in range(first, last + 1))
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autoscaler.sim.registry import POLICY_NAMES
+from autoscaler.sim.registry import CAPACITY_BASELINES, DEFAULT_POLICIES, POLICY_NAMES
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,8 +30,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--policies",
-        default=",".join(POLICY_NAMES),
-        help=f"comma-separated policies to compare (default: all of {', '.join(POLICY_NAMES)})",
+        default=None,
+        help=(
+            f"comma-separated policies to compare, of {', '.join(POLICY_NAMES)} (default: "
+            f"{', '.join(DEFAULT_POLICIES)}, and {', '.join(CAPACITY_BASELINES)} when the scenario has training)"
+        ),
     )
     parser.add_argument(
         "--json",
@@ -79,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
     from autoscaler.sim.scenario import ScenarioError, default_scenario_path, load_scenario
     from autoscaler.traces import TraceFormatError
 
-    policies = [name.strip() for name in args.policies.split(",") if name.strip()]
-    unknown = [name for name in policies if name not in POLICY_NAMES]
-    if unknown or not policies:
+    policies = None if args.policies is None else [name.strip() for name in args.policies.split(",") if name.strip()]
+    unknown = [name for name in policies or () if name not in POLICY_NAMES]
+    if unknown or policies == []:
         print(
             f"autoscaler simulate: --policies: unknown policy {unknown[0] if unknown else ''!r} "
             f"(known: {', '.join(POLICY_NAMES)})",

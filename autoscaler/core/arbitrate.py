@@ -381,6 +381,7 @@ def _give_back(
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
+    burst_names = {pool.name for pool in pools}
     burst_left = False
     for pool in pools:
         if pool.nodes <= pool.min_nodes:
@@ -427,7 +428,12 @@ def _give_back(
             continue
         runtime = workload.min_runtime_s if workload.min_runtime_s is not None else config.training.min_runtime_s
         reserve = _reserve_gpus(arb, runtime)
-        usable = {n: left for n, left in free.items() if workload.gpu_product in (None, node_types.get(n))}
+        # Training goes back on the cluster's own nodes: the burst pools are for inference (tainted so).
+        usable = {
+            n: left
+            for n, left in free.items()
+            if workload.gpu_product in (None, node_types.get(n)) and node_pool.get(n) not in burst_names
+        }
         after = _fits(usable, workload.pod_gpus)
         if after is None or sum(after.values()) < reserve:
             notes.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autoscaler.core.model import Action, EvictPod, ScaleDeployment, ScaleNodePool, SuspendWorkload
+from autoscaler.core.model import Action, EvictPod, ResumeWorkload, ScaleDeployment, ScaleNodePool, SuspendWorkload
 
 # Condition types (metav1.Condition ``type``), shown by ``kubectl get`` / ``kubectl describe``.
 READY = "Ready"  # the policy is valid and its target was read this tick
@@ -50,7 +50,7 @@ class LastAction:
             from_r, to_r = action.previous_replicas, action.replicas
         elif isinstance(action, ScaleNodePool):
             from_r, to_r = action.previous_nodes, action.nodes
-        assert isinstance(action, (ScaleDeployment, EvictPod, SuspendWorkload, ScaleNodePool))
+        assert isinstance(action, (ScaleDeployment, EvictPod, SuspendWorkload, ResumeWorkload, ScaleNodePool))
         return cls(
             type=type(action).__name__,
             reason=action.reason.value,

@@ -3,8 +3,11 @@
 For the core, runtime and simulator tests. It keeps the semantics that matter to the controller the way the API
 server has them: evictions honour PodDisruptionBudgets (one budget is spent per eviction; zero left -> BLOCKED;
 two budgets on one pod -> error) and skip them for pending or finished pods; a missing pod is GONE; every write is
-idempotent (same target twice = once); suspending a workload removes its pods; node pools grow and shrink by whole
-nodes within their bounds, and new nodes can take a boot time before they count as ready.
+idempotent (same target twice = once); suspending a workload removes its pods (resuming it does not bring them back:
+there is no Job controller here; add the new pods yourself); node pools grow and shrink by whole nodes within their
+bounds, and new nodes can take a boot time before they count as ready. Workloads added with ``add_workload`` are
+listed in the snapshot and follow suspend / resume (``suspended``, ``suspended_by_us_at``), as the real reader shows
+them from the objects' spec and our annotations.
 
 Faults on demand: ``fail("evict_pod", times=2)`` makes the next two evictions raise ``PortError``;
 ``block_evictions(...)`` makes evictions BLOCKED whatever the budgets say. Everything written is in ``writes`` and
@@ -18,16 +21,32 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodDisruptionBudgetInfo, PodInfo
+from autoscaler.core.cluster import (
+    ClusterSnapshot,
+    DeploymentInfo,
+    NodeInfo,
+    PodDisruptionBudgetInfo,
+    PodInfo,
+    WorkloadInfo,
+)
 from autoscaler.ports import EvictionOutcome, PortError
 
 SUSPENDABLE_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TFJob", "Workload"})
-OPS = ("snapshot", "scale_deployment", "evict_pod", "suspend_workload", "emit_event", "node_count", "scale")
+OPS = (
+    "snapshot",
+    "scale_deployment",
+    "evict_pod",
+    "suspend_workload",
+    "resume_workload",
+    "emit_event",
+    "node_count",
+    "scale",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class FakeWrite:
-    op: str  # scale_deployment | evict_pod | suspend_workload | scale (node pool)
+    op: str  # scale_deployment | evict_pod | suspend_workload | resume_workload | scale (node pool)
     args: tuple[Any, ...]
     outcome: str  # applied | unchanged | evicted | blocked | gone | failed
 
@@ -66,7 +85,8 @@ def _key(namespace: str, name: str) -> str:
 
 
 class FakeCluster:
-    """In-memory cluster state. ``clock`` (Unix seconds) is only needed for node boot times."""
+    """In-memory cluster state. ``clock`` (Unix seconds) is needed for node boot times; a suspension is stamped with
+    it, else with the time of the last snapshot."""
 
     def __init__(
         self,
@@ -76,6 +96,7 @@ class FakeCluster:
         nodes: Iterable[NodeInfo] = (),
         pdbs: Iterable[PodDisruptionBudgetInfo] = (),
         priority_classes: Mapping[str, int] | None = None,
+        workloads: Iterable[WorkloadInfo] = (),
         ready_follows_spec: bool = True,
         clock: Callable[[], float] | None = None,
     ) -> None:
@@ -90,11 +111,15 @@ class FakeCluster:
         self.clock = clock
         self._node_ready_at: dict[str, float] = {}
         self.suspended: set[tuple[str, str, str]] = set()
+        self.workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
+        self._last_snapshot = 0.0
         self.writes: list[FakeWrite] = []
         self.events: list[FakeEvent] = []
         self.snapshots = 0
         self._faults: dict[str, list[_Fault]] = {}
         self._blocked: set[tuple[str, str | None]] = set()
+        for workload in workloads:
+            self.add_workload(workload)
 
     # ---- building the state ---------------------------------------------------------------------------------------
 
@@ -126,6 +151,17 @@ class FakeCluster:
             self.pdbs[_key(namespace, name)] = PodDisruptionBudgetInfo(
                 namespace, name, dict(selector), disruptions_allowed
             )
+
+    def add_workload(self, workload: WorkloadInfo) -> WorkloadInfo:
+        """A suspendable workload (Job, JobSet...), listed in the snapshot; ``suspended`` as given."""
+        key = (workload.kind, workload.namespace, workload.name)
+        with self._lock:
+            self.workloads[key] = workload
+            if workload.suspended:
+                self.suspended.add(key)
+            else:
+                self.suspended.discard(key)
+        return workload
 
     def add_pool(
         self,
@@ -183,6 +219,7 @@ class FakeCluster:
         with self._lock:
             self._check_fault("snapshot")
             self.snapshots += 1
+            self._last_snapshot = now
             nodes = []
             for node in self.nodes.values():
                 ready_at = self._node_ready_at.get(node.name)
@@ -198,6 +235,7 @@ class FakeCluster:
                 nodes=tuple(nodes),
                 priority_classes=dict(self.priority_classes),
                 pdbs=tuple(self.pdbs.values()),
+                workloads=tuple(self.workloads.values()),
             )
 
     def _pool_gpus(self, node: NodeInfo) -> int:
@@ -287,6 +325,11 @@ class FakeCluster:
                 self._record("suspend_workload", args, "unchanged")
                 return
             self.suspended.add((kind, namespace, name))
+            workload = self.workloads.get((kind, namespace, name))
+            if workload is not None:
+                # the real writer marks what it suspends (annotations), and the reader reports it
+                at = self.clock() if self.clock is not None else self._last_snapshot
+                self.workloads[(kind, namespace, name)] = replace(workload, suspended=True, suspended_by_us_at=at)
             # The workload's controller deletes its pods when suspended.
             for key, pod in list(self.pods.items()):
                 if pod.namespace != namespace:
@@ -296,6 +339,29 @@ class FakeCluster:
                 if owned or in_gang:
                     del self.pods[key]
             self._record("suspend_workload", args, "applied")
+
+    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+        """Undo ``suspend_workload``: no longer suspended, our mark removed. Its pods are not recreated here."""
+        with self._lock:
+            args = (kind, namespace, name)
+            try:
+                self._check_fault("resume_workload")
+            except Exception:
+                self._record("resume_workload", args, "failed")
+                raise
+            if kind not in SUSPENDABLE_KINDS:
+                self._record("resume_workload", args, "failed")
+                raise PortError(f"resume {kind} {namespace}/{name}: not suspendable through its spec")
+            key = (kind, namespace, name)
+            workload = self.workloads.get(key)
+            marked = workload is not None and workload.suspended_by_us_at is not None
+            if key not in self.suspended and not marked:
+                self._record("resume_workload", args, "unchanged")
+                return
+            self.suspended.discard(key)
+            if workload is not None:
+                self.workloads[key] = replace(workload, suspended=False, suspended_by_us_at=None)
+            self._record("resume_workload", args, "applied")
 
     def emit_event(
         self,

@@ -13,7 +13,16 @@ What it models, as Kubernetes does it:
   (the Deployment's measured cold start), never before.
 - **Deployments**: scaling creates pending pods or deletes pods in the ReplicaSet controller's order (unscheduled
   first, then not ready, then the newest); an evicted pod of a Deployment is replaced by a new pending one.
-- **Gangs**: training pods carry a gang id; suspending the workload or evicting its pods removes them.
+- **Training jobs** (``SimJob``, a batch Job of ``pods`` pods under a gang scheduler such as Kueue or Volcano):
+  admitted at their submit time, placed all pods at once or not at all, training once every pod has started
+  (``restart_s``: image pull + checkpoint load); a checkpoint every ``checkpoint_s`` of work. Suspending the Job,
+  evicting any of its pods or losing a node under one stops the whole gang, which loses its work since the last
+  checkpoint (an evicted worker fails the job: the rest of the gang's work is lost too). A suspended Job waits until
+  it is resumed; an evicted or failed one is recreated by its controller at once (pending, lower priority).
+- **Scheduler preemption** (``preemption=True``, the kube-scheduler's DefaultPreemption): a pending pod that fits
+  nowhere evicts lower-priority pods on one node, pod by pod, by the published criteria (lowest highest-priority
+  victim, then the smallest sum of priorities, then the fewest victims, then the most recently started), with no
+  notion of gangs or checkpoints.
 - **Node pools**: a scale-up adds nodes that hold no pods until they have booted (``boot_s``); a scale-down removes
   the emptiest nodes, and their pods go back to pending (Deployments) or are lost (training).
 """
@@ -24,8 +33,11 @@ import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo, WorkloadInfo
+from autoscaler.core.victims import TrainingRules
 from autoscaler.ports import EvictionOutcome, PortError
+
+PREEMPTIBLE_LABEL = TrainingRules().non_preemptible_label
 
 
 class Scoring(StrEnum):
@@ -64,6 +76,42 @@ class SimPod:
 
 
 @dataclass(slots=True)
+class SimJob:
+    """A training job (a batch Job under a gang scheduler). Times are seconds; work is seconds of the whole gang."""
+
+    namespace: str
+    name: str
+    pods: int
+    gpus_per_pod: int
+    priority: int
+    work_s: float  # training time the job needs with its whole gang running
+    checkpoint_s: float  # a checkpoint every this many seconds of work
+    submit_at: float  # Unix seconds
+    min_runtime_s: float = 600.0
+    preemptible: bool = True
+    restart_s: float = 60.0  # pod bound to training: image pull + checkpoint load
+    gpu_product: str | None = None
+    # state
+    admitted: bool = False  # its pods exist (pending or bound)
+    progress_s: float = 0.0
+    checkpoint_progress_s: float = 0.0
+    checkpoint_at: float | None = None  # when the last checkpoint of the current run was written
+    updated_at: float = 0.0
+    suspended_at: float | None = None  # suspended by the controller since then
+    finished_at: float | None = None
+    stops: int = 0  # preemptions, evictions and node losses that stopped the gang
+    lost_gpu_s: float = 0.0
+
+    @property
+    def gang(self) -> str:
+        return f"job/{self.namespace}/{self.name}"
+
+    @property
+    def gpus(self) -> int:
+        return self.pods * self.gpus_per_pod
+
+
+@dataclass(slots=True)
 class SimDeployment:
     namespace: str
     name: str
@@ -89,9 +137,14 @@ class SimPool:
 class SimCluster:
     """The simulated cluster; every write is recorded in ``writes`` as (time, op, args)."""
 
-    def __init__(self, scoring: Scoring = Scoring.LEAST_ALLOCATED, now: float = 0.0) -> None:
+    def __init__(self, scoring: Scoring = Scoring.LEAST_ALLOCATED, now: float = 0.0, preemption: bool = False) -> None:
         self.scoring = scoring
+        self.preemption = preemption
         self.now = now
+        self.jobs: dict[str, SimJob] = {}  # by gang id
+        # Pools whose nodes carry a taint only inference tolerates (the burst pools: training never lands there)
+        self.inference_only_pools: set[str] = set()
+        self.scheduler_preemptions = 0  # pods the scheduler evicted
         self.nodes: dict[str, SimNode] = {}
         self.pods: dict[tuple[str, str], SimPod] = {}
         self.deployments: dict[str, SimDeployment] = {}
@@ -106,6 +159,8 @@ class SimCluster:
         self._next_change = math.inf
         self._snapshot: ClusterSnapshot | None = None
         self._counts: dict[str, tuple[int, int, int]] = {}
+        self._training_gpus = 0
+        self._node_gpus = 0
 
     # ---- building -------------------------------------------------------------------------------------------------
 
@@ -144,6 +199,110 @@ class SimCluster:
         self._dirty = True
         return pod
 
+    def add_job(self, job: SimJob) -> None:
+        """A training job, admitted (its pods created) once the clock reaches ``submit_at``."""
+        if job.gang in self.jobs:
+            raise ValueError(f"job {job.namespace}/{job.name} exists")
+        job.updated_at = max(job.submit_at, self.now)
+        self.jobs[job.gang] = job
+        self._dirty = True
+
+    def _admit(self, job: SimJob) -> None:
+        job.admitted = True
+        job.checkpoint_at = None
+        job.updated_at = self.now
+        for index in range(job.pods):
+            pod = SimPod(
+                job.namespace, f"{job.name}-{job.stops}-{index}", job.gpus_per_pod, job.priority, self.now,
+                job.restart_s, gang=job.gang, gpu_product=job.gpu_product,
+            )
+            self.pods[(pod.namespace, pod.name)] = pod
+        self._dirty = True
+
+    def _job_pods(self, job: SimJob) -> list[SimPod]:
+        return [p for p in self.pods.values() if p.gang == job.gang]
+
+    def _training_since(self, job: SimJob) -> float | None:
+        """When the whole gang started training (every pod bound and started), or None."""
+        pods = self._job_pods(job)
+        if len(pods) < job.pods or any(p.ready_at is None for p in pods):
+            return None
+        return max(p.ready_at for p in pods if p.ready_at is not None)
+
+    def _run_jobs(self, now: float) -> None:
+        """Progress, checkpoints, completion and admission of the training jobs up to ``now``."""
+        for job in self.jobs.values():
+            if job.finished_at is not None:
+                continue
+            if not job.admitted:
+                if job.suspended_at is None and job.submit_at <= now:
+                    self._admit(job)
+                continue
+            self._accrue(job, now)
+
+    def _accrue(self, job: SimJob, now: float) -> None:
+        """The job's training since it was last updated, its checkpoints, and its completion."""
+        since = self._training_since(job)
+        if since is None:
+            job.updated_at = now
+            return
+        start = max(job.updated_at, since)
+        if now > start:
+            before = job.progress_s
+            job.progress_s = min(job.work_s, before + (now - start))
+            if job.progress_s >= job.work_s:
+                job.finished_at = start + (job.work_s - before)
+                job.admitted = False
+                for pod in self._job_pods(job):
+                    del self.pods[(pod.namespace, pod.name)]
+                self._dirty = True
+            else:
+                reached = math.floor(job.progress_s / job.checkpoint_s) * job.checkpoint_s
+                if reached > job.checkpoint_progress_s:
+                    job.checkpoint_progress_s = reached
+                    job.checkpoint_at = start + (reached - before)
+                    self._dirty = True  # the snapshot shows the new checkpoint
+        job.updated_at = now
+
+    def _stop_job(self, job: SimJob) -> None:
+        """The gang stops: every pod goes, the work since the last checkpoint is lost."""
+        self._accrue(job, self.now)
+        if job.finished_at is not None:
+            return
+        lost = (job.progress_s - job.checkpoint_progress_s) * job.gpus
+        job.lost_gpu_s += lost
+        self.lost_training_gpu_s += lost
+        job.progress_s = job.checkpoint_progress_s
+        job.stops += 1
+        job.admitted = False
+        for pod in self._job_pods(job):
+            del self.pods[(pod.namespace, pod.name)]
+        self._dirty = True
+
+    def _job_event_times(self, now: float) -> float:
+        """The next time a job is admitted, checkpoints or finishes (the snapshot changes then)."""
+        soonest = math.inf
+        for job in self.jobs.values():
+            if job.finished_at is not None:
+                continue
+            if not job.admitted:
+                if job.suspended_at is None and job.submit_at > now:
+                    soonest = min(soonest, job.submit_at)
+                continue
+            since = self._training_since(job)
+            if since is None:
+                continue
+            base = max(since, job.updated_at)
+            left = job.work_s - job.progress_s
+            to_checkpoint = (math.floor(job.progress_s / job.checkpoint_s) + 1) * job.checkpoint_s - job.progress_s
+            soonest = min(soonest, base + min(left, to_checkpoint))
+        return soonest
+
+    def training_gpu_seconds(self) -> tuple[float, float]:
+        """(useful GPU-seconds of training kept, GPU-seconds of training lost to stops) so far."""
+        kept = sum(job.progress_s * job.gpus for job in self.jobs.values())
+        return kept, self.lost_training_gpu_s
+
     # ---- time -----------------------------------------------------------------------------------------------------
 
     def advance(self, now: float) -> None:
@@ -152,7 +311,11 @@ class SimCluster:
             raise ValueError(f"time goes forward: {now} < {self.now}")
         self.now = now
         if self._dirty or now >= self._next_change:
+            if self.jobs:
+                self._run_jobs(now)
             self.schedule()
+            if self.jobs:
+                self._run_jobs(now)  # a gang bound just now starts its clock now
             self._recount()
 
     def _recount(self) -> None:
@@ -160,11 +323,14 @@ class SimCluster:
         now = self.now
         counts: dict[str, list[int]] = {key: [0, 0, 0] for key in self.deployments}
         next_change = math.inf
+        training = 0
         for pod in self.pods.values():
             ready_at = pod.ready_at
             if ready_at is not None and ready_at > now:
                 next_change = min(next_change, ready_at)
             if pod.owner is None:
+                if pod.node is not None:
+                    training += pod.gpus
                 continue
             entry = counts.get(pod.owner)
             if entry is None:
@@ -178,7 +344,11 @@ class SimCluster:
         for node in self.nodes.values():
             if node.ready_at > now:
                 next_change = min(next_change, node.ready_at)
+        if self.jobs:
+            next_change = min(next_change, self._job_event_times(now))
         self._counts = {key: (c[0], c[1], c[2]) for key, c in counts.items()}
+        self._training_gpus = training
+        self._node_gpus = sum(node.gpus for node in self.nodes.values())
         self._next_change = next_change
         self._snapshot = None
         self._dirty = False
@@ -187,6 +357,11 @@ class SimCluster:
         """Per Deployment ``namespace/name``: (ready pods, pods bound to a node, pending pods) at ``now``."""
         self.advance(now)
         return self._counts
+
+    def gpu_use(self, now: float) -> tuple[int, int]:
+        """(GPUs held by training and other non-Deployment pods, GPUs of every node, booting ones included)."""
+        self.advance(now)
+        return self._training_gpus, self._node_gpus
 
     def nodes_per_pool(self) -> dict[str, int]:
         """Nodes of each pool, booting ones included (what a cloud bills)."""
@@ -200,25 +375,112 @@ class SimCluster:
         pending = sorted(
             (p for p in self.pods.values() if p.node is None), key=lambda p: (-p.priority, p.created_at, p.name)
         )
+        if not pending:
+            return
         free = {name: node.gpus for name, node in self.nodes.items()}
         for bound in self.pods.values():
             if bound.node is not None:
                 free[bound.node] -= bound.gpus
+        done: set[str] = set()
         for pod in pending:
-            fits = [
-                node
-                for node in self.nodes.values()
-                if node.ready(self.now)
-                and free[node.name] >= pod.gpus
-                and (pod.gpu_product is None or node.gpu_product == pod.gpu_product)
-            ]
-            if not fits:
+            if pod.node is not None:
                 continue
-            best = max(fits, key=lambda n: (self._score(n, free[n.name], pod.gpus), _desc(n.name)))
-            pod.node = best.name
-            pod.ready_at = self.now + pod.cold_start_s
-            free[best.name] -= pod.gpus
-            self._dirty = True
+            if pod.gang is not None and pod.gang in self.jobs:
+                if pod.gang not in done:
+                    done.add(pod.gang)
+                    self._place_gang(self.jobs[pod.gang], free)
+                continue
+            best = self._best_node(pod, free)
+            if best is None and self.preemption:
+                best = self._preempt_for(pod, free)
+            if best is None or pod.node is not None or (pod.namespace, pod.name) not in self.pods:
+                continue
+            self._bind(pod, best, free)
+
+    def _fits_on(self, node: SimNode, pod: SimPod, free: dict[str, int]) -> bool:
+        return (
+            node.ready(self.now)
+            and free[node.name] >= pod.gpus
+            and (pod.gpu_product is None or node.gpu_product == pod.gpu_product)
+            and (pod.owner is not None or node.pool not in self.inference_only_pools)
+        )
+
+    def _best_node(self, pod: SimPod, free: dict[str, int]) -> SimNode | None:
+        fits = [node for node in self.nodes.values() if self._fits_on(node, pod, free)]
+        if not fits:
+            return None
+        return max(fits, key=lambda n: (self._score(n, free[n.name], pod.gpus), _desc(n.name)))
+
+    def _bind(self, pod: SimPod, node: SimNode, free: dict[str, int]) -> None:
+        pod.node = node.name
+        pod.ready_at = self.now + pod.cold_start_s
+        free[node.name] -= pod.gpus
+        self._dirty = True
+
+    def _place_gang(self, job: SimJob, free: dict[str, int]) -> None:
+        """All the gang's pending pods at once, or none (a gang scheduler's admission)."""
+        pods = [p for p in self._job_pods(job) if p.node is None]
+        trial = dict(free)
+        chosen = []
+        for pod in pods:
+            node = self._best_node(pod, trial)
+            if node is None:
+                return
+            trial[node.name] -= pod.gpus
+            chosen.append((pod, node))
+        for pod, node in chosen:
+            self._bind(pod, node, free)
+
+    def _preempt_for(self, pod: SimPod, free: dict[str, int]) -> SimNode | None:
+        """DefaultPreemption: on each node, all lower-priority pods are candidates, the highest-priority ones are
+        reprieved while the pod still fits; the node with the least disruptive victims wins. The victims go."""
+        best: tuple[tuple[object, ...], SimNode, list[SimPod]] | None = None
+        for node in self.nodes.values():
+            if not node.ready(self.now) or (pod.gpu_product is not None and node.gpu_product != pod.gpu_product):
+                continue
+            if pod.owner is None and node.pool in self.inference_only_pools:
+                continue
+            lower = [p for p in self.pods.values() if p.node == node.name and p.priority < pod.priority]
+            room = free[node.name] + sum(p.gpus for p in lower)
+            if room < pod.gpus:
+                continue
+            victims = []
+            for candidate in sorted(lower, key=lambda p: (-p.priority, p.created_at, p.name)):
+                if room - candidate.gpus >= pod.gpus:
+                    room -= candidate.gpus  # reprieved: it stays
+                else:
+                    victims.append(candidate)
+            if not victims:
+                continue
+            top = max(v.priority for v in victims)
+            earliest_top = min(v.created_at for v in victims if v.priority == top)
+            key = (top, sum(v.priority for v in victims), len(victims), -earliest_top, _desc(node.name))
+            if best is None or key < best[0]:
+                best = (key, node, victims)
+        if best is None:
+            return None
+        _, node, victims = best
+        for victim in victims:
+            self.scheduler_preemptions += 1
+            self._lose_pod(victim)
+            free[node.name] += victim.gpus
+        # the gangs of the victims lost their other pods too: give their GPUs back to this pass
+        for name in free:
+            free[name] = self.nodes[name].gpus - sum(p.gpus for p in self.pods.values() if p.node == name)
+        return node if self._fits_on(node, pod, free) else None
+
+    def _lose_pod(self, pod: SimPod) -> None:
+        """A pod goes (evicted, preempted, its node removed): a training job's gang stops and is recreated by its
+        controller; a Deployment's pod is replaced."""
+        job = self.jobs.get(pod.gang) if pod.gang is not None else None
+        if job is not None and job.admitted:
+            self._stop_job(job)
+            if job.finished_at is None:
+                self._admit(job)
+            return
+        self.pods.pop((pod.namespace, pod.name), None)
+        self._dirty = True
+        self._removed(pod)
 
     def _score(self, node: SimNode, free: int, request: int) -> float:
         used_after = (node.gpus - free + request) / node.gpus if node.gpus else 1.0
@@ -252,11 +514,31 @@ class SimCluster:
                 gang=p.gang,
                 created_at=p.created_at,
                 ready_at=p.ready_at if p.ready(now) else None,
+                last_checkpoint_at=self._checkpoint_of(p),
+                labels=self._labels_of(p),
             )
             for p in self.pods.values()
         )
         nodes = tuple(NodeInfo(n.name, n.gpus, n.gpu_product, n.pool, n.ready(now)) for n in self.nodes.values())
-        return ClusterSnapshot(time=now, deployments=tuple(deployments), pods=pods, nodes=nodes)
+        workloads = tuple(
+            WorkloadInfo(
+                "Job", job.namespace, job.name, job.gang, job.suspended_at is not None, job.priority,
+                (job.gpus_per_pod,) * job.pods, job.gpu_product, job.suspended_at, job.min_runtime_s,
+            )
+            for job in self.jobs.values()
+            if job.finished_at is None and (job.admitted or job.suspended_at is not None)
+        )
+        return ClusterSnapshot(
+            time=now, deployments=tuple(deployments), pods=pods, nodes=nodes, workloads=workloads
+        )
+
+    def _checkpoint_of(self, pod: SimPod) -> float | None:
+        job = self.jobs.get(pod.gang) if pod.gang is not None else None
+        return job.checkpoint_at if job is not None else None
+
+    def _labels_of(self, pod: SimPod) -> dict[str, str]:
+        job = self.jobs.get(pod.gang) if pod.gang is not None else None
+        return {PREEMPTIBLE_LABEL: "false"} if job is not None and not job.preemptible else {}
 
     # ---- ClusterWriter --------------------------------------------------------------------------------------------
 
@@ -273,21 +555,39 @@ class SimCluster:
             self._reconcile(dep)
 
     def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
-        pod = self.pods.pop((namespace, name), None)
+        pod = self.pods.get((namespace, name))
         self.writes.append((self.now, "evict_pod", (namespace, name)))
         if pod is None:
             return EvictionOutcome.GONE
-        self._dirty = True
-        self._removed(pod)
+        self._lose_pod(pod)
         return EvictionOutcome.EVICTED
 
     def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
         self.writes.append((self.now, "suspend_workload", (kind, namespace, name)))
+        job = self.jobs.get(f"job/{namespace}/{name}") if kind == "Job" else None
+        if job is not None:
+            if job.suspended_at is None and job.finished_at is None:
+                if job.admitted:
+                    self._stop_job(job)
+                if job.finished_at is None:
+                    job.suspended_at = self.now
+                self._dirty = True
+            return
         for key, pod in list(self.pods.items()):
             if pod.gang is not None and pod.gang.rsplit("/", 2)[-2:] == [namespace, name]:
                 del self.pods[key]
                 self._dirty = True
                 self._removed(pod)
+
+    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+        self.writes.append((self.now, "resume_workload", (kind, namespace, name)))
+        job = self.jobs.get(f"job/{namespace}/{name}") if kind == "Job" else None
+        if job is None:
+            raise PortError(f"resume {kind} {namespace}/{name}: not found")
+        if job.suspended_at is not None:
+            job.suspended_at = None
+            if job.finished_at is None and not job.admitted:
+                self._admit(job)
 
     def emit_event(
         self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
@@ -311,8 +611,13 @@ class SimCluster:
             spec.nodes.remove(emptiest)
             # Node and pods go first, then the ReplicaSets replace the pods: not on this node again.
             del self.nodes[emptiest]
-            doomed = [key for key, pod in self.pods.items() if pod.node == emptiest]
-            removed = [self.pods.pop(key) for key in doomed]
+            doomed = [p for p in self.pods.values() if p.node == emptiest]
+            gangs = {p.gang for p in doomed if p.gang in self.jobs}
+            removed = [self.pods.pop((p.namespace, p.name)) for p in doomed if p.gang not in gangs]
+            for gang in sorted(g for g in gangs if g is not None):
+                self._stop_job(self.jobs[gang])
+                if self.jobs[gang].finished_at is None:
+                    self._admit(self.jobs[gang])
             for pod in removed:
                 self._removed(pod)
 

@@ -14,12 +14,17 @@ boot), which implements the controller's ``ClusterReader``, ``ClusterWriter`` an
    actuator (``autoscaler.actuator``) applies the plan to the cluster, with the controller's guard;
 4. the cluster's node autoscaler (Cluster-Autoscaler-like, ``node_autoscaler_plan``) adds burst nodes for pending
    pods and removes a burst node whose pods fit elsewhere after ``scaleDownUnneededSeconds``; its plan goes through
-   the same actuator. It runs beside every policy, as the cluster's own Cluster Autoscaler runs beside the
-   controller (the controller's own burst arbitration is issue 12).
+   the same actuator. It runs beside the policies that do not arbitrate capacity themselves (the baselines, and the
+   controller's policies when the run has no capacity arbitration), as a cluster's Cluster Autoscaler would; the
+   kube-scheduler's DefaultPreemption (``SimCluster(preemption=True)``) likewise. The controller with its capacity
+   arbitration (issue 12) owns the burst pools and the preemption of training: neither runs beside it.
+
+Training jobs (``SimJob``) share the cluster: their useful and lost GPU-hours are counted per run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +43,7 @@ from autoscaler.core.model import (
     ServiceObservation,
 )
 from autoscaler.core.reasons import Reason
-from autoscaler.sim.cluster import Scoring, SimCluster, SimDeployment, SimPool
+from autoscaler.sim.cluster import Scoring, SimCluster, SimDeployment, SimJob, SimPool
 from autoscaler.sim.latency import erlang_c, latency_and_share
 from autoscaler.sim.policies import SimPolicy, SimService
 from autoscaler.sim.scenario import NodePool
@@ -68,8 +73,14 @@ class PolicyRun:
     requests_within_latency: float = 0.0  # per-request estimate from the latency distribution's tail
     minutes: int = 0
     minutes_within_slo: int = 0
-    preemptions: int = 0
+    preemptions: int = 0  # training gangs stopped (preempted, evicted, or their node removed)
     lost_training_gpu_seconds: float = 0.0
+    training_gpu_seconds: float = 0.0  # useful training work kept (progress x GPUs)
+    jobs_finished: int = 0
+    jobs: int = 0
+    # per step: GPUs held by training, GPUs of all nodes (the plot's GPUs by use)
+    training_gpus: np.ndarray | None = None
+    node_gpus: np.ndarray | None = None
     timelines: list[ServiceTimeline] = field(default_factory=list)
     reasons: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
@@ -103,7 +114,9 @@ def node_autoscaler_plan(
     pending = 0
     for pod in snapshot.pods:
         if pod.node is None:
-            pending += pod.gpus
+            # Only inference tolerates the burst pools' taint: pending training does not make them grow.
+            if pod.owner_kind == "Deployment":
+                pending += pod.gpus
         elif pod.node in free:
             free[pod.node] -= pod.gpus
     nodes_of: dict[str, list[str]] = {p.name: [] for p in burst}
@@ -156,10 +169,12 @@ def build_cluster(
     initial: Sequence[int],
     start: float,
     scoring: Scoring = Scoring.LEAST_ALLOCATED,
+    jobs: Sequence[SimJob] = (),
+    preemption: bool = False,
 ) -> SimCluster:
     """The simulated cluster at ``start``: every pool's fixed nodes, ready; each service's initial replicas warm
-    where they fit (higher priority first), the rest pending."""
-    cluster = SimCluster(scoring, now=start)
+    where they fit (higher priority first), the rest pending; fresh copies of the training jobs."""
+    cluster = SimCluster(scoring, now=start, preemption=preemption)
     for pool in pools:
         cluster.add_pool(
             SimPool(pool.name, pool.gpus_per_node, pool.gpu_type, pool.boot_seconds, pool.nodes, pool.node_limit),
@@ -175,6 +190,9 @@ def build_cluster(
             ),
             warm=True,
         )
+    cluster.inference_only_pools = {pool.name for pool in pools if pool.burst}
+    for job in jobs:
+        cluster.add_job(dataclasses.replace(job))
     return cluster
 
 
@@ -188,11 +206,12 @@ def simulate(
     metrics_delay_s: float,
     progress: Callable[[int], None] | None = None,
     scoring: Scoring = Scoring.LEAST_ALLOCATED,
+    jobs: Sequence[SimJob] = (),
 ) -> PolicyRun:
     """Run one policy over ``steps`` steps and return its figures and per-step timelines."""
     run = PolicyRun(policy.name)
     initial = policy.reset(services, step_s)
-    cluster = build_cluster(services, pools, initial, start, scoring)
+    cluster = build_cluster(services, pools, initial, start, scoring, jobs, policy.scheduler_preemption)
     run.cluster = cluster
     actuator = Actuator(cluster, cluster)
     nodes = _NodeAutoscaler(pools)
@@ -200,6 +219,9 @@ def simulate(
     delay_steps = round(metrics_delay_s / step_s)
     keys = [s.policy.key for s in services]
     burst_pools = [(p.name, p.gpus_per_node, p.price_per_gpu_hour) for p in pools if p.burst]
+    node_loop = bool(burst_pools) and policy.node_autoscaler
+    training_hist = np.zeros(steps, dtype=np.int32)
+    node_hist = np.zeros(steps, dtype=np.int32)
 
     count = len(services)
     ready_hist = np.zeros((count, steps), dtype=np.int32)
@@ -217,6 +239,7 @@ def simulate(
         now = start + i * step_s
         # 1. the cluster at the start of the step
         counts = cluster.counts(now)
+        training_hist[i], node_hist[i] = cluster.gpu_use(now)
 
         # 2. serve the step
         step_ok = True
@@ -283,7 +306,7 @@ def simulate(
             policy.applied(plan, results)
 
         # 4. the cluster's node autoscaler
-        if burst_pools:
+        if node_loop:
             node_plan = nodes.plan(cluster.snapshot(decided_at), decided_at)
             if node_plan.actions:
                 actuator.apply(node_plan.actions, GuardContext(decided_at, {}))
@@ -292,7 +315,11 @@ def simulate(
     if progress is not None:
         progress(steps % progress_every)
 
-    run.lost_training_gpu_seconds = cluster.lost_training_gpu_s
+    run.training_gpu_seconds, run.lost_training_gpu_seconds = cluster.training_gpu_seconds()
+    run.preemptions = sum(job.stops for job in cluster.jobs.values())
+    run.jobs = len(cluster.jobs)
+    run.jobs_finished = sum(1 for job in cluster.jobs.values() if job.finished_at is not None)
+    run.training_gpus, run.node_gpus = training_hist, node_hist
     run.timelines = [
         ServiceTimeline(ready_hist[k], spec_hist[k], latency_hist[k], within_hist[k]) for k in range(count)
     ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoscaler.actuator import ActionResult, forget_unapplied
+from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import (
     DEFAULT_SCALE_DOWN,
@@ -66,6 +67,11 @@ class SimPolicy:
     # The controller's guard-rails that come with acting as the controller (the takeover grace after start-up)
     # apply to the project's policies, not to the baselines.
     is_controller = False
+    # The cluster around the policy: a Cluster-Autoscaler-like node loop for Pending pods, and the kube-scheduler's
+    # DefaultPreemption. A policy that arbitrates capacity itself turns both off (its inference PriorityClass has
+    # preemptionPolicy: Never, and it owns the burst pools).
+    node_autoscaler = True
+    scheduler_preemption = True
 
     def reset(self, services: Sequence[SimService], step_s: float) -> list[int]:
         """Prepare for a run; returns the initial (ready) replicas of each service."""
@@ -108,8 +114,12 @@ class CorePolicy(SimPolicy):
 
     is_controller = True
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, capacity: CapacityConfig | None = None) -> None:
         self.name = name
+        self.capacity = capacity
+        if capacity is not None:
+            self.node_autoscaler = False
+            self.scheduler_preemption = False
 
     def policy_for(self, service: SimService) -> ServicePolicy:
         # Without forecasts (the reactive column) a spec.forecast has nothing to read.
@@ -121,7 +131,7 @@ class CorePolicy(SimPolicy):
         self.throughputs = {s.policy.key: s.throughput for s in services}
         self.state = ControllerState()
         self.previous_state = self.state
-        self.tick_config = TickConfig()
+        self.tick_config = TickConfig(capacity=self.capacity)
         return super().reset(services, step_s)
 
     def metric(self, index: int) -> MetricKind:

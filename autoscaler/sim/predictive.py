@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import ForecastInput
@@ -73,9 +74,17 @@ class _ServiceForecasting:
 
 class PredictivePolicy(CorePolicy):
     def __init__(
-        self, config: ForecastingConfig | None = None, node_boot_s: float = 0.0, metrics_delay_s: float = 0.0
+        self,
+        config: ForecastingConfig | None = None,
+        node_boot_s: float = 0.0,
+        metrics_delay_s: float = 0.0,
+        capacity: CapacityConfig | None = None,
+        name: str = "predictive",
+        scheduler_preemption: bool = True,
     ) -> None:
-        super().__init__("predictive")
+        super().__init__(name, capacity)
+        if capacity is None:
+            self.scheduler_preemption = scheduler_preemption
         self.config = config or ForecastingConfig()
         self.node_boot_s = node_boot_s
         # The request rate a tick sees is this old; the history is time-stamped with when the demand happened, as
@@ -101,7 +110,8 @@ class PredictivePolicy(CorePolicy):
                 max_fit_age_periods=3.0,
                 node_boot_s=self.node_boot_s,
                 tick_interval_s=step_s,
-            )
+            ),
+            capacity=self.capacity,
         )
         self.bucket_steps = max(1, round(self.config.resolution_s / step_s))
         self.errors, self.pinball, self.fit_failures = [], [], 0

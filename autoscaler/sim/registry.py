@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.sim.policies import CorePolicy, HpaBaseline, Oracle, SimPolicy, StaticPeak
 from autoscaler.sim.predictive import PredictivePolicy
 
-POLICY_NAMES = ("oracle", "predictive", "reactive", "hpa", "static")
+POLICY_NAMES = ("oracle", "predictive", "reactive", "hpa", "static", "kube-preemption", "burst-only")
+# Run by default on every scenario; the capacity baselines are added when the scenario has training.
+DEFAULT_POLICIES = ("oracle", "predictive", "reactive", "hpa", "static")
+CAPACITY_BASELINES = ("kube-preemption", "burst-only")
+
+
+def default_policies(has_training: bool) -> tuple[str, ...]:
+    return DEFAULT_POLICIES + (CAPACITY_BASELINES if has_training else ())
 
 
 def make_policy(
@@ -23,13 +31,22 @@ def make_policy(
     node_boot_s: float = 0.0,
     metrics_delay_s: float = 0.0,
     hpa_behavior: bool = False,
+    capacity: CapacityConfig | None = None,
 ) -> SimPolicy:
+    """A policy by name. ``capacity``: the controller's capacity arbitration for ``predictive`` and ``reactive``
+    (None: they scale replicas only and the cluster's node autoscaler and scheduler preemption run beside them).
+    ``kube-preemption`` and ``burst-only`` scale replicas as ``predictive`` does, without the arbitration: the
+    kube-scheduler's pod-by-pod preemption plus a Cluster-Autoscaler-like node loop, or the node loop alone."""
     if name == "predictive":
-        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s)
+        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s, capacity)
+    if name == "kube-preemption":
+        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s, None, name, scheduler_preemption=True)
+    if name == "burst-only":
+        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s, None, name, scheduler_preemption=False)
     if name == "hpa":
         return HpaBaseline(hpa_target_utilization, behavior=hpa_behavior)
     if name == "reactive":
-        return CorePolicy("reactive")
+        return CorePolicy("reactive", capacity)
     if name == "static":
         return StaticPeak(static_headroom)
     if name == "oracle":

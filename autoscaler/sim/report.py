@@ -20,8 +20,11 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("scale_actions", "scaling actions", "{:,d}"),
     ("burst_gpu_hours", "burst GPU-hours", "{:,.1f}"),
     ("burst_cost", "burst cost ($)", "{:,.2f}"),
-    ("preemptions", "preemptions", "{:,d}"),
+    ("preemptions", "training gangs stopped", "{:,d}"),
+    ("training_gpu_hours", "training GPU-hours done", "{:,.1f}"),
     ("lost_training_gpu_hours", "training GPU-hours lost", "{:,.1f}"),
+    ("training_jobs_finished", "training jobs finished", "{:,d}"),
+    ("total_cost", "total cost ($)", "{:,.2f}"),
     ("forecast_mae", "forecast MAE at lead (req/s)", "{:,.2f}"),
     ("forecast_pinball", "forecast pinball at lead", "{:,.3f}"),
 )
@@ -36,8 +39,14 @@ def forecast_figures(run: PolicyRun) -> dict[str, Any]:
     return {"forecast_mae": sum(errors) / len(errors), "forecast_pinball": sum(pinball) / len(pinball)}
 
 
-def figures(run: PolicyRun, oracle_gpu_hours: float | None) -> dict[str, Any]:
+def figures(
+    run: PolicyRun, oracle_gpu_hours: float | None, costs: tuple[float, float] = (2.0, 1.0)
+) -> dict[str, Any]:
+    """``costs``: (value of a training GPU-hour, cost of 1,000 requests outside the SLO); the total cost is burst
+    money + lost training GPU-hours x the first + requests outside the SLO / 1,000 x the second."""
     gpu_hours = run.gpu_seconds / 3600.0
+    lost_hours = run.lost_training_gpu_seconds / 3600.0
+    missed = max(0.0, run.requests - run.requests_in_slo_steps)
     return {
         "slo_attainment": run.requests_in_slo_steps / run.requests if run.requests else 1.0,
         "slo_minutes_attainment": run.minutes_within_slo / run.minutes if run.minutes else 1.0,
@@ -48,7 +57,10 @@ def figures(run: PolicyRun, oracle_gpu_hours: float | None) -> dict[str, Any]:
         "burst_gpu_hours": run.burst_gpu_seconds / 3600.0,
         "burst_cost": run.burst_cost,
         "preemptions": run.preemptions,
-        "lost_training_gpu_hours": run.lost_training_gpu_seconds / 3600.0,
+        "lost_training_gpu_hours": lost_hours,
+        "training_gpu_hours": run.training_gpu_seconds / 3600.0 if run.jobs else None,
+        "training_jobs_finished": run.jobs_finished if run.jobs else None,
+        "total_cost": run.burst_cost + lost_hours * costs[0] + missed / 1000.0 * costs[1],
         "decisions_by_reason": dict(sorted(run.reasons.items())),
     }
 

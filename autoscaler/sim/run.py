@@ -17,7 +17,7 @@ from autoscaler.policy import to_service_policy
 from autoscaler.sim.cluster import Scoring
 from autoscaler.sim.engine import PolicyRun, simulate
 from autoscaler.sim.policies import SimService
-from autoscaler.sim.registry import POLICY_NAMES, make_policy
+from autoscaler.sim.registry import POLICY_NAMES, default_policies, make_policy
 from autoscaler.sim.report import build_report, figures, forecast_figures
 from autoscaler.sim.scenario import (
     BUILTIN_PREFIX,
@@ -28,6 +28,7 @@ from autoscaler.sim.scenario import (
     ScenarioError,
     ServiceEntry,
 )
+from autoscaler.sim.training import build_jobs, capacity_config
 from autoscaler.traces.formats import RateSeries, TraceFormatError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -209,17 +210,24 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
 def run_scenario(
     scenario: Scenario,
     base_dir: Path,
-    policy_names: Sequence[str] = POLICY_NAMES,
+    policy_names: Sequence[str] | None = None,
     progress: Callable[[int], None] | None = None,
     scenario_source: str = "",
     on_total_steps: Callable[[int], None] | None = None,
 ) -> SimulationResult:
     """Replay ``policy_names`` over the scenario. ``on_total_steps`` learns the number of steps that ``progress``
     will count to, once the traces are loaded."""
+    if policy_names is None:
+        policy_names = default_policies(scenario.training is not None)
     unknown = [name for name in policy_names if name not in POLICY_NAMES]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICY_NAMES)})")
     services, start, steps = build_services(scenario, base_dir)
+    runtimes = None
+    if scenario.training is not None and scenario.training.generate is not None:
+        runtimes = _trace_file("training.generate.runtimes", scenario.training.generate.runtimes, base_dir)
+    jobs = build_jobs(scenario, base_dir, start, runtimes)
+    capacity = capacity_config(scenario)
     if on_total_steps is not None:
         on_total_steps(steps * len(policy_names))
     # The oracle runs first: the others are reported relative to its GPU-hours.
@@ -236,15 +244,17 @@ def run_scenario(
             node_boot_s=max((p.boot_seconds for p in scenario.node_pools if p.burst), default=0.0),
             metrics_delay_s=scenario.metrics_delay_seconds,
             hpa_behavior=scenario.baselines.hpa_behavior,
+            capacity=capacity,
         )
         runs[name] = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,
-            scenario.metrics_delay_seconds, progress, Scoring(scenario.gpu_scoring),
+            scenario.metrics_delay_seconds, progress, Scoring(scenario.gpu_scoring), jobs,
         )
         runs[name].wall_seconds = time.perf_counter() - started
         runs[name].policy_object = policy
     oracle_hours = runs["oracle"].gpu_seconds / 3600.0 if "oracle" in runs else None
-    policies = {name: figures(runs[name], oracle_hours) for name in policy_names}
+    costs = (scenario.capacity.training_gpu_hour_value, scenario.capacity.slo_miss_per_1k_requests)
+    policies = {name: figures(runs[name], oracle_hours, costs) for name in policy_names}
     for name in policy_names:
         policies[name].update(forecast_figures(runs[name]))
     summary = {
@@ -253,6 +263,9 @@ def run_scenario(
         "step_seconds": scenario.step_seconds,
         "steps": steps,
         "simulated_days": steps * scenario.step_seconds / 86400.0,
+        "training_source": scenario.training.source if scenario.training is not None else None,
+        "training_jobs": len(jobs),
+        "training_gpu_hours_asked": sum(job.work_s * job.gpus for job in jobs) / 3600.0,
         "services": [
             {
                 "service": s.policy.key,

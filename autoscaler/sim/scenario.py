@@ -293,6 +293,110 @@ def _checked_model_params(estimator: type, params: dict[str, Any]) -> dict[str, 
     return checked
 
 
+class TrainingJob(_Strict):
+    """One training job of a scenario (a batch Job of ``pods`` pods, run as a gang)."""
+
+    name: str = Field(min_length=1, max_length=63, description="Job name")
+    pods: int = Field(1, ge=1, le=1024, description="pods of the gang (workers)")
+    gpus_per_pod: int = Field(8, alias="gpusPerPod", ge=1, le=64, description="GPUs per pod")
+    priority: int = Field(100, ge=-MAX_INT, le=MAX_INT, description="PriorityClass value")
+    work_seconds: float = Field(
+        alias="workSeconds", gt=0, le=366 * 86400.0, description="training time it needs with its whole gang, s"
+    )
+    checkpoint_seconds: float = Field(
+        1800.0, alias="checkpointSeconds", gt=0, le=86400.0, description="a checkpoint every this much work, s"
+    )
+    submit_seconds: float = Field(
+        0.0, alias="submitSeconds", ge=0, le=366 * 86400.0, description="submitted this long after the start, s"
+    )
+    preemptible: bool = Field(True, description="false: labelled gpuautoscaler.dev/preemptible=false")
+    restart_seconds: float = Field(
+        60.0, alias="restartSeconds", ge=0, le=3600.0, description="pod bound to training (pull + checkpoint load), s"
+    )
+
+
+class TrainingGenerator(_Strict):
+    """Training jobs drawn from a runtime trace: Poisson submissions, runtimes sampled from the trace."""
+
+    runtimes: str = Field(
+        "builtin:philly-runtimes",
+        description="runtimes file (one column of seconds, header line), or builtin:philly-runtimes (Microsoft "
+        "Philly job runtimes, CC-BY-4.0)",
+    )
+    count: int = Field(20, ge=1, le=10_000, description="jobs to generate")
+    seed: int = Field(0, ge=0, le=MAX_INT, description="random seed")
+    mean_interarrival_seconds: float = Field(
+        3600.0, alias="meanInterarrivalSeconds", gt=0, le=30 * 86400.0, description="mean time between submissions, s"
+    )
+    pods: list[int] = Field(
+        default_factory=lambda: [1, 2, 4], min_length=1, max_length=16, description="gang sizes to draw from"
+    )
+    pods_weights: list[float] | None = Field(
+        None, alias="podsWeights", description="weights of the gang sizes (default: equal)"
+    )
+    gpus_per_pod: int = Field(8, alias="gpusPerPod", ge=1, le=64, description="GPUs per pod")
+    priority: int = Field(100, ge=-MAX_INT, le=MAX_INT, description="PriorityClass value of the jobs")
+    checkpoint_seconds: float = Field(1800.0, alias="checkpointSeconds", gt=0, le=86400.0)
+    max_work_seconds: float = Field(
+        86400.0, alias="maxWorkSeconds", gt=0, le=366 * 86400.0, description="runtimes are clipped to this, s"
+    )
+    restart_seconds: float = Field(60.0, alias="restartSeconds", ge=0, le=3600.0)
+
+    @model_validator(mode="after")
+    def _weights(self) -> TrainingGenerator:
+        if self.pods_weights is not None:
+            if len(self.pods_weights) != len(self.pods):
+                raise ValueError("podsWeights: one weight per entry of pods")
+            if any(w < 0 for w in self.pods_weights) or sum(self.pods_weights) <= 0:
+                raise ValueError("podsWeights: weights are >= 0 and not all 0")
+        if any(p < 1 or p > 1024 for p in self.pods):
+            raise ValueError("pods: gang sizes are 1 to 1024")
+        return self
+
+
+class Training(_Strict):
+    """Training sharing the cluster with inference (issue 12): jobs listed, generated, or both."""
+
+    source: str = Field("", description="where the job sizes and runtimes come from (named in the report)")
+    namespace: str = Field("training", min_length=1)
+    min_runtime_seconds: float = Field(
+        600.0, alias="minRuntimeSeconds", ge=0, le=86400.0, description="a gang is never stopped younger than this, s"
+    )
+    jobs: list[TrainingJob] = Field(default_factory=list, max_length=10_000)
+    generate: TrainingGenerator | None = None
+
+
+class Capacity(_Strict):
+    """The controller's capacity arbitration settings (the controller's --capacity-* settings)."""
+
+    training_gpu_hour_value: float = Field(
+        2.0, alias="trainingGpuHourValue", ge=0, le=10_000,
+        description="what one training GPU-hour is worth, lost or delayed, $ per GPU-hour",
+    )
+    slo_risk_per_gpu_hour: float = Field(
+        20.0, alias="sloRiskPerGpuHour", ge=0, le=100_000,
+        description="cost of one GPU-hour of inference demand left without a GPU, $ per GPU-hour",
+    )
+    slo_miss_per_1k_requests: float = Field(
+        1.0, alias="sloMissPer1kRequests", ge=0, le=100_000,
+        description="the report's total cost counts this per 1,000 requests outside the SLO, $",
+    )
+    assumed_shortfall_seconds: float = Field(
+        1800.0, alias="assumedShortfallSeconds", gt=0, le=86400.0,
+        description="how long a shortfall lasts when no usable forecast says, s",
+    )
+    burst_idle_cooldown_seconds: float = Field(600.0, alias="burstIdleCooldownSeconds", ge=0, le=86400.0)
+    resume_after_seconds: float = Field(300.0, alias="resumeAfterSeconds", ge=0, le=86400.0)
+    expanders: list[Literal["least-waste", "cheapest", "priority"]] = Field(
+        default_factory=lambda: ["least-waste", "cheapest"], min_length=1, max_length=3
+    )
+    spend_cap_per_hour: float | None = Field(None, alias="spendCapPerHour", ge=0, le=1e9)
+    preemptible_below_priority: int = Field(
+        1000, alias="preemptibleBelowPriority", ge=-MAX_INT, le=MAX_INT,
+        description="training gangs with a lower PriorityClass value may be preempted",
+    )
+
+
 class Scenario(_Strict):
     name: str = Field(
         min_length=1,
@@ -318,6 +422,8 @@ class Scenario(_Strict):
     services: list[ServiceEntry] = Field(min_length=1, max_length=MAX_SERVICES)
     baselines: Baselines = Field(default_factory=Baselines)
     forecasting: Forecasting = Field(default_factory=Forecasting)
+    training: Training | None = None
+    capacity: Capacity = Field(default_factory=Capacity)
 
     @field_validator("name")
     @classmethod

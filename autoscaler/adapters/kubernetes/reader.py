@@ -1,8 +1,10 @@
-"""ClusterReader over the Kubernetes API: Deployments, GPU Pods, GPU Nodes, PriorityClasses, PodDisruptionBudgets.
+"""ClusterReader over the Kubernetes API: Deployments, GPU Pods, GPU Nodes, PriorityClasses, PodDisruptionBudgets,
+HPAs and the suspendable training workloads (batch Jobs, JobSets, PyTorchJobs, TFJobs, Kueue Workloads).
 
 One snapshot = one paginated list per resource (plus Volcano PodGroups when a pod belongs to one). A snapshot is
 all or nothing: if any list fails after its bounded retries, ``snapshot`` raises ``PortError`` and the caller
-holds; a partial pod list would look like free GPUs.
+holds; a partial pod list would look like free GPUs. The exceptions are the optional kinds: a CRD that is not
+installed (404) is skipped, and a list RBAC does not allow (403) is said once in the log and skipped.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -18,6 +21,14 @@ from typing import Any
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes._api import JSON, KubeApiError, Pager, parse_time
+from autoscaler.adapters.kubernetes.workloads import (
+    MIN_RUNTIME_ANNOTATION,
+    SUSPENDED_AT_ANNOTATION,
+    SUSPENDED_BY_ANNOTATION,
+    SUSPENDED_GENERATION_ANNOTATION,
+    WORKLOAD_KINDS,
+    is_suspended,
+)
 from autoscaler.core.cluster import (
     ClusterSnapshot,
     DeploymentInfo,
@@ -25,6 +36,7 @@ from autoscaler.core.cluster import (
     NodeInfo,
     PodDisruptionBudgetInfo,
     PodInfo,
+    WorkloadInfo,
 )
 
 log = logging.getLogger(__name__)
@@ -37,6 +49,18 @@ KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_LABEL = "training.kubeflow.org/job-name"
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # set by the Job controller (legacy key second)
+
+# The workload kinds read into ``ClusterSnapshot.workloads``, in listing order, and the gang source of their pods.
+WORKLOAD_GANG_SOURCES = {
+    "Job": "job",
+    "JobSet": "jobset",
+    "PyTorchJob": "kubeflow",
+    "TFJob": "kubeflow",
+    "Workload": "kueue",
+}
+FINISHED_CONDITIONS = frozenset({"Complete", "Completed", "Succeeded", "Failed", "Finished"})
+KUBEFLOW_REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}
 
 DEFAULT_NODE_POOL_LABELS = (
     "gpuautoscaler.dev/node-pool",
@@ -64,6 +88,9 @@ class ReaderConfig:
     deployment_label_selector: str | None = None
     read_podgroups: bool = True  # Volcano PodGroup minMember for gangs; skipped when no pod is in a PodGroup
     read_hpas: bool = True  # HorizontalPodAutoscalers, so that a Deployment an HPA scales is never written
+    # Jobs, JobSets, PyTorchJobs, TFJobs, Kueue Workloads that ask for GPUs: a victim gang is suspended through its
+    # spec rather than evicted pod by pod, and what we suspended is resumed later
+    read_workloads: bool = True
     request_timeout_s: float = 10.0
     read_retries: int = 2
     retry_backoff_s: float = 0.2
@@ -124,6 +151,35 @@ def deployment_for_replicaset(rs_name: str, pod_template_hash: str | None) -> st
     return None
 
 
+def _job_pods(job_spec: Mapping[str, Any]) -> int:
+    """Pods a Job runs at once: ``parallelism`` (default 1), at most ``completions`` when set."""
+    pods = _int(job_spec.get("parallelism"), 1)
+    completions = job_spec.get("completions")
+    return min(pods, _int(completions, pods)) if completions is not None else pods
+
+
+def _seconds(value: Any) -> float | None:
+    """A non-negative finite number of seconds, else None (a bad annotation falls back to the default)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _suspended_by_us_at(annotations: Mapping[str, Any], generation: Any) -> float | None:
+    """When this controller suspended the workload, from the annotations its suspension wrote; None when they are
+    absent, unreadable, or stale (the spec changed since: someone resumed and suspended it again by hand)."""
+    if not annotations.get(SUSPENDED_BY_ANNOTATION):
+        return None
+    ours = annotations.get(SUSPENDED_GENERATION_ANNOTATION)
+    if ours is not None and generation is not None and str(ours) != str(generation):
+        return None
+    return parse_time(annotations.get(SUSPENDED_AT_ANNOTATION))
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     was_enabled = gc.isenabled()
@@ -157,10 +213,12 @@ class KubeClusterReader:
         self._apps = client.AppsV1Api(api_client)
         self._policy = client.PolicyV1Api(api_client)
         self._scheduling = client.SchedulingV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._calls = 0
         self._podgroups_missing_logged = False
         self._hpas_missing_logged = False
+        self._workloads_forbidden_logged: set[str] = set()
         self._autoscaling = client.AutoscalingV2Api(api_client)
         self.last_stats = ReadStats()
         cfg = self.config
@@ -206,6 +264,7 @@ class KubeClusterReader:
             "list poddisruptionbudgets", self._policy.list_pod_disruption_budget_for_all_namespaces
         )
         hpas = self._hpas()
+        raw_workloads = self._raw_workloads()
         converted = (self._pod(p, priority_classes, default_priority) for p in raw_pods)
         pods = self._with_podgroup_min_available([p for p in converted if p is not None])
         nodes = [n for n in (self._node(raw) for raw in raw_nodes) if n is not None]
@@ -217,6 +276,7 @@ class KubeClusterReader:
             priority_classes=priority_classes,
             pdbs=tuple(self._pdb(p) for p in raw_pdbs),
             hpas=hpas,
+            workloads=self._workloads(raw_workloads, priority_classes, default_priority),
         )
         self.last_stats = ReadStats(
             api_calls=self._calls,
@@ -230,6 +290,8 @@ class KubeClusterReader:
                 "pdbs": len(raw_pdbs),
                 "priorityclasses": len(priority_classes),
                 "hpas": len(hpas),
+                "workloads": sum(len(items) for items in raw_workloads.values()),
+                "gpu_workloads": len(snapshot.workloads),
             },
         )
         return snapshot
@@ -277,6 +339,9 @@ class KubeClusterReader:
             return f"jobset/{namespace}/{labels[JOBSET_LABEL]}", min_available
         if labels.get(KUBEFLOW_LABEL):
             return f"kubeflow/{namespace}/{labels[KUBEFLOW_LABEL]}", min_available
+        for key in JOB_NAME_LABELS:
+            if labels.get(key):
+                return f"job/{namespace}/{labels[key]}", min_available
         if cfg.gang_label and labels.get(cfg.gang_label):
             return f"label/{namespace}/{labels[cfg.gang_label]}", min_available
         return None, None
@@ -362,6 +427,170 @@ class KubeClusterReader:
                 )
             )
         return tuple(out)
+
+    # -- training workloads --
+
+    def _raw_workloads(self) -> dict[str, list[JSON]]:
+        """Every object of each suspendable kind (kind -> items). A CRD that is not installed (404) is skipped
+        silently; a kind RBAC does not let us list (403) is said once and skipped: its gangs are then evicted pod by
+        pod instead of suspended, and what we suspended is not resumed."""
+        if not self.config.read_workloads:
+            return {}
+        out: dict[str, list[JSON]] = {}
+        for kind, spec in WORKLOAD_KINDS.items():
+            what = f"list {spec.plural}.{spec.group}"
+            try:
+                if kind == "Job":
+                    items = self._pager.items(what, self._batch.list_job_for_all_namespaces)
+                else:
+                    items = self._pager.items(
+                        what, self._custom.list_cluster_custom_object, spec.group, spec.version, spec.plural
+                    )
+            except KubeApiError as exc:
+                if exc.status == 404:
+                    log.debug("%s: not installed (%s)", what, exc)
+                    continue
+                if exc.status != 403:
+                    raise
+                if kind not in self._workloads_forbidden_logged:
+                    log.warning(
+                        "%s not readable (%s): their gangs are evicted pod by pod instead of suspended, and those "
+                        "suspended are not resumed; grant list on %s.%s",
+                        what,
+                        exc,
+                        spec.plural,
+                        spec.group,
+                    )
+                    self._workloads_forbidden_logged.add(kind)
+                continue
+            out[kind] = items
+        return out
+
+    def _workloads(
+        self, raw: Mapping[str, list[JSON]], priority_classes: Mapping[str, int], default_priority: int
+    ) -> tuple[WorkloadInfo, ...]:
+        """The live workloads that ask for GPUs, each with the gang id its pods carry.
+
+        A Kueue Workload owned by one of the other kinds (what Kueue creates for a queued Job or JobSet) stands for
+        its owner: it takes the owner's gang and the owner is dropped, because Kueue would undo a suspension of an
+        admitted Job through the Job's own spec; deactivating the Workload is how it is stopped."""
+        found: dict[tuple[str, str, str], WorkloadInfo] = {}
+        owned_by: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        for kind, items in raw.items():
+            for obj in items:
+                converted = self._workload(kind, obj, priority_classes, default_priority)
+                if converted is None:
+                    continue
+                info, owner = converted
+                key = (kind, info.namespace, info.name)
+                found[key] = info
+                if kind == "Workload" and owner is not None and owner[0] in WORKLOAD_KINDS and owner[0] != "Workload":
+                    owned_by[key] = (owner[0], info.namespace, owner[1])
+        for key, owner_key in owned_by.items():
+            parent = found.pop(owner_key, None)
+            if parent is not None:
+                info = found[key]
+                found[key] = replace(
+                    info,
+                    gang=parent.gang,
+                    pod_gpus=info.pod_gpus or parent.pod_gpus,
+                    gpu_product=info.gpu_product or parent.gpu_product,
+                    min_runtime_s=info.min_runtime_s if info.min_runtime_s is not None else parent.min_runtime_s,
+                )
+        kept = [w for w in found.values() if w.gpus > 0]
+        return tuple(sorted(kept, key=lambda w: (w.namespace, w.kind, w.name)))
+
+    def _workload(
+        self, kind: str, obj: JSON, priority_classes: Mapping[str, int], default_priority: int
+    ) -> tuple[WorkloadInfo, tuple[str, str] | None] | None:
+        """One workload object -> (WorkloadInfo, its controller owner (kind, name)); None when it is finished,
+        being deleted, or its pods belong to another gang (a JobSet's Jobs, a Job under a Volcano queue...)."""
+        cfg = self.config
+        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        if not name or meta.get("deletionTimestamp"):
+            return None
+        if any(
+            isinstance(c, Mapping) and c.get("type") in FINISHED_CONDITIONS and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ):
+            return None  # a finished workload holds no GPUs and cannot be suspended or resumed
+        # (pod template, pod count) of every kind of pod the workload runs
+        templates: list[tuple[Mapping[str, Any], int]] = []
+        if kind == "Job":
+            templates.append((spec.get("template") or {}, _job_pods(spec)))
+        elif kind == "JobSet":
+            for rjob in spec.get("replicatedJobs") or []:
+                job_spec = (rjob.get("template") or {}).get("spec") or {}
+                templates.append((job_spec.get("template") or {}, _int(rjob.get("replicas"), 1) * _job_pods(job_spec)))
+        elif kind in KUBEFLOW_REPLICA_SPECS:
+            for replica in (spec.get(KUBEFLOW_REPLICA_SPECS[kind]) or {}).values():
+                if isinstance(replica, Mapping):
+                    templates.append((replica.get("template") or {}, _int(replica.get("replicas"), 1)))
+        elif kind == "Workload":
+            for pod_set in spec.get("podSets") or []:
+                templates.append((pod_set.get("template") or {}, _int(pod_set.get("count"), 1)))
+        # The gang id exactly as _gang gives it to the pods: the template's labels and annotations plus the one
+        # the workload's controller adds. Another source taking precedence means another object is the gang.
+        source = WORKLOAD_GANG_SOURCES[kind]
+        expected = f"{source}/{namespace}/{name}"
+        first_meta = (templates[0][0].get("metadata") or {}) if templates else {}
+        labels = dict(first_meta.get("labels") or {})
+        annotations = dict(first_meta.get("annotations") or {})
+        if kind == "Job":
+            labels[JOB_NAME_LABELS[0]] = name
+        elif kind == "JobSet":
+            labels[JOBSET_LABEL] = name
+        elif kind in KUBEFLOW_REPLICA_SPECS:
+            labels[KUBEFLOW_LABEL] = name
+        else:
+            annotations[KUEUE_WORKLOAD_KEY] = name
+        gang, _ = self._gang(namespace, labels, annotations)
+        if gang != expected:
+            return None
+        gpus: list[int] = []
+        priorities: list[int] = []
+        product: str | None = None
+        for template, count in templates:
+            pod_spec = template.get("spec") or {}
+            per_pod = pod_gpus(pod_spec, cfg.gpu_resource)
+            if per_pod <= 0 or count <= 0:
+                continue
+            gpus.extend([per_pod] * count)
+            explicit = pod_spec.get("priority")
+            priorities.append(
+                _int(explicit)
+                if explicit is not None
+                else priority_classes.get(pod_spec.get("priorityClassName") or "", default_priority)
+            )
+            if product is None:
+                product = (pod_spec.get("nodeSelector") or {}).get(cfg.gpu_product_label) or None
+        priority = max(priorities, default=default_priority)
+        if kind == "Workload" and spec.get("priority") is not None:
+            priority = _int(spec.get("priority"), priority)
+        suspended = is_suspended(obj, kind)
+        own = meta.get("annotations") or {}
+        owner = next(
+            (
+                (ref.get("kind", ""), ref.get("name", ""))
+                for ref in meta.get("ownerReferences") or []
+                if ref.get("controller")
+            ),
+            None,
+        )
+        info = WorkloadInfo(
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            gang=expected,
+            suspended=suspended,
+            priority=priority,
+            pod_gpus=tuple(gpus),
+            gpu_product=product,
+            suspended_by_us_at=_suspended_by_us_at(own, meta.get("generation")) if suspended else None,
+            min_runtime_s=_seconds(own.get(MIN_RUNTIME_ANNOTATION)),
+        )
+        return info, owner
 
     def _with_podgroup_min_available(self, pods: list[PodInfo]) -> list[PodInfo]:
         """Fill Volcano gangs' minAvailable from their PodGroup's ``spec.minMember`` (one list, only if needed)."""

@@ -34,6 +34,15 @@ from autoscaler.adapters.kubernetes._api import (
     with_read_retries,
 )
 from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
+from autoscaler.adapters.kubernetes.workloads import (
+    OUR_ANNOTATIONS,
+    SUSPENDED_AT_ANNOTATION,
+    SUSPENDED_BY_ANNOTATION,
+    SUSPENDED_BY_VALUE,
+    SUSPENDED_GENERATION_ANNOTATION,
+    WORKLOAD_KINDS,
+    WorkloadKind,
+)
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
 from autoscaler.ports import EvictionOutcome, PortError
 
@@ -59,26 +68,6 @@ class WriterConfig:
     reporting_instance: str = ""  # default: POD_NAME, else the hostname
     eviction_grace_period_s: int | None = None  # None: the pod's own terminationGracePeriodSeconds
 
-
-@dataclass(frozen=True)
-class WorkloadKind:
-    """How to suspend one kind of workload through its spec."""
-
-    group: str
-    version: str
-    plural: str
-    path: tuple[str, ...]  # the boolean field
-    suspended_value: bool  # spec.suspend=true, or Kueue's spec.active=false
-
-
-# Kinds whose controllers support suspension (the pods are deleted, the work resumes from its checkpoint later).
-WORKLOAD_KINDS: dict[str, WorkloadKind] = {
-    "Job": WorkloadKind("batch", "v1", "jobs", ("spec", "suspend"), True),
-    "JobSet": WorkloadKind("jobset.x-k8s.io", "v1alpha2", "jobsets", ("spec", "suspend"), True),
-    "PyTorchJob": WorkloadKind("kubeflow.org", "v1", "pytorchjobs", ("spec", "runPolicy", "suspend"), True),
-    "TFJob": WorkloadKind("kubeflow.org", "v1", "tfjobs", ("spec", "runPolicy", "suspend"), True),
-    "Workload": WorkloadKind("kueue.x-k8s.io", "v1beta1", "workloads", ("spec", "active"), False),
-}
 
 # (apiVersion, plural, namespaced) of the objects Events are attached to; kinds not listed get no uid lookup.
 EVENT_TARGETS: dict[str, tuple[str, str, bool]] = {
@@ -243,22 +232,37 @@ class KubeClusterWriter:
         self._forget_uid("Pod", namespace, name)
         return EvictionOutcome.EVICTED
 
-    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
-        """Suspend a Job / JobSet / PyTorchJob / TFJob (``suspend: true``) or deactivate a Kueue Workload."""
+    def _workload_kind(self, verb: str, kind: str, namespace: str, name: str) -> WorkloadKind:
         spec = WORKLOAD_KINDS.get(kind)
         if spec is None:
             raise UnsupportedWorkloadError(
-                f"suspend {kind} {namespace}/{name}: not suspendable through its spec "
+                f"{verb} {kind} {namespace}/{name}: not suspendable through its spec "
                 f"(supported: {', '.join(sorted(WORKLOAD_KINDS))}); evict its pods instead"
             )
-        what = f"suspend {kind} {namespace}/{name}"
+        return spec
 
-        def read_fn() -> JSON:
+    def _write_workload(
+        self, what: str, kind: str, namespace: str, name: str, decide: Callable[[JSON], JSON | None]
+    ) -> bool:
+        """Read-modify-write of a workload's spec by merge patch (resourceVersion precondition, 409 -> again);
+        404 is done (a deleted workload uses no GPUs). True when something was written."""
+        spec = WORKLOAD_KINDS[kind]
+
+        def read() -> JSON:
             if kind == "Job":
-                return self._read(what, self._batch.read_namespaced_job, name, namespace)
-            return self._read(
-                what, self._custom.get_namespaced_custom_object, spec.group, spec.version, namespace, spec.plural, name
-            )
+                obj = self._read(what, self._batch.read_namespaced_job, name, namespace)
+            else:
+                obj = self._read(
+                    what,
+                    self._custom.get_namespaced_custom_object,
+                    spec.group,
+                    spec.version,
+                    namespace,
+                    spec.plural,
+                    name,
+                )
+            self._remember_uid(kind, namespace, name, obj)
+            return obj
 
         def patch(body: JSON) -> JSON:
             if kind == "Job":
@@ -277,25 +281,61 @@ class KubeClusterWriter:
                 _content_type=MERGE_PATCH,
             )
 
-        def read() -> JSON:
-            obj = read_fn()
-            self._remember_uid(kind, namespace, name, obj)
-            return obj
-
-        def decide(obj: JSON) -> JSON | None:
-            if _get_path(obj, spec.path) == spec.suspended_value:
-                return None
-            body = _nested(spec.path, spec.suspended_value)
-            body["metadata"] = {"resourceVersion": obj["metadata"]["resourceVersion"]}
-            return body
-
         try:
-            if self._read_modify_write(what, read, decide, patch):
-                log.info("suspended %s %s/%s", kind, namespace, name)
+            return self._read_modify_write(what, read, decide, patch)
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
             log.info("%s: already gone", what)  # a deleted workload uses no GPUs: the goal is met
+            return False
+
+    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+        """Suspend a Job / JobSet / PyTorchJob / TFJob (``suspend: true``) or deactivate a Kueue Workload.
+
+        The same merge patch marks it as ours (``gpuautoscaler.dev/suspended-by``, ``-at``, ``-generation``): only
+        a workload so marked is ever resumed by this controller. One already suspended (by anyone) is left as it is,
+        unmarked: we did not suspend it."""
+        spec = self._workload_kind("suspend", kind, namespace, name)
+
+        def decide(obj: JSON) -> JSON | None:
+            if _get_path(obj, spec.path) == spec.suspended_value:
+                return None
+            meta = obj.get("metadata") or {}
+            annotations = {
+                SUSPENDED_BY_ANNOTATION: SUSPENDED_BY_VALUE,
+                SUSPENDED_AT_ANNOTATION: format_time(self._clock()),
+                SUSPENDED_GENERATION_ANNOTATION: None,
+            }
+            generation = meta.get("generation")
+            if isinstance(generation, int) and not isinstance(generation, bool):
+                # A spec change bumps metadata.generation by one: the generation this very patch produces.
+                annotations[SUSPENDED_GENERATION_ANNOTATION] = str(generation + 1)
+            body = _nested(spec.path, spec.suspended_value)
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"], "annotations": annotations}
+            return body
+
+        if self._write_workload(f"suspend {kind} {namespace}/{name}", kind, namespace, name, decide):
+            log.info("suspended %s %s/%s", kind, namespace, name)
+
+    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+        """Undo ``suspend_workload``: ``suspend: false`` (Kueue: ``active: true``) and our annotations removed, in
+        one merge patch. Idempotent: a running workload without our annotations is not written."""
+        spec = self._workload_kind("resume", kind, namespace, name)
+
+        def decide(obj: JSON) -> JSON | None:
+            meta = obj.get("metadata") or {}
+            ours = [key for key in OUR_ANNOTATIONS if key in (meta.get("annotations") or {})]
+            suspended = _get_path(obj, spec.path) == spec.suspended_value
+            if not suspended and not ours:
+                return None
+            body: JSON = _nested(spec.path, spec.resumed_value) if suspended else {}
+            body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+            if ours:
+                body["metadata"]["annotations"] = dict.fromkeys(ours)  # merge patch: null removes the key
+            return body
+
+        if self._write_workload(f"resume {kind} {namespace}/{name}", kind, namespace, name, decide):
+            log.info("resumed %s %s/%s", kind, namespace, name)
 
     def emit_event(
         self,

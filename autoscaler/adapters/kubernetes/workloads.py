@@ -1,0 +1,57 @@
+"""The training workloads that can be stopped through their spec, and the annotations this controller puts on them.
+
+Shared by the writer (suspend / resume) and the reader (``ClusterSnapshot.workloads``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """How to suspend and resume one kind of workload through its spec."""
+
+    group: str
+    version: str
+    plural: str
+    path: tuple[str, ...]  # the boolean field
+    suspended_value: bool  # spec.suspend=true, or Kueue's spec.active=false
+    resumed_value: bool  # spec.suspend=false, or Kueue's spec.active=true
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+# Kinds whose controllers support suspension (the pods are deleted, the work resumes from its checkpoint later).
+WORKLOAD_KINDS: dict[str, WorkloadKind] = {
+    "Job": WorkloadKind("batch", "v1", "jobs", ("spec", "suspend"), True, False),
+    "JobSet": WorkloadKind("jobset.x-k8s.io", "v1alpha2", "jobsets", ("spec", "suspend"), True, False),
+    "PyTorchJob": WorkloadKind("kubeflow.org", "v1", "pytorchjobs", ("spec", "runPolicy", "suspend"), True, False),
+    "TFJob": WorkloadKind("kubeflow.org", "v1", "tfjobs", ("spec", "runPolicy", "suspend"), True, False),
+    "Workload": WorkloadKind("kueue.x-k8s.io", "v1beta1", "workloads", ("spec", "active"), False, True),
+}
+
+# Written in the same patch that suspends, removed in the one that resumes: only what we suspended is resumed by us.
+SUSPENDED_BY_ANNOTATION = "gpuautoscaler.dev/suspended-by"
+SUSPENDED_BY_VALUE = "gpu-autoscaler"
+SUSPENDED_AT_ANNOTATION = "gpuautoscaler.dev/suspended-at"  # RFC 3339 UTC
+# The metadata.generation our suspension produced: a later spec change (someone resumed and suspended it again by
+# hand) makes the other annotations stale, and the reader then no longer reports the workload as suspended by us.
+SUSPENDED_GENERATION_ANNOTATION = "gpuautoscaler.dev/suspended-generation"
+OUR_ANNOTATIONS = (SUSPENDED_BY_ANNOTATION, SUSPENDED_AT_ANNOTATION, SUSPENDED_GENERATION_ANNOTATION)
+# The workload's own minimum runtime before it may be stopped again (seconds), else the training rules' default.
+MIN_RUNTIME_ANNOTATION = "gpuautoscaler.dev/min-runtime-seconds"
+
+
+def is_suspended(obj: dict[str, Any], kind: str) -> bool:
+    """Whether the workload object is suspended (Kueue: deactivated) through its spec."""
+    spec = WORKLOAD_KINDS[kind]
+    node: Any = obj
+    for part in spec.path:
+        if not isinstance(node, dict):
+            return False
+        node = node.get(part)
+    return bool(node == spec.suspended_value)
