@@ -343,16 +343,19 @@ def arbitrate(
     short_since = state.short_since
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
+    resumable = dict(state.resumable_since)
     if shortfalls:
         short_since = short_since if short_since is not None else now
         free_since = None
-        unneeded = {}
+        unneeded, resumable = {}, {}
     else:
         short_since = None
         free_since = free_since if free_since is not None else now
-        actions.extend(_give_back(arb, config, pools, free, node_types, unneeded, free_since, workloads, notes))
+        actions.extend(
+            _give_back(arb, config, pools, free, node_types, unneeded, resumable, workloads, notes)
+        )
     report = CapacityReport(tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes))
-    return actions, report, CapacityState(short_since, free_since, unneeded)
+    return actions, report, CapacityState(short_since, free_since, unneeded, resumable)
 
 
 def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
@@ -373,7 +376,7 @@ def _give_back(
     free: dict[str, int],
     node_types: Mapping[str, str | None],
     unneeded: dict[str, float],
-    free_since: float,
+    resumable: dict[str, float],
     workloads: Mapping[str, WorkloadInfo],
     notes: list[str],
 ) -> list[Action]:
@@ -409,23 +412,20 @@ def _give_back(
         else:
             unneeded.pop(pool.name, None)
             notes.append(f"{pool.name}: no node spare ({used_on_node} GPUs in use, {others} free elsewhere)")
-    if burst_left:
-        suspended = [w for w in workloads.values() if w.suspended_by_us_at is not None and w.suspended]
-        if suspended:
-            notes.append(f"{len(suspended)} suspended workload(s) wait: burst nodes are given back first")
-        return actions
-    quiet = now - free_since
     suspended = sorted(
         (w for w in workloads.values() if w.suspended and w.suspended_by_us_at is not None),
         key=lambda w: (-w.priority, w.suspended_by_us_at, w.namespace, w.name),
     )
+    if burst_left:
+        resumable.clear()
+        if suspended:
+            notes.append(f"{len(suspended)} suspended workload(s) wait: burst nodes are given back first")
+        return actions
+    waiting = {f"{w.kind}/{w.namespace}/{w.name}" for w in suspended}
+    for key in [k for k in resumable if k not in waiting]:
+        del resumable[key]
     for workload in suspended:
-        if quiet < config.resume_after_s:
-            notes.append(
-                f"{workload.kind} {workload.namespace}/{workload.name}: no shortfall for {quiet:.0f}s of "
-                f"{config.resume_after_s:g}s before resuming"
-            )
-            continue
+        key = f"{workload.kind}/{workload.namespace}/{workload.name}"
         runtime = workload.min_runtime_s if workload.min_runtime_s is not None else config.training.min_runtime_s
         reserve = _reserve_gpus(arb, runtime)
         # Training goes back on the cluster's own nodes: the burst pools are for inference (tainted so).
@@ -436,15 +436,24 @@ def _give_back(
         }
         after = _fits(usable, workload.pod_gpus)
         if after is None or sum(after.values()) < reserve:
+            resumable.pop(key, None)
             notes.append(
                 f"{workload.kind} {workload.namespace}/{workload.name}: {workload.gpus} GPU(s) do not fit in the free "
                 f"GPUs with {reserve} reserved for the forecast over its {runtime:g}s minimum runtime"
             )
             continue
+        since = resumable.setdefault(key, now)
+        if now - since < config.resume_after_s:
+            notes.append(
+                f"{workload.kind} {workload.namespace}/{workload.name}: its GPUs free for {now - since:.0f}s of "
+                f"{config.resume_after_s:g}s before resuming"
+            )
+            continue
         for node, left in after.items():
             free[node] = left
+        resumable.pop(key, None)
         detail = (
-            f"{workload.gpus} GPU(s) free for {quiet:.0f}s, forecast keeps them free for {runtime:g}s "
+            f"{workload.gpus} GPU(s) free for {now - since:.0f}s, forecast keeps them free for {runtime:g}s "
             f"({reserve} GPU(s) reserved for inference)"
         )
         actions.append(ResumeWorkload(workload.kind, workload.namespace, workload.name, Reason.RESUME_TRAINING, detail))

@@ -197,8 +197,10 @@ class CapacityState:
     """What the capacity arbitration (``core.arbitrate``) remembers between ticks. Times are Unix seconds."""
 
     short_since: float | None = None  # first tick of the current stretch with inference replicas left without GPUs
-    free_since: float | None = None  # first tick of the current stretch with no shortfall (resume hysteresis)
+    free_since: float | None = None  # first tick of the current stretch with no shortfall
     burst_unneeded_since: Mapping[str, float] = field(default_factory=dict)  # burst pool -> since when a node is spare
+    # suspended workload "kind/namespace/name" -> since when its GPUs have been free (resume hysteresis)
+    resumable_since: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
