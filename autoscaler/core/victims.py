@@ -48,6 +48,9 @@ class GangCandidate:
     lost_work_gpu_s: float  # GPUs x seconds since the last checkpoint (else since the start), lost if stopped
     preemptible: bool = True
     why_not: str | None = None  # why it may not be taken (non-preemptible, PDB, minimum runtime), None = eligible
+    # (PodDisruptionBudget "namespace/name", pods of this gang it covers, its disruptions allowed): the victims
+    # together must stay within every budget, not only each gang on its own
+    pdb_use: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -123,6 +126,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
             why_not = f"running {now - started:.0f}s < minimum runtime {rules.min_runtime_s:g}s"
         else:
             why_not = _pdb_blocks(snapshot, pods)
+        pdb_use = _pdb_use(snapshot, pods)
         out.append(
             GangCandidate(
                 gang=gang,
@@ -133,9 +137,36 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 lost_work_gpu_s=gpus * max(0.0, now - since),
                 preemptible=preemptible,
                 why_not=why_not,
+                pdb_use=pdb_use,
             )
         )
     return out
+
+
+def _pdb_use(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for pdb in snapshot.pdbs:
+        if not pdb.selector:
+            continue
+        covered = sum(
+            1
+            for p in pods
+            if p.namespace == pdb.namespace and all(p.labels.get(k) == v for k, v in pdb.selector.items())
+        )
+        if covered:
+            out.append((f"{pdb.namespace}/{pdb.name}", covered, pdb.disruptions_allowed))
+    return tuple(out)
+
+
+def within_budgets(victims: Iterable[GangCandidate]) -> bool:
+    """Whether the victims together evict no more pods under any PodDisruptionBudget than it allows."""
+    used: dict[str, int] = defaultdict(int)
+    allowed: dict[str, int] = {}
+    for v in victims:
+        for key, covered, allowance in v.pdb_use:
+            used[key] += covered
+            allowed[key] = allowance
+    return all(used[key] <= allowed[key] for key in used)
 
 
 def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
@@ -190,9 +221,13 @@ def choose_victims(
     ineligible = tuple(c for c in candidates if c.why_not is not None)
     if need.replicas <= 0 or need_met(free, need, node_types):
         return VictimChoice((), True, True, ineligible)
-    # Only gangs that hold GPUs on nodes of the right type can help.
+    # GPUs freed on a node that is not ready (absent from ``free``) host nothing: only the ready nodes count.
+    node_types = {n: t for n, t in node_types.items() if n in free}
+    # Only gangs that hold GPUs on ready nodes of the right type can help.
     useful = [
-        c for c in eligible if any(need.gpu_type is None or node_types.get(n) == need.gpu_type for n in c.gpus_by_node)
+        c
+        for c in eligible
+        if any(n in free and (need.gpu_type is None or node_types.get(n) == need.gpu_type) for n in c.gpus_by_node)
     ]
     if not need_met(_freed(free, useful), need, node_types):
         return VictimChoice((), False, True, ineligible)
@@ -201,18 +236,22 @@ def choose_victims(
     # Incumbent: greedy in order, then made minimal.
     greedy: list[GangCandidate] = []
     for c in useful:
+        if not within_budgets([*greedy, c]):
+            continue
         greedy.append(c)
         if need_met(_freed(free, greedy), need, node_types):
             break
-    best: list[GangCandidate] = _minimal(greedy, free, need, node_types)
-    best_cost = victim_set_cost(best, priorities)
+    greedy_met = need_met(_freed(free, greedy), need, node_types)
+    best: list[GangCandidate] = _minimal(greedy, free, need, node_types) if greedy_met else []
+    best_cost: tuple[object, ...] | None = victim_set_cost(best, priorities) if greedy_met else None
 
     # Branch and bound over include/exclude, in the greedy order. Cost only grows with additions, so a partial set
     # that already costs more than the incumbent is cut; so is a branch that cannot meet the need even with all
     # that is left.
     explored = 0
     exact = True
-    suffix_free = [_freed({}, useful[i:]) for i in range(len(useful) + 1)]
+    none_free = dict.fromkeys(free, 0)
+    suffix_free = [_freed(none_free, useful[i:]) for i in range(len(useful) + 1)]
 
     def search(index: int, chosen: list[GangCandidate], current: dict[str, int]) -> None:
         nonlocal best, best_cost, explored, exact
@@ -220,12 +259,12 @@ def choose_victims(
             exact = False
             return
         explored += 1
-        if victim_set_cost(chosen, priorities) >= best_cost:
+        if best_cost is not None and victim_set_cost(chosen, priorities) >= best_cost:
             return
         if need_met(current, need, node_types):
             minimal = _minimal(chosen, free, need, node_types)
             minimal_cost = victim_set_cost(minimal, priorities)
-            if minimal_cost < best_cost:
+            if best_cost is None or minimal_cost < best_cost:
                 best, best_cost = minimal, minimal_cost
             return
         if index == len(useful):
@@ -233,19 +272,24 @@ def choose_victims(
         if not need_met(_add(current, suffix_free[index]), need, node_types):
             return
         candidate = useful[index]
-        chosen.append(candidate)
-        search(index + 1, chosen, _add(current, candidate.gpus_by_node))
-        chosen.pop()
+        if within_budgets([*chosen, candidate]):
+            chosen.append(candidate)
+            search(index + 1, chosen, _add(current, candidate.gpus_by_node))
+            chosen.pop()
         search(index + 1, chosen, current)
 
     search(0, [], dict(free))
+    if not best:  # every set that frees enough takes some PodDisruptionBudget below its minimum
+        return VictimChoice((), False, exact, ineligible, explored)
     return VictimChoice(tuple(sorted(best, key=_order_key)), True, exact, ineligible, explored)
 
 
 def _add(free: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]:
+    """``free`` plus ``extra`` on the nodes ``free`` has (the ready ones: GPUs freed elsewhere host nothing)."""
     out = dict(free)
     for node, gpus in extra.items():
-        out[node] = out.get(node, 0) + gpus
+        if node in out:
+            out[node] += gpus
     return out
 
 
@@ -253,8 +297,10 @@ def _freed(free: Mapping[str, int], victims: Iterable[GangCandidate]) -> dict[st
     out = dict(free)
     for v in victims:
         for node, gpus in v.gpus_by_node.items():
-            out[node] = out.get(node, 0) + gpus
+            if node in out:
+                out[node] += gpus
     return out
+
 
 
 def _minimal(
