@@ -82,6 +82,9 @@ class ReadOnlyWriter:
     def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
         raise RuntimeError("autoscaler plan is read-only")
 
+    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+        raise RuntimeError("autoscaler plan is read-only")
+
     def emit_event(
         self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
     ) -> None:

@@ -10,8 +10,9 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
    - *preempt*: the cheapest minimal set of whole lower-priority training gangs (``core.victims``); it costs the
      work they lose since their last checkpoint plus the training GPU-hours they do not get while the shortfall
      lasts, both at ``training_gpu_hour_value``;
-   - *burst*: the pool the chained expanders choose (``core.burst``); it costs the nodes for at least their minimum
-     billing period, plus the SLO risk of waiting for the boot (``slo_risk_per_gpu_hour`` x the GPUs short x boot).
+   - *burst*: the pool the chained expanders choose (``core.burst``); it costs the nodes from the request on --
+     boot, the shortfall (at least the minimum billing period), the idle cooldown before they go back -- plus the
+     SLO risk of waiting for the boot (``slo_risk_per_gpu_hour`` x the GPUs short x boot).
      Allowed only when the shortfall lasts longer than boot + billing, or when no preemptible capacity is left
      (``core.burst.worth_a_node``).
    The cheaper allowed option is chosen. How long the shortfall lasts comes from the service's forecast when it is
@@ -66,7 +67,13 @@ class CapacityConfig:
     slo_risk_per_gpu_hour: float = 20.0  # cost of one GPU-hour of inference demand left without a GPU
     assumed_shortfall_s: float = 1800.0  # how long a shortfall lasts when no usable forecast says, seconds
     burst_idle_cooldown_s: float = 600.0  # a burst node is given back after it was spare this long, seconds
-    resume_after_s: float = 300.0  # no shortfall for this long before suspended training is resumed, seconds
+    # a burst node is spare only below this share of its GPUs in use (Cluster Autoscaler's 0.5): removing a node
+    # restarts its pods elsewhere, each a cold start
+    burst_unneeded_utilisation: float = 0.5
+    resume_after_s: float = 300.0  # a suspended gang's GPUs are free this long before it is resumed, seconds
+    # the forecast must keep a resumed gang's GPUs free for max(its minimum runtime, this), seconds: about a
+    # checkpoint interval, so that a resumed gang is not stopped again before it has saved any work
+    resume_horizon_s: float = 1800.0
     preempt: bool = True  # False: never stop training (burst only)
     burst: bool = True  # False: never add nodes (preempt only)
 
@@ -85,7 +92,7 @@ class Shortfall:
 @dataclass(frozen=True, slots=True)
 class CapacityOption:
     service: str
-    kind: str  # preempt | burst
+    kind: str  # preempt | burst | wait
     cost: float | None  # None when the option is not available
     chosen: bool
     detail: str
@@ -265,6 +272,16 @@ def arbitrate(
         capacity = decision.desired_replicas - short
         duration, basis = _duration(arb, key, policy, capacity, config)
         shortfalls.append(Shortfall(key, policy.priority, short, g, duration, basis, on_booting))
+        if basis == "forecast" and duration <= policy.cold_start_s:
+            # A replica asked for now serves after its cold start: the forecast says the need is gone by then.
+            options.append(
+                CapacityOption(
+                    key, "wait", 0.0, True,
+                    f"{key}: {short} replica(s) short for ~{duration:.0f}s (forecast), over before a replica "
+                    f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
+                )
+            )
+            continue
         hours = duration / 3600.0
         lower = [c for c in candidates if c.gang not in taken and c.priority < policy.priority]
         choice = choose_victims(GpuNeed(short, g), free, lower, node_types) if config.preempt else None
@@ -290,7 +307,10 @@ def arbitrate(
                 pool = burst.chosen.pool
                 worth, burst_why = worth_a_node(duration, pool, preemptible_left if config.preempt else 0, short * g)
                 if worth:
-                    burst_cost = burst.chosen.cost_per_hour * max(duration, pool.min_billing_s) / 3600.0 + (
+                    # The node is paid from the request: its boot, the shortfall (at least the minimum billing),
+                    # then the idle cooldown before it is given back.
+                    paid_s = pool.boot_s + max(duration, pool.min_billing_s) + config.burst_idle_cooldown_s
+                    burst_cost = burst.chosen.cost_per_hour * paid_s / 3600.0 + (
                         short * g * pool.boot_s / 3600.0 * config.slo_risk_per_gpu_hour
                     )
         shortage = f"{key}: {short} replica(s) x {g} GPU short for ~{duration:.0f}s ({basis})"
@@ -398,7 +418,7 @@ def _give_back(
         others = sum(free.values()) - spare_here
         used_on_node = pool.gpus_per_node - spare_here
         reserve = _reserve_gpus(arb, pool.boot_s + arb.tick_s)
-        if used_on_node <= others - reserve:
+        if used_on_node < config.burst_unneeded_utilisation * pool.gpus_per_node and used_on_node <= others - reserve:
             since = unneeded.setdefault(pool.name, now)
             if now - since >= config.burst_idle_cooldown_s:
                 detail = (
@@ -411,7 +431,10 @@ def _give_back(
                 notes.append(f"{pool.name}: a node spare for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
         else:
             unneeded.pop(pool.name, None)
-            notes.append(f"{pool.name}: no node spare ({used_on_node} GPUs in use, {others} free elsewhere)")
+            notes.append(
+                f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
+                f"elsewhere, {reserve} reserved for the forecast)"
+            )
     suspended = sorted(
         (w for w in workloads.values() if w.suspended and w.suspended_by_us_at is not None),
         key=lambda w: (-w.priority, w.suspended_by_us_at, w.namespace, w.name),
@@ -427,6 +450,7 @@ def _give_back(
     for workload in suspended:
         key = f"{workload.kind}/{workload.namespace}/{workload.name}"
         runtime = workload.min_runtime_s if workload.min_runtime_s is not None else config.training.min_runtime_s
+        runtime = max(runtime, config.resume_horizon_s)
         reserve = _reserve_gpus(arb, runtime)
         # Training goes back on the cluster's own nodes: the burst pools are for inference (tainted so).
         usable = {

@@ -130,3 +130,17 @@ def free_gpus(snapshot: ClusterSnapshot) -> int:
         if pod.node is None or pod.node in ready:
             used += pod.gpus
     return max(0, sum(ready.values()) - used)
+
+
+def preemptible_gpus(snapshot: ClusterSnapshot, below_priority: int) -> int:
+    """GPUs held on ready nodes by pods that are not Deployment replicas, below ``below_priority`` (training the
+    capacity arbitration may preempt; its own rules -- labels, minimum runtime, PDBs -- decide which)."""
+    ready = {n.name for n in snapshot.nodes if n.ready}
+    return sum(
+        pod.gpus
+        for pod in snapshot.pods
+        if pod.node in ready
+        and pod.owner_kind != "Deployment"
+        and pod.priority < below_priority
+        and pod.phase not in ("Succeeded", "Failed")
+    )

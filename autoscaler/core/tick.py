@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
-from autoscaler.core.cluster import ClusterSnapshot, cold_starts_by_service, free_gpus
+from autoscaler.core.cluster import ClusterSnapshot, cold_starts_by_service, free_gpus, preemptible_gpus
 from autoscaler.core.decide import ReplicaFloor, decide
 from autoscaler.core.model import ControllerState, ForecastMode, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import (
@@ -95,11 +95,16 @@ class TickInput:
     pool_nodes: Mapping[str, int] | None = None
 
 
-def read_forecasts(tick: TickInput, config: ForecastReadConfig) -> dict[str, ServiceForecastView]:
+def read_forecasts(
+    tick: TickInput, config: ForecastReadConfig, capacity: CapacityConfig | None = None
+) -> dict[str, ServiceForecastView]:
     """The forecast view (floor, lead, demand) of every forecasting service. Higher priority first: it gets the
-    free GPUs, the others' leads then include node boot."""
+    free GPUs, the others' leads then include node boot. With capacity arbitration that may preempt, the GPUs of
+    preemptible training count as free: taking them is immediate, no node has to boot."""
     cold_starts = cold_starts_by_service(tick.snapshot)
     free = free_gpus(tick.snapshot)
+    if capacity is not None and capacity.preempt:
+        free += preemptible_gpus(tick.snapshot, capacity.training.preemptible_below_priority)
     views: dict[str, ServiceForecastView] = {}
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         fp = policy.forecast
@@ -159,7 +164,7 @@ def decide_tick(
     """One plan for every service of ``tick.policies``, and the state for the next tick."""
     config = config if config is not None else TickConfig()
     # Only a policy with spec.forecast has a view: without one, skip reading the snapshot's cold starts and GPUs.
-    views = read_forecasts(tick, config.forecast) if _any_forecasting(tick.policies) else {}
+    views = read_forecasts(tick, config.forecast, config.capacity) if _any_forecasting(tick.policies) else {}
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     plan = replace(plan, forecasts=MappingProxyType(views))

@@ -108,7 +108,13 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         by_node: dict[str, int] = defaultdict(int)
         for pod in pods:
             by_node[pod.node or ""] += pod.gpus
-        started = min((p.created_at for p in pods if p.created_at is not None), default=now)
+        # The gang runs from when its last pod became ready (a gang that queued for hours and started a minute ago
+        # has a minute of work to lose and is inside its minimum runtime); before that, from its pods' creation.
+        ready_times = [p.ready_at for p in pods if p.ready_at is not None]
+        if ready_times and len(ready_times) == len(pods):
+            started = max(ready_times)
+        else:
+            started = min((p.created_at for p in pods if p.created_at is not None), default=now)
         checkpoints = [p.last_checkpoint_at for p in pods if p.last_checkpoint_at is not None]
         since = max(checkpoints) if checkpoints else started
         gpus = sum(by_node.values())

@@ -5,7 +5,7 @@ Deployment's pods are owned by a ReplicaSet named ``<deployment>-<pod-template-h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autoscaler.adapters.kubernetes.crd import generate_crd
@@ -166,11 +166,63 @@ def priority_class(name: str, value: int, *, global_default: bool = False) -> JS
     }
 
 
-def job(name: str, namespace: str = "default", *, suspend: bool | None = None) -> JSON:
-    spec: JSON = {"template": {"spec": {"containers": [{"name": "t", "image": "trainer"}], "restartPolicy": "Never"}}}
+def pod_template(
+    gpus: int = 0,
+    *,
+    product: str | None = None,
+    priority_class: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> JSON:
+    """A PodTemplateSpec (what Jobs, JobSets, Kubeflow jobs and Kueue Workloads carry)."""
+    container: JSON = {"name": "t", "image": "trainer"}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec: JSON = {"containers": [container], "restartPolicy": "Never"}
+    if product:
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    template: JSON = {"spec": spec}
+    if labels or annotations:
+        template["metadata"] = {}
+        if labels:
+            template["metadata"]["labels"] = dict(labels)
+        if annotations:
+            template["metadata"]["annotations"] = dict(annotations)
+    return template
+
+
+def job(
+    name: str,
+    namespace: str = "default",
+    *,
+    suspend: bool | None = None,
+    gpus: int = 0,
+    parallelism: int | None = None,
+    completions: int | None = None,
+    product: str | None = None,
+    priority_class: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    template_labels: Mapping[str, str] | None = None,
+    conditions: list[JSON] | None = None,
+) -> JSON:
+    spec: JSON = {
+        "template": pod_template(gpus, product=product, priority_class=priority_class, labels=template_labels)
+    }
     if suspend is not None:
         spec["suspend"] = suspend
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    if parallelism is not None:
+        spec["parallelism"] = parallelism
+    if completions is not None:
+        spec["completions"] = completions
+    meta: JSON = {"name": name, "namespace": namespace}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    obj: JSON = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+    if conditions:
+        obj["status"] = {"conditions": conditions}
+    return obj
 
 
 def simple_crd(
@@ -244,12 +296,61 @@ def jobset_crd() -> JSON:
     return simple_crd("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
 
 
-def jobset(name: str, namespace: str = "default", *, suspend: bool = False) -> JSON:
+def jobset(
+    name: str,
+    namespace: str = "default",
+    *,
+    suspend: bool = False,
+    replicated_jobs: list[JSON] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> JSON:
+    meta: JSON = {"name": name, "namespace": namespace}
+    if annotations:
+        meta["annotations"] = dict(annotations)
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
+        "metadata": meta,
+        "spec": {"suspend": suspend, "replicatedJobs": list(replicated_jobs or [])},
+    }
+
+
+def replicated_job(name: str, replicas: int, parallelism: int, gpus: int, *, product: str | None = None) -> JSON:
+    """One entry of a JobSet's ``spec.replicatedJobs``."""
+    return {
+        "name": name,
+        "replicas": replicas,
+        "template": {
+            "spec": {
+                "parallelism": parallelism,
+                "completions": parallelism,
+                "template": pod_template(gpus, product=product),
+            }
+        },
+    }
+
+
+def kubeflow_crds() -> list[JSON]:
+    return [
+        simple_crd("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+        simple_crd("kubeflow.org", "v1", "TFJob", "tfjobs"),
+    ]
+
+
+def pytorchjob(
+    name: str, namespace: str = "default", *, workers: int = 1, gpus: int = 1, suspend: bool = False
+) -> JSON:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"suspend": suspend, "replicatedJobs": []},
+        "spec": {
+            "runPolicy": {"suspend": suspend},
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": pod_template(gpus)},
+                "Worker": {"replicas": workers, "template": pod_template(gpus)},
+            },
+        },
     }
 
 
@@ -257,13 +358,33 @@ def workload_crd() -> JSON:
     return simple_crd("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
 
 
-def workload(name: str, namespace: str = "default") -> JSON:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"active": True, "queueName": "gpu", "podSets": []},
+def workload(
+    name: str,
+    namespace: str = "default",
+    *,
+    pod_sets: Sequence[tuple[int, int]] = (),
+    priority: int | None = None,
+    active: bool = True,
+    owner: tuple[str, str] | None = None,
+) -> JSON:
+    """A Kueue Workload; ``pod_sets``: (count, GPUs per pod) of each podSet."""
+    spec: JSON = {
+        "active": active,
+        "queueName": "gpu",
+        "podSets": [
+            {"name": f"ps{i}", "count": count, "template": pod_template(gpus)}
+            for i, (count, gpus) in enumerate(pod_sets)
+        ],
     }
+    if priority is not None:
+        spec["priority"] = priority
+    meta: JSON = {"name": name, "namespace": namespace}
+    if owner:
+        api = "batch/v1" if owner[0] == "Job" else "jobset.x-k8s.io/v1alpha2"
+        meta["ownerReferences"] = [
+            {"apiVersion": api, "kind": owner[0], "name": owner[1], "uid": f"uid-{owner[1]}", "controller": True}
+        ]
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": meta, "spec": spec}
 
 
 def podgroup_crd() -> JSON:

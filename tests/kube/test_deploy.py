@@ -274,6 +274,7 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
     writer.evict_pod("ml", "v0")
     for kind, name in (("Job", "train"), ("JobSet", "js"), ("Workload", "wl"), ("PyTorchJob", "pt"), ("TFJob", "tf")):
         writer.suspend_workload(kind, "ml", name)
+        writer.resume_workload(kind, "ml", name)
     for w in (writer, writer_v1):
         for _ in range(2):  # the second one takes the dedup path: get + patch
             w.emit_event("Pod", "ml", "v0", "Preempted", "for inference")

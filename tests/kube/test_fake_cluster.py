@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.core.cluster import NodeInfo, PodInfo
+from autoscaler.core.cluster import NodeInfo, PodInfo, WorkloadInfo
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.ports import ClusterReader, ClusterWriter, EvictionOutcome, NodePoolScaler, PortError
 
@@ -73,6 +73,42 @@ def test_suspend_removes_the_workloads_pods() -> None:
     assert [w.outcome for w in c.writes] == ["applied", "applied", "unchanged"]
     with pytest.raises(PortError):
         c.suspend_workload("VolcanoJob", "ml", "x")
+
+
+def test_workloads_follow_suspend_and_resume() -> None:
+    now = {"t": 500.0}
+    train = WorkloadInfo("Job", "ml", "train", "job/ml/train", suspended=False, pod_gpus=(1, 1))
+    theirs = WorkloadInfo("JobSet", "ml", "held", "jobset/ml/held", suspended=True, pod_gpus=(8,))
+    c = FakeCluster(workloads=[train, theirs], pods=[_pod("t0", gang="job/ml/train")], clock=lambda: now["t"])
+    assert c.snapshot(0).workloads == (train, theirs)
+    c.suspend_workload("Job", "ml", "train")
+    snap = c.snapshot(600)
+    assert snap.pods == ()
+    assert snap.workloads[0].suspended and snap.workloads[0].suspended_by_us_at == 500.0
+    c.suspend_workload("JobSet", "ml", "held")  # suspended by someone else: unchanged, not marked as ours
+    assert c.snapshot(600).workloads[1] == theirs
+    c.resume_workload("Job", "ml", "train")
+    c.resume_workload("Job", "ml", "train")
+    c.resume_workload("Job", "ml", "never-suspended")
+    assert c.snapshot(700).workloads[0] == train
+    assert [(w.op, w.outcome) for w in c.writes] == [
+        ("suspend_workload", "applied"),
+        ("suspend_workload", "unchanged"),
+        ("resume_workload", "applied"),
+        ("resume_workload", "unchanged"),
+        ("resume_workload", "unchanged"),
+    ]
+    with pytest.raises(PortError):
+        c.resume_workload("VolcanoJob", "ml", "x")
+    c.fail("resume_workload")
+    with pytest.raises(PortError):
+        c.resume_workload("Job", "ml", "train")
+    assert c.writes[-1].outcome == "failed"
+    # without a clock a suspension is stamped with the last snapshot's time
+    c = FakeCluster(workloads=[train])
+    c.snapshot(42.0)
+    c.suspend_workload("Job", "ml", "train")
+    assert c.snapshot(43.0).workloads[0].suspended_by_us_at == 42.0
 
 
 def test_faults_and_events() -> None:

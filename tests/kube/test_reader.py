@@ -10,6 +10,7 @@ from kubernetes import client
 from autoscaler.adapters.kubernetes import KubeApiError, KubeClusterReader, KubeUnavailable, ReaderConfig
 from autoscaler.adapters.kubernetes.config import load_api_client
 from autoscaler.adapters.kubernetes.reader import parse_gang, pod_gpus
+from autoscaler.core.cluster import WorkloadInfo
 from autoscaler.ports import PortError
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
@@ -43,8 +44,8 @@ def test_snapshot_reads_everything_paginated(apiserver: FakeApiServer, api_clien
     assert snap.pdbs[0].disruptions_allowed == 2 and snap.pdbs[0].selector == {"app": "chat"}
     assert snap.priority_classes == {"inference": 1000}
     # pods: 47 non-finished pods in pages of 7 = 7 calls; nodes 25 -> 4; deployments, pdbs, priority classes, HPAs:
-    # 1 each
-    assert r.last_stats.api_calls == 7 + 4 + 4
+    # 1 each; workloads: Jobs, and one 404 each for JobSets, PyTorchJobs, TFJobs, Kueue Workloads (not installed)
+    assert r.last_stats.api_calls == 7 + 4 + 4 + 5
     assert apiserver.request_count("GET", r"^/api/v1/pods$") == 7
     pod_lists = [req for req in apiserver.requests if req.path == "/api/v1/pods"]
     assert all(req.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed" for req in pod_lists)
@@ -248,3 +249,208 @@ def test_hpas_forbidden_is_not_an_error(apiserver: FakeApiServer, api_client: cl
     apiserver.inject("GET", r"horizontalpodautoscalers", 403, times=None)
     snap = reader(api_client).snapshot(NOW)
     assert snap.hpas == ()
+
+
+# ---- training workloads -------------------------------------------------------------------------------------------
+
+OURS = {
+    "gpuautoscaler.dev/suspended-by": "gpu-autoscaler",
+    "gpuautoscaler.dev/suspended-at": "2026-01-01T00:10:00Z",
+}
+
+
+def test_job_pods_get_a_job_gang(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(
+        o.pod("j0", "ml", labels={"batch.kubernetes.io/job-name": "train", "job-name": "train"}),
+        o.pod("legacy", "ml", labels={"job-name": "old"}),
+        # a JobSet's Job: its pods carry the Job's name too, the JobSet takes precedence
+        o.pod(
+            "js0", "ml", labels={"batch.kubernetes.io/job-name": "llama-w-0", "jobset.sigs.k8s.io/jobset-name": "llama"}
+        ),
+        o.pod("kf0", "ml", labels={"job-name": "bert", "training.kubeflow.org/job-name": "bert"}),
+        o.pod("lbl", "ml", labels={"job-name": "exp", "team/gang": "exp7"}),  # the Job before the plain label
+    )
+    pods = {p.name: p.gang for p in reader(api_client, gang_label="team/gang").snapshot(NOW).pods}
+    assert pods == {
+        "j0": "job/ml/train",
+        "legacy": "job/ml/old",
+        "js0": "jobset/ml/llama",
+        "kf0": "kubeflow/ml/bert",
+        "lbl": "job/ml/exp",
+    }
+
+
+def test_a_suspended_job_with_our_annotation(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(
+        o.priority_class("training", 100),
+        o.job(
+            "train",
+            "ml",
+            suspend=True,
+            gpus=4,
+            parallelism=2,
+            product=o.A100,
+            priority_class="training",
+            annotations={**OURS, "gpuautoscaler.dev/min-runtime-seconds": "1800"},
+        ),
+        o.job("running", "ml", suspend=False, gpus=1, annotations={"gpuautoscaler.dev/min-runtime-seconds": "soon"}),
+        o.job("theirs", "ml", suspend=True, gpus=1),  # suspended by someone else
+        o.job("cpu-only", "ml", parallelism=8),  # asks for no GPU: not the autoscaler's business
+        o.job("done", "ml", gpus=1, conditions=[{"type": "Complete", "status": "True"}]),  # finished
+        o.job("capped", "ml", gpus=1, parallelism=4, completions=3),
+        # a JobSet's child Job: the JobSet is the gang, not this Job
+        o.job("llama-w-0", "ml", gpus=1, template_labels={"jobset.sigs.k8s.io/jobset-name": "llama"}),
+    )
+    r = reader(api_client)
+    snap = r.snapshot(NOW)
+    workloads = {w.name: w for w in snap.workloads}
+    assert set(workloads) == {"train", "running", "theirs", "capped"}
+    train = workloads["train"]
+    assert train == WorkloadInfo(
+        kind="Job",
+        namespace="ml",
+        name="train",
+        gang="job/ml/train",
+        suspended=True,
+        priority=100,
+        pod_gpus=(4, 4),
+        gpu_product=o.A100,
+        suspended_by_us_at=1767226200.0,
+        min_runtime_s=1800.0,
+    )
+    running = workloads["running"]
+    assert (running.suspended, running.suspended_by_us_at, running.min_runtime_s) == (False, None, None)
+    assert running.pod_gpus == (1,) and running.gpu_product is None and running.priority == 0
+    assert workloads["theirs"].suspended and workloads["theirs"].suspended_by_us_at is None
+    assert workloads["capped"].pod_gpus == (1, 1, 1)
+    assert r.last_stats.objects["gpu_workloads"] == 4
+    job_lists = [req for req in apiserver.requests if req.path == "/apis/batch/v1/jobs"]
+    assert len(job_lists) == 1 and job_lists[0].query["limit"] == "500"  # every namespace, paginated
+
+
+def test_a_stale_mark_is_not_ours(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    """Suspended by us at generation 2, then resumed and suspended again by hand (generation 4): not ours to resume."""
+    job = o.job(
+        "train", "ml", suspend=True, gpus=1, annotations={**OURS, "gpuautoscaler.dev/suspended-generation": "2"}
+    )
+    job["metadata"]["generation"] = 4
+    fresh = o.job(
+        "fresh", "ml", suspend=True, gpus=1, annotations={**OURS, "gpuautoscaler.dev/suspended-generation": "2"}
+    )
+    fresh["metadata"]["generation"] = 2
+    apiserver.seed(job, fresh)
+    workloads = {w.name: w for w in reader(api_client).snapshot(NOW).workloads}
+    assert workloads["train"].suspended and workloads["train"].suspended_by_us_at is None
+    assert workloads["fresh"].suspended_by_us_at == 1767226200.0
+
+
+def test_suspend_then_read_then_resume(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    from autoscaler.adapters.kubernetes import KubeClusterWriter, WriterConfig
+
+    apiserver.seed(o.job("train", "ml", suspend=False, gpus=2, parallelism=2))
+    w = KubeClusterWriter(api_client, WriterConfig(reporting_instance="t"), clock=lambda: NOW, sleep=lambda s: None)
+    r = reader(api_client)
+    (before,) = r.snapshot(NOW).workloads
+    assert not before.suspended and before.suspended_by_us_at is None
+    w.suspend_workload("Job", "ml", "train")
+    (after,) = r.snapshot(NOW).workloads
+    assert after.suspended and after.suspended_by_us_at == NOW
+    w.resume_workload("Job", "ml", "train")
+    (resumed,) = r.snapshot(NOW).workloads
+    assert not resumed.suspended and resumed.suspended_by_us_at is None
+
+
+def test_workload_crds_not_installed_is_not_an_error(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.job("train", "ml", gpus=1))
+    r = reader(api_client)
+    snap = r.snapshot(NOW)
+    assert [(w.kind, w.name) for w in snap.workloads] == [("Job", "train")]
+    for path in (
+        "/apis/jobset.x-k8s.io/v1alpha2/jobsets",
+        "/apis/kubeflow.org/v1/pytorchjobs",
+        "/apis/kubeflow.org/v1/tfjobs",
+        "/apis/kueue.x-k8s.io/v1beta1/workloads",
+    ):
+        assert [req.status for req in apiserver.requests if req.path == path] == [404]  # asked once, not retried
+    assert r.snapshot(NOW).workloads == snap.workloads  # and the next snapshot asks again (a CRD can be installed)
+
+
+def test_every_workload_kind(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(
+        o.jobset_crd(),
+        o.kubeflow_crds(),
+        o.workload_crd(),
+        o.jobset(
+            "llama",
+            "ml",
+            suspend=True,
+            replicated_jobs=[
+                o.replicated_job("driver", 1, 1, 0),
+                o.replicated_job("workers", 2, 2, 8, product=o.A100),
+            ],
+            annotations=OURS,
+        ),
+        o.pytorchjob("bert", "ml", workers=3, gpus=2),
+        o.workload("pods-group", "ml", pod_sets=[(4, 1)], priority=50, active=False),
+        # What Kueue makes for a queued Job: the Workload stands for the Job (Kueue would undo a Job suspension)
+        o.job("queued", "ml", gpus=2, parallelism=2),
+        o.workload("job-queued-ab12", "ml", pod_sets=[(2, 2)], owner=("Job", "queued")),
+        o.workload("cpu", "ml", pod_sets=[(3, 0)]),
+    )
+    workloads = {w.name: w for w in reader(api_client).snapshot(NOW).workloads}
+    assert set(workloads) == {"llama", "bert", "pods-group", "job-queued-ab12"}
+    llama = workloads["llama"]
+    assert (llama.kind, llama.gang, llama.suspended) == ("JobSet", "jobset/ml/llama", True)
+    assert llama.pod_gpus == (8,) * 4 and llama.gpu_product == o.A100 and llama.suspended_by_us_at == 1767226200.0
+    bert = workloads["bert"]
+    assert (bert.kind, bert.gang, bert.suspended, bert.pod_gpus) == ("PyTorchJob", "kubeflow/ml/bert", False, (2,) * 4)
+    group = workloads["pods-group"]
+    assert (group.kind, group.gang, group.suspended, group.priority) == ("Workload", "kueue/ml/pods-group", True, 50)
+    assert group.pod_gpus == (1, 1, 1, 1) and group.suspended_by_us_at is None
+    queued = workloads["job-queued-ab12"]
+    assert (queued.kind, queued.gang, queued.pod_gpus) == ("Workload", "job/ml/queued", (2, 2))
+
+
+def test_workloads_forbidden_is_said_once(
+    apiserver: FakeApiServer, api_client: client.ApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    apiserver.seed(o.workload_crd(), o.workload("wl", "ml", pod_sets=[(1, 1)]), o.job("train", "ml", gpus=1))
+    apiserver.inject("GET", r"^/apis/batch/v1/jobs", 403, times=None)
+    r = reader(api_client)
+    with caplog.at_level("WARNING"):
+        first = r.snapshot(NOW)
+        second = r.snapshot(NOW)
+    assert [w.name for w in first.workloads] == [w.name for w in second.workloads] == ["wl"]
+    warnings = [rec for rec in caplog.records if "jobs.batch" in rec.getMessage()]
+    assert len(warnings) == 1 and "grant list" in warnings[0].getMessage()
+    assert apiserver.request_count("GET", r"^/apis/batch/v1/jobs") == 2  # 403 is not retried
+
+
+def test_a_workload_list_failure_fails_the_snapshot(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.jobset_crd())
+    apiserver.inject("GET", r"^/apis/jobset.x-k8s.io/", 500, times=None)
+    with pytest.raises(KubeApiError):
+        reader(api_client).snapshot(NOW)
+
+
+def test_read_workloads_off(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.job("train", "ml", gpus=1))
+    assert reader(api_client, read_workloads=False).snapshot(NOW).workloads == ()
+    assert apiserver.request_count("GET", r"jobs|workloads") == 0
+
+
+def test_malformed_custom_resources_do_not_break_the_snapshot(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    odd = [
+        o.jobset("a", "ml"),
+        o.jobset("b", "ml"),
+        o.workload("c", "ml"),
+        o.pytorchjob("d", "ml"),
+    ]
+    odd[0]["spec"]["replicatedJobs"] = "not a list"
+    odd[1]["spec"]["replicatedJobs"] = [None, {"template": "x"}, {"replicas": "two", "template": {"spec": []}}]
+    odd[2]["spec"]["podSets"] = [{"count": 2, "template": {"spec": {"containers": "none"}}}]
+    odd[3]["spec"]["pytorchReplicaSpecs"] = {"Master": None, "Worker": ["x"]}
+    apiserver.seed(o.jobset_crd(), o.workload_crd(), o.kubeflow_crds(), odd)
+    assert reader(api_client).snapshot(NOW).workloads == ()  # none of them asks for a GPU it can be read from

@@ -192,28 +192,169 @@ def test_eviction_with_lost_response_then_retry_is_gone(apiserver: FakeApiServer
 # ---- suspension ---------------------------------------------------------------------------------------------------
 
 
-def test_suspend_job_jobset_and_kueue_workload(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+OURS = {
+    "gpuautoscaler.dev/suspended-by": "gpu-autoscaler",
+    "gpuautoscaler.dev/suspended-at": "2027-01-15T08:00:00Z",  # NOW, RFC 3339 UTC
+}
+WORKLOADS = (
+    ("batch/v1", "Job", "train", ("spec", "suspend"), True),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet", "llama", ("spec", "suspend"), True),
+    ("kubeflow.org/v1", "PyTorchJob", "bert", ("spec", "runPolicy", "suspend"), True),
+    ("kueue.x-k8s.io/v1beta1", "Workload", "job-bert-1", ("spec", "active"), False),
+)
+
+
+def _seed_workloads(apiserver: FakeApiServer) -> None:
     apiserver.seed(
-        o.job("train", "ml"),
+        o.job("train", "ml", suspend=False, gpus=1),
         o.jobset_crd(),
         o.jobset("llama", "ml"),
+        o.kubeflow_crds(),
+        o.pytorchjob("bert", "ml"),
         o.workload_crd(),
         o.workload("job-bert-1", "ml"),
     )
+
+
+def _field(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = obj[part]
+    return obj
+
+
+def test_suspend_job_jobset_kubeflow_and_kueue_workload(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    _seed_workloads(apiserver)
     w = writer(api_client)
+    for _, kind, name, _, _ in WORKLOADS:
+        w.suspend_workload(kind, "ml", name)
+    for api_version, kind, name, path, suspended in WORKLOADS:
+        obj = apiserver.get(api_version, kind, name, "ml")
+        assert _field(obj, path) is suspended, kind
+        # marked as ours in the same write, with the generation that write produced (a later spec change = stale)
+        annotations = obj["metadata"]["annotations"]
+        assert annotations == {**OURS, "gpuautoscaler.dev/suspended-generation": str(obj["metadata"]["generation"])}
+    patches = [r for r in apiserver.requests if r.method == "PATCH"]
+    assert len(patches) == 4 and all(r.content_type == "application/merge-patch+json" for r in patches)
+    assert all(r.body["metadata"]["resourceVersion"] for r in patches)  # written with a precondition
+    assert patches[0].path == "/apis/batch/v1/namespaces/ml/jobs/train"
     w.suspend_workload("Job", "ml", "train")
     w.suspend_workload("JobSet", "ml", "llama")
-    w.suspend_workload("Workload", "ml", "job-bert-1")
-    assert apiserver.get("batch/v1", "Job", "train", "ml")["spec"]["suspend"] is True
-    assert apiserver.get("jobset.x-k8s.io/v1alpha2", "JobSet", "llama", "ml")["spec"]["suspend"] is True
-    assert apiserver.get("kueue.x-k8s.io/v1beta1", "Workload", "job-bert-1", "ml")["spec"]["active"] is False
-    patches = apiserver.request_count("PATCH")
-    w.suspend_workload("Job", "ml", "train")
-    w.suspend_workload("JobSet", "ml", "llama")
-    assert apiserver.request_count("PATCH") == patches  # idempotent
+    assert apiserver.request_count("PATCH") == 4  # idempotent
     w.suspend_workload("Job", "ml", "gone")  # a deleted workload uses no GPUs: done, not an error
     with pytest.raises(UnsupportedWorkloadError):
         w.suspend_workload("VolcanoJob", "ml", "x")
+
+
+def test_a_workload_suspended_by_someone_else_is_not_marked_as_ours(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.job("queued", "ml", suspend=True, gpus=1))  # e.g. Kueue holds it until admitted
+    writer(api_client).suspend_workload("Job", "ml", "queued")
+    assert apiserver.request_count("PATCH") == 0
+    assert "annotations" not in apiserver.get("batch/v1", "Job", "queued", "ml")["metadata"]
+
+
+def test_resume_undoes_suspend(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    _seed_workloads(apiserver)
+    w = writer(api_client)
+    for _, kind, name, _, _ in WORKLOADS:
+        w.suspend_workload(kind, "ml", name)
+    apiserver.clear_requests()
+    for _, kind, name, _, _ in WORKLOADS:
+        w.resume_workload(kind, "ml", name)
+    for api_version, kind, name, path, suspended in WORKLOADS:
+        obj = apiserver.get(api_version, kind, name, "ml")
+        assert _field(obj, path) is (not suspended), kind
+        assert not obj["metadata"].get("annotations"), kind  # our marks are gone
+    patches = [r for r in apiserver.requests if r.method == "PATCH"]
+    assert len(patches) == 4
+    assert patches[0].body == {
+        "spec": {"suspend": False},
+        "metadata": {
+            "resourceVersion": patches[0].body["metadata"]["resourceVersion"],
+            "annotations": {
+                "gpuautoscaler.dev/suspended-by": None,  # merge patch: null removes the key
+                "gpuautoscaler.dev/suspended-at": None,
+                "gpuautoscaler.dev/suspended-generation": None,
+            },
+        },
+    }
+    assert patches[-1].body["spec"] == {"active": True}
+    for _, kind, name, _, _ in WORKLOADS:
+        w.resume_workload(kind, "ml", name)
+    assert apiserver.request_count("PATCH") == 4  # idempotent: a running, unmarked workload is not written
+    w.resume_workload("Job", "ml", "gone")  # 404: nothing to resume, not an error
+    w.resume_workload("JobSet", "ml", "gone")
+    assert [r.status for r in apiserver.requests if r.method == "GET"][-2:] == [404, 404]
+    with pytest.raises(UnsupportedWorkloadError):
+        w.resume_workload("VolcanoJob", "ml", "x")
+
+
+def test_resume_keeps_other_annotations_and_clears_a_stale_mark(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    job = o.job("train", "ml", suspend=False, gpus=1, annotations={"team": "vision", **OURS})  # resumed by hand
+    apiserver.seed(job)
+    w = writer(api_client)
+    w.resume_workload("Job", "ml", "train")
+    obj = apiserver.get("batch/v1", "Job", "train", "ml")
+    assert obj["metadata"]["annotations"] == {"team": "vision"} and obj["spec"]["suspend"] is False
+    (patch,) = [r for r in apiserver.requests if r.method == "PATCH"]
+    assert "spec" not in patch.body  # already running: only the stale mark is removed
+
+
+def test_suspend_and_resume_conflicts_are_retried_on_a_fresh_read(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.job("train", "ml", suspend=False, gpus=1))
+    w = writer(api_client)
+
+    def someone_labels_the_job() -> None:
+        job = apiserver.get("batch/v1", "Job", "train", "ml")
+        job["metadata"].setdefault("labels", {})["touched"] = "yes"
+        apiserver.update_object(job)
+
+    _race_once(w, "read_namespaced_job", "_batch", someone_labels_the_job)
+    w.suspend_workload("Job", "ml", "train")
+    assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409, 200]
+    job = apiserver.get("batch/v1", "Job", "train", "ml")
+    assert job["spec"]["suspend"] is True and job["metadata"]["labels"] == {"touched": "yes"}
+    assert job["metadata"]["annotations"]["gpuautoscaler.dev/suspended-by"] == "gpu-autoscaler"
+
+    apiserver.clear_requests()
+    w = writer(api_client)
+    _race_once(w, "read_namespaced_job", "_batch", someone_labels_the_job)
+    w.resume_workload("Job", "ml", "train")
+    assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409, 200]
+    job = apiserver.get("batch/v1", "Job", "train", "ml")
+    assert job["spec"]["suspend"] is False and not job["metadata"].get("annotations")
+
+
+def test_resume_conflict_that_resolves_itself_writes_nothing(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.workload_crd(), o.workload("wl", "ml"))
+    w = writer(api_client)
+    w.suspend_workload("Workload", "ml", "wl")
+
+    def someone_resumes_it() -> None:
+        obj = apiserver.get("kueue.x-k8s.io/v1beta1", "Workload", "wl", "ml")
+        obj["spec"]["active"] = True
+        obj["metadata"]["annotations"] = {}
+        apiserver.update_object(obj)
+
+    apiserver.clear_requests()
+    _race_once(w, "get_namespaced_custom_object", "_custom", someone_resumes_it)
+    w.resume_workload("Workload", "ml", "wl")
+    assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409]  # fresh read: already active
+
+
+def test_persistent_conflict_on_resume_is_bounded(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    apiserver.seed(o.job("train", "ml", suspend=True, gpus=1, annotations=OURS))
+    apiserver.inject("PATCH", r"/jobs/train$", 409, times=None, reason="Conflict")
+    with pytest.raises(ConflictError):
+        writer(api_client, conflict_retries=2).resume_workload("Job", "ml", "train")
+    assert apiserver.request_count("PATCH") == 3
 
 
 # ---- events -------------------------------------------------------------------------------------------------------

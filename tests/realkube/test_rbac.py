@@ -8,6 +8,7 @@ its binding and the ServiceAccount are plain objects there; kustomize only adds 
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,22 +79,28 @@ def forbidden(call: Any) -> int:
 
 
 def test_the_shipped_role_allows_the_tick_and_refuses_the_rest(
-    control_plane: ControlPlane, namespace: str, controller_api: client.ApiClient
+    control_plane: ControlPlane, namespace: str, controller_api: client.ApiClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     create_deployment(control_plane, namespace, deployment("chat", 2))
     control_plane.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", job("train", 1))
     wait_running(control_plane, namespace, "job=train", 1)
 
-    # allowed: the whole read path, the scale subresource, an eviction, a suspension, an Event
-    snapshot = KubeClusterReader(controller_api, ReaderConfig(), sleep=lambda s: None).snapshot(0.0)
+    # allowed: the whole read path (Jobs and the workload CRDs too: 404, not 403, when not installed), the scale
+    # subresource, an eviction, a suspension and its resumption, an Event
+    reader = KubeClusterReader(controller_api, ReaderConfig(), sleep=lambda s: None)
+    with caplog.at_level(logging.WARNING, logger="autoscaler.adapters.kubernetes.reader"):
+        snapshot = reader.snapshot(0.0)
+    assert not [r.getMessage() for r in caplog.records if "not readable" in r.getMessage()]
     assert {d.name for d in snapshot.deployments if d.namespace == namespace} == {"chat"}
     assert len([p for p in snapshot.pods if p.namespace == namespace]) == 3
+    assert [(w.kind, w.name) for w in snapshot.workloads if w.namespace == namespace] == [("Job", "train")]
     writer = KubeClusterWriter(controller_api, WriterConfig(reporting_instance="rbac-test"), sleep=lambda s: None)
     writer.scale_deployment(namespace, "chat", 3)
     wait_running(control_plane, namespace, "app=chat", 3)
     victim = next(p.name for p in snapshot.pods if p.namespace == namespace and p.owner_name == "chat")
     assert writer.evict_pod(namespace, victim) is EvictionOutcome.EVICTED
     writer.suspend_workload("Job", namespace, "train")
+    writer.resume_workload("Job", namespace, "train")
     writer.emit_event("Deployment", namespace, "chat", "RbacTest", "allowed by the shipped role")
 
     # refused by the real authorizer: 403, never done

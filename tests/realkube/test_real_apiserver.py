@@ -36,8 +36,10 @@ from autoscaler.adapters.kubernetes_lease import (
     LeaseConflict,
     LeaseRecord,
 )
+from autoscaler.core.cluster import PodInfo, WorkloadInfo
 from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
 from autoscaler.ports import EvictionOutcome
+from tests.kube import objects as kube_objects
 from tests.realkube.control_plane import (
     COMPLETE_ANNOTATION,
     GPU_PRODUCT_LABEL,
@@ -371,6 +373,111 @@ def test_suspending_a_job_makes_the_job_controller_delete_its_pods(
     writer.suspend_workload("Job", ns, "train")
     assert cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/train")["metadata"]["resourceVersion"] == rv
     writer.suspend_workload("Job", ns, "no-such-job")  # gone: the goal is met, no error
+
+
+def test_suspend_and_resume_an_indexed_job_round_trip(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient
+) -> None:
+    """suspend_workload -> the real Job controller deletes the pods, the reader shows the Job suspended by us;
+    resume_workload -> the Job controller makes the pods again and the scheduler puts them on kwok GPU nodes."""
+    cp, ns = control_plane, namespace
+    body = job("train", parallelism=2, gpus=1)
+    # backoffLimit 0 (job()): pods deleted by a suspension must not count as failures, or the resume would fail it
+    body["spec"].update(completionMode="Indexed", suspend=False)
+    cp.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
+    first = wait_running(cp, ns, "job=train", 2)
+    assert sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in first) == ["0", "1"]
+    reader = KubeClusterReader(api_client, sleep=lambda s: None)
+
+    def mine() -> tuple[WorkloadInfo | None, list[PodInfo]]:
+        snap = reader.snapshot(time.time())
+        workloads = [w for w in snap.workloads if w.namespace == ns]
+        assert len(workloads) <= 1
+        return (workloads[0] if workloads else None), [p for p in snap.pods if p.namespace == ns]
+
+    workload, pods = mine()
+    gang = f"job/{ns}/train"
+    assert workload == WorkloadInfo("Job", ns, "train", gang, suspended=False, pod_gpus=(1, 1), gpu_product=A100)
+    assert [p.gang for p in pods] == [gang, gang]  # the pods carry the gang the workload is listed under
+
+    writer = make_writer(api_client)
+    started = time.time()
+    writer.suspend_workload("Job", ns, "train")
+    cp.wait("the Job controller deleted the pods of the suspended Job", lambda: cp.pods(ns, "job=train") == [])
+    obj = cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/train")
+    annotations = obj["metadata"]["annotations"]
+    assert annotations["gpuautoscaler.dev/suspended-by"] == "gpu-autoscaler"
+    assert annotations["gpuautoscaler.dev/suspended-generation"] == str(obj["metadata"]["generation"])
+    workload, pods = mine()
+    assert workload is not None and workload.suspended and pods == []
+    assert workload.suspended_by_us_at is not None and started - 1 <= workload.suspended_by_us_at <= time.time()
+
+    writer.resume_workload("Job", ns, "train")
+    again = wait_running(cp, ns, "job=train", 2, timeout_s=30)
+    assert {p["metadata"]["uid"] for p in again}.isdisjoint(p["metadata"]["uid"] for p in first)  # new pods
+    obj = cp.get(f"/apis/batch/v1/namespaces/{ns}/jobs/train")
+    assert obj["spec"]["suspend"] is False and not obj.get("status", {}).get("failed")
+    assert not any(k.startswith("gpuautoscaler.dev/") for k in obj["metadata"].get("annotations") or {})
+    workload, pods = mine()
+    assert workload is not None and not workload.suspended and workload.suspended_by_us_at is None
+    assert len(pods) == 2 and all(p.gang == gang and p.node for p in pods)
+    # Idempotent: resuming a running Job only reads it (the Job controller keeps writing its status meanwhile, so
+    # the resourceVersion is no witness here).
+    calls = writer.api_calls
+    writer.resume_workload("Job", ns, "train")
+    assert writer.api_calls == calls + 1
+    writer.resume_workload("Job", ns, "no-such-job")  # gone: nothing to resume, no error
+
+
+@pytest.fixture(scope="module")
+def jobset_crd(control_plane: ControlPlane) -> Iterator[str]:
+    """A JobSet CRD (jobset.x-k8s.io/v1alpha2, schema open) without its controller: the adapters' CR paths."""
+    crd = kube_objects.jobset_crd()
+    name = crd["metadata"]["name"]
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+    if not control_plane.exists(path):
+        control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+
+    def established() -> bool:
+        conds = {c["type"]: c["status"] for c in control_plane.get(path).get("status", {}).get("conditions") or []}
+        if conds.get("Established") != "True":
+            return False
+        control_plane.get("/apis/jobset.x-k8s.io/v1alpha2/jobsets")
+        return True
+
+    control_plane.wait(f"CRD {name} Established", established, timeout_s=30)
+    try:
+        yield name
+    finally:
+        control_plane.request("DELETE", path)
+
+
+def test_a_jobset_is_read_suspended_and_resumed_through_the_custom_objects_api(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient, jobset_crd: str
+) -> None:
+    cp, ns = control_plane, namespace
+    body = kube_objects.jobset("llama", ns, replicated_jobs=[kube_objects.replicated_job("w", 2, 1, 2, product=A100)])
+    cp.request("POST", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets", body)
+    reader = KubeClusterReader(api_client, sleep=lambda s: None)
+
+    def mine() -> WorkloadInfo:
+        (workload,) = [w for w in reader.snapshot(time.time()).workloads if w.namespace == ns]
+        return workload
+
+    assert mine() == WorkloadInfo("JobSet", ns, "llama", f"jobset/{ns}/llama", False, pod_gpus=(2, 2), gpu_product=A100)
+    writer = make_writer(api_client)
+    writer.suspend_workload("JobSet", ns, "llama")
+    obj = cp.get(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/llama")
+    generation = str(obj["metadata"]["generation"])
+    assert obj["spec"]["suspend"] is True
+    assert obj["metadata"]["annotations"]["gpuautoscaler.dev/suspended-generation"] == generation
+    suspended = mine()
+    assert suspended.suspended and suspended.suspended_by_us_at is not None
+    writer.resume_workload("JobSet", ns, "llama")
+    obj = cp.get(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/llama")
+    assert obj["spec"]["suspend"] is False and not obj["metadata"].get("annotations")  # merge-patch null removed them
+    resumed = mine()
+    assert not resumed.suspended and resumed.suspended_by_us_at is None
 
 
 def test_kwok_completes_job_pods_only_when_annotated(control_plane: ControlPlane, namespace: str) -> None:

@@ -95,6 +95,10 @@ class FakeCluster:
         self._maybe_fail("suspend")
         self.writes.append(Write("suspend", (kind, namespace, name)))
 
+    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+        self._maybe_fail("resume")
+        self.writes.append(Write("resume", (kind, namespace, name)))
+
     def emit_event(
         self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
     ) -> None:

@@ -151,6 +151,14 @@ def deployment_for_replicaset(rs_name: str, pod_template_hash: str | None) -> st
     return None
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _job_pods(job_spec: Mapping[str, Any]) -> int:
     """Pods a Job runs at once: ``parallelism`` (default 1), at most ``completions`` when set."""
     pods = _int(job_spec.get("parallelism"), 1)
@@ -516,27 +524,28 @@ class KubeClusterReader:
         ):
             return None  # a finished workload holds no GPUs and cannot be suspended or resumed
         # (pod template, pod count) of every kind of pod the workload runs
+        # (custom resources are only as well-formed as their CRD's schema: anything not a mapping counts as empty)
         templates: list[tuple[Mapping[str, Any], int]] = []
         if kind == "Job":
-            templates.append((spec.get("template") or {}, _job_pods(spec)))
+            templates.append((_map(spec.get("template")), _job_pods(spec)))
         elif kind == "JobSet":
-            for rjob in spec.get("replicatedJobs") or []:
-                job_spec = (rjob.get("template") or {}).get("spec") or {}
-                templates.append((job_spec.get("template") or {}, _int(rjob.get("replicas"), 1) * _job_pods(job_spec)))
+            for rjob in _list(spec.get("replicatedJobs")):
+                job_spec = _map(_map(_map(rjob).get("template")).get("spec"))
+                pods = _int(_map(rjob).get("replicas"), 1) * _job_pods(job_spec)
+                templates.append((_map(job_spec.get("template")), pods))
         elif kind in KUBEFLOW_REPLICA_SPECS:
-            for replica in (spec.get(KUBEFLOW_REPLICA_SPECS[kind]) or {}).values():
-                if isinstance(replica, Mapping):
-                    templates.append((replica.get("template") or {}, _int(replica.get("replicas"), 1)))
+            for replica in _map(spec.get(KUBEFLOW_REPLICA_SPECS[kind])).values():
+                templates.append((_map(_map(replica).get("template")), _int(_map(replica).get("replicas"), 1)))
         elif kind == "Workload":
-            for pod_set in spec.get("podSets") or []:
-                templates.append((pod_set.get("template") or {}, _int(pod_set.get("count"), 1)))
+            for pod_set in _list(spec.get("podSets")):
+                templates.append((_map(_map(pod_set).get("template")), _int(_map(pod_set).get("count"), 1)))
         # The gang id exactly as _gang gives it to the pods: the template's labels and annotations plus the one
         # the workload's controller adds. Another source taking precedence means another object is the gang.
         source = WORKLOAD_GANG_SOURCES[kind]
         expected = f"{source}/{namespace}/{name}"
-        first_meta = (templates[0][0].get("metadata") or {}) if templates else {}
-        labels = dict(first_meta.get("labels") or {})
-        annotations = dict(first_meta.get("annotations") or {})
+        first_meta = _map(templates[0][0].get("metadata")) if templates else {}
+        labels = dict(_map(first_meta.get("labels")))
+        annotations = dict(_map(first_meta.get("annotations")))
         if kind == "Job":
             labels[JOB_NAME_LABELS[0]] = name
         elif kind == "JobSet":
@@ -552,8 +561,11 @@ class KubeClusterReader:
         priorities: list[int] = []
         product: str | None = None
         for template, count in templates:
-            pod_spec = template.get("spec") or {}
-            per_pod = pod_gpus(pod_spec, cfg.gpu_resource)
+            pod_spec = _map(template.get("spec"))
+            try:
+                per_pod = pod_gpus(pod_spec, cfg.gpu_resource)
+            except (AttributeError, TypeError):  # containers that are not objects: nothing to read GPUs from
+                per_pod = 0
             if per_pod <= 0 or count <= 0:
                 continue
             gpus.extend([per_pod] * count)
@@ -564,7 +576,7 @@ class KubeClusterReader:
                 else priority_classes.get(pod_spec.get("priorityClassName") or "", default_priority)
             )
             if product is None:
-                product = (pod_spec.get("nodeSelector") or {}).get(cfg.gpu_product_label) or None
+                product = _map(pod_spec.get("nodeSelector")).get(cfg.gpu_product_label) or None
         priority = max(priorities, default=default_priority)
         if kind == "Workload" and spec.get("priority") is not None:
             priority = _int(spec.get("priority"), priority)
