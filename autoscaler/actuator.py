@@ -165,9 +165,6 @@ class Actuator:
         self.on_error = on_error  # counts an error of a component (the controller's telemetry)
         self.reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
 
-    def apply(self, actions: Sequence[Action], context: GuardContext) -> list[ActionResult]:
-        return [self.apply_one(action, context) for action in actions]
-
     def apply_one(self, action: Action, context: GuardContext) -> ActionResult:
         text = f"{describe_action(action)}: {action.reason.text} ({action.detail})"
         blocked = guard(action, context)
@@ -192,7 +189,75 @@ class Actuator:
         log.info("%s: %s", result, text)
         if result == "applied":
             self.event_for(action, text[0].upper() + text[1:], dedupe=False)
+            if isinstance(action, SuspendWorkload) and action.service:
+                # the service's own object says where its GPUs came from (an eviction: once per gang, in apply)
+                self.service_event(action.service, action, text)
         return ActionResult(action, result, text)
+
+    def service_event(self, service: str, action: Action, text: str) -> None:
+        namespace, _, name = service.partition("/")
+        self.event(("Deployment", namespace, name), event_reason(action.reason), text[0].upper() + text[1:],
+                   "Normal", topic=None)
+
+    def apply(self, actions: Sequence[Action], context: GuardContext) -> list[ActionResult]:
+        results: list[ActionResult] = []
+        index = 0
+        while index < len(actions):
+            action = actions[index]
+            if isinstance(action, EvictPod) and action.gang:
+                end = index
+                while end < len(actions) and isinstance(actions[end], EvictPod) and actions[end].gang == action.gang:
+                    end += 1
+                results.extend(self._apply_gang([a for a in actions[index:end] if isinstance(a, EvictPod)], context))
+                index = end
+                continue
+            results.append(self.apply_one(action, context))
+            index += 1
+        told: set[str] = set()
+        for result in results:
+            action = result.action
+            applied = isinstance(action, EvictPod) and result.result == "applied"
+            if applied and isinstance(action, EvictPod) and action.service and action.gang and action.gang not in told:
+                told.add(action.gang)
+                self.service_event(action.service, action, f"evicted gang {action.gang}: {action.detail}")
+        return results
+
+    def _apply_gang(self, evictions: Sequence[EvictPod], context: GuardContext) -> list[ActionResult]:
+        """A gang's evictions, whole or not at all: each is first asked as a dry run (the API server checks the
+        PodDisruptionBudgets and changes nothing); one refused, or one the guard holds, and none is made."""
+        gang = evictions[0].gang
+        held = next((why for why in (guard(a, context) for a in evictions) if why is not None), None)
+        if held is not None:
+            log.warning("held back: evict gang %s (%d pods); because %s", gang, len(evictions), held)
+            return [ActionResult(a, "held", held) for a in evictions]
+        if self.dry_run or not self.can_act():
+            return [self.apply_one(a, context) for a in evictions]
+        for action in evictions:
+            try:
+                outcome = self.writer.evict_pod(action.namespace, action.name, dry_run=True)
+            except Exception as exc:
+                self.on_error("cluster_write")
+                pod = f"{action.namespace}/{action.name}"
+                message = f"gang {gang} left running: dry-run eviction of {pod} failed: {exc}"
+                log.error("%s", message)
+                return [ActionResult(a, "failed", message, "cluster_write") for a in evictions]
+            if outcome is EvictionOutcome.BLOCKED:
+                message = (
+                    f"gang {gang} left running: the eviction of {action.namespace}/{action.name} would be refused "
+                    "(PodDisruptionBudget)"
+                )
+                log.info("%s", message)
+                return [ActionResult(a, "blocked", message) for a in evictions]
+        results = [self.apply_one(a, context) for a in evictions]
+        stopped = sum(1 for r in results if r.result == "applied")
+        if 0 < stopped < len(results):
+            # A budget changed between the dry run and the eviction: the gang is broken either way; the next
+            # tick's plan sees the pods left and stops them (its work is already lost).
+            log.warning("gang %s partly stopped: %d of %d pods evicted", gang, stopped, len(results))
+            for r in results:
+                if r.result != "applied":
+                    r.message = f"gang {gang} partly stopped ({stopped} of {len(results)} pods): {r.message}"
+        return results
 
     def _write(self, action: Action) -> str:
         if isinstance(action, ScaleDeployment):

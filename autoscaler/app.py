@@ -186,6 +186,7 @@ def build_runtime(
         telemetry=telemetry,
         dry_run=settings.dry_run,
         forecasts=forecasts,
+        capacity=settings.capacity.to_config(),
     )
     runtime_ref: list[Runtime] = []
     elector = None

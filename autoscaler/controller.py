@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from autoscaler.actuator import DRY_RUN_MARK, Actuator, GuardContext, forget_unapplied
+from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot, hpas_targeting
 from autoscaler.core.model import ControllerState, Mode, Observation, Plan, ServiceObservation, ServicePolicy
 from autoscaler.core.tick import TickConfig, TickInput, decide_tick
@@ -72,8 +73,10 @@ class Controller:
         dry_run: bool = False,
         can_act: Callable[[], bool] = lambda: True,
         forecasts: ForecastReader | None = None,
+        capacity: CapacityConfig | None = None,
     ) -> None:
         self.metrics = metrics
+        self.capacity = capacity  # capacity arbitration (preempt, burst, give back); None = replicas only
         self.cluster = cluster
         self.writer = writer
         self.policies = policies
@@ -196,9 +199,11 @@ class Controller:
 
         # 4. decide (pure), with the forecast floors from the latest published fits (the refit job fits; never here)
         previous_state = self.state
-        plan, state = self._decide_tick(TickInput(now, observation, snapshot, policies), previous_state, report)
+        tick = TickInput(now, observation, snapshot, policies, pool_nodes=self._pool_nodes())
+        plan, state = self._decide_tick(tick, previous_state, report)
         report.plan = plan
         self.reporter.decisions(plan)
+        self.reporter.capacity(plan)
 
         # 5. act
         context = GuardContext(now, policies, report.stale, metrics_error, self.acting_since)
@@ -220,21 +225,35 @@ class Controller:
         """``decide_tick`` with the latest published forecasts. Without a forecast reader, or when the forecasts
         cannot be read, every service scales reactively, which is always safe."""
         if self.forecasts is None:
-            return self._decide(tick, state, TickConfig())
+            return self._decide(tick, state, TickConfig(capacity=self.capacity))
         try:
-            config = TickConfig(forecast=self.forecasts.read_config())
+            config = TickConfig(forecast=self.forecasts.read_config(), capacity=self.capacity)
             plan, new_state = self._decide(replace(tick, forecasts=self.forecasts.published), state, config)
             self.forecasts.record_leads(plan.forecasts)
         except Exception as exc:
             log.exception("reading the forecasts failed; reactive scaling only this tick")
             self.telemetry.error("decide")
             report.errors.append(f"forecast_read: {type(exc).__name__}: {exc}")
-            return self._decide(tick, state, TickConfig())
+            return self._decide(tick, state, TickConfig(capacity=self.capacity))
         report.forecasts = plan.forecasts
         report.floors = MappingProxyType({k: v.floor for k, v in plan.forecasts.items() if v.floor is not None})
         return plan, new_state
 
     # -- reading --
+
+    def _pool_nodes(self) -> dict[str, int] | None:
+        """Nodes per burst pool as the provider counts them (requested, not yet registered, included). A pool that
+        cannot be read is left out: the arbitration then counts the snapshot's nodes of that pool."""
+        if self.capacity is None or self.node_pools is None or not self.capacity.pools:
+            return None
+        counts = {}
+        for pool in self.capacity.pools:
+            try:
+                counts[pool.name] = self.node_pools.node_count(pool.name)
+            except Exception as exc:
+                self.telemetry.error("node_pool")
+                log.warning("node pool %s: cannot read its size: %s", pool.name, exc)
+        return counts
 
     def _configure_queries(
         self, objects: Sequence[PolicyObject], policies: dict[str, ServicePolicy]

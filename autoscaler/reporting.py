@@ -17,7 +17,16 @@ from typing import Any
 from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, action_kind, describe_action, event_reason
 from autoscaler.core.cluster import HpaInfo
 from autoscaler.core.decide import ReplicaFloor
-from autoscaler.core.model import Action, Mode, Plan, ScaleDecision, ScaleDeployment, ServicePolicy
+from autoscaler.core.model import (
+    Action,
+    EvictPod,
+    Mode,
+    Plan,
+    ScaleDecision,
+    ScaleDeployment,
+    ServicePolicy,
+    SuspendWorkload,
+)
 from autoscaler.core.reasons import Reason
 from autoscaler.core.status import (
     AT_MAX_REPLICAS,
@@ -101,6 +110,32 @@ class TickReporter:
                 dry_run=str(self.dry_run).lower(),
                 result=outcome.result,
             ).inc()
+        self._training(results)
+
+    def _training(self, results: Sequence[ActionResult]) -> None:
+        """Lost training work and gangs stopped, for the applied preemptions."""
+        gangs: set[str] = set()
+        for outcome in results:
+            action = outcome.action
+            if outcome.result != "applied":
+                continue
+            if isinstance(action, SuspendWorkload):
+                self.telemetry.gangs_stopped.labels(how="suspend").inc()
+                self.telemetry.training_lost.inc(action.lost_work_gpu_s / 3600.0)
+            elif isinstance(action, EvictPod) and action.reason is Reason.PREEMPT_FOR_INFERENCE:
+                self.telemetry.training_lost.inc(action.lost_work_gpu_s / 3600.0)
+                gangs.add(action.gang or f"pod/{action.namespace}/{action.name}")
+        if gangs:
+            self.telemetry.gangs_stopped.labels(how="evict").inc(len(gangs))
+
+    def capacity(self, plan: Plan) -> None:
+        """Burst pool and shortfall gauges from the arbitration's report (nothing when arbitration is off)."""
+        if plan.capacity is None:
+            return
+        for pool in plan.capacity.pools:
+            self.telemetry.burst_nodes.labels(pool=pool.name).set(pool.nodes)
+        self.telemetry.burst_spend.set(plan.capacity.spend_per_hour)
+        self.telemetry.capacity_shortfall.set(sum(s.replicas * s.gpus_per_replica for s in plan.capacity.shortfalls))
 
     # -- gauges --
 

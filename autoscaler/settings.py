@@ -167,6 +167,102 @@ class NodePoolSettings(_Group):
         return _json_object(value)
 
 
+class BurstPoolSettings(_Group):
+    """One burst node pool the capacity arbitration may grow (its nodes carry the pool label's value ``name``)."""
+
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per node")
+    gpu_type: str | None = Field(None, description="GPU product of its nodes (nvidia.com/gpu.product); None = any")
+    boot_seconds: float = Field(300.0, ge=0, le=86400, description="node request to allocatable GPUs, seconds")
+    price_per_gpu_hour: float = Field(0.0, ge=0, description="price of one of its GPUs for an hour, in the currency")
+    min_nodes: int = Field(0, ge=0, description="never fewer nodes (the MachineDeployment's own bounds apply too)")
+    max_nodes: int = Field(0, ge=0, description="never more nodes")
+    priority: int = Field(0, description="for the priority expander: higher first")
+    min_billing_seconds: float = Field(60.0, ge=0, description="a node is paid for at least this long, seconds")
+
+
+class CapacitySettings(_Group):
+    """Capacity arbitration (issue 12): preempt low-priority training gang by gang, add burst nodes, give back.
+    Off by default: preemption stops other teams' work, so a cluster opts in."""
+
+    enabled: bool = Field(False, description="arbitrate capacity (preempt training, grow burst pools, give back)")
+    preempt: bool = Field(True, description="may stop training gangs (false: burst only)")
+    burst: bool = Field(True, description="may grow burst pools (false: preempt only)")
+    preemptible_below_priority: int = Field(
+        1000, description="training gangs with a lower PriorityClass value may be preempted"
+    )
+    min_runtime_seconds: float = Field(
+        600.0, ge=0, description="a gang is never stopped before it has run this long, seconds"
+    )
+    training_gpu_hour_value: float = Field(
+        2.0, ge=0, description="what one training GPU-hour is worth (lost or delayed work), currency per GPU-hour"
+    )
+    slo_risk_per_gpu_hour: float = Field(
+        20.0, ge=0, description="cost of one GPU-hour of inference demand left without a GPU, currency per GPU-hour"
+    )
+    assumed_shortfall_seconds: float = Field(
+        1800.0, gt=0, description="how long a shortfall lasts when no usable forecast says, seconds"
+    )
+    burst_idle_cooldown_seconds: float = Field(
+        600.0, ge=0, description="a spare burst node is given back after this long, seconds"
+    )
+    resume_after_seconds: float = Field(
+        300.0, ge=0, description="a suspended gang's GPUs are free this long before it is resumed, seconds"
+    )
+    resume_horizon_seconds: float = Field(
+        1800.0, ge=0, description="the forecast must keep a resumed gang's GPUs free this long (or its min runtime)"
+    )
+    expanders: Annotated[list[Literal["least-waste", "cheapest", "priority"]], NoDecode] = Field(
+        default_factory=lambda: ["least-waste", "cheapest"],
+        description="burst pool choice, chained: each breaks the ties of the one before (comma-separated in env)",
+    )
+    spend_cap_per_hour: float | None = Field(None, ge=0, description="burst spend at most this per hour")
+    burst_pools: Annotated[dict[str, BurstPoolSettings], NoDecode] = Field(
+        default_factory=dict, description="pool name -> its settings (JSON in env)"
+    )
+
+    @field_validator("burst_pools", mode="before")
+    @classmethod
+    def _pools_json(cls, value: Any) -> Any:
+        return _json_object(value)
+
+    @field_validator("expanders", mode="before")
+    @classmethod
+    def _expanders(cls, value: Any) -> Any:
+        return _split_namespaces(value)
+
+    def to_config(self) -> Any:
+        """The core's ``CapacityConfig``, or None when arbitration is off."""
+        if not self.enabled:
+            return None
+        from autoscaler.core.arbitrate import CapacityConfig
+        from autoscaler.core.burst import BurstPool
+        from autoscaler.core.victims import TrainingRules
+
+        pools = tuple(
+            BurstPool(
+                name, p.gpus_per_node, p.gpu_type, p.boot_seconds, p.price_per_gpu_hour, 0, p.min_nodes, p.max_nodes,
+                p.priority, p.min_billing_seconds,
+            )
+            for name, p in sorted(self.burst_pools.items())
+        )
+        return CapacityConfig(
+            training=TrainingRules(
+                preemptible_below_priority=self.preemptible_below_priority, min_runtime_s=self.min_runtime_seconds
+            ),
+            pools=pools,
+            expanders=tuple(self.expanders),
+            spend_cap_per_hour=self.spend_cap_per_hour,
+            training_gpu_hour_value=self.training_gpu_hour_value,
+            slo_risk_per_gpu_hour=self.slo_risk_per_gpu_hour,
+            assumed_shortfall_s=self.assumed_shortfall_seconds,
+            burst_idle_cooldown_s=self.burst_idle_cooldown_seconds,
+            resume_after_s=self.resume_after_seconds,
+            resume_horizon_s=self.resume_horizon_seconds,
+            preempt=self.preempt,
+            burst=self.burst,
+        )
+
+
 AUTO_MODEL = "auto"
 
 
@@ -336,6 +432,7 @@ class Settings(BaseSettings):
     http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
     node_pools: NodePoolSettings = Field(default_factory=NodePoolSettings)  # type: ignore[arg-type]
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings)  # type: ignore[arg-type]
     forecast: ForecastSettings = Field(default_factory=ForecastSettings)  # type: ignore[arg-type]
     prometheus: PrometheusSettings = Field(
         default_factory=PrometheusSettings,  # type: ignore[arg-type]

@@ -251,6 +251,36 @@ class Telemetry:
         )
         self.forecasts = _ForecastCollector()
         r.register(self.forecasts)
+        # Capacity arbitration (issue 12). Preemptions and burst scale-ups by reason are in gpu_autoscaler_actions
+        # (kind SuspendWorkload/EvictPod, reason preempt_for_inference; kind ScaleNodePool, reason burst_*).
+        self.training_lost = Counter(
+            f"{PREFIX}_training_gpu_hours_lost",
+            "Training work the controller's preemptions threw away (GPUs x hours since each stopped gang's last "
+            "checkpoint, else its start), GPU-hours",
+            registry=r,
+        )
+        self.gangs_stopped = Counter(
+            f"{PREFIX}_training_gangs_stopped",
+            "Training gangs the controller stopped (suspended, or every pod evicted), by how",
+            ["how"],
+            registry=r,
+        )
+        for how in ("suspend", "evict"):
+            self.gangs_stopped.labels(how=how)
+        self.burst_nodes = Gauge(
+            f"{PREFIX}_burst_nodes", "Nodes of each burst pool at the latest tick (booting included)", ["pool"],
+            registry=r,
+        )
+        self.burst_spend = Gauge(
+            f"{PREFIX}_burst_spend_per_hour",
+            "What the burst pools' nodes cost per hour at the latest tick, in the pools' currency",
+            registry=r,
+        )
+        self.capacity_shortfall = Gauge(
+            f"{PREFIX}_capacity_shortfall_gpus",
+            "GPUs inference wanted at the latest tick that neither free GPUs nor booting nodes had",
+            registry=r,
+        )
 
     def set_leader(self, leader: bool) -> None:
         self.leader.labels(identity=self._identity).set(1 if leader else 0)

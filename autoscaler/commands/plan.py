@@ -76,7 +76,7 @@ class ReadOnlyWriter:
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
         raise RuntimeError("autoscaler plan is read-only")
 
-    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 
     def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
@@ -136,6 +136,7 @@ def main(args: argparse.Namespace) -> int:
         node_pools=None,
         telemetry=Telemetry(),
         dry_run=True,
+        capacity=settings.capacity.to_config(),
     )
     now = args.time if args.time is not None else time.time()
     controller.run_once(now)
@@ -197,10 +198,84 @@ def plan_document(report: Any, events: Sequence[dict[str, str]] = ()) -> dict[st
             }
             for r in report.results
         ],
+        "capacity": capacity_document(plan.capacity),
         "invalidPolicies": [{"policy": f"{o.namespace}/{o.name}", "error": o.error} for o in report.invalid_policies],
         "errors": list(report.errors),
         "events": list(events),
     }
+
+
+def capacity_document(capacity: Any) -> dict[str, Any] | None:
+    """The capacity arbitration's view: shortfalls, every option with its cost and whether it was chosen, the
+    training gangs with their lost work and why each may not be taken, the burst pools, the give-back notes."""
+    if capacity is None:
+        return None
+    return {
+        "shortfalls": [
+            {
+                "service": s.service,
+                "replicas": s.replicas,
+                "gpusPerReplica": s.gpus_per_replica,
+                "expectedSeconds": s.duration_s,
+                "basis": s.basis,
+                "onBootingNodes": s.covered_by_booting,
+            }
+            for s in capacity.shortfalls
+        ],
+        "options": [
+            {"service": o.service, "kind": o.kind, "cost": o.cost, "chosen": o.chosen, "detail": o.detail}
+            for o in capacity.options
+        ],
+        "trainingGangs": [
+            {
+                "gang": c.gang,
+                "priority": c.priority,
+                "gpus": c.gpus,
+                "lostWorkGpuHours": round(c.lost_work_gpu_s / 3600.0, 3),
+                "preemptible": c.why_not is None,
+                "whyNot": c.why_not,
+            }
+            for c in capacity.candidates
+        ],
+        "burstPools": [
+            {
+                "pool": p.name,
+                "nodes": p.nodes,
+                "minNodes": p.min_nodes,
+                "maxNodes": p.max_nodes,
+                "gpusPerNode": p.gpus_per_node,
+                "pricePerGpuHour": p.price_per_gpu_hour,
+            }
+            for p in capacity.pools
+        ],
+        "spendPerHour": capacity.spend_per_hour,
+        "notes": list(capacity.notes),
+    }
+
+
+def _print_capacity(capacity: dict[str, Any], out: TextIO) -> None:
+    out.write("\nCapacity (preempt training / burst nodes / give back):\n")
+    if not capacity["shortfalls"]:
+        out.write("  no shortfall: every replica wanted has a GPU\n")
+    for option in capacity["options"]:
+        mark = "CHOSEN " if option["chosen"] else "       "
+        cost = "-" if option["cost"] is None else f"{option['cost']:.2f}"
+        out.write(f"  {mark}{option['kind']:<8} cost {cost:>8}  {option['detail']}\n")
+    if capacity["trainingGangs"]:
+        rows = [["GANG", "PRIORITY", "GPUS", "LOST GPU-H", "PREEMPTIBLE"]]
+        for g in capacity["trainingGangs"]:
+            why = "yes" if g["preemptible"] else f"no: {g['whyNot']}"
+            rows.append([g["gang"], str(g["priority"]), str(g["gpus"]), f"{g['lostWorkGpuHours']:.2f}", why])
+        _table([["  " + r[0], *r[1:]] for r in rows], out)
+    for pool in capacity["burstPools"]:
+        out.write(
+            f"  burst pool {pool['pool']}: {pool['nodes']} node(s) ({pool['minNodes']}..{pool['maxNodes']}), "
+            f"{pool['gpusPerNode']} GPUs each at {pool['pricePerGpuHour']:g}/GPU-hour\n"
+        )
+    if capacity["burstPools"]:
+        out.write(f"  burst spend now: {capacity['spendPerHour']:.2f}/hour\n")
+    for note in capacity["notes"]:
+        out.write(f"  note: {note}\n")
 
 
 def _table(rows: list[list[str]], out: TextIO) -> None:
@@ -253,6 +328,8 @@ def print_table(doc: dict[str, Any], out: TextIO) -> None:
         _table(rows, out)
     else:
         out.write("Actions the controller would take: none\n")
+    if doc.get("capacity") is not None:
+        _print_capacity(doc["capacity"], out)
     if doc["invalidPolicies"]:
         out.write("\nInvalid GPUScalingPolicies (ignored until fixed):\n")
         for p in doc["invalidPolicies"]:

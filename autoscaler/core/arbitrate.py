@@ -105,7 +105,11 @@ class CapacityReport:
     candidates: tuple[GangCandidate, ...] = ()  # every training gang, eligible or not (with why not)
     burst_options: tuple[BurstOption, ...] = ()
     notes: tuple[str, ...] = ()  # give-back decisions and why not
+    pools: tuple[BurstPool, ...] = ()  # the burst pools with their node counts at this tick
 
+    @property
+    def spend_per_hour(self) -> float:
+        return sum(p.nodes * p.gpus_per_node * p.price_per_gpu_hour for p in self.pools)
 
 @dataclass(frozen=True, slots=True)
 class ArbitrationInput:
@@ -221,14 +225,20 @@ def _pools(arb: ArbitrationInput, config: CapacityConfig) -> list[BurstPool]:
     return [replace(p, nodes=counts.get(p.name, 0)) for p in config.pools]
 
 
-def _stop_actions(victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str) -> list[Action]:
+def _stop_actions(
+    victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str, service: str
+) -> list[Action]:
     workload = workloads.get(victim.gang)
+    lost = victim.lost_work_gpu_s
     if workload is not None and workload.kind in SUSPENDABLE_KINDS and not workload.suspended:
         return [
-            SuspendWorkload(workload.kind, workload.namespace, workload.name, Reason.PREEMPT_FOR_INFERENCE, detail)
+            SuspendWorkload(
+                workload.kind, workload.namespace, workload.name, Reason.PREEMPT_FOR_INFERENCE, detail, service, lost
+            )
         ]
+    share = lost / max(1, len(victim.pods))
     return [
-        EvictPod(namespace, name, Reason.PREEMPT_FOR_INFERENCE, detail, gang=victim.gang)
+        EvictPod(namespace, name, Reason.PREEMPT_FOR_INFERENCE, detail, victim.gang, service, share)
         for namespace, name in victim.pods
     ]
 
@@ -346,7 +356,7 @@ def arbitrate(
                 for node, gpus in victim.gpus_by_node.items():
                     if node in free:
                         free[node] += gpus
-                actions.extend(_stop_actions(victim, workloads, text))
+                actions.extend(_stop_actions(victim, workloads, text, key))
             _place(free, short, g)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
@@ -374,7 +384,9 @@ def arbitrate(
         actions.extend(
             _give_back(arb, config, pools, free, node_types, unneeded, resumable, workloads, notes)
         )
-    report = CapacityReport(tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes))
+    report = CapacityReport(
+        tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes), tuple(pools)
+    )
     return actions, report, CapacityState(short_since, free_since, unneeded, resumable)
 
 

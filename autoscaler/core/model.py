@@ -245,6 +245,8 @@ class EvictPod:
     reason: Reason
     detail: str
     gang: str | None = None
+    service: str = ""  # "namespace/name" of the service the GPUs are freed for ("" = none)
+    lost_work_gpu_s: float = 0.0  # this pod's share of the work its gang loses since its last checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +256,8 @@ class SuspendWorkload:
     name: str
     reason: Reason
     detail: str
+    service: str = ""  # "namespace/name" of the service the GPUs are freed for ("" = none)
+    lost_work_gpu_s: float = 0.0  # GPUs x seconds since its last checkpoint: the work the stop throws away
 
 
 @dataclass(frozen=True, slots=True)

@@ -267,9 +267,9 @@ class FakeCluster:
             self.deployments[key] = replace(dep, spec_replicas=replicas, ready_replicas=ready)
             self._record("scale_deployment", args, "applied")
 
-    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
         with self._lock:
-            args = (namespace, name)
+            args = (namespace, name, "dry-run") if dry_run else (namespace, name)
             try:
                 self._check_fault("evict_pod")
             except Exception:
@@ -303,9 +303,13 @@ class FakeCluster:
                     if pdb.disruptions_allowed <= 0:
                         self._record("evict_pod", args, "blocked")
                         return EvictionOutcome.BLOCKED
-                    self.pdbs[_key(pdb.namespace, pdb.name)] = replace(
-                        pdb, disruptions_allowed=pdb.disruptions_allowed - 1
-                    )
+                    if not dry_run:
+                        self.pdbs[_key(pdb.namespace, pdb.name)] = replace(
+                            pdb, disruptions_allowed=pdb.disruptions_allowed - 1
+                        )
+            if dry_run:  # the API server's dryRun: checked, nothing changed
+                self._record("evict_pod", args, "allowed")
+                return EvictionOutcome.EVICTED
             del self.pods[key]
             self._record("evict_pod", args, "evicted")
             return EvictionOutcome.EVICTED

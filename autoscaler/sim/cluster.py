@@ -554,8 +554,10 @@ class SimCluster:
             dep.replicas = replicas
             self._reconcile(dep)
 
-    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
         pod = self.pods.get((namespace, name))
+        if dry_run:  # the simulated cluster has no PodDisruptionBudgets: every eviction is allowed
+            return EvictionOutcome.EVICTED if pod is not None else EvictionOutcome.GONE
         self.writes.append((self.now, "evict_pod", (namespace, name)))
         if pod is None:
             return EvictionOutcome.GONE

@@ -86,8 +86,10 @@ class FakeCluster:
         dep[0] = replicas
         dep[1] = replicas  # pods become ready at once in this fake
 
-    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
         self._maybe_fail("evict")
+        if dry_run:
+            return EvictionOutcome.BLOCKED if self.evictions_blocked else EvictionOutcome.EVICTED
         self.writes.append(Write("evict", (namespace, name)))
         return EvictionOutcome.BLOCKED if self.evictions_blocked else EvictionOutcome.EVICTED
 

@@ -106,3 +106,59 @@ def test_controller_and_simulator_issue_the_same_actions(metric: MetricKind, tar
     assert any(b[2][2] < a[2][2] for a, b in itertools.pairwise(simulated)), "no scale-down"
     assert scale_ups
     assert controlled == simulated
+
+
+def test_controller_and_simulator_arbitrate_capacity_the_same_way() -> None:
+    """With capacity arbitration and a training job on the full cluster: the same writes, suspend and resume
+    included, through the simulator's engine and through ``Controller(capacity=...)``."""
+    from autoscaler.core.arbitrate import CapacityConfig
+    from autoscaler.core.victims import TrainingRules
+    from autoscaler.sim.cluster import Scoring, SimJob
+
+    service = _service(MetricKind.REQUEST_RATE, 3.0)
+    service = dataclasses.replace(service, policy=dataclasses.replace(service.policy, priority=1000))
+    rates = np.concatenate([service.rates, np.full(120, 4.0)])  # long enough to resume after the surge
+    service = dataclasses.replace(service, rates=rates)
+    pools = [NodePool(name="fixed", nodes=2, gpusPerNode=8)]
+    capacity = CapacityConfig(training=TrainingRules(min_runtime_s=0.0), resume_after_s=300.0)
+    jobs = [SimJob("ml", "train", 1, 8, 100, 50_000.0, 600.0, 0.0, min_runtime_s=0.0, restart_s=0.0)]
+    steps = len(rates)
+
+    run = simulate(CorePolicy("reactive", capacity), [service], pools, 0.0, STEP_S, steps, DELAY_S,
+                   scoring=Scoring.MOST_ALLOCATED, jobs=jobs)
+    assert run.cluster is not None
+    simulated = list(run.cluster.writes)
+    ops = [w[1] for w in simulated]
+    assert ops.count("suspend_workload") == 1 and ops.count("resume_workload") == 1, ops
+
+    reference = CorePolicy("reactive", capacity)
+    initial = reference.reset([service], STEP_S)
+    cluster = build_cluster([service], pools, initial, 0.0, Scoring.MOST_ALLOCATED, jobs)
+    metrics = FakeMetricsSource()
+    controller = Controller(
+        metrics=metrics, cluster=cluster, writer=cluster, policies=_Policies(reference.policies[service.policy.key]),
+        node_pools=cluster, capacity=capacity,
+    )
+    key = service.policy.key
+    latencies = []
+    for i in range(steps):
+        now = i * STEP_S
+        ready, _, _ = cluster.counts(now)[key]
+        rate = float(rates[i])
+        latency, _ = latency_and_share(
+            ready, rate, service.throughput, service.base_latency_s, service.quantile, service.slo_s
+        )
+        latencies.append(latency)
+        decided_at = now + STEP_S
+        seen = max(0, i - round(DELAY_S / STEP_S))
+        ready, _, _ = cluster.counts(decided_at)[key]
+        metrics.set_service(
+            key, spec_replicas=cluster.deployments[key].replicas, ready_replicas=ready, latency_s=latencies[seen],
+            request_rate=float(rates[seen]), metric_total=float(rates[seen]),
+        )
+        controller.run_once(decided_at)
+    assert list(cluster.writes) == simulated
+    stopped = controller.telemetry.registry.get_sample_value(
+        "gpu_autoscaler_training_gangs_stopped_total", {"how": "suspend"}
+    )
+    assert stopped == 1.0

@@ -209,11 +209,17 @@ class KubeClusterWriter:
         if self._read_modify_write(what, read, decide, write):
             log.info("scaled deployment %s/%s to %d replicas", namespace, name, replicas)
 
-    def evict_pod(self, namespace: str, name: str) -> EvictionOutcome:
-        """POST a policy/v1 Eviction: PodDisruptionBudgets are enforced by the API server, not by us."""
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+        """POST a policy/v1 Eviction: PodDisruptionBudgets are enforced by the API server, not by us. ``dry_run``:
+        the API server checks the budgets and changes nothing (``deleteOptions.dryRun: [All]``)."""
         body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        options: JSON = {}
         if self.config.eviction_grace_period_s is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": self.config.eviction_grace_period_s}
+            options["gracePeriodSeconds"] = self.config.eviction_grace_period_s
+        if dry_run:
+            options["dryRun"] = ["All"]
+        if options:
+            body["deleteOptions"] = options
         try:
             self._call(
                 f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
@@ -228,6 +234,8 @@ class KubeClusterWriter:
             if exc.status == 404:
                 return EvictionOutcome.GONE  # already gone: what we wanted, and why a repeated eviction is safe
             raise
+        if dry_run:
+            return EvictionOutcome.EVICTED  # it would be: nothing changed
         # The pod is going: an Event on it must not cost a GET that can only answer 404 (no uid, no describe).
         self._forget_uid("Pod", namespace, name)
         return EvictionOutcome.EVICTED
