@@ -78,9 +78,11 @@ class PolicyRun:
     training_gpu_seconds: float = 0.0  # useful training work kept (progress x GPUs)
     jobs_finished: int = 0
     jobs: int = 0
-    # per step: GPUs held by training, GPUs of all nodes (the plot's GPUs by use)
+    # per step, the plot's GPUs by use: held by inference pods, by training, GPUs of all nodes, of burst nodes
+    inference_gpus: np.ndarray | None = None
     training_gpus: np.ndarray | None = None
     node_gpus: np.ndarray | None = None
+    burst_gpus: np.ndarray | None = None
     timelines: list[ServiceTimeline] = field(default_factory=list)
     reasons: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
@@ -222,6 +224,8 @@ def simulate(
     node_loop = bool(burst_pools) and policy.node_autoscaler
     training_hist = np.zeros(steps, dtype=np.int32)
     node_hist = np.zeros(steps, dtype=np.int32)
+    inference_hist = np.zeros(steps, dtype=np.int32)
+    burst_hist = np.zeros(steps, dtype=np.int32)
 
     count = len(services)
     ready_hist = np.zeros((count, steps), dtype=np.int32)
@@ -258,6 +262,7 @@ def simulate(
             else:
                 step_ok = False
             run.gpu_seconds += bound * service.policy.gpus_per_replica * step_s
+            inference_hist[i] += bound * service.policy.gpus_per_replica
             ready_hist[s_index, i] = ready
             spec_hist[s_index, i] = cluster.deployments[keys[s_index]].replicas
             latency_hist[s_index, i] = latency
@@ -266,6 +271,7 @@ def simulate(
         if burst_pools:
             node_counts = cluster.nodes_per_pool()
             for name, gpus_per_node, price in burst_pools:
+                burst_hist[i] += node_counts[name] * gpus_per_node
                 gpu_seconds = node_counts[name] * gpus_per_node * step_s
                 run.burst_gpu_seconds += gpu_seconds
                 run.burst_cost += gpu_seconds / 3600.0 * price
@@ -320,6 +326,7 @@ def simulate(
     run.jobs = len(cluster.jobs)
     run.jobs_finished = sum(1 for job in cluster.jobs.values() if job.finished_at is not None)
     run.training_gpus, run.node_gpus = training_hist, node_hist
+    run.inference_gpus, run.burst_gpus = inference_hist, burst_hist
     run.timelines = [
         ServiceTimeline(ready_hist[k], spec_hist[k], latency_hist[k], within_hist[k]) for k in range(count)
     ]
