@@ -10,6 +10,7 @@ GPU-hours x their value + requests outside the SLO), then the means, the ratio o
 
     python -m benchmarks.bench_arbitration                  # 3 seeds, 3 days each (about 4 minutes here)
     python -m benchmarks.bench_arbitration --seeds 12 --days 1
+    python -m benchmarks.bench_arbitration --quick          # one seed, 6 hours (what the tests run)
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="12,13,14", help="comma-separated training seeds")
     parser.add_argument("--days", type=float, default=3.0, help="simulated days per run")
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--quick", action="store_true", help="one seed, 6 hours (the test suite's smoke run)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.days = "12", 0.25
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     policies = [p for p in args.policies.split(",") if p.strip()]
 

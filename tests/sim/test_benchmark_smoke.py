@@ -30,3 +30,14 @@ def test_quick_predictive_benchmark_prints_every_policy_and_the_causal_bound(
     # ServeGen's 10-minute windows give a bound; the Azure request log has no window edges.
     assert all("margin" in row for row in servegen_rows)
     assert all("no change period" in row for row in azure_rows)
+
+
+def test_quick_arbitration_benchmark_prints_the_three_policies_and_the_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import bench_arbitration
+
+    assert bench_arbitration.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    for expected in ("predictive", "kube-preemption", "burst-only", "lowest mean total cost", "peak RSS"):
+        assert expected in out
