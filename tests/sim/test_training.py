@@ -124,3 +124,68 @@ def test_kube_preemption_baseline_loses_more_work_than_the_arbitration() -> None
     theirs = simulate(kube, [service], [ONPREM], 0.0, 15.0, 1200, 0.0, jobs=jobs)
     assert theirs.cluster is not None and theirs.cluster.scheduler_preemptions > 0
     assert ours.lost_training_gpu_seconds < theirs.lost_training_gpu_seconds
+
+
+def _mixed(tmp_path, **training):  # type: ignore[no-untyped-def]
+    import yaml
+
+    from autoscaler.sim.scenario import SCENARIO_DIR
+
+    data = yaml.safe_load((SCENARIO_DIR / "mixed-training.yaml").read_text())
+    data["training"].update(training)
+    data["services"][0]["simulation"]["trace"] = "builtin:servegen-m-large"
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("training", "message"),
+    [
+        ({"generate": {"pods": [1, 2], "podsWeights": [1.0]}}, "podsWeights: one weight per entry of pods"),
+        ({"generate": {"pods": [0]}}, "pods: gang sizes are 1 to 1024"),
+        ({"jobs": [{"name": "a", "workSeconds": 0}]}, "training.jobs.0.workSeconds"),
+        ({"jobs": [{"name": "a", "workSeconds": 10, "gpusPerPod": True}]}, "not a boolean"),
+        ({"minRuntimeSeconds": ".nan"}, "training.minRuntimeSeconds"),
+    ],
+)
+def test_bad_training_blocks_name_the_field(tmp_path, training, message) -> None:  # type: ignore[no-untyped-def]
+    from autoscaler.sim.scenario import ScenarioError, load_scenario
+
+    if training.get("minRuntimeSeconds") == ".nan":
+        training = {"minRuntimeSeconds": float("nan")}
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(_mixed(tmp_path, **training))
+
+
+def test_duplicate_job_names_and_bad_runtime_files_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from autoscaler.sim.run import run_scenario
+    from autoscaler.sim.scenario import ScenarioError, load_scenario
+
+    jobs = [{"name": "gen-0000", "workSeconds": 60}]
+    scenario, base = load_scenario(_mixed(tmp_path, jobs=jobs))
+    with pytest.raises(ScenarioError, match="job names must be unique"):
+        run_scenario(scenario, base, ("predictive",))
+    (tmp_path / "runtimes.csv").write_text("runtime_seconds\n100\nten\n")
+    generate = {"runtimes": "runtimes.csv", "count": 3}
+    scenario, base = load_scenario(_mixed(tmp_path, generate=generate))
+    with pytest.raises(ScenarioError, match=r"runtimes.csv:3: runtime 'ten' is not a number"):
+        run_scenario(scenario, base, ("predictive",))
+
+
+def test_generated_jobs_come_from_the_runtime_trace_and_the_seed() -> None:
+    from autoscaler.sim.run import _trace_file
+    from autoscaler.sim.scenario import SCENARIO_DIR, load_scenario
+    from autoscaler.sim.training import build_jobs, read_runtimes
+
+    scenario, base = load_scenario(SCENARIO_DIR / "mixed-training.yaml")
+    assert scenario.training is not None and scenario.training.generate is not None
+    path = _trace_file("runtimes", scenario.training.generate.runtimes, base)
+    runtimes = set(read_runtimes(path).tolist())
+    a = build_jobs(scenario, base, 0.0, path)
+    b = build_jobs(scenario, base, 0.0, path)
+    assert [(j.name, j.pods, j.work_s, j.submit_at) for j in a] == [(j.name, j.pods, j.work_s, j.submit_at) for j in b]
+    assert len(a) == 100 and {j.pods for j in a} == {1, 2}
+    cap = scenario.training.generate.max_work_seconds
+    assert all(j.work_s in runtimes or j.work_s == cap for j in a)
+    assert [j.submit_at for j in a] == sorted(j.submit_at for j in a)
