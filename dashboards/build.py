@@ -44,6 +44,7 @@ with warnings.catch_warnings():
         DashboardCursorSync,
         DashboardLinkType,
         DataSourceRef,
+        DynamicConfigValue,
         Threshold,
         ThresholdsMode,
         ValueMap,
@@ -66,6 +67,10 @@ DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 JOB = 'job=~"$job"'
 SVC = 'namespace=~"$namespace", service=~"$service"'
 SERVICES = "namespace_service:gpu_autoscaler_current_replicas:leader"  # managed services, from the recording rules
+# The burst spend alert threshold, recorded once in deploy/rules/gpu-autoscaler.rules.yml (GPUAutoscalerBurstSpendHigh
+# reads the same series): the spend panel draws it instead of repeating the number here.
+SPEND_THRESHOLD = "cluster:gpu_autoscaler_burst_spend_per_hour:alert_threshold"
+CAPACITY_REASONS = "preempt_for_inference|resume_training|burst_scale_up|burst_scale_down"
 
 Builder = Timeseries | Stat | StateTimeline
 
@@ -401,6 +406,98 @@ def forecast_row() -> tuple[Row, list[Builder]]:
     return Row("Forecast"), panels
 
 
+def capacity_row() -> tuple[Row, list[Builder]]:
+    """Capacity arbitration (capacity.enabled): shortfalls, preemptions and resumes, lost training, burst nodes and
+    spend. The controller-wide gauges come from the leader-only recording rules; per-hour rates are over 30 minutes,
+    the window of GPUAutoscalerTrainingThrash."""
+    per_hour = "[30m])) * 3600"
+    dashed = DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})
+    panels: list[Builder] = [
+        timeseries(
+            "Capacity shortfall",
+            "short",
+            [
+                query(
+                    f"max by (namespace, job) (namespace_job:gpu_autoscaler_capacity_shortfall_gpus:leader{{{JOB}}})",
+                    "{{namespace}}/{{job}}",
+                )
+            ],
+            "GPUs inference wanted at the latest tick that neither free GPUs nor booting burst nodes had, before "
+            "that tick's preemptions and burst scale-ups. Above 0 for 15 min (acting installations): alert "
+            "GPUAutoscalerCapacityShortfall. A dry-run installation shows what it would ask for.",
+            width=8,
+            step=True,
+        )
+        .min(0)
+        .thresholds(thresholds((None, "green"), (1, "red"))),
+        timeseries(
+            "Preemptions, resumes and burst scaling (applied, per hour)",
+            "short",
+            [
+                query(
+                    "sum by (kind, reason) (rate(gpu_autoscaler_actions_total"
+                    f'{{{JOB}, result="applied", reason=~"{CAPACITY_REASONS}"}}{per_hour}',
+                    "{{reason}} ({{kind}})",
+                )
+            ],
+            "Applied capacity actions per hour, over 30 min: preempt_for_inference (SuspendWorkload per gang, "
+            "EvictPod per pod), resume_training (ResumeWorkload), burst_scale_up / burst_scale_down (ScaleNodePool, "
+            "one action per pool resize).",
+            width=8,
+        ).min(0),
+        timeseries(
+            "Training gangs stopped per hour, by how",
+            "short",
+            [
+                query(
+                    f"sum by (how) (rate(gpu_autoscaler_training_gangs_stopped_total{{{JOB}}}{per_hour}",
+                    "{{how}}",
+                )
+            ],
+            "Gangs the controller stopped per hour, over 30 min: suspend (through the workload's spec) or evict "
+            "(every pod). Sustained above 6/h, or above 3/h with as many resumes: alert GPUAutoscalerTrainingThrash.",
+            width=8,
+            stacked=True,
+        ).min(0),
+        timeseries(
+            "Training GPU-hours lost per hour",
+            "short",
+            [query(f"sum(rate(gpu_autoscaler_training_gpu_hours_lost_total{{{JOB}}}{per_hour}", "GPU-hours lost")],
+            "Training work the controller's preemptions threw away, GPU-hours per hour over 30 min: GPUs x time "
+            "since each stopped gang's last checkpoint (else its start).",
+            width=8,
+        ).min(0),
+        timeseries(
+            "Burst nodes by pool",
+            "short",
+            [query(f"sum by (pool) (namespace_job_pool:gpu_autoscaler_burst_nodes:leader{{{JOB}}})", "{{pool}}")],
+            "Nodes of each burst pool at the leader's latest tick, booting ones included.",
+            width=8,
+            stacked=True,
+            step=True,
+        ).min(0),
+        timeseries(
+            "Burst spend per hour",
+            "short",
+            [
+                query(
+                    f"max by (namespace, job) (namespace_job:gpu_autoscaler_burst_spend_per_hour:leader{{{JOB}}})",
+                    "{{namespace}}/{{job}}",
+                    "A",
+                ),
+                query(f"max({SPEND_THRESHOLD})", "alert threshold", "B"),
+            ],
+            "What the burst pools' nodes cost per hour, in the pools' currency (price_per_gpu_hour). Dashed: the "
+            f"alert threshold ({SPEND_THRESHOLD}); above it for 2 h: alert GPUAutoscalerBurstSpendHigh.",
+            width=8,
+            step=True,
+        )
+        .min(0)
+        .override_by_query("B", [dashed]),
+    ]
+    return Row("Capacity arbitration"), panels
+
+
 def query_variable(name: str, label: str, values: str) -> QueryVariable:
     # "All" is sent as .* so that every panel can use =~"$name" whatever is selected.
     return (
@@ -421,7 +518,10 @@ def build() -> dict[str, Any]:
     dashboard = (
         Dashboard("GPU Autoscaler")
         .uid(UID)
-        .description("The GPU autoscaler controller, its decisions and actions, its services and their GPUs.")
+        .description(
+            "The GPU autoscaler controller, its decisions and actions, its services and their GPUs, and its capacity "
+            "arbitration (training preempted, burst nodes)."
+        )
         .tags(["gpu", "autoscaler", "kubernetes"])
         .refresh("30s")
         .time("now-6h", "now")
@@ -436,7 +536,9 @@ def build() -> dict[str, Any]:
         )
     )
     next_id = 1
-    for row, panels in (controller_row(), decisions_row(), services_row(), gpu_row(), forecast_row()):
+    # New rows go last: panel ids follow the layout, and links to existing panels (viewPanel=<id>) must keep working.
+    rows = (controller_row(), decisions_row(), services_row(), gpu_row(), forecast_row(), capacity_row())
+    for row, panels in rows:
         dashboard = dashboard.with_row(row.id(next_id))
         next_id += 1
         for panel in panels:

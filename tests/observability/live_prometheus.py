@@ -110,6 +110,22 @@ def history(start: float) -> list[Series]:
                     const(1.4)))
     s.append(Series("gpu_autoscaler_forecast_fallback",
                     {**LEADER, "service": "embed", "namespace": "ml", "reason": "forecast_unreliable"}, const(1)))
+    # Capacity arbitration: the leader is 2 GPUs short (GPUAutoscalerCapacityShortfall pending), has 2 burst nodes
+    # (56/h, under the 100/h alert threshold) and stops 2 gangs an hour (no thrash); the follower's leftovers from
+    # when it led (6 short, 300/h, 5 nodes) must be ignored.
+    s += [
+        Series("gpu_autoscaler_capacity_shortfall_gpus", LEADER, const(2)),
+        Series("gpu_autoscaler_capacity_shortfall_gpus", FOLLOWER, const(6)),
+        Series("gpu_autoscaler_burst_spend_per_hour", LEADER, const(56)),
+        Series("gpu_autoscaler_burst_spend_per_hour", FOLLOWER, const(300)),
+        Series("gpu_autoscaler_burst_nodes", {**LEADER, "pool": "cloud-a100"}, const(2)),
+        Series("gpu_autoscaler_burst_nodes", {**LEADER, "pool": "cloud-h100"}, const(0)),
+        Series("gpu_autoscaler_burst_nodes", {**FOLLOWER, "pool": "cloud-a100"}, const(5)),
+        Series("gpu_autoscaler_training_gangs_stopped_total", {**LEADER, "how": "suspend"}, counter(2 / 3600)),
+        Series("gpu_autoscaler_training_gangs_stopped_total", {**LEADER, "how": "evict"}, const(0)),
+        Series("gpu_autoscaler_training_gangs_stopped_total", {**FOLLOWER, "how": "suspend"}, const(4)),
+        Series("gpu_autoscaler_training_gpu_hours_lost_total", LEADER, counter(3 / 3600)),
+    ]
     for le, share in (("0.1", 0.2), ("0.25", 0.9), ("1", 1.0), ("10", 1.0), ("+Inf", 1.0)):
         s.append(Series("gpu_autoscaler_tick_duration_seconds_bucket", {**LEADER, "le": le}, counter(share / 15)))
     for reason, per_s in (("within_tolerance", 0.1), ("at_max_replicas", 0.03), ("forecast_floor", 0.02)):
@@ -119,6 +135,10 @@ def history(start: float) -> list[Series]:
         ("ScaleDeployment", "metric_above_target", "applied", 0.005),
         ("ScaleDeployment", "metric_above_target", "failed", 0.0),
         ("EvictPod", "preempt_for_inference", "blocked", 0.0),
+        ("SuspendWorkload", "preempt_for_inference", "applied", 2 / 3600),
+        ("ResumeWorkload", "resume_training", "applied", 1 / 3600),
+        ("ScaleNodePool", "burst_scale_up", "applied", 1 / 3600),
+        ("ScaleNodePool", "burst_scale_down", "applied", 0.0),
     ):
         labels = {**LEADER, "kind": kind, "reason": reason, "dry_run": "false", "result": result}
         s.append(Series("gpu_autoscaler_actions_total", labels, counter(per_s) if per_s else const(0)))
@@ -160,6 +180,7 @@ EXPECTED_ACTIVE_ALERTS = {
     ("GPUInferenceUtilizationHigh", (("namespace", "ml"), ("service", "chat"))),
     ("GPUInferenceUtilizationLow", (("namespace", "ml"), ("service", "embed"))),
     ("DCGMExporterNodeMissing", (("node", "node3"),)),
+    ("GPUAutoscalerCapacityShortfall", CONTROLLER),
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.observability.common import DASHBOARDS_DIR, RULE_FILE, load_rules, require_grafana_sdk
+from tests.observability.common import DASHBOARDS_DIR, RULE_FILE, alerts, load_rules, require_grafana_sdk
 from tests.observability.live_prometheus import (
     CHAT_PODS,
     EMBED_POD,
@@ -157,9 +157,9 @@ def test_panels_read_recording_rules_that_exist() -> None:
     assert used and used <= recorded, f"not recorded by {RULE_FILE.name}: {used - recorded}"
 
 
-def test_dashboard_covers_the_controller_services_gpus_and_forecast() -> None:
+def test_dashboard_covers_the_controller_services_gpus_forecast_and_capacity() -> None:
     rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
-    assert rows == ["Controller", "Decisions and actions", "Services", "GPUs", "Forecast"]
+    assert rows == ["Controller", "Decisions and actions", "Services", "GPUs", "Forecast", "Capacity arbitration"]
     exprs = " ".join(t["expr"] for _, t in targets(dashboard()))
     for needed in (
         "gpu_autoscaler_ticks_total",
@@ -174,8 +174,52 @@ def test_dashboard_covers_the_controller_services_gpus_and_forecast() -> None:
         "DCGM_FI_DEV_GPU_UTIL",
         "DCGM_FI_DEV_FB_USED",
         "namespace_service_pod:dcgm_gpu_util:avg",
+        "gpu_autoscaler_training_gangs_stopped_total",
+        "gpu_autoscaler_training_gpu_hours_lost_total",
+        "namespace_job:gpu_autoscaler_capacity_shortfall_gpus:leader",
+        "namespace_job_pool:gpu_autoscaler_burst_nodes:leader",
+        "namespace_job:gpu_autoscaler_burst_spend_per_hour:leader",
     ):
         assert needed in exprs, needed
+
+
+def panel_exprs(title: str) -> list[str]:
+    found = [t["expr"] for panel_title, t in targets(dashboard()) if panel_title == title]
+    assert found, f"no panel {title!r}"
+    return found
+
+
+def test_capacity_panels() -> None:
+    """The capacity row counts applied actions only, and draws the spend alert's threshold from the one recording
+    rule that sets it (no second copy of the number in the dashboard)."""
+    (actions,) = panel_exprs("Preemptions, resumes and burst scaling (applied, per hour)")
+    assert 'result="applied"' in actions
+    (reasons,) = re.findall(r'reason=~"([^"]+)"', actions)
+    assert set(reasons.split("|")) == {"preempt_for_inference", "resume_training", "burst_scale_up", "burst_scale_down"}
+    spend, threshold = panel_exprs("Burst spend per hour")
+    assert "namespace_job:gpu_autoscaler_burst_spend_per_hour:leader" in spend
+    recorded = "cluster:gpu_autoscaler_burst_spend_per_hour:alert_threshold"
+    assert threshold == f"max({recorded})"
+    assert recorded in alerts()["GPUAutoscalerBurstSpendHigh"]["expr"]
+
+
+def test_capacity_panels_show_the_leaders_values(prometheus: Prometheus) -> None:
+    d = dashboard()
+    values = {}
+    for title in ("Capacity shortfall", "Burst spend per hour", "Burst nodes by pool"):
+        for expr in panel_exprs(title):
+            status, body = prometheus.query(substitute(expr, d))
+            assert status == 200
+            series = "threshold" if "alert_threshold" in expr else ""
+            for r in body["data"]["result"]:
+                values[(title, r["metric"].get("pool", ""), series)] = float(r["value"][1])
+    assert values == {
+        ("Capacity shortfall", "", ""): 2.0,  # the follower's leftover 6 is ignored
+        ("Burst spend per hour", "", ""): 56.0,
+        ("Burst spend per hour", "", "threshold"): 100.0,
+        ("Burst nodes by pool", "cloud-a100", ""): 2.0,
+        ("Burst nodes by pool", "cloud-h100", ""): 0.0,
+    }
 
 
 # ---- against a real Prometheus ----------------------------------------------------------------------------------

@@ -294,7 +294,14 @@ def matcher_values(label: str) -> set[str]:
 def test_rules_use_label_values_the_controller_emits() -> None:
     assert matcher_values("reason") <= {r.value for r in Reason}
     actions = {
-        cls.__name__ for cls in (model.ScaleDeployment, model.EvictPod, model.SuspendWorkload, model.ScaleNodePool)
+        cls.__name__
+        for cls in (
+            model.ScaleDeployment,
+            model.EvictPod,
+            model.SuspendWorkload,
+            model.ResumeWorkload,
+            model.ScaleNodePool,
+        )
     }
     assert matcher_values("kind") <= actions
     assert matcher_values("component") <= set(ERROR_COMPONENTS)
@@ -312,6 +319,17 @@ def test_every_error_component_is_covered_by_an_alert() -> None:
     (component_regex,) = re.findall(r'component=~"([^"]+)"', rules["GPUAutoscalerComponentErrors"]["expr"])
     covered = covered_by_holding | covered_by_actions | set(component_regex.split("|"))
     assert covered == set(ERROR_COMPONENTS)
+
+
+def test_burst_spend_threshold_is_set_in_one_place() -> None:
+    """The alert (expression and description) and the dashboard read one recording rule; no second number."""
+    name = "cluster:gpu_autoscaler_burst_spend_per_hour:alert_threshold"
+    rules = [r for g in load_rules()["groups"] for r in g["rules"]]
+    (threshold,) = [r for r in rules if r.get("record") == name]
+    assert re.fullmatch(r"vector\(\d+(\.\d+)?\)", threshold["expr"].strip())
+    spend = alerts()["GPUAutoscalerBurstSpendHigh"]
+    assert name in spend["expr"] and not re.search(r"[<>]=?\s*\d", spend["expr"]), "compare with the recorded threshold"
+    assert f'query "{name}"' in spend["annotations"]["description"]
 
 
 def test_inference_pods_use_the_adapters_pod_regex() -> None:
