@@ -150,6 +150,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
 
 
 def _pdb_use(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> tuple[tuple[str, int, int], ...]:
+    """(budget "namespace/name", pods of ``pods`` it covers, its disruptions allowed) for every budget covering any."""
     out = []
     for pdb in snapshot.pdbs:
         if not pdb.selector:
@@ -176,16 +177,9 @@ def within_budgets(victims: Iterable[GangCandidate]) -> bool:
 
 
 def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
-    for pdb in snapshot.pdbs:
-        if not pdb.selector:
-            continue
-        covered = sum(
-            1
-            for p in pods
-            if p.namespace == pdb.namespace and all(p.labels.get(k) == v for k, v in pdb.selector.items())
-        )
-        if covered > pdb.disruptions_allowed:
-            return f"PodDisruptionBudget {pdb.namespace}/{pdb.name} allows {pdb.disruptions_allowed} of its {covered}"
+    for key, covered, allowed in _pdb_use(snapshot, pods):
+        if covered > allowed:
+            return f"PodDisruptionBudget {key} allows {allowed} of its {covered}"
     return None
 
 
