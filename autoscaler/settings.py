@@ -209,7 +209,9 @@ class CapacitySettings(_Group):
         300.0, ge=0, description="a suspended gang's GPUs are free this long before it is resumed, seconds"
     )
     resume_horizon_seconds: float = Field(
-        1800.0, ge=0, description="the forecast must keep a resumed gang's GPUs free this long (or its min runtime)"
+        1800.0,
+        ge=0,
+        description="the forecast must keep a resumed gang's GPUs free this long (or its min runtime), seconds",
     )
     expanders: Annotated[list[Literal["least-waste", "cheapest", "priority"]], NoDecode] = Field(
         default_factory=lambda: ["least-waste", "cheapest"],

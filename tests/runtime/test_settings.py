@@ -155,6 +155,9 @@ JSON_VALUED = {
     "AUTOSCALER_FORECAST__AUTO_CANDIDATES": '["last_value",',
     "AUTOSCALER_PROMETHEUS": "{bad",
     "AUTOSCALER_PROMETHEUS_EXTRA_HEADERS": "nope",
+    "AUTOSCALER_CAPACITY": "{bad",
+    "AUTOSCALER_CAPACITY__BURST_POOLS": "{bad",
+    "AUTOSCALER_CAPACITY__EXPANDERS": '["cheapest",',
 }
 # What the line says; the Prometheus group has no JSON form (its settings keep their own flat variables).
 EXPECTED = {"AUTOSCALER_PROMETHEUS": "use the AUTOSCALER_PROMETHEUS_* variables"}
