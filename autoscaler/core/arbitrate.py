@@ -140,12 +140,22 @@ def _bound_and_pending(snapshot: ClusterSnapshot, policy: ServicePolicy) -> tupl
     return bound, pending
 
 
-def _place(free: dict[str, int], replicas: int, gpus: int) -> int:
-    """Place up to ``replicas`` replicas of ``gpus`` GPUs, best fit (the fullest node that fits first), consuming
-    ``free``; returns how many were placed."""
+def _place(
+    free: dict[str, int],
+    replicas: int,
+    gpus: int,
+    gpu_type: str | None = None,
+    node_types: Mapping[str, str | None] | None = None,
+) -> int:
+    """Place up to ``replicas`` replicas of ``gpus`` GPUs on nodes of ``gpu_type`` (None: any), best fit (the
+    fullest node that fits first), consuming ``free``; returns how many were placed."""
     placed = 0
     while placed < replicas:
-        fits = [(left, node) for node, left in free.items() if left >= gpus]
+        fits = [
+            (left, node)
+            for node, left in free.items()
+            if left >= gpus and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
+        ]
         if not fits:
             break
         _, node = min(fits)
@@ -257,6 +267,7 @@ def arbitrate(
     pools = _pools(arb, config)
     spend = sum(p.nodes * p.gpus_per_node * p.price_per_gpu_hour for p in pools)
     desired = {d.key: d for d in arb.decisions}
+    gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in snapshot.deployments}
 
     actions: list[Action] = []
     shortfalls: list[Shortfall] = []
@@ -274,8 +285,9 @@ def arbitrate(
         if unplaced == 0:
             continue
         g = policy.gpus_per_replica
-        unplaced -= _place(free, unplaced, g)
-        on_booting = _place(booting, unplaced, g)
+        gpu_type = gpu_types.get(key)
+        unplaced -= _place(free, unplaced, g, gpu_type, node_types)
+        on_booting = _place(booting, unplaced, g, gpu_type, node_types)
         short = unplaced - on_booting
         if short <= 0:
             continue
@@ -294,15 +306,22 @@ def arbitrate(
             continue
         hours = duration / 3600.0
         lower = [c for c in candidates if c.gang not in taken and c.priority < policy.priority]
-        choice = choose_victims(GpuNeed(short, g), free, lower, node_types) if config.preempt else None
+        need = GpuNeed(short, g, gpu_type)
+        choice = choose_victims(need, free, lower, node_types) if config.preempt else None
         preempt_cost = None
         if choice is not None and choice.met and choice.victims:
             victim_gpus = sum(v.gpus for v in choice.victims)
             preempt_cost = (choice.lost_work_gpu_s / 3600.0 + victim_gpus * hours) * config.training_gpu_hour_value
-        preemptible_left = sum(c.gpus for c in lower if c.why_not is None)
+        preemptible_left = sum(
+            gpus
+            for c in lower
+            if c.why_not is None
+            for node, gpus in c.gpus_by_node.items()
+            if gpu_type is None or node_types.get(node) == gpu_type
+        )
         current_pools = [replace(p, nodes=p.nodes + added_nodes.get(p.name, 0)) for p in pools]
         burst = (
-            choose_burst(current_pools, short, g, None, config.expanders, spend, config.spend_cap_per_hour)
+            choose_burst(current_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
             if config.burst and pools
             else None
         )
@@ -357,7 +376,7 @@ def arbitrate(
                     if node in free:
                         free[node] += gpus
                 actions.extend(_stop_actions(victim, workloads, text, key))
-            _place(free, short, g)
+            _place(free, short, g, gpu_type, node_types)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool

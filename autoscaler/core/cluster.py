@@ -13,6 +13,7 @@ class DeploymentInfo:
     spec_replicas: int
     ready_replicas: int
     selector: Mapping[str, str] = field(default_factory=dict)
+    gpu_product: str | None = None  # the GPU type its pods select (template nodeSelector); None = any
 
 
 @dataclass(frozen=True, slots=True)

@@ -499,7 +499,9 @@ class SimCluster:
         deployments = []
         for key, dep in self.deployments.items():
             ready = sum(1 for p in self.pods.values() if p.owner == key and p.ready(now))
-            deployments.append(DeploymentInfo(dep.namespace, dep.name, dep.replicas, ready))
+            deployments.append(
+                DeploymentInfo(dep.namespace, dep.name, dep.replicas, ready, gpu_product=dep.gpu_product)
+            )
         pods = tuple(
             PodInfo(
                 namespace=p.namespace,

@@ -217,3 +217,21 @@ def test_rules_protect_non_preemptible_label() -> None:
     actions, report, _ = run(snapshot, 9, CapacityConfig(training=TrainingRules()))
     assert actions == []
     assert any(c.why_not and "preemptible=false" in c.why_not for c in report.candidates)
+
+
+def test_a_service_pinned_to_a_gpu_type_takes_gpus_of_that_type_only() -> None:
+    """The H100 service's replicas cannot use A100 GPUs: the (more expensive) H100 gang is the victim, and a pool of
+    the wrong type is no option."""
+    from autoscaler.core.cluster import DeploymentInfo
+
+    nodes = (NodeInfo("a1", 8, "A100", "onprem", True), NodeInfo("h1", 8, "H100", "onprem", True),
+             NodeInfo("h2", 8, "H100", "onprem", True))
+    pods = [replica(i, "h1") for i in range(8)]
+    pods += gang_pods("cheap-a100", ["a1"], checkpoint_age=10.0)
+    pods += gang_pods("dear-h100", ["h2"], checkpoint_age=3000.0)
+    snapshot = ClusterSnapshot(NOW, deployments=(DeploymentInfo("inference", "chat", 8, 8, gpu_product="H100"),),
+                               pods=tuple(pods), nodes=nodes, workloads=(job("cheap-a100"), job("dear-h100")))
+    actions, report, _ = run(snapshot, 10, CapacityConfig(pools=(POOL,), assumed_shortfall_s=60.0))
+    assert [(type(a), a.name) for a in actions] == [(SuspendWorkload, "dear-h100")]
+    burst = [o for o in report.options if o.kind == "burst"]
+    assert burst and burst[0].cost is None and "GPU type A100 is not H100" in burst[0].detail

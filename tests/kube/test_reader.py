@@ -454,3 +454,16 @@ def test_malformed_custom_resources_do_not_break_the_snapshot(
     odd[3]["spec"]["pytorchReplicaSpecs"] = {"Master": None, "Worker": ["x"]}
     apiserver.seed(o.jobset_crd(), o.workload_crd(), o.kubeflow_crds(), odd)
     assert reader(api_client).snapshot(NOW).workloads == ()  # none of them asks for a GPU it can be read from
+
+
+def test_a_deployment_pinned_to_a_gpu_product_says_so() -> None:
+    from autoscaler.adapters.kubernetes.reader import KubeClusterReader
+
+    raw = {
+        "metadata": {"namespace": "inference", "name": "chat"},
+        "spec": {"replicas": 2, "template": {"spec": {"nodeSelector": {"nvidia.com/gpu.product": "H100-80GB"}}}},
+        "status": {"readyReplicas": 2},
+    }
+    assert KubeClusterReader._deployment(raw).gpu_product == "H100-80GB"
+    del raw["spec"]["template"]
+    assert KubeClusterReader._deployment(raw).gpu_product is None

@@ -278,7 +278,7 @@ class KubeClusterReader:
         nodes = [n for n in (self._node(raw) for raw in raw_nodes) if n is not None]
         snapshot = ClusterSnapshot(
             time=now,
-            deployments=tuple(self._deployment(d) for d in deployments),
+            deployments=tuple(self._deployment(d, self.config.gpu_product_label) for d in deployments),
             pods=tuple(pods),
             nodes=tuple(nodes),
             priority_classes=priority_classes,
@@ -313,15 +313,19 @@ class KubeClusterReader:
         return classes, default
 
     @staticmethod
-    def _deployment(raw: JSON) -> DeploymentInfo:
+    def _deployment(raw: JSON, gpu_product_label: str = "nvidia.com/gpu.product") -> DeploymentInfo:
         meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
         replicas = spec.get("replicas")
+        pod_spec = ((spec.get("template") or {}).get("spec")) or {}
+        selector = pod_spec.get("nodeSelector") or {}
+        product = selector.get(gpu_product_label) if isinstance(selector, dict) else None
         return DeploymentInfo(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
             spec_replicas=1 if replicas is None else _int(replicas),  # the API's default when unset
             ready_replicas=_int(status.get("readyReplicas")),
             selector=dict(((spec.get("selector") or {}).get("matchLabels")) or {}),
+            gpu_product=product if isinstance(product, str) and product else None,
         )
 
     def _gang(
