@@ -126,18 +126,17 @@ class ArbitrationInput:
     tick_s: float = 15.0
 
 
-def _bound_and_pending(snapshot: ClusterSnapshot, policy: ServicePolicy) -> tuple[int, int]:
-    bound = pending = 0
-    for pod in snapshot.pods:
-        if pod.owner_kind != "Deployment" or pod.owner_name != policy.name or pod.namespace != policy.namespace:
-            continue
-        if pod.phase in ("Succeeded", "Failed"):
-            continue
-        if pod.node is None:
-            pending += 1
-        else:
-            bound += 1
-    return bound, pending
+def _bound_replicas(snapshot: ClusterSnapshot, policy: ServicePolicy) -> int:
+    """The service's live pods that hold GPUs on a node (starting or serving)."""
+    return sum(
+        1
+        for pod in snapshot.pods
+        if pod.owner_kind == "Deployment"
+        and pod.owner_name == policy.name
+        and pod.namespace == policy.namespace
+        and pod.node is not None
+        and pod.phase not in ("Succeeded", "Failed")
+    )
 
 
 def _place(
@@ -280,8 +279,7 @@ def arbitrate(
         decision = desired.get(key)
         if decision is None or decision.recommend_only or policy.mode is Mode.RECOMMEND_ONLY:
             continue
-        bound, _ = _bound_and_pending(snapshot, policy)
-        unplaced = max(0, decision.desired_replicas - bound)
+        unplaced = max(0, decision.desired_replicas - _bound_replicas(snapshot, policy))
         if unplaced == 0:
             continue
         g = policy.gpus_per_replica
