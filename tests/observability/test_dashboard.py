@@ -237,6 +237,8 @@ def prometheus(promtool: str, prometheus_binary: str, tmp_path_factory: pytest.T
     try:
         # Recording rules run every second; the inference-pod series need the per-service ones of the same pass.
         server.wait_for("namespace_service_pod:dcgm_gpu_util:avg")
+        # The capacity rules are another group, evaluated on its own schedule: its first pass may come later.
+        server.wait_for("namespace_job_pool:gpu_autoscaler_burst_nodes:leader")
         yield server
     finally:
         server.stop()
