@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from autoscaler.core.burst import BurstOption, BurstPool, choose_burst, worth_a_node
-from autoscaler.core.cluster import ClusterSnapshot, WorkloadInfo
+from autoscaler.core.cluster import SUSPENDABLE_KINDS, ClusterSnapshot, WorkloadInfo, free_gpus_per_node
 from autoscaler.core.model import (
     Action,
     CapacityState,
@@ -50,9 +50,6 @@ from autoscaler.core.predictive import rate_per_replica
 from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import GangCandidate, GpuNeed, TrainingRules, choose_victims, gangs_from_snapshot
 from forecast.types import Forecast
-
-# Workload kinds stopped through their spec (the Kubernetes adapter's suspend); any other gang is evicted pod by pod.
-SUSPENDABLE_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TFJob", "Workload"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,28 +161,19 @@ def _place(
 
 
 def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | None:
-    """``free`` after placing every pod (first fit decreasing, best fit), or None when one does not fit."""
+    """``free`` after placing every pod (largest first, each by ``_place``), or None when one does not fit."""
     left = dict(free)
     for gpus in sorted(pod_gpus, reverse=True):
-        fits = [(room, node) for node, room in left.items() if room >= gpus]
-        if not fits:
+        if _place(left, 1, gpus) == 0:
             return None
-        _, node = min(fits)
-        left[node] -= gpus
     return left
 
 
 def _free_by_node(snapshot: ClusterSnapshot) -> tuple[dict[str, int], dict[str, int]]:
     """Free GPUs of ready nodes, and of booting (not ready) nodes."""
-    used: dict[str, int] = {}
-    for pod in snapshot.pods:
-        if pod.node and pod.phase not in ("Succeeded", "Failed"):
-            used[pod.node] = used.get(pod.node, 0) + pod.gpus
-    ready: dict[str, int] = {}
-    booting: dict[str, int] = {}
-    for node in snapshot.nodes:
-        left = max(0, node.allocatable_gpus - used.get(node.name, 0))
-        (ready if node.ready else booting)[node.name] = left
+    free = free_gpus_per_node(snapshot)
+    ready = {n.name: free[n.name] for n in snapshot.nodes if n.ready}
+    booting = {n.name: free[n.name] for n in snapshot.nodes if not n.ready}
     return ready, booting
 
 

@@ -67,6 +67,11 @@ class PodDisruptionBudgetInfo:
     disruptions_allowed: int
 
 
+# Workload kinds stopped through their spec (Job/JobSet/Kubeflow ``suspend``, Kueue Workload ``active``); a gang of
+# any other kind is stopped by evicting its pods.
+SUSPENDABLE_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TFJob", "Workload"})
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadInfo:
     """A training workload that can be stopped through its spec (Job, JobSet, Kubeflow job, Kueue Workload)."""
@@ -145,3 +150,12 @@ def preemptible_gpus(snapshot: ClusterSnapshot, below_priority: int) -> int:
         and pod.priority < below_priority
         and pod.phase not in ("Succeeded", "Failed")
     )
+
+
+def free_gpus_per_node(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """Allocatable minus the GPUs requested by live pods bound there, for every node (ready or not)."""
+    used: dict[str, int] = {}
+    for pod in snapshot.pods:
+        if pod.node and pod.phase not in ("Succeeded", "Failed"):
+            used[pod.node] = used.get(pod.node, 0) + pod.gpus
+    return {n.name: max(0, n.allocatable_gpus - used.get(n.name, 0)) for n in snapshot.nodes}

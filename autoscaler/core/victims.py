@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.core.cluster import ClusterSnapshot, PodInfo
+from autoscaler.core.cluster import ClusterSnapshot, PodInfo, free_gpus_per_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +82,8 @@ class TrainingRules:
 
 def free_gpus_by_node(snapshot: ClusterSnapshot) -> dict[str, int]:
     """Allocatable minus requested GPUs of the pods bound there, for ready GPU nodes."""
-    used: dict[str, int] = defaultdict(int)
-    for pod in snapshot.pods:
-        if pod.node and pod.phase not in ("Succeeded", "Failed"):
-            used[pod.node] += pod.gpus
-    return {n.name: max(0, n.allocatable_gpus - used[n.name]) for n in snapshot.nodes if n.ready}
+    free = free_gpus_per_node(snapshot)
+    return {n.name: free[n.name] for n in snapshot.nodes if n.ready}
 
 
 def _gang_id(pod: PodInfo) -> str:

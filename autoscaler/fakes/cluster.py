@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.core.cluster import (
+    SUSPENDABLE_KINDS,
     ClusterSnapshot,
     DeploymentInfo,
     NodeInfo,
@@ -31,7 +32,6 @@ from autoscaler.core.cluster import (
 )
 from autoscaler.ports import EvictionOutcome, PortError
 
-SUSPENDABLE_KINDS = frozenset({"Job", "JobSet", "PyTorchJob", "TFJob", "Workload"})
 OPS = (
     "snapshot",
     "scale_deployment",
