@@ -216,8 +216,9 @@ class Actuator:
         told: set[str] = set()
         for result in results:
             action = result.action
-            applied = isinstance(action, EvictPod) and result.result == "applied"
-            if applied and isinstance(action, EvictPod) and action.service and action.gang and action.gang not in told:
+            if not isinstance(action, EvictPod) or result.result != "applied":
+                continue
+            if action.service and action.gang and action.gang not in told:
                 told.add(action.gang)
                 self.service_event(action.service, action, f"evicted gang {action.gang}: {action.detail}")
         return results
