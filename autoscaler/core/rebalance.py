@@ -1,0 +1,467 @@
+"""The rebalance planner (issue 15, item 3): bounded pod moves that make room for what waits, pure.
+
+GPUs free in ones and twos across nodes cannot host an 8-GPU training pod or a 4-GPU replica, and a burst node kept
+alive by one stray replica costs money all night. A *move* is an eviction whose replacement lands elsewhere (a
+Deployment's ReplicaSet recreates the pod; the scheduler -- bin-packing, or this project's extender -- places it on
+the fullest node that fits, the destination the plan expects). Karpenter's consolidation is the model: a move is
+made only when what it gains is worth its disruption.
+
+Rules:
+
+- **What may move**: a ready replica of a Deployment whose every replica is ready (nothing else is starting), at
+  most one per Deployment per pass, within every PodDisruptionBudget over the whole pass; a training gang only when
+  its pods carry ``gpuautoscaler.dev/rebalance=allowed`` and its last checkpoint is recent (``checkpoint_max_age_s``:
+  moving it throws that work away), and then the whole gang. Nothing on a NotReady node, nothing not ready, no pod of
+  any other owner (a bare pod is not recreated; a StatefulSet's identity and volumes are its own).
+- **What a move is for** (targets, in order): (1) *waiting work*: pending GPU pods (a gang counts whole: all its
+  pods or nothing) and the training this controller suspended, higher priority first, larger first, that do not fit
+  in the free GPUs as they are but would after moving some movable pods off the nodes of their GPU type -- pods the
+  destination nodes can hold without the target nodes; (2) *burst nodes*: a node of a burst pool under
+  ``burst_empty_below`` of its GPUs in use whose pods all fit on the other nodes (the on-prem ones first) is emptied,
+  so that the give-back removes an empty node instead of restarting its pods at once.
+- **Worth it**: the gain of a target (GPUs made usable for the waiting pods; a burst node's GPUs) divided by the pods
+  it moves must reach ``min_gain_per_move``.
+- **Bounded**: at most ``max_moves_per_pass`` pods per pass and ``max_moves_per_hour`` over the last hour (the state
+  keeps the times); a target whose moves do not fit in what is left is not started (half a defragmentation is only
+  disruption).
+
+The plan also reports the GPUs *stranded* by fragmentation: free GPUs on nodes where none of the waiting pods fits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from autoscaler.core.cluster import ClusterSnapshot, PodInfo, free_gpus_per_node
+from autoscaler.core.model import EvictPod
+from autoscaler.core.reasons import Reason
+
+REBALANCE_LABEL = "gpuautoscaler.dev/rebalance"  # "allowed" on a training gang's pods lets the rebalancer move it
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceConfig:
+    """How much the rebalancer may disturb, and when a move is worth it. Times in seconds."""
+
+    interval_s: float = 300.0  # seconds between passes
+    max_moves_per_pass: int = 2  # pods moved in one pass at most
+    max_moves_per_hour: int = 8  # pods moved over any hour at most
+    min_gain_per_move: float = 2.0  # GPUs made usable per pod moved, at least
+    checkpoint_max_age_s: float = 600.0  # a movable gang checkpointed at most this many seconds ago
+    burst_pools: frozenset[str] = frozenset()  # node pools to empty (their nodes are paid by the hour)
+    burst_empty_below: float = 0.5  # a burst node under this share of its GPUs in use is emptied
+    # pools where training may not run (burst pools are tainted for inference); a waiting gang is not placed there
+    training_excluded_pools: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ValueError("interval_s must be > 0 seconds")
+        if self.max_moves_per_pass < 0 or self.max_moves_per_hour < 0:
+            raise ValueError("move bounds must be >= 0")
+        if self.min_gain_per_move < 0:
+            raise ValueError("min_gain_per_move must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceState:
+    last_pass_at: float | None = None  # Unix seconds of the last pass
+    move_times: tuple[float, ...] = ()  # Unix seconds of the moves of the last hour
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One unit moved: a replica, or a whole training gang."""
+
+    pods: tuple[tuple[str, str], ...]  # (namespace, name)
+    gpus_by_node: Mapping[str, int]  # where it is now
+    destinations: Mapping[str, int]  # node -> GPUs, where the plan expects it to land
+    owner: str  # "deployment/<ns>/<name>" or the gang id
+    gang: str | None  # the gang id when a training gang moves (its pods go together or not at all)
+    target: str  # what the move makes room for
+    gain_gpus: int  # of the whole target
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RebalancePlan:
+    ran: bool  # False: not due this tick
+    moves: tuple[Move, ...] = ()
+    actions: tuple[EvictPod, ...] = ()
+    stranded_gpus: int = 0  # free GPUs no waiting pod fits on, before the moves
+    stranded_after: int = 0  # ... after them (as the plan expects them to land)
+    notes: tuple[str, ...] = ()  # targets not pursued, and why
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    pods: tuple[PodInfo, ...]
+    owner: str
+    pdb_use: tuple[tuple[str, int, int], ...]
+    gpu_type: str | None
+    training: bool
+
+    @property
+    def gpus_by_node(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for p in self.pods:
+            out[p.node or ""] += p.gpus
+        return dict(out)
+
+    @property
+    def pod_gpus(self) -> list[int]:
+        return [p.gpus for p in self.pods]
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    name: str
+    priority: int
+    pod_gpus: tuple[int, ...]
+    gpu_type: str | None
+    training: bool  # may not use the training-excluded pools
+
+
+def _pdb_use(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for pdb in snapshot.pdbs:
+        if not pdb.selector:
+            continue
+        covered = sum(
+            1
+            for p in pods
+            if p.namespace == pdb.namespace and all(p.labels.get(k) == v for k, v in pdb.selector.items())
+        )
+        if covered:
+            out.append((f"{pdb.namespace}/{pdb.name}", covered, pdb.disruptions_allowed))
+    return tuple(out)
+
+
+def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfig) -> tuple[list[_Unit], list[str]]:
+    ready_nodes = {n.name for n in snapshot.nodes if n.ready}
+    deployments = {(d.namespace, d.name): d for d in snapshot.deployments}
+    types = {(w.gang): w.gpu_product for w in snapshot.workloads}
+    units: list[_Unit] = []
+    notes: list[str] = []
+    replicas: dict[tuple[str, str], list[PodInfo]] = defaultdict(list)
+    gangs: dict[str, list[PodInfo]] = defaultdict(list)
+    for pod in snapshot.pods:
+        if pod.gpus <= 0 or pod.phase in ("Succeeded", "Failed"):
+            continue
+        if pod.owner_kind == "Deployment" and pod.owner_name:
+            replicas[(pod.namespace, pod.owner_name)].append(pod)
+        elif pod.gang:
+            gangs[pod.gang].append(pod)
+    for key, pods in sorted(replicas.items()):
+        dep = deployments.get(key)
+        if dep is None or dep.ready_replicas < dep.spec_replicas or any(not p.ready for p in pods):
+            continue  # a replica is starting: moving another takes the service below what it asked for
+        if len(pods) < 2:
+            continue  # its only replica: a move is an outage however short
+        for pod in sorted(pods, key=lambda p: p.name):
+            if pod.node in ready_nodes and pod.ready:
+                units.append(
+                    _Unit((pod,), f"deployment/{key[0]}/{key[1]}", _pdb_use(snapshot, [pod]), dep.gpu_product, False)
+                )
+    for gang, pods in sorted(gangs.items()):
+        if not all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods):
+            continue
+        if not all(p.node in ready_nodes and p.ready for p in pods):
+            continue
+        checkpoints = [p.last_checkpoint_at for p in pods if p.last_checkpoint_at is not None]
+        if not checkpoints or now - max(checkpoints) > config.checkpoint_max_age_s:
+            notes.append(
+                f"gang {gang}: allowed to move but not checkpointed in the last {config.checkpoint_max_age_s:g}s"
+            )
+            continue
+        units.append(_Unit(tuple(pods), gang, _pdb_use(snapshot, pods), types.get(gang), True))
+    return units, notes
+
+
+def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
+    deployments = {(d.namespace, d.name): d for d in snapshot.deployments}
+    types = {w.gang: w.gpu_product for w in snapshot.workloads}
+    gangs: dict[str, list[PodInfo]] = defaultdict(list)
+    targets = []
+    for pod in snapshot.pods:
+        if pod.node is not None or pod.gpus <= 0 or pod.phase != "Pending":
+            continue
+        if pod.owner_kind == "Deployment" and pod.owner_name:
+            dep = deployments.get((pod.namespace, pod.owner_name))
+            gpu_type = dep.gpu_product if dep is not None else None
+            targets.append(_Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), gpu_type, False))
+        elif pod.gang:
+            gangs[pod.gang].append(pod)
+        else:
+            targets.append(_Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), None, True))
+    for gang, pods in gangs.items():
+        gpus = tuple(p.gpus for p in pods)
+        targets.append(_Target(f"gang {gang}", min(p.priority for p in pods), gpus, types.get(gang), True))
+    for w in snapshot.workloads:
+        if w.suspended and w.suspended_by_us_at is not None and w.pod_gpus:
+            targets.append(
+                _Target(f"{w.kind} {w.namespace}/{w.name} (suspended)", w.priority, w.pod_gpus, w.gpu_product, True)
+            )
+    targets.sort(key=lambda t: (-t.priority, -sum(t.pod_gpus), t.name))
+    return targets
+
+
+class _Cluster:
+    """The plan's working copy of free GPUs per ready node, with what each node may host."""
+
+    def __init__(self, snapshot: ClusterSnapshot, config: RebalanceConfig) -> None:
+        free = free_gpus_per_node(snapshot)
+        self.nodes = {n.name: n for n in snapshot.nodes if n.ready}
+        self.free = {name: free[name] for name in self.nodes}
+        self.config = config
+
+    def allowed(self, node: str, gpu_type: str | None, training: bool) -> bool:
+        info = self.nodes[node]
+        if gpu_type is not None and info.gpu_product != gpu_type:
+            return False
+        return not (training and info.pool in self.config.training_excluded_pools)
+
+    def place(
+        self,
+        free: dict[str, int],
+        pod_gpus: Sequence[int],
+        gpu_type: str | None,
+        training: bool,
+        exclude: frozenset[str] = frozenset(),
+    ) -> dict[str, int] | None:
+        """Best fit, largest pod first: node -> GPUs taken, consuming ``free``; None (and ``free`` untouched) when
+        one pod does not fit. The burst nodes are the last resort: a move onto one keeps it alive."""
+        taken: dict[str, int] = defaultdict(int)
+        trial = dict(free)
+        for gpus in sorted(pod_gpus, reverse=True):
+            fits = [
+                (self.nodes[n].pool in self.config.burst_pools, left, n)
+                for n, left in trial.items()
+                if left >= gpus and n not in exclude and self.allowed(n, gpu_type, training)
+            ]
+            if not fits:
+                return None
+            _, _, node = min(fits)
+            trial[node] -= gpus
+            taken[node] += gpus
+        free.update(trial)
+        return dict(taken)
+
+
+def stranded_gpus(snapshot: ClusterSnapshot, config: RebalanceConfig | None = None) -> int:
+    """Free GPUs on ready nodes where none of the waiting pods (pending, or suspended by this controller) fits:
+    free but unusable for the shapes that wait. 0 when nothing waits."""
+    return _stranded(_Cluster(snapshot, config or RebalanceConfig()), _targets(snapshot))
+
+
+def _stranded(cluster: _Cluster, targets: Sequence[_Target], free: Mapping[str, int] | None = None) -> int:
+    free = cluster.free if free is None else free
+    if not targets:
+        return 0
+    stranded = 0
+    for node, left in free.items():
+        if left <= 0:
+            continue
+        if not any(g <= left and cluster.allowed(node, t.gpu_type, t.training) for t in targets for g in t.pod_gpus):
+            stranded += left
+    return stranded
+
+
+def plan_rebalance(
+    snapshot: ClusterSnapshot, now: float, config: RebalanceConfig, state: RebalanceState
+) -> tuple[RebalancePlan, RebalanceState]:
+    """The moves of this pass (none when a pass is not due), and the state for the next."""
+    if state.last_pass_at is not None and now - state.last_pass_at < config.interval_s:
+        return RebalancePlan(ran=False), state
+    recent = tuple(t for t in state.move_times if now - t < HOUR_S)
+    budget = min(config.max_moves_per_pass, config.max_moves_per_hour - len(recent))
+    cluster = _Cluster(snapshot, config)
+    targets = _targets(snapshot)
+    stranded_before = _stranded(cluster, targets)
+    units, notes = _movable_units(snapshot, now, config)
+    free = dict(cluster.free)
+    pdb_used: dict[str, int] = defaultdict(int)
+    moved_owners: set[str] = set()
+    moves: list[Move] = []
+
+    def usable(unit: _Unit) -> bool:
+        if unit.owner in moved_owners:
+            return False
+        return all(pdb_used[key] + covered <= allowed for key, covered, allowed in unit.pdb_use)
+
+    def commit(chosen: Sequence[tuple[_Unit, dict[str, int]]], target: str, gain: int, why: str) -> None:
+        for unit, dest in chosen:
+            moved_owners.add(unit.owner)
+            for key, covered, _ in unit.pdb_use:
+                pdb_used[key] += covered
+            where = ", ".join(f"{n} ({g})" for n, g in sorted(dest.items()))
+            moves.append(
+                Move(
+                    tuple((p.namespace, p.name) for p in unit.pods),
+                    unit.gpus_by_node,
+                    dest,
+                    unit.owner,
+                    unit.owner if unit.training else None,
+                    target,
+                    gain,
+                    f"{why}; expected to land on {where}",
+                )
+            )
+
+    for target in targets:
+        if budget - len(moves) <= 0:
+            notes.append(
+                f"{target.name}: move budget used up ({config.max_moves_per_pass}/pass, "
+                f"{config.max_moves_per_hour}/hour)"
+            )
+            break
+        trial = dict(free)
+        if cluster.place(trial, target.pod_gpus, target.gpu_type, target.training) is not None:
+            continue  # it fits as things are: the scheduler's (or the arbitration's) job, no move needed
+        found = _make_room(cluster, free, target, [u for u in units if usable(u)], budget - len(moves))
+        if found is None:
+            notes.append(
+                f"{target.name}: {sum(target.pod_gpus)} GPU(s) do not fit, and no bounded set of movable "
+                "pods makes room"
+            )
+            continue
+        chosen, after = found
+        if not chosen:
+            continue  # it fits once placed pod by pod: nothing to move
+        gain = sum(target.pod_gpus)
+        ratio = gain / sum(len(u.pods) for u, _ in chosen)
+        if ratio < config.min_gain_per_move:
+            notes.append(
+                f"{target.name}: room for {gain} GPU(s) costs {len(chosen)} move(s), "
+                f"{ratio:.2f} GPU(s) per move < {config.min_gain_per_move:g}"
+            )
+            continue
+        free = after
+        commit(
+            chosen,
+            target.name,
+            gain,
+            f"makes room for {target.name} ({gain} GPU(s) that fit nowhere now), {ratio:.1f} GPU(s) per move",
+        )
+    moves_left = budget - len(moves)
+    for node in sorted(
+        (n for n in cluster.nodes.values() if n.pool in config.burst_pools),
+        key=lambda n: (n.allocatable_gpus - free.get(n.name, 0), n.name),
+    ):
+        used = node.allocatable_gpus - free.get(node.name, 0)
+        if used <= 0 or used >= config.burst_empty_below * node.allocatable_gpus:
+            continue
+        on_node = [u for u in units if node.name in u.gpus_by_node]
+        pods_here = sum(
+            1 for p in snapshot.pods if p.node == node.name and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")
+        )
+        if sum(len(u.pods) for u in on_node) < pods_here or not all(usable(u) for u in on_node):
+            notes.append(f"burst node {node.name}: {used} GPU(s) in use by pods that may not move now")
+            continue
+        if len(on_node) > moves_left:
+            notes.append(f"burst node {node.name}: {len(on_node)} move(s) needed, {moves_left} left in the budget")
+            continue
+        gain = node.allocatable_gpus
+        ratio = gain / max(1, sum(len(u.pods) for u in on_node))
+        if ratio < config.min_gain_per_move:
+            notes.append(f"burst node {node.name}: {ratio:.2f} GPU(s) per move < {config.min_gain_per_move:g}")
+            continue
+        # Emptier burst nodes are being emptied too: only the on-prem nodes and fuller burst nodes receive.
+        emptier = frozenset(
+            n.name
+            for n in cluster.nodes.values()
+            if n.pool in config.burst_pools and n.allocatable_gpus - free.get(n.name, 0) <= used
+        )
+        trial = dict(free)
+        drain: list[tuple[_Unit, dict[str, int]]] = []
+        for unit in on_node:
+            for n, g in unit.gpus_by_node.items():
+                trial[n] = trial.get(n, 0) + g
+            dest = cluster.place(trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=emptier)
+            if dest is None:
+                break
+            drain.append((unit, dest))
+        if len(drain) < len(on_node):
+            notes.append(f"burst node {node.name}: its {used} GPU(s) in use do not fit on the other nodes")
+            continue
+        free = trial
+        moves_left -= len(drain)
+        commit(
+            drain,
+            f"burst node {node.name}",
+            gain,
+            f"empties burst node {node.name} ({used} of {node.allocatable_gpus} GPUs in use) for its give-back",
+        )
+    actions = tuple(EvictPod(ns, name, Reason.REBALANCE, m.detail, gang=m.gang) for m in moves for ns, name in m.pods)
+    stranded_after = _stranded(cluster, targets, free)
+    times = recent + (now,) * len(actions)
+    plan = RebalancePlan(True, tuple(moves), actions, stranded_before, stranded_after, tuple(notes))
+    return plan, RebalanceState(now, times)
+
+
+def _make_room(
+    cluster: _Cluster, free: Mapping[str, int], target: _Target, units: Sequence[_Unit], budget: int
+) -> tuple[list[tuple[_Unit, dict[str, int]]], dict[str, int]] | None:
+    """The fewest movable units whose moves let every pod of ``target`` fit: pod by pod (largest first), the node of
+    its type needing the fewest moves (then the fewest GPUs moved) becomes its home; the units moved off it must fit
+    on other nodes than the homes. Returns the moves with their destinations and the free GPUs after them (the
+    target's GPUs taken), or None when ``budget`` moves do not do it."""
+    work = dict(free)
+    homes: set[str] = set()
+    chosen: list[tuple[_Unit, dict[str, int]]] = []
+    taken: set[str] = set()
+    for gpus in sorted(target.pod_gpus, reverse=True):
+        best: tuple[tuple[int, int, str], list[tuple[_Unit, dict[str, int]]], dict[str, int], str] | None = None
+        for node in sorted(work):
+            if node in homes or not cluster.allowed(node, target.gpu_type, target.training):
+                continue
+            if work[node] >= gpus:
+                best = ((0, 0, node), [], dict(work), node)
+                break
+            here = sorted(
+                (u for u in units if u.owner not in taken and set(u.gpus_by_node) == {node}),
+                key=lambda u: (-sum(u.pod_gpus), u.owner),
+            )
+            need = gpus - work[node]
+            if sum(sum(u.pod_gpus) for u in here) < need:
+                continue
+            picked: list[_Unit] = []
+            freed = 0
+            for unit in here:
+                if freed >= need:
+                    break
+                picked.append(unit)
+                freed += sum(unit.pod_gpus)
+            # minimal: drop the smallest while the rest still frees enough
+            for unit in sorted(picked, key=lambda u: sum(u.pod_gpus)):
+                if freed - sum(unit.pod_gpus) >= need:
+                    picked.remove(unit)
+                    freed -= sum(unit.pod_gpus)
+            moves = sum(len(u.pods) for u in picked)
+            if moves + sum(len(u.pods) for u, _ in chosen) > budget:
+                continue
+            trial = dict(work)
+            trial[node] += freed
+            dests = []
+            exclude = frozenset(homes | {node})
+            for unit in picked:
+                dest = cluster.place(trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=exclude)
+                if dest is None:
+                    break
+                dests.append((unit, dest))
+            if len(dests) < len(picked):
+                continue
+            key = (moves, freed, node)
+            if best is None or key < best[0]:
+                best = (key, dests, trial, node)
+        if best is None:
+            return None
+        _, dests, work, node = best
+        work[node] -= gpus
+        homes.add(node)
+        for unit, _ in dests:
+            taken.add(unit.owner)
+        chosen.extend(dests)
+    return chosen, work
