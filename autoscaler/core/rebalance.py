@@ -270,9 +270,18 @@ def _stranded(cluster: _Cluster, targets: Sequence[_Target], free: Mapping[str, 
 
 
 def plan_rebalance(
-    snapshot: ClusterSnapshot, now: float, config: RebalanceConfig, state: RebalanceState
+    snapshot: ClusterSnapshot,
+    now: float,
+    config: RebalanceConfig,
+    state: RebalanceState,
+    *,
+    protected: frozenset[str] = frozenset(),
 ) -> tuple[RebalancePlan, RebalanceState]:
-    """The moves of this pass (none when a pass is not due), and the state for the next."""
+    """The moves of this pass (none when a pass is not due), and the state for the next.
+
+    ``protected``: owners (``deployment/<namespace>/<name>``, gang ids) not to move in this pass -- the controller
+    protects a service whose metrics are stale, that is scaling up or whose SLO guard fired: a move takes one of its
+    replicas away for a cold start."""
     if state.last_pass_at is not None and now - state.last_pass_at < config.interval_s:
         return RebalancePlan(ran=False), state
     recent = tuple(t for t in state.move_times if now - t < HOUR_S)
@@ -281,9 +290,11 @@ def plan_rebalance(
     targets = _targets(snapshot)
     stranded_before = _stranded(cluster, targets)
     units, notes = _movable_units(snapshot, now, config)
+    units = [u for u in units if u.owner not in protected]
     free = dict(cluster.free)
     pdb_used: dict[str, int] = defaultdict(int)
     moved_owners: set[str] = set()
+    served: set[str] = set()  # targets the moves make room for (they hold their GPUs in ``free`` from then on)
     moves: list[Move] = []
 
     def usable(unit: _Unit) -> bool:
@@ -320,7 +331,7 @@ def plan_rebalance(
         trial = dict(free)
         if cluster.place(trial, target.pod_gpus, target.gpu_type, target.training) is not None:
             continue  # it fits as things are: the scheduler's (or the arbitration's) job, no move needed
-        found = _make_room(cluster, free, target, [u for u in units if usable(u)], budget - len(moves))
+        found = _make_room(cluster, free, target, [u for u in units if usable(u)], budget - len(moves), pdb_used)
         if found is None:
             notes.append(
                 f"{target.name}: {sum(target.pod_gpus)} GPU(s) do not fit, and no bounded set of movable "
@@ -339,6 +350,7 @@ def plan_rebalance(
             )
             continue
         free = after
+        served.add(target.name)
         commit(
             chosen,
             target.name,
@@ -357,7 +369,8 @@ def plan_rebalance(
         pods_here = sum(
             1 for p in snapshot.pods if p.node == node.name and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")
         )
-        if sum(len(u.pods) for u in on_node) < pods_here or not all(usable(u) for u in on_node):
+        together = all(usable(u) for u in on_node) and _admissible(on_node, pdb_used)
+        if sum(len(u.pods) for u in on_node) < pods_here or not together:
             notes.append(f"burst node {node.name}: {used} GPU(s) in use by pods that may not move now")
             continue
         if len(on_node) > moves_left:
@@ -395,14 +408,19 @@ def plan_rebalance(
             f"empties burst node {node.name} ({used} of {node.allocatable_gpus} GPUs in use) for its give-back",
         )
     actions = tuple(EvictPod(ns, name, Reason.REBALANCE, m.detail, gang=m.gang) for m in moves for ns, name in m.pods)
-    stranded_after = _stranded(cluster, targets, free)
+    stranded_after = _stranded(cluster, [t for t in targets if t.name not in served], free)
     times = recent + (now,) * len(actions)
     plan = RebalancePlan(True, tuple(moves), actions, stranded_before, stranded_after, tuple(notes))
     return plan, RebalanceState(now, times)
 
 
 def _make_room(
-    cluster: _Cluster, free: Mapping[str, int], target: _Target, units: Sequence[_Unit], budget: int
+    cluster: _Cluster,
+    free: Mapping[str, int],
+    target: _Target,
+    units: Sequence[_Unit],
+    budget: int,
+    pdb_used: Mapping[str, int],
 ) -> tuple[list[tuple[_Unit, dict[str, int]]], dict[str, int]] | None:
     """The fewest movable units whose moves let every pod of ``target`` fit: pod by pod (largest first), the node of
     its type needing the fewest moves (then the fewest GPUs moved) becomes its home; the units moved off it must fit
@@ -413,6 +431,7 @@ def _make_room(
     chosen: list[tuple[_Unit, dict[str, int]]] = []
     taken: set[str] = set()
     for gpus in sorted(target.pod_gpus, reverse=True):
+        chosen_units = [u for u, _ in chosen]
         best: tuple[tuple[int, int, str], list[tuple[_Unit, dict[str, int]]], dict[str, int], str] | None = None
         for node in sorted(work):
             if node in homes or not cluster.allowed(node, target.gpu_type, target.training):
@@ -432,8 +451,13 @@ def _make_room(
             for unit in here:
                 if freed >= need:
                     break
+                # one unit per owner in a pass, and every budget held over all the pass's moves together
+                if not _admissible([*chosen_units, *picked, unit], pdb_used):
+                    continue
                 picked.append(unit)
                 freed += sum(unit.pod_gpus)
+            if freed < need:
+                continue
             # minimal: drop the smallest while the rest still frees enough
             for unit in sorted(picked, key=lambda u: sum(u.pod_gpus)):
                 if freed - sum(unit.pod_gpus) >= need:
@@ -465,3 +489,18 @@ def _make_room(
             taken.add(unit.owner)
         chosen.extend(dests)
     return chosen, work
+
+
+def _admissible(units: Sequence[_Unit], pdb_used: Mapping[str, int]) -> bool:
+    """Moving all of ``units`` in one pass (after what the pass already moved) takes no owner twice and keeps every
+    PodDisruptionBudget within what it allows."""
+    owners = [u.owner for u in units]
+    if len(owners) != len(set(owners)):
+        return False
+    use: dict[str, int] = defaultdict(int)
+    allowed: dict[str, int] = {}
+    for unit in units:
+        for key, covered, allows in unit.pdb_use:
+            use[key] += covered
+            allowed[key] = allows
+    return all(pdb_used.get(key, 0) + n <= allowed[key] for key, n in use.items())
