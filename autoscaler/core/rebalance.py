@@ -322,7 +322,7 @@ def plan_rebalance(
             )
 
     for target in targets:
-        if budget - len(moves) <= 0:
+        if budget - _pods_moved(moves) <= 0:
             notes.append(
                 f"{target.name}: move budget used up ({config.max_moves_per_pass}/pass, "
                 f"{config.max_moves_per_hour}/hour)"
@@ -331,7 +331,8 @@ def plan_rebalance(
         trial = dict(free)
         if cluster.place(trial, target.pod_gpus, target.gpu_type, target.training) is not None:
             continue  # it fits as things are: the scheduler's (or the arbitration's) job, no move needed
-        found = _make_room(cluster, free, target, [u for u in units if usable(u)], budget - len(moves), pdb_used)
+        candidates = [u for u in units if usable(u)]
+        found = _make_room(cluster, free, target, candidates, budget - _pods_moved(moves), pdb_used)
         if found is None:
             notes.append(
                 f"{target.name}: {sum(target.pod_gpus)} GPU(s) do not fit, and no bounded set of movable "
@@ -357,7 +358,7 @@ def plan_rebalance(
             gain,
             f"makes room for {target.name} ({gain} GPU(s) that fit nowhere now), {ratio:.1f} GPU(s) per move",
         )
-    moves_left = budget - len(moves)
+    moves_left = budget - _pods_moved(moves)  # the bounds count pods evicted, a gang's every pod
     for node in sorted(
         (n for n in cluster.nodes.values() if n.pool in config.burst_pools),
         key=lambda n: (n.allocatable_gpus - free.get(n.name, 0), n.name),
@@ -373,8 +374,9 @@ def plan_rebalance(
         if sum(len(u.pods) for u in on_node) < pods_here or not together:
             notes.append(f"burst node {node.name}: {used} GPU(s) in use by pods that may not move now")
             continue
-        if len(on_node) > moves_left:
-            notes.append(f"burst node {node.name}: {len(on_node)} move(s) needed, {moves_left} left in the budget")
+        needed = sum(len(u.pods) for u in on_node)
+        if needed > moves_left:
+            notes.append(f"burst node {node.name}: {needed} move(s) needed, {moves_left} left in the budget")
             continue
         gain = node.allocatable_gpus
         ratio = gain / max(1, sum(len(u.pods) for u in on_node))
@@ -400,7 +402,7 @@ def plan_rebalance(
             notes.append(f"burst node {node.name}: its {used} GPU(s) in use do not fit on the other nodes")
             continue
         free = trial
-        moves_left -= len(drain)
+        moves_left -= needed
         commit(
             drain,
             f"burst node {node.name}",
@@ -504,3 +506,7 @@ def _admissible(units: Sequence[_Unit], pdb_used: Mapping[str, int]) -> bool:
             use[key] += covered
             allowed[key] = allows
     return all(pdb_used.get(key, 0) + n <= allowed[key] for key, n in use.items())
+
+
+def _pods_moved(moves: Sequence[Move]) -> int:
+    return sum(len(m.pods) for m in moves)
