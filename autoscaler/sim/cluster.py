@@ -23,6 +23,10 @@ What it models, as Kubernetes does it:
   nowhere evicts lower-priority pods on one node, pod by pod, by the published criteria (lowest highest-priority
   victim, then the smallest sum of priorities, then the fewest victims, then the most recently started), with no
   notion of gangs or checkpoints.
+- **PodDisruptionBudgets** (``add_pdb``, selecting pods by label: a Deployment's replicas carry ``app=<name>``): the
+  Eviction API (``evict_pod``) refuses an eviction when the budget allows no disruption now (healthy = ready
+  matching pods, as the disruption controller counts them). The scheduler's preemption and node removal ignore them,
+  as the kube-scheduler's DefaultPreemption may and a deleted node does.
 - **Node pools**: a scale-up adds nodes that hold no pods until they have booted (``boot_s``); a scale-down removes
   the emptiest nodes, and their pods go back to pending (Deployments) or are lost (training).
 """
@@ -33,11 +37,20 @@ import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo, WorkloadInfo
+from autoscaler.core.cluster import (
+    ClusterSnapshot,
+    DeploymentInfo,
+    NodeInfo,
+    PodDisruptionBudgetInfo,
+    PodInfo,
+    WorkloadInfo,
+)
+from autoscaler.core.rebalance import REBALANCE_LABEL
 from autoscaler.core.victims import TrainingRules
 from autoscaler.ports import EvictionOutcome, PortError
 
 PREEMPTIBLE_LABEL = TrainingRules().non_preemptible_label
+APP_LABEL = "app"  # a Deployment's replicas carry app=<deployment name> (what a PodDisruptionBudget selects)
 
 
 class Scoring(StrEnum):
@@ -91,6 +104,7 @@ class SimJob:
     preemptible: bool = True
     restart_s: float = 60.0  # pod bound to training: image pull + checkpoint load
     gpu_product: str | None = None
+    rebalance_allowed: bool = False  # its pods carry gpuautoscaler.dev/rebalance=allowed
     # state
     admitted: bool = False  # its pods exist (pending or bound)
     progress_s: float = 0.0
@@ -123,6 +137,17 @@ class SimDeployment:
 
 
 @dataclass(slots=True)
+class SimPdb:
+    """A PodDisruptionBudget: ``min_available`` or ``max_unavailable`` pods of those its selector matches."""
+
+    namespace: str
+    name: str
+    selector: dict[str, str]
+    min_available: int | None = None
+    max_unavailable: int | None = None
+
+
+@dataclass(slots=True)
 class SimPool:
     name: str
     gpus_per_node: int
@@ -149,6 +174,8 @@ class SimCluster:
         self.pods: dict[tuple[str, str], SimPod] = {}
         self.deployments: dict[str, SimDeployment] = {}
         self.pools: dict[str, SimPool] = {}
+        self.pdbs: list[SimPdb] = []
+        self.evictions_blocked = 0  # evictions refused by a PodDisruptionBudget (the API server's 429)
         self.writes: list[tuple[float, str, tuple[object, ...]]] = []
         self.events: list[tuple[float, str, str, str, str, str, str]] = []
         self.lost_training_gpu_s = 0.0
@@ -161,6 +188,7 @@ class SimCluster:
         self._counts: dict[str, tuple[int, int, int]] = {}
         self._training_gpus = 0
         self._node_gpus = 0
+        self.generation = 0  # bumped whenever the cluster's state (what a snapshot shows but its time) may change
 
     # ---- building -------------------------------------------------------------------------------------------------
 
@@ -198,6 +226,22 @@ class SimCluster:
         self.pods[(namespace, name)] = pod
         self._dirty = True
         return pod
+
+    def place_pod(self, namespace: str, name: str, node: str, ready: bool = True) -> None:
+        """Put a pod on ``node`` as an initial state (where an earlier scheduler left it), ready or starting."""
+        pod = self.pods[(namespace, name)]
+        if pod.node != node and self.free_gpus(node) < pod.gpus:
+            raise ValueError(f"node {node} has {self.free_gpus(node)} free GPUs, {name} needs {pod.gpus}")
+        pod.node = node
+        pod.ready_at = self.now if ready else self.now + pod.cold_start_s
+        self._dirty = True
+
+    def add_pdb(self, pdb: SimPdb) -> None:
+        """A PodDisruptionBudget; the Eviction API refuses an eviction that would break it (``evict_pod``)."""
+        if (pdb.min_available is None) == (pdb.max_unavailable is None):
+            raise ValueError(f"PodDisruptionBudget {pdb.namespace}/{pdb.name}: one of minAvailable, maxUnavailable")
+        self.pdbs.append(pdb)
+        self._dirty = True
 
     def add_job(self, job: SimJob) -> None:
         """A training job, admitted (its pods created) once the clock reaches ``submit_at``."""
@@ -352,6 +396,7 @@ class SimCluster:
         self._next_change = next_change
         self._snapshot = None
         self._dirty = False
+        self.generation += 1
 
     def counts(self, now: float) -> dict[str, tuple[int, int, int]]:
         """Per Deployment ``namespace/name``: (ready pods, pods bound to a node, pending pods) at ``now``."""
@@ -531,16 +576,40 @@ class SimCluster:
             if job.finished_at is None and (job.admitted or job.suspended_at is not None)
         )
         return ClusterSnapshot(
-            time=now, deployments=tuple(deployments), pods=pods, nodes=nodes, workloads=workloads
+            time=now, deployments=tuple(deployments), pods=pods, nodes=nodes, workloads=workloads,
+            pdbs=tuple(
+                PodDisruptionBudgetInfo(b.namespace, b.name, dict(b.selector), self._disruptions_allowed(b, now))
+                for b in self.pdbs
+            ),
         )
+
+    def _disruptions_allowed(self, pdb: SimPdb, now: float) -> int:
+        """As the disruption controller counts: healthy (ready) matching pods above what the budget keeps; the
+        expected count is the matching pods (a ReplicaSet's replacement counts, unready, until it is ready)."""
+        matching = [
+            p for p in self.pods.values()
+            if p.namespace == pdb.namespace and all(self._labels_of(p).get(k) == v for k, v in pdb.selector.items())
+        ]
+        healthy = sum(1 for p in matching if p.ready(now))
+        if pdb.min_available is not None:
+            return max(0, healthy - pdb.min_available)
+        assert pdb.max_unavailable is not None
+        return max(0, healthy - (len(matching) - pdb.max_unavailable))
 
     def _checkpoint_of(self, pod: SimPod) -> float | None:
         job = self.jobs.get(pod.gang) if pod.gang is not None else None
         return job.checkpoint_at if job is not None else None
 
     def _labels_of(self, pod: SimPod) -> dict[str, str]:
+        if pod.owner is not None:
+            return {APP_LABEL: pod.owner.split("/", 1)[1]}
         job = self.jobs.get(pod.gang) if pod.gang is not None else None
-        return {PREEMPTIBLE_LABEL: "false"} if job is not None and not job.preemptible else {}
+        labels = {}
+        if job is not None and not job.preemptible:
+            labels[PREEMPTIBLE_LABEL] = "false"
+        if job is not None and job.rebalance_allowed:
+            labels[REBALANCE_LABEL] = "allowed"
+        return labels
 
     # ---- ClusterWriter --------------------------------------------------------------------------------------------
 
@@ -557,14 +626,31 @@ class SimCluster:
             self._reconcile(dep)
 
     def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+        """The Eviction API: refused (429, ``BLOCKED``) when a PodDisruptionBudget covering the pod allows no
+        disruption now; otherwise the pod goes (a replica is replaced by its ReplicaSet and scheduled again, cold;
+        a training worker stops its whole gang, which is recreated and restarts from its checkpoint)."""
         pod = self.pods.get((namespace, name))
-        if dry_run:  # the simulated cluster has no PodDisruptionBudgets: every eviction is allowed
+        if pod is not None and self.pdbs and self._eviction_blocked(pod):
+            if not dry_run:
+                self.writes.append((self.now, "evict_pod_blocked", (namespace, name)))
+                self.evictions_blocked += 1
+            return EvictionOutcome.BLOCKED
+        if dry_run:
             return EvictionOutcome.EVICTED if pod is not None else EvictionOutcome.GONE
         self.writes.append((self.now, "evict_pod", (namespace, name)))
         if pod is None:
             return EvictionOutcome.GONE
         self._lose_pod(pod)
         return EvictionOutcome.EVICTED
+
+    def _eviction_blocked(self, pod: SimPod) -> bool:
+        labels = self._labels_of(pod)
+        return any(
+            pdb.namespace == pod.namespace
+            and all(labels.get(k) == v for k, v in pdb.selector.items())
+            and self._disruptions_allowed(pdb, self.now) <= 0
+            for pdb in self.pdbs
+        )
 
     def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
         self.writes.append((self.now, "suspend_workload", (kind, namespace, name)))

@@ -20,6 +20,14 @@ boot), which implements the controller's ``ClusterReader``, ``ClusterWriter`` an
    arbitration (issue 12) owns the burst pools and the preemption of training: neither runs beside it.
 
 Training jobs (``SimJob``) share the cluster: their useful and lost GPU-hours are counted per run.
+
+The controller's **rebalancer** (issue 15, ``core.rebalance.plan_rebalance``) runs beside the controller's policies
+when the scenario enables it: after step 3, every ``intervalSeconds``, on the cluster's snapshot, its evictions
+applied through the same actuator (a Deployment's replica is recreated by its ReplicaSet, pending, placed by the
+simulated scheduler and cold-starts again -- its GPU-seconds and the service's lower ready count are counted like any
+other pod's; a training gang stops whole and restarts from its last checkpoint). The GPUs *stranded* by
+fragmentation (``core.rebalance.stranded_gpus``: free, but on nodes where none of the waiting pods fits) are measured
+at the start of every step when the scenario has training or a rebalance block.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from autoscaler.core.model import (
     ServiceObservation,
 )
 from autoscaler.core.reasons import Reason
+from autoscaler.core.rebalance import HOUR_S, RebalanceConfig, RebalanceState, plan_rebalance, stranded_gpus
 from autoscaler.sim.cluster import Scoring, SimCluster, SimDeployment, SimJob, SimPool
 from autoscaler.sim.latency import erlang_c, latency_and_share
 from autoscaler.sim.policies import SimPolicy, SimService
@@ -78,16 +87,38 @@ class PolicyRun:
     training_gpu_seconds: float = 0.0  # useful training work kept (progress x GPUs)
     jobs_finished: int = 0
     jobs: int = 0
+    # the rebalancer (issue 15): pods it evicted (applied), its evictions a PodDisruptionBudget refused, its passes
+    # and the time of each applied eviction
+    rebalance_moves: int = 0
+    rebalance_blocked: int = 0
+    rebalance_passes: int = 0
+    rebalance_move_times: list[float] = field(default_factory=list)
+    # GPUs stranded by fragmentation (free, on nodes no waiting pod fits on), GPU-seconds summed over the steps;
+    # None when the run did not measure them
+    stranded_gpu_seconds: float | None = None
+    simulated_seconds: float = 0.0
     # per step, the plot's GPUs by use: held by inference pods, by training, GPUs of all nodes, of burst nodes
     inference_gpus: np.ndarray | None = None
     training_gpus: np.ndarray | None = None
     node_gpus: np.ndarray | None = None
     burst_gpus: np.ndarray | None = None
+    stranded_gpus: np.ndarray | None = None
     timelines: list[ServiceTimeline] = field(default_factory=list)
     reasons: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
     policy_object: object = None  # the policy after the run (the predictive one holds its forecast errors)
     cluster: SimCluster | None = None  # the simulated cluster after the run (its writes and events)
+
+    def max_moves_in_an_hour(self) -> int:
+        """The most rebalance evictions in any hour (the planner's window: the last 3,600 s, the end excluded)."""
+        times = sorted(self.rebalance_move_times)
+        best = 0
+        first = 0
+        for last, t in enumerate(times):
+            while t - times[first] >= HOUR_S:
+                first += 1
+            best = max(best, last - first + 1)
+        return best
 
 
 @dataclass
@@ -209,12 +240,24 @@ def simulate(
     progress: Callable[[int], None] | None = None,
     scoring: Scoring = Scoring.LEAST_ALLOCATED,
     jobs: Sequence[SimJob] = (),
+    rebalance: RebalanceConfig | None = None,
+    fragmentation: RebalanceConfig | None = None,
+    prepare: Callable[[SimCluster], None] | None = None,
 ) -> PolicyRun:
-    """Run one policy over ``steps`` steps and return its figures and per-step timelines."""
+    """Run one policy over ``steps`` steps and return its figures and per-step timelines.
+
+    ``rebalance``: run the controller's rebalancer with this configuration beside the policy, if it is one of the
+    controller's (``policy.rebalances``). ``fragmentation``: measure the GPUs stranded by fragmentation each step,
+    with this configuration's pools (default: ``rebalance``'s; neither: not measured). ``prepare``: called on the
+    cluster once it is built, before the first step (an initial state a test or a study needs: a stray pod, a
+    PodDisruptionBudget)."""
     run = PolicyRun(policy.name)
+    run.simulated_seconds = steps * step_s
     initial = policy.reset(services, step_s)
     cluster = build_cluster(services, pools, initial, start, scoring, jobs, policy.scheduler_preemption)
     run.cluster = cluster
+    if prepare is not None:
+        prepare(cluster)
     actuator = Actuator(cluster, cluster)
     nodes = _NodeAutoscaler(pools)
     acting_since = start + step_s if policy.is_controller else None  # the controller starts at the first tick
@@ -226,6 +269,11 @@ def simulate(
     node_hist = np.zeros(steps, dtype=np.int32)
     inference_hist = np.zeros(steps, dtype=np.int32)
     burst_hist = np.zeros(steps, dtype=np.int32)
+    rebalancing = rebalance is not None and policy.rebalances
+    rebalance_state = RebalanceState()
+    measure = fragmentation if fragmentation is not None else rebalance
+    stranded_hist = np.zeros(steps, dtype=np.int32) if measure is not None else None
+    stranded_now, stranded_generation = 0, -1
 
     count = len(services)
     ready_hist = np.zeros((count, steps), dtype=np.int32)
@@ -244,6 +292,11 @@ def simulate(
         # 1. the cluster at the start of the step
         counts = cluster.counts(now)
         training_hist[i], node_hist[i] = cluster.gpu_use(now)
+        if measure is not None and stranded_hist is not None:
+            start_snapshot = cluster.snapshot(now)
+            if cluster.generation != stranded_generation:  # the same cluster strands the same GPUs
+                stranded_now, stranded_generation = stranded_gpus(start_snapshot, measure), cluster.generation
+            stranded_hist[i] = stranded_now
 
         # 2. serve the step
         step_ok = True
@@ -311,6 +364,21 @@ def simulate(
             )
             policy.applied(plan, results)
 
+        # 3b. the controller's rebalance job, through the same actuator
+        if rebalancing and rebalance is not None:
+            rebalance_snapshot = cluster.snapshot(decided_at)
+            moves, rebalance_state = plan_rebalance(rebalance_snapshot, decided_at, rebalance, rebalance_state)
+            run.rebalance_passes += moves.ran
+            if moves.actions:
+                context = GuardContext(decided_at, policy.guarded_policies(), acting_since=acting_since)
+                for result in actuator.apply(moves.actions, context):
+                    if result.result == "applied":
+                        run.rebalance_moves += 1
+                        run.rebalance_move_times.append(decided_at)
+                        reasons[Reason.REBALANCE.value] = reasons.get(Reason.REBALANCE.value, 0) + 1
+                    elif result.result == "blocked":
+                        run.rebalance_blocked += 1
+
         # 4. the cluster's node autoscaler
         if node_loop:
             node_plan = nodes.plan(cluster.snapshot(decided_at), decided_at)
@@ -327,6 +395,9 @@ def simulate(
     run.jobs_finished = sum(1 for job in cluster.jobs.values() if job.finished_at is not None)
     run.training_gpus, run.node_gpus = training_hist, node_hist
     run.inference_gpus, run.burst_gpus = inference_hist, burst_hist
+    if stranded_hist is not None:
+        run.stranded_gpus = stranded_hist
+        run.stranded_gpu_seconds = float(stranded_hist.sum()) * step_s
     run.timelines = [
         ServiceTimeline(ready_hist[k], spec_hist[k], latency_hist[k], within_hist[k]) for k in range(count)
     ]

@@ -72,6 +72,9 @@ class SimPolicy:
     # preemptionPolicy: Never, and it owns the burst pools).
     node_autoscaler = True
     scheduler_preemption = True
+    # The controller's rebalancer (issue 15) runs beside this policy when the scenario enables it: the controller's
+    # own policies (``predictive``, ``reactive``), not the baselines.
+    rebalances = False
 
     def reset(self, services: Sequence[SimService], step_s: float) -> list[int]:
         """Prepare for a run; returns the initial (ready) replicas of each service."""
@@ -117,6 +120,7 @@ class CorePolicy(SimPolicy):
     def __init__(self, name: str, capacity: CapacityConfig | None = None) -> None:
         self.name = name
         self.capacity = capacity
+        self.rebalances = name in ("predictive", "reactive")
         if capacity is not None:
             self.node_autoscaler = False
             self.scheduler_preemption = False

@@ -20,6 +20,10 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("scale_actions", "scaling actions", "{:,d}"),
     ("burst_gpu_hours", "burst GPU-hours", "{:,.1f}"),
     ("burst_cost", "burst cost ($)", "{:,.2f}"),
+    ("stranded_gpus_mean", "GPUs stranded by fragmentation (mean)", "{:,.2f}"),
+    ("stranded_gpu_hours", "GPU-hours stranded by fragmentation", "{:,.1f}"),
+    ("rebalance_moves", "rebalance moves (pods evicted)", "{:,d}"),
+    ("rebalance_moves_max_per_hour", "rebalance moves in an hour, most", "{:,d}"),
     ("preemptions", "training gangs stopped", "{:,d}"),
     ("training_gpu_hours", "training GPU-hours done", "{:,.1f}"),
     ("lost_training_gpu_hours", "training GPU-hours lost", "{:,.1f}"),
@@ -27,6 +31,11 @@ FIGURES: tuple[tuple[str, str, str], ...] = (
     ("total_cost", "total cost ($)", "{:,.2f}"),
     ("forecast_mae", "forecast MAE at lead (req/s)", "{:,.2f}"),
     ("forecast_pinball", "forecast pinball at lead", "{:,.3f}"),
+)
+# Rows left out of the table when no policy has a value (a scenario without training or a rebalance block measures
+# no stranded GPUs, and prints what it printed before they were measured).
+OPTIONAL_FIGURES = frozenset(
+    {"stranded_gpus_mean", "stranded_gpu_hours", "rebalance_moves", "rebalance_moves_max_per_hour"}
 )
 
 
@@ -47,6 +56,9 @@ def figures(
     gpu_hours = run.gpu_seconds / 3600.0
     lost_hours = run.lost_training_gpu_seconds / 3600.0
     missed = max(0.0, run.requests - run.requests_in_slo_steps)
+    measured = run.stranded_gpu_seconds is not None
+    stranded_s = run.stranded_gpu_seconds or 0.0
+    rebalanced = run.rebalance_passes > 0
     return {
         "slo_attainment": run.requests_in_slo_steps / run.requests if run.requests else 1.0,
         "slo_minutes_attainment": run.minutes_within_slo / run.minutes if run.minutes else 1.0,
@@ -56,6 +68,12 @@ def figures(
         "scale_actions": run.scale_actions,
         "burst_gpu_hours": run.burst_gpu_seconds / 3600.0,
         "burst_cost": run.burst_cost,
+        "stranded_gpus_mean": stranded_s / run.simulated_seconds if measured and run.simulated_seconds else None,
+        "stranded_gpu_hours": stranded_s / 3600.0 if measured else None,
+        "rebalance_moves": run.rebalance_moves if rebalanced else None,
+        "rebalance_moves_max_per_hour": run.max_moves_in_an_hour() if rebalanced else None,
+        "rebalance_blocked": run.rebalance_blocked if rebalanced else None,
+        "rebalance_passes": run.rebalance_passes if rebalanced else None,
         "preemptions": run.preemptions,
         "lost_training_gpu_hours": lost_hours,
         "training_gpu_hours": run.training_gpu_seconds / 3600.0 if run.jobs else None,
@@ -73,6 +91,8 @@ def format_table(report: Mapping[str, Any]) -> str:
     names: Sequence[str] = list(report["policies"])
     rows = [["", *names]]
     for key, label, fmt in FIGURES:
+        if key in OPTIONAL_FIGURES and all(report["policies"][name].get(key) is None for name in names):
+            continue
         row = [label]
         for name in names:
             value = report["policies"][name].get(key)

@@ -28,7 +28,7 @@ from autoscaler.sim.scenario import (
     ScenarioError,
     ServiceEntry,
 )
-from autoscaler.sim.training import build_jobs, capacity_config
+from autoscaler.sim.training import build_jobs, capacity_config, rebalance_config
 from autoscaler.traces.formats import RateSeries, TraceFormatError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -228,6 +228,11 @@ def run_scenario(
         runtimes = _trace_file("training.generate.runtimes", scenario.training.generate.runtimes, base_dir)
     jobs = build_jobs(scenario, base_dir, start, runtimes)
     capacity = capacity_config(scenario)
+    # The rebalancer runs beside the controller's policies when enabled; stranded GPUs are measured for every policy
+    # when the scenario has training or a rebalance block (the default scenario's report stays as it was).
+    rebalance = rebalance_config(scenario)
+    rebalancing = scenario.rebalance.enabled
+    measuring = rebalancing or scenario.training is not None or "rebalance" in scenario.model_fields_set
     if on_total_steps is not None:
         on_total_steps(steps * len(policy_names))
     # The oracle runs first: the others are reported relative to its GPU-hours.
@@ -249,6 +254,7 @@ def run_scenario(
         runs[name] = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,
             scenario.metrics_delay_seconds, progress, Scoring(scenario.gpu_scoring), jobs,
+            rebalance if rebalancing else None, rebalance if measuring else None,
         )
         runs[name].wall_seconds = time.perf_counter() - started
         runs[name].policy_object = policy
@@ -266,6 +272,8 @@ def run_scenario(
         "training_source": scenario.training.source if scenario.training is not None else None,
         "training_jobs": len(jobs),
         "training_gpu_hours_asked": sum(job.work_s * job.gpus for job in jobs) / 3600.0,
+        "gpu_scoring": scenario.gpu_scoring,
+        "rebalance": scenario.rebalance.model_dump(by_alias=True) if measuring else None,
         "services": [
             {
                 "service": s.policy.key,

@@ -364,6 +364,11 @@ class Training(_Strict):
     )
     jobs: list[TrainingJob] = Field(default_factory=list, max_length=10_000)
     generate: TrainingGenerator | None = None
+    rebalance_allowed: bool = Field(
+        False, alias="rebalanceAllowed",
+        description="the jobs' pods carry gpuautoscaler.dev/rebalance=allowed: the rebalancer may move a gang whole "
+        "(when it checkpointed within rebalance.checkpointMaxAgeSeconds)",
+    )
 
 
 class Capacity(_Strict):
@@ -397,6 +402,43 @@ class Capacity(_Strict):
     )
 
 
+class Rebalance(_Strict):
+    """The controller's rebalancer (issue 15): bounded pod moves against GPU fragmentation and to empty burst nodes
+    before their give-back (``autoscaler.core.rebalance``). Off unless ``enabled``; it runs beside the controller's
+    policies (``predictive``, ``reactive``), not the baselines."""
+
+    enabled: bool = Field(False, description="run the rebalancer beside the controller's policies")
+    interval_seconds: float = Field(
+        300.0, alias="intervalSeconds", gt=0, le=86400.0, description="seconds between rebalance passes"
+    )
+    max_moves_per_pass: int = Field(
+        2, alias="maxMovesPerPass", ge=0, le=1000, description="pods moved (evicted) in one pass, at most"
+    )
+    max_moves_per_hour: int = Field(
+        8, alias="maxMovesPerHour", ge=0, le=100_000, description="pods moved over any hour, at most"
+    )
+    min_gain_per_move: float = Field(
+        2.0, alias="minGainPerMove", ge=0, le=10_000,
+        description="GPUs made usable per pod moved, at least (Karpenter's savings / disruption)",
+    )
+    checkpoint_max_age_seconds: float = Field(
+        600.0, alias="checkpointMaxAgeSeconds", ge=0, le=86400.0,
+        description="a training gang (labelled movable) moves only if it checkpointed this recently, s",
+    )
+    burst_empty_below: float = Field(
+        0.5, alias="burstEmptyBelow", ge=0, le=1,
+        description="a burst node with less than this share of its GPUs in use is emptied",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Rebalance:
+        if self.max_moves_per_pass > self.max_moves_per_hour:
+            raise ValueError(
+                f"maxMovesPerPass ({self.max_moves_per_pass}) must be <= maxMovesPerHour ({self.max_moves_per_hour})"
+            )
+        return self
+
+
 class Scenario(_Strict):
     name: str = Field(
         min_length=1,
@@ -424,6 +466,7 @@ class Scenario(_Strict):
     forecasting: Forecasting = Field(default_factory=Forecasting)
     training: Training | None = None
     capacity: Capacity = Field(default_factory=Capacity)
+    rebalance: Rebalance = Field(default_factory=Rebalance)
 
     @field_validator("name")
     @classmethod

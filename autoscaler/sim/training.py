@@ -1,5 +1,6 @@
-"""The simulator's training side (issue 12): the scenario's training jobs as ``SimJob`` s, and the controller's
-capacity arbitration settings from the scenario's node pools and ``capacity`` block."""
+"""The simulator's training side (issue 12): the scenario's training jobs as ``SimJob`` s, the controller's
+capacity arbitration settings from the scenario's node pools and ``capacity`` block, and the rebalancer's (issue 15)
+from its ``rebalance`` block."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.burst import BurstPool
+from autoscaler.core.rebalance import RebalanceConfig
 from autoscaler.core.victims import TrainingRules
 from autoscaler.sim.cluster import SimJob
 from autoscaler.sim.scenario import NodePool, Scenario, ScenarioError
@@ -75,6 +77,9 @@ def build_jobs(scenario: Scenario, base_dir: Path, start: float, runtimes_path: 
                 )
             )
             submit += float(rng.exponential(generator.mean_interarrival_seconds))
+    if training.rebalance_allowed:
+        for job in jobs:
+            job.rebalance_allowed = True
     names = [job.name for job in jobs]
     if len(set(names)) != len(names):
         raise ScenarioError("training.jobs: job names must be unique (generated jobs are named gen-NNNN)")
@@ -105,4 +110,21 @@ def capacity_config(scenario: Scenario, pools: Sequence[NodePool] | None = None)
         assumed_shortfall_s=capacity.assumed_shortfall_seconds,
         burst_idle_cooldown_s=capacity.burst_idle_cooldown_seconds,
         resume_after_s=capacity.resume_after_seconds,
+    )
+
+
+def rebalance_config(scenario: Scenario, pools: Sequence[NodePool] | None = None) -> RebalanceConfig:
+    """The rebalancer as the scenario's ``rebalance`` block configures it: the burst pools to empty are the
+    scenario's burst pools, and training may not be placed on them (they are tainted for inference)."""
+    block = scenario.rebalance
+    burst = frozenset(pool.name for pool in (pools if pools is not None else scenario.node_pools) if pool.burst)
+    return RebalanceConfig(
+        interval_s=block.interval_seconds,
+        max_moves_per_pass=block.max_moves_per_pass,
+        max_moves_per_hour=block.max_moves_per_hour,
+        min_gain_per_move=block.min_gain_per_move,
+        checkpoint_max_age_s=block.checkpoint_max_age_seconds,
+        burst_pools=burst,
+        burst_empty_below=block.burst_empty_below,
+        training_excluded_pools=burst,
     )
