@@ -28,6 +28,7 @@ from autoscaler.runtime import Runtime, noop_job
 from autoscaler.telemetry import Telemetry
 
 if TYPE_CHECKING:
+    from autoscaler.extender_http import ExtenderServer, LatestSnapshot
     from autoscaler.settings import Settings
 
 log = logging.getLogger("autoscaler")
@@ -142,6 +143,22 @@ def _discard_result(job: Callable[[float], object]) -> Callable[[float], None]:
     return run
 
 
+def _scheduler_extender(
+    settings: Settings, cluster: ClusterReader, telemetry: Telemetry
+) -> tuple[ExtenderServer | None, LatestSnapshot | None]:
+    """The kube-scheduler extender on its own port, answering from the snapshots the tick reads (through the
+    returned reader); (None, None) when it is off."""
+    config = settings.scheduler_extender
+    if not config.enabled:
+        return None, None
+    from autoscaler.core.extender import ExtenderConfig
+    from autoscaler.extender_http import Extender, ExtenderServer, LatestSnapshot
+
+    snapshots = LatestSnapshot(cluster)
+    extender = Extender(snapshots.latest, ExtenderConfig(config.max_snapshot_age_seconds), telemetry=telemetry)
+    return ExtenderServer(extender, config.bind_address, config.port), snapshots
+
+
 def lease_name(settings: Settings) -> str:
     """A dry-run controller elects among dry-run replicas only: on the real Lease it could win, act on nothing,
     and keep the real controller from acting at all."""
@@ -176,9 +193,10 @@ def build_runtime(
             telemetry=telemetry,
         )
         refit = forecasts.refit
+    extender, extender_snapshots = _scheduler_extender(settings, adapters.cluster, telemetry) if http else (None, None)
     controller = Controller(
         metrics=adapters.metrics,
-        cluster=adapters.cluster,
+        cluster=extender_snapshots if extender_snapshots is not None else adapters.cluster,
         writer=adapters.writer,
         policies=adapters.policies,
         status_writer=adapters.status_writer,
@@ -221,6 +239,8 @@ def build_runtime(
         rebalance=rebalance,
         http=(settings.http.bind_address, settings.http.port) if http and settings.http.enabled else None,
         on_stop=forecasts.close if forecasts is not None else None,
+        extender=extender,
+        extender_snapshots=extender_snapshots,
     )
     runtime_ref.append(runtime)
     return runtime

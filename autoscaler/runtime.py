@@ -22,6 +22,7 @@ from autoscaler.telemetry import HttpServer, Telemetry
 
 if TYPE_CHECKING:
     from autoscaler.adapters.kubernetes_lease import LeaderElector
+    from autoscaler.extender_http import ExtenderServer, LatestSnapshot
 
 log = logging.getLogger("autoscaler")
 
@@ -49,6 +50,8 @@ class Runtime:
         http: tuple[str, int] | None = ("0.0.0.0", 8080),
         clock: Callable[[], float] = time.time,
         on_stop: Callable[[], None] | None = None,
+        extender: ExtenderServer | None = None,
+        extender_snapshots: LatestSnapshot | None = None,
     ) -> None:
         self.controller = controller
         self.telemetry = telemetry
@@ -74,6 +77,10 @@ class Runtime:
         self.http: HttpServer | None = None
         if http is not None:
             self.http = HttpServer(telemetry, self.healthz, self.readyz, bind_address=http[0], port=http[1])
+        # The scheduler extender (its own port) answers from the snapshot the tick reads through extender_snapshots;
+        # a standby replica, which does not tick, reads one per tick interval for it (the Service reaches both).
+        self.extender = extender
+        self._extender_snapshots = extender_snapshots
         controller.can_act = self.can_act
         if elector is None:
             telemetry.set_leader(True)
@@ -112,6 +119,7 @@ class Runtime:
             try:
                 if not self.can_act():
                     self.telemetry.ticks.labels(result="standby").inc()
+                    self._refresh_extender_snapshot()
                     return
                 self.controller.run_once(self._clock())
                 report = self.controller.last_report
@@ -126,6 +134,15 @@ class Runtime:
             finally:
                 self._tick_started = None
                 self._heartbeat = time.monotonic()
+
+    def _refresh_extender_snapshot(self) -> None:
+        if self._extender_snapshots is None or self._stopping.is_set():
+            return
+        try:
+            self._extender_snapshots.snapshot(self._clock())
+        except Exception as exc:  # the extender fails open once the snapshot it has grows stale
+            log.warning("standby: could not read the cluster for the scheduler extender: %s", exc)
+            self.telemetry.error("cluster_read")
 
     def _job(self, component: str, fn: Callable[[float], None]) -> Callable[[], None]:
         def run() -> None:
@@ -172,6 +189,12 @@ class Runtime:
         if self.http is not None:
             self.http.start()
             log.info("serving /metrics /healthz /readyz on port %d", self.http.port)
+        if self.extender is not None:
+            self.extender.start()
+            log.info(
+                "serving the scheduler extender (/scheduler/filter, /scheduler/prioritize) on port %d",
+                self.extender.port,
+            )
         if self.elector is not None:
             self.elector.start()
         # coalesce + max_instances=1: a slow tick delays the next one instead of stacking ticks up.
@@ -208,6 +231,8 @@ class Runtime:
                 log.exception("shutdown hook failed")
         if self.http is not None:
             self.http.stop()
+        if self.extender is not None:
+            self.extender.stop()
 
     def run_forever(self) -> int:
         """Start, block until SIGTERM/SIGINT, stop cleanly."""

@@ -138,6 +138,21 @@ class HttpSettings(_Group):
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0 = any free port, for tests)")
 
 
+class SchedulerExtenderSettings(_Group):
+    """Placement advice for kube-scheduler: its HTTP extender (``POST /scheduler/filter``, ``/scheduler/prioritize``),
+    answered from the latest cluster snapshot on a port of its own (deploy/overlays/scheduler-extender)."""
+
+    enabled: bool = Field(False, description="serve the kube-scheduler extender (filter, prioritize)")
+    bind_address: str = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
+    port: int = Field(8081, ge=0, le=65535, description="TCP port of the extender (0 = any free port, for tests)")
+    max_snapshot_age_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="seconds a cluster snapshot may be old before the extender fails open (every node passes, "
+        "every score 0); above the tick interval",
+    )
+
+
 class KubernetesSettings(_Group):
     """How to reach the Kubernetes API."""
 
@@ -432,6 +447,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", description="text for humans, json for log pipelines")
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)  # type: ignore[arg-type]
     http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
+    scheduler_extender: SchedulerExtenderSettings = Field(default_factory=SchedulerExtenderSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
     node_pools: NodePoolSettings = Field(default_factory=NodePoolSettings)  # type: ignore[arg-type]
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)  # type: ignore[arg-type]

@@ -41,6 +41,14 @@ ERROR_COMPONENTS = (
 )
 
 
+# The scheduler extender answers from memory: tens of microseconds for a few nodes, milliseconds for thousands; the
+# scheduler's httpTimeout (deploy/: 1 s) is the end of the range.
+EXTENDER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+EXTENDER_VERBS = ("filter", "prioritize")
+EXTENDER_RESULTS = ("ok", "fail_open", "bad_request", "error")
+EXTENDER_FAIL_OPEN = ("no_snapshot", "stale_snapshot", "bad_pod")
+EXTENDER_FILTER_REASONS = ("gpu_type_mismatch", "node_too_small")
+
 # Results named in gpu_autoscaler_forecast_fits_total{result}.
 FIT_RESULTS = ("ok", "failed", "timeout", "no_data")
 
@@ -281,6 +289,43 @@ class Telemetry:
             "GPUs inference wanted at the latest tick that neither free GPUs nor booting nodes had",
             registry=r,
         )
+
+        # Placement advice for kube-scheduler (issue 15): its HTTP extender, served from the latest snapshot.
+        self.extender_requests = Counter(
+            f"{PREFIX}_extender_requests",
+            "Scheduler extender requests by verb (filter, prioritize) and result: ok, fail_open (no advice: every "
+            "node passes, every score 0), bad_request (not the extender protocol, HTTP 400), error (HTTP 500)",
+            ["verb", "result"],
+            registry=r,
+        )
+        self.extender_fail_open = Counter(
+            f"{PREFIX}_extender_fail_open",
+            "Scheduler extender requests answered without advice, by verb and reason: no_snapshot, stale_snapshot "
+            "(older than scheduler_extender.max_snapshot_age_seconds), bad_pod (the pod could not be read)",
+            ["verb", "reason"],
+            registry=r,
+        )
+        self.extender_duration = Histogram(
+            f"{PREFIX}_extender_request_duration_seconds",
+            "Time to answer one scheduler extender request (decode, advise, encode; not the network), seconds",
+            ["verb"],
+            buckets=EXTENDER_BUCKETS,
+            registry=r,
+        )
+        self.extender_filtered_nodes = Counter(
+            f"{PREFIX}_extender_filtered_nodes",
+            "Candidate nodes the scheduler extender's filter turned away, by reason (gpu_type_mismatch, "
+            "node_too_small)",
+            ["reason"],
+            registry=r,
+        )
+        for verb in EXTENDER_VERBS:
+            for result in EXTENDER_RESULTS:
+                self.extender_requests.labels(verb=verb, result=result)
+            for reason in EXTENDER_FAIL_OPEN:
+                self.extender_fail_open.labels(verb=verb, reason=reason)
+        for reason in EXTENDER_FILTER_REASONS:
+            self.extender_filtered_nodes.labels(reason=reason)
 
     def set_leader(self, leader: bool) -> None:
         self.leader.labels(identity=self._identity).set(1 if leader else 0)

@@ -1,0 +1,374 @@
+"""kube-scheduler's HTTP extender protocol around ``autoscaler.core.extender``: ``POST <prefix>/filter`` and
+``POST <prefix>/prioritize``, answered from the controller's latest cluster snapshot -- never a request to the API.
+
+The protocol (``k8s.io/kube-scheduler/extender/v1``, structs without json tags, so Go writes the field names as
+they are spelled and reads them case-insensitively):
+
+- request ``ExtenderArgs``: ``{"Pod": <v1.Pod>, "Nodes": <v1.NodeList> | null, "NodeNames": [<name>] | null}``
+  (``NodeNames`` when the extender is configured ``nodeCacheCapable: true``, as ``deploy/`` does);
+- filter answer ``ExtenderFilterResult``: ``{"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes",
+  "Error"}`` -- the nodes that pass in the form they came in (a ``nodeCacheCapable`` answer without ``NodeNames``
+  would filter out every node), the rejected ones with a reason;
+- prioritize answer ``HostPriorityList``: ``[{"Host": <name>, "Score": 0..10}]``.
+
+A request that is not the protocol (not JSON, no node list) gets HTTP 400 with the reason in ``Error``; kube-scheduler
+then skips an ``ignorable`` extender. Everything else is answered 200, failing open when the snapshot is missing or
+stale or the pod unreadable (see the core module). Every request is counted by verb and result, timed, and a change
+of fail-open reason is logged once (not per request: the scheduler calls twice per GPU pod).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.extender import (
+    ExtenderConfig,
+    FailOpen,
+    PlacementView,
+    PodRequest,
+    Scorer,
+    fgd_scores,
+    filter_nodes,
+    prioritize_nodes,
+)
+
+if TYPE_CHECKING:
+    from autoscaler.ports import ClusterReader
+    from autoscaler.telemetry import Telemetry
+
+log = logging.getLogger("autoscaler.extender")
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+FILTER_VERB = "filter"
+PRIORITIZE_VERB = "prioritize"
+MAX_BODY_BYTES = 32 << 20  # a NodeList of thousands of nodes (nodeCacheCapable: false) fits
+
+
+class BadRequest(ValueError):
+    """Not an ``ExtenderArgs``: answered 400 with the reason."""
+
+
+class LatestSnapshot:
+    """A ``ClusterReader`` that remembers the latest snapshot it returned: the controller's tick reads the cluster
+    through it, and the extender answers from ``latest()`` (an attribute read: no lock, no API request)."""
+
+    def __init__(self, reader: ClusterReader) -> None:
+        self._reader = reader
+        self._latest: ClusterSnapshot | None = None
+
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        snapshot = self._reader.snapshot(now)
+        self._latest = snapshot
+        return snapshot
+
+    def latest(self) -> ClusterSnapshot | None:
+        return self._latest
+
+    def set(self, snapshot: ClusterSnapshot | None) -> None:
+        """Replace the latest snapshot (tests, and a standby replica's own refresh)."""
+        self._latest = snapshot
+
+
+# ---- reading a v1.Pod -------------------------------------------------------------------------------------------
+
+
+def _quantity_int(value: Any, where: str) -> int:
+    """An extended-resource quantity ("2", 2): whole numbers only, as the API server enforces for them."""
+    if isinstance(value, bool):
+        raise ValueError(f"{where}: not a quantity: {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    else:
+        raise ValueError(f"{where}: {GPU_RESOURCE} must be a whole number, got {value!r}")
+    if number < 0:
+        raise ValueError(f"{where}: negative {GPU_RESOURCE}")
+    return number
+
+
+def _container_gpus(container: Mapping[str, Any], where: str) -> int:
+    resources = container.get("resources") or {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    if GPU_RESOURCE in requests:
+        return _quantity_int(requests[GPU_RESOURCE], where)
+    if GPU_RESOURCE in limits:  # an extended resource's request defaults to its limit
+        return _quantity_int(limits[GPU_RESOURCE], where)
+    return 0
+
+
+def _required_products(spec: Mapping[str, Any]) -> frozenset[str] | None:
+    """The GPU types the pod's required node affinity allows (terms are ORed, a term's expressions ANDed); None when
+    some term does not constrain the type (or there is no required affinity)."""
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = affinity.get("nodeSelectorTerms") or []
+    if not terms:
+        return None
+    allowed: set[str] = set()
+    for term in terms:
+        term_allowed: set[str] | None = None
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") != GPU_PRODUCT_LABEL or expr.get("operator") != "In":
+                continue
+            values = {str(v) for v in expr.get("values") or []}
+            term_allowed = values if term_allowed is None else term_allowed & values
+        if term_allowed is None:
+            return None  # this term lets any type through
+        allowed |= term_allowed
+    return frozenset(allowed)
+
+
+def parse_pod(pod: Any) -> PodRequest:
+    """The extender's view of a ``v1.Pod`` (JSON): its effective ``nvidia.com/gpu`` request (the larger of the
+    containers' sum and any one init container's), the GPU types its ``nodeSelector`` and required node affinity
+    accept, its priority. ValueError when it cannot be read."""
+    if not isinstance(pod, Mapping):
+        raise ValueError("the pod is not an object")
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ValueError("the pod has no spec")
+    name = str(meta.get("name") or "")
+    namespace = str(meta.get("namespace") or "")
+    containers = spec.get("containers") or []
+    init = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(init, list):
+        raise ValueError("containers must be lists")
+    gpus = sum(_container_gpus(c, f"container {i}") for i, c in enumerate(containers))
+    gpus = max([gpus, *(_container_gpus(c, f"init container {i}") for i, c in enumerate(init))])
+    selector = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    products = _required_products(spec)
+    if selector is not None:
+        products = frozenset({str(selector)}) if products is None else products & {str(selector)}
+    if products is not None and not products:
+        products = frozenset({""})  # contradictory: no node's type matches (the scheduler will not place it either)
+    priority = spec.get("priority") or 0
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    return PodRequest(namespace, name, gpus, products, priority)
+
+
+# ---- the protocol -----------------------------------------------------------------------------------------------
+
+
+def _field(args: Mapping[str, Any], name: str) -> Any:
+    """A field of a Go struct without json tags: matched case-insensitively, as Go's decoder does."""
+    if name in args:
+        return args[name]
+    lowered = name.lower()
+    for key, value in args.items():
+        if isinstance(key, str) and key.lower() == lowered:
+            return value
+    return None
+
+
+def _decode(body: bytes) -> tuple[Any, list[str], list[Any] | None]:
+    """(pod, node names, the NodeList's items or None when names were sent). BadRequest when not ExtenderArgs."""
+    try:
+        args = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not JSON: {exc}") from None
+    if not isinstance(args, Mapping):
+        raise BadRequest("the body is not an ExtenderArgs object")
+    names = _field(args, "NodeNames")
+    node_list = _field(args, "Nodes")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest("NodeNames must be a list of strings")
+        return _field(args, "Pod"), list(names), None
+    if isinstance(node_list, Mapping):
+        items = node_list.get("items") or []
+        if not isinstance(items, list):
+            raise BadRequest("Nodes.items must be a list")
+        try:
+            return _field(args, "Pod"), [str(item["metadata"]["name"]) for item in items], items
+        except (KeyError, TypeError):
+            raise BadRequest("a node in Nodes.items has no metadata.name") from None
+    raise BadRequest("neither NodeNames nor Nodes was sent")
+
+
+class Extender:
+    """The two verbs over the latest snapshot: ``handle(verb, body) -> (HTTP status, JSON body)``. Thread-safe; the
+    per-snapshot work (``PlacementView.of``) is done once per snapshot and shared by the requests."""
+
+    def __init__(
+        self,
+        snapshots: Callable[[], ClusterSnapshot | None],
+        config: ExtenderConfig | None = None,
+        *,
+        telemetry: Telemetry | None = None,
+        clock: Callable[[], float] = time.time,
+        scorer: Scorer = fgd_scores,
+    ) -> None:
+        self._snapshots = snapshots
+        self.config = config if config is not None else ExtenderConfig()
+        self._telemetry = telemetry
+        self._clock = clock
+        self._scorer = scorer
+        self._lock = threading.Lock()
+        self._view_of: tuple[ClusterSnapshot, PlacementView] | None = None
+        self._last_fail_open: FailOpen | None = None
+
+    def view(self) -> PlacementView | None:
+        snapshot = self._snapshots()
+        if snapshot is None:
+            return None
+        cached = self._view_of
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        with self._lock:  # one build per snapshot even when requests arrive together
+            cached = self._view_of
+            if cached is not None and cached[0] is snapshot:
+                return cached[1]
+            view = PlacementView.of(snapshot)
+            self._view_of = (snapshot, view)
+            return view
+
+    def handle(self, verb: str, body: bytes) -> tuple[int, bytes]:
+        started = time.perf_counter()
+        result = "error"
+        try:
+            status, payload, result = self._handle(verb, body)
+        except BadRequest as exc:
+            status, payload, result = 400, _error_payload(verb, str(exc)), "bad_request"
+        except Exception as exc:  # a bug answers 500 for this request; the server lives on
+            log.exception("extender %s failed", verb)
+            status, payload = 500, _error_payload(verb, f"{type(exc).__name__}: {exc}")
+        finally:
+            if self._telemetry is not None:
+                self._telemetry.extender_requests.labels(verb=verb, result=result).inc()
+                self._telemetry.extender_duration.labels(verb=verb).observe(time.perf_counter() - started)
+        return status, json.dumps(payload, separators=(",", ":")).encode()
+
+    def _handle(self, verb: str, body: bytes) -> tuple[int, Any, str]:
+        raw_pod, names, items = _decode(body)
+        try:
+            pod: PodRequest | None = parse_pod(raw_pod)
+        except ValueError as exc:
+            log.debug("extender: unreadable pod, failing open: %s", exc)
+            pod = None
+        now = self._clock()
+        view = self.view()
+        if verb == FILTER_VERB:
+            outcome = filter_nodes(view, pod, names, now, self.config)
+            self._note(verb, outcome.fail_open, view, now)
+            if self._telemetry is not None:
+                for reason in outcome.failed.values():
+                    self._telemetry.extender_filtered_nodes.labels(reason=reason.value).inc()
+            unresolvable = {name: reason.text for name, reason in outcome.failed.items()}
+            passed: dict[str, Any] = {"NodeNames": list(outcome.passed), "Nodes": None}
+            if items is not None:
+                keep = set(outcome.passed)
+                passed = {"NodeNames": None, "Nodes": {"items": [i for i in items if i["metadata"]["name"] in keep]}}
+            payload = {**passed, "FailedNodes": {}, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+            return 200, payload, "ok" if outcome.fail_open is None else "fail_open"
+        if verb == PRIORITIZE_VERB:
+            scored = prioritize_nodes(view, pod, names, now, self.config, self._scorer)
+            self._note(verb, scored.fail_open, view, now)
+            hosts = [{"Host": host, "Score": score} for host, score in scored.scores]
+            return 200, hosts, "ok" if scored.fail_open is None else "fail_open"
+        raise BadRequest(f"unknown verb {verb!r}")
+
+    def _note(self, verb: str, why: FailOpen | None, view: PlacementView | None, now: float) -> None:
+        if why is not None and self._telemetry is not None:
+            self._telemetry.extender_fail_open.labels(verb=verb, reason=why.value).inc()
+        if why == self._last_fail_open:
+            return
+        self._last_fail_open = why
+        if why is None:
+            log.info("extender: advising from the snapshot again")
+        elif why is FailOpen.STALE_SNAPSHOT and view is not None:
+            log.warning(
+                "extender: failing open, the snapshot is %.0fs old (max %gs)",
+                now - view.time,
+                self.config.max_snapshot_age_s,
+            )
+        else:
+            log.warning("extender: failing open, %s", why.value.replace("_", " "))
+
+
+def _error_payload(verb: str, message: str) -> Any:
+    if verb == PRIORITIZE_VERB:
+        return {"Error": message}  # any non-200 answer is an error to the scheduler; the body is for humans
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
+
+
+# ---- the HTTP server --------------------------------------------------------------------------------------------
+
+
+class ExtenderServer:
+    """``POST <prefix>/filter``, ``POST <prefix>/prioritize`` (and ``GET /healthz``) on a threaded stdlib server of
+    its own, so that scheduler traffic and the probes on the metrics port never wait for each other."""
+
+    def __init__(
+        self, extender: Extender, bind_address: str = "0.0.0.0", port: int = 8081, prefix: str = "/scheduler"
+    ) -> None:
+        self.extender = extender
+        routes = {f"{prefix.rstrip('/')}/{verb}": verb for verb in (FILTER_VERB, PRIORITIZE_VERB)}
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: the scheduler's client reuses its connections
+
+            def do_POST(self) -> None:
+                verb = routes.get(self.path.split("?", 1)[0])
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if verb is None:
+                    self._reply(404, b'{"Error":"not found"}')
+                    return
+                if not 0 <= length <= MAX_BODY_BYTES:
+                    self.close_connection = True
+                    self._reply(413 if length > 0 else 411, json.dumps({"Error": "bad Content-Length"}).encode())
+                    return
+                status, body = extender.handle(verb, self.rfile.read(length))
+                self._reply(status, body)
+
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] == "/healthz":
+                    self._reply(200, b'{"status":"ok"}')
+                else:
+                    self._reply(404, b'{"Error":"not found"}')
+
+            def _reply(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("extender http: " + format, *args)
+
+        self._server = ThreadingHTTPServer((bind_address, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="extender-http", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._server.server_close()
