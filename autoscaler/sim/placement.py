@@ -60,9 +60,12 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix, parse_gpu_types
+from autoscaler.core.placement_score import QUANTUM_MILLI
 
-POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD")
-PUBLISHED_LABELS = {name: f"{i:02d}-{name}" for i, name in enumerate(POLICIES, start=1)}
+FGD_POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD")
+PUBLISHED_LABELS = {name: f"{i:02d}-{name}" for i, name in enumerate(FGD_POLICIES, start=1)}
+OURS = "FGD+"
+POLICIES = (*FGD_POLICIES, OURS)
 WORKLOADS = (  # the 17 openb workloads of the published experiments (generate_run_scripts.py FILELIST)
     "openb_pod_list_default",
     "openb_pod_list_cpu050",
@@ -302,6 +305,8 @@ class Replay:
     gpu_left: np.ndarray  # final free milli-GPU, per node and GPU slot (0 on slots the node does not have)
     cpu_left: np.ndarray  # final free CPU (milli), per node
     memory_left: np.ndarray  # final free memory (MiB), per node
+    moves: int = 0  # migrations made (each: one placed pod moved to another node)
+    move_steps: np.ndarray | None = None  # per migration, the step (submitted pod) whose failure it served
 
     @property
     def failed(self) -> int:
@@ -396,6 +401,7 @@ class _Cluster:
         self.cnt, self.q3 = self._counts(self.gpu_left)
         self.frag_cls = self._fragments(self.cpu, self.mem, self.cnt, self.q3, self.total, self.node_type)
         self.frag = self.frag_cls @ self.m_w
+        self.fill: _Fill | None = None
 
     def _counts(self, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per node and class: GPUs that hold the class's share, and free milli on the GPUs that do not."""
@@ -426,6 +432,8 @@ class _Cluster:
         )
         self.frag_cls[i] = row[0]
         self.frag[i] = row[0] @ self.m_w
+        if self.fill is not None:
+            self.fill.refresh(self, i)
 
     def feasible(self, cpu: int, mem: int, milli: int, count: int, constraint: int) -> np.ndarray:
         ok = (self.cpu >= cpu) & (self.mem >= mem)
@@ -443,6 +451,144 @@ class _Cluster:
             self.tags[i, _gpu_tag(milli, count)] += 1
         self.version[i] += 1
         self.refresh(i)
+
+    def unplace(self, i: int, cpu: int, mem: int, milli: int, gpus: Sequence[int], count: int) -> None:
+        """The inverse of ``place``: a pod leaves node ``i`` (a migration's first half)."""
+        self.cpu[i] += cpu
+        self.mem[i] += mem
+        for g in gpus:
+            self.gpu_left[i, g] += milli
+        if count > 0:
+            self.tags[i, _gpu_tag(milli, count)] -= 1
+        self.version[i] += 1
+        self.refresh(i)
+
+
+class _Fill:
+    """This project's scorer's state (``OURS``): per node and task class of its mix, the class's tasks the node's GPUs
+    could still hold one after another (``units``: per GPU ``free // share``, summed; divided by the class's GPU
+    count), and the fill fragmentation ``free - k * demand`` with ``k`` the tasks that fit GPUs, CPU and memory."""
+
+    def __init__(self, c: _Cluster, mix: TaskMix) -> None:
+        pops = mix.popularities()
+        self.m_cpu = np.array([t.cpu_milli for t, _ in pops], dtype=np.int64)
+        self.m_mem = np.array([t.memory_mib for t, _ in pops], dtype=np.int64)
+        self.m_milli = np.array([t.gpu_milli for t, _ in pops], dtype=np.int64)
+        self.m_count = np.array([t.gpu_count for t, _ in pops], dtype=np.int64)
+        self.m_w = np.array([p for _, p in pops], dtype=np.float64)
+        self.m_gpu = self.m_count > 0
+        self.m_access = c.access[[c.constraint_id.get(t.gpu_types, 0) for t, _ in pops]].T
+        self.safe_milli = np.maximum(self.m_milli, 1)
+        self.safe_count = np.maximum(self.m_count, 1)
+        self.demand = self.m_milli * self.m_count
+        self.big = np.iinfo(np.int64).max // 4
+        self.units = self.count_units(c.gpu_left)
+        self.frag_cls = self.fragments(c.cpu, c.mem, self.units, c.total, c.node_type)
+        self.cache: dict[tuple[int, int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def count_units(self, left: np.ndarray) -> np.ndarray:
+        units: np.ndarray = (left[:, :, None] // self.safe_milli[None, None, :]).sum(axis=1)
+        return units
+
+    def fragments(
+        self, cpu: np.ndarray, mem: np.ndarray, units: np.ndarray, total: np.ndarray, types: np.ndarray
+    ) -> np.ndarray:
+        k = units // self.safe_count[None, :]
+        k = np.minimum(k, np.where(self.m_cpu > 0, cpu[:, None] // np.maximum(self.m_cpu, 1)[None, :], self.big))
+        k = np.minimum(k, np.where(self.m_mem > 0, mem[:, None] // np.maximum(self.m_mem, 1)[None, :], self.big))
+        usable = np.where(self.m_gpu[None, :] & self.m_access[types], k * self.demand[None, :], 0)
+        out: np.ndarray = (total[:, None] - usable).astype(np.float64)
+        return out
+
+    def refresh(self, c: _Cluster, i: int) -> None:
+        self.units[i] = self.count_units(c.gpu_left[i : i + 1])[0]
+        self.frag_cls[i] = self.fragments(
+            c.cpu[i : i + 1], c.mem[i : i + 1], self.units[i : i + 1], c.total[i : i + 1], c.node_type[i : i + 1]
+        )[0]
+
+    def scores(
+        self, c: _Cluster, nodes: np.ndarray, cpu: int, mem: int, milli: int, count: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the best decrease of the fill fragmentation over its GPU choices, and that GPU for a share."""
+        left = c.gpu_left[nodes]
+        if 0 < milli < GPU_MILLI:
+            dup = ((left[:, :, None] == left[:, None, :]) & c.lower[None]).any(axis=2)
+            rows, gpus = np.nonzero((left >= milli) & ~dup)
+            cand = nodes[rows]
+            before = left[rows, gpus][:, None]
+            after = before - milli
+            units = self.units[cand] - before // self.safe_milli[None, :] + after // self.safe_milli[None, :]
+            total = c.total[cand] - milli
+        else:
+            rows = np.arange(len(nodes))
+            gpus = np.full(len(nodes), -1, dtype=np.int64)
+            cand = nodes
+            units = self.units[cand] - count * (GPU_MILLI // self.safe_milli)[None, :]
+            total = c.total[cand] - milli * count
+        after_frag = self.fragments(c.cpu[cand] - cpu, c.mem[cand] - mem, units, total, c.node_type[cand])
+        decrease = ((self.frag_cls[cand] - after_frag) * self.m_w[None, :]).sum(axis=1)
+        if 0 < milli < GPU_MILLI:  # FGD's own change, as ``_fgd_scores`` computes it
+            cls_milli = c.m_milli[None, :]
+            cnt = c.cnt[cand] - (before >= cls_milli) + (after >= cls_milli)
+            q3 = c.q3[cand] - np.where(before < cls_milli, before, 0) + np.where(after < cls_milli, after, 0)
+        else:
+            cnt = c.cnt[cand] - count * c.m_gpu[None, :]
+            q3 = c.q3[cand]
+        fgd_after = c._fragments(c.cpu[cand] - cpu, c.mem[cand] - mem, cnt, q3, total, c.node_type[cand])
+        decrease = decrease + ((c.frag_cls[cand] - fgd_after) * c.m_w[None, :]).sum(axis=1)
+        decrease = np.floor(np.round(decrease, 6) / QUANTUM_MILLI)  # ``placement_score.quantise``
+        if len(rows) == len(nodes):
+            return decrease, gpus
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        top = np.maximum.reduceat(decrease, starts)
+        owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)]))
+        first = np.flatnonzero(decrease == top[owner])
+        _, pick = np.unique(owner[first], return_index=True)
+        return top, gpus[first[pick]]
+
+
+def ours_node_keys(nodes: Sequence[GpuNode], task: Task, mix: TaskMix) -> list[int | None]:
+    """The replay's vectorised ``FGD+`` keys for one task on nodes in any state (free resources as given): what
+    ``autoscaler.core.placement_score.node_keys`` computes one node at a time (the tests hold them equal)."""
+    table = NodeTable(
+        tuple(n.name for n in nodes),
+        np.array([n.cpu_milli for n in nodes], dtype=np.int64),
+        np.array([n.memory_mib for n in nodes], dtype=np.int64),
+        np.array([len(n.gpu_free_milli) for n in nodes], dtype=np.int64),
+        tuple(n.gpu_type for n in nodes),
+    )
+    c = _Cluster(table, mix, [task.gpu_types], np.arange(len(nodes)))
+    for i, node in enumerate(nodes):
+        c.gpu_left[i, : len(node.gpu_free_milli)] = node.gpu_free_milli
+    c.cnt, c.q3 = c._counts(c.gpu_left)
+    c.total = c.gpu_left.sum(axis=1)
+    c.frag_cls = c._fragments(c.cpu, c.mem, c.cnt, c.q3, c.total, c.node_type)
+    c.frag = c.frag_cls @ c.m_w
+    c.fill = _Fill(c, mix)
+    feas = c.feasible(task.cpu_milli, task.memory_mib, task.gpu_milli, task.gpu_count, c.constraint_id[task.gpu_types])
+    out: list[int | None] = [None] * len(nodes)
+    if len(feas):
+        keys, _ = c.fill.scores(c, feas, task.cpu_milli, task.memory_mib, task.gpu_milli, task.gpu_count)
+        for i, key in zip(feas.tolist(), keys.tolist(), strict=True):
+            out[i] = int(key)
+    return out
+
+
+def _choose_ours(c: _Cluster, feas: np.ndarray, cpu: int, mem: int, milli: int, count: int) -> tuple[int, list[int]]:
+    fill = c.fill
+    assert fill is not None
+    key = (cpu, mem, milli, count)
+    if key not in fill.cache:
+        fill.cache[key] = (np.full(c.n, -1, dtype=np.int64), np.zeros(c.n), np.zeros(c.n, dtype=np.int64))
+    seen, best, gpu = fill.cache[key]
+    stale = feas[seen[feas] != c.version[feas]]
+    if len(stale):
+        best[stale], gpu[stale] = fill.scores(c, stale, cpu, mem, milli, count)
+        seen[stale] = c.version[stale]
+    i = int(feas[_select(best[feas], c.rank[feas])])
+    if count == 0:
+        return i, []
+    return i, [int(gpu[i])] if 0 < milli < GPU_MILLI else _whole_gpus(c.gpu_left[i], count)
 
 
 def _gpu_tag(milli: int, count: int) -> int:
@@ -539,6 +685,8 @@ def _choose(
             )
     elif policy == "FGD":
         return _choose_fgd(c, feas, cpu, mem, milli, count)
+    elif policy == OURS:
+        return _choose_ours(c, feas, cpu, mem, milli, count)
     else:
         raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
     i = int(feas[_select(scores, c.rank[feas])])
@@ -604,6 +752,191 @@ def _choose_fgd(c: _Cluster, feas: np.ndarray, cpu: int, mem: int, milli: int, c
     return i, [int(gpu[i])] if 0 < milli < GPU_MILLI else _whole_gpus(c.gpu_left[i], count)
 
 
+@dataclass(frozen=True)
+class Migrations:
+    """The bound on migrations in a replay: at most ``per_failure`` pods moved to place one pod that fits nowhere,
+    and at most ``total`` moves in the whole run (None: ``per_pod_arrived`` x the pods submitted)."""
+
+    per_failure: int = 2
+    total: int | None = None
+    per_pod_arrived: float = 0.05
+    tries: int = 12  # plans tried per failed pod (each rolled back if it does not place the pod)
+
+    def budget(self, pods_submitted: int) -> int:
+        return self.total if self.total is not None else int(self.per_pod_arrived * pods_submitted)
+
+
+class _Residents:
+    """Who runs where during a replay, for migrations: per submitted pod its request, node (-1: not placed) and
+    GPUs; per node the set of its pods; per GPU the number of pods on it."""
+
+    def __init__(self, c: _Cluster, pods: PodTable, order: np.ndarray) -> None:
+        self.cpu = pods.cpu_milli[order].astype(np.int64)
+        self.mem = pods.memory_mib[order].astype(np.int64)
+        self.milli = pods.gpu_milli[order].astype(np.int64)
+        self.count = pods.gpu_count[order].astype(np.int64)
+        self.node = np.full(len(order), -1, dtype=np.int64)
+        self.gpu0 = np.full(len(order), -1, dtype=np.int64)
+        self.gpus: list[list[int]] = [[] for _ in range(len(order))]
+        self.on_node: list[set[int]] = [set() for _ in range(c.n)]
+        self.nres = np.zeros((c.n, c.slots), dtype=np.int64)
+
+    def add(self, step: int, i: int, gpus: Sequence[int]) -> None:
+        self.node[step] = i
+        self.gpus[step] = list(gpus)
+        self.gpu0[step] = gpus[0] if gpus else -1
+        self.on_node[i].add(step)
+        for g in gpus:
+            self.nres[i, g] += 1
+
+    def remove(self, step: int) -> tuple[int, list[int]]:
+        i, gpus = int(self.node[step]), self.gpus[step]
+        self.on_node[i].discard(step)
+        for g in gpus:
+            self.nres[i, g] -= 1
+        self.node[step] = -1
+        return i, gpus
+
+
+def _place_pod(c: _Cluster, res: _Residents, step: int, policy: str, feas: np.ndarray, rng: np.random.Generator) -> int:
+    cpu, mem, milli, count = int(res.cpu[step]), int(res.mem[step]), int(res.milli[step]), int(res.count[step])
+    i, gpus = _choose(policy, c, feas, cpu, mem, milli, count, rng)
+    c.place(i, cpu, mem, milli, gpus, count)
+    res.add(step, i, gpus)
+    return i
+
+
+def _lift(c: _Cluster, res: _Residents, step: int) -> tuple[int, list[int]]:
+    i, gpus = res.remove(step)
+    c.unplace(i, int(res.cpu[step]), int(res.mem[step]), int(res.milli[step]), gpus, int(res.count[step]))
+    return i, gpus
+
+
+def _put_back(c: _Cluster, res: _Residents, step: int, i: int, gpus: list[int]) -> None:
+    c.place(i, int(res.cpu[step]), int(res.mem[step]), int(res.milli[step]), gpus, int(res.count[step]))
+    res.add(step, i, gpus)
+
+
+def _movable(c: _Cluster, res: _Residents, constraint_ids: Sequence[int]) -> np.ndarray:
+    """Per submitted pod: placed, and its request fits at least one node other than its own as the cluster stands
+    (one feasibility test per distinct request)."""
+    placed = np.flatnonzero(res.node >= 0)
+    out = np.zeros(len(res.node), dtype=bool)
+    shapes: dict[tuple[int, int, int, int, int], list[int]] = {}
+    for q in placed.tolist():
+        key = (int(res.cpu[q]), int(res.mem[q]), int(res.milli[q]), int(res.count[q]), constraint_ids[q])
+        shapes.setdefault(key, []).append(q)
+    for key, members in shapes.items():
+        feas = c.feasible(*key)
+        if len(feas) == 0:
+            continue
+        if len(feas) > 1:
+            out[members] = True
+        else:
+            only = int(feas[0])
+            out[[q for q in members if res.node[q] != only]] = True
+    return out
+
+
+def _plans(
+    c: _Cluster, res: _Residents, step: int, constraint_ids: Sequence[int], limit: int, tries: int
+) -> list[tuple[int, ...]]:
+    """Candidate sets of placed pods whose departure from one node would let the failed pod ``step`` fit there,
+    cheapest first: one pod (the smallest GPU demand, then CPU), then whole GPUs emptied of up to ``limit`` pods."""
+    cpu, mem, milli, count = int(res.cpu[step]), int(res.mem[step]), int(res.milli[step]), int(res.count[step])
+    constraint = constraint_ids[step]
+    placed = np.flatnonzero(res.node >= 0)
+    n = res.node[placed]
+    ok = (c.cpu[n] + res.cpu[placed] >= cpu) & (c.mem[n] + res.mem[placed] >= mem)
+    share_q = (res.milli[placed] > 0) & (res.milli[placed] < GPU_MILLI)
+    whole_q = res.milli[placed] == GPU_MILLI
+    if count > 0:
+        ok &= c.access[constraint][c.node_type[n]] & (c.ngpus[n] >= count)
+        left_q = np.where(share_q, c.gpu_left[n, np.maximum(res.gpu0[placed], 0)] + res.milli[placed], 0)
+        if milli < GPU_MILLI:
+            ok &= ((c.gpu_left[n] >= milli).any(axis=1)) | (left_q >= milli) | whole_q
+        else:
+            whole_after = (c.gpu_left[n] == GPU_MILLI).sum(axis=1) + np.where(
+                whole_q, res.count[placed], (left_q == GPU_MILLI).astype(np.int64)
+            )
+            ok &= whole_after >= count
+    ok &= ~(
+        (res.milli[placed] == milli)
+        & (res.count[placed] == count)
+        & (res.cpu[placed] <= cpu)
+        & (res.mem[placed] <= mem)
+    )  # a pod no larger than the failed one fits nowhere else either
+    movable = _movable(c, res, constraint_ids)
+    ok &= movable[placed]
+    single = placed[ok]
+    cost = res.milli[single] * res.count[single] * 10**7 + res.cpu[single]
+    plans: list[tuple[int, ...]] = [(int(q),) for q in single[np.argsort(cost, kind="stable")][:tries]]
+    if limit >= 2 and count <= 1 and len(plans) < tries:
+        # empty one GPU of its 2..limit pods (a GPU shared by small pods, for a whole GPU or a large share)
+        need_cpu = np.maximum(cpu - c.cpu, 0)
+        cand = (res.nres >= 2) & (res.nres <= limit)
+        if count > 0:
+            cand &= c.access[constraint][c.node_type][:, None]
+        nodes_g, gpus_g = np.nonzero(cand)
+        order = np.argsort(res.nres[nodes_g, gpus_g] * 10**6 + (GPU_MILLI - c.gpu_left[nodes_g, gpus_g]), kind="stable")
+        for k in order[: 4 * tries]:
+            i, g = int(nodes_g[k]), int(gpus_g[k])
+            members = tuple(sorted(q for q in res.on_node[i] if g in res.gpus[q]))
+            if (
+                sum(int(res.cpu[q]) for q in members) < need_cpu[i]
+                or any(res.count[q] > 1 for q in members)
+                or not all(movable[q] for q in members)
+            ):
+                continue
+            plans.append(members)
+            if len(plans) >= tries:
+                break
+    return plans
+
+
+def _migrate_for(
+    c: _Cluster,
+    res: _Residents,
+    step: int,
+    constraint_ids: Sequence[int],
+    constraint: int,
+    policy: str,
+    limit: int,
+    tries: int,
+    rng: np.random.Generator,
+) -> list[int] | None:
+    """Try to place the failed pod ``step`` by moving at most ``limit`` placed pods off one node, each to the node
+    the policy scores best among the others where it fits. Returns the moved pods' steps (the failed pod placed), or
+    None with the cluster unchanged."""
+    cpu, mem, milli, count = int(res.cpu[step]), int(res.mem[step]), int(res.milli[step]), int(res.count[step])
+    for plan in _plans(c, res, step, constraint_ids, limit, tries):
+        if len(plan) > limit:
+            continue
+        source = int(res.node[plan[0]])
+        done: list[tuple[int, int, list[int]]] = []  # (moved pod, its old node, its old GPUs)
+        lifted = [(q, *_lift(c, res, q)) for q in plan]
+        good = True
+        for q, _, _ in lifted:
+            feas = c.feasible(int(res.cpu[q]), int(res.mem[q]), int(res.milli[q]), int(res.count[q]), constraint_ids[q])
+            feas = feas[feas != source]
+            if not len(feas):
+                good = False
+                break
+            _place_pod(c, res, q, policy, feas, rng)
+            done.append((q, source, []))
+        if good:
+            here = c.feasible(cpu, mem, milli, count, constraint)
+            good = bool((here == source).any())
+        if good:
+            _place_pod(c, res, step, policy, np.array([source]), rng)
+            return [q for q, _, _ in lifted]
+        for q, _, _ in done:  # roll back: the moved pods to their old GPUs
+            _lift(c, res, q)
+        for q, i, gpus in lifted:
+            _put_back(c, res, q, i, gpus)
+    return None
+
+
 def replay(
     nodes: NodeTable,
     pods: PodTable,
@@ -612,6 +945,8 @@ def replay(
     mix: TaskMix | None = None,
     sequence: np.ndarray | None = None,
     rng: np.random.Generator | None = None,
+    ours_mix: TaskMix | None = None,
+    migrations: Migrations | None = None,
 ) -> Replay:
     """Replay ``pods`` (in ``sequence`` order, default as listed) onto empty ``nodes`` with one policy. ``mix`` is
     the fragmentation's task mix (default: learnt from the pods, memory included). Deterministic for a seed."""
@@ -626,6 +961,8 @@ def replay(
     rank = np.empty(len(nodes), dtype=np.int64)
     rank[by_name] = rng.permutation(len(nodes))
     c = _Cluster(nodes, mix, pods.gpu_types, rank)
+    if policy == OURS:
+        c.fill = _Fill(c, ours_mix if ours_mix is not None else mix)
     steps = len(order)
     arrived = np.zeros(steps, dtype=np.int64)
     allocated = np.zeros(steps, dtype=np.int64)
@@ -636,6 +973,10 @@ def replay(
     capacity = nodes.total_gpu_milli
     arrived_total = used_total = 0
     constraint_ids = [c.constraint_id[t] for t in pods.gpu_types]
+    res = _Residents(c, pods, order) if migrations is not None else None
+    step_constraints = [constraint_ids[p] for p in order]
+    budget = migrations.budget(steps) if migrations is not None else 0
+    move_steps: list[int] = []
     for step, p in enumerate(order):
         cpu, mem = int(pods.cpu_milli[p]), int(pods.memory_mib[p])
         milli, count = int(pods.gpu_milli[p]), int(pods.gpu_count[p])
@@ -644,11 +985,24 @@ def replay(
         if len(feas):
             i, gpus = _choose(policy, c, feas, cpu, mem, milli, count, rng)
             c.place(i, cpu, mem, milli, gpus, count)
+            if res is not None:
+                res.add(step, i, gpus)
             used_total += milli * count
             placed[step], where[step] = True, i
+        elif res is not None and migrations is not None and len(move_steps) < budget and count > 0:
+            limit = min(migrations.per_failure, budget - len(move_steps))
+            moved = _migrate_for(
+                c, res, step, step_constraints, step_constraints[step], policy, limit, migrations.tries, rng
+            )
+            if moved is not None:
+                move_steps.extend([step] * len(moved))
+                used_total += milli * count
+                placed[step] = True
         arrived[step], allocated[step] = arrived_total, used_total
         frag[step] = c.frag.sum()
         free[step] = capacity - used_total
+    if res is not None:
+        where = np.where(placed, res.node, -1)
     return Replay(
         policy,
         seed,
@@ -662,6 +1016,8 @@ def replay(
         c.gpu_left.copy(),
         c.cpu.copy(),
         c.mem.copy(),
+        len(move_steps),
+        np.array(move_steps, dtype=np.int64),
     )
 
 
