@@ -170,11 +170,12 @@ def build_runtime(
     settings: Settings,
     adapters: Adapters | None = None,
     refit: Callable[[float], None] | None = None,
-    rebalance: Callable[[float], None] = noop_job,
+    rebalance: Callable[[float], None] | None = None,
     http: bool = True,
 ) -> Runtime:
     """Everything ``autoscaler run`` needs. ``refit`` defaults to the ``ForecastService``'s refit job, which also
-    hands the tick its forecast floors; pass another callable to replace the job (and run without forecasts)."""
+    hands the tick its forecast floors; pass another callable to replace the job (and run without forecasts).
+    ``rebalance`` defaults to the controller's rebalance pass when ``rebalance.enabled``, else to nothing."""
     from autoscaler.adapters.kubernetes_lease import ElectionTimings, KubernetesLeaseStore, LeaderElector
 
     adapters = adapters if adapters is not None else build_adapters(settings)
@@ -205,7 +206,11 @@ def build_runtime(
         dry_run=settings.dry_run,
         forecasts=forecasts,
         capacity=settings.capacity.to_config(),
+        rebalance=settings.rebalance.to_config(settings.rebalance_interval_seconds, settings.capacity.burst_pools),
     )
+    if rebalance is None:
+        # the controller's pass when rebalance.enabled; else nothing to do
+        rebalance = controller.rebalance if controller.rebalance_config is not None else noop_job
     runtime_ref: list[Runtime] = []
     elector = None
     if le.enabled:

@@ -20,14 +20,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from autoscaler.actuator import DRY_RUN_MARK, Actuator, GuardContext, forget_unapplied
+from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, GuardContext, forget_unapplied
 from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot, hpas_targeting
 from autoscaler.core.model import ControllerState, Mode, Observation, Plan, ServiceObservation, ServicePolicy
+from autoscaler.core.reasons import Reason
+from autoscaler.core.rebalance import HOUR_S, RebalanceConfig, RebalancePlan, RebalanceState, plan_rebalance
 from autoscaler.core.tick import TickConfig, TickInput, decide_tick
 from autoscaler.ports import (
     POLICY_KIND,
@@ -48,11 +50,35 @@ __all__ = [
     "STALE_DEPLOYMENT_MISSING",
     "STALE_METRICS_UNAVAILABLE",
     "Controller",
+    "RebalanceReport",
     "TickDecider",
     "TickReport",
 ]
 
 log = logging.getLogger("autoscaler")
+
+
+@dataclass(slots=True)
+class RebalanceReport:
+    """What one rebalance pass planned and did (``autoscaler plan`` prints it, tests read it)."""
+
+    time: float
+    plan: RebalancePlan | None  # None: the pass was held or failed
+    result: str = "ok"  # ok | held | error
+    held_because: str | None = None
+    results: list[ActionResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    protected: frozenset[str] = frozenset()  # owners left alone this pass
+
+
+def protected_owners(tick: TickReport) -> frozenset[str]:
+    """Deployments a rebalance move must not touch now: those whose metrics the tick saw stale or partial, and those
+    it wanted to grow or guarded on latency (a move takes one of their replicas away for a cold start)."""
+    keys = set(tick.stale) | set(tick.partial)
+    for decision in tick.plan.decisions:
+        if decision.desired_replicas > decision.current_replicas or decision.reason is Reason.SLO_BREACH:
+            keys.add(decision.key)
+    return frozenset(f"deployment/{key}" for key in keys)
 
 TickDecider = Callable[[TickInput, ControllerState, TickConfig], tuple[Plan, ControllerState]]
 
@@ -74,9 +100,13 @@ class Controller:
         can_act: Callable[[], bool] = lambda: True,
         forecasts: ForecastReader | None = None,
         capacity: CapacityConfig | None = None,
+        rebalance: RebalanceConfig | None = None,
     ) -> None:
         self.metrics = metrics
         self.capacity = capacity  # capacity arbitration (preempt, burst, give back); None = replicas only
+        self.rebalance_config = rebalance  # the rebalancer's bounds; None = no pass runs
+        self.rebalance_state = RebalanceState()
+        self.last_rebalance: RebalanceReport | None = None
         self.cluster = cluster
         self.writer = writer
         self.policies = policies
@@ -119,6 +149,7 @@ class Controller:
         if pending is None:
             return
         self.state = ControllerState()
+        self.rebalance_state = RebalanceState()
         self.reporter.reset()
         self.actuator.reported.clear()
         self.acting_since = pending[1]
@@ -144,6 +175,75 @@ class Controller:
         if report.result == "ok":
             self.telemetry.last_success.set(now)
         return report.plan
+
+    # -- the rebalance pass --
+
+    def rebalance(self, now: float) -> RebalanceReport | None:
+        """One rebalance pass at ``now`` (the runtime's rebalance job, on the leader only). Never raises.
+
+        It moves nothing unless the latest tick read everything (a pass takes a replica away for a cold start; it must
+        not follow from metrics or a cluster it could not read), and it leaves alone every service the latest tick
+        wanted to grow, guarded on latency or saw stale. Only evictions that were applied count against the hourly
+        bound (a dry run or a PodDisruptionBudget's refusal moved nothing)."""
+        if self.rebalance_config is None:
+            return None
+        with self._lock:
+            try:
+                report = self._rebalance(now, self.rebalance_config)
+            except Exception as exc:  # a bug in here must not kill the scheduler thread
+                log.exception("rebalance pass failed")
+                self.telemetry.error("rebalance")
+                self.telemetry.rebalance_passes.labels(result="error").inc()
+                report = RebalanceReport(now, None, result="error", held_because=f"{type(exc).__name__}: {exc}")
+            self.last_rebalance = report
+        return report
+
+    def _rebalance(self, now: float, config: RebalanceConfig) -> RebalanceReport:
+        tick = self.last_report
+        why = None
+        if tick is None:
+            why = "no tick yet"
+        elif tick.result != "ok":
+            why = f"the latest tick did not read everything ({tick.held_because or tick.result})"
+        elif now - tick.time > 4 * config.interval_s:
+            why = f"the latest tick is {now - tick.time:.0f}s old"
+        if why is not None or tick is None:
+            return self._rebalance_held(now, why or "no tick yet")
+        try:
+            snapshot = self.cluster.snapshot(now)
+        except Exception as exc:
+            self.telemetry.error("cluster_read")
+            return self._rebalance_held(now, f"cluster_read: {type(exc).__name__}: {exc}")
+        protected = protected_owners(tick)
+        # the runtime's job sets the pace: a pass is due whenever the job runs (its timer may fire a little early)
+        due = replace(self.rebalance_state, last_pass_at=None)
+        plan, state = plan_rebalance(snapshot, now, config, due, protected=protected)
+        results: list[ActionResult] = []
+        if plan.actions:
+            context = GuardContext(now, {}, tick.stale, None, self.acting_since)
+            results = self.actuator.apply(plan.actions, context)
+            report = TickReport(now, Plan(now))
+            self.reporter.actions(results, report)
+            errors = report.errors
+        else:
+            errors = []
+        applied = sum(1 for r in results if r.result == "applied")
+        recent = tuple(t for t in self.rebalance_state.move_times if now - t < HOUR_S)
+        self.rebalance_state = RebalanceState(state.last_pass_at, recent + (now,) * applied)
+        self.telemetry.rebalance_passes.labels(result="ok").inc()
+        if plan.ran:
+            self.telemetry.stranded_gpus.set(plan.stranded_gpus)
+        self.telemetry.rebalance_moves_last_hour.set(len(self.rebalance_state.move_times))
+        for move in plan.moves:
+            log.info("rebalance: move %s (%s): %s", move.owner, move.target, move.detail)
+        for note in plan.notes:
+            log.info("rebalance: %s", note)
+        return RebalanceReport(now, plan, results=results, errors=errors, protected=protected)
+
+    def _rebalance_held(self, now: float, why: str) -> RebalanceReport:
+        log.info("rebalance pass held: %s", why)
+        self.telemetry.rebalance_passes.labels(result="held").inc()
+        return RebalanceReport(now, None, result="held", held_because=why)
 
     def _hold(self, report: TickReport, component: str, exc: Exception) -> TickReport:
         report.result = "hold"

@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -280,6 +280,46 @@ class CapacitySettings(_Group):
         )
 
 
+class RebalanceSettings(_Group):
+    """The rebalancer (issue 15): bounded pod moves that make room for waiting GPU work that fits nowhere, and empty
+    under-used burst nodes before their give-back. Off by default: a move evicts a running pod (a replica restarts
+    with a cold start), so a cluster opts in. Passes run every ``rebalance_interval_seconds``, on the leader only."""
+
+    enabled: bool = Field(False, description="plan and make rebalance moves (false: no pass runs)")
+    max_moves_per_pass: int = Field(2, ge=0, le=100, description="pods evicted in one pass at most, pods")
+    max_moves_per_hour: int = Field(8, ge=0, le=1000, description="pods evicted over any hour at most, pods")
+    min_gain_per_move: float = Field(
+        2.0, ge=0, description="GPUs made usable per pod moved, at least, GPUs per pod (Karpenter-like worth-it test)"
+    )
+    checkpoint_max_age_seconds: float = Field(
+        600.0, ge=0, description="a training gang labelled movable moves only if checkpointed this recently, seconds"
+    )
+    burst_empty_below: float = Field(
+        0.5, ge=0, le=1, description="a burst node under this share of its GPUs in use is emptied, fraction 0-1"
+    )
+    training_on_burst_pools: bool = Field(
+        False, description="training may run on the burst pools (false: they are for inference; no gang goes there)"
+    )
+
+    def to_config(self, interval_seconds: float, burst_pools: Iterable[str]) -> Any:
+        """The core's ``RebalanceConfig``, or None when the rebalancer is off."""
+        if not self.enabled:
+            return None
+        from autoscaler.core.rebalance import RebalanceConfig
+
+        pools = frozenset(burst_pools)
+        return RebalanceConfig(
+            interval_s=interval_seconds,
+            max_moves_per_pass=self.max_moves_per_pass,
+            max_moves_per_hour=self.max_moves_per_hour,
+            min_gain_per_move=self.min_gain_per_move,
+            checkpoint_max_age_s=self.checkpoint_max_age_seconds,
+            burst_pools=pools,
+            burst_empty_below=self.burst_empty_below,
+            training_excluded_pools=frozenset() if self.training_on_burst_pools else pools,
+        )
+
+
 AUTO_MODEL = "auto"
 
 
@@ -451,6 +491,7 @@ class Settings(BaseSettings):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
     node_pools: NodePoolSettings = Field(default_factory=NodePoolSettings)  # type: ignore[arg-type]
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)  # type: ignore[arg-type]
+    rebalance: RebalanceSettings = Field(default_factory=RebalanceSettings)  # type: ignore[arg-type]
     forecast: ForecastSettings = Field(default_factory=ForecastSettings)  # type: ignore[arg-type]
     prometheus: PrometheusSettings = Field(
         default_factory=PrometheusSettings,  # type: ignore[arg-type]

@@ -290,6 +290,29 @@ class Telemetry:
             registry=r,
         )
 
+        # Rebalancing (issue 15). Its moves are in gpu_autoscaler_actions (kind EvictPod, reason rebalance).
+        self.rebalance_passes = Counter(
+            f"{PREFIX}_rebalance_passes",
+            "Rebalance passes by result: ok (planned, moves applied or none needed), held (the latest tick held or "
+            "failed, or the cluster could not be read: no move), error",
+            ["result"],
+            registry=r,
+        )
+        for result in ("ok", "held", "error"):
+            self.rebalance_passes.labels(result=result)
+        self.stranded_gpus = Gauge(
+            f"{PREFIX}_stranded_gpus",
+            "Free GPUs on ready nodes where none of the waiting GPU pods (pending, or training this controller "
+            "suspended) fits, at the latest rebalance pass: free but unusable for the shapes that wait, GPUs",
+            registry=r,
+        )
+        self.rebalance_moves_last_hour = Gauge(
+            f"{PREFIX}_rebalance_moves_last_hour",
+            "Pods the rebalancer evicted over the last hour at the latest pass (bounded by "
+            "rebalance.max_moves_per_hour), pods",
+            registry=r,
+        )
+
         # Placement advice for kube-scheduler (issue 15): its HTTP extender, served from the latest snapshot.
         self.extender_requests = Counter(
             f"{PREFIX}_extender_requests",

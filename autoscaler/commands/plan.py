@@ -137,12 +137,14 @@ def main(args: argparse.Namespace) -> int:
         telemetry=Telemetry(),
         dry_run=True,
         capacity=settings.capacity.to_config(),
+        rebalance=settings.rebalance.to_config(settings.rebalance_interval_seconds, settings.capacity.burst_pools),
     )
     now = args.time if args.time is not None else time.time()
     controller.run_once(now)
     report = controller.last_report
     assert report is not None
-    document = plan_document(report, writer.events)
+    rebalance = controller.rebalance(now)  # None unless rebalance.enabled; dry run: the moves it would make
+    document = plan_document(report, writer.events, rebalance)
     if args.output == "json":
         json.dump(document, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
@@ -151,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
     return EXIT_OK if report.result == "ok" else EXIT_HOLD
 
 
-def plan_document(report: Any, events: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
+def plan_document(report: Any, events: Sequence[dict[str, str]] = (), rebalance: Any = None) -> dict[str, Any]:
     """The plan as plain data: what ``-o json`` prints and the table is drawn from."""
     from autoscaler.actuator import action_kind, action_target, describe_action
 
@@ -199,10 +201,62 @@ def plan_document(report: Any, events: Sequence[dict[str, str]] = ()) -> dict[st
             for r in report.results
         ],
         "capacity": capacity_document(plan.capacity),
+        "rebalance": rebalance_document(rebalance),
         "invalidPolicies": [{"policy": f"{o.namespace}/{o.name}", "error": o.error} for o in report.invalid_policies],
         "errors": list(report.errors),
         "events": list(events),
     }
+
+
+def rebalance_document(report: Any) -> dict[str, Any] | None:
+    """The rebalance pass (``Controller.rebalance``): the GPUs stranded by fragmentation before and after, each move
+    with the pods it evicts, where they are and where they are expected to land, what it makes room for, and the
+    targets not pursued with why. None when the rebalancer is off."""
+    if report is None:
+        return None
+    plan = report.plan
+    results = {(r.action.namespace, r.action.name): r for r in report.results}
+    return {
+        "result": report.result,
+        "heldBecause": report.held_because,
+        "strandedGpus": plan.stranded_gpus if plan is not None else None,
+        "strandedGpusAfter": plan.stranded_after if plan is not None else None,
+        "moves": [
+            {
+                "owner": m.owner,
+                "pods": [f"{ns}/{name}" for ns, name in m.pods],
+                "from": dict(m.gpus_by_node),
+                "expectedTo": dict(m.destinations),
+                "for": m.target,
+                "gainGpus": m.gain_gpus,
+                "detail": m.detail,
+                "results": [results[p].result for p in m.pods if p in results],
+            }
+            for m in (plan.moves if plan is not None else ())
+        ],
+        "protected": sorted(report.protected),
+        "notes": list(plan.notes) if plan is not None else [],
+    }
+
+
+def _print_rebalance(rebalance: dict[str, Any], out: TextIO) -> None:
+    out.write("\nRebalance (moves against fragmentation, burst nodes emptied):\n")
+    if rebalance["heldBecause"]:
+        out.write(f"  held: {rebalance['heldBecause']}\n")
+        return
+    out.write(
+        f"  GPUs stranded (free, but no waiting pod fits there): {rebalance['strandedGpus']} now, "
+        f"{rebalance['strandedGpusAfter']} after the moves\n"
+    )
+    if not rebalance["moves"]:
+        out.write("  no move\n")
+    for move in rebalance["moves"]:
+        where = ", ".join(f"{n} ({g})" for n, g in sorted(move["from"].items()))
+        to = ", ".join(f"{n} ({g})" for n, g in sorted(move["expectedTo"].items()))
+        out.write(f"  move {move['owner']}: {', '.join(move['pods'])} from {where} to {to}, for {move['for']}\n")
+        out.write(f"    {move['detail']}\n")
+    for note in rebalance["notes"]:
+        out.write(f"  note: {note}\n")
 
 
 def capacity_document(capacity: Any) -> dict[str, Any] | None:
@@ -330,6 +384,8 @@ def print_table(doc: dict[str, Any], out: TextIO) -> None:
         out.write("Actions the controller would take: none\n")
     if doc.get("capacity") is not None:
         _print_capacity(doc["capacity"], out)
+    if doc.get("rebalance") is not None:
+        _print_rebalance(doc["rebalance"], out)
     if doc["invalidPolicies"]:
         out.write("\nInvalid GPUScalingPolicies (ignored until fixed):\n")
         for p in doc["invalidPolicies"]:

@@ -159,6 +159,7 @@ JSON_VALUED = {
     "AUTOSCALER_CAPACITY": "{bad",
     "AUTOSCALER_CAPACITY__BURST_POOLS": "{bad",
     "AUTOSCALER_CAPACITY__EXPANDERS": '["cheapest",',
+    "AUTOSCALER_REBALANCE": "{bad",
 }
 # What the line says; the Prometheus group has no JSON form (its settings keep their own flat variables).
 EXPECTED = {"AUTOSCALER_PROMETHEUS": "use the AUTOSCALER_PROMETHEUS_* variables"}
