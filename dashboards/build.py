@@ -498,6 +498,59 @@ def capacity_row() -> tuple[Row, list[Builder]]:
     return Row("Capacity arbitration"), panels
 
 
+def rebalance_row() -> tuple[Row, list[Builder]]:
+    """The rebalancer (rebalance.enabled): GPUs stranded by fragmentation, moves by result, passes by result. Only
+    the leader runs passes; a former leader keeps its last gauge values, so the gauges are joined on the leader."""
+    per_hour = "[30m])) * 3600"
+    leader = "* on (job, instance) group_left () (gpu_autoscaler_leader == 1)"
+    panels: list[Builder] = [
+        timeseries(
+            "GPUs stranded by fragmentation",
+            "short",
+            [
+                query(f"max by (namespace, job) (gpu_autoscaler_stranded_gpus{{{JOB}}} {leader})", "stranded", "A"),
+                query(
+                    f"max by (namespace, job) (gpu_autoscaler_rebalance_moves_last_hour{{{JOB}}} {leader})",
+                    "pods moved over the last hour",
+                    "B",
+                ),
+            ],
+            "Free GPUs on ready nodes where none of the waiting GPU pods fits (pending, or training this controller "
+            "suspended), at the leader's latest rebalance pass; and the pods it evicted over the last hour (bounded "
+            "by rebalance.max_moves_per_hour).",
+            width=8,
+            step=True,
+        ).min(0),
+        timeseries(
+            "Rebalance moves per hour, by result",
+            "short",
+            [
+                query(
+                    "sum by (result) (rate(gpu_autoscaler_actions_total"
+                    f'{{{JOB}, kind="EvictPod", reason="rebalance"}}{per_hour}',
+                    "{{result}}",
+                )
+            ],
+            "Pods the rebalancer evicted (applied), would evict (dry_run), or could not (blocked by a "
+            "PodDisruptionBudget, held by the guard, failed), per hour over 30 min. Blocked for long: alert "
+            "GPUAutoscalerEvictionsBlocked.",
+            width=8,
+            stacked=True,
+        ).min(0),
+        timeseries(
+            "Rebalance passes per hour, by result",
+            "short",
+            [query(f"sum by (result) (rate(gpu_autoscaler_rebalance_passes_total{{{JOB}}}{per_hour}", "{{result}}")],
+            "ok: planned (moves applied or none needed); held: the latest tick did not read everything, or the "
+            "cluster could not be read, so nothing moved; error: the pass failed (see errors_total{component="
+            '"rebalance"}).',
+            width=8,
+            stacked=True,
+        ).min(0),
+    ]
+    return Row("Rebalancing"), panels
+
+
 def query_variable(name: str, label: str, values: str) -> QueryVariable:
     # "All" is sent as .* so that every panel can use =~"$name" whatever is selected.
     return (
@@ -537,7 +590,9 @@ def build() -> dict[str, Any]:
     )
     next_id = 1
     # New rows go last: panel ids follow the layout, and links to existing panels (viewPanel=<id>) must keep working.
-    rows = (controller_row(), decisions_row(), services_row(), gpu_row(), forecast_row(), capacity_row())
+    rows = (
+        controller_row(), decisions_row(), services_row(), gpu_row(), forecast_row(), capacity_row(), rebalance_row()
+    )
     for row, panels in rows:
         dashboard = dashboard.with_row(row.id(next_id))
         next_id += 1

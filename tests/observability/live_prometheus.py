@@ -125,6 +125,13 @@ def history(start: float) -> list[Series]:
         Series("gpu_autoscaler_training_gangs_stopped_total", {**LEADER, "how": "evict"}, const(0)),
         Series("gpu_autoscaler_training_gangs_stopped_total", {**FOLLOWER, "how": "suspend"}, const(4)),
         Series("gpu_autoscaler_training_gpu_hours_lost_total", LEADER, counter(3 / 3600)),
+        # Rebalancing: the leader sees 5 stranded GPUs and moved 2 pods this hour; the follower's leftovers differ.
+        Series("gpu_autoscaler_stranded_gpus", LEADER, const(5)),
+        Series("gpu_autoscaler_stranded_gpus", FOLLOWER, const(40)),
+        Series("gpu_autoscaler_rebalance_moves_last_hour", LEADER, const(2)),
+        Series("gpu_autoscaler_rebalance_moves_last_hour", FOLLOWER, const(7)),
+        Series("gpu_autoscaler_rebalance_passes_total", {**LEADER, "result": "ok"}, counter(1 / 300)),
+        Series("gpu_autoscaler_rebalance_passes_total", {**LEADER, "result": "held"}, const(0)),
     ]
     for le, share in (("0.1", 0.2), ("0.25", 0.9), ("1", 1.0), ("10", 1.0), ("+Inf", 1.0)):
         s.append(Series("gpu_autoscaler_tick_duration_seconds_bucket", {**LEADER, "le": le}, counter(share / 15)))
@@ -139,6 +146,7 @@ def history(start: float) -> list[Series]:
         ("ResumeWorkload", "resume_training", "applied", 1 / 3600),
         ("ScaleNodePool", "burst_scale_up", "applied", 1 / 3600),
         ("ScaleNodePool", "burst_scale_down", "applied", 0.0),
+        ("EvictPod", "rebalance", "applied", 2 / 3600),
     ):
         labels = {**LEADER, "kind": kind, "reason": reason, "dry_run": "false", "result": result}
         s.append(Series("gpu_autoscaler_actions_total", labels, counter(per_s) if per_s else const(0)))

@@ -159,7 +159,9 @@ def test_panels_read_recording_rules_that_exist() -> None:
 
 def test_dashboard_covers_the_controller_services_gpus_forecast_and_capacity() -> None:
     rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
-    assert rows == ["Controller", "Decisions and actions", "Services", "GPUs", "Forecast", "Capacity arbitration"]
+    assert rows == [
+        "Controller", "Decisions and actions", "Services", "GPUs", "Forecast", "Capacity arbitration", "Rebalancing"
+    ]
     exprs = " ".join(t["expr"] for _, t in targets(dashboard()))
     for needed in (
         "gpu_autoscaler_ticks_total",
@@ -179,6 +181,8 @@ def test_dashboard_covers_the_controller_services_gpus_forecast_and_capacity() -
         "namespace_job:gpu_autoscaler_capacity_shortfall_gpus:leader",
         "namespace_job_pool:gpu_autoscaler_burst_nodes:leader",
         "namespace_job:gpu_autoscaler_burst_spend_per_hour:leader",
+        "gpu_autoscaler_stranded_gpus",
+        "gpu_autoscaler_rebalance_passes_total",
     ):
         assert needed in exprs, needed
 
@@ -250,6 +254,16 @@ def load_build_constants() -> dict[str, Any]:
     metrics = re.findall(r'^FORECAST_\w+_METRIC = "(\w+)"', source, flags=re.M)
     assert len(metrics) == 2
     return {"forecast_metrics": metrics}
+
+
+def test_rebalance_panels_show_the_leaders_values(prometheus: Prometheus) -> None:
+    d = dashboard()
+    [stranded, moved] = [substitute(e, d) for e in panel_exprs("GPUs stranded by fragmentation")]
+    prometheus.wait_for(stranded)
+    for expr, want in ((stranded, 5.0), (moved, 2.0)):
+        status, body = prometheus.query(expr)
+        assert status == 200
+        assert [float(r["value"][1]) for r in body["data"]["result"]] == [want], expr
 
 
 def test_a_broken_query_is_rejected(prometheus: Prometheus) -> None:
