@@ -1028,14 +1028,15 @@ def run_openb(
     traces: Path | None = None,
     tune: float = TUNE,
     order: str = "shuffle",
+    migrations: Migrations | None = None,
 ) -> Replay:
     """One run of the published protocol: the workload tuned to ``tune`` x the cluster's GPUs with the seed, then
-    replayed with the policy (the same seed drives the policy's random choices)."""
+    replayed with the policy (the same seed drives the policy's random choices), with ``migrations`` if given."""
     node_path, pod_path = openb_paths(workload, traces)
     nodes, pods = load_openb_nodes(node_path), load_openb_pods(pod_path)
     rng = np.random.default_rng(seed)
     sequence = tuned_workload(pods, nodes.total_gpu_milli, rng, tune, order)
-    return replay(nodes, pods, policy, seed, mix=openb_mix(pods), sequence=sequence, rng=rng)
+    return replay(nodes, pods, policy, seed, mix=openb_mix(pods), sequence=sequence, rng=rng, migrations=migrations)
 
 
 # --- the published results -------------------------------------------------------------------------------------------

@@ -4,13 +4,18 @@ benchmark's smoke run."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
-from autoscaler.core.fragmentation import GpuNode, Task, cluster_fragmentation, learn_task_mix
+from autoscaler.core.fragmentation import GpuNode, Task, TaskMix, allocate, cluster_fragmentation, learn_task_mix
+from autoscaler.core.placement_score import best_gain, node_keys, score_nodes
 from autoscaler.sim.placement import (
     ARRIVED_PERCENTS,
+    OURS,
     POLICIES,
+    Migrations,
     NodeTable,
     PodTable,
     Replay,
@@ -20,6 +25,7 @@ from autoscaler.sim.placement import (
     mean_abs_deviation,
     openb_mix,
     openb_paths,
+    ours_node_keys,
     published_curves,
     published_mean,
     replay,
@@ -54,12 +60,18 @@ def synthetic_pods(seed: int = 7, n: int = 400) -> PodTable:
     return PodTable.of(tasks)
 
 
-def run(policy: str, seed: int, nodes: NodeTable | None = None, pods: PodTable | None = None) -> Replay:
+def run(
+    policy: str,
+    seed: int,
+    nodes: NodeTable | None = None,
+    pods: PodTable | None = None,
+    migrations: Migrations | None = None,
+) -> Replay:
     nodes = nodes or small_cluster()
     pods = pods or synthetic_pods()
     rng = np.random.default_rng(seed)
     sequence = tuned_workload(pods, nodes.total_gpu_milli, rng, tune=1.3)
-    return replay(nodes, pods, policy, seed, sequence=sequence, rng=rng)
+    return replay(nodes, pods, policy, seed, sequence=sequence, rng=rng, migrations=migrations)
 
 
 def test_a_tiny_cluster_replay_is_deterministic_for_a_seed() -> None:
@@ -180,3 +192,118 @@ def test_quick_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for expected in (*POLICIES, "published", "mean absolute deviation", "median of", "peak"):
         assert expected in out
+
+
+# --- this project's scorer (FGD+) and migrations ---------------------------------------------------------------------
+
+
+def random_nodes(rng: random.Random, n: int = 8) -> list[GpuNode]:
+    nodes = []
+    for j in range(n):
+        gpus = rng.choice([0, 1, 2, 4, 8])
+        free = tuple(rng.choice([0, 30, 190, 320, 470, 530, 680, 810, 1000, 1000]) for _ in range(gpus))
+        cpu = rng.choice([0, 2_000, 4_000, 12_000, 40_000, 96_000])
+        memory = rng.choice([0, 4_096, 65_536])
+        nodes.append(GpuNode(f"n{j}", cpu, memory, rng.choice(["A", "B"]) if gpus else None, free))
+    return nodes
+
+
+AGREEMENT_MIX = TaskMix.of(
+    [
+        (Task(3_152, 0, 810, 1), 3),
+        (Task(11_300, 0, 1000, 1), 2),
+        (Task(8_000, 1_024, 470, 1), 1),
+        (Task(12_000), 1),
+        (Task(4_000, 0, 1000, 2), 0.5),
+        (Task(2_000, 0, 320, 1, frozenset({"A"})), 0.5),
+    ]
+)
+AGREEMENT_TASKS = [
+    Task(3_152, 0, 810, 1),
+    Task(11_300, 0, 1000, 1),
+    Task(8_000, 2_048, 470, 1),
+    Task(12_000),
+    Task(4_000, 0, 1000, 2),
+    Task(2_000, 0, 320, 1, frozenset({"A"})),
+    Task(1_000, 0, 160, 1),
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_replays_vectorised_scorer_agrees_with_the_cores_score_nodes(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(40):
+        nodes = random_nodes(rng)
+        task = rng.choice(AGREEMENT_TASKS)
+        keys = node_keys(nodes, task, AGREEMENT_MIX)
+        assert ours_node_keys(nodes, task, AGREEMENT_MIX) == keys, (nodes, task)
+        scores = score_nodes(nodes, task, AGREEMENT_MIX)
+        assert [s is None for s in scores] == [k is None for k in keys]
+        if any(k is not None for k in keys):  # the extender's best nodes are the replay's best keys
+            top = max(k for k in keys if k is not None)
+            assert [s == 100 for s in scores] == [k == top for k in keys]
+
+
+def test_the_replay_places_where_the_cores_scorer_says() -> None:
+    """Step by step on a small cluster: each FGD+ placement lands on a node with the core's highest key."""
+    nodes, pods = small_cluster(), synthetic_pods(n=60)
+    mix = learn_task_mix([pods.task(i) for i in range(len(pods))], coverage=0.95)
+    result = replay(nodes, pods, OURS, 0, mix=mix)
+    state = [
+        GpuNode(
+            nodes.names[i],
+            int(nodes.cpu_milli[i]),
+            int(nodes.memory_mib[i]),
+            nodes.gpu_type[i],
+            (1000,) * int(nodes.gpus[i]),
+        )
+        for i in range(len(nodes))
+    ]
+    for step in range(len(pods)):
+        task = pods.task(step)
+        keys = node_keys(state, task, mix)
+        if not result.placed[step]:
+            assert all(k is None for k in keys)
+            continue
+        i = int(result.nodes[step])
+        assert keys[i] == max(k for k in keys if k is not None)
+        best = best_gain(state[i], task, mix)
+        assert best is not None
+        state[i] = allocate(state[i], task, best[1])
+
+
+@pytest.mark.parametrize(
+    ("per_failure", "total"),
+    [(1, 0), (1, 3), (2, 5), (2, 1), (3, 40)],
+)
+def test_migrations_never_exceed_their_bound(per_failure: int, total: int) -> None:
+    bound = Migrations(per_failure=per_failure, total=total)
+    for policy in ("Random", OURS):
+        for seed in range(3):
+            result = run(policy, seed, migrations=bound)
+            assert result.moves <= total
+            assert result.move_steps is not None and len(result.move_steps) == result.moves
+            _, per_pod = np.unique(result.move_steps, return_counts=True)
+            assert (per_pod <= per_failure).all()
+            assert result.placed[result.move_steps].all()  # every move served a pod that was then placed
+            assert (result.gpu_left >= 0).all() and (result.cpu_left >= 0).all()
+            assert result.allocated_milli[-1] == small_cluster().total_gpu_milli - result.gpu_left.sum()
+
+
+def test_migrations_raise_allocation_on_a_synthetic_replay() -> None:
+    bound = Migrations(per_failure=2, total=40)
+    for policy in ("Random", OURS):
+        without = [run(policy, s).final_allocation for s in range(3)]
+        with_moves = [run(policy, s, migrations=bound) for s in range(3)]
+        assert sum(r.moves for r in with_moves) > 0
+        assert np.mean([r.final_allocation for r in with_moves]) > np.mean(without), policy
+        for r, before in zip(with_moves, without, strict=True):
+            assert r.final_allocation >= before - 1e-9
+
+
+def test_migrations_keep_the_recorded_fragmentation_the_cores() -> None:
+    nodes, pods = small_cluster(), synthetic_pods()
+    result = run(OURS, 1, nodes, pods, migrations=Migrations(per_failure=2, total=40))
+    assert result.moves > 0
+    mix = learn_task_mix([pods.task(i) for i in range(len(pods))], coverage=0.95)
+    assert result.frag_milli[-1] == pytest.approx(cluster_fragmentation(result.final_nodes(nodes), mix), abs=1e-6)
