@@ -319,6 +319,10 @@ class ExtenderServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive: the scheduler's client reuses its connections
+            # The whole answer in one write, sent at once: headers and body in two small writes on a kept-alive
+            # connection wait ~40 ms for the peer's delayed ACK (Nagle).
+            wbufsize = 1 << 16
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 verb = routes.get(self.path.split("?", 1)[0])

@@ -147,12 +147,25 @@ def _pod_product(
     return None
 
 
-def fgd_scores(nodes: Sequence[GpuNode], task: Task, mix: TaskMix) -> list[int | None]:
+def fgd_scores_per_node(nodes: Sequence[GpuNode], task: Task, mix: TaskMix) -> list[int | None]:
     """FGD's score of each node (``fgd_score`` of its least-fragmenting placement), None where it does not fit."""
     out: list[int | None] = []
     for node in nodes:
         placement = fgd_placement(node, task, mix)
         out.append(None if placement is None else fgd_score(placement.delta_milli))
+    return out
+
+
+def fgd_scores(nodes: Sequence[GpuNode], task: Task, mix: TaskMix) -> list[int | None]:
+    """``fgd_scores_per_node``, computed once per distinct node state: FGD scores a node by its GPU type and free
+    resources only, and a large cluster has few distinct states (1,000 nodes of 8 whole GPUs: at most 9 per type)."""
+    memo: dict[tuple[str | None, tuple[int, ...], int, int], int | None] = {}
+    out: list[int | None] = []
+    for node in nodes:
+        key = (node.gpu_type, node.gpu_free_milli, node.cpu_milli, node.memory_mib)
+        if key not in memo:
+            memo[key] = fgd_scores_per_node([node], task, mix)[0]
+        out.append(memo[key])
     return out
 
 

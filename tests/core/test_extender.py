@@ -14,6 +14,8 @@ from autoscaler.core.extender import (
     FilterReason,
     PlacementView,
     PodRequest,
+    fgd_scores,
+    fgd_scores_per_node,
     filter_nodes,
     prioritize_nodes,
     spread,
@@ -186,3 +188,16 @@ def test_config_and_request_validation() -> None:
         PodRequest("ml", "p", -1)
     with pytest.raises(ValueError):
         PodRequest("ml", "p", 1, frozenset())
+
+
+def test_fgd_scores_once_per_node_state_equals_per_node() -> None:
+    import random
+
+    rng = random.Random(3)
+    nodes = [
+        GpuNode(f"n{i}", 10**9, 10**9, rng.choice([A100, L4]), tuple(rng.choice([0, 1000]) for _ in range(8)))
+        for i in range(200)
+    ]
+    mix = TaskMix.of([(Task(0, 0, 1000, 1), 3.0), (Task(0, 0, 1000, 4, frozenset({A100})), 1.0)])
+    for task in (Task(0, 0, 1000, 1), Task(0, 0, 1000, 2, frozenset({L4})), Task(0, 0, 1000, 8)):
+        assert fgd_scores(nodes, task, mix) == fgd_scores_per_node(nodes, task, mix)

@@ -294,3 +294,11 @@ def test_the_controller_serves_it_from_the_snapshot_its_tick_reads() -> None:
         assert 'gpu_autoscaler_extender_requests_total{result="ok",verb="prioritize"} 5.0' in metrics
     finally:
         runtime.stop()
+
+
+def test_the_benchmark_smoke_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.bench_extender import main
+
+    assert main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "fgd (view cached)" in out and "fgd (no cache)" in out and "over HTTP" in out
