@@ -2,10 +2,12 @@
 
 A second kube-scheduler (the control plane's binary, its own schedulerName, leader election off) runs with the
 ``extenders:`` entry of ``deploy/overlays/scheduler-extender/kube-scheduler-config.yaml`` -- only the URL points at
-an ``ExtenderServer`` this test runs on 127.0.0.1, answering from a snapshot read from the real cluster by the
-project's ``KubeClusterReader``. Pods naming that scheduler are placed on the node the extender prefers (not the
-emptiest one a least-allocated scheduler would pick); when the snapshot is gone the extender fails open, and when the
-extender is down the scheduler goes on without it (``ignorable``). Latencies of the calls are printed, not asserted.
+the controller this test runs on 127.0.0.1: ``build_runtime`` with the real Kubernetes reader (dry run, no
+Prometheus), ticking every second, its extender answering from the snapshot the latest tick read. A GPU pod naming
+that scheduler lands on the node the extender prefers; a scorer swapped in to prefer another node than the default
+scheduler's choice moves the next pod there (the extender's weight outweighs the scheduler's own plugins); without
+a snapshot the extender fails open; with the extender down the scheduler goes on without it (``ignorable``).
+Latencies of the calls are printed, not asserted.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from autoscaler.adapters.kubernetes import KubeClusterReader
-from autoscaler.core.extender import ExtenderConfig, PodRequest, fgd_scores, prioritize_nodes
+from autoscaler.adapters.kubernetes import KubeClusterReader, KubeClusterWriter
+from autoscaler.app import Adapters, build_runtime
+from autoscaler.core.extender import PodRequest, fgd_scores, prioritize_nodes
 from autoscaler.core.fragmentation import GpuNode, Task, TaskMix
-from autoscaler.extender_http import Extender, ExtenderServer, LatestSnapshot
-from autoscaler.telemetry import Telemetry
+from autoscaler.extender_http import Extender, LatestSnapshot
+from autoscaler.fakes.metrics import FakeMetricsSource
+from autoscaler.runtime import Runtime
+from autoscaler.settings import Settings
 from tests.realkube.control_plane import GPU_RESOURCE, Component, ControlPlane, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,22 +51,28 @@ class Call:
     seconds: float
 
 
-class RecordingExtender(Extender):
-    """The real extender, remembering every call the scheduler made (what it sent, what it got, how long it took)."""
+def record_calls(extender: Extender) -> list[Call]:
+    """Every call the scheduler makes to the controller's extender: what it sent, what it got, how long it took."""
+    calls: list[Call] = []
+    handle = extender.handle
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[Call] = []
-
-    def handle(self, verb: str, body: bytes) -> tuple[int, bytes]:
+    def recording(verb: str, body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
-        status, answer = super().handle(verb, body)
+        status, answer = handle(verb, body)
         seconds = time.perf_counter() - started
         args = json.loads(body)
         pod = args.get("Pod") or {}
         name = f"{pod.get('metadata', {}).get('namespace')}/{pod.get('metadata', {}).get('name')}"
-        self.calls.append(Call(verb, name, args.get("NodeNames"), status, json.loads(answer), seconds))
+        calls.append(Call(verb, name, args.get("NodeNames"), status, json.loads(answer), seconds))
         return status, answer
+
+    extender.handle = recording  # type: ignore[method-assign]
+    return calls
+
+
+class NoPolicies:
+    def list_policies(self) -> list[Any]:
+        return []
 
 
 @dataclass
@@ -69,10 +80,10 @@ class Setup:
     cp: ControlPlane
     namespace: str
     scheduler_name: str
-    extender: RecordingExtender
+    runtime: Runtime
+    extender: Extender
     snapshots: LatestSnapshot
-    server: ExtenderServer
-    telemetry: Telemetry
+    calls: list[Call]
     scheduler: Component
 
 
@@ -125,13 +136,30 @@ def scheduler_config(setup_dir: Path, cp: ControlPlane, scheduler_name: str, ext
 @pytest.fixture
 def setup(control_plane: ControlPlane, namespace: str, api_client: client.ApiClient, tmp_path: Path) -> Iterator[Setup]:
     cp = control_plane
-    telemetry = Telemetry()
-    snapshots = LatestSnapshot(KubeClusterReader(api_client))
-    extender = RecordingExtender(snapshots.latest, ExtenderConfig(max_snapshot_age_s=300), telemetry=telemetry)
-    server = ExtenderServer(extender, "127.0.0.1", 0)
-    server.start()
+    settings = Settings(
+        dry_run=True,
+        leader_election={"enabled": False},
+        http={"bind_address": "127.0.0.1", "port": 0},
+        scheduler_extender={"enabled": True, "bind_address": "127.0.0.1", "port": 0},
+        tick_interval_seconds=1,
+        tick_stall_seconds=60,
+    )
+    reader = KubeClusterReader(api_client)
+    adapters = Adapters(
+        metrics=FakeMetricsSource(),
+        cluster=reader,
+        writer=KubeClusterWriter(api_client),
+        policies=NoPolicies(),
+        status_writer=None,
+        node_pools=None,
+    )
+    runtime = build_runtime(settings, adapters, refit=lambda now: None)
+    assert runtime.extender is not None and runtime._extender_snapshots is not None
+    extender = runtime.extender.extender
+    calls = record_calls(extender)
+    runtime.start()
     scheduler_name = f"gpu-placement-{secrets.token_hex(3)}"
-    config = scheduler_config(tmp_path, cp, scheduler_name, server.port)
+    config = scheduler_config(tmp_path, cp, scheduler_name, runtime.extender.port)
     port = free_port()
     scheduler = Component(
         "gpu-placement-scheduler",
@@ -155,16 +183,27 @@ def setup(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
             timeout_s=60,
         )
         assert scheduler.dead() is None, scheduler.dead()
-        yield Setup(cp, namespace, scheduler_name, extender, snapshots, server, telemetry, scheduler)
+        yield Setup(cp, namespace, scheduler_name, runtime, extender, runtime._extender_snapshots, calls, scheduler)
     finally:
         scheduler.stop()
-        server.stop()
+        runtime.stop()
 
 
 def others_gone(setup: Setup) -> bool:
     """No GPU pod of another test left on the nodes (their namespaces are deleted without waiting)."""
-    snapshot = setup.snapshots.snapshot(time.time())
+    snapshot = setup.snapshots.latest()
+    if snapshot is None:
+        return False
     return not [p for p in snapshot.pods if p.gpus and p.namespace != setup.namespace and p.node in GPU_NODES]
+
+
+def tick_saw(setup: Setup, names: set[str], since: float) -> bool:
+    """A tick after ``since`` read these pods of the test's namespace, bound and running."""
+    snapshot = setup.snapshots.latest()
+    if snapshot is None or snapshot.time < since:
+        return False
+    seen = {p.name for p in snapshot.pods if p.namespace == setup.namespace and p.node and p.phase == "Running"}
+    return names <= seen
 
 
 def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Setup) -> None:
@@ -176,8 +215,11 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
     for name in ("big", "half"):
         wait_running(cp, ns, name)
 
-    # The controller's tick would do this read; here the test does it once, and every call below answers from it.
-    snapshot = setup.snapshots.snapshot(time.time())
+    # The controller's tick (every second) reads the cluster; the extender answers from what it read.
+    started = time.time()
+    cp.wait("a tick that read both pods", lambda: tick_saw(setup, {"big", "half"}, started), timeout_s=30)
+    snapshot = setup.snapshots.latest()
+    assert snapshot is not None
     view = setup.extender.view()
     advice = dict(
         prioritize_nodes(view, PodRequest(ns, "small", 1), GPU_NODES, time.time(), setup.extender.config).scores
@@ -196,7 +238,7 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
 
     create_pod(cp, ns, pod_manifest("small", 1, scheduler=setup.scheduler_name))
     placed = wait_bound(cp, ns, "small")
-    calls = [c for c in setup.extender.calls if c.pod == f"{ns}/small"]
+    calls = [c for c in setup.calls if c.pod == f"{ns}/small"]
     for c in calls:
         print(f"  scheduler -> {c.verb}: NodeNames={c.node_names} -> {c.status} {c.answer} ({c.seconds * 1e3:.2f} ms)")
     print(f"  bound to {placed}")
@@ -223,10 +265,12 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
     setup.extender._scorer = fgd_scores
 
     # No snapshot: the extender fails open (every node passes, scores 0) and the pod is still placed.
+    setup.runtime.scheduler.pause()  # no more ticks
+    time.sleep(1.5)  # one in flight finishes
     setup.snapshots.set(None)
     create_pod(cp, ns, pod_manifest("blind", 1, scheduler=setup.scheduler_name))
     wait_bound(cp, ns, "blind")
-    blind = [c for c in setup.extender.calls if c.pod == f"{ns}/blind"]
+    blind = [c for c in setup.calls if c.pod == f"{ns}/blind"]
     assert blind and all(c.status == 200 for c in blind)
     for c in blind:
         print(f"  (no snapshot) scheduler -> {c.verb}: -> {c.answer}")
@@ -234,19 +278,18 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
             assert c.answer["NodeNames"] == c.node_names
         else:
             assert {h["Score"] for h in c.answer} == {0}
-    fail_open = setup.telemetry.registry.get_sample_value(
+    fail_open = setup.runtime.telemetry.registry.get_sample_value(
         "gpu_autoscaler_extender_fail_open_total", {"verb": "filter", "reason": "no_snapshot"}
     )
     assert fail_open is not None and fail_open >= 1
 
     # The extender down: ignorable, so the scheduler places the pod without it.
-    setup.server.stop()
+    assert setup.runtime.extender is not None
+    setup.runtime.extender.stop()
     create_pod(cp, ns, pod_manifest("unadvised", 1, scheduler=setup.scheduler_name))
     print(f"  (extender down) bound to {wait_bound(cp, ns, 'unadvised')}")
 
-    times = {
-        verb: [c.seconds * 1e3 for c in setup.extender.calls if c.verb == verb] for verb in ("filter", "prioritize")
-    }
+    times = {verb: [c.seconds * 1e3 for c in setup.calls if c.verb == verb] for verb in ("filter", "prioritize")}
     for verb, ms in times.items():
         if ms:
             print(
