@@ -168,7 +168,8 @@ def test_no_snapshot_fails_open(served: tuple[ExtenderServer, LatestSnapshot, Te
 
 def test_an_unreadable_pod_fails_open(served: tuple[ExtenderServer, LatestSnapshot, Telemetry, Clock]) -> None:
     server, _, telemetry, _ = served
-    for pod in (v1_pod("1.5", A100), {"metadata": {}}, None, "pod"):
+    pods: list[Any] = [v1_pod("1.5", A100), {"metadata": {}}, None, "pod"]
+    for pod in pods:
         status, result = post(server.port, "/scheduler/filter", {"Pod": pod, "NodeNames": ["l4-0"]})
         assert status == 200 and result["NodeNames"] == ["l4-0"] and result["Error"] == ""
     assert sample(telemetry, "gpu_autoscaler_extender_fail_open_total", verb="filter", reason="bad_pod") == 4
@@ -302,3 +303,38 @@ def test_the_benchmark_smoke_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "fgd (view cached)" in out and "fgd (no cache)" in out and "over HTTP" in out
+
+
+def test_a_standby_replica_reads_its_own_snapshot_for_the_extender() -> None:
+    """Both replicas sit behind the Service: the follower, which does not tick, reads the cluster once per tick
+    interval so that its extender does not fail open forever."""
+    from autoscaler.controller import Controller
+    from autoscaler.runtime import Runtime
+
+    class Follower:
+        def is_leader(self) -> bool:
+            return False
+
+    fake = FakeCluster(nodes=cluster_snapshot().nodes)
+    snapshots = LatestSnapshot(fake)
+    controller = Controller(
+        metrics=FakeMetricsSource(), cluster=snapshots, writer=fake, policies=FakePolicies([]), telemetry=Telemetry()
+    )
+    runtime = Runtime(
+        controller,
+        controller.telemetry,
+        elector=Follower(),  # type: ignore[arg-type]
+        http=None,
+        extender_snapshots=snapshots,
+    )
+    runtime.tick()
+    assert controller.last_report is None  # it did not act
+    latest = snapshots.latest()
+    assert latest is not None and fake.snapshots == 1 and {n.name for n in latest.nodes} == {"a100-0", "a100-1", "l4-0"}
+    fake.fail("snapshot", RuntimeError("apiserver down"))
+    runtime.tick()  # logged and counted, never raised; the previous snapshot stays until it is too old
+    assert snapshots.latest() is latest
+    assert (
+        controller.telemetry.registry.get_sample_value("gpu_autoscaler_errors_total", {"component": "cluster_read"})
+        == 1
+    )
