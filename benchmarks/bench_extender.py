@@ -14,6 +14,8 @@ encode: all the controller does for a request; the network is not in it), for:
 - ``fgd (no cache)`` -- the baseline: FGD for every node, and the view rebuilt from the snapshot for every request;
 - ``most-free (cached)`` -- a trivial scorer (most free GPUs first) with the same cache: what the protocol and
   parsing cost on their own;
+- ``FGD+`` -- the project's own scorer (``autoscaler.core.placement_score.score_nodes``) through the same swap point,
+  once per node state and for every node;
 
 then the one-off view build per snapshot, a few hundred calls through the real HTTP server (keep-alive, as the
 scheduler's client), and the peak memory (tracemalloc) of building the view and answering.
@@ -35,8 +37,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo
-from autoscaler.core.extender import ExtenderConfig, PlacementView, Scorer, fgd_scores, fgd_scores_per_node
+from autoscaler.core.extender import (
+    ExtenderConfig,
+    PlacementView,
+    Scorer,
+    fgd_scores,
+    fgd_scores_per_node,
+    once_per_node_state,
+)
 from autoscaler.core.fragmentation import GpuNode, Task, TaskMix
+from autoscaler.core.placement_score import score_nodes
 from autoscaler.extender_http import Extender, ExtenderServer
 
 TYPES = (("NVIDIA-A100-SXM4-80GB", 0.6), ("NVIDIA-H100-80GB-HBM3", 0.3), ("NVIDIA-L40S", 0.1))
@@ -154,6 +164,8 @@ def run(nodes: int, pods: int, calls: int, http_calls: int) -> dict[str, Any]:
         ("fgd, every node scored", Extender, fgd_scores_per_node, max(10, len(bodies) // 4)),
         ("fgd (no cache)", Uncached, fgd_scores_per_node, max(10, len(bodies) // 10)),
         ("most-free (cached)", Extender, most_free, len(bodies)),
+        ("FGD+ score_nodes (cached)", Extender, once_per_node_state(score_nodes), len(bodies)),
+        ("FGD+, every node scored", Extender, score_nodes, max(10, len(bodies) // 4)),
     ]
     results["variants"] = {}
     for name, cls, scorer, n in variants:

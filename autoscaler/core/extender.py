@@ -156,17 +156,31 @@ def fgd_scores_per_node(nodes: Sequence[GpuNode], task: Task, mix: TaskMix) -> l
     return out
 
 
-def fgd_scores(nodes: Sequence[GpuNode], task: Task, mix: TaskMix) -> list[int | None]:
-    """``fgd_scores_per_node``, computed once per distinct node state: FGD scores a node by its GPU type and free
-    resources only, and a large cluster has few distinct states (1,000 nodes of 8 whole GPUs: at most 9 per type)."""
-    memo: dict[tuple[str | None, tuple[int, ...], int, int], int | None] = {}
-    out: list[int | None] = []
-    for node in nodes:
-        key = (node.gpu_type, node.gpu_free_milli, node.cpu_milli, node.memory_mib)
-        if key not in memo:
-            memo[key] = fgd_scores_per_node([node], task, mix)[0]
-        out.append(memo[key])
-    return out
+def once_per_node_state(scorer: Scorer) -> Scorer:
+    """``scorer`` called on one node of each distinct state (GPU type, free GPUs, CPU, memory) and its scores copied
+    to the nodes in the same state. A large cluster has few distinct states (1,000 nodes of 8 whole GPUs: at most 9
+    per GPU type), so this turns a per-node cost into a per-state one. Exact for scorers whose score of a node depends
+    only on its state and on the set of states offered (not on names, order or repeats) -- FGD's, and a min-max
+    rescaling over the candidates such as ``autoscaler.core.placement_score.score_nodes``."""
+
+    def scored(nodes: Sequence[GpuNode], task: Task, mix: TaskMix) -> list[int | None]:
+        index: dict[tuple[str | None, tuple[int, ...], int, int], int] = {}
+        unique: list[GpuNode] = []
+        slots: list[int] = []
+        for node in nodes:
+            key = (node.gpu_type, node.gpu_free_milli, node.cpu_milli, node.memory_mib)
+            if key not in index:
+                index[key] = len(unique)
+                unique.append(node)
+            slots.append(index[key])
+        scores = scorer(unique, task, mix)
+        return [scores[i] for i in slots]
+
+    return scored
+
+
+fgd_scores: Scorer = once_per_node_state(fgd_scores_per_node)
+"""The extender's default scorer: FGD, once per distinct node state."""
 
 
 def check_fresh(view: PlacementView | None, now: float, config: ExtenderConfig) -> FailOpen | None:

@@ -17,10 +17,12 @@ from autoscaler.core.extender import (
     fgd_scores,
     fgd_scores_per_node,
     filter_nodes,
+    once_per_node_state,
     prioritize_nodes,
     spread,
 )
 from autoscaler.core.fragmentation import GpuNode, Task, TaskMix
+from autoscaler.core.placement_score import score_nodes
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 L4 = "NVIDIA-L4"
@@ -190,7 +192,7 @@ def test_config_and_request_validation() -> None:
         PodRequest("ml", "p", 1, frozenset())
 
 
-def test_fgd_scores_once_per_node_state_equals_per_node() -> None:
+def test_scores_once_per_node_state_equal_per_node() -> None:
     import random
 
     rng = random.Random(3)
@@ -199,5 +201,15 @@ def test_fgd_scores_once_per_node_state_equals_per_node() -> None:
         for i in range(200)
     ]
     mix = TaskMix.of([(Task(0, 0, 1000, 1), 3.0), (Task(0, 0, 1000, 4, frozenset({A100})), 1.0)])
+    fgd_plus = once_per_node_state(score_nodes)
     for task in (Task(0, 0, 1000, 1), Task(0, 0, 1000, 2, frozenset({L4})), Task(0, 0, 1000, 8)):
         assert fgd_scores(nodes, task, mix) == fgd_scores_per_node(nodes, task, mix)
+        assert fgd_plus(nodes, task, mix) == score_nodes(nodes, task, mix)  # the FGD+ scorer, rescaled over the set
+
+
+def test_the_fgd_plus_scorer_plugs_in() -> None:
+    out = prioritize_nodes(
+        PlacementView.of(snapshot()), want(1), NODES, NOW, CONFIG, scorer=once_per_node_state(score_nodes)
+    )
+    scores = dict(out.scores)
+    assert scores["cpu-0"] == 0 and max(scores.values()) == MAX_EXTENDER_PRIORITY
