@@ -1,5 +1,6 @@
 """A PNG of a simulation: demand, ready replicas per policy, and latency against the SLO (first service); with
-training in the scenario, GPUs by use (inference, training, free, burst) over time for the capacity policies."""
+training in the scenario, GPUs by use (inference, training, free, burst) over time for the capacity policies, with
+the GPUs stranded by fragmentation when they were measured."""
 
 from __future__ import annotations
 
@@ -78,8 +79,11 @@ def plot(result: SimulationResult, path: Path, service_index: int = 0) -> None:
             colors=["tab:blue", "tab:orange", "0.85"],
         )
         axes[row].plot(x, total - burst, color="black", linewidth=0.8, label="on-prem GPUs (above: burst)")
+        if run.stranded_gpus is not None:
+            stranded = _bucket_mean(run.stranded_gpus.astype(float), MAX_POINTS)
+            axes[row].plot(x, stranded, color="tab:red", linewidth=0.8, label="stranded (free, no waiting pod fits)")
         axes[row].set_ylabel(f"GPUs: {name}")
-        axes[row].legend(loc="upper left", ncols=4)
+        axes[row].legend(loc="upper left", ncols=5)
     axes[rows - 1].set_xlabel("hours since trace start (lines: max over each bucket; GPU areas: mean)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -41,3 +41,14 @@ def test_quick_arbitration_benchmark_prints_the_three_policies_and_the_ratio(
     out = capsys.readouterr().out
     for expected in ("predictive", "kube-preemption", "burst-only", "lowest mean total cost", "peak RSS"):
         assert expected in out
+
+
+def test_quick_rebalance_benchmark_prints_every_configuration_and_holds_the_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import bench_rebalance
+
+    assert bench_rebalance.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    for expected in ("MostAllocated +rebalance", "LeastAllocated", "stranded", "moves/h max", "held", "peak RSS"):
+        assert expected in out
