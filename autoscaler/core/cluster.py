@@ -33,6 +33,8 @@ class PodInfo:
     ready_at: float | None = None  # Unix seconds; creation to ready is the measured cold start
     last_checkpoint_at: float | None = None  # Unix seconds, from an annotation when the job publishes it
     labels: Mapping[str, str] = field(default_factory=dict)
+    # the GPU type its own spec selects (nodeSelector nvidia.com/gpu.product); None = any, or not read
+    gpu_product: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

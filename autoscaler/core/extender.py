@@ -140,6 +140,8 @@ def _snapshot_tasks(snapshot: ClusterSnapshot) -> Iterable[Task]:
 def _pod_product(
     pod: PodInfo, by_deployment: Mapping[tuple[str, str], str | None], by_gang: Mapping[str, str | None]
 ) -> str | None:
+    if pod.gpu_product is not None:
+        return pod.gpu_product
     if pod.owner_kind == "Deployment" and pod.owner_name:
         return by_deployment.get((pod.namespace, pod.owner_name))
     if pod.gang is not None:

@@ -162,9 +162,8 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
             continue  # its only replica: a move is an outage however short
         for pod in sorted(pods, key=lambda p: p.name):
             if pod.node in ready_nodes and pod.ready:
-                units.append(
-                    _Unit((pod,), f"deployment/{key[0]}/{key[1]}", _pdb_use(snapshot, [pod]), dep.gpu_product, False)
-                )
+                gpu_type = pod.gpu_product or dep.gpu_product
+                units.append(_Unit((pod,), f"deployment/{key[0]}/{key[1]}", _pdb_use(snapshot, [pod]), gpu_type, False))
     for gang, pods in sorted(gangs.items()):
         if not all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods):
             continue
@@ -176,7 +175,8 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
                 f"gang {gang}: allowed to move but not checkpointed in the last {config.checkpoint_max_age_s:g}s"
             )
             continue
-        units.append(_Unit(tuple(pods), gang, _pdb_use(snapshot, pods), types.get(gang), True))
+        gpu_type = next((p.gpu_product for p in pods if p.gpu_product), None) or types.get(gang)
+        units.append(_Unit(tuple(pods), gang, _pdb_use(snapshot, pods), gpu_type, True))
     return units, notes
 
 
@@ -190,15 +190,18 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
             continue
         if pod.owner_kind == "Deployment" and pod.owner_name:
             dep = deployments.get((pod.namespace, pod.owner_name))
-            gpu_type = dep.gpu_product if dep is not None else None
+            gpu_type = pod.gpu_product or (dep.gpu_product if dep is not None else None)
             targets.append(_Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), gpu_type, False))
         elif pod.gang:
             gangs[pod.gang].append(pod)
         else:
-            targets.append(_Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), None, True))
+            targets.append(
+                _Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), pod.gpu_product, True)
+            )
     for gang, pods in gangs.items():
         gpus = tuple(p.gpus for p in pods)
-        targets.append(_Target(f"gang {gang}", min(p.priority for p in pods), gpus, types.get(gang), True))
+        gpu_type = next((p.gpu_product for p in pods if p.gpu_product), None) or types.get(gang)
+        targets.append(_Target(f"gang {gang}", min(p.priority for p in pods), gpus, gpu_type, True))
     for w in snapshot.workloads:
         if w.suspended and w.suspended_by_us_at is not None and w.pod_gpus:
             targets.append(
@@ -251,8 +254,9 @@ class _Cluster:
 
 
 def stranded_gpus(snapshot: ClusterSnapshot, config: RebalanceConfig | None = None) -> int:
-    """Free GPUs on ready nodes where none of the waiting pods (pending, or suspended by this controller) fits:
-    free but unusable for the shapes that wait. 0 when nothing waits."""
+    """Free GPUs on ready nodes where none of the waiting pods (pending, or suspended by this controller) fits
+    although some may run there by GPU type and pool: free but unusable for the shapes that wait. 0 when nothing
+    waits."""
     return _stranded(_Cluster(snapshot, config or RebalanceConfig()), _targets(snapshot))
 
 
@@ -264,7 +268,9 @@ def _stranded(cluster: _Cluster, targets: Sequence[_Target], free: Mapping[str, 
     for node, left in free.items():
         if left <= 0:
             continue
-        if not any(g <= left and cluster.allowed(node, t.gpu_type, t.training) for t in targets for g in t.pod_gpus):
+        # GPUs of a type (or pool) no waiting pod may use are idle, not fragmented: they do not count
+        allowed = [t for t in targets if cluster.allowed(node, t.gpu_type, t.training)]
+        if allowed and not any(g <= left for t in allowed for g in t.pod_gpus):
             stranded += left
     return stranded
 

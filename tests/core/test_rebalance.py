@@ -381,3 +381,15 @@ def test_properties_of_any_plan(snapshot: ClusterSnapshot, per_pass: int, per_ho
         assert move.detail and move.target and sum(move.destinations.values()) == sum(
             by_name[pod].gpus for pod in move.pods
         )
+
+
+def test_a_waiting_pods_own_gpu_type_is_honoured_and_idle_gpus_of_other_types_are_not_stranded() -> None:
+    nodes = [node("n1"), node("n2"), node("h1", product="H100")]
+    chat = [replica("chat", 0, "n1"), replica("chat", 1, "n2")]
+    untyped = PodInfo("ml", "big", None, 8, 100, "Pending", False)
+    plan, _ = plan_rebalance(snap(nodes, [*chat, untyped]), NOW, CONFIG, RebalanceState())
+    assert plan.actions == ()  # any type will do: it fits on the empty H100 node as things are
+    typed = replace(untyped, gpu_product="A100")
+    plan, _ = plan_rebalance(snap(nodes, [*chat, typed]), NOW, CONFIG, RebalanceState())
+    assert len(plan.actions) == 1 and plan.moves[0].target == "pod ml/big"
+    assert plan.stranded_gpus == 14  # the H100 node's 8 idle GPUs are not fragmentation: nothing waiting may use them

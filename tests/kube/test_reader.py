@@ -467,3 +467,11 @@ def test_a_deployment_pinned_to_a_gpu_product_says_so() -> None:
     assert KubeClusterReader._deployment(raw).gpu_product == "H100-80GB"
     del raw["spec"]["template"]
     assert KubeClusterReader._deployment(raw).gpu_product is None
+
+
+def test_a_pod_pinned_to_a_gpu_product_says_so(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    typed = o.pod("typed", "ml", gpus=8, phase="Pending", node_name=None, ready=False)
+    typed["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "H100-80GB"}
+    apiserver.seed(typed, o.pod("any", "ml", gpus=8, phase="Pending", node_name=None, ready=False))
+    pods = {p.name: p for p in reader(api_client).snapshot(NOW).pods}
+    assert pods["typed"].gpu_product == "H100-80GB" and pods["any"].gpu_product is None

@@ -383,6 +383,8 @@ class KubeClusterReader:
         ready_cond = _condition(status, "Ready")
         ready = bool(ready_cond and ready_cond.get("status") == "True")
         terminating = bool(meta.get("deletionTimestamp"))
+        node_selector = spec.get("nodeSelector") or {}
+        product = node_selector.get(cfg.gpu_product_label) if isinstance(node_selector, dict) else None
         return PodInfo(
             namespace=namespace,
             name=meta.get("name", ""),
@@ -400,6 +402,7 @@ class KubeClusterReader:
             ready_at=parse_time(ready_cond.get("lastTransitionTime")) if ready and ready_cond else None,
             last_checkpoint_at=parse_time(annotations.get(cfg.checkpoint_annotation)),
             labels=dict(labels),
+            gpu_product=product if isinstance(product, str) and product else None,
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
