@@ -2,7 +2,8 @@
 Kubernetes adapters, ticking every second) finds an 8-GPU pod that fits nowhere because two 1-GPU replicas sit on
 two 8-GPU nodes, evicts one replica through the real Eviction API, the real ReplicaSet recreates it, a real
 kube-scheduler with the shipped extender entry (``deploy/overlays/scheduler-extender``) places the replacement on
-the fuller node as the controller's advice says, and the 8-GPU pod is bound on the node that was freed. A PodDisruptionBudget that allows no disruption keeps everything where it is.
+the fuller node as the controller's advice says, and the 8-GPU pod is bound on the node that was freed. A
+PodDisruptionBudget that allows no disruption keeps everything where it is.
 
 The test makes its own two kwok nodes, with a GPU product no other test selects, so other tests' pods (their
 namespaces are deleted without waiting) cannot take the GPUs it counts.
