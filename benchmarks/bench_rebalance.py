@@ -12,6 +12,7 @@ means per configuration, the median wall time per run and the peak RSS of the pr
 
     python -m benchmarks.bench_rebalance                  # 3 seeds, 3 days each, 4 configurations
     python -m benchmarks.bench_rebalance --seeds 12 --days 1 --scorings MostAllocated
+    python -m benchmarks.bench_rebalance --scorings MostAllocated --rebalance burstEmptyBelow=0.75
     python -m benchmarks.bench_rebalance --quick          # one seed, 6 hours (what the tests run)
 """
 
@@ -53,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=3.0, help="simulated days per run")
     parser.add_argument("--scorings", default="MostAllocated,LeastAllocated", help="GPU scorings of the scheduler")
     parser.add_argument("--policy", default="predictive", help="the controller's policy (predictive or reactive)")
+    parser.add_argument(
+        "--rebalance", default="", metavar="FIELD=VALUE,...",
+        help="override fields of the scenario's rebalance block, e.g. burstEmptyBelow=0.75,maxMovesPerHour=4",
+    )
     parser.add_argument("--quick", action="store_true", help="one seed, 6 hours (the test suite's smoke run)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -62,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
 
     base_scenario, base_dir = load_scenario(SCENARIO_DIR / "mixed-training.yaml")
     assert base_scenario.training is not None and base_scenario.training.generate is not None
-    block = base_scenario.rebalance
+    overrides: dict[str, Any] = dict(base_scenario.rebalance.model_dump(by_alias=True))
+    for item in (part for part in args.rebalance.split(",") if part.strip()):
+        key, _, value = item.partition("=")
+        overrides[key.strip()] = value.strip()
+    block = type(base_scenario.rebalance).model_validate(overrides)
     bound = block.max_moves_per_hour
     print(
         f"mixed-training: {args.days:g} days at {base_scenario.step_seconds:g} s, seeds {seeds}, policy {args.policy}; "

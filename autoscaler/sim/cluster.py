@@ -563,6 +563,7 @@ class SimCluster:
                 ready_at=p.ready_at if p.ready(now) else None,
                 last_checkpoint_at=self._checkpoint_of(p),
                 labels=self._labels_of(p),
+                gpu_product=p.gpu_product,
             )
             for p in self.pods.values()
         )

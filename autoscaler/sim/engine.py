@@ -22,12 +22,13 @@ boot), which implements the controller's ``ClusterReader``, ``ClusterWriter`` an
 Training jobs (``SimJob``) share the cluster: their useful and lost GPU-hours are counted per run.
 
 The controller's **rebalancer** (issue 15, ``core.rebalance.plan_rebalance``) runs beside the controller's policies
-when the scenario enables it: after step 3, every ``intervalSeconds``, on the cluster's snapshot, its evictions
-applied through the same actuator (a Deployment's replica is recreated by its ReplicaSet, pending, placed by the
-simulated scheduler and cold-starts again -- its GPU-seconds and the service's lower ready count are counted like any
-other pod's; a training gang stops whole and restarts from its last checkpoint). The GPUs *stranded* by
-fragmentation (``core.rebalance.stranded_gpus``: free, but on nodes where none of the waiting pods fits) are measured
-at the start of every step when the scenario has training or a rebalance block.
+when the scenario enables it, as the controller's rebalance job does: after step 3, every ``intervalSeconds``, on the
+cluster's snapshot, leaving alone the services the tick wanted to grow or guarded on latency, its evictions applied
+through the same actuator (only applied ones count against the hourly bound). A Deployment's replica is recreated
+by its ReplicaSet, pending, placed by the simulated scheduler and cold-starts again -- its GPU-seconds and the
+service's lower ready count are counted like any other pod's; a training gang stops whole and restarts from its last
+checkpoint. The GPUs *stranded* by fragmentation (``core.rebalance.stranded_gpus``: free, but on nodes where none of
+the waiting pods fits) are measured at the start of every step when the scenario has training or a rebalance block.
 """
 
 from __future__ import annotations
@@ -364,20 +365,32 @@ def simulate(
             )
             policy.applied(plan, results)
 
-        # 3b. the controller's rebalance job, through the same actuator
+        # 3b. the controller's rebalance job (``Controller.rebalance``), through the same actuator: it leaves alone
+        # the services this tick wanted to grow or guarded on latency, and only applied evictions spend the bound
         if rebalancing and rebalance is not None:
+            protected = frozenset(
+                f"deployment/{d.key}"
+                for d in plan.decisions
+                if d.desired_replicas > d.current_replicas or d.reason is Reason.SLO_BREACH
+            )
             rebalance_snapshot = cluster.snapshot(decided_at)
-            moves, rebalance_state = plan_rebalance(rebalance_snapshot, decided_at, rebalance, rebalance_state)
+            moves, planned = plan_rebalance(
+                rebalance_snapshot, decided_at, rebalance, rebalance_state, protected=protected
+            )
             run.rebalance_passes += moves.ran
+            applied = 0
             if moves.actions:
                 context = GuardContext(decided_at, policy.guarded_policies(), acting_since=acting_since)
                 for result in actuator.apply(moves.actions, context):
                     if result.result == "applied":
+                        applied += 1
                         run.rebalance_moves += 1
                         run.rebalance_move_times.append(decided_at)
                         reasons[Reason.REBALANCE.value] = reasons.get(Reason.REBALANCE.value, 0) + 1
                     elif result.result == "blocked":
                         run.rebalance_blocked += 1
+            recent = tuple(t for t in rebalance_state.move_times if decided_at - t < HOUR_S)
+            rebalance_state = RebalanceState(planned.last_pass_at, recent + (decided_at,) * applied)
 
         # 4. the cluster's node autoscaler
         if node_loop:

@@ -52,6 +52,12 @@ _DELETE = object()
         ("forecasting", {"model": "last_value", "modelParams": {"quantiles": [0.5]}}, "modelParams: quantiles come"),
         ("gpuScoring", "BinPack", "gpuScoring: Input should be 'LeastAllocated' or 'MostAllocated'"),
         ("gpuScoring", "MostAllocated", None),
+        ("rebalance", {"enabled": True}, None),
+        ("rebalance", {"enabled": 1}, "rebalance.enabled: Input should be true or false"),
+        ("rebalance", {"maxMovesPerHour": -2}, "rebalance.maxMovesPerHour: Input should be greater than or equal to 0"),
+        ("rebalance", {"maxMovesPerPass": 9}, "rebalance: maxMovesPerPass (9) must be <= maxMovesPerHour (8)"),
+        ("rebalance", {"burstEmptyBelow": -0.1}, "rebalance.burstEmptyBelow: Input should be greater than or equal"),
+        ("rebalance", {"every": 60}, "rebalance.every: Extra inputs are not permitted"),
     ],
 )
 def test_invalid_scenarios_name_field_and_problem(path: str, value: Any, expected: str | None) -> None:
