@@ -775,6 +775,7 @@ class _Residents:
         self.mem = pods.memory_mib[order].astype(np.int64)
         self.milli = pods.gpu_milli[order].astype(np.int64)
         self.count = pods.gpu_count[order].astype(np.int64)
+        self.constraint = np.array([c.constraint_id[pods.gpu_types[p]] for p in order.tolist()], dtype=np.int64)
         self.node = np.full(len(order), -1, dtype=np.int64)
         self.gpu0 = np.full(len(order), -1, dtype=np.int64)
         self.gpus: list[list[int]] = [[] for _ in range(len(order))]
@@ -817,25 +818,24 @@ def _put_back(c: _Cluster, res: _Residents, step: int, i: int, gpus: list[int]) 
     res.add(step, i, gpus)
 
 
-def _movable(c: _Cluster, res: _Residents, constraint_ids: Sequence[int]) -> np.ndarray:
-    """Per submitted pod: placed, and its request fits at least one node other than its own as the cluster stands
-    (one feasibility test per distinct request)."""
-    placed = np.flatnonzero(res.node >= 0)
-    out = np.zeros(len(res.node), dtype=bool)
-    shapes: dict[tuple[int, int, int, int, int], list[int]] = {}
-    for q in placed.tolist():
-        key = (int(res.cpu[q]), int(res.mem[q]), int(res.milli[q]), int(res.count[q]), constraint_ids[q])
-        shapes.setdefault(key, []).append(q)
-    for key, members in shapes.items():
-        feas = c.feasible(*key)
-        if len(feas) == 0:
-            continue
-        if len(feas) > 1:
-            out[members] = True
-        else:
-            only = int(feas[0])
-            out[[q for q in members if res.node[q] != only]] = True
-    return out
+class _MoveCheck:
+    """Whether a placed pod could move: its request fits a node other than its own as the cluster stands. One
+    feasibility test per distinct request, at most ``limit`` tests per failed pod (the search's cost bound)."""
+
+    def __init__(self, c: _Cluster, res: _Residents, constraint_ids: Sequence[int], limit: int) -> None:
+        self.c, self.res, self.constraint_ids, self.left = c, res, constraint_ids, limit
+        self.feasible: dict[tuple[int, int, int, int, int], np.ndarray | None] = {}
+
+    def __call__(self, q: int) -> bool:
+        res = self.res
+        key = (int(res.cpu[q]), int(res.mem[q]), int(res.milli[q]), int(res.count[q]), self.constraint_ids[q])
+        if key not in self.feasible:
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            self.feasible[key] = self.c.feasible(*key)
+        feas = self.feasible[key]
+        return feas is not None and bool((feas != res.node[q]).any())
 
 
 def _plans(
@@ -866,11 +866,27 @@ def _plans(
         & (res.cpu[placed] <= cpu)
         & (res.mem[placed] <= mem)
     )  # a pod no larger than the failed one fits nowhere else either
-    movable = _movable(c, res, constraint_ids)
-    ok &= movable[placed]
+    movable = _MoveCheck(c, res, constraint_ids, limit=2 * tries)
     single = placed[ok]
     cost = res.milli[single] * res.count[single] * 10**7 + res.cpu[single]
-    plans: list[tuple[int, ...]] = [(int(q),) for q in single[np.argsort(cost, kind="stable")][:tries]]
+    by_cost = np.argsort(cost, kind="stable")
+    single, cost = single[by_cost], cost[by_cost]
+    plans: list[tuple[int, ...]] = []
+    if len(single):
+        # one feasibility test per distinct request, the cheapest requests first, at most 2 x tries of them
+        keys = np.stack(
+            [res.cpu[single], res.mem[single], res.milli[single], res.count[single], res.constraint[single]], axis=1
+        )
+        shapes, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        n_feas = np.zeros(len(shapes), dtype=np.int64)
+        only = np.full(len(shapes), -1, dtype=np.int64)
+        for u in np.argsort(first, kind="stable")[: 2 * tries].tolist():
+            feas = c.feasible(*(int(x) for x in shapes[u]))
+            n_feas[u] = len(feas)
+            only[u] = int(feas[0]) if len(feas) else -1
+        can = (n_feas[inverse] > 1) | ((n_feas[inverse] == 1) & (only[inverse] != res.node[single]))
+        plans = [(int(q),) for q in single[can][:tries]]
     if limit >= 2 and count <= 1 and len(plans) < tries:
         # empty one GPU of its 2..limit pods (a GPU shared by small pods, for a whole GPU or a large share)
         need_cpu = np.maximum(cpu - c.cpu, 0)
@@ -885,7 +901,7 @@ def _plans(
             if (
                 sum(int(res.cpu[q]) for q in members) < need_cpu[i]
                 or any(res.count[q] > 1 for q in members)
-                or not all(movable[q] for q in members)
+                or not all(movable(q) for q in members)
             ):
                 continue
             plans.append(members)
