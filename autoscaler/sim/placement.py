@@ -950,7 +950,59 @@ def _migrate_for(
             _lift(c, res, q)
         for q, i, gpus in lifted:
             _put_back(c, res, q, i, gpus)
+    if limit >= 2:
+        for a, b in _swaps(c, res, step, tries):
+            n, a_gpus = _lift(c, res, a)
+            m, b_gpus = _lift(c, res, b)
+            _put_back(c, res, b, n, a_gpus)
+            _put_back(c, res, a, m, b_gpus)
+            if (c.feasible(cpu, mem, milli, count, constraint) == n).any():
+                _place_pod(c, res, step, policy, np.array([n]), rng)
+                return [a, b]
+            _lift(c, res, a)
+            _lift(c, res, b)
+            _put_back(c, res, a, n, a_gpus)
+            _put_back(c, res, b, m, b_gpus)
     return None
+
+
+def _swaps(c: _Cluster, res: _Residents, step: int, tries: int) -> list[tuple[int, int]]:
+    """Swaps (two moves) for a failed pod that fits some node's GPUs but not its CPU or memory: a pod ``a`` there
+    trades places with a pod ``b`` of the same GPU request that needs less CPU and memory, whose node can take
+    ``a`` in turn. Each swap keeps both nodes' GPUs as they were; it moves CPU and memory to where they are free."""
+    cpu, mem, milli, count = int(res.cpu[step]), int(res.mem[step]), int(res.milli[step]), int(res.count[step])
+    constraint = int(res.constraint[step])
+    gpu_ok = (c.gpu_left >= milli).sum(axis=1) >= count
+    short = gpu_ok & c.access[constraint][c.node_type] & ((c.cpu < cpu) | (c.mem < mem))
+    nodes = np.flatnonzero(short)
+    if not len(nodes):
+        return []
+    deficit = np.maximum(cpu - c.cpu[nodes], 0) * 1_000 + np.maximum(mem - c.mem[nodes], 0)
+    placed = np.flatnonzero((res.node >= 0) & (res.count > 0))
+    b_node = res.node[placed]
+    out: list[tuple[int, int]] = []
+    for n in nodes[np.argsort(deficit, kind="stable")][:8].tolist():
+        dc, dm = max(cpu - int(c.cpu[n]), 0), max(mem - int(c.mem[n]), 0)
+        for a in sorted(res.on_node[n], key=lambda q: -int(res.cpu[q]))[:16]:
+            if res.count[a] == 0 or res.cpu[a] < dc or res.mem[a] < dm:
+                continue
+            ok = (
+                (res.milli[placed] == res.milli[a])
+                & (res.count[placed] == res.count[a])
+                & (b_node != n)
+                & (res.cpu[placed] <= res.cpu[a] - dc)
+                & (res.mem[placed] <= res.mem[a] - dm)
+                & (c.cpu[b_node] + res.cpu[placed] >= res.cpu[a])
+                & (c.mem[b_node] + res.mem[placed] >= res.mem[a])
+                & c.access[res.constraint[a]][c.node_type[b_node]]
+                & c.access[res.constraint[placed], c.node_type[n]]
+            )
+            found = placed[ok]
+            if len(found):
+                out.append((a, int(found[0])))
+                if len(out) >= tries:
+                    return out
+    return out
 
 
 def replay(
