@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the pinned Kubernetes control plane that tests/realkube runs: kube-apiserver, kube-controller-manager and
-# kube-scheduler (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok), from their Go
+# Build the pinned Kubernetes control plane that tests/realkube runs: kube-apiserver, kube-controller-manager,
+# kube-scheduler and kubectl (k8s.io/kubernetes; kubectl renders and applies deploy/ in tests/kube/test_deploy.py and
+# tests/realkube/test_apply_kustomize.py), etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok), from their Go
 # modules only (GOPROXY as configured on the machine; nothing else is downloaded, nothing is committed).
 #
 # The versions are pinned by the go.mod/go.sum files under hack/control-plane/{kube,etcd,kwok}. The binaries go to
@@ -15,13 +16,14 @@
 #                                       (never builds; used by tests/realkube to find the binaries)
 #   scripts/control-plane.sh --force    rebuild even if the cache is current
 # Cold build on a 2-core machine: ~8 minutes; again after a version bump (Go caches warm): ~25 s; cache current: 0.03 s.
+# Adding kubectl (recipe 5) on a machine with the Go caches of recipe 4: 1m25s (kubectl's own packages compiled).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODULES="$ROOT/hack/control-plane"
 # Bump when the build recipe below (flags, ldflags, binaries) changes, so the cache key changes with it.
-RECIPE="4"
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+RECIPE="5"
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
 log() { printf '[control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -32,7 +34,7 @@ case "${1:-}" in
     "") ;;
     --bin-dir) mode=bin-dir ;;
     --force) mode=force ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (try --help)" ;;
 esac
 
@@ -142,9 +144,9 @@ kv="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component
 kv="$kv -X k8s.io/component-base/version.gitMinor=$k8s_minor -X k8s.io/component-base/version.gitTreeState=clean"
 kv="$kv -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1"
 kv="$kv -X k8s.io/client-go/pkg/version.gitMinor=$k8s_minor"
-build 2/4 "kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION (the long one)" kube "-s -w $kv" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler
+build 2/4 "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $K8S_VERSION (the long one)" kube \
+    "-s -w $kv" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 build 3/4 "etcd $ETCD_VERSION" etcd "-s -w" go.etcd.io/etcd/server/v3
 mv "$tmp/server" "$tmp/etcd"  # go names a .../server/v3 main package "server"
 build 4/4 "kwok $KWOK_VERSION" kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
@@ -160,16 +162,29 @@ chmod -R u+w "$tmp/kwok-stages"  # the module cache is read-only
 
 for b in "${BINARIES[@]}"; do [[ -x "$tmp/$b" ]] || die "$b missing after the build"; done
 "$tmp/kube-apiserver" --version >&2
+"$tmp/kubectl" version --client >&2
 "$tmp/etcd" --version | sed -n 1p >&2
 "$tmp/kwok" --version >&2
 printf 'kubernetes=%s\netcd=%s\nkwok=%s\ngo=%s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$go_version" \
     >"$tmp/.complete"
 rm -rf "$BIN"
 mv "$tmp" "$BIN"
+in_use() {
+    local exe
+    for exe in /proc/[0-9]*/exe; do
+        [[ "$(readlink "$exe" 2>/dev/null)" == "$1"/* ]] && return 0
+    done
+    return 1
+}
 # Binaries of other keys (older pins) are ~380 MB each and never used again: drop them (the Go caches stay).
 for old in "$CACHE_ROOT"/*/; do
     old="${old%/}"
     [[ "$old" == "$CACHE_ROOT/go" || "$old" == "$CACHE_ROOT/$key" ]] && continue
+    # Not while a process (another test session's control plane) still runs one of them.
+    if [[ -d "$old/bin" ]] && in_use "$old/bin"; then
+        log "keeping the binaries of an older pin, still running: $old (removed by a later build)"
+        continue
+    fi
     log "removing the binaries of an older pin: $old"
     rm -rf "$old"
 done
