@@ -1,10 +1,14 @@
-"""deploy/: the CRD is what the pydantic models generate, the kustomize output validates against the Kubernetes 1.30
-schemas (strict), the examples are valid policies, and RBAC allows exactly what the adapters do.
+"""deploy/: the CRD is what the pydantic models generate, the kustomize output (base and the dry-run and production
+overlays, rendered by the pinned kubectl that scripts/control-plane.sh builds) validates against the Kubernetes 1.30
+schemas (strict), the production overlay renders no placeholder and takes its settings from one file, the examples
+are valid policies, and RBAC allows exactly what the adapters do.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +34,7 @@ from autoscaler.adapters.kubernetes_lease import KubernetesLeaseStore, LeaseReco
 from autoscaler.policy import GPUScalingPolicySpec
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer, validate_structural
+from tests.realkube.control_plane import find_kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -40,13 +45,19 @@ NOT_IN_K8S_SCHEMAS = {
 }
 
 
-def kustomize(path: Path) -> list[dict[str, Any]]:
-    if shutil.which("kubectl") is None:
+@functools.cache
+def kubectl() -> str:
+    found, why = find_kubectl()
+    if found is None:
         if os.environ.get("CI"):
-            pytest.fail("kubectl is required in CI to render deploy/")
-        pytest.skip("kubectl not installed")
+            pytest.fail(f"kubectl is required in CI to render deploy/: {why}")
+        pytest.skip(why)
+    return str(found)
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
     out = subprocess.run(
-        ["kubectl", "kustomize", str(path)], capture_output=True, text=True, timeout=60, check=True
+        [kubectl(), "kustomize", str(path)], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
@@ -59,6 +70,14 @@ def base() -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def dry_run() -> list[dict[str, Any]]:
     return kustomize(DEPLOY / "overlays" / "dry-run")
+
+
+PRODUCTION = DEPLOY / "overlays" / "production"
+
+
+@pytest.fixture(scope="module")
+def production() -> list[dict[str, Any]]:
+    return kustomize(PRODUCTION)
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -185,6 +204,113 @@ def test_dry_run_overlay(dry_run: list[dict[str, Any]]) -> None:
         if v in ("create", "update", "patch", "delete")
     }
     assert {r for _, r, _ in writes} == {"events"}  # a dry-run install can only report
+
+
+def read_settings(path: Path = PRODUCTION / "settings.env") -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def project_version() -> str:
+    match = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert match
+    return match.group(1)
+
+
+# What an install must not carry: the documentation hosts (RFC 2606), angle-bracket or shouted fill-ins, :latest.
+PLACEHOLDER = re.compile(
+    r"example\.(com|org|net)|github\.com/example/|<[A-Za-z _-]+>|CHANGE[_ ]?ME|REPLACE[_ ]?ME|TODO|FIXME|:latest\b",
+    re.IGNORECASE,
+)
+
+
+def containers(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        c
+        for d in docs
+        if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+
+
+def controller_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def alerts(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for g in find(docs, "PrometheusRule")["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_production_renders_and_every_document_validates(
+    production: list[dict[str, Any]], base: list[dict[str, Any]]
+) -> None:
+    assert sorted(d["kind"] for d in production) == sorted(d["kind"] for d in base)  # settings.env is not deployed
+    for doc in production:
+        if doc["kind"] not in NOT_IN_K8S_SCHEMAS:
+            _k8s_validate(doc)
+    dep = find(production, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # acting, two replicas of which a Lease elects one, at most one of them disrupted voluntarily
+    assert "AUTOSCALER_DRY_RUN" not in controller_env(production) and dep["spec"]["replicas"] == 2
+    assert find(production, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    lease_rules = find(production, "Role", "gpu-autoscaler-leader-election")["rules"]
+    assert {"leases"} == {r for rule in lease_rules for r in rule["resources"]}
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    assert find(production, "ClusterRole")["rules"] == find(base, "ClusterRole")["rules"]
+    assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
+
+
+def test_production_renders_no_placeholder(production: list[dict[str, Any]]) -> None:
+    text = yaml.safe_dump_all(production)
+    assert not [m.group(0) for m in PLACEHOLDER.finditer(text)]
+    settings = read_settings()
+    assert set(settings) == {"prometheus-url", "runbooks-parent-url"}
+    # the image: a registry, a repository and a tag (or digest), set by the overlay's images: block
+    overlay = yaml.safe_load((PRODUCTION / "kustomization.yaml").read_text())
+    (image,) = overlay["images"]
+    for c in containers(production):
+        assert re.fullmatch(r"[a-z0-9.-]+\.[a-z]+(:\d+)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})", c["image"])
+        assert c["image"] == f"{image['newName']}:{image['newTag']}"
+    # the release this repository builds (the Dockerfile installs the wheel of pyproject's version), and its runbooks
+    assert image["newTag"] == project_version()
+    assert settings["runbooks-parent-url"].endswith(f"/v{project_version()}/deploy")
+    env = controller_env(production)
+    assert env["AUTOSCALER_PROMETHEUS__URL"] == settings["prometheus-url"]
+    rules = alerts(production)
+    assert len(rules) >= 20
+    for rule in rules:
+        assert rule["annotations"]["runbook_url"] == f"{settings['runbooks-parent-url']}/runbooks/{rule['alert']}.md"
+        assert (DEPLOY / "runbooks" / f"{rule['alert']}.md").is_file()
+
+
+def test_production_settings_are_set_in_one_place(tmp_path: Path) -> None:
+    """Another image, Prometheus and runbook home, written only in the overlay's images: and settings.env, reach
+    every place they are used, and nothing of the defaults is left."""
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY / "base", copy / "base")
+    shutil.copytree(PRODUCTION, copy / "overlays" / "production")
+    defaults = read_settings()
+    (copy / "overlays" / "production" / "settings.env").write_text(
+        "# edited\n"
+        "prometheus-url=http://kube-prometheus-stack-prometheus.observability.svc:9090\n"
+        "runbooks-parent-url=https://git.corp.internal/platform/gpu-autoscaler/-/blob/v9.9.9/deploy\n"
+    )
+    kustomization = copy / "overlays" / "production" / "kustomization.yaml"
+    text = kustomization.read_text()
+    text = text.replace("newName: ghcr.io/gpu-autoscaler/gpu-autoscaler", "newName: registry.corp.internal/ml/gpu")
+    text = text.replace(f"newTag: {project_version()}", "newTag: 9.9.9")
+    kustomization.write_text(text)
+    docs = kustomize(copy / "overlays" / "production")
+    rendered = yaml.safe_dump_all(docs, width=1000)
+    assert defaults["prometheus-url"] not in rendered and defaults["runbooks-parent-url"] not in rendered
+    assert "ghcr.io" not in rendered
+    assert [c["image"] for c in containers(docs)] == ["registry.corp.internal/ml/gpu:9.9.9"]
+    env = controller_env(docs)
+    assert env["AUTOSCALER_PROMETHEUS__URL"] == "http://kube-prometheus-stack-prometheus.observability.svc:9090"
+    urls = {r["annotations"]["runbook_url"].rsplit("/", 1)[0] for r in alerts(docs)}
+    assert urls == {"https://git.corp.internal/platform/gpu-autoscaler/-/blob/v9.9.9/deploy/runbooks"}
 
 
 def test_examples_are_valid_policies(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:

@@ -116,6 +116,35 @@ def find_binaries() -> tuple[Path | None, str]:
     return bin_dir, ""
 
 
+def find_kubectl() -> tuple[Path | None, str]:
+    """(kubectl, "") or (None, why not): ``$KUBECTL`` when set, else the pinned kubectl that
+    ``scripts/control-plane.sh`` builds beside the control plane, else ``kubectl`` on PATH (Debian's 1.20 is too old
+    for deploy/'s kustomizations, so the cache comes first)."""
+    explicit = os.environ.get("KUBECTL")
+    if explicit:
+        if os.access(explicit, os.X_OK):
+            return Path(explicit), ""
+        return None, f"$KUBECTL={explicit} is not an executable"
+    searched = []
+    try:
+        out = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, timeout=60, check=False
+        )
+        lines = out.stdout.strip().splitlines()
+        if lines:
+            built = Path(lines[-1]) / "kubectl"
+            if os.access(built, os.X_OK):
+                return built, ""
+            searched.append(str(built))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        searched.append(f"{BUILD_SCRIPT.relative_to(REPO)} --bin-dir ({exc})")
+    on_path = shutil.which("kubectl")
+    if on_path:
+        return Path(on_path), ""
+    searched.append("PATH")
+    return None, f"kubectl not found ({', '.join(searched)}): run scripts/control-plane.sh or set $KUBECTL"
+
+
 # ---- small utilities ---------------------------------------------------------------------------------------------
 
 
