@@ -24,6 +24,10 @@ order; the scheduler's own). That coarseness is deliberate: on openb, FGD with i
 point *worse* (94.6 % vs 95.5 % at 130 % arrived, seeds 42-44) than with its authors' integer sigmoid score, because
 ties broken in one fixed order fill the same nodes first and keep others whole.
 
+The mix is FGD's (the popular requests seen, by CPU and GPU) with each class's **memory** the median of its pods'
+(``typical_memory_mix``): on openb the GPUs a failed whole-GPU pod could have used sit on nodes short of memory as
+often as of CPU. (+0.06 points at 130 % over seeds 42-51; the FGD authors' mix has no memory.)
+
 ``score_nodes`` is the extender's interface: 0..100 per node (the quantised gains rescaled over the feasible nodes,
 so the best node scores 100), None where the pod does not fit. ``node_keys`` gives the unscaled quantised gains,
 which the vectorised replay (``autoscaler.sim.placement``, policy ``FGD+``) reproduces exactly.
@@ -32,12 +36,14 @@ which the vectorised replay (``autoscaler.sim.placement``, policy ``FGD+``) repr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Iterable, Sequence
 
 from autoscaler.core.fragmentation import (
     GPU_MILLI,
     GpuNode,
     Task,
+    TaskClass,
     TaskMix,
     allocate,
     candidate_gpus,
@@ -102,6 +108,23 @@ def best_gain(node: GpuNode, task: Task, mix: TaskMix) -> tuple[int, tuple[int, 
     return best
 
 
+def typical_memory_mix(mix: TaskMix, seen: Iterable[Task]) -> TaskMix:
+    """The mix with each class's memory set to the median memory of the seen tasks of the same CPU, GPU request and
+    GPU types (unchanged for a class none of them matches): FGD's mix groups requests without memory, and a node
+    whose memory runs out strands its GPUs as surely as one whose CPU does."""
+    memories: dict[tuple[int, int, int, frozenset[str] | None], list[int]] = {}
+    for task in seen:
+        key = (task.cpu_milli, task.gpu_milli, task.gpu_count, task.gpu_types)
+        memories.setdefault(key, []).append(task.memory_mib)
+    classes = []
+    for c in mix.classes:
+        t = c.task
+        seen_memory = memories.get((t.cpu_milli, t.gpu_milli, t.gpu_count, t.gpu_types))
+        memory = int(statistics.median(seen_memory)) if seen_memory else t.memory_mib
+        classes.append(TaskClass(Task(t.cpu_milli, memory, t.gpu_milli, t.gpu_count, t.gpu_types), c.weight))
+    return TaskMix(tuple(classes))
+
+
 def quantise(gain_milli: float) -> int:
     """The gain in whole steps of ``QUANTUM_MILLI`` (floor), the ranking key."""
     return math.floor(gain_milli / QUANTUM_MILLI)
@@ -144,4 +167,5 @@ __all__ = [
     "quantise",
     "score_nodes",
     "task_fill_fragment_milli",
+    "typical_memory_mix",
 ]

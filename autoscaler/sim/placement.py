@@ -60,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix, parse_gpu_types
-from autoscaler.core.placement_score import QUANTUM_MILLI
+from autoscaler.core.placement_score import QUANTUM_MILLI, typical_memory_mix
 
 FGD_POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD")
 PUBLISHED_LABELS = {name: f"{i:02d}-{name}" for i, name in enumerate(FGD_POLICIES, start=1)}
@@ -362,6 +362,7 @@ class _Cluster:
         self, nodes: NodeTable, mix: TaskMix, pod_types: Sequence[frozenset[str] | None], rank: np.ndarray
     ) -> None:
         self.n = len(nodes)
+        self.table, self.pod_types, self.mix = nodes, pod_types, mix
         self.rank = rank  # the nodes' tie-break order (lower first)
         self.slots = max(1, int(nodes.gpus.max()) if self.n else 1)
         self.cpu = nodes.cpu_milli.astype(np.int64).copy()
@@ -451,6 +452,8 @@ class _Cluster:
             self.tags[i, _gpu_tag(milli, count)] += 1
         self.version[i] += 1
         self.refresh(i)
+        if self.fill is not None and self.fill.fgd is not self:
+            self.fill.fgd.place(i, cpu, mem, milli, gpus, count)
 
     def unplace(self, i: int, cpu: int, mem: int, milli: int, gpus: Sequence[int], count: int) -> None:
         """The inverse of ``place``: a pod leaves node ``i`` (a migration's first half)."""
@@ -462,6 +465,8 @@ class _Cluster:
             self.tags[i, _gpu_tag(milli, count)] -= 1
         self.version[i] += 1
         self.refresh(i)
+        if self.fill is not None and self.fill.fgd is not self:
+            self.fill.fgd.unplace(i, cpu, mem, milli, gpus, count)
 
 
 class _Fill:
@@ -470,6 +475,9 @@ class _Fill:
     count), and the fill fragmentation ``free - k * demand`` with ``k`` the tasks that fit GPUs, CPU and memory."""
 
     def __init__(self, c: _Cluster, mix: TaskMix) -> None:
+        # FGD's part of the gain, for this mix: the cluster's own arrays when the mixes agree, else a shadow cluster
+        # kept in step with it (a replay starts from empty nodes)
+        self.fgd = c if mix == c.mix else _Cluster(c.table, mix, c.pod_types, c.rank)
         pops = mix.popularities()
         self.m_cpu = np.array([t.cpu_milli for t, _ in pops], dtype=np.int64)
         self.m_mem = np.array([t.memory_mib for t, _ in pops], dtype=np.int64)
@@ -527,15 +535,16 @@ class _Fill:
             total = c.total[cand] - milli * count
         after_frag = self.fragments(c.cpu[cand] - cpu, c.mem[cand] - mem, units, total, c.node_type[cand])
         decrease = ((self.frag_cls[cand] - after_frag) * self.m_w[None, :]).sum(axis=1)
+        g = self.fgd
         if 0 < milli < GPU_MILLI:  # FGD's own change, as ``_fgd_scores`` computes it
-            cls_milli = c.m_milli[None, :]
-            cnt = c.cnt[cand] - (before >= cls_milli) + (after >= cls_milli)
-            q3 = c.q3[cand] - np.where(before < cls_milli, before, 0) + np.where(after < cls_milli, after, 0)
+            cls_milli = g.m_milli[None, :]
+            cnt = g.cnt[cand] - (before >= cls_milli) + (after >= cls_milli)
+            q3 = g.q3[cand] - np.where(before < cls_milli, before, 0) + np.where(after < cls_milli, after, 0)
         else:
-            cnt = c.cnt[cand] - count * c.m_gpu[None, :]
-            q3 = c.q3[cand]
-        fgd_after = c._fragments(c.cpu[cand] - cpu, c.mem[cand] - mem, cnt, q3, total, c.node_type[cand])
-        decrease = decrease + ((c.frag_cls[cand] - fgd_after) * c.m_w[None, :]).sum(axis=1)
+            cnt = g.cnt[cand] - count * g.m_gpu[None, :]
+            q3 = g.q3[cand]
+        fgd_after = g._fragments(c.cpu[cand] - cpu, c.mem[cand] - mem, cnt, q3, total, c.node_type[cand])
+        decrease = decrease + ((g.frag_cls[cand] - fgd_after) * g.m_w[None, :]).sum(axis=1)
         decrease = np.floor(np.round(decrease, 6) / QUANTUM_MILLI)  # ``placement_score.quantise``
         if len(rows) == len(nodes):
             return decrease, gpus
@@ -1104,7 +1113,11 @@ def run_openb(
     nodes, pods = load_openb_nodes(node_path), load_openb_pods(pod_path)
     rng = np.random.default_rng(seed)
     sequence = tuned_workload(pods, nodes.total_gpu_milli, rng, tune, order)
-    return replay(nodes, pods, policy, seed, mix=openb_mix(pods), sequence=sequence, rng=rng, migrations=migrations)
+    mix = openb_mix(pods)
+    ours_mix = typical_memory_mix(mix, (pods.task(i) for i in range(len(pods)))) if policy == OURS else None
+    return replay(
+        nodes, pods, policy, seed, mix=mix, sequence=sequence, rng=rng, ours_mix=ours_mix, migrations=migrations
+    )
 
 
 # --- the published results -------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from autoscaler.core.placement_score import (
     quantise,
     score_nodes,
     task_fill_fragment_milli,
+    typical_memory_mix,
 )
 
 SHARE = Task(3_152, 0, 810, 1)  # openb's most popular request: 0.81 GPU, ~3 CPUs
@@ -150,3 +151,17 @@ def test_gains_are_quantised_to_a_tenth_of_a_gpu() -> None:
     key, gpus = best_gain(n, SHARE, MIX) or (None, None)
     assert gpus == (0,)  # the partly used GPU
     assert key == quantise(placement_gain(n, SHARE, MIX, (0,)))
+
+
+def test_typical_memory_mix_sets_each_class_to_its_pods_median_memory() -> None:
+    mix = TaskMix.of([(Task(3_152, 0, 810, 1), 3), (Task(11_300, 0, 1000, 1), 1), (Task(500, 0, 100, 1), 1)])
+    seen = [Task(3_152, m, 810, 1) for m in (1_000, 3_000, 9_000)] + [Task(11_300, m, 1000, 1) for m in (10, 20)]
+    typical = typical_memory_mix(mix, seen)
+    assert [t.memory_mib for t, _ in typical.popularities()] == [3_000, 15, 0]  # median; unseen class unchanged
+    assert [p for _, p in typical.popularities()] == [p for _, p in mix.popularities()]
+    assert [(t.cpu_milli, t.gpu_milli, t.gpu_count) for t, _ in typical.popularities()] == [
+        (t.cpu_milli, t.gpu_milli, t.gpu_count) for t, _ in mix.popularities()
+    ]
+    # memory now counts: a node with GPUs and CPU but 2 GiB left fits no 0.81-GPU pod of the typical mix
+    short = node("short", 96_000, (1000, 1000), memory=2_000)
+    assert fill_capacity(short, typical.classes[0].task) == 0 < fill_capacity(short, mix.classes[0].task)

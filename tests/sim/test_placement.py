@@ -5,12 +5,13 @@ benchmark's smoke run."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from autoscaler.core.fragmentation import GpuNode, Task, TaskMix, allocate, cluster_fragmentation, learn_task_mix
-from autoscaler.core.placement_score import best_gain, node_keys, score_nodes
+from autoscaler.core.placement_score import best_gain, node_keys, score_nodes, typical_memory_mix
 from autoscaler.sim.placement import (
     ARRIVED_PERCENTS,
     OURS,
@@ -244,11 +245,19 @@ def test_the_replays_vectorised_scorer_agrees_with_the_cores_score_nodes(seed: i
             assert [s == 100 for s in scores] == [k == top for k in keys]
 
 
-def test_the_replay_places_where_the_cores_scorer_says() -> None:
-    """Step by step on a small cluster: each FGD+ placement lands on a node with the core's highest key."""
-    nodes, pods = small_cluster(), synthetic_pods(n=60)
-    mix = learn_task_mix([pods.task(i) for i in range(len(pods))], coverage=0.95)
-    result = replay(nodes, pods, OURS, 0, mix=mix)
+@pytest.mark.parametrize("shadow", [False, True], ids=["one mix", "recorded mix without memory"])
+def test_the_replay_places_where_the_cores_scorer_says(shadow: bool) -> None:
+    """Step by step on a small cluster: each FGD+ placement lands on a node with the core's highest key -- also when
+    the replay records fragmentation for a memory-less mix (as for openb) and scores with the typical-memory one."""
+    nodes, pods = small_cluster(), synthetic_pods(n=60, seed=3)
+    tasks = [pods.task(i) for i in range(len(pods))]
+    if shadow:
+        recorded = learn_task_mix([replace(t, memory_mib=0) for t in tasks], coverage=0.95)
+        scoring = typical_memory_mix(recorded, tasks)
+        assert all(t.memory_mib > 0 for t, _ in scoring.popularities())
+    else:
+        recorded = scoring = learn_task_mix(tasks, coverage=0.95)
+    result = replay(nodes, pods, OURS, 0, mix=recorded, ours_mix=scoring)
     state = [
         GpuNode(
             nodes.names[i],
@@ -261,13 +270,13 @@ def test_the_replay_places_where_the_cores_scorer_says() -> None:
     ]
     for step in range(len(pods)):
         task = pods.task(step)
-        keys = node_keys(state, task, mix)
+        keys = node_keys(state, task, scoring)
         if not result.placed[step]:
             assert all(k is None for k in keys)
             continue
         i = int(result.nodes[step])
         assert keys[i] == max(k for k in keys if k is not None)
-        best = best_gain(state[i], task, mix)
+        best = best_gain(state[i], task, scoring)
         assert best is not None
         state[i] = allocate(state[i], task, best[1])
 
