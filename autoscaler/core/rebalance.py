@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from autoscaler.core.cluster import ClusterSnapshot, PodInfo, free_gpus_per_node
 from autoscaler.core.model import EvictPod
 from autoscaler.core.reasons import Reason
+from autoscaler.core.victims import pdbs_covering
 
 REBALANCE_LABEL = "gpuautoscaler.dev/rebalance"  # "allowed" on a training gang's pods lets the rebalancer move it
 HOUR_S = 3600.0
@@ -124,21 +125,6 @@ class _Target:
     training: bool  # may not use the training-excluded pools
 
 
-def _pdb_use(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> tuple[tuple[str, int, int], ...]:
-    out = []
-    for pdb in snapshot.pdbs:
-        if not pdb.selector:
-            continue
-        covered = sum(
-            1
-            for p in pods
-            if p.namespace == pdb.namespace and all(p.labels.get(k) == v for k, v in pdb.selector.items())
-        )
-        if covered:
-            out.append((f"{pdb.namespace}/{pdb.name}", covered, pdb.disruptions_allowed))
-    return tuple(out)
-
-
 def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfig) -> tuple[list[_Unit], list[str]]:
     ready_nodes = {n.name for n in snapshot.nodes if n.ready}
     deployments = {(d.namespace, d.name): d for d in snapshot.deployments}
@@ -163,7 +149,8 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
         for pod in sorted(pods, key=lambda p: p.name):
             if pod.node in ready_nodes and pod.ready:
                 gpu_type = pod.gpu_product or dep.gpu_product
-                units.append(_Unit((pod,), f"deployment/{key[0]}/{key[1]}", _pdb_use(snapshot, [pod]), gpu_type, False))
+                owner = f"deployment/{key[0]}/{key[1]}"
+                units.append(_Unit((pod,), owner, pdbs_covering(snapshot, [pod]), gpu_type, False))
     for gang, pods in sorted(gangs.items()):
         if not all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods):
             continue
@@ -176,7 +163,7 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
             )
             continue
         gpu_type = next((p.gpu_product for p in pods if p.gpu_product), None) or types.get(gang)
-        units.append(_Unit(tuple(pods), gang, _pdb_use(snapshot, pods), gpu_type, True))
+        units.append(_Unit(tuple(pods), gang, pdbs_covering(snapshot, pods), gpu_type, True))
     return units, notes
 
 

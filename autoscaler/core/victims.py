@@ -129,7 +129,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
             why_not = f"running {now - started:.0f}s < minimum runtime {rules.min_runtime_s:g}s"
         else:
             why_not = _pdb_blocks(snapshot, pods)
-        pdb_use = _pdb_use(snapshot, pods)
+        pdb_use = pdbs_covering(snapshot, pods)
         out.append(
             GangCandidate(
                 gang=gang,
@@ -146,7 +146,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
     return out
 
 
-def _pdb_use(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> tuple[tuple[str, int, int], ...]:
+def pdbs_covering(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> tuple[tuple[str, int, int], ...]:
     """(budget "namespace/name", pods of ``pods`` it covers, its disruptions allowed) for every budget covering any."""
     out = []
     for pdb in snapshot.pdbs:
@@ -174,7 +174,7 @@ def within_budgets(victims: Iterable[GangCandidate]) -> bool:
 
 
 def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
-    for key, covered, allowed in _pdb_use(snapshot, pods):
+    for key, covered, allowed in pdbs_covering(snapshot, pods):
         if covered > allowed:
             return f"PodDisruptionBudget {key} allows {allowed} of its {covered}"
     return None
