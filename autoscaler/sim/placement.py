@@ -48,6 +48,7 @@ integer boundary).
 
 from __future__ import annotations
 
+import bisect
 import csv
 import gzip
 import math
@@ -307,6 +308,7 @@ class Replay:
     memory_left: np.ndarray  # final free memory (MiB), per node
     moves: int = 0  # migrations made (each: one placed pod moved to another node)
     move_steps: np.ndarray | None = None  # per migration, the step (submitted pod) whose failure it served
+    order: np.ndarray | None = None  # the pod (index into the pod table) submitted at each step
 
     @property
     def failed(self) -> int:
@@ -331,6 +333,26 @@ class Replay:
             )
             for i in range(len(nodes))
         ]
+
+
+def repack_estimate(result: Replay, pods: PodTable) -> float:
+    """An estimate of what repacking could reach for the pods a run placed, as a GPU allocation ratio (%): the
+    shares of a GPU it placed packed best-fit decreasing onto as few GPUs as that takes, every other GPU busy with
+    whole-GPU work, CPU and memory ignored (optimistic). The GPU left free then is the shares' own leftovers -- an
+    0.81 share leaves 0.19 that only the few pods asking for 0.19 or less can use. Migrations that move pods but
+    place the same ones cannot beat it by much; only placing *other* pods could."""
+    if result.order is None:
+        raise ValueError("the replay did not record its submission order")
+    placed = result.order[result.placed]
+    milli = pods.gpu_milli[placed]
+    shares = np.sort(milli[(milli > 0) & (milli < GPU_MILLI)])[::-1]
+    rooms: list[int] = []  # the GPUs' free milli, sorted ascending
+    for share in shares.tolist():
+        k = bisect.bisect_left(rooms, share)
+        room = rooms.pop(k) - share if k < len(rooms) else GPU_MILLI - share
+        bisect.insort(rooms, room)
+    waste = sum(rooms)
+    return 100.0 * (result.cluster_gpu_milli - waste) / result.cluster_gpu_milli
 
 
 def discretise(replay: Replay) -> Curves:
@@ -1095,6 +1117,7 @@ def replay(
         c.mem.copy(),
         len(move_steps),
         np.array(move_steps, dtype=np.int64),
+        order,
     )
 
 

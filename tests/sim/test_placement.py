@@ -29,6 +29,7 @@ from autoscaler.sim.placement import (
     ours_node_keys,
     published_curves,
     published_mean,
+    repack_estimate,
     replay,
     run_openb,
     traces_dir,
@@ -316,3 +317,13 @@ def test_migrations_keep_the_recorded_fragmentation_the_cores() -> None:
     assert result.moves > 0
     mix = learn_task_mix([pods.task(i) for i in range(len(pods))], coverage=0.95)
     assert result.frag_milli[-1] == pytest.approx(cluster_fragmentation(result.final_nodes(nodes), mix), abs=1e-6)
+
+
+def test_repack_estimate_counts_only_the_placed_shares_leftovers() -> None:
+    nodes = NodeTable.of([GpuNode(f"n{i}", 64_000, 262_144, "A", (1000,) * 2) for i in range(2)])  # 4 GPUs
+    pods = PodTable.of([Task.of(1_000, 0, g) for g in (0.3, 0.5, 1, 0.81, 0.5, 0.81)])
+    result = replay(nodes, pods, "Random", 0, sequence=np.arange(6))
+    assert result.placed[:5].all() and not result.placed[5]  # the second 0.81 finds no GPU with 0.81 free
+    # best-fit decreasing of 810, 500, 500, 300: 810 (190 left) | 500+500 (0) | 300 (700): 890 milli never usable
+    assert repack_estimate(result, pods) == pytest.approx(100 * (4_000 - 890) / 4_000)
+    assert repack_estimate(result, pods) <= 100
