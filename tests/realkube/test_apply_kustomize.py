@@ -1,0 +1,274 @@
+"""deploy/ installed as the README says, for real (issue 13, item 4 in part): ``kubectl apply -k`` of the production
+and the dry-run overlays against the real control plane, with the pinned kubectl that ``scripts/control-plane.sh``
+builds and the admin kubeconfig. Every rendered object is created and the real admission chain accepts it: the CRD
+becomes Established and serves the example policy, the Deployment's pods pass PodSecurity ``restricted`` (the
+namespace enforces it), are scheduled on the kwok nodes and become Ready, RBAC objects are accepted by the RBAC API
+(which refuses a grant the admin itself lacks). ``kubectl delete -k`` removes it all again.
+
+The Prometheus Operator is not part of this control plane, and deploy/base ships a ServiceMonitor and a
+PrometheusRule. The first test applies production without the operator's CRDs, as a cluster without it would: exactly
+those two objects fail ("ensure CRDs are installed first") and everything else is created. The others install two
+minimal stand-in CRDs for ``monitoring.coreos.com/v1`` (kind and plural, schema open) so that the overlays apply
+whole as shipped: they show that the two objects are accepted by the API machinery, not that the operator would load
+them (the rules themselves are checked by promtool in tests/observability).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.realkube.control_plane import DEFAULT_NODES, REPO, ControlPlane, find_kubectl, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.realkube]
+
+OVERLAYS = REPO / "deploy" / "overlays"
+NAMESPACE = "gpu-autoscaler"
+CRD = "gpuscalingpolicies.gpuautoscaler.dev"
+MONITORING = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
+
+
+class Kubectl:
+    def __init__(self, binary: Path, kubeconfig: Path, home: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+        # kubectl's discovery cache goes to $HOME/.kube/cache: a throwaway one, never the user's
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "KUBERNETES_"))}
+        self.env["HOME"] = str(home)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.binary), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}")
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def render(self, overlay: Path) -> list[dict[str, Any]]:
+        return [d for d in yaml.safe_load_all(self.run("kustomize", str(overlay)).stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def kubectl(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    found, why = find_kubectl()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and kubectl is unavailable: {why}", pytrace=False)
+        pytest.skip(why)
+    return Kubectl(found, control_plane.admin_kubeconfig, tmp_path_factory.mktemp("kubectl-home"))
+
+
+def monitoring_crd(kind: str, plural: str) -> dict[str, Any]:
+    """A stand-in for the Prometheus Operator's CRD: the kind is served, the spec is not checked."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def monitoring_crds(kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    path = tmp_path_factory.mktemp("monitoring-crds") / "crds.yaml"
+    path.write_text(yaml.safe_dump_all([monitoring_crd(k, p) for k, p in MONITORING.items()]))
+    kubectl.run("apply", "-f", str(path))
+    names = [f"crd/{p}.monitoring.coreos.com" for p in MONITORING.values()]
+    kubectl.run("wait", "--for=condition=Established", "--timeout=60s", *names)
+    try:
+        yield
+    finally:
+        kubectl.run("delete", "--ignore-not-found", "--wait=true", "--timeout=120s", *names, check=False)
+
+
+def key(doc: dict[str, Any]) -> tuple[str, str, str]:
+    return doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"]
+
+
+def present(kubectl: Kubectl, docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """The rendered objects the API server has (one `kubectl get` per object: kinds may be unknown to it)."""
+    found = set()
+    for doc in docs:
+        kind, namespace, name = key(doc)
+        group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
+        resource = f"{kind.lower()}.{group}" if group else kind.lower()
+        args = ["get", resource, name, "--ignore-not-found", "-o", "name"]
+        if namespace:
+            args += ["-n", namespace]
+        done = kubectl.run(*args, check=False)
+        if done.returncode == 0 and done.stdout.strip():
+            found.add((kind, namespace, name))
+    return found
+
+
+def versions(kubectl: Kubectl, overlay: Path) -> dict[tuple[str, str, str], str]:
+    """Per object, its generation (spec changes) where the kind keeps one, else its resourceVersion."""
+    items = kubectl.json("get", "-k", str(overlay))["items"]
+    return {key(i): str(i["metadata"].get("generation") or i["metadata"]["resourceVersion"]) for i in items}
+
+
+def uninstall(kubectl: Kubectl, overlay: Path) -> None:
+    kubectl.run("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true", "--timeout=180s", check=False)
+    wait_for(
+        f"namespace {NAMESPACE} and the CRD gone",
+        lambda: (
+            not kubectl.run("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name").stdout.strip()
+            and not kubectl.run("get", "crd", CRD, "--ignore-not-found", "-o", "name").stdout.strip()
+        ),
+        timeout_s=180,
+        interval_s=1.0,
+    )
+
+
+def check_installed(kubectl: Kubectl, overlay: Path, docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every object there, the CRD Established, the Deployment rolled out; returns the live Deployment."""
+    assert present(kubectl, docs) == {key(d) for d in docs}
+    # `kubectl get -k` reads back exactly the kustomization's objects
+    listed = kubectl.json("get", "-k", str(overlay))["items"]
+    assert sorted(key(i) for i in listed) == sorted(key(d) for d in docs)
+    kubectl.run("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD}")
+    # ReplicaSet -> 2 pods admitted under PodSecurity "restricted", scheduled on kwok nodes, Ready
+    kubectl.run("rollout", "status", "deployment/gpu-autoscaler", "-n", NAMESPACE, "--timeout=180s", timeout=200)
+    deployment: dict[str, Any] = kubectl.json("get", "deployment", "gpu-autoscaler", "-n", NAMESPACE)
+    assert deployment["status"]["readyReplicas"] == 2
+    pods = kubectl.json(
+        "get",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "app.kubernetes.io/name=gpu-autoscaler,app.kubernetes.io/component=controller",
+    )["items"]
+    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} <= {n.name for n in DEFAULT_NODES}
+    assert {p["spec"]["serviceAccountName"] for p in pods} == {"gpu-autoscaler"}
+    namespace = kubectl.json("get", "namespace", NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    return deployment
+
+
+def the_example_policy_is_served(kubectl: Kubectl) -> None:
+    """README's next step: a GPUScalingPolicy example applies (the CRD's schema admits it) and `kubectl get gsp` lists
+    it with the printer columns."""
+    kubectl.run("create", "namespace", "inference")
+    try:
+        kubectl.run("apply", "-f", str(REPO / "deploy" / "examples" / "chat-inference.yaml"))
+        table = kubectl.run("get", "gsp", "-A").stdout
+        assert "TARGET" in table and "MODE" in table and "chat" in table, table
+    finally:
+        kubectl.run("delete", "namespace", "inference", "--wait=false", check=False)
+
+
+def test_production_without_the_prometheus_operator(control_plane: ControlPlane, kubectl: Kubectl) -> None:
+    overlay = OVERLAYS / "production"
+    for plural in MONITORING.values():
+        if kubectl.run("get", "crd", f"{plural}.monitoring.coreos.com", "--ignore-not-found", "-o", "name").stdout:
+            pytest.skip("the monitoring.coreos.com CRDs are installed already")
+    docs = kubectl.render(overlay)
+    try:
+        done = kubectl.run("apply", "-k", str(overlay), check=False)
+        assert done.returncode != 0
+        for kind in MONITORING:
+            assert f'no matches for kind "{kind}"' in done.stderr, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.strip()]
+        assert all("monitoring.coreos.com" in line or "ensure CRDs" in line for line in errors), done.stderr
+        wanted = {key(d) for d in docs if d["kind"] not in MONITORING}
+        assert present(kubectl, [d for d in docs if d["kind"] not in MONITORING]) == wanted
+    finally:
+        uninstall(kubectl, overlay)
+
+
+def test_apply_and_delete_production(control_plane: ControlPlane, kubectl: Kubectl, monitoring_crds: None) -> None:
+    overlay = OVERLAYS / "production"
+    docs = kubectl.render(overlay)
+    settings = dict(
+        line.split("=", 1)
+        for line in (overlay / "settings.env").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    try:
+        applied = kubectl.run("apply", "-k", str(overlay))
+        assert applied.stdout.count(" created") == len(docs), applied.stdout
+        deployment = check_installed(kubectl, overlay, docs)
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        rendered_image = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == rendered_image[0]["image"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["AUTOSCALER_PROMETHEUS__URL"] == settings["prometheus-url"] and "AUTOSCALER_DRY_RUN" not in env
+        rule = kubectl.json("get", "prometheusrule.monitoring.coreos.com", "gpu-autoscaler", "-n", NAMESPACE)
+        urls = {r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+        assert urls and all(u.startswith(settings["runbooks-parent-url"] + "/runbooks/") for u in urls)
+        # the settings are not an object of the install
+        assert not kubectl.run("get", "configmap", "-n", NAMESPACE, "install-settings", "--ignore-not-found").stdout
+        the_example_policy_is_served(kubectl)
+        # a second apply of the same overlay changes nothing on the server (kubectl still says "configured" for the
+        # PodDisruptionBudget: its selector is patched with the "replace" strategy, so the patch is never empty)
+        before = versions(kubectl, overlay)
+        again = kubectl.run("apply", "-k", str(overlay))
+        assert again.stdout.count(" unchanged") >= len(docs) - 1, again.stdout
+        assert versions(kubectl, overlay) == before
+    finally:
+        uninstall(kubectl, overlay)
+    assert present(kubectl, docs) == set()
+
+
+def test_apply_and_delete_dry_run(control_plane: ControlPlane, kubectl: Kubectl, monitoring_crds: None) -> None:
+    overlay = OVERLAYS / "dry-run"
+    docs = kubectl.render(overlay)
+    try:
+        kubectl.run("apply", "-k", str(overlay))
+        deployment = check_installed(kubectl, overlay, docs)
+        env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["AUTOSCALER_DRY_RUN"] == "true"
+        role = kubectl.json("get", "clusterrole", "gpu-autoscaler")
+        writes = {
+            r
+            for rule in role["rules"]
+            for r in rule["resources"]
+            for v in rule["verbs"]
+            if v not in ("get", "list", "watch")
+        }
+        assert writes == {"events"}
+        # the real authorizer agrees: the ServiceAccount may not scale or evict
+        sa = f"system:serviceaccount:{NAMESPACE}:gpu-autoscaler"
+        for verb, resource, allowed in (
+            ("patch", "deployments.apps --subresource=scale", "no"),
+            ("create", "pods --subresource=eviction", "no"),
+            ("list", "pods", "yes"),
+        ):
+            done = kubectl.run("auth", "can-i", verb, *resource.split(), "--as", sa, "-A", check=False)
+            assert done.stdout.strip() == allowed, (verb, resource, done.stdout, done.stderr)
+    finally:
+        uninstall(kubectl, overlay)
+    assert present(kubectl, docs) == set()
