@@ -997,6 +997,10 @@ def _migrate_for(
     return None
 
 
+SWAP_NODES = 8  # nodes short of CPU or memory tried per failed pod (the least short first)
+SWAP_PODS = 16  # pods on each tried for a swap (the most CPU first)
+
+
 def _swaps(c: _Cluster, res: _Residents, step: int, tries: int) -> list[tuple[int, int]]:
     """Swaps (two moves) for a failed pod that fits some node's GPUs but not its CPU or memory: a pod ``a`` there
     trades places with a pod ``b`` of the same GPU request that needs less CPU and memory, whose node can take
@@ -1012,9 +1016,9 @@ def _swaps(c: _Cluster, res: _Residents, step: int, tries: int) -> list[tuple[in
     placed = np.flatnonzero((res.node >= 0) & (res.count > 0))
     b_node = res.node[placed]
     out: list[tuple[int, int]] = []
-    for n in nodes[np.argsort(deficit, kind="stable")][:8].tolist():
+    for n in nodes[np.argsort(deficit, kind="stable")][:SWAP_NODES].tolist():
         dc, dm = max(cpu - int(c.cpu[n]), 0), max(mem - int(c.mem[n]), 0)
-        for a in sorted(res.on_node[n], key=lambda q: -int(res.cpu[q]))[:16]:
+        for a in sorted(res.on_node[n], key=lambda q: -int(res.cpu[q]))[:SWAP_PODS]:
             if res.count[a] == 0 or res.cpu[a] < dc or res.mem[a] < dm:
                 continue
             ok = (
