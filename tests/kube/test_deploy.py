@@ -274,8 +274,9 @@ def test_production_renders_no_placeholder(production: list[dict[str, Any]]) -> 
         assert re.fullmatch(r"[a-z0-9.-]+\.[a-z]+(:\d+)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})", c["image"])
         assert c["image"] == f"{image['newName']}:{image['newTag']}"
     # the release this repository builds (the Dockerfile installs the wheel of pyproject's version), and its runbooks
-    assert image["newTag"] == project_version()
-    assert settings["runbooks-parent-url"].endswith(f"/v{project_version()}/deploy")
+    bump = "bump deploy/overlays/production (images: newTag, settings.env runbooks-parent-url) with pyproject's version"
+    assert image["newTag"] == project_version(), bump
+    assert settings["runbooks-parent-url"].endswith(f"/v{project_version()}/deploy"), bump
     env = controller_env(production)
     assert env["AUTOSCALER_PROMETHEUS__URL"] == settings["prometheus-url"]
     rules = alerts(production)
