@@ -2,15 +2,17 @@
 
 For this project's controller (``predictive``: forecasts + capacity arbitration), without and with the rebalancer
 (the scenario's ``rebalance`` block, defaults unless the scenario sets them: a pass every 300 s, at most 2 pods per
-pass and 8 per hour, 2 GPUs made usable per pod moved), under both GPU scorings of the simulated scheduler
-(``MostAllocated``: bin-packing, what the project's fragmentation-aware extender approximates for whole GPUs; and
-the default ``LeastAllocated``), over several training seeds (the jobs drawn from the Philly runtimes), it prints:
-share of requests within the SLO, GPU-hours of inference, burst GPU-hours and money, GPUs stranded by fragmentation
-(free, on nodes where none of the waiting pods fits: mean and GPU-hours), training GPU-hours done and lost, gangs
-stopped, rebalance moves (pods evicted by the rebalancer) and the most in any hour (never above the bound), then the
-means per configuration, the median wall time per run and the peak RSS of the process.
+pass and 8 per hour, 2 GPUs made usable per pod moved), under three GPU scorings of the simulated scheduler
+(``MostAllocated``: bin-packing; the default ``LeastAllocated``; and ``Fragmentation``: ``LeastAllocated`` plus this
+project's scheduler extender at its shipped weight, FGD for the live pods' task mix), over several training seeds
+(the jobs drawn from the Philly runtimes), it prints: share of requests within the SLO, GPU-hours of inference, burst
+GPU-hours and money, GPUs stranded by fragmentation (free, on nodes where none of the waiting pods fits: mean and
+GPU-hours), training GPU-hours done and lost, gangs stopped, rebalance moves (pods evicted by the rebalancer) and the
+most in any hour (never above the bound), the total cost (burst money + lost training GPU-hours x their value +
+requests outside the SLO, as ``bench_arbitration``), then the means per configuration, the median wall time per run
+and the peak RSS of the process.
 
-    python -m benchmarks.bench_rebalance                  # 3 seeds, 3 days each, 4 configurations
+    python -m benchmarks.bench_rebalance                  # 3 seeds, 3 days each, 6 configurations (~10 min)
     python -m benchmarks.bench_rebalance --seeds 12 --days 1 --scorings MostAllocated
     python -m benchmarks.bench_rebalance --scorings MostAllocated --rebalance burstEmptyBelow=0.75
     python -m benchmarks.bench_rebalance --quick          # one seed, 6 hours (what the tests run)
@@ -41,6 +43,7 @@ FIELDS = (
     ("preemptions", "stopped", "{:,.0f}"),
     ("rebalance_moves", "moves", "{:,.0f}"),
     ("rebalance_moves_max_per_hour", "moves/h max", "{:,.0f}"),
+    ("total_cost", "total $", "{:,.0f}"),
 )
 
 
@@ -52,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", default="12,13,14", help="comma-separated training seeds")
     parser.add_argument("--days", type=float, default=3.0, help="simulated days per run")
-    parser.add_argument("--scorings", default="MostAllocated,LeastAllocated", help="GPU scorings of the scheduler")
+    parser.add_argument(
+        "--scorings", default="MostAllocated,LeastAllocated,Fragmentation",
+        help="GPU scorings of the simulated scheduler (Fragmentation: LeastAllocated + the project's extender)",
+    )
     parser.add_argument("--policy", default="predictive", help="the controller's policy (predictive or reactive)")
     parser.add_argument(
         "--rebalance", default="", metavar="FIELD=VALUE,...",

@@ -7,7 +7,9 @@ same ports as a real cluster (issue 11). Time moves only when the simulator call
 What it models, as Kubernetes does it:
 
 - **Placement**: the scheduler's filter (node ready and schedulable, GPU type, enough free ``nvidia.com/gpu`` on one
-  node) then score (``LeastAllocated``, the default, or ``MostAllocated`` to bin-pack GPUs), ties by node name;
+  node) then score (``LeastAllocated``, the default, or ``MostAllocated`` to bin-pack GPUs, or ``Fragmentation``:
+  ``LeastAllocated`` plus this project's scheduler extender at its shipped weight -- FGD's score for the task mix of
+  the live pods, spread to 0..10, x 10 x 5 -- from the scheduler's own up-to-date view), ties by node name;
   pending pods are placed in priority order, then by creation time, each tick of the simulator.
 - **Pod start** = scheduling + image pull + model load: a pod is ready ``cold_start_s`` after it is bound to a node
   (the Deployment's measured cold start), never before.
@@ -45,6 +47,8 @@ from autoscaler.core.cluster import (
     PodInfo,
     WorkloadInfo,
 )
+from autoscaler.core.extender import MAX_EXTENDER_PRIORITY, fgd_scores_per_node, spread
+from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix
 from autoscaler.core.rebalance import REBALANCE_LABEL
 from autoscaler.core.victims import TrainingRules
 from autoscaler.ports import EvictionOutcome, PortError
@@ -56,6 +60,15 @@ APP_LABEL = "app"  # a Deployment's replicas carry app=<deployment name> (what a
 class Scoring(StrEnum):
     LEAST_ALLOCATED = "LeastAllocated"  # the default scheduler: spread
     MOST_ALLOCATED = "MostAllocated"  # bin-pack GPUs, keeps whole nodes free
+    # the default scheduler (LeastAllocated) plus this project's scheduler extender (deploy/overlays/
+    # scheduler-extender): FGD's score of each node for the live pods' task mix, 0..10, x 10 x its weight
+    FRAGMENTATION = "Fragmentation"
+
+
+#: The shipped KubeSchedulerConfiguration's weight of the extender (deploy/overlays/scheduler-extender).
+EXTENDER_WEIGHT = 5
+# Unbounded CPU and memory: the simulated nodes have GPUs only (as the extender's view of a snapshot).
+_HOST = 1 << 40
 
 
 @dataclass(slots=True)
@@ -188,6 +201,7 @@ class SimCluster:
         self._counts: dict[str, tuple[int, int, int]] = {}
         self._training_gpus = 0
         self._node_gpus = 0
+        self._mix: TaskMix | None = None  # the extender's task mix of this scheduling pass (Fragmentation scoring)
         self.generation = 0  # bumped whenever the cluster's state (what a snapshot shows but its time) may change
 
     # ---- building -------------------------------------------------------------------------------------------------
@@ -427,6 +441,7 @@ class SimCluster:
             if bound.node is not None:
                 free[bound.node] -= bound.gpus
         done: set[str] = set()
+        self._mix = self._task_mix() if self.scoring is Scoring.FRAGMENTATION else None
         for pod in pending:
             if pod.node is not None:
                 continue
@@ -454,7 +469,37 @@ class SimCluster:
         fits = [node for node in self.nodes.values() if self._fits_on(node, pod, free)]
         if not fits:
             return None
+        if self.scoring is Scoring.FRAGMENTATION and pod.gpus > 0:
+            extender = self._extender_scores(pod, fits, free)
+            return max(
+                zip(fits, extender, strict=True),
+                key=lambda pair: (
+                    self._score(pair[0], free[pair[0].name], pod.gpus) * 100.0 + pair[1] * 10 * EXTENDER_WEIGHT,
+                    _desc(pair[0].name),
+                ),
+            )[0]
         return max(fits, key=lambda n: (self._score(n, free[n.name], pod.gpus), _desc(n.name)))
+
+    def _task_mix(self) -> TaskMix:
+        """The extender's task mix: a task per live GPU pod (bound or pending), by its GPU request and type."""
+        tasks = [
+            Task(0, 0, GPU_MILLI, p.gpus, None if p.gpu_product is None else frozenset({p.gpu_product}))
+            for p in self.pods.values()
+            if p.gpus > 0
+        ]
+        return learn_task_mix(tasks, include_cpu_only=False)
+
+    def _extender_scores(self, pod: SimPod, nodes: list[SimNode], free: dict[str, int]) -> list[int]:
+        """The extender's ``prioritize`` for ``pod`` over the fitting ``nodes``: 0..MAX_EXTENDER_PRIORITY each."""
+        task = Task(0, 0, GPU_MILLI, pod.gpus, None if pod.gpu_product is None else frozenset({pod.gpu_product}))
+        mix = self._mix if self._mix is not None and self._mix.classes else TaskMix.of([(task, 1.0)])
+        views = [
+            GpuNode(n.name, _HOST, _HOST, n.gpu_product, (GPU_MILLI,) * free[n.name] + (0,) * (n.gpus - free[n.name]))
+            for n in nodes
+        ]
+        scores = spread(fgd_scores_per_node(views, task, mix))
+        assert all(0 <= s <= MAX_EXTENDER_PRIORITY for s in scores)
+        return scores
 
     def _bind(self, pod: SimPod, node: SimNode, free: dict[str, int]) -> None:
         pod.node = node.name
@@ -528,6 +573,7 @@ class SimCluster:
         self._removed(pod)
 
     def _score(self, node: SimNode, free: int, request: int) -> float:
+        """The GPU part of NodeResourcesFit, 0..1: MostAllocated, or LeastAllocated (also under Fragmentation)."""
         used_after = (node.gpus - free + request) / node.gpus if node.gpus else 1.0
         return used_after if self.scoring is Scoring.MOST_ALLOCATED else 1.0 - used_after
 

@@ -456,10 +456,11 @@ class Scenario(_Strict):
         description="age of the metrics the controller sees (DCGM collect 30 s + scrape), seconds",
     )
     node_pools: list[NodePool] = Field(alias="nodePools", min_length=1, max_length=MAX_NODE_POOLS)
-    gpu_scoring: Literal["LeastAllocated", "MostAllocated"] = Field(
+    gpu_scoring: Literal["LeastAllocated", "MostAllocated", "Fragmentation"] = Field(
         "LeastAllocated", alias="gpuScoring",
         description="how the simulated scheduler scores nodes for GPU pods: LeastAllocated (the Kubernetes default, "
-        "spreads) or MostAllocated (bin-packs GPUs, keeps whole nodes free)",
+        "spreads), MostAllocated (bin-packs GPUs, keeps whole nodes free) or Fragmentation (LeastAllocated plus this "
+        "project's scheduler extender: FGD's score for the live pods' task mix, at the shipped weight 5)",
     )
     services: list[ServiceEntry] = Field(min_length=1, max_length=MAX_SERVICES)
     baselines: Baselines = Field(default_factory=Baselines)

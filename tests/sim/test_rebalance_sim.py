@@ -93,6 +93,42 @@ def test_least_allocated_scoring_puts_the_moved_replica_back_where_it_was() -> N
     assert _training_node(cluster) is None
 
 
+def test_the_fragmentation_score_keeps_the_moved_replica_off_the_emptied_node() -> None:
+    # LeastAllocated plus the project's extender (FGD for the live mix of 1- and 8-GPU pods): the emptied node is
+    # worth more whole, so the replica joins the other one although the default plugin prefers the empty node
+    cluster = _fragmented(Scoring.FRAGMENTATION)
+    assert _passes(cluster, RebalanceConfig(), [0.0]) == [1]
+    cluster.advance(15.0)
+    replicas = [p for p in cluster.pods.values() if p.owner]
+    assert len({p.node for p in replicas}) == 1
+    assert _training_node(cluster) not in (None, replicas[0].node)
+
+
+def test_the_fragmentation_score_spreads_until_a_larger_pod_is_seen_then_packs() -> None:
+    cluster = SimCluster(Scoring.FRAGMENTATION)
+    cluster.add_node("n1", 8)
+    cluster.add_node("n2", 8)
+    cluster.add_deployment(SimDeployment("inference", "chat", 2))
+    # only 1-GPU pods in the mix: no placement fragments anything, the default plugin spreads
+    assert sorted(p.node or "" for p in cluster.pods.values()) == ["n1", "n2"]
+    packed = SimCluster(Scoring.FRAGMENTATION)
+    for name in ("n1", "n2", "n3"):
+        packed.add_node(name, 8)
+    packed.add_job(_job("big"))
+    packed.advance(0.0)
+    assert _training_node(packed) == "n1"
+    packed.add_deployment(SimDeployment("inference", "chat", 2))
+    # an 8-GPU pod is in the mix: the second replica joins the first instead of breaking the whole node n3
+    assert sorted(p.node or "" for p in packed.pods.values() if p.owner) == ["n2", "n2"]
+    spread_out = SimCluster(Scoring.LEAST_ALLOCATED)
+    for name in ("n1", "n2", "n3"):
+        spread_out.add_node(name, 8)
+    spread_out.add_job(_job("big"))
+    spread_out.advance(0.0)
+    spread_out.add_deployment(SimDeployment("inference", "chat", 2))
+    assert sorted(p.node or "" for p in spread_out.pods.values() if p.owner) == ["n2", "n3"]
+
+
 def test_a_replica_under_a_pdb_allowing_no_disruption_is_never_moved() -> None:
     cluster = _fragmented()
     cluster.add_pdb(SimPdb("inference", "chat", {"app": "chat"}, min_available=2))
