@@ -35,7 +35,23 @@ and the pod's request, CPU and total GPU, normalised by 128 CPUs and 8 GPUs; ``d
 ``merge``/``max``), ``GpuClustering`` (nodes already running pods of the same GPU shape first; ``gpu_clustering_
 score.go``), ``GpuPacking`` (used GPUs, then used nodes, then free nodes; ``gpu_packing_score.go``), ``BestFit``
 (least free CPU and GPU left after placing, min-max normalised over nodes; ``best_fit_score.go``) and ``FGD``
-(``sigmoid(fragmentation decrease / 1000) * 100``; ``fgd_score.go``).
+(``sigmoid(fragmentation decrease / 1000) * 100``; ``fgd_score.go``) -- the published six, ``FGD_POLICIES`` --
+and this project's ``FGD+`` (``OURS``): ``autoscaler.core.placement_score`` (FGD's fragmentation change plus the
+*fill* fragmentation -- the GPU a node would leave unused if filled with each typical task one after another, so
+CPU, memory and per-GPU remainders count before they strand anything --, the mix's memory the median of each class,
+gains quantised to 0.1 GPU, ties to the fixed node order), vectorised here (``_Fill``; ``ours_node_keys`` is the
+same for any cluster state, and the tests hold it equal to the core's ``node_keys``). FGD's own exact (unrounded)
+change with the same ties is a point *worse* than its integer sigmoid score on openb: the coarse score packs.
+
+**Migrations** (``replay(..., migrations=Migrations(...))``, any policy): when a pod fits no node, the replay tries
+to make room on one node by moving at most ``per_failure`` placed pods (default 2), never more than ``total`` (default
+5 % of the pods submitted) in the run; every move is counted (``Replay.moves``, ``move_steps``). Plans, cheapest
+first: one pod whose departure lets the failed pod fit (the smallest GPU request, then CPU; each moved pod goes where
+the policy scores best among the other nodes that fit it); a GPU emptied of its 2..``per_failure`` pods; a **swap**
+(two moves) that trades a pod on a node short of CPU or memory for a pod elsewhere with the same GPU request and
+less CPU and memory, when the failed pod fits that node's GPUs. A plan that does not end with the failed pod placed
+is rolled back. On openb almost all gain comes from swaps: once the cluster is full, the holes left are too small
+for any moved share (``repack_estimate`` gives what perfect repacking of the placed shares could reach).
 
 The fragmentation of a node is ``autoscaler.core.fragmentation.node_fragmentation``; this module keeps, per node
 and task class, the counts it needs in numpy arrays and updates only the node a pod lands on, and keeps FGD's node
