@@ -151,11 +151,15 @@ def _scheduler_extender(
     config = settings.scheduler_extender
     if not config.enabled:
         return None, None
-    from autoscaler.core.extender import ExtenderConfig
+    from autoscaler.core.extender import ExtenderConfig, fgd_scores, once_per_node_state
+    from autoscaler.core.placement_score import score_nodes
     from autoscaler.extender_http import Extender, ExtenderServer, LatestSnapshot
 
     snapshots = LatestSnapshot(cluster)
-    extender = Extender(snapshots.latest, ExtenderConfig(config.max_snapshot_age_seconds), telemetry=telemetry)
+    scorer = fgd_scores if config.scorer == "fgd" else once_per_node_state(score_nodes)
+    extender = Extender(
+        snapshots.latest, ExtenderConfig(config.max_snapshot_age_seconds), telemetry=telemetry, scorer=scorer
+    )
     return ExtenderServer(extender, config.bind_address, config.port), snapshots
 
 

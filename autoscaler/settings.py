@@ -151,6 +151,11 @@ class SchedulerExtenderSettings(_Group):
         description="seconds a cluster snapshot may be old before the extender fails open (every node passes, "
         "every score 0); above the tick interval",
     )
+    scorer: Literal["fgd", "fgd-plus"] = Field(
+        "fgd",
+        description="how prioritize ranks nodes: fgd (the published fragmentation gradient descent) or fgd-plus "
+        "(FGD plus fill fragmentation, quantised; +0.2 points of GPU allocation on openb, benchmarks/bench_fgd.py)",
+    )
 
 
 class KubernetesSettings(_Group):

@@ -15,7 +15,7 @@ from runtime_fakes import FakePolicies
 
 from autoscaler.app import Adapters, build_runtime
 from autoscaler.core.cluster import ClusterSnapshot, NodeInfo, PodInfo
-from autoscaler.core.extender import ExtenderConfig
+from autoscaler.core.extender import ExtenderConfig, PlacementView, PodRequest
 from autoscaler.extender_http import Extender, ExtenderServer, LatestSnapshot, parse_pod
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
@@ -338,3 +338,24 @@ def test_a_standby_replica_reads_its_own_snapshot_for_the_extender() -> None:
         controller.telemetry.registry.get_sample_value("gpu_autoscaler_errors_total", {"component": "cluster_read"})
         == 1
     )
+
+
+@pytest.mark.parametrize("scorer", ["fgd", "fgd-plus"])
+def test_the_scorer_setting_picks_the_extenders_ranking(scorer: str) -> None:
+    from autoscaler.core.extender import fgd_scores
+
+    fake = FakeCluster()
+    adapters = Adapters(metrics=FakeMetricsSource(), cluster=fake, writer=fake, policies=FakePolicies([]),
+                        status_writer=None, node_pools=None)
+    settings = Settings(leader_election={"enabled": False}, http={"bind_address": "127.0.0.1", "port": 0},
+                        scheduler_extender={"enabled": True, "bind_address": "127.0.0.1", "port": 0, "scorer": scorer})
+    runtime = build_runtime(settings, adapters, refit=lambda now: None)
+    assert runtime.extender is not None
+    chosen = runtime.extender.extender._scorer
+    assert (chosen is fgd_scores) is (scorer == "fgd")
+    # both rank the less fragmenting node first on the same snapshot
+    view = PlacementView.of(cluster_snapshot())
+    task = PodRequest("inf", "p", 1).task
+    names = sorted(view.nodes)
+    scores = chosen([view.nodes[n] for n in names], task, view.mix)
+    assert any(s is not None for s in scores)
