@@ -6,7 +6,6 @@ If these semantics drifted, the adapter tests would pass against a server that n
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -326,12 +325,16 @@ def test_structural_validation_helper() -> None:
     assert errors == [("a", "Required value")]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 def test_kubectl_talks_to_it(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    from tests.realkube.control_plane import find_kubectl
+
+    kubectl, why = find_kubectl()
+    if kubectl is None:
+        pytest.skip(why)
     apiserver.seed(o.deployment("chat"))
     out = subprocess.run(
         [
-            "kubectl",
+            str(kubectl),
             "--kubeconfig",
             str(kubeconfig),
             "get",
