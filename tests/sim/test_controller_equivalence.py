@@ -162,3 +162,59 @@ def test_controller_and_simulator_arbitrate_capacity_the_same_way() -> None:
         "gpu_autoscaler_training_gangs_stopped_total", {"how": "suspend"}
     )
     assert stopped == 1.0
+
+
+def test_controller_and_simulator_rebalance_the_same_way() -> None:
+    """With the rebalancer on (two services spread by LeastAllocated, two 8-GPU training pods waiting): the same
+    writes, evictions included, through the simulator's engine and through ``Controller(rebalance=...)`` whose
+    rebalance job runs when the simulator's pass is due."""
+    from autoscaler.core.rebalance import RebalanceConfig
+    from autoscaler.sim.cluster import Scoring, SimJob
+
+    def constant(name: str) -> SimService:
+        policy = ServicePolicy("ml", name, metric=MetricKind.REQUEST_RATE, target=3.0, min_replicas=2,
+                               max_replicas=2, cold_start_s=60.0, priority=1000)
+        return SimService(policy, np.full(240, 4.0), throughput=3.5, base_latency_s=1.0, slo_s=2.5, quantile=0.95)
+
+    services = [constant("a"), constant("b")]
+    pools = [NodePool(name="fixed", nodes=4, gpusPerNode=8)]
+    config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=5)
+    jobs = [SimJob("ml", f"train-{k}", 1, 8, 100, 50_000.0, 600.0, 0.0, min_runtime_s=0.0, restart_s=0.0)
+            for k in range(2)]
+    steps = 240
+
+    run = simulate(CorePolicy("reactive"), services, pools, 0.0, STEP_S, steps, DELAY_S,
+                   scoring=Scoring.LEAST_ALLOCATED, jobs=jobs, rebalance=config)
+    assert run.cluster is not None
+    simulated = list(run.cluster.writes)
+    assert sum(1 for w in simulated if w[1] == "evict_pod") >= 5, simulated
+
+    class Both:
+        def __init__(self, policies: list[ServicePolicy]) -> None:
+            self.objects = [PolicyObject(p.namespace, f"{p.name}-policy", p, generation=1) for p in policies]
+
+        def list_policies(self) -> list[PolicyObject]:
+            return self.objects
+
+    reference = CorePolicy("reactive")
+    initial = reference.reset(services, STEP_S)
+    cluster = build_cluster(services, pools, initial, 0.0, Scoring.LEAST_ALLOCATED, jobs)
+    metrics = FakeMetricsSource()
+    controller = Controller(
+        metrics=metrics, cluster=cluster, writer=cluster, policies=Both(list(reference.policies.values())),
+        node_pools=cluster, rebalance=config,
+    )
+    last_pass = None
+    for i in range(steps):
+        decided_at = i * STEP_S + STEP_S
+        for service in services:
+            key = service.policy.key
+            ready, _, _ = cluster.counts(decided_at)[key]
+            metrics.set_service(key, spec_replicas=cluster.deployments[key].replicas, ready_replicas=ready,
+                                latency_s=1.5, request_rate=4.0, metric_total=4.0)
+        controller.run_once(decided_at)
+        if last_pass is None or decided_at - last_pass >= config.interval_s:  # the runtime's job, on its interval
+            report = controller.rebalance(decided_at)
+            assert report is not None and report.result == "ok", report
+            last_pass = decided_at
+    assert list(cluster.writes) == simulated
