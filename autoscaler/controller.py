@@ -28,8 +28,8 @@ from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, GuardConte
 from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot, hpas_targeting
 from autoscaler.core.model import ControllerState, Mode, Observation, Plan, ServiceObservation, ServicePolicy
-from autoscaler.core.reasons import Reason
-from autoscaler.core.rebalance import HOUR_S, RebalanceConfig, RebalancePlan, RebalanceState, plan_rebalance
+from autoscaler.core.rebalance import RebalanceConfig, RebalancePlan, RebalanceState, plan_rebalance, record_pass
+from autoscaler.core.rebalance import protected_owners as core_protected_owners
 from autoscaler.core.tick import TickConfig, TickInput, decide_tick
 from autoscaler.ports import (
     POLICY_KIND,
@@ -72,13 +72,8 @@ class RebalanceReport:
 
 
 def protected_owners(tick: TickReport) -> frozenset[str]:
-    """Deployments a rebalance move must not touch now: those whose metrics the tick saw stale or partial, and those
-    it wanted to grow or guarded on latency (a move takes one of their replicas away for a cold start)."""
-    keys = set(tick.stale) | set(tick.partial)
-    for decision in tick.plan.decisions:
-        if decision.desired_replicas > decision.current_replicas or decision.reason is Reason.SLO_BREACH:
-            keys.add(decision.key)
-    return frozenset(f"deployment/{key}" for key in keys)
+    """The Deployments the latest tick says a rebalance move must not touch (``core.rebalance.protected_owners``)."""
+    return core_protected_owners(tick.plan.decisions, set(tick.stale) | set(tick.partial))
 
 TickDecider = Callable[[TickInput, ControllerState, TickConfig], tuple[Plan, ControllerState]]
 
@@ -227,9 +222,8 @@ class Controller:
             errors = report.errors
         else:
             errors = []
-        applied = sum(1 for r in results if r.result == "applied")
-        recent = tuple(t for t in self.rebalance_state.move_times if now - t < HOUR_S)
-        self.rebalance_state = RebalanceState(state.last_pass_at, recent + (now,) * applied)
+        applied = {(r.action.namespace, r.action.name) for r in results if r.result == "applied"}
+        self.rebalance_state = record_pass(self.rebalance_state, state, plan, now, applied)
         self.telemetry.rebalance_passes.labels(result="ok").inc()
         if plan.ran:
             self.telemetry.stranded_gpus.set(plan.stranded_gpus)

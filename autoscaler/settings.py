@@ -302,6 +302,9 @@ class RebalanceSettings(_Group):
     burst_empty_below: float = Field(
         0.5, ge=0, le=1, description="a burst node under this share of its GPUs in use is emptied, fraction 0-1"
     )
+    retry_after_seconds: float = Field(
+        1800.0, ge=0, description="a target whose moves were made is not moved for again within this, seconds"
+    )
     training_on_burst_pools: bool = Field(
         False, description="training may run on the burst pools (false: they are for inference; no gang goes there)"
     )
@@ -322,6 +325,7 @@ class RebalanceSettings(_Group):
             burst_pools=pools,
             burst_empty_below=self.burst_empty_below,
             training_excluded_pools=frozenset() if self.training_on_burst_pools else pools,
+            retry_after_s=self.retry_after_seconds,
         )
 
 

@@ -31,11 +31,11 @@ The plan also reports the GPUs *stranded* by fragmentation: free GPUs on nodes w
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.core.cluster import ClusterSnapshot, PodInfo, free_gpus_per_node
-from autoscaler.core.model import EvictPod
+from autoscaler.core.model import EvictPod, ScaleDecision
 from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import pdbs_covering
 
@@ -52,6 +52,9 @@ class RebalanceConfig:
     max_moves_per_hour: int = 8  # pods moved over any hour at most
     min_gain_per_move: float = 2.0  # GPUs made usable per pod moved, at least
     checkpoint_max_age_s: float = 600.0  # a movable gang checkpointed at most this many seconds ago
+    # seconds a target whose moves were made waits before it is moved for again: when the scheduler put the moved pods
+    # back (or something else took the room), repeating the same moves every pass is only disruption
+    retry_after_s: float = 1800.0
     burst_pools: frozenset[str] = frozenset()  # node pools to empty (their nodes are paid by the hour)
     burst_empty_below: float = 0.5  # a burst node under this share of its GPUs in use is emptied
     # pools where training may not run (burst pools are tainted for inference); a waiting gang is not placed there
@@ -64,12 +67,15 @@ class RebalanceConfig:
             raise ValueError("move bounds must be >= 0")
         if self.min_gain_per_move < 0:
             raise ValueError("min_gain_per_move must be >= 0")
+        if self.retry_after_s < 0:
+            raise ValueError("retry_after_s must be >= 0 seconds")
 
 
 @dataclass(frozen=True, slots=True)
 class RebalanceState:
     last_pass_at: float | None = None  # Unix seconds of the last pass
     move_times: tuple[float, ...] = ()  # Unix seconds of the moves of the last hour
+    moved_for: tuple[tuple[str, float], ...] = ()  # (target, Unix seconds of its latest moves), within retry_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +320,15 @@ def plan_rebalance(
                 )
             )
 
+    waiting_since = {t: at for t, at in state.moved_for if now - at < config.retry_after_s}
     for target in targets:
+        if target.name in waiting_since:
+            ago = now - waiting_since[target.name]
+            notes.append(
+                f"{target.name}: moved for {ago:.0f}s ago and still waiting; not moved for again before "
+                f"{config.retry_after_s:g}s (the moved pods may have been put back)"
+            )
+            continue
         if budget - _pods_moved(moves) <= 0:
             notes.append(
                 f"{target.name}: move budget used up ({config.max_moves_per_pass}/pass, "
@@ -405,8 +419,9 @@ def plan_rebalance(
     actions = tuple(EvictPod(ns, name, Reason.REBALANCE, m.detail, gang=m.gang) for m in moves for ns, name in m.pods)
     stranded_after = _stranded(cluster, [t for t in targets if t.name not in served], free)
     times = recent + (now,) * len(actions)
+    moved_for = tuple(sorted(waiting_since.items())) + tuple((t, now) for t in dict.fromkeys(m.target for m in moves))
     plan = RebalancePlan(True, tuple(moves), actions, stranded_before, stranded_after, tuple(notes))
-    return plan, RebalanceState(now, times)
+    return plan, RebalanceState(now, times, moved_for)
 
 
 def _make_room(
@@ -503,3 +518,33 @@ def _admissible(units: Sequence[_Unit], pdb_used: Mapping[str, int]) -> bool:
 
 def _pods_moved(moves: Sequence[Move]) -> int:
     return sum(len(m.pods) for m in moves)
+
+
+def record_pass(
+    previous: RebalanceState,
+    planned: RebalanceState,
+    plan: RebalancePlan,
+    now: float,
+    applied: Collection[tuple[str, str]],
+) -> RebalanceState:
+    """The state after a pass of which only the evictions ``applied`` ((namespace, name)) were made -- a dry run or a
+    PodDisruptionBudget's refusal moved nothing: only made moves spend the hourly bound or make their target wait."""
+    recent = tuple(t for t in previous.move_times if now - t < HOUR_S)
+    made = sum(1 for a in plan.actions if (a.namespace, a.name) in applied)
+    targets = dict.fromkeys(m.target for m in plan.moves if any(p in applied for p in m.pods))
+    kept = tuple((t, at) for t, at in planned.moved_for if at < now)
+    return RebalanceState(planned.last_pass_at, recent + (now,) * made, kept + tuple((t, now) for t in targets))
+
+
+def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] = ()) -> frozenset[str]:
+    """Deployments a rebalance move must not touch now (``deployment/<namespace>/<name>``): those whose metrics were
+    stale or partial (``unsure`` service keys), and those the tick wanted to grow, guarded on latency or held at their
+    maximum -- a move takes one of their replicas away for a cold start."""
+    keys = set(unsure)
+    for decision in decisions:
+        if decision.desired_replicas > decision.current_replicas or decision.reason in _BUSY:
+            keys.add(decision.key)
+    return frozenset(f"deployment/{key}" for key in keys)
+
+
+_BUSY = frozenset({Reason.SLO_BREACH, Reason.AT_MAX_REPLICAS})

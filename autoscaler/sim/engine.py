@@ -52,7 +52,15 @@ from autoscaler.core.model import (
     ServiceObservation,
 )
 from autoscaler.core.reasons import Reason
-from autoscaler.core.rebalance import HOUR_S, RebalanceConfig, RebalanceState, plan_rebalance, stranded_gpus
+from autoscaler.core.rebalance import (
+    HOUR_S,
+    RebalanceConfig,
+    RebalanceState,
+    plan_rebalance,
+    protected_owners,
+    record_pass,
+    stranded_gpus,
+)
 from autoscaler.sim.cluster import Scoring, SimCluster, SimDeployment, SimJob, SimPool
 from autoscaler.sim.latency import erlang_c, latency_and_share
 from autoscaler.sim.policies import SimPolicy, SimService
@@ -368,29 +376,24 @@ def simulate(
         # 3b. the controller's rebalance job (``Controller.rebalance``), through the same actuator: it leaves alone
         # the services this tick wanted to grow or guarded on latency, and only applied evictions spend the bound
         if rebalancing and rebalance is not None:
-            protected = frozenset(
-                f"deployment/{d.key}"
-                for d in plan.decisions
-                if d.desired_replicas > d.current_replicas or d.reason is Reason.SLO_BREACH
-            )
+            protected = protected_owners(plan.decisions)
             rebalance_snapshot = cluster.snapshot(decided_at)
             moves, planned = plan_rebalance(
                 rebalance_snapshot, decided_at, rebalance, rebalance_state, protected=protected
             )
             run.rebalance_passes += moves.ran
-            applied = 0
+            applied: set[tuple[str, str]] = set()
             if moves.actions:
                 context = GuardContext(decided_at, policy.guarded_policies(), acting_since=acting_since)
                 for result in actuator.apply(moves.actions, context):
                     if result.result == "applied":
-                        applied += 1
+                        applied.add((result.action.namespace, result.action.name))
                         run.rebalance_moves += 1
                         run.rebalance_move_times.append(decided_at)
                         reasons[Reason.REBALANCE.value] = reasons.get(Reason.REBALANCE.value, 0) + 1
                     elif result.result == "blocked":
                         run.rebalance_blocked += 1
-            recent = tuple(t for t in rebalance_state.move_times if decided_at - t < HOUR_S)
-            rebalance_state = RebalanceState(planned.last_pass_at, recent + (decided_at,) * applied)
+            rebalance_state = record_pass(rebalance_state, planned, moves, decided_at, applied)
 
         # 4. the cluster's node autoscaler
         if node_loop:

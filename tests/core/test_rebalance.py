@@ -393,3 +393,35 @@ def test_a_waiting_pods_own_gpu_type_is_honoured_and_idle_gpus_of_other_types_ar
     plan, _ = plan_rebalance(snap(nodes, [*chat, typed]), NOW, CONFIG, RebalanceState())
     assert len(plan.actions) == 1 and plan.moves[0].target == "pod ml/big"
     assert plan.stranded_gpus == 14  # the H100 node's 8 idle GPUs are not fragmentation: nothing waiting may use them
+
+
+def test_only_made_moves_spend_the_bound_and_make_their_target_wait() -> None:
+    from autoscaler.core.rebalance import record_pass
+
+    plan, planned = plan_rebalance(snap(BASE_NODES, BASE_PODS), NOW, CONFIG, RebalanceState())
+    assert planned.moved_for == (("gang job/ml/wait", NOW),)
+    refused = record_pass(RebalanceState(), planned, plan, NOW, applied=set())
+    assert refused.move_times == () and refused.moved_for == ()
+    made = record_pass(RebalanceState(), planned, plan, NOW, applied={("inf", "chat-1")})
+    assert made.move_times == (NOW,) and made.moved_for == (("gang job/ml/wait", NOW),)
+    # the gang still waits (the replica was put back): no move for it before retry_after_s
+    again, _ = plan_rebalance(snap(BASE_NODES, BASE_PODS), NOW + 600, CONFIG, made)
+    assert again.actions == () and any("still waiting" in n for n in again.notes)
+    later, _ = plan_rebalance(snap(BASE_NODES, BASE_PODS), NOW + CONFIG.retry_after_s, CONFIG, made)
+    assert len(later.actions) == 1
+
+
+def test_protected_owners_cover_growing_guarded_maxed_and_unsure_services() -> None:
+    from autoscaler.core.model import ScaleDecision
+    from autoscaler.core.rebalance import protected_owners
+
+    decisions = [
+        ScaleDecision("inf/up", 2, 3, Reason.METRIC_ABOVE_TARGET, ""),
+        ScaleDecision("inf/slo", 3, 3, Reason.SLO_BREACH, ""),
+        ScaleDecision("inf/max", 8, 8, Reason.AT_MAX_REPLICAS, ""),
+        ScaleDecision("inf/calm", 3, 3, Reason.WITHIN_TOLERANCE, ""),
+        ScaleDecision("inf/down", 4, 3, Reason.METRIC_BELOW_TARGET, ""),
+    ]
+    assert protected_owners(decisions, ["inf/stale"]) == frozenset(
+        f"deployment/inf/{n}" for n in ("up", "slo", "max", "stale")
+    )

@@ -4,6 +4,8 @@ service that is growing, and counts only applied moves against the hourly bound.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autoscaler.app import build_runtime
@@ -125,7 +127,7 @@ def test_a_growing_service_is_left_alone() -> None:
 
 
 def test_a_refused_eviction_is_not_counted_and_the_hourly_bound_holds_over_passes() -> None:
-    c, cluster, _ = world()
+    c, cluster, _ = world(config=replace(CONFIG, retry_after_s=0.0))  # no back-off: the bound alone holds it
     cluster.block_evictions("inf", "chat-1")
     c.run_once(T0)
     report = c.rebalance(T0 + 1)
@@ -212,3 +214,21 @@ def test_plan_prints_the_rebalance_section_with_each_move_and_what_it_is_for() -
     assert "12 now, 0 after the moves" in text
     assert "move deployment/inf/chat: inf/chat-1 from n2 (1) to" in text
     assert plan_document(c.last_report, (), None)["rebalance"] is None  # off: no section
+
+
+def test_a_target_still_waiting_after_its_move_is_not_moved_for_again_before_retry_after() -> None:
+    c, cluster, _ = world(config=replace(CONFIG, retry_after_s=1800.0))
+    moved_at = []
+    for i in range(12):  # an hour of passes; the replica is put back where it was each time
+        now = T0 + 300 * i
+        if "inf/chat-1" not in cluster.pods:
+            cluster.add_pod(PodInfo("inf", "chat-1", "n2", 1, 1000, "Running", True, "Deployment", "chat",
+                                    labels={"app": "chat"}))
+        c.run_once(now)
+        report = c.rebalance(now + 1)
+        assert report is not None and report.plan is not None
+        if any(r.result == "applied" for r in report.results):
+            moved_at.append(now)
+        elif moved_at:
+            assert any("still waiting" in n for n in report.plan.notes), report.plan.notes
+    assert moved_at == [T0, T0 + 1800]

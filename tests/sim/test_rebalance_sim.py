@@ -201,7 +201,9 @@ def test_moves_never_exceed_the_bounds_over_a_long_run(per_pass: int, per_hour: 
     services = [_service("a", 2), _service("b", 2)]
     jobs = [_job("t1"), _job("t2")]
     pools = [NodePool(name="onprem", nodes=4, gpusPerNode=8)]
-    config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=per_pass, max_moves_per_hour=per_hour)
+    # retry_after_s=0: no back-off for a target still waiting after its moves, so the bounds alone hold it
+    config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=per_pass, max_moves_per_hour=per_hour,
+                             retry_after_s=0.0)
     run = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0, scoring=Scoring.LEAST_ALLOCATED,
                    jobs=jobs, rebalance=config)
     times = _evictions(run)
@@ -212,6 +214,24 @@ def test_moves_never_exceed_the_bounds_over_a_long_run(per_pass: int, per_hour: 
         assert sum(1 for u in times if 0 <= t - u < HOUR_S) <= per_hour
     assert run.max_moves_in_an_hour() == per_hour
     assert run.rebalance_passes == 300  # every 60 s over 5 hours
+
+
+def test_a_target_whose_moves_were_undone_waits_before_it_is_moved_for_again() -> None:
+    # The same run with the default back-off: each waiting gang is moved for at most once per retry_after_s.
+    services = [_service("a", 2), _service("b", 2)]
+    pools = [NodePool(name="onprem", nodes=4, gpusPerNode=8)]
+    config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50, retry_after_s=1800.0)
+    run = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0, scoring=Scoring.LEAST_ALLOCATED,
+                   jobs=[_job("t1"), _job("t2")], rebalance=config)
+    times = sorted(set(_evictions(run)))
+    assert times, "the first pass moves"
+    # two waiting gangs, a pass a minute for five hours: without the back-off that is up to 300 passes with moves
+    assert len(times) <= 2 * (5 * 3600 // 1800 + 1)
+    no_backoff = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0,
+                          scoring=Scoring.LEAST_ALLOCATED, jobs=[_job("t1"), _job("t2")],
+                          rebalance=RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50,
+                                                    retry_after_s=0.0))
+    assert len(_evictions(no_backoff)) > len(_evictions(run))
 
 
 def test_the_rebalancer_does_not_run_beside_the_baselines_and_is_off_without_a_config() -> None:
