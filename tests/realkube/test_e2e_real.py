@@ -301,16 +301,26 @@ class Timeline:
         self.seen.setdefault(what, time.monotonic() - self.t0)
 
     def _run(self) -> None:
+        # Effects before causes in each cycle (probes are registered in causal order): whatever is seen true was
+        # true before the cycle ended, so every milestone newly seen in a cycle is stamped with the cycle's end and a
+        # cause is never printed after its effect.
         while not self.stop.wait(0.1):
-            for what, probe in list(self.probes.items()):
-                if what in self.seen:
-                    continue
-                with contextlib.suppress(Exception):
-                    if probe():
-                        self.mark(what)
+            fresh = []
+            for what, probe in reversed(list(self.probes.items())):
+                if what not in self.seen:
+                    with contextlib.suppress(Exception):
+                        if probe():
+                            fresh.append(what)
+            for what in fresh:
+                self.mark(what)
 
     def lines(self) -> list[str]:
-        return [f"  {at:6.1f}  {what}" for what, at in sorted(self.seen.items(), key=lambda kv: kv[1])]
+        order = list(self.probes)
+
+        def key(kv: tuple[str, float]) -> tuple[float, int]:
+            return (round(kv[1], 1), order.index(kv[0]) if kv[0] in order else -1)
+
+        return [f"  {at:6.1f}  {what}" for what, at in sorted(self.seen.items(), key=key)]
 
 
 def n_or_none(items: Any, n: int) -> Any:
@@ -350,8 +360,8 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
     timeline.watch("4 pods bound by kube-scheduler", lambda: bound(w, 4) is not None)
     timeline.watch("4 pods Running on kwok GPU nodes", lambda: len(running_pods(w)) == 4)
     timeline.watch("Deployment ready 4/4", lambda: ready(w) == 4)
-    timeline.watch("GPUScalingPolicy status: current 4", lambda: status_at(w, 4) is not None)
     timeline.watch("Event MetricAboveTarget", lambda: bool(events(w, "MetricAboveTarget")))
+    timeline.watch("GPUScalingPolicy status: current 4", lambda: status_at(w, 4) is not None)
     timeline.watch("Prometheus has the 4 pods' series", lambda: len(prom_pods(w)) == 4)
     timeline.thread.start()
     ctrl = Controller(
@@ -414,9 +424,9 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
 
         # -- idle: 4 pods at 5 % -> 1 replica after the 2 s stabilisation; the extra pods go away --
         timeline.watch("Deployment scaled 4 -> 1", lambda: spec_replicas(w) == 1)
+        timeline.watch("Event MetricBelowTarget", lambda: bool(events(w, "MetricBelowTarget")))
         timeline.watch("pods down to 1 Running", lambda: len(all_pods(w)) == 1 and len(running_pods(w)) == 1)
         timeline.watch("GPUScalingPolicy status: current 1", lambda: status_at(w, 1) is not None)
-        timeline.watch("Event MetricBelowTarget", lambda: bool(events(w, "MetricBelowTarget")))
         w.exporter.demand = IDLE
         timeline.mark("metrics say idle")
         wait("the Deployment scaled 4 -> 1", lambda: spec_replicas(w) == 1 or None, 45)
@@ -435,8 +445,8 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
         timeline.stop.set()
         timeline.thread.join(timeout=5)
         print(
-            "\nend-to-end timeline (seconds from `autoscaler run` start; each an upper bound, first seen by a poller "
-            "cycling every ~0.1 s):"
+            "\nend-to-end timeline (seconds from `autoscaler run` start; upper bounds: the end of "
+            "the ~0.1 s poller cycle that first saw each):"
         )
         print("\n".join(timeline.lines()))
     print(f"scale subresource written by {sorted(scale_writers)}; policy status by {sorted(status_writers)}")
