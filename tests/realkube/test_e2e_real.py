@@ -391,7 +391,7 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
         # -- overloaded: 2 pods at 85 % against 50 % -> 4 replicas, through the scale subresource --
         wait("the Deployment scaled 2 -> 4", lambda: spec_replicas(w) == 4 or None, 45)
         scale_writers = {m for m, sub in managers(get_deployment(w)) if sub == "scale"}
-        assert scale_writers, managers(get_deployment(w))
+        assert scale_writers == {"gpu-autoscaler"}, managers(get_deployment(w))  # the controller's User-Agent
         placed = wait("4 pods bound by kube-scheduler", lambda: bound(w, 4), 30)
         running = wait("4 pods Running", lambda: n_or_none(running_pods(w), 4), 30)
         assert set(running.values()) <= set(w.nodes), running
@@ -408,7 +408,7 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
         assert conditions(status).get("Ready") == "True", status
         assert conditions(status).get("MetricsStale") == "False", status
         status_writers = {m for m, sub in managers(policy_obj(w)) if sub == "status"}
-        assert status_writers, managers(policy_obj(w))
+        assert status_writers == {"gpu-autoscaler"}, managers(policy_obj(w))
 
         [scaled] = wait("Event MetricAboveTarget", lambda: events(w, "MetricAboveTarget") or None, 15)
         assert scaled["regarding"]["kind"] == "Deployment" and scaled["regarding"]["name"] == DEPLOYMENT, scaled

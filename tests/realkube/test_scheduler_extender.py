@@ -125,6 +125,9 @@ def scheduler_config(setup_dir: Path, cp: ControlPlane, scheduler_name: str, ext
     config = yaml.safe_load(SHIPPED_CONFIG.read_text())
     (extender,) = config["extenders"]
     extender["urlPrefix"] = f"http://127.0.0.1:{extender_port}/scheduler"
+    # The shipped 1 s suits an extender answering from memory on its own cores; here the test process shares two
+    # cores with the whole control plane, and an ignored timeout would place a pod without the advice under test.
+    extender["httpTimeout"] = "10s"
     config["profiles"] = [{"schedulerName": scheduler_name}]
     config["leaderElection"] = {"leaderElect": False}
     config["clientConnection"] = {"kubeconfig": str(cp.work_dir / "scheduler.kubeconfig")}

@@ -10,7 +10,10 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from autoscaler import __version__
 from autoscaler.ports import PortError
+
+USER_AGENT_PRODUCT = "gpu-autoscaler"  # the User-Agent's product: the field manager of every write the controller makes
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -93,4 +96,8 @@ def load_api_client(
                 f"kubeconfig {path or '(default)'} is not usable: {type(exc).__name__}: {exc}"
             ) from None
     _no_auto_retries(cfg)
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    # Audit logs and managedFields name the writer after the User-Agent (the client's default is the generic
+    # "OpenAPI-Generator/..."): the controller's scale and status writes must say they are its own.
+    api.user_agent = f"{USER_AGENT_PRODUCT}/{__version__}"
+    return api
