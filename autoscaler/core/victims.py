@@ -230,14 +230,14 @@ def choose_victims(
         return VictimChoice((), False, True, ineligible)
     priorities = sorted({c.priority for c in useful}, reverse=True)
 
-    # Incumbent: greedy in order, then made minimal.
-    greedy: list[GangCandidate] = []
-    for c in useful:
-        if not within_budgets([*greedy, c]):
-            continue
-        greedy.append(c)
+    # Incumbent: greedy in order, then made minimal. When the cheap gangs taken first use up a PodDisruptionBudget
+    # that a later, sufficient gang needed, greedy again starting from each of the first few gangs in turn: a search
+    # cut short (max_search_nodes) must not report "impossible" when one such pass finds a set.
+    greedy = _greedy(useful, free, need, node_types, first=None)
+    for start in useful[:GREEDY_RESTARTS]:
         if need_met(_freed(free, greedy), need, node_types):
             break
+        greedy = _greedy(useful, free, need, node_types, first=start)
     greedy_met = need_met(_freed(free, greedy), need, node_types)
     best: list[GangCandidate] = _minimal(greedy, free, need, node_types) if greedy_met else []
     best_cost: tuple[object, ...] | None = victim_set_cost(best, priorities) if greedy_met else None
@@ -279,6 +279,29 @@ def choose_victims(
     if not best:  # every set that frees enough takes some PodDisruptionBudget below its minimum
         return VictimChoice((), False, exact, ineligible, explored)
     return VictimChoice(tuple(sorted(best, key=_order_key)), True, exact, ineligible, explored)
+
+
+GREEDY_RESTARTS = 32  # greedy passes started from each of the first gangs when the plain pass meets nothing
+
+
+def _greedy(
+    useful: Sequence[GangCandidate],
+    free: Mapping[str, int],
+    need: GpuNeed,
+    node_types: Mapping[str, str | None],
+    first: GangCandidate | None,
+) -> list[GangCandidate]:
+    """Gangs in order (``first`` before the others), each taken when the set stays within every budget, until the
+    need is met."""
+    chosen: list[GangCandidate] = []
+    order = useful if first is None else [first, *(c for c in useful if c is not first)]
+    for c in order:
+        if not within_budgets([*chosen, c]):
+            continue
+        chosen.append(c)
+        if need_met(_freed(free, chosen), need, node_types):
+            break
+    return chosen
 
 
 def _add(free: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]:

@@ -698,6 +698,11 @@ class ControlPlane:
     def delete_namespace(self, name: str, wait_s: float = 0.0) -> None:
         with contextlib.suppress(ApiError):
             self.request("DELETE", f"/api/v1/namespaces/{name}")
+        # Its pods go at once (a terminating namespace takes no new ones, so no controller recreates them): on a
+        # loaded machine the namespace controller's own pass can take a minute, while the next test already
+        # counts the shared kwok nodes' GPUs.
+        with contextlib.suppress(ApiError):
+            self.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": "0"})
         if wait_s > 0:
             wait_for(
                 f"namespace {name} deleted",
