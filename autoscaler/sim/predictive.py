@@ -59,7 +59,10 @@ class _ServiceForecasting:
     baseline_forecast: Forecast | None = None
     last_refit: float = -math.inf
     last_update: float = -math.inf
-    history: list[float] = field(default_factory=list)  # mean observed request rate per resolution bucket
+    # mean observed request rate per resolution bucket: history[:history_len] of a buffer that grows by doubling and
+    # drops what is older than the training window when full, so a tick's window is a view, never a list conversion
+    history: np.ndarray = field(default_factory=lambda: np.empty(256, dtype=np.float64))
+    history_len: int = 0
     bucket_sum: float = 0.0
     bucket_count: int = 0
     # (target time, model's prediction, baseline's prediction) at the provisioned quantile
@@ -157,7 +160,8 @@ class PredictivePolicy(CorePolicy):
         state.bucket_sum += rate
         state.bucket_count += 1
         if state.bucket_count == self.bucket_steps:
-            state.history.append(state.bucket_sum / state.bucket_count)
+            keep = int(self.config.history_s / self.config.resolution_s)
+            _append(state, state.bucket_sum / state.bucket_count, keep)
             state.bucket_sum, state.bucket_count = 0.0, 0
         # Score forecasts whose target time has arrived, against the demand observed for that time.
         while state.pending_scores and state.pending_scores[0][0] <= now - self.metrics_delay_s:
@@ -192,18 +196,22 @@ class PredictivePolicy(CorePolicy):
 
     def _maybe_refit(self, index: int, state: _ServiceForecasting, now: float) -> None:
         config = self.config
-        history_points = len(state.history)
+        history_points = state.history_len
         if history_points * config.resolution_s < config.min_history_s:
             return
+        refit = now - state.last_refit >= config.refit_s or state.estimator is None
+        if not refit and now - state.last_update < config.update_s:
+            return  # nothing due: the published forecast stands (decided before any work on the history)
         keep = int(config.history_s / config.resolution_s)
-        window = np.asarray(state.history[-keep:], dtype=np.float64)
+        first = history_points - keep if 0 < keep < history_points else 0
+        window = state.history[first:history_points]  # a view: the models copy what they keep
         # The history ends at the last complete bucket of demand (seen metrics_delay_s late); the forecast starts
         # right after it.
         start = now - self.metrics_delay_s - (state.bucket_count * self.step_s) - len(window) * config.resolution_s
         horizon = math.ceil(config.horizon_s / config.resolution_s)
         quantile = self.quantiles[index]
         try:
-            if now - state.last_refit >= config.refit_s or state.estimator is None:
+            if refit:
                 from forecast.registry import BASELINE, make_model
 
                 # The forecaster must produce the level the service provisions for, plus the usual band.
@@ -213,12 +221,10 @@ class PredictivePolicy(CorePolicy):
                 state.baseline = make_model(BASELINE, quantiles=levels)
                 state.baseline.fit(window, start=start, step_s=config.resolution_s)
                 state.last_refit = state.last_update = now
-            elif now - state.last_update >= config.update_s:
+            else:
                 state.estimator.update(window, start=start)
                 state.baseline.update(window, start=start)
                 state.last_update = now
-            else:
-                return
             forecast: Forecast = state.estimator.predict(horizon)
             state.baseline_forecast = state.baseline.predict(horizon)
         except (ValueError, np.linalg.LinAlgError):
@@ -226,6 +232,22 @@ class PredictivePolicy(CorePolicy):
             return
         self._judge(state, quantile, now)
         state.latest = ForecastInput(forecast, fitted_at=now)
+
+
+def _append(state: _ServiceForecasting, value: float, keep: int) -> None:
+    """Append one bucket to ``state.history``. A full buffer of at least twice ``keep`` buckets keeps only the newest
+    ``keep`` (all a window reads); a smaller one doubles. Amortised O(1) per bucket."""
+    size = state.history_len
+    if size == state.history.size:
+        if keep > 0 and 2 * keep <= size:
+            state.history[:keep] = state.history[size - keep : size]
+            size = keep
+        else:
+            grown = np.empty(max(2 * state.history.size, 256), dtype=np.float64)
+            grown[:size] = state.history[:size]
+            state.history = grown
+    state.history[size] = value
+    state.history_len = size + 1
 
 
 def _add(sums: list[float], entry: tuple[float, float, float, float, int], sign: float) -> None:
