@@ -129,6 +129,8 @@ class FitResult:
     forecast: Mapping[str, Any] | None = None  # Forecast.to_dict() (a Forecast holds a mappingproxy: not picklable)
     baseline: Mapping[str, Any] | None = None
     verdict: tuple[bool, str, float | None] | None = None  # backtest: reliable, reason, pinball ratio
+    # backtest: share of actuals at or below the provisioned quantile (earns headroom until live scores do)
+    coverage: float | None = None
     error: str = ""
 
 
@@ -205,17 +207,19 @@ def _origin_spacing(n: int, horizon: int, origins: int, step_s: float) -> int:
     return max(1, min(round(BOOTSTRAP_SPACING_S / step_s), span // max(1, origins - 1)))
 
 
-def _verdict(job: FitJob, model_bt: Any, base_bt: Any) -> tuple[bool, str, float | None]:
+def _verdict(job: FitJob, model_bt: Any, base_bt: Any) -> tuple[tuple[bool, str, float | None], float | None]:
+    """(reliable, reason, pinball ratio) and the coverage of the provisioned quantile, from the backtests."""
     model_q, base_q = _quality_at(model_bt, job.quantile), _quality_at(base_bt, job.quantile)
     reliable, reason = assess_reliability(model_q, base_q, max_ratio=job.max_ratio, min_samples=job.min_samples)
-    return reliable, f"backtest: {reason}", _ratio(model_q, base_q)
+    coverage = model_q.upper_coverage if math.isfinite(model_q.upper_coverage) else None
+    return (reliable, f"backtest: {reason}", _ratio(model_q, base_q)), coverage
 
 
 def _fit(job: FitJob) -> FitResult:
     from forecast.backtest import rolling_origin_backtest
 
     started = time.perf_counter()
-    name, selected, verdict = job.model, False, None
+    name, selected, verdict, coverage = job.model, False, None, None
     h_bt = max(1, min(job.backtest_horizon_steps, job.horizon_steps))
     n_origins = max(1, job.backtest_origins)
 
@@ -245,7 +249,7 @@ def _fit(job: FitJob) -> FitResult:
             name = BASELINE  # too short to backtest: the baseline until a selection succeeds
         else:
             name, selected = selection.best, True
-            verdict = _verdict(job, selection.results[name], selection.results[BASELINE])
+            verdict, coverage = _verdict(job, selection.results[name], selection.results[BASELINE])
     elif job.backtest_origins > 0:
         try:
             every = _origin_spacing(job.y.size, h_bt, n_origins, job.step_s)
@@ -258,7 +262,7 @@ def _fit(job: FitJob) -> FitResult:
             }
             model_bt = rolling_origin_backtest(candidate(name), job.y, **kw)
             base_bt = model_bt if name == BASELINE else rolling_origin_backtest(candidate(BASELINE), job.y, **kw)
-            verdict = _verdict(job, model_bt, base_bt)
+            verdict, coverage = _verdict(job, model_bt, base_bt)
         except ValueError:
             verdict = None  # too short to backtest: trust has to come from live scores
 
@@ -278,6 +282,7 @@ def _fit(job: FitJob) -> FitResult:
         forecast=forecast.to_dict(),
         baseline=baseline.to_dict(),
         verdict=verdict,
+        coverage=coverage,
     )
 
 
@@ -429,6 +434,7 @@ class _ServiceState:
     pending: deque[_Pending] = field(default_factory=deque)
     scores: deque[_Score] = field(default_factory=deque)
     verdict: tuple[bool, str, float | None] | None = None  # from the bootstrap backtest / the selection
+    verdict_coverage: float | None = None  # the backtest's coverage of the provisioned quantile
     selected: str | None = None  # auto: the model chosen
     selected_at: float = -math.inf
     quantile: float | None = None  # the provisioned level the scores are for
@@ -555,7 +561,7 @@ class ForecastService:
                     if result.selected:
                         state.selected, state.selected_at = result.model, now
                     if result.verdict is not None:
-                        state.verdict = result.verdict
+                        state.verdict, state.verdict_coverage = result.verdict, result.coverage
                     forecast = Forecast.from_dict(result.forecast)
                     baseline = Forecast.from_dict(result.baseline)
                     state.baseline_label = baseline.model
@@ -571,9 +577,21 @@ class ForecastService:
                     self.telemetry.error("refit")
             if latest is None:
                 continue
-            reliable, detail, ratio, relative, scored = self._judge(state, quantile, latest.forecast.model, now)
+            reliable, detail, ratio, relative, scored, coverage = self._judge(
+                state, quantile, latest.forecast.model, now
+            )
             latest = replace(latest, reliable=reliable, reliability_detail=detail)
-            published[key] = PublishedForecast(key, latest, model_name, quantile, ratio, relative, scored)
+            published[key] = PublishedForecast(
+                key,
+                latest,
+                model_name,
+                quantile,
+                ratio,
+                relative,
+                scored,
+                coverage[0] if coverage is not None else None,
+                coverage[1] if coverage is not None else 0,
+            )
         self._published = MappingProxyType(published)  # the hand-off: one atomic swap
 
     def _prepare(
@@ -686,8 +704,11 @@ class ForecastService:
 
     def _judge(
         self, state: _ServiceState, quantile: float, label: str, now: float
-    ) -> tuple[bool, str, float | None, float | None, int]:
-        """reliable, reason, pinball ratio, relative MAE, live values scored."""
+    ) -> tuple[bool, str, float | None, float | None, int, tuple[float, int] | None]:
+        """reliable, reason, pinball ratio, relative MAE, live values scored, and (coverage of the provisioned
+        quantile, values behind it). Until there are enough live scores the bootstrap backtest speaks: its verdict,
+        and its coverage counted as the scores needed (the backtest scored at least that many), so a restarted
+        controller need not earn its headroom again from nothing."""
         s = self.settings
         scores = [sc for sc in state.scores if sc.time >= now - s.accountability_window_seconds]
         relative = None
@@ -697,7 +718,8 @@ class ForecastService:
             relative = mae / mean_actual if mean_actual > 0 else None
         if len(scores) < s.min_scored_samples and state.verdict is not None:
             reliable, reason, ratio = state.verdict
-            return reliable, reason, ratio, relative, len(scores)
+            backtest = (state.verdict_coverage, s.min_scored_samples) if state.verdict_coverage is not None else None
+            return reliable, reason, ratio, relative, len(scores), backtest
         actuals = [sc.actual for sc in scores]
         model_q = ForecastQuality.from_observations(label, actuals, {quantile: [sc.model_q for sc in scores]})
         base_q = ForecastQuality.from_observations(
@@ -706,7 +728,8 @@ class ForecastService:
         reliable, reason = assess_reliability(
             model_q, base_q, max_ratio=s.reliability_max_ratio, min_samples=s.min_scored_samples
         )
-        return reliable, f"live: {reason}", _ratio(model_q, base_q), relative, len(scores)
+        coverage = (sum(1 for sc in scores if sc.actual <= sc.model_q) / len(scores), len(scores)) if scores else None
+        return reliable, f"live: {reason}", _ratio(model_q, base_q), relative, len(scores), coverage
 
     # -- the tick side -----------------------------------------------------------------------------------------------
 

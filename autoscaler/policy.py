@@ -135,11 +135,22 @@ class ForecastSpec(_Strict):
         description="requests/s one replica serves, to turn the request-rate forecast into replicas (default: "
         "metric.target when metric.type is request_rate; other metrics get no forecast floor without it)",
     )
+    untrusted_target_ratio: float = Field(
+        0.75,
+        alias="untrustedTargetRatio",
+        gt=0,
+        le=1,
+        description="active mode: the share of metric.target (and ratePerReplica) the service runs at while its "
+        "forecast has not earned trust (too few live scores, stale, unreliable, or its quantile covering too little "
+        "of the demand); trust then raises it to the full target. 1 turns this off",
+    )
 
     def to_policy(self) -> ForecastPolicy | None:
         if self.mode == "off":
             return None
-        return ForecastPolicy(ForecastMode(self.mode), self.quantile, self.rate_per_replica)
+        return ForecastPolicy(
+            ForecastMode(self.mode), self.quantile, self.rate_per_replica, self.untrusted_target_ratio
+        )
 
 
 class GPUScalingPolicySpec(_Strict):

@@ -246,6 +246,10 @@ class TickReporter:
                 continue
             if self._written_status.get(ident) == (obj.generation, update):
                 continue
+            if not self.actuator.can_act():
+                # asked before every write: a Lease lost after the previous status write stops the rest
+                log.info("not the leader any more: status of %s %s/%s not written", POLICY_KIND, *ident)
+                return
             try:
                 self.status_writer.update_policy_status(obj.namespace, obj.name, update, now=now)
             except Exception as exc:
@@ -310,6 +314,8 @@ def forecast_gauges(views: Mapping[str, ServiceForecastView], now: float) -> lis
                 fit_age_s=max(0.0, now - pub.latest.fitted_at) if pub is not None else None,
                 floor_replicas=v.floor.replicas if usable and v.floor is not None else None,
                 fallback_reason=fallback,
+                headroom_ratio=v.headroom.ratio if v.headroom is not None else None,
+                headroom_state=v.headroom.state.value if v.headroom is not None else None,
             )
         )
     return out
@@ -338,6 +344,9 @@ def forecast_record(view: ServiceForecastView) -> ForecastRecord | None:
         reliable=pub.latest.reliable,
         reason=reason,
         message=message,
+        headroom_state=view.headroom.state.value if view.headroom is not None else None,
+        headroom_ratio=round(view.headroom.ratio, 4) if view.headroom is not None else None,
+        headroom_message=view.headroom.detail if view.headroom is not None else None,
     )
 
 

@@ -124,6 +124,8 @@ class ForecastGauges:
     fit_age_s: float | None
     floor_replicas: int | None  # replicas the forecast asks for (also in shadow mode); None when not usable
     fallback_reason: str | None = None  # forecast_stale | forecast_unreliable: the service scales reactively only
+    headroom_ratio: float | None = None  # share of the spec's target an ACTIVE forecasting service runs at
+    headroom_state: str | None = None  # core.headroom.HeadroomState value
 
 
 class _ForecastCollector(Collector):
@@ -169,8 +171,23 @@ class _ForecastCollector(Collector):
             "reason (forecast_stale, forecast_unreliable)",
             labels=[*labels, "reason"],
         )
+        headroom = GaugeMetricFamily(
+            f"{PREFIX}_headroom_target_ratio",
+            "Share of its spec's target an active forecasting service runs at: 1 once its forecast has earned the "
+            "target (its quantile covered the demand), lower while learning or when the forecast degrades",
+            labels=labels,
+        )
+        headroom_state = GaugeMetricFamily(
+            f"{PREFIX}_headroom_state",
+            "1 for the service's earned-headroom state (learning, earned, partial, degraded, untrusted)",
+            labels=[*labels, "state"],
+        )
         for s in services:
             key = [s.namespace, s.service]
+            if s.headroom_ratio is not None:
+                headroom.add_metric(key, s.headroom_ratio)
+            if s.headroom_state is not None:
+                headroom_state.add_metric([*key, s.headroom_state], 1)
             if s.fallback_reason is not None:
                 fallback.add_metric([*key, s.fallback_reason], 1)
             if s.pinball_ratio is not None:
@@ -181,7 +198,7 @@ class _ForecastCollector(Collector):
                 age.add_metric(key, s.fit_age_s)
             if s.floor_replicas is not None:
                 floor.add_metric(key, s.floor_replicas)
-        return [ratio, reliable, age, floor, fallback]
+        return [ratio, reliable, age, floor, fallback, headroom, headroom_state]
 
 
 class Telemetry:

@@ -184,6 +184,7 @@ def plan_document(report: Any, events: Sequence[dict[str, str]] = (), rebalance:
                     }
                     for h in report.hpas.get(d.key, ())
                 ],
+                "headroom": _headroom(report, d.key),
             }
             for d in plan.decisions
         ],
@@ -205,6 +206,21 @@ def plan_document(report: Any, events: Sequence[dict[str, str]] = (), rebalance:
         "invalidPolicies": [{"policy": f"{o.namespace}/{o.name}", "error": o.error} for o in report.invalid_policies],
         "errors": list(report.errors),
         "events": list(events),
+    }
+
+
+def _headroom(report: Any, key: str) -> dict[str, Any] | None:
+    """The earned headroom (``core.headroom``) an active forecasting service ran at, or None."""
+    view = (getattr(report, "forecasts", None) or {}).get(key)
+    headroom = view.headroom if view is not None else None
+    if headroom is None:
+        return None
+    return {
+        "state": headroom.state.value,
+        "targetRatio": round(headroom.ratio, 4),
+        "coverage": headroom.coverage,
+        "scored": headroom.scored,
+        "detail": headroom.detail,
     }
 
 
@@ -370,6 +386,12 @@ def print_table(doc: dict[str, Any], out: TextIO) -> None:
         out.write("\nWhy:\n")
         for d in doc["decisions"]:
             out.write(f"  {d['service']}: {d['reasonText']}\n")
+        headrooms = [d for d in doc["decisions"] if d.get("headroom")]
+        if headrooms:
+            out.write("\nEarned headroom (share of the spec's target each forecasting service runs at):\n")
+            for d in headrooms:
+                h = d["headroom"]
+                out.write(f"  {d['service']}: {h['state']}, target x {h['targetRatio']:g} ({h['detail']})\n")
     else:
         out.write("No GPUScalingPolicy found.\n")
     out.write("\n")

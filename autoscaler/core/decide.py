@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.core import hpa
 from autoscaler.core.model import (
@@ -46,6 +46,12 @@ class ReplicaFloor:
     detail: str
     shadow: bool = False
     usable: bool = True
+    # A scale-down never goes below this: the replicas the forecast needs at any time from now to now + lead. A
+    # replica removed and wanted back within its cold start costs a cold start of GPU time and saves nothing.
+    hold: int = 0
+    # Without a usable forecast, the scale-down stabilisation window is at least this (the lead time, seconds): a
+    # replica the service needed within the last cold start is likely needed within the next.
+    down_window_s: float = 0.0
 
 
 def _metric_is_stale(policy: ServicePolicy, obs: ServiceObservation) -> str | None:
@@ -132,6 +138,11 @@ def _prune(entries: tuple[tuple[float, int], ...], now: float, keep_s: float) ->
     return entries[expired:] if expired else entries
 
 
+@functools.lru_cache(maxsize=256)
+def _with_down_window(policy: ServicePolicy, window_s: float) -> ServicePolicy:
+    return replace(policy, scale_down=replace(policy.scale_down, stabilisation_s=window_s))
+
+
 def decide_service(
     policy: ServicePolicy,
     obs: ServiceObservation | None,
@@ -183,10 +194,21 @@ def decide_service(
     if floor is not None:
         if not floor.usable:
             detail = f"{detail}; reactive only, {floor.reason.text.split(':')[0]} ({floor.detail})"
+            if floor.down_window_s > policy.scale_down.stabilisation_s and not floor.shadow:
+                policy = _with_down_window(policy, floor.down_window_s)
         elif floor.shadow:
             detail = f"{detail}; shadow forecast floor {floor.replicas} ({floor.detail})"
-        elif floor.replicas > recommendation:
-            recommendation, reason, detail = floor.replicas, floor.reason, f"{floor.detail}; {detail}"
+        else:
+            if floor.replicas > recommendation:
+                recommendation, reason, detail = floor.replicas, floor.reason, f"{floor.detail}; {detail}"
+            if recommendation < current and floor.hold > recommendation:
+                recommendation, reason = min(current, floor.hold), Reason.FORECAST_HOLD
+                detail = f"forecast needs {floor.hold} again within the cold start; {detail}"
+            if floor.hold and current > recommendation >= current * (1.0 - policy.scale_down.tolerance):
+                # The forecast moves a little every minute; the HPA's scale-down tolerance keeps that from becoming
+                # a scale-down (and a scale-up back) every time.
+                recommendation, reason = current, Reason.WITHIN_TOLERANCE
+                detail = f"within scale-down tolerance {policy.scale_down.tolerance:g} of {current}; {detail}"
 
     if obs.partial_reasons and recommendation <= current:
         # Partial data never removes capacity, and a hold on it says so (not "within tolerance"). Like a stale hold,

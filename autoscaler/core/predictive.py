@@ -36,6 +36,9 @@ class PredictiveSettings:
     refit_period_s: float = 3600.0  # how often the refit job runs, seconds
     max_fit_age_periods: float = 3.0  # a fit older than this many refit periods is stale
     shadow: bool = False  # report the floor, do not apply it
+    # scale-down accounts for the cost of coming back: never below what the forecast needs within the lead time,
+    # and without a usable forecast a stabilisation window of at least the lead time
+    cold_start_aware: bool = True
 
 
 # The share of a replica's saturation throughput a utilisation-less signal (queue depth) is provisioned at.
@@ -89,12 +92,17 @@ def forecast_floor(
     floor saying why the forecast is not used. None when the service has no forecast at all."""
     if latest is None:
         return None
+    # Without a usable forecast a scale-down waits at least a lead time (cold start) of lower recommendations.
+    down_window = 0.0 if settings.shadow or not settings.cold_start_aware else lead_s
     max_age = settings.max_fit_age_periods * settings.refit_period_s
     age = now - latest.fitted_at
     if age > max_age:
-        return ReplicaFloor(0, Reason.FORECAST_STALE, f"fit is {age:.0f}s old (limit {max_age:.0f}s)", usable=False)
+        why = f"fit is {age:.0f}s old (limit {max_age:.0f}s)"
+        return ReplicaFloor(0, Reason.FORECAST_STALE, why, usable=False, down_window_s=down_window)
     if not latest.reliable:
-        return ReplicaFloor(0, Reason.FORECAST_UNRELIABLE, latest.reliability_detail, usable=False)
+        return ReplicaFloor(
+            0, Reason.FORECAST_UNRELIABLE, latest.reliability_detail, usable=False, down_window_s=down_window
+        )
     target_time = now + lead_s
     forecast = latest.forecast
     if not forecast.covers(target_time):
@@ -103,12 +111,21 @@ def forecast_floor(
             Reason.FORECAST_STALE,
             f"forecast horizon ends at {forecast.end:.0f}, before now + lead {target_time:.0f}",
             usable=False,
+            down_window_s=down_window,
         )
     demand = forecast.max_over(target_time, target_time + window_s, settings.quantile)
-    replicas = math.ceil(max(demand, 0.0) / settings.rate_per_replica - 1e-9)
-    replicas = min(max(replicas, policy.min_replicas), policy.max_replicas)
+    replicas = _replicas(demand, policy, settings)
+    hold = 0
+    if settings.cold_start_aware:
+        # The demand between now and the floor's own window: a replica needed again before it could be ready.
+        hold = max(replicas, _replicas(forecast.max_over(now, target_time, settings.quantile), policy, settings))
     detail = (
         f"{forecast.model} P{settings.quantile * 100:g} forecast {demand:.4g} req/s at now+{lead_s:.0f}s "
         f"/ {settings.rate_per_replica:g} per replica"
     )
-    return ReplicaFloor(replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow)
+    return ReplicaFloor(replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow, hold=hold)
+
+
+def _replicas(demand: float, policy: ServicePolicy, settings: PredictiveSettings) -> int:
+    replicas = math.ceil(max(demand, 0.0) / settings.rate_per_replica - 1e-9)
+    return min(max(replicas, policy.min_replicas), policy.max_replicas)

@@ -32,6 +32,8 @@ class Reason(StrEnum):
     FORECAST_FLOOR = "forecast_floor"
     FORECAST_UNRELIABLE = "forecast_unreliable"
     FORECAST_STALE = "forecast_stale"
+    FORECAST_HOLD = "forecast_hold"
+    FORECAST_MISSING = "forecast_missing"
     # Capacity arbitration, burst and rebalance (the actions of later issues share this enum)
     PREEMPT_FOR_INFERENCE = "preempt_for_inference"
     BURST_SCALE_UP = "burst_scale_up"
@@ -66,6 +68,8 @@ _TEXT: dict[Reason, str] = {
     Reason.SCALING_DISABLED: "the Deployment is scaled to zero by hand: autoscaling is disabled for it",
     Reason.FORECAST_FLOOR: "forecast demand at now + cold start needs more replicas: scale up ahead of demand",
     Reason.FORECAST_UNRELIABLE: "forecast error is above its threshold: reactive scaling only",
+    Reason.FORECAST_HOLD: "scale-down held: the forecast needs these replicas again within a cold start",
+    Reason.FORECAST_MISSING: "no forecast fitted yet (too little history): reactive scaling only",
     Reason.FORECAST_STALE: "the latest forecast is too old or does not reach now + lead time: reactive scaling only",
     Reason.PREEMPT_FOR_INFERENCE: "low-priority training preempted (whole gang) to free GPUs for inference",
     Reason.BURST_SCALE_UP: "cluster is short of GPUs: add burst nodes",

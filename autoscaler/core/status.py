@@ -77,6 +77,9 @@ class ForecastRecord:
     reliable: bool | None = None
     reason: str | None = None
     message: str | None = None
+    headroom_state: str | None = None  # core.headroom.HeadroomState value
+    headroom_ratio: float | None = None  # share of the spec's target the service runs at
+    headroom_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

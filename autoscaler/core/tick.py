@@ -22,6 +22,14 @@ from types import MappingProxyType
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.cluster import ClusterSnapshot, cold_starts_by_service, free_gpus, preemptible_gpus
 from autoscaler.core.decide import ReplicaFloor, decide
+from autoscaler.core.headroom import (
+    DEFAULT_HEADROOM,
+    Headroom,
+    HeadroomConfig,
+    apply_headroom,
+    earned_headroom,
+    wants_headroom,
+)
 from autoscaler.core.model import ControllerState, ForecastMode, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import (
     ForecastInput,
@@ -44,6 +52,9 @@ class PublishedForecast:
     pinball_ratio: float | None = None  # recent pinball loss / the baseline's (None: not scored yet)
     relative_error: float | None = None  # recent MAE of the median / mean demand
     scored: int = 0  # live scored values behind the verdict (0 when it comes from the bootstrap backtest)
+    # share of the scored demand at or below the provisioned quantile (None: nothing scored yet); earns headroom
+    coverage: float | None = None
+    coverage_samples: int = 0  # values behind ``coverage`` (live scores, or the bootstrap backtest's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,7 @@ class ServiceForecastView:
     lead_s: float
     demand: float | None  # forecast request rate at the quantile over [now + lead, now + lead + tick], req/s
     message: str = ""  # why there is no floor, when there is none
+    headroom: Headroom | None = None  # the target ratio an ACTIVE forecasting service ran at this tick
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,9 @@ class ForecastReadConfig:
     max_fit_age_periods: float = 3.0  # a fit older than this many refit periods is stale
     node_boot_s: float = 0.0  # seconds a new GPU node takes to join; added to the lead when free GPUs are short
     tick_interval_s: float = 15.0  # seconds between ticks: a floor covers the peak over the next tick
+    headroom: HeadroomConfig | None = DEFAULT_HEADROOM  # None: every service runs at its spec's target
+    # scale-down holds what the forecast needs within the lead time, and waits a lead time without a forecast
+    cold_start_aware: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +130,11 @@ def read_forecasts(
         lead = lead_time_s(policy.cold_start_s, observed)
         view = ServiceForecastView(key, policy.namespace, policy.name, fp.mode, pub, None, lead, None)
         if pub is None:
-            views[key] = replace(view, message="no forecast fitted yet")
+            floor = None
+            if config.cold_start_aware and fp.mode is ForecastMode.ACTIVE:
+                floor = ReplicaFloor(0, Reason.FORECAST_MISSING, "no forecast fitted yet", usable=False,
+                                     down_window_s=lead)
+            views[key] = replace(view, floor=floor, message="no forecast fitted yet")
             continue
         rate = rate_per_replica(policy, tick.throughputs.get(key))
         if rate is None:
@@ -128,6 +147,7 @@ def read_forecasts(
             refit_period_s=config.refit_period_s,
             max_fit_age_periods=config.max_fit_age_periods,
             shadow=fp.mode is ForecastMode.SHADOW,
+            cold_start_aware=config.cold_start_aware,
         )
         try:
             floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
@@ -158,13 +178,48 @@ def _demand(
         return None
 
 
+def earn_headrooms(tick: TickInput, config: ForecastReadConfig) -> dict[str, Headroom]:
+    """The headroom (``core.headroom``) of every ACTIVE forecasting service, from its published forecast."""
+    if config.headroom is None:
+        return {}
+    out = {}
+    for key, policy in tick.policies.items():
+        if not wants_headroom(policy):
+            continue
+        pub = tick.forecasts.get(key)
+        if pub is None:
+            usable, why, coverage, scored = False, "no forecast fitted yet", None, 0
+        else:
+            age = tick.now - pub.latest.fitted_at
+            max_age = config.max_fit_age_periods * config.refit_period_s
+            coverage, scored = pub.coverage, pub.coverage_samples
+            usable, why = True, ""
+            if age > max_age:
+                usable, why = False, f"fit is {age:.0f}s old"
+            elif not pub.latest.reliable:
+                usable, why = False, "forecast unreliable"
+        out[key] = earned_headroom(
+            policy, coverage=coverage, scored=scored, usable=usable, why_unusable=why, config=config.headroom
+        )
+    return out
+
+
 def decide_tick(
     tick: TickInput, state: ControllerState, config: TickConfig | None = None
 ) -> tuple[Plan, ControllerState]:
     """One plan for every service of ``tick.policies``, and the state for the next tick."""
     config = config if config is not None else TickConfig()
+    headrooms = earn_headrooms(tick, config.forecast)
+    if headrooms:
+        # Every later step (floors, the reactive path, arbitration) decides with the target the service has earned.
+        policies = dict(tick.policies)
+        for key, headroom in headrooms.items():
+            policies[key] = apply_headroom(policies[key], headroom)
+        tick = replace(tick, policies=MappingProxyType(policies))
     # Only a policy with spec.forecast has a view: without one, skip reading the snapshot's cold starts and GPUs.
     views = read_forecasts(tick, config.forecast, config.capacity) if _any_forecasting(tick.policies) else {}
+    if headrooms:
+        views = {k: replace(v, headroom=headrooms.get(k)) for k, v in views.items()}
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     plan = replace(plan, forecasts=MappingProxyType(views))

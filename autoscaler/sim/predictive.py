@@ -133,7 +133,12 @@ class PredictivePolicy(CorePolicy):
                 latest = dataclasses.replace(
                     state.latest, reliable=state.reliable, reliability_detail=state.reliability_detail
                 )
-                published[key] = PublishedForecast(key, latest, self.config.model, self.quantiles[index])
+                scored = int(state.sums[0])
+                coverage = state.sums[4] / scored if scored > 0 else None
+                published[key] = PublishedForecast(
+                    key, latest, self.config.model, self.quantiles[index], scored=scored, coverage=coverage,
+                    coverage_samples=scored,
+                )
         return published
 
     def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:

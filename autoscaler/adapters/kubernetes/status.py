@@ -75,6 +75,16 @@ class ForecastModel(_Wire):
         None, description="forecast_floor, forecast_unreliable or forecast_stale (the decision reason's value)"
     )
     message: str | None = Field(None, description="why, with the numbers")
+    headroom_state: str | None = Field(
+        None,
+        alias="headroomState",
+        description="active mode: how far the forecast has earned the spec's target: learning, earned, partial, "
+        "degraded or untrusted",
+    )
+    headroom_ratio: float | None = Field(
+        None, alias="headroomRatio", gt=0, le=1, description="the share of metric.target the service runs at"
+    )
+    headroom_message: str | None = Field(None, alias="headroomMessage", description="why, with the coverage")
 
 
 class GPUScalingPolicyStatus(_Wire):
@@ -131,6 +141,9 @@ def merge_status(
             ("reliable", f.reliable),
             ("reason", f.reason),
             ("message", f.message),
+            ("headroomState", f.headroom_state),
+            ("headroomRatio", f.headroom_ratio),
+            ("headroomMessage", f.headroom_message),
         ):
             if value is not None:
                 forecast[key] = value
