@@ -12,10 +12,10 @@ is earned, per service:
 - with enough scores, the trust is how well the forecast's provisioned quantile *covered* the demand that then
   arrived: at most ``full_trust_miss_ratio`` (2.5) x (1 - quantile) of the values above it means full trust
   (``EARNED``, the spec's target); ``no_trust_miss_ratio`` (5) x or more means none (``DEGRADED``); in between,
-  the target is interpolated (``PARTIAL``). The coverage is over the accountability window (6 hours by default), so the target
-  loosens again within hours when a forecast degrades, and the service earns it back the same way.
+  the target is interpolated (``PARTIAL``). The coverage is over the accountability window (6 hours by default),
+  so the target loosens again within hours when a forecast degrades, and the service earns it back the same way.
 
-Pure: the numbers come from the published forecast (``PublishedForecast.coverage`` and ``scored``), the caller
+Pure: the numbers come from the published forecast (``PublishedForecast.coverage`` and ``coverage_samples``), the caller
 applies the ratio (``apply_headroom``).
 """
 
