@@ -293,6 +293,11 @@ class Actuator:
     def event(self, obj: tuple[str, str, str], reason: str, message: str, event_type: str, topic: str | None) -> None:
         """Emit an Event; with a ``topic``, only when it differs from the last one of that topic on that object
         (dry-run and recommend-only plans repeat every tick and would flood the API)."""
+        if not self.can_act():
+            # An Event is a write like any other: a replica that is not sure it leads (the Lease lost or not renewed
+            # within the deadline mid-tick) writes none. Not remembered as written: the leader's next tick writes it.
+            log.info("not the leader any more: Event %s on %s %s/%s not written", reason, *obj)
+            return
         memo = (f"{obj[0]}/{obj[1]}/{obj[2]}", topic) if topic is not None else None
         if memo is not None:
             if self.reported.get(memo) == f"{reason}|{message}":
