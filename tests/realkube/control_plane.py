@@ -9,6 +9,12 @@ failed wait raises with the tail of the logs of the processes involved.
 Authentication: static bearer tokens (``--token-auth-file``) for the admin (group ``system:masters``), the
 controller-manager (``system:kube-controller-manager``) and the scheduler (``system:kube-scheduler``), so the
 bootstrap RBAC roles of the real components apply. TLS: a throwaway CA and serving certificate made with openssl.
+
+Audit: the apiserver writes an audit log (``logs/audit.log``, JSON lines, Metadata level, written before the response
+is sent) of every request *except* those of the admin, the control-plane components and kube-system's
+ServiceAccounts: what is left is what a test's own ServiceAccount tokens did (``audit_events``), so a test can tell
+which credential made which write. ``stop_apiserver`` / ``start_apiserver`` restart kube-apiserver alone (same port,
+same etcd, same certificates and keys) for the outage tests.
 """
 
 from __future__ import annotations
@@ -274,6 +280,8 @@ class ControlPlane:
     tokens: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     verbosity: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    stopped: set[str] = field(default_factory=set)  # components stopped on purpose (an apiserver outage)
 
     # -- layout --
 
@@ -297,6 +305,10 @@ class ControlPlane:
     def admin_kubeconfig(self) -> Path:
         return self.work_dir / "admin.kubeconfig"
 
+    @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
     # -- lifecycle --
 
     def start(self) -> ControlPlane:
@@ -307,8 +319,10 @@ class ControlPlane:
             self.ports[name] = free_port()
         self._make_pki()
         self._make_tokens()
+        self._make_audit_policy()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "KUBERNETES_"))}
         env["HOME"] = str(self.work_dir)  # nothing reads or writes ~/.kube of the user running the tests
+        self.env = env
 
         self._add("etcd", self._etcd_argv()).start(env)
         wait_for(
@@ -321,14 +335,7 @@ class ControlPlane:
         self.timings["etcd"] = time.monotonic() - t0
 
         self._add("kube-apiserver", self._apiserver_argv()).start(env)
-        wait_for(
-            "kube-apiserver /readyz",
-            lambda: self._http_ok(self.server + "/readyz", token=self.tokens["admin"]),
-            timeout_s=120,
-            interval_s=0.25,
-            alive=self._alive("etcd", "kube-apiserver"),
-            on_timeout=lambda: self.log_tails(("etcd", "kube-apiserver")),
-        )
+        self._wait_apiserver_ready(timeout_s=120)
         self.timings["kube-apiserver"] = time.monotonic() - t0
         self._write_kubeconfig(self.admin_kubeconfig, "admin", self.tokens["admin"])
         self._write_kubeconfig(self.work_dir / "kcm.kubeconfig", "kube-controller-manager", self.tokens["kcm"])
@@ -379,6 +386,46 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _wait_apiserver_ready(self, timeout_s: float) -> None:
+        wait_for(
+            "kube-apiserver /readyz",
+            lambda: self._http_ok(self.server + "/readyz", token=self.tokens["admin"]),
+            timeout_s=timeout_s,
+            interval_s=0.1,
+            alive=self._alive("etcd", "kube-apiserver"),
+            on_timeout=lambda: self.log_tails(("etcd", "kube-apiserver")),
+        )
+
+    # -- an apiserver outage --
+
+    def stop_apiserver(self, kill: bool = False) -> float:
+        """Stop kube-apiserver alone (SIGTERM, or SIGKILL with ``kill``); etcd and the other components keep running
+        and retry. Returns the seconds it took until the process was gone."""
+        t0 = time.monotonic()
+        component = self.components["kube-apiserver"]
+        self.stopped.add(component.name)
+        if kill and component.process is not None and component.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(component.process.pid, signal.SIGKILL)
+            component.process.wait(timeout=10)
+        component.stop()
+        return time.monotonic() - t0
+
+    def start_apiserver(self, timeout_s: float = 60) -> float:
+        """Start kube-apiserver again with the same command line (same port, etcd, certificates, signing key and
+        tokens: every credential issued before stays valid) and wait until /readyz answers 200 and the nodes are
+        schedulable again. Returns the seconds until /readyz."""
+        t0 = time.monotonic()
+        component = self.components["kube-apiserver"]
+        if component.process is not None and component.process.poll() is None:
+            raise ControlPlaneError("start_apiserver: kube-apiserver is running (stop_apiserver first)")
+        component.start(self.env)
+        self.stopped.discard(component.name)
+        self._wait_apiserver_ready(timeout_s=timeout_s)
+        ready_s = time.monotonic() - t0
+        self.wait_nodes_schedulable([n.name for n in self.nodes], timeout_s=timeout_s)
+        return ready_s
+
     def _add(self, name: str, argv: list[str]) -> Component:
         component = Component(name, argv, self.logs / f"{name}.log")
         self.components[name] = component
@@ -387,6 +434,8 @@ class ControlPlane:
     def _alive(self, *names: str) -> Callable[[], str | None]:
         def check() -> str | None:
             for name in names:
+                if name in self.stopped:
+                    continue
                 dead = self.components[name].dead()
                 if dead:
                     return dead
@@ -444,6 +493,43 @@ class ControlPlane:
         path = self.pki / "tokens.csv"
         path.write_text("\n".join(rows) + "\n")
         path.chmod(0o600)
+
+    def _make_audit_policy(self) -> None:
+        # Only what the tests' own identities do: the admin (the tests' set-up and kwok), the control-plane components
+        # and kube-system's ServiceAccounts (kube-controller-manager's controllers) are left out, and so are the
+        # discovery and health endpoints. RequestReceived is omitted: one event per request, at ResponseComplete.
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [
+                {
+                    "level": "None",
+                    "users": ["admin", "system:kube-controller-manager", "system:kube-scheduler", "system:apiserver"],
+                },
+                {"level": "None", "userGroups": ["system:serviceaccounts:kube-system", "system:nodes"]},
+                {"level": "None", "nonResourceURLs": ["/*"]},
+                {"level": "Metadata"},
+            ],
+        }
+        (self.pki / "audit-policy.yaml").write_text(json.dumps(policy, indent=2))
+
+    def audit_events(self, user_prefix: str = "") -> list[dict[str, Any]]:
+        """The audit log's events (see the module's docstring for what it holds), in the order written; with
+        ``user_prefix``, those whose ``user.username`` starts with it (e.g. ``system:serviceaccount:<ns>:``)."""
+        try:
+            lines = self.audit_log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:  # a line being written right now
+                continue
+            if str(event.get("user", {}).get("username", "")).startswith(user_prefix):
+                out.append(event)
+        return out
 
     def _write_kubeconfig(self, path: Path, user: str, token: str, namespace: str = "default") -> Path:
         doc = {
@@ -511,6 +597,12 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            f"--audit-policy-file={p / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # the event is on disk before the client has its answer
+            "--audit-log-maxbackup=1",
+            "--audit-log-maxsize=200",
             f"--v={self.verbosity}",
         ]
 

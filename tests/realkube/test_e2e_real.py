@@ -13,332 +13,54 @@ utilisation.
 The test makes its own two kwok nodes with a GPU product no other test selects, so other tests' pods cannot take
 the GPUs it counts. Every wait is bounded; the controller, Prometheus and the exporter are stopped in finalizers and
 the nodes deleted. The timeline (seconds from the controller's start) is printed.
+
+The world, the exporter and the readers are shared with the other controller tests (controller_world.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import secrets
 import signal
-import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
-from tests.prometheus.promserver import PrometheusServer, binaries, in_ci
-from tests.prometheus.promserver import free_port as prom_free_port
-from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, ApiError, ControlPlane, GpuNode
-from tests.runtime.controller_process import REPO, Controller
+from tests.realkube.control_plane import ControlPlane
+from tests.realkube.controller_world import (
+    DEPLOYMENT,
+    IDLE,
+    OVERLOADED,
+    Timeline,
+    World,
+    all_pods,
+    bound,
+    conditions,
+    events,
+    get_deployment,
+    managers,
+    n_or_none,
+    open_world,
+    policy,
+    policy_obj,
+    prom_pods,
+    ready,
+    running_pods,
+    spec_replicas,
+    status_at,
+)
+from tests.runtime.controller_process import Controller
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
-
-CRD_FILE = REPO / "deploy" / "base" / "crd-gpuscalingpolicies.yaml"
-DEPLOYMENT = "chat"
-TARGET = 50.0  # % GPU utilisation per pod
-OVERLOADED = 170.0  # total demand, GPU-%: 2 pods at 85 % -> ceil(2 x 1.7) = 4; 4 at 42.5 % -> ceil(3.4) = 4
-IDLE = 20.0  # 4 pods at 5 % -> ceil(4 x 0.1) = 1
-
-
-# ---- the fake GPUs and application -------------------------------------------------------------------------------
-
-
-class PodMetricsExporter(Collector):
-    """dcgm-exporter + vLLM metrics for the Running pods of the Deployment, computed at every scrape.
-
-    ``demand`` is the total GPU work in GPU-percent; each Running pod gets ``min(100, demand / pods)``. The queue
-    follows the same story (waiting requests when overloaded, none when idle), the request counter grows.
-    """
-
-    def __init__(self, cp: ControlPlane, namespace: str) -> None:
-        self.cp, self.namespace = cp, namespace
-        self.demand = 0.0
-        self.pods: list[dict[str, Any]] = []
-        self.started = time.monotonic()
-        self.registry = CollectorRegistry()
-        self.registry.register(self)
-        self.port = prom_free_port()
-        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
-
-    def running_pods(self) -> list[dict[str, Any]]:
-        with contextlib.suppress(ApiError, OSError):  # keep the last answer: a scrape never fails on the API
-            self.pods = [
-                p
-                for p in self.cp.pods(self.namespace, f"app={DEPLOYMENT}")
-                if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-            ]
-        return self.pods
-
-    def collect(self) -> Iterator[Any]:
-        pods = self.running_pods()
-        util = GaugeMetricFamily(
-            "DCGM_FI_DEV_GPU_UTIL",
-            "GPU utilization (in %).",
-            labels=["gpu", "UUID", "modelName", "Hostname", "namespace", "pod", "container"],
-        )
-        waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting.", labels=["namespace", "pod"])
-        done = CounterMetricFamily("vllm:request_success", "Finished requests.", labels=["namespace", "pod"])
-        per_pod = min(100.0, self.demand / len(pods)) if pods else 0.0
-        index: dict[str, int] = {}
-        elapsed = time.monotonic() - self.started
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-            name, node = pod["metadata"]["name"], pod["spec"].get("nodeName", "")
-            gpu = index[node] = index.get(node, -1) + 1
-            util.add_metric(
-                [str(gpu), f"GPU-{pod['metadata']['uid']}", "NVIDIA A100-SXM4-80GB", node, self.namespace, name, "c"],
-                per_pod,
-            )
-            waiting.add_metric([self.namespace, name], 8.0 if per_pod > TARGET else 0.0)
-            done.add_metric([self.namespace, name], round(elapsed * per_pod / 10))
-        yield util
-        yield waiting
-        yield done
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def prometheus_config(port: int) -> str:
-    return (
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: gpu-and-app\n"
-        "    honor_labels: true\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
-    )
-
-
-# ---- the world ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class World:
-    cp: ControlPlane
-    namespace: str
-    nodes: tuple[str, str]
-    exporter: PodMetricsExporter
-    prometheus: PrometheusServer
-    tmp_path: Path
-    started: list[Controller] = field(default_factory=list)
-
-
-def deployment(product: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": DEPLOYMENT},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": DEPLOYMENT}},
-            "template": {
-                "metadata": {"labels": {"app": DEPLOYMENT}},
-                "spec": {
-                    "nodeSelector": {GPU_PRODUCT_LABEL: product},
-                    "containers": [
-                        {"name": "c", "image": "vllm/vllm-openai", "resources": {"limits": {GPU_RESOURCE: "1"}}}
-                    ],
-                    "terminationGracePeriodSeconds": 0,
-                },
-            },
-        },
-    }
-
-
-def policy() -> dict[str, Any]:
-    return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "GPUScalingPolicy",
-        "metadata": {"name": "chat-policy"},
-        "spec": {
-            "targetRef": {"name": DEPLOYMENT},
-            "minReplicas": 1,
-            "maxReplicas": 8,
-            "metric": {"type": "gpu_utilization", "target": int(TARGET)},
-            # A short scale-down stabilisation, so the test sees the scale-down within seconds.
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 2}},
-        },
-    }
-
-
-def install_crd(cp: ControlPlane) -> None:
-    crd = yaml.safe_load(CRD_FILE.read_text())
-    name = crd["metadata"]["name"]
-    if not cp.exists(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"):
-        try:
-            cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        except ApiError as exc:
-            if exc.status != 409:  # another test installed it in between
-                raise
-
-    def established() -> bool | None:
-        obj = cp.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions") or []}
-        if conds.get("Established") != "True":
-            return None
-        cp.get(f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}")
-        return True
-
-    cp.wait(f"CRD {name} Established", established, timeout_s=30)
 
 
 @pytest.fixture
 def world(control_plane: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[World]:
-    found = binaries()
-    if found is None:
-        message = "prometheus is not installed: apt-get install -y --no-install-recommends prometheus"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    cp = control_plane
-    tag = secrets.token_hex(3)
-    product = f"E2E-TEST-{tag}"
-    nodes = (f"e2e-{tag}-a", f"e2e-{tag}-b")
-    exporter: PodMetricsExporter | None = None
-    prometheus: PrometheusServer | None = None
-    w: World | None = None
-    try:
-        for name in nodes:
-            cp.request("POST", "/api/v1/nodes", cp.node_manifest(GpuNode(name, 8, product, "e2e")))
-        install_crd(cp)
-        cp.wait_nodes_schedulable(list(nodes), timeout_s=60)
-        exporter = PodMetricsExporter(cp, namespace)
-        prometheus = PrometheusServer(found[0], tmp_path / "prom-data", config=prometheus_config(exporter.port))
-        prometheus.start()
-        cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment(product, 2))
-        w = World(cp, namespace, nodes, exporter, prometheus, tmp_path)
+    with open_world(control_plane, namespace, tmp_path) as w:
         yield w
-    finally:
-        for ctrl in w.started if w is not None else []:
-            ctrl.stop(signal.SIGKILL)
-        if prometheus is not None:
-            prometheus.stop()
-        if exporter is not None:
-            exporter.close()
-        # The namespace (Deployment, pods, policy, Lease, Events) goes with the namespace fixture.
-        for name in nodes:
-            with contextlib.suppress(ApiError):
-                cp.request("DELETE", f"/api/v1/nodes/{name}")
-
-
-# ---- reading the cluster -----------------------------------------------------------------------------------------
-
-
-def get_deployment(w: World) -> dict[str, Any]:
-    return dict(w.cp.get(f"/apis/apps/v1/namespaces/{w.namespace}/deployments/{DEPLOYMENT}"))
-
-
-def spec_replicas(w: World) -> int:
-    return int(get_deployment(w)["spec"]["replicas"])
-
-
-def running_pods(w: World) -> dict[str, str]:
-    """pod -> node of the Deployment's Running pods that are not being deleted."""
-    return {
-        p["metadata"]["name"]: p["spec"].get("nodeName", "")
-        for p in w.cp.pods(w.namespace, f"app={DEPLOYMENT}")
-        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-    }
-
-
-def all_pods(w: World) -> list[dict[str, Any]]:
-    return w.cp.pods(w.namespace, f"app={DEPLOYMENT}")
-
-
-def policy_obj(w: World) -> dict[str, Any]:
-    return dict(w.cp.get(f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{w.namespace}/{PLURAL}/chat-policy"))
-
-
-def conditions(status: dict[str, Any]) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in status.get("conditions") or []}
-
-
-def events(w: World, reason: str) -> list[dict[str, Any]]:
-    items = w.cp.get(f"/apis/events.k8s.io/v1/namespaces/{w.namespace}/events").get("items") or []
-    return [e for e in items if e.get("reason") == reason]
-
-
-def managers(obj: dict[str, Any]) -> set[tuple[str, str]]:
-    """(manager, subresource) of every managedFields entry: how the apiserver saw the object written."""
-    return {(m.get("manager", ""), m.get("subresource", "")) for m in obj["metadata"].get("managedFields") or []}
-
-
-def prom_pods(w: World) -> set[str]:
-    query = urllib.parse.urlencode({"query": f'DCGM_FI_DEV_GPU_UTIL{{namespace="{w.namespace}"}}'})
-    with urllib.request.urlopen(f"{w.prometheus.url}/api/v1/query?{query}", timeout=2) as response:
-        return {r["metric"]["pod"] for r in json.load(response)["data"]["result"]}
-
-
-# ---- the test ----------------------------------------------------------------------------------------------------
-
-
-class Timeline:
-    """Milestones as first observed by a poller (every 0.1 s) in its own thread, in seconds from ``t0``; the
-    assertions wait on their own, this only makes the printed times independent of the order they are checked in."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.seen: dict[str, float] = {}
-        self.probes: dict[str, Callable[[], bool]] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def watch(self, what: str, probe: Callable[[], bool]) -> None:
-        self.probes[what] = probe
-
-    def mark(self, what: str) -> None:
-        self.seen.setdefault(what, time.monotonic() - self.t0)
-
-    def _run(self) -> None:
-        # Effects before causes in each cycle (probes are registered in causal order): whatever is seen true was
-        # true before the cycle ended, so every milestone newly seen in a cycle is stamped with the cycle's end and a
-        # cause is never printed after its effect.
-        while not self.stop.wait(0.1):
-            fresh = []
-            for what, probe in reversed(list(self.probes.items())):
-                if what not in self.seen:
-                    with contextlib.suppress(Exception):
-                        if probe():
-                            fresh.append(what)
-            for what in fresh:
-                self.mark(what)
-
-    def lines(self) -> list[str]:
-        order = list(self.probes)
-
-        def key(kv: tuple[str, float]) -> tuple[float, int]:
-            return (round(kv[1], 1), order.index(kv[0]) if kv[0] in order else -1)
-
-        return [f"  {at:6.1f}  {what}" for what, at in sorted(self.seen.items(), key=key)]
-
-
-def n_or_none(items: Any, n: int) -> Any:
-    return items if len(items) == n else None
-
-
-def bound(w: World, n: int) -> list[dict[str, Any]] | None:
-    pods = all_pods(w)
-    return pods if len(pods) == n and all(p["spec"].get("nodeName") for p in pods) else None
-
-
-def ready(w: World) -> int:
-    return int(get_deployment(w).get("status", {}).get("readyReplicas") or 0)
-
-
-def status_at(w: World, current: int) -> dict[str, Any] | None:
-    status = policy_obj(w).get("status") or {}
-    return status if status.get("currentReplicas") == current and status.get("lastAction") else None
 
 
 def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
