@@ -239,7 +239,15 @@ class TickReporter:
                 if record is not None:
                     # The demand at now + lead moves every tick; rewrite lastForecast only when the fit, the floor
                     # or the verdict changes, so a steady service costs no status write per tick.
-                    forecast_memo = (record.time, record.replicas, record.reliable, record.reason, record.mode)
+                    forecast_memo = (
+                        record.time,
+                        record.replicas,
+                        record.reliable,
+                        record.reason,
+                        record.mode,
+                        record.headroom_state,
+                        record.headroom_ratio,
+                    )
                     if self._written_forecast.get(ident) != forecast_memo:
                         update = replace(update, last_forecast=record)
             else:

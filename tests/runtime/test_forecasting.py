@@ -231,10 +231,15 @@ def test_a_stale_fit_falls_back_to_reactive_with_reason_forecast_stale() -> None
     floor = world.controller.last_report.floors["ml/chat"]  # type: ignore[union-attr]
     assert not floor.usable and floor.reason is Reason.FORECAST_STALE
     assert "old (limit 2700s)" in floor.detail
-    assert made.desired_replicas == 2 and "reactive only" in made.detail
+    # reactive at the untrusted target: 0.75 x 5 req/s per replica (2 replicas at the spec's 5 would do)
+    assert made.desired_replicas == 3 and "reactive only" in made.detail and "vs 3.75 per replica" in made.detail
+    view = world.controller.last_report.forecasts["ml/chat"]  # type: ignore[union-attr]
+    assert view.headroom is not None and view.headroom.state.value == "untrusted" and view.headroom.ratio == 0.75
     assert (
         world.sample("gpu_autoscaler_forecast_fallback", namespace="ml", service="chat", reason="forecast_stale") == 1
     )
+    assert world.sample("gpu_autoscaler_headroom_target_ratio", namespace="ml", service="chat") == 0.75
+    assert world.sample("gpu_autoscaler_headroom_state", namespace="ml", service="chat", state="untrusted") == 1
     assert world.sample("gpu_autoscaler_forecast_fit_age_seconds", namespace="ml", service="chat") == pytest.approx(
         JUMP - 90 - fitted
     )
@@ -254,7 +259,9 @@ def test_an_unreliable_model_falls_back_with_reason_forecast_unreliable() -> Non
     made = decision(world.tick(JUMP + 60))
     floor = world.controller.last_report.floors["ml/chat"]  # type: ignore[union-attr]
     assert floor.reason is Reason.FORECAST_UNRELIABLE and not floor.usable
-    assert made.reason is Reason.METRIC_ABOVE_TARGET  # reactive scaling goes on
+    # reactive scaling goes on, at the untrusted target (its scale-up is then limited by the rate policy)
+    assert made.desired_replicas > made.current_replicas
+    assert made.reason in (Reason.METRIC_ABOVE_TARGET, Reason.SCALE_UP_RATE_LIMITED)
     assert "reactive only" in made.detail
     labels = {"namespace": "ml", "service": "chat"}
     assert world.sample("gpu_autoscaler_forecast_reliable", **labels) == 0
@@ -452,6 +459,10 @@ def test_status_last_forecast_is_written_when_it_changes_not_every_tick() -> Non
         "reliable": True,
         "reason": "forecast_floor",
         "message": last["message"],
+        # the bootstrap backtest's coverage of P90 earned the full target
+        "headroomState": "earned",
+        "headroomRatio": 1.0,
+        "headroomMessage": last["headroomMessage"],
     }
     writes = world.status.writes
     for i in range(1, 20):
