@@ -196,6 +196,7 @@ def build_runtime(
             refit_interval_s=settings.refit_interval_seconds,
             tick_interval_s=settings.tick_interval_seconds,
             telemetry=telemetry,
+            update_interval_s=settings.forecast.update_interval_seconds,
         )
         refit = forecasts.refit
     extender, extender_snapshots = _scheduler_extender(settings, adapters.cluster, telemetry) if http else (None, None)
@@ -246,6 +247,8 @@ def build_runtime(
         elector=elector,
         refit=_discard_result(refit),
         rebalance=rebalance,
+        forecast_update=_discard_result(forecasts.update) if forecasts is not None else None,
+        forecast_update_interval_s=settings.forecast.update_interval_seconds,
         http=(settings.http.bind_address, settings.http.port) if http and settings.http.enabled else None,
         on_stop=forecasts.close if forecasts is not None else None,
         extender=extender,

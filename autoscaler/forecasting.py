@@ -131,6 +131,8 @@ class FitResult:
     verdict: tuple[bool, str, float | None] | None = None  # backtest: reliable, reason, pinball ratio
     # backtest: share of actuals at or below the provisioned quantile (earns headroom until live scores do)
     coverage: float | None = None
+    # the fitted model and baseline themselves (pickled back from the worker): the update job re-conditions them
+    fitted: tuple[Any, Any] | None = None
     error: str = ""
 
 
@@ -269,7 +271,7 @@ def _fit(job: FitJob) -> FitResult:
     model = build_model(name, job.params if name == job.model else {}, job.levels, job.horizon_steps)
     forecast = model.fit(job.y, start=job.start, step_s=job.step_s).predict(job.horizon_steps)
     if name == BASELINE:
-        baseline = forecast
+        baseline, base_model = forecast, model
     else:
         base_model = build_model(BASELINE, {}, job.levels, job.horizon_steps)
         baseline = base_model.fit(job.y, start=job.start, step_s=job.step_s).predict(job.horizon_steps)
@@ -283,6 +285,7 @@ def _fit(job: FitJob) -> FitResult:
         baseline=baseline.to_dict(),
         verdict=verdict,
         coverage=coverage,
+        fitted=(model, base_model),
     )
 
 
@@ -394,6 +397,22 @@ class ForecastReadout:
 
 
 @dataclass(slots=True)
+class UpdateReport:
+    """One round of the update job."""
+
+    time: float
+    ok: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    no_data: dict[str, str] = field(default_factory=dict)
+    skipped: bool = False  # a refit was running
+    seconds: float = 0.0
+
+
+# The update job re-reads this many steps before the end of the series it knows: samples that arrived late count.
+UPDATE_OVERLAP_STEPS = 3
+
+
+@dataclass(slots=True)
 class RefitReport:
     """One refit round, for logs and tests."""
 
@@ -439,6 +458,11 @@ class _ServiceState:
     selected_at: float = -math.inf
     quantile: float | None = None  # the provisioned level the scores are for
     baseline_label: str = BASELINE  # the baseline forecasts' own name, e.g. SeasonalNaive(1d)
+    # the update job's material: the latest fit's model and baseline, and the series they were last conditioned on
+    fitted: tuple[Any, Any] | None = None
+    y: np.ndarray | None = None  # y[i] covers [y_start + i * step, y_start + (i + 1) * step)
+    y_start: float = 0.0
+    job_y: tuple[np.ndarray, float] | None = None  # the series of the fit in flight (becomes y when it succeeds)
 
 
 def on_grid(times: Sequence[float], values: Sequence[float], start: float, step: float, n: int) -> np.ndarray:
@@ -470,8 +494,10 @@ class ForecastService:
         tick_interval_s: float = 15.0,
         telemetry: Telemetry | None = None,
         runner: FitRunner | None = None,
+        update_interval_s: float = 0.0,
     ) -> None:
         self.settings = settings
+        self.update_interval_s = update_interval_s  # 0: no update job, a fit is read until the next refit
         self.metrics = metrics
         self.policies = policies
         self.refit_interval_s = refit_interval_s
@@ -562,13 +588,16 @@ class ForecastService:
                         state.selected, state.selected_at = result.model, now
                     if result.verdict is not None:
                         state.verdict, state.verdict_coverage = result.verdict, result.coverage
+                    state.fitted = result.fitted
+                    if state.job_y is not None:
+                        state.y, state.y_start = state.job_y
                     forecast = Forecast.from_dict(result.forecast)
                     baseline = Forecast.from_dict(result.baseline)
                     state.baseline_label = baseline.model
                     quantile = policy.forecast.quantile
                     lead = self._leads.get(key, policy.cold_start_s)
                     state.pending.append(
-                        _Pending(forecast, baseline, quantile, now + lead, now + self.refit_interval_s + lead)
+                        _Pending(forecast, baseline, quantile, now + lead, now + self._used_for_s() + lead)
                     )
                     latest = ForecastInput(forecast, fitted_at=now)
                     model_name = f"{AUTO}: {result.model}" if s.model == AUTO else result.model
@@ -630,6 +659,7 @@ class ForecastService:
             return None
         first = int(finite[0])
         y = values[first:].copy()
+        state.job_y = (y, grid_start + first * step - step)
         quantile = policy.forecast.quantile
         levels = tuple(sorted({*BASE_LEVELS, quantile}))
         lead = self._leads.get(key, policy.cold_start_s)
@@ -730,6 +760,107 @@ class ForecastService:
         )
         coverage = (sum(1 for sc in scores if sc.actual <= sc.model_q) / len(scores), len(scores)) if scores else None
         return reliable, f"live: {reason}", _ratio(model_q, base_q), relative, len(scores), coverage
+
+    def _used_for_s(self) -> float:
+        """How long the tick reads one published forecast: until the next update, else the next refit."""
+        if 0 < self.update_interval_s < self.refit_interval_s:
+            return self.update_interval_s
+        return self.refit_interval_s
+
+    # -- the update job ----------------------------------------------------------------------------------------------
+
+    def update(self, now: float) -> UpdateReport:
+        """Re-condition every service's latest fit on the history that arrived since (``model.update``: parameters
+        fixed, the cheap step the simulator takes between refits too), score, judge and publish. Reads only the new
+        tail of the history. Skipped while a refit runs (that refit publishes fresher fits anyway). Never raises; a
+        service whose tail cannot be read or whose update fails keeps its published forecast."""
+        report = UpdateReport(now)
+        if not self._refit_lock.acquire(blocking=False):
+            report.skipped = True
+            return report
+        started = time.perf_counter()
+        try:
+            self._update(now, report)
+        except Exception:  # a bug here must not kill the scheduler's job, nor unpublish anything
+            log.exception("forecast update failed")
+            self.telemetry.error("refit")
+        finally:
+            self._refit_lock.release()
+        report.seconds = time.perf_counter() - started
+        for result, keys in (("ok", report.ok), ("failed", report.failed), ("no_data", report.no_data)):
+            if keys:
+                self.telemetry.forecast_updates.labels(result=result).inc(len(keys))
+        if report.failed or report.no_data:
+            log.warning("forecast update: %s", {**report.failed, **report.no_data})
+        return report
+
+    def _update(self, now: float, report: UpdateReport) -> None:
+        s = self.settings
+        step = s.step_seconds
+        horizon = max(1, math.ceil(s.horizon_seconds / step))
+        keep = max(2, int(s.history_seconds // step))
+        published = dict(self._published)
+        for policy in self.policies():
+            key = policy.key
+            state = self._state.get(key)
+            previous = published.get(key)
+            if policy.forecast is None or state is None or state.fitted is None or state.y is None or previous is None:
+                continue
+            if policy.forecast.quantile != state.quantile:
+                continue  # the next refit starts this service afresh at its new level
+            end = math.floor(now / step) * step
+            # The sample at T measures [T - step, T): the series' last interval ends at its last sample's time.
+            last_sample = state.y_start + state.y.size * step
+            if end <= last_sample:
+                continue
+            tail_start = last_sample - UPDATE_OVERLAP_STEPS * step  # late samples of the last minutes count too
+            n = round((end - tail_start) / step) + 1
+            try:
+                series = self.metrics.history(policy, SIGNAL, tail_start, end, step)
+            except Exception as exc:  # an outage: the published forecast ages as it would without updates
+                report.no_data[key] = f"history unreadable: {type(exc).__name__}: {exc}"
+                continue
+            tail = on_grid(series.times, series.values, tail_start, step, n)
+            self._score(state, tail, tail_start, step, now)
+            # Overlap: a fresh sample replaces the old value; the rest is appended, the oldest dropped.
+            overlap = min(UPDATE_OVERLAP_STEPS, state.y.size)
+            old_tail = state.y[state.y.size - overlap :]
+            fresh = tail[1 : overlap + 1]
+            merged_overlap = np.where(np.isfinite(fresh), fresh, old_tail) if overlap else old_tail
+            y = np.concatenate([state.y[: state.y.size - overlap], merged_overlap, tail[overlap + 1 :]])
+            y_start = state.y_start
+            if y.size > keep:
+                y_start += (y.size - keep) * step
+                y = y[y.size - keep :]
+            if not np.isfinite(y[-MAX_HISTORY_LAG_STEPS - 1 :]).any():
+                report.no_data[key] = f"no sample in the last {(MAX_HISTORY_LAG_STEPS + 1) * step:.0f}s"
+                continue
+            model, baseline = state.fitted
+            try:
+                forecast = model.update(y, start=y_start).predict(horizon)
+                base = baseline.update(y, start=y_start).predict(horizon) if baseline is not model else forecast
+            except Exception as exc:  # a forecaster of one's own may raise anything
+                report.failed[key] = f"{type(exc).__name__}: {exc}"
+                continue
+            state.y, state.y_start = y, y_start
+            quantile = policy.forecast.quantile
+            lead = self._leads.get(key, policy.cold_start_s)
+            state.pending.append(_Pending(forecast, base, quantile, now + lead, now + self._used_for_s() + lead))
+            latest = ForecastInput(forecast, fitted_at=now)
+            reliable, detail, ratio, relative, scored, coverage = self._judge(state, quantile, forecast.model, now)
+            latest = replace(latest, reliable=reliable, reliability_detail=detail)
+            published[key] = replace(
+                previous,
+                latest=latest,
+                quantile=quantile,
+                pinball_ratio=ratio,
+                relative_error=relative,
+                scored=scored,
+                coverage=coverage[0] if coverage is not None else None,
+                coverage_samples=coverage[1] if coverage is not None else 0,
+            )
+            report.ok.append(key)
+        self._published = MappingProxyType(published)  # the hand-off: one atomic swap
 
     # -- the tick side -----------------------------------------------------------------------------------------------
 

@@ -47,6 +47,8 @@ class Runtime:
         elector: LeaderElector | None = None,
         refit: Callable[[float], None] = noop_job,
         rebalance: Callable[[float], None] = noop_job,
+        forecast_update: Callable[[float], None] | None = None,
+        forecast_update_interval_s: float = 60.0,
         http: tuple[str, int] | None = ("0.0.0.0", 8080),
         clock: Callable[[], float] = time.time,
         on_stop: Callable[[], None] | None = None,
@@ -67,6 +69,8 @@ class Runtime:
         # metrics source) that the refit fits. Set again when this replica becomes the leader.
         self._refit_after_tick = True
         self._rebalance = rebalance
+        self._forecast_update = forecast_update
+        self._forecast_update_interval = forecast_update_interval_s
         self._clock = clock
         self._stopping = threading.Event()
         self._tick_running = threading.Lock()  # held while a tick runs; shutdown waits on it
@@ -208,6 +212,14 @@ class Runtime:
         self.scheduler.add_job(
             self._job("rebalance", self._rebalance), "interval", seconds=self._rebalance_interval, id="rebalance"
         )
+        if self._forecast_update is not None and self._forecast_update_interval > 0:
+            # between refits: re-condition the latest fits on new history (it skips itself while a refit runs)
+            self.scheduler.add_job(
+                self._job("refit", self._forecast_update),
+                "interval",
+                seconds=self._forecast_update_interval,
+                id="forecast_update",
+            )
         self.scheduler.start()
         self._heartbeat = time.monotonic()
 

@@ -373,6 +373,12 @@ class ForecastSettings(_Group):
     min_history_seconds: float = Field(
         3_600.0, ge=0, description="no fit before a service has this much history (seconds of valid samples)"
     )
+    update_interval_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="between refits, re-condition each latest fit on the history that arrived since (the model's "
+        "update: parameters kept, cheap) this often, seconds; 0 = off (a fit is read until the next refit)",
+    )
     workers: int = Field(
         2, ge=1, le=64, description="worker processes fitting series in parallel (1 = fit in the controller process)"
     )

@@ -260,6 +260,13 @@ class Telemetry:
             buckets=FIT_BUCKETS,
             registry=r,
         )
+        self.forecast_updates = Counter(
+            f"{PREFIX}_forecast_updates",
+            "Per-series outcomes of the update job that re-conditions the latest fit on new history between refits: "
+            "ok, failed (the model's update raised), no_data (history unreadable or too old)",
+            ["result"],
+            registry=r,
+        )
         self.forecast_fits = Counter(
             f"{PREFIX}_forecast_fits",
             "Per-series outcomes of the refit job: ok, failed (the fit raised), timeout, no_data (history "

@@ -632,3 +632,67 @@ def test_phase_naive_in_the_controller_raises_the_floor_only_before_a_window_edg
     world.tick(edge + 240)  # now + 90 s stays inside the window that began at the edge
     inside = world.controller.last_report.forecasts["ml/chat"]  # type: ignore[union-attr]
     assert inside.demand == pytest.approx(ten_minute_windows(edge), rel=0.01)
+
+
+# ---- the update job: re-conditioning between refits (issue 14) ------------------------------------------------------
+
+
+def test_update_reconditions_the_fit_on_new_history_without_refitting() -> None:
+    world = World(model="last_value")
+    before = JUMP - 600
+    world.metrics.set_history("ml/chat", "request_rate", series(office_hours, DAY0, before))
+    world.service.refit(before)
+    assert world.service.published["ml/chat"].latest.forecast.at(before + 120, 0.5) == pytest.approx(BASE)
+    fits = world.sample("gpu_autoscaler_forecast_fits_total", result="ok")
+    # demand steps up at 09:00; ten minutes later the update has seen it, with the fit's parameters kept
+    after = JUMP + 600
+    world.metrics.set_history("ml/chat", "request_rate", series(office_hours, DAY0, after))
+    calls = len(world.metrics.history_calls)
+    report = world.service.update(after)
+    assert report.ok == ["ml/chat"] and not report.failed and not report.no_data
+    published = world.service.published["ml/chat"]
+    assert published.latest.fitted_at == after
+    assert published.latest.forecast.at(after + 120, 0.5) == pytest.approx(PEAK)
+    assert world.sample("gpu_autoscaler_forecast_fits_total", result="ok") == fits  # no refit
+    assert world.sample("gpu_autoscaler_forecast_updates_total", result="ok") == 1
+    # only the new tail was read, from a few steps before the end of the series it knew
+    _, _, start, end, _ = world.metrics.history_calls[calls]
+    assert end == after and start == pytest.approx(before - 3 * STEP)
+
+
+def test_an_update_equals_a_refit_for_a_model_whose_update_is_its_fit() -> None:
+    updated = World(model="last_value")
+    refitted = World(model="last_value")
+    t0, t1 = JUMP - 3600, JUMP + 1800
+    for w in (updated, refitted):
+        w.metrics.set_history("ml/chat", "request_rate", series(office_hours, DAY0, t0, noise=1.0, seed=3))
+        w.service.refit(t0)
+        w.metrics.set_history("ml/chat", "request_rate", series(office_hours, DAY0, t1, noise=1.0, seed=3))
+    updated.service.update(t1)
+    refitted.service.refit(t1)
+    a = updated.service.published["ml/chat"].latest.forecast
+    b = refitted.service.published["ml/chat"].latest.forecast
+    assert a.start == b.start and a.step_s == b.step_s
+    for level in (0.1, 0.5, 0.9):
+        assert np.allclose(a.quantiles[level], b.quantiles[level])
+
+
+def test_an_update_that_cannot_read_keeps_the_published_forecast_and_ages() -> None:
+    world = World(model="last_value")
+    world.metrics.set_history("ml/chat", "request_rate", series(office_hours, DAY0, JUMP - 600))
+    world.service.refit(JUMP - 600)
+    published = world.service.published["ml/chat"]
+    world.metrics.outage()
+    report = world.service.update(JUMP)
+    assert "history unreadable" in report.no_data["ml/chat"]
+    assert world.service.published["ml/chat"] is published
+    assert world.sample("gpu_autoscaler_forecast_updates_total", result="no_data") == 1
+
+
+def test_no_update_before_a_first_fit_nor_while_a_refit_runs() -> None:
+    world = World(model="last_value")
+    assert world.service.update(JUMP).ok == []  # nothing fitted yet: nothing to re-condition
+    world.service.refit(JUMP - 600)
+    with world.service._refit_lock:
+        assert world.service.update(JUMP).skipped
+    assert world.service.update(JUMP).ok == ["ml/chat"]
