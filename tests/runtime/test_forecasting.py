@@ -696,3 +696,23 @@ def test_no_update_before_a_first_fit_nor_while_a_refit_runs() -> None:
     with world.service._refit_lock:
         assert world.service.update(JUMP).skipped
     assert world.service.update(JUMP).ok == ["ml/chat"]
+
+
+def test_plan_prints_the_earned_headroom_of_each_forecasting_service() -> None:
+    import io
+
+    from autoscaler.commands.plan import plan_document, print_table
+
+    world = World()
+    world.tick(JUMP - 1200)  # no fit yet: the untrusted target
+    doc = plan_document(world.controller.last_report)
+    headroom = doc["decisions"][0]["headroom"]
+    assert headroom["state"] == "untrusted" and headroom["targetRatio"] == 0.75
+    assert "no forecast fitted yet" in headroom["detail"]
+    world.service.refit(JUMP - 1200)
+    world.tick(JUMP - 1200 + TICK)
+    doc = plan_document(world.controller.last_report)
+    assert doc["decisions"][0]["headroom"]["state"] == "earned"  # the bootstrap backtest's coverage
+    out = io.StringIO()
+    print_table(doc, out)
+    assert "Earned headroom" in out.getvalue() and "ml/chat: earned, target x 1" in out.getvalue()
