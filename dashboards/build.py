@@ -402,6 +402,33 @@ def forecast_row() -> tuple[Row, list[Builder]]:
             f"{FORECAST_FALLBACK_METRIC}: services whose forecast is unreliable or stale, scaled reactively only.",
             width=8,
         ),
+        timeseries(
+            "Earned headroom by service (share of the target)",
+            "percentunit",
+            [
+                query(
+                    f"max by (namespace, service) (gpu_autoscaler_headroom_target_ratio{{{SVC}}})",
+                    "{{namespace}}/{{service}}",
+                )
+            ],
+            "gpu_autoscaler_headroom_target_ratio: the share of its spec's target an active forecasting service runs "
+            "at. 1 once its forecast's quantile covered the demand; untrustedTargetRatio (0.75) while it learns or "
+            "when the forecast degrades (more replicas, not fewer).",
+            width=12,
+        ),
+        timeseries(
+            "Forecast update job",
+            "ops",
+            [
+                query(
+                    f"sum by (result) (rate(gpu_autoscaler_forecast_updates_total{{{JOB}}}[$__rate_interval]))",
+                    "{{result}}",
+                )
+            ],
+            "Per-series outcomes of the job that re-conditions the latest fits on new history between refits.",
+            width=12,
+            stacked=True,
+        ),
     ]
     return Row("Forecast"), panels
 

@@ -110,6 +110,12 @@ def history(start: float) -> list[Series]:
                     const(1.4)))
     s.append(Series("gpu_autoscaler_forecast_fallback",
                     {**LEADER, "service": "embed", "namespace": "ml", "reason": "forecast_unreliable"}, const(1)))
+    # Earned headroom (issue 14): chat earned its target, embed (unreliable forecast) runs at 0.75 of it.
+    s.append(Series("gpu_autoscaler_headroom_target_ratio", {**LEADER, "service": "chat", "namespace": "ml"},
+                    const(1.0)))
+    s.append(Series("gpu_autoscaler_headroom_target_ratio", {**LEADER, "service": "embed", "namespace": "ml"},
+                    const(0.75)))
+    s.append(Series("gpu_autoscaler_forecast_updates_total", {**LEADER, "result": "ok"}, counter(2 / 60)))
     # Capacity arbitration: the leader is 2 GPUs short (GPUAutoscalerCapacityShortfall pending), has 2 burst nodes
     # (56/h, under the 100/h alert threshold) and stops 2 gangs an hour (no thrash); the follower's leftovers from
     # when it led (6 short, 300/h, 5 nodes) must be ignored.
