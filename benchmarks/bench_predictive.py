@@ -14,6 +14,14 @@ Then, at 99.5 %: that bound, and the cheapest causal policy that knows only the 
 inside windows and at edges (mean reversion, recent volatility) tuned in hindsight on the trace (``tuned``).
 
     python -m benchmarks.bench_predictive [--quick] [--json OUT]
+
+``--matrix`` (issue 14): every serving-like public trace in ``../shared/traces``, scaled to the default scenario's
+mean demand, at cold starts 30, 90 and 300 s, in the packaged default scenario; oracle, predictive and hpa per row,
+with the issue's criteria (predictive's share within SLO >= the HPA's - 0.1 points, its GPU-hours <= the HPA's,
+>= 99.5 % on the ServeGen rows at 90 s). See ``benchmarks/traces_matrix.py``.
+
+    nice python -m benchmarks.bench_predictive --matrix [--quick] [--traces A,B] [--cold-starts 30,90]
+        [--max-days 7] [--workers 2] [--markdown] [--json OUT]
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from autoscaler.sim.bounds import BoundPoint, cheapest_at, tuned_observed_policy
 from autoscaler.sim.registry import POLICY_NAMES
 from autoscaler.sim.run import SimulationResult, run_scenario
 from autoscaler.sim.scenario import parse_scenario
+from benchmarks import traces_matrix
 from forecast.phase import detect_change_period
 
 TARGET_SLO = 0.995  # issue 5's target share of requests within SLO
@@ -116,11 +125,21 @@ def references(result: SimulationResult) -> tuple[list[BoundPoint], float | None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="1 day of ServeGen, one cold start (smoke run)")
+    parser.add_argument("--quick", action="store_true", help="1 day of ServeGen, one cold start (smoke run); with "
+                        "--matrix: 2 traces, 90 s, at most 2 hours each")
     parser.add_argument("--json", type=Path, help="write all figures as JSON here")
-    parser.add_argument("--traces", default=",".join(TRACES), help=f"comma-separated subset of {', '.join(TRACES)}")
+    parser.add_argument("--traces", help=f"comma-separated subset of {', '.join(TRACES)} (with --matrix: of "
+                        f"{', '.join(traces_matrix.TRACES)})")
     parser.add_argument("--specs", default=",".join(SPECS), help=f"comma-separated subset of {', '.join(SPECS)}")
+    parser.add_argument("--matrix", action="store_true", help="the trace matrix of issue 14 (traces_matrix.py)")
+    parser.add_argument("--cold-starts", help="with --matrix: comma-separated cold starts, s (default 30,90,300)")
+    parser.add_argument("--max-days", type=float, help="with --matrix: run longer traces on their first N days only")
+    parser.add_argument("--workers", type=int, default=2, help="with --matrix: processes (at most 2)")
+    parser.add_argument("--markdown", action="store_true", help="with --matrix: print the table as Markdown")
     args = parser.parse_args(argv)
+    if args.matrix:
+        return matrix_main(args)
+    args.traces = args.traces or ",".join(TRACES)
     cold_starts = (90.0,) if args.quick else (30.0, 90.0, 300.0)
     results: dict[str, Any] = {}
     # The references depend on the trace and the cold start only, not on the spec: computed once for each.
@@ -167,6 +186,28 @@ def main(argv: list[str] | None = None) -> int:
               + bound_cell)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def matrix_main(args: argparse.Namespace) -> int:
+    if args.quick:
+        names = args.traces.split(",") if args.traces else list(traces_matrix.QUICK_TRACES)
+        colds = [float(c) for c in args.cold_starts.split(",")] if args.cold_starts else [90.0]
+    else:
+        names = args.traces.split(",") if args.traces else list(traces_matrix.TRACES)
+        colds = [float(c) for c in args.cold_starts.split(",")] if args.cold_starts else list(traces_matrix.COLD_STARTS)
+    began = time.perf_counter()
+    rows = traces_matrix.run_matrix(
+        names, colds, quick=args.quick, workers=max(1, min(args.workers, 2)), max_days=args.max_days
+    )
+    wall = time.perf_counter() - began
+    print(traces_matrix.format_rows(rows, markdown=args.markdown))
+    failing = [row for row in rows if row["verdict"]["failures"]]
+    print(f"rows: {len(rows)}, passing every criterion: {len(rows) - len(failing)}; wall time {wall:.0f} s")
+    for row in failing:
+        print(f"FAIL {row['trace']} cold {row['cold_start']:g}: " + "; ".join(row["verdict"]["failures"]))
+    if args.json:
+        args.json.write_text(json.dumps({"wall_seconds": wall, "rows": rows}, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

@@ -32,6 +32,19 @@ def test_quick_predictive_benchmark_prints_every_policy_and_the_causal_bound(
     assert all("no change period" in row for row in azure_rows)
 
 
+def test_quick_trace_matrix_prints_the_criteria_per_row(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_predictive, traces_matrix
+
+    if not traces_matrix.SHARED_TRACES.is_dir():
+        pytest.skip(f"{traces_matrix.SHARED_TRACES}: the public traces are not beside the clone")
+    assert bench_predictive.main(["--matrix", "--quick", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    for expected in ("pred SLO", "hpa GPU-h÷o", "SLO≥hpa-0.1", "GPU≤hpa", "≥99.5%@90", "headroom", "wall time"):
+        assert expected in out
+    rows = [line for line in out.splitlines() if line.startswith(traces_matrix.QUICK_TRACES)]
+    assert len(rows) == 2
+
+
 def test_quick_arbitration_benchmark_prints_the_three_policies_and_the_ratio(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
