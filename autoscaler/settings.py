@@ -346,7 +346,7 @@ class ForecastSettings(_Group):
     """
 
     model: str = Field(
-        "last_value",
+        "phase_naive",  # chosen by backtest on every shared serving trace (benchmarks/bench_default_model.py)
         min_length=1,
         description="forecaster: a name from `autoscaler backtest --help` (last_value, seasonal_naive, holt_winters, "
         "quantile_gbm...), 'auto' (per-series choice by backtest against seasonal naive), or module:Class",

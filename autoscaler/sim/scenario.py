@@ -189,7 +189,11 @@ class Baselines(_Strict):
 class Forecasting(_Strict):
     """How the simulator's ``predictive`` policy forecasts (the controller's refit job has the same settings)."""
 
-    model: str = Field("last_value", description="forecaster name (see `autoscaler backtest --help` for the list)")
+    model: str = Field(
+        "phase_naive",
+        description="forecaster name (see `autoscaler backtest --help` for the list); the default is the "
+        "controller's (forecast.model)",
+    )
     refit_seconds: float = Field(
         3600.0, alias="refitSeconds", ge=60, description="full refit period, seconds (at most one a minute)"
     )
