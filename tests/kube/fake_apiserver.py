@@ -1,17 +1,39 @@
-"""A fake Kubernetes API server that follows the real REST semantics for what the autoscaler uses.
+"""A fake Kubernetes API server that follows the real REST semantics for what the autoscaler's adapters use.
 
-Why not a mock of the client: the adapter is only trustworthy if the official ``kubernetes`` client, with its real
-paths, verbs, content types and error handling, talks HTTP to something that answers like an API server. This
-server runs on ``127.0.0.1`` (``http.server.ThreadingHTTPServer``, no dependency) in the test process, in a
-subprocess (``python -m tests.kube.fake_apiserver``) or behind ``autoscaler run`` in an end-to-end test.
+Why it still exists next to the real control plane (tests/realkube: etcd, kube-apiserver, controller-manager,
+scheduler, kwok, and since issue 13 item 6 a fault-injecting proxy in front of the apiserver, realkube/fault_proxy.py):
+
+- Speed. A server starts in about 1 ms per test, so the adapter unit tests (tests/kube) run in seconds; the real
+  plane needs about 5 s to start per session plus a namespace, real objects and waits for the controllers per test.
+- Exact, still states. ``seed`` stores any object with any status (a Deployment's ready replicas, pods Running on
+  nodes that do not exist, a PDB's ``disruptionsAllowed`` with no disruption controller, Job conditions, two
+  policies created in the same second) and nothing rewrites it; ``update_object`` lets a test write as "another
+  client" at an exact point between an adapter's read and its write (a genuine resourceVersion conflict);
+  ``simulate_deployments`` keeps pods fixed so the fault suite's Prometheus-side cases (runtime/test_faults.py) and
+  runtime/test_e2e.py see only the controller's writes. On the real plane the controllers and kwok move all this.
+- Scale. benchmarks/bench_kube.py seeds 500 nodes and 2,000 pods in-process and counts requests (``/_fake/stats``):
+  against the real apiserver on two cores the benchmark would measure the apiserver, not the adapters.
+- No Go toolchain. ``SKIP_REALKUBE=1`` local runs, and machines without Go >= 1.26 or the module proxy, cannot
+  build the real plane (a cold build is about 1,100 CPU-seconds). In CI (``.ci/run`` -> ``scripts/test.sh``) the
+  real plane is always built and its absence is a failure, so there the fake buys speed and determinism, not
+  coverage: every adapter path it serves also runs against the real apiserver (realkube/test_real_apiserver.py,
+  test_rbac.py, test_adapter_faults_real.py, test_faults_real.py, test_e2e_real.py).
+
+What the real plane made unnecessary was removed (issue 13, item 6): fault injection (``inject``/``slow``: status
+codes, Retry-After, slow answers, dropped connections; now the proxy, with the tests that used it moved to
+realkube/test_adapter_faults_real.py and realkube/test_faults_real.py), bearer-token authentication (the real
+authenticator and RBAC: realkube/test_rbac.py), discovery and ``/version`` (only kubectl used them: ``kubectl apply
+-k`` runs on the real plane), strategic-merge and JSON patches (the adapters send merge patches only), manual
+continue-token expiry (a 410 through the proxy) and the subprocess mode.
 
 Semantics implemented (each checked against the upstream apiserver behaviour):
-- paths ``/api/v1/...`` and ``/apis/{group}/{version}/...``, namespaced and cluster-wide; discovery basics;
+- paths ``/api/v1/...`` and ``/apis/{group}/{version}/...``, namespaced and cluster-wide;
 - list with ``limit``/``continue`` served from a consistent snapshot (like etcd at the list's resourceVersion),
-  ``remainingItemCount`` (omitted with selectors), ``410 Expired`` for expired tokens; ``labelSelector`` (=, ==, !=,
-  in, notin, exists, !exists) and ``fieldSelector`` (=, ==, != on the fields the real server supports per kind);
-- create (201, 409 AlreadyExists, generateName), get, replace (PUT, with or without Content-Type), patch
-  (json-patch, merge-patch, strategic-merge-patch; 415 for strategic merge on custom resources), delete;
+  ``remainingItemCount`` (omitted with selectors), ``410 Expired`` for continue tokens of lists no longer kept
+  (``continue_ttl_s``, ``max_list_snapshots``); ``labelSelector`` (=, ==, !=, in, notin, exists, !exists) and
+  ``fieldSelector`` (=, ==, != on the fields the real server supports per kind);
+- create (201, 409 AlreadyExists, generateName), get, replace (PUT, with or without Content-Type), merge patch
+  (the only patch type the adapters send; 415 for the others), delete;
 - ``resourceVersion`` bumped on every real write and left alone by no-op writes; a ``resourceVersion`` in a PUT or
   PATCH body is a precondition (409 Conflict when stale); custom resources refuse unconditional PUT (422);
 - ``metadata.generation`` bumped on spec changes; status subresources (main-resource writes keep status, status
@@ -25,22 +47,20 @@ Semantics implemented (each checked against the upstream apiserver behaviour):
 - Events (core/v1 and events.k8s.io/v1, validated like the real server: 422 when required fields are missing);
 - Leases (create 409 AlreadyExists, update with a stale resourceVersion 409 Conflict) through the generic rules.
 
-Not implemented: watch (400, loudly), server-side apply (415), CEL validation rules, admission webhooks, RBAC.
+Not implemented: watch (400, loudly), server-side apply (415), discovery, authentication, CEL validation rules,
+admission webhooks, RBAC.
 
-Test hooks (Python API on the server object): ``seed``/``seed_yaml``, ``get``/``objects``/``update_object``,
-``inject`` (status codes, ``Retry-After``, slow answers, dropped connections, N-times failures), ``expire_continue_
-tokens``, a request log (``requests``, ``request_count``) and ``write_kubeconfig``.
+Test hooks (Python API on the server object): ``seed``/``seed_yaml``, ``get``/``objects``/``update_object``/
+``delete_object``, a request log (``requests``, ``request_count``, ``/_fake/stats``) and ``write_kubeconfig``.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import copy
 import json
 import re
 import secrets
-import signal
 import socket
 import threading
 import time
@@ -58,9 +78,7 @@ import yaml
 
 JSON = dict[str, Any]
 
-SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -576,161 +594,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-# Lists the apiserver merges by key under strategic merge patch (patchMergeKey in the Go types we touch).
-_SMP_MERGE_KEYS = {
-    "containers": "name",
-    "initContainers": "name",
-    "env": "name",
-    "volumes": "name",
-    "volumeMounts": "mountPath",
-    "ports": "containerPort",
-    "conditions": "type",
-    "ownerReferences": "uid",
-    "imagePullSecrets": "name",
-}
-
-
-def strategic_merge_patch(target: Any, patch: Any, field_name: str = "") -> Any:
-    """Strategic merge patch for the built-in types: merge patch, plus keyed list merge and ``$patch`` directives."""
-    if isinstance(patch, dict):
-        if patch.get("$patch") == "replace":
-            return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-        if patch.get("$patch") == "delete":
-            return None
-        result = dict(target) if isinstance(target, dict) else {}
-        for key, value in patch.items():
-            if key.startswith("$"):
-                continue  # $retainKeys, $setElementOrder: ordering hints that do not change content here
-            if value is None:
-                result.pop(key, None)
-            else:
-                result[key] = strategic_merge_patch(result.get(key), value, key)
-        return result
-    if isinstance(patch, list) and field_name in _SMP_MERGE_KEYS and isinstance(target, list):
-        key = _SMP_MERGE_KEYS[field_name]
-        merged = [dict(item) if isinstance(item, dict) else item for item in target]
-        for item in patch:
-            if not isinstance(item, dict) or key not in item:
-                merged.append(copy.deepcopy(item))
-                continue
-            index = next(
-                (i for i, cur in enumerate(merged) if isinstance(cur, dict) and cur.get(key) == item[key]), None
-            )
-            if item.get("$patch") == "delete":
-                if index is not None:
-                    merged.pop(index)
-            elif index is None:
-                merged.append(copy.deepcopy(item))
-            else:
-                merged[index] = strategic_merge_patch(merged[index], item, field_name)
-        return merged
-    return copy.deepcopy(patch)
-
-
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise ValueError(f"invalid JSON pointer {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def json_patch(target: Any, ops: list[JSON]) -> Any:
-    """RFC 6902 JSON patch; ValueError on a failed ``test`` or a bad path."""
-    doc = copy.deepcopy(target)
-
-    def parent(parts: list[str]) -> tuple[Any, str]:
-        node = doc
-        for part in parts[:-1]:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        return node, parts[-1]
-
-    def get(path: str) -> Any:
-        node = doc
-        for part in _pointer(path):
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        return node
-
-    def add(path: str, value: Any) -> None:
-        nonlocal doc
-        parts = _pointer(path)
-        if not parts:
-            doc = value
-            return
-        node, last = parent(parts)
-        if isinstance(node, list):
-            node.insert(len(node) if last == "-" else int(last), value)
-        else:
-            node[last] = value
-
-    def remove(path: str) -> Any:
-        node, last = parent(_pointer(path))
-        return node.pop(int(last)) if isinstance(node, list) else node.pop(last)
-
-    for op in ops:
-        try:
-            kind, path = op["op"], op["path"]
-            if kind == "add":
-                add(path, copy.deepcopy(op["value"]))
-            elif kind == "remove":
-                remove(path)
-            elif kind == "replace":
-                remove(path)
-                add(path, copy.deepcopy(op["value"]))
-            elif kind == "move":
-                add(path, remove(op["from"]))
-            elif kind == "copy":
-                add(path, copy.deepcopy(get(op["from"])))
-            elif kind == "test":
-                if get(path) != op["value"]:
-                    raise ValueError(f"testing value {path} failed")
-            else:
-                raise ValueError(f"unknown operation {kind!r}")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise ValueError(f"error applying {op}: {exc!r}") from None
-    return doc
-
-
-# ---- faults and request log ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Fault:
-    """One injected fault. ``path`` is a regular expression searched in the request target (path and query).
-
-    ``status`` None means "answer normally, but only after ``delay_s``" (a slow server: the write still happens,
-    the client may time out first). ``times`` None means forever. ``skip`` lets the first N matches through.
-    """
-
-    method: str = "*"
-    path: str = ""
-    status: int | None = 500
-    times: int | None = 1
-    delay_s: float = 0.0
-    retry_after: int | None = None
-    reason: str | None = None
-    message: str | None = None
-    drop_connection: bool = False
-    skip: int = 0
-    hits: int = 0  # requests this fault affected
-
-    def matches(self, method: str, target: str) -> bool:
-        return (self.method in ("*", method)) and re.search(self.path, target) is not None
-
-
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    409: "Conflict",
-    410: "Expired",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
+# ---- request log ---------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -740,7 +604,7 @@ class RequestRecord:
     query: Mapping[str, str]
     content_type: str | None
     body: Any
-    status: int  # 0: the connection was dropped (fault injection)
+    status: int
     duration_s: float
     time: float = field(default_factory=time.time)
 
@@ -759,7 +623,6 @@ class _ListSnapshot:
 class FakeApiServer:
     """In-memory API server. Start with ``start()`` or as a context manager; ``url`` is the base URL.
 
-    ``token``: when set, requests must carry ``Authorization: Bearer <token>`` (else 401).
     ``simulate_deployments``: a minimal deployment controller - status replicas follow spec.replicas at once.
     ``continue_ttl_s`` / ``max_list_snapshots``: how long / how many paginated lists stay continuable.
     """
@@ -769,7 +632,6 @@ class FakeApiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        token: str | None = None,
         simulate_deployments: bool = False,
         continue_ttl_s: float = 300.0,
         max_list_snapshots: int = 64,
@@ -777,7 +639,6 @@ class FakeApiServer:
     ) -> None:
         self._host = host
         self._requested_port = port
-        self.token = token
         self.simulate_deployments = simulate_deployments
         self.continue_ttl_s = continue_ttl_s
         self.max_list_snapshots = max_list_snapshots
@@ -789,7 +650,6 @@ class FakeApiServer:
         self._store: dict[tuple[str, str], dict[tuple[str, str], JSON]] = {}
         self._sorted_keys: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._snapshots: OrderedDict[str, _ListSnapshot] = OrderedDict()
-        self.faults: list[Fault] = []
         self.requests: list[RequestRecord] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -834,8 +694,8 @@ class FakeApiServer:
     def url(self) -> str:
         return f"http://{self._host}:{self.port}"
 
-    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default", token: str | None = None) -> Path:
-        return write_kubeconfig(path, self.url, token=token or self.token or "test-token", namespace=namespace)
+    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
+        return write_kubeconfig(path, self.url, namespace=namespace)
 
     # -- types --
 
@@ -940,57 +800,6 @@ class FakeApiServer:
     def resource_version(self) -> int:
         return self._rv
 
-    # -- faults --
-
-    def inject(
-        self,
-        method: str = "*",
-        path: str = "",
-        status: int | None = 500,
-        *,
-        times: int | None = 1,
-        delay_s: float = 0.0,
-        retry_after: int | None = None,
-        reason: str | None = None,
-        message: str | None = None,
-        drop_connection: bool = False,
-        skip: int = 0,
-    ) -> Fault:
-        """Add a fault: the next ``times`` requests matching ``method`` and the ``path`` regex get it."""
-        fault = Fault(method.upper(), path, status, times, delay_s, retry_after, reason, message, drop_connection, skip)
-        with self._lock:
-            self.faults.append(fault)
-        return fault
-
-    def slow(self, method: str = "*", path: str = "", seconds: float = 1.0, *, times: int | None = None) -> Fault:
-        """Answer normally but late (the request is processed after the delay)."""
-        return self.inject(method, path, None, times=times, delay_s=seconds)
-
-    def clear_faults(self) -> None:
-        with self._lock:
-            self.faults.clear()
-
-    def expire_continue_tokens(self) -> None:
-        """Forget every paginated list, as after an etcd compaction: the next ``continue`` gets 410 Expired."""
-        with self._lock:
-            self._snapshots.clear()
-
-    def _take_fault(self, method: str, target: str) -> Fault | None:
-        with self._lock:
-            for fault in self.faults:
-                if fault.times is not None and fault.times <= 0:
-                    continue
-                if not fault.matches(method, target):
-                    continue
-                if fault.skip > 0:
-                    fault.skip -= 1
-                    continue
-                if fault.times is not None:
-                    fault.times -= 1
-                fault.hits += 1
-                return fault
-        return None
-
     # -- request log --
 
     def request_count(self, method: str | None = None, path: str | None = None) -> int:
@@ -1036,8 +845,6 @@ class FakeApiServer:
         parts = urlsplit(target)
         path = parts.path
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        if self.token is not None and headers.get("Authorization") != f"Bearer {self.token}":
-            return 401, {}, ApiError(401, "Unauthorized", "Unauthorized").status()
         try:
             result = self._route(method, path, query, headers, body)
             return result[0], {}, result[1]
@@ -1052,19 +859,15 @@ class FakeApiServer:
             return self._fake_endpoint(method, segments[1:])
         if not segments or segments[0] in ("healthz", "readyz", "livez"):
             return 200, {"status": "ok"}
-        if segments == ["version"]:
-            return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fake", "platform": "linux/amd64"}
         if segments[0] == "api":
             group, rest = "", segments[1:]
         elif segments[0] == "apis":
             group, rest = (segments[1] if len(segments) > 1 else None), segments[2:]
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if group is None or not rest:
-            return self._discovery(group)
+        if group is None or len(rest) < 2:  # discovery: kubectl's business, not the adapters'
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         version, rest = rest[0], rest[1:]
-        if not rest:
-            return self._resource_list(group, version)
         namespace = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
@@ -1126,73 +929,6 @@ class FakeApiServer:
             self.clear_requests()
             return 200, {"requests": 0}
         raise ApiError(404, "NotFound", "unknown fake endpoint")
-
-    def _discovery(self, group: str | None) -> tuple[int, JSON]:
-        with self._lock:
-            types = list(self._types.values())
-        if group == "":
-            return 200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
-        groups: dict[str, list[str]] = {}
-        for rt in types:
-            if rt.group:
-                for v in rt.versions:
-                    if v not in groups.setdefault(rt.group, []):
-                        groups[rt.group].append(v)
-        return 200, {
-            "kind": "APIGroupList",
-            "apiVersion": "v1",
-            "groups": [
-                {
-                    "name": g,
-                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
-                    "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
-                }
-                for g, vs in sorted(groups.items())
-            ],
-        }
-
-    def _resource_list(self, group: str, version: str) -> tuple[int, JSON]:
-        with self._lock:
-            types = [rt for rt in self._types.values() if rt.group == group and version in rt.versions]
-        if not types:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        resources = []
-        for rt in types:
-            resources.append(
-                {
-                    "name": rt.plural,
-                    "singularName": rt.kind.lower(),
-                    "namespaced": rt.namespaced,
-                    "kind": rt.kind,
-                    "verbs": ["create", "delete", "get", "list", "patch", "update"],
-                }
-            )
-            if rt.status_subresource:
-                resources.append(
-                    {
-                        "name": f"{rt.plural}/status",
-                        "namespaced": rt.namespaced,
-                        "kind": rt.kind,
-                        "verbs": ["get", "patch", "update"],
-                    }
-                )
-            if rt.scale:
-                resources.append(
-                    {
-                        "name": f"{rt.plural}/scale",
-                        "namespaced": rt.namespaced,
-                        "kind": "Scale",
-                        "group": "autoscaling",
-                        "version": "v1",
-                        "verbs": ["get", "patch", "update"],
-                    }
-                )
-        return 200, {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}".lstrip("/"),
-            "resources": resources,
-        }
 
     # -- read --
 
@@ -1416,33 +1152,16 @@ class FakeApiServer:
             return 200, self._commit(rt, cur, new, sub)
 
     def _apply_patch(self, rt: ResourceType, target: JSON, patch: Any, ctype: str | None, scale: bool = False) -> JSON:
-        if ctype == JSON_PATCH:
-            if not isinstance(patch, list):
-                raise _bad_request("json patch must be a list of operations")
-            try:
-                result = json_patch(target, patch)
-            except ValueError as exc:
-                raise ApiError(
-                    422, "Invalid", f"the server rejected our request due to an error in our request: {exc}"
-                ) from None
-        elif ctype == MERGE:
-            result = merge_patch(target, patch)
-        elif ctype == SMP:
-            if rt.custom and not scale:
-                raise ApiError(
-                    415,
-                    "UnsupportedMediaType",
-                    f"the body of the request was in an unknown format - "
-                    f"accepted media types include: {JSON_PATCH}, {MERGE}, {APPLY}",
-                )
-            result = strategic_merge_patch(target, patch)
-        else:
+        """Merge patch only: the adapters send nothing else. Strategic merge and JSON patch are the real
+        apiserver's (realkube); here they are 415, as strategic merge on a custom resource is there too."""
+        if ctype != MERGE:
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - "
-                f"accepted media types include: {JSON_PATCH}, {MERGE}, {SMP}",
+                f"the body of the request was in an unknown format - the fake API server serves {MERGE} only "
+                "(the adapters' only patch type; the real apiserver's others are exercised in tests/realkube)",
             )
+        result = merge_patch(target, patch)
         if not isinstance(result, dict):
             raise _bad_request("the patch did not produce an object")
         return result
@@ -1691,24 +1410,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         method = self.command
-        fault = self.api._take_fault(method, self.path)
-        if fault is not None:
-            if fault.delay_s:
-                time.sleep(fault.delay_s)
-            if fault.drop_connection:
-                self._log(method, body, 0, start)
-                self.close_connection = True
-                return
-        if fault is not None and fault.status is not None:
-            err = ApiError(
-                fault.status,
-                fault.reason or _REASONS.get(fault.status, "InternalError"),
-                fault.message or f"injected fault: {fault.status}",
-                headers={"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None,
-            )
-            status, headers, payload = err.code, err.headers, err.status()
-        else:
-            status, headers, payload = self.api.handle(method, self.path, self.headers, body)
+        status, headers, payload = self.api.handle(method, self.path, self.headers, body)
         data = json.dumps(payload, separators=(",", ":")).encode()
         # Logged before answering: a test that has its answer must find the request in the log.
         self._log(method, body, status, start)
@@ -1761,32 +1463,3 @@ def write_kubeconfig(
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the fake server in its own process: ``python -m tests.kube.fake_apiserver --seed objs.yaml``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--seed", action="append", default=[], help="YAML file of objects to seed (repeatable)")
-    parser.add_argument("--kubeconfig", help="write a kubeconfig pointing at the server to this path")
-    parser.add_argument("--token", help="require this bearer token")
-    parser.add_argument("--simulate-deployments", action="store_true")
-    args = parser.parse_args(argv)
-    server = FakeApiServer(args.host, args.port, token=args.token, simulate_deployments=args.simulate_deployments)
-    for seed in args.seed:
-        server.seed_yaml(Path(seed))
-    server.start()
-    if args.kubeconfig:
-        server.write_kubeconfig(args.kubeconfig)
-    print(server.url, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
-    server.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from autoscaler.adapters.kubernetes import ConflictError, MachineDeploymentNodePools, make_node_pool_scaler
+from autoscaler.adapters.kubernetes import MachineDeploymentNodePools, make_node_pool_scaler
 from autoscaler.adapters.kubernetes.nodepool import UnknownPoolError, node_pool_providers, register_node_pool_provider
 from autoscaler.fakes.cluster import FakeCluster
 from tests.kube import objects as o
@@ -49,16 +49,6 @@ def test_pool_names_map_to_machine_deployments(apiserver: FakeApiServer, api_cli
     assert apiserver.get(MD, "MachineDeployment", "gpu-md-0", "capi-system")["spec"]["replicas"] == 2
     with pytest.raises(UnknownPoolError):
         p.scale("other", 1)
-
-
-def test_conflicts_are_retried_then_bounded(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
-    apiserver.seed(o.machine_deployment_crd(), o.machine_deployment("b", replicas=1))
-    apiserver.inject("PATCH", r"/scale$", 409, times=1, reason="Conflict")
-    pools(api_client).scale("b", 2)
-    assert apiserver.get(MD, "MachineDeployment", "b", "capi-system")["spec"]["replicas"] == 2
-    apiserver.inject("PATCH", r"/scale$", 409, times=None, reason="Conflict")
-    with pytest.raises(ConflictError):
-        pools(api_client, conflict_retries=2).scale("b", 5)
 
 
 def test_provider_registry(api_client: client.ApiClient) -> None:

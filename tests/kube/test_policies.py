@@ -68,15 +68,6 @@ def test_invalid_policy_gets_condition_and_event_while_others_work(
     assert conditions["InvalidSpec"]["status"] == "False"
 
 
-def test_a_failing_status_write_does_not_hide_the_valid_policies(
-    apiserver: FakeApiServer, api_client: client.ApiClient
-) -> None:
-    apiserver.seed(o.policy_crd(), o.gpu_policy("chat", "ml"), o.gpu_policy("bad", "ml", maxReplicas=0))
-    apiserver.inject("PUT", r"/status$", 500, times=None)
-    policies = PolicyLoader(api_client).sync(_writer(api_client), NOW)
-    assert [p.name for p in policies.valid] == ["chat"] and [p.name for p in policies.invalid] == ["bad"]
-
-
 def test_two_policies_for_one_deployment(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
     older = o.gpu_policy("chat-a", "ml", target="chat")
     newer = o.gpu_policy("chat-b", "ml", target="chat")

@@ -1,17 +1,17 @@
-"""KubeClusterReader against the fake API server through the official client."""
+"""KubeClusterReader against the fake API server through the official client.
+
+The injected faults (410 on a continue token, 500/429/403, a failure mid-pagination, timeouts, forbidden HPAs and
+Jobs) run against the real apiserver through the fault proxy: tests/realkube/test_adapter_faults_real.py."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from kubernetes import client
 
-from autoscaler.adapters.kubernetes import KubeApiError, KubeClusterReader, KubeUnavailable, ReaderConfig
+from autoscaler.adapters.kubernetes import KubeClusterReader, KubeUnavailable, ReaderConfig
 from autoscaler.adapters.kubernetes.config import load_api_client
 from autoscaler.adapters.kubernetes.reader import parse_gang, pod_gpus
 from autoscaler.core.cluster import WorkloadInfo
-from autoscaler.ports import PortError
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -150,51 +150,6 @@ def test_node_readiness_rules(apiserver: FakeApiServer, api_client: client.ApiCl
     assert nodes["ok"].gpu_product == o.A100 and nodes["booting"].pool == "burst"
 
 
-def test_expired_continue_token_restarts_the_list(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
-    apiserver.seed([o.pod(f"p{i:02d}") for i in range(10)])
-    apiserver.inject("GET", r"/api/v1/pods\?.*continue=", 410, times=1, reason="Expired")
-    snap = reader(api_client, page_size=3).snapshot(NOW)
-    assert len(snap.pods) == 10 and len({p.name for p in snap.pods}) == 10  # no duplicates from the restart
-
-
-def test_transient_errors_are_retried_persistent_ones_raise(
-    apiserver: FakeApiServer, api_client: client.ApiClient
-) -> None:
-    apiserver.seed([o.pod(f"p{i}") for i in range(4)])
-    apiserver.inject("GET", r"/api/v1/pods", 500, times=2)  # 2 failures, then fine: within 2 retries
-    assert len(reader(api_client).snapshot(NOW).pods) == 4
-    apiserver.inject("GET", r"/api/v1/pods", 429, times=1, retry_after=1)
-    assert len(reader(api_client).snapshot(NOW).pods) == 4
-    apiserver.clear_requests()
-    apiserver.inject("GET", r"/api/v1/nodes", 500, times=None)
-    with pytest.raises(KubeApiError) as exc:
-        reader(api_client).snapshot(NOW)
-    assert exc.value.status == 500 and isinstance(exc.value, PortError)
-    assert apiserver.request_count("GET", r"/api/v1/nodes") == 3  # 1 + 2 retries, then give up
-    apiserver.clear_faults()
-    apiserver.inject("GET", r"/api/v1/pods", 403, times=1)
-    with pytest.raises(KubeApiError):  # 403 is not transient: no retry
-        reader(api_client).snapshot(NOW)
-
-
-def test_a_failure_mid_pagination_never_yields_a_partial_snapshot(
-    apiserver: FakeApiServer, api_client: client.ApiClient
-) -> None:
-    apiserver.seed([o.pod(f"p{i:02d}") for i in range(10)])
-    apiserver.inject("GET", r"/api/v1/pods\?.*continue=", 500, times=None)
-    with pytest.raises(PortError):
-        reader(api_client, page_size=3).snapshot(NOW)
-
-
-def test_timeouts_are_bounded(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
-    apiserver.slow("GET", r"/api/v1/nodes", 1.0)
-    started = time.monotonic()
-    with pytest.raises(KubeUnavailable):
-        reader(api_client, request_timeout_s=0.2, read_retries=1).snapshot(NOW)
-    # two attempts of 0.2 s, not urllib3's default of four
-    assert time.monotonic() - started < 0.9
-
-
 def test_connection_refused_is_a_port_error(tmp_path: object) -> None:
     server = FakeApiServer().start()
     kc = server.write_kubeconfig(f"{tmp_path}/kc.yaml")
@@ -243,12 +198,6 @@ def test_hpas_are_read_with_their_target_and_recommendation(
     assert (found.name, found.min_replicas, found.max_replicas) == ("chat", 1, 10)
     assert (found.current_replicas, found.desired_replicas) == (3, 5)
     assert hpas_targeting(snap, "ml", "absent") == ()
-
-
-def test_hpas_forbidden_is_not_an_error(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
-    apiserver.inject("GET", r"horizontalpodautoscalers", 403, times=None)
-    snap = reader(api_client).snapshot(NOW)
-    assert snap.hpas == ()
 
 
 # ---- training workloads -------------------------------------------------------------------------------------------
@@ -409,28 +358,6 @@ def test_every_workload_kind(apiserver: FakeApiServer, api_client: client.ApiCli
     assert group.pod_gpus == (1, 1, 1, 1) and group.suspended_by_us_at is None
     queued = workloads["job-queued-ab12"]
     assert (queued.kind, queued.gang, queued.pod_gpus) == ("Workload", "job/ml/queued", (2, 2))
-
-
-def test_workloads_forbidden_is_said_once(
-    apiserver: FakeApiServer, api_client: client.ApiClient, caplog: pytest.LogCaptureFixture
-) -> None:
-    apiserver.seed(o.workload_crd(), o.workload("wl", "ml", pod_sets=[(1, 1)]), o.job("train", "ml", gpus=1))
-    apiserver.inject("GET", r"^/apis/batch/v1/jobs", 403, times=None)
-    r = reader(api_client)
-    with caplog.at_level("WARNING"):
-        first = r.snapshot(NOW)
-        second = r.snapshot(NOW)
-    assert [w.name for w in first.workloads] == [w.name for w in second.workloads] == ["wl"]
-    warnings = [rec for rec in caplog.records if "jobs.batch" in rec.getMessage()]
-    assert len(warnings) == 1 and "grant list" in warnings[0].getMessage()
-    assert apiserver.request_count("GET", r"^/apis/batch/v1/jobs") == 2  # 403 is not retried
-
-
-def test_a_workload_list_failure_fails_the_snapshot(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
-    apiserver.seed(o.jobset_crd())
-    apiserver.inject("GET", r"^/apis/jobset.x-k8s.io/", 500, times=None)
-    with pytest.raises(KubeApiError):
-        reader(api_client).snapshot(NOW)
 
 
 def test_read_workloads_off(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:

@@ -119,6 +119,20 @@ class Controller:
         return self.proc.returncode
 
 
+def wait_for_leader(ctrl: Controller, timeout: float = 30) -> None:
+    """Until the controller holds the Lease and has finished its first tick (whatever its result), so that a fault
+    window counts ticks that saw the fault."""
+    wait_until(
+        lambda: ctrl.metric("gpu_autoscaler_leader", identity=ctrl.identity) == 1, timeout, "leadership", ctrl.log
+    )
+    wait_until(
+        lambda: sum(ctrl.metric("gpu_autoscaler_ticks_total", result=r) or 0 for r in ("ok", "hold", "error")) >= 1,
+        15,
+        "the first tick",
+        ctrl.log,
+    )
+
+
 @dataclass(frozen=True)
 class FaultRow:
     """One line of the fault suite's table (printed at the end of the run)."""

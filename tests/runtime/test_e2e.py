@@ -365,27 +365,3 @@ def test_dry_run_and_plan_write_nothing_but_marked_events(
     assert (ctrl.metric("gpu_autoscaler_actions_total", **dry) or 0) >= 2
     assert ctrl.metric("gpu_autoscaler_dry_run") == 1
     assert ctrl.stop(signal.SIGTERM) == 0, ctrl.log()
-
-
-def test_failed_and_conflicting_writes_are_retried_without_crash_or_double_action(
-    api: FakeApiServer,
-    exporter: GpuExporter,
-    prometheus: PrometheusServer,
-    controllers: Callable[..., Controller],
-) -> None:
-    exporter.set(90.0)
-    prometheus.start()
-    wait_until(lambda: prom_has_samples(prometheus.url), 30, "Prometheus to scrape the exporter")
-    api.inject("PATCH", SCALE_PATH, 500, times=2)  # two ticks fail with a server error...
-    api.inject("PATCH", SCALE_PATH, 409, times=1)  # ...then somebody else writes in between (faults apply in order)
-    ctrl = controllers("ctrl-a")
-    wait_until(lambda: replicas(api) == 4, 30, "the scale-up to get through", ctrl.log)
-    time.sleep(2)
-    assert replicas(api) == 4
-    assert api.request_count("PATCH", SCALE_PATH) == 4, ctrl.log()  # 500, 500, 409 -> re-read -> success
-    assert len(events(api, "MetricAboveTarget")) == 1  # the Event follows the one write that happened
-    assert ctrl.metric("gpu_autoscaler_errors_total", component="cluster_write") == 2
-    failed = {"kind": "ScaleDeployment", "reason": "metric_above_target", "dry_run": "false", "result": "failed"}
-    assert ctrl.metric("gpu_autoscaler_actions_total", **failed) == 2
-    assert ctrl.proc.poll() is None and ctrl.get("/healthz")[0] == 200
-    assert ctrl.stop(signal.SIGTERM) == 0, ctrl.log()

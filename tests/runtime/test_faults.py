@@ -1,6 +1,10 @@
 """The fault suite: ``autoscaler run`` as a program, against the REST-faithful API server and a real Prometheus
 scraping an exporter whose every byte the test sets, with one fault injected per case (issue 17).
 
+The faults here are on the metrics side (Prometheus, the exporter, the latency series), readiness, a SIGKILL and a
+second policy. The API faults (500/503/429 and slow or dropped list pods, 500/409/429 on the scale write) run
+against the real kube-apiserver through a fault-injecting proxy: tests/realkube/test_faults_real.py.
+
 The cluster: Deployment ml/chat, 6 replicas, 6 Running+Ready pods (one GPU each, owned by the Deployment's
 ReplicaSet, as a real cluster has them), a GPUScalingPolicy on GPU utilisation with a target of 50 % and no
 scale-down window. Each case starts the controller with its fault already active, watches the Deployment's replicas
@@ -23,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_process import FAULT_TABLE, Controller, FaultRow, wait_until
+from controller_process import FAULT_TABLE, Controller, FaultRow, wait_for_leader, wait_until
 
 from autoscaler.adapters.kubernetes.crd import generate_crd
 from tests.kube import objects as o
@@ -36,7 +40,6 @@ NAMESPACE, DEPLOYMENT, POLICY = "ml", "chat", "chat-policy"
 PODS = 6
 TARGET = 50.0
 SCALE_PATH = rf"^/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{DEPLOYMENT}/scale$"
-PODS_LIST = r"^/api/v1/pods(\?|$)"  # the fault matches the path and its query
 FAULT_WINDOW_S = 5.0  # five ticks at a 1 s interval
 LATENCY_METRIC = "chat_latency_p95_seconds"
 
@@ -210,17 +213,6 @@ def watch(w: World, seconds: float) -> list[int]:
     return seen
 
 
-def wait_for_leader(ctrl: Controller) -> None:
-    wait_until(lambda: ctrl.metric("gpu_autoscaler_leader", identity=ctrl.identity) == 1, 30, "leadership", ctrl.log)
-    # and its first tick, so that the fault window counts ticks that saw the fault
-    wait_until(
-        lambda: sum(ctrl.metric("gpu_autoscaler_ticks_total", result=r) or 0 for r in ("ok", "hold", "error")) >= 1,
-        15,
-        "the first tick",
-        ctrl.log,
-    )
-
-
 def record(fault: str, during: list[int], first_action: str, recovery_s: float | None) -> None:
     FAULT_TABLE.append(FaultRow(fault, sorted(set(during)), first_action, recovery_s))
 
@@ -354,47 +346,6 @@ def test_unready_pods_on_a_scale_up(world: World) -> None:
     during = watch(world, 3.0)
     assert set(during) == {11} and world.scale_writes() == 1, ctrl.log()
     record("2 of 8 pods unready, 6 at 90 %", [8, *during], "8 -> 11", took)
-
-
-# ---- API faults: the cluster cannot be read, or writes fail ------------------------------------------------------
-
-API_FAULTS: Mapping[str, dict[str, Any]] = {
-    "API 500 on list pods": {"method": "GET", "path": PODS_LIST, "status": 500},
-    "API 429 on list pods (Retry-After 1)": {
-        "method": "GET",
-        "path": PODS_LIST,
-        "status": 429,
-        "retry_after": 1,
-    },
-    "API slow (5 s) on list pods": {"method": "GET", "path": PODS_LIST, "status": None, "delay_s": 5.0},
-    "API drops connections on list pods": {
-        "method": "GET",
-        "path": PODS_LIST,
-        "status": None,
-        "drop_connection": True,
-    },
-    "API 500 on the scale write": {"method": "PATCH", "path": SCALE_PATH, "status": 500},
-    "API 409 on the scale write": {"method": "PATCH", "path": SCALE_PATH, "status": 409},
-}
-
-
-@pytest.mark.parametrize("fault", list(API_FAULTS))
-def test_api_fault_holds_then_recovers(world: World, fault: str) -> None:
-    world.exporter.healthy(10)
-    seed_cluster(world)
-    time.sleep(1.5)
-    world.api.inject(times=None, **API_FAULTS[fault])
-    ctrl = world.controller()
-    wait_for_leader(ctrl)
-    during = watch(world, FAULT_WINDOW_S)
-    assert set(during) == {PODS}, ctrl.log()
-    failed_writes = world.scale_writes()  # attempts that the fault refused
-    assert ctrl.proc.poll() is None, ctrl.log()  # no crash loop
-    assert ctrl.get("/healthz")[0] == 200
-
-    world.api.clear_faults()
-    first, took = recover(world, ctrl, 2, failed_writes, "the scale-down once the API answers")
-    record(fault, during, first, took)
 
 
 # ---- the controller killed mid-way, and two policies on one Deployment -------------------------------------------

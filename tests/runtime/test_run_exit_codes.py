@@ -1,5 +1,8 @@
 """Exit codes of ``autoscaler run --once``, through the real command line in a subprocess: 1 when the Lease cannot be
-read or written (the API server is unreachable or errs), 3 only when another replica holds an unexpired Lease."""
+read or written (the API server is unreachable or errs), 3 only when another replica holds an unexpired Lease.
+
+The "errs" case (a 500 on the Lease read) runs against the real apiserver through the fault proxy:
+tests/realkube/test_adapter_faults_real.py::test_api_server_error_on_the_lease_exits_1 (it reuses ``run_once``)."""
 
 from __future__ import annotations
 
@@ -87,14 +90,6 @@ def test_unreachable_api_server_exits_1_not_3(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert "could not reach the Kubernetes API to take the Lease" in result.stderr, result.stderr
     assert "another replica holds the Lease" not in result.stderr, result.stderr
-
-
-def test_api_server_error_on_the_lease_exits_1(apiserver: FakeApiServer, tmp_path: Path) -> None:
-    apiserver.inject("GET", f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{LEASE}", status=500, times=None)
-    result = run_once(apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
-    assert result.returncode == 1, result.stderr
-    assert "could not reach the Kubernetes API to take the Lease" in result.stderr, result.stderr
-    assert "500" in result.stderr, result.stderr
 
 
 def test_lease_held_by_another_replica_exits_3(apiserver: FakeApiServer, tmp_path: Path) -> None:
