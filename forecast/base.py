@@ -18,9 +18,10 @@ Contract (what ``tests/forecast/test_conformance.py`` checks for every model):
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Self
 
 import numpy as np
@@ -70,7 +71,7 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
         return self
 
     def update(self, y: npt.ArrayLike, *, start: float = 0.0, step_s: float | None = None) -> Self:
-        check_is_fitted(self)
+        self._check_fitted()
         if step_s is not None and not math.isclose(float(step_s), self.step_s_):
             raise ValueError(f"update() needs the fitted step {self.step_s_} s, got {step_s} s: refit instead")
         clean = self._prepare(y, start, self.step_s_)
@@ -78,7 +79,7 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
         return self
 
     def predict(self, horizon_steps: int) -> Forecast:
-        check_is_fitted(self)
+        self._check_fitted()
         if int(horizon_steps) != horizon_steps or horizon_steps < 1:
             raise ValueError(f"horizon_steps must be a positive integer, got {horizon_steps!r}")
         horizon = int(horizon_steps)
@@ -94,12 +95,23 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
         # Rearrangement (sorting across levels at each step) turns crossing quantiles into valid ones and never
         # increases pinball loss (Chernozhukov, Fernandez-Val & Galichon 2010).
         values = np.sort(values, axis=0)
-        return Forecast(
-            start=self.forecast_start_,
-            step_s=self.step_s_,
-            quantiles={level: tuple(values[i].tolist()) for i, level in enumerate(self.levels_)},
-            model=self.label(),
-        )
+        if not math.isfinite(self.forecast_start_):
+            return Forecast(  # validated: it raises the error
+                start=self.forecast_start_,
+                step_s=self.step_s_,
+                quantiles={level: tuple(values[i].tolist()) for i, level in enumerate(self.levels_)},
+                model=self.label(),
+            )
+        # Finite (NaN replaced, inf turned NaN first), sorted across levels, levels checked by ``fit``: what
+        # ``Forecast`` would validate holds already, so it is built without validating again (an update every minute
+        # of a simulated fortnight builds 40,000 of them).
+        return Forecast._checked(self.forecast_start_, self.step_s_, self.levels_, values.tolist(), self.label())
+
+    def _check_fitted(self) -> None:
+        # ``check_is_fitted`` does what this does (the class defines ``__sklearn_is_fitted__``) after generic checks
+        # that cost more than an update (about 12 us, twice a minute per model in a simulation)
+        if not self.__sklearn_is_fitted__():
+            check_is_fitted(self)  # raises its NotFittedError
 
     def label(self) -> str:
         """Short model name for forecasts, tables and metric labels."""
@@ -150,9 +162,14 @@ def quiet_single_thread() -> contextlib.ExitStack:
 
 
 # -- residual quantiles -------------------------------------------------------------------------------------------
-def weighted_quantile(values: FloatArray, weights: FloatArray, levels: Sequence[float]) -> FloatArray:
-    """Quantiles of ``values`` under ``weights`` (midpoint interpolation of the weighted empirical CDF)."""
-    order = np.argsort(values, kind="stable")
+def weighted_quantile(
+    values: FloatArray, weights: FloatArray, levels: Sequence[float], order: npt.NDArray[np.intp] | None = None
+) -> FloatArray:
+    """Quantiles of ``values`` under ``weights`` (midpoint interpolation of the weighted empirical CDF).
+
+    ``order``: ``np.argsort(values, kind="stable")`` when the caller already has it (``stable_order``)."""
+    if order is None:
+        order = np.argsort(values, kind="stable")
     v, w = values[order], weights[order]
     cdf = (np.cumsum(w) - 0.5 * w) / w.sum()
     out: FloatArray = np.interp(np.asarray(levels, dtype=np.float64), cdf, v)
@@ -171,14 +188,29 @@ def recency_weights(count: int, step_s: float, half_life_s: float | None) -> Flo
 
 
 def residual_offsets(
-    residuals: FloatArray, levels: Sequence[float], step_s: float = 1.0, half_life_s: float | None = None
+    residuals: FloatArray,
+    levels: Sequence[float],
+    step_s: float = 1.0,
+    half_life_s: float | None = None,
+    hints: OrderHints | None = None,
 ) -> FloatArray:
     """Empirical quantiles of in-sample errors (ordered oldest to newest) at each level, optionally recency-weighted.
 
     Weighting recent errors more follows volatility clustering: request rates have calm and bursty days, and
     intervals learnt from the whole history are too narrow on a bursty day (measured on ServeGen m-large: P90
     coverage 82 % unweighted, 86 % with a one-day half-life). 0 when there is no residual to learn from.
+
+    ``hints``: where this set of residuals was sorted before (see ``OrderHints``); the result is the same, bit for
+    bit, only cheaper when the residuals are the previous ones with the oldest dropped and the newest appended.
     """
+    if hints is not None and half_life_s is not None and residuals.size:
+        result = hints.sort(residuals)
+        if result is not None:  # every residual finite: no mask needed; weighted_quantile with the values sorted
+            order, v = result
+            w = _cached_recency_weights(residuals.size, step_s, half_life_s).take(order)
+            cdf = (np.cumsum(w) - 0.5 * w) / w.sum()
+            quantiles: FloatArray = np.interp(np.asarray(levels, dtype=np.float64), cdf, v)
+            return quantiles
     finite = np.isfinite(residuals)
     resid = residuals[finite]
     if resid.size == 0:
@@ -188,6 +220,191 @@ def residual_offsets(
         out: FloatArray = np.quantile(resid, levels)
         return out
     return weighted_quantile(resid, weights[finite], levels)
+
+
+def sample_index(start: float, step_s: float) -> int:
+    """The position of the sample starting at ``start`` on the grid of ``step_s`` steps since the Unix epoch, for
+    ``OrderHints``: a window moved forward by k samples moves this by exactly k (``start`` is usually a whole number
+    of steps, or a whole number plus a constant part: a metrics delay of half a step makes ``round`` alternate)."""
+    return math.floor(start / step_s + 1e-6)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_recency_weights(count: int, step_s: float, half_life_s: float) -> FloatArray:
+    """``recency_weights`` for the incremental path, computed once per window size (read-only)."""
+    weights = recency_weights(count, step_s, half_life_s)
+    assert weights is not None
+    weights.setflags(write=False)
+    return weights
+
+
+class OrderHints:
+    """The stable sort order of residual sets a model sorted at its previous ``predict``, to sort them again cheaply.
+
+    A model's residuals at one lag (or one phase and lag) are, after an update that only appended samples, the
+    previous residuals with the oldest few dropped and a few new ones appended. Their stable order is then the
+    previous order, without the dropped ones, followed by the new ones -- nearly sorted, which numpy's stable sort
+    (timsort/radix) orders in about linear time instead of ``n log n``, with exactly the permutation
+    ``np.argsort(residuals, kind="stable")`` gives (ties stay in index order: the previous order had them so, and the
+    appended residuals come last). Measured: 18 us instead of 740 us for 10,000 residuals.
+
+    The owner (a model) must call ``invalidate`` whenever its series changed other than by appending (``advance``
+    does that check), and select a set with ``at`` before every ``order`` call.
+    """
+
+    def __init__(self) -> None:
+        # key -> (first position, spacing, stable order, the residuals in that order (None for rows))
+        self._orders: dict[Hashable, tuple[int, int, npt.NDArray[np.intp], FloatArray | None]] = {}
+        self._series: FloatArray | None = None
+        self._series_first = 0
+        self._key: Hashable = None
+        self._first = 0
+        self._spacing = 1
+        self.reused = 0  # how many sorts started from a kept order (for tests and benchmarks)
+
+    def advance(self, series: FloatArray, first_index: int) -> None:
+        """The model's series is now ``series``, its first sample at absolute step ``first_index``: keep the orders
+        if the samples both series hold are identical and the series only moved forward, else forget them."""
+        previous, previous_first = self._series, self._series_first
+        self._series, self._series_first = series, first_index
+        if previous is None:
+            return
+        offset = first_index - previous_first
+        overlap = previous.size - offset
+        if (
+            offset < 0
+            or first_index + series.size < previous_first + previous.size
+            or overlap <= 0
+            or not (np.array_equal(series[:overlap], previous[offset:]))
+        ):
+            self._orders.clear()
+
+    def invalidate(self) -> None:
+        self._orders.clear()
+        self._series = None
+
+    def at(self, key: Hashable, first_index: int, spacing: int = 1) -> OrderHints:
+        """Select the residual set ``key`` (e.g. the lag): its first residual belongs to the origin at absolute step
+        ``first_index``, the next ones every ``spacing`` steps. Returns self, for ``residual_offsets(..., hints=)``."""
+        self._key, self._first, self._spacing = key, first_index, spacing
+        return self
+
+    def rows_order(self, residuals: FloatArray) -> npt.NDArray[np.intp]:
+        """``np.argsort(residuals, axis=1, kind="stable")`` of the selected set of rows (all finite), remembered."""
+        key, first, spacing = self._key, self._first, self._spacing
+        rows, size = residuals.shape
+        previous = self._orders.get(key)
+        order: npt.NDArray[np.intp] | None = None
+        if previous is not None and previous[3] is None and previous[2].shape[0] == rows:
+            previous_first, previous_spacing, previous_order, _ = previous
+            shift, remainder = divmod(first - previous_first, spacing)
+            kept = previous_order.shape[1] - shift
+            if previous_spacing == spacing and remainder == 0 and shift >= 0 and kept <= size:
+                if kept <= 0:
+                    candidate = np.broadcast_to(np.arange(size), (rows, size))
+                else:
+                    survivors = previous_order
+                    if shift:
+                        survivors = previous_order[previous_order >= shift].reshape(rows, kept) - shift
+                    if kept < size:
+                        fresh = np.broadcast_to(np.arange(kept, size), (rows, size - kept))
+                        candidate = np.concatenate((survivors, fresh), axis=1)
+                    else:
+                        candidate = survivors
+                # flat takes: np.take_along_axis builds index grids and costs several times more
+                starts = (np.arange(rows) * size)[:, None]
+                by_value = np.argsort(residuals.ravel().take(candidate + starts), axis=1, kind="stable")
+                order = candidate.ravel().take(by_value + starts)
+                self.reused += 1
+        if order is None:
+            order = np.argsort(residuals, axis=1, kind="stable")
+        self._orders[key] = (first, spacing, order, None)
+        return order
+
+    def order(self, residuals: FloatArray) -> npt.NDArray[np.intp] | None:
+        """``np.argsort(residuals, kind="stable")`` of the selected set (see ``sort``)."""
+        result = self.sort(residuals)
+        return None if result is None else result[0]
+
+    def sort(self, residuals: FloatArray) -> tuple[npt.NDArray[np.intp], FloatArray] | None:
+        """``np.argsort(residuals, kind="stable")`` of the selected set and the residuals in that order, remembered
+        for next time; None (and forgotten) when a residual is not finite.
+
+        From a kept order, the residuals that arrived since are inserted (``np.searchsorted``, after their equals:
+        they have the larger indexes) into the kept sorted values: O(n) moves and no sort of the whole set."""
+        key, first, spacing = self._key, self._first, self._spacing
+        size = residuals.size
+        previous = self._orders.get(key)
+        order: npt.NDArray[np.intp] | None = None
+        previous_values = None if previous is None else previous[3]
+        if previous is not None and previous_values is not None:
+            previous_first, previous_spacing, previous_order, _ = previous
+            shift, remainder = divmod(first - previous_first, spacing)
+            kept = previous_order.size - shift
+            if previous_spacing == spacing and remainder == 0 and shift >= 0 and 0 < kept <= size:
+                if shift:
+                    keep = previous_order >= shift
+                    survivors = previous_order[keep]
+                    survivors -= shift
+                    values = previous_values[keep]
+                else:
+                    survivors, values = previous_order, previous_values
+                if kept < size:
+                    fresh = residuals[kept:]
+                    fresh_order = np.argsort(fresh, kind="stable")
+                    fresh_values = fresh[fresh_order]
+                    at = np.searchsorted(values, fresh_values, side="right")
+                    order = np.insert(survivors, at, fresh_order + kept)
+                    values = np.insert(values, at, fresh_values)
+                else:
+                    order = survivors
+                self.reused += 1
+        if order is None:
+            order = np.argsort(residuals, kind="stable")
+            values = residuals[order]
+        if size and not (math.isfinite(values[0]) and math.isfinite(values[-1])):
+            # NaN sorts last; a -inf first and +inf last: the plain path masks them
+            self._orders.pop(key, None)
+            return None
+        self._orders[key] = (first, spacing, order, values)
+        return order, values
+
+
+def residual_offset_rows(
+    series: FloatArray,
+    first: int,
+    spacing: int,
+    count: int,
+    lags: Sequence[int],
+    levels: Sequence[float],
+    step_s: float,
+    half_life_s: float | None,
+    hints: OrderHints | None = None,
+) -> FloatArray:
+    """``residual_offsets`` of several lags over the same origins, in one pass: row ``r`` is
+    ``residual_offsets(series[o + lags[r]] - series[o], levels, step_s, half_life_s)`` for the ``count`` origins
+    ``o = first, first + spacing, ...`` (every ``o + lags[r]`` inside ``series``), bit for bit; shape
+    ``(len(lags), len(levels))``. ``hints`` (selected with ``OrderHints.at``) keeps the rows' sort orders."""
+    lag_array = np.asarray(lags, dtype=np.intp)
+    bases = series[first : first + spacing * count : spacing] if count else series[:0]
+    if count and np.array_equal(lag_array, np.arange(lags[0], lags[0] + len(lags))) and series.flags.c_contiguous:
+        # consecutive lags: row r is series[first + lags[0] + r :: spacing], a strided view, no index arrays
+        step = series.strides[0]
+        ahead = np.lib.stride_tricks.as_strided(
+            series[first + lags[0] :], shape=(len(lags), count), strides=(step, step * spacing), writeable=False
+        )
+        residuals = ahead - bases[None, :]
+    else:
+        origins = first + spacing * np.arange(count)
+        residuals = series[origins[None, :] + lag_array[:, None]] - bases[None, :]
+    if half_life_s is None or count == 0 or not np.isfinite(residuals).all():
+        return np.stack([residual_offsets(row, levels, step_s, half_life_s) for row in residuals])
+    order = hints.rows_order(residuals) if hints is not None else np.argsort(residuals, axis=1, kind="stable")
+    v = residuals.ravel().take(order + (np.arange(len(lag_array)) * count)[:, None])
+    w = _cached_recency_weights(count, step_s, half_life_s).take(order)
+    cdf = (np.cumsum(w, axis=1) - 0.5 * w) / w.sum(axis=1, keepdims=True)
+    at = np.asarray(levels, dtype=np.float64)
+    return np.stack([np.interp(at, cdf[r], v[r]) for r in range(len(lag_array))])
 
 
 def quantiles_around(point: FloatArray, offsets: FloatArray, scale: FloatArray | float = 1.0) -> FloatArray:

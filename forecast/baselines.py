@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from forecast.base import DEFAULT_QUANTILES, BaseForecaster, residual_offsets
+from forecast.base import DEFAULT_QUANTILES, BaseForecaster, OrderHints, residual_offsets, sample_index
 from forecast.preprocessing import DAY_S, FloatArray
 
 
@@ -19,6 +19,11 @@ def _format_period(period_s: float) -> str:
         if period_s >= seconds and period_s % seconds == 0:
             return f"{int(period_s // seconds)}{unit}"
     return f"{period_s:g}s"
+
+
+def _first_index(model: BaseForecaster) -> int:
+    """The position (``sample_index``) of the first sample the model was given, for its ``OrderHints``."""
+    return sample_index(model.start_, model.step_s_)
 
 
 class LastValue(BaseForecaster):
@@ -46,20 +51,28 @@ class LastValue(BaseForecaster):
     def _fit(self, y: FloatArray) -> None:
         if int(self.residual_window) < 2:
             raise ValueError(f"residual_window must be >= 2, got {self.residual_window}")
+        self.order_hints_ = OrderHints()
         self._update(y)
 
     def _update(self, y: FloatArray) -> None:
         self.history_ = y[-int(self.residual_window) :].copy()
+        # sort orders of the change residuals, kept while updates only append (see forecast.base.OrderHints)
+        self.order_hints_.advance(self.history_, _first_index(self) + self.n_obs_ - self.history_.size)
 
     def _predict(self, horizon: int) -> FloatArray:
         hist = self.history_
         offsets = np.zeros((len(self.levels_), horizon))
+        first = _first_index(self) + self.n_obs_ - hist.size
         for h in range(1, horizon + 1):
             # Beyond the history's reach, the longest lead it can show is the best guess of the spread.
             lag = min(h, hist.size - 1)
             if lag >= 1:
                 offsets[:, h - 1] = residual_offsets(
-                    hist[lag:] - hist[:-lag], self.levels_, self.step_s_, self.residual_half_life_s
+                    hist[lag:] - hist[:-lag],
+                    self.levels_,
+                    self.step_s_,
+                    self.residual_half_life_s,
+                    self.order_hints_.at(lag, first),
                 )
         out: FloatArray = hist[-1] + offsets
         return out
@@ -98,6 +111,7 @@ class SeasonalNaive(BaseForecaster):
     def _fit(self, y: FloatArray) -> None:
         if float(self.period_s) <= 0:
             raise ValueError(f"period_s must be > 0, got {self.period_s}")
+        self.order_hints_ = OrderHints()
         self._update(y)
 
     def _update(self, y: FloatArray) -> None:
@@ -105,6 +119,8 @@ class SeasonalNaive(BaseForecaster):
         self.fallback_ = y.size < period + 2
         self.period_steps_ = 1 if self.fallback_ else period
         self.history_ = y.copy()
+        # sort orders of the seasonal errors, kept while updates only append (see forecast.base.OrderHints)
+        self.order_hints_.advance(self.history_, _first_index(self))
 
     def _predict(self, horizon: int) -> FloatArray:
         y, period = self.history_, self.period_steps_
@@ -119,7 +135,11 @@ class SeasonalNaive(BaseForecaster):
             lag = min(int(k) * period, n - 1)
             if lag not in offsets_by_cycles:
                 offsets_by_cycles[lag] = residual_offsets(
-                    y[lag:] - y[:-lag], self.levels_, self.step_s_, self.residual_half_life_s
+                    y[lag:] - y[:-lag],
+                    self.levels_,
+                    self.step_s_,
+                    self.residual_half_life_s,
+                    self.order_hints_.at(lag, _first_index(self)),
                 )
             mask = cycles == k
             out[:, mask] = point[mask][None, :] + offsets_by_cycles[lag][:, None]

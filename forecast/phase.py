@@ -20,7 +20,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from forecast.base import DEFAULT_QUANTILES, BaseForecaster, residual_offsets
+from forecast.base import (
+    DEFAULT_QUANTILES,
+    BaseForecaster,
+    OrderHints,
+    residual_offset_rows,
+    residual_offsets,
+    sample_index,
+)
 from forecast.preprocessing import DAY_S, FloatArray
 
 #: Candidate periods, seconds: the boundaries traffic is scheduled or aggregated on.
@@ -125,6 +132,7 @@ class PhaseNaive(BaseForecaster):
         else:
             detected = detect_change_period(y[-int(self.residual_window) :], self.step_s_, min_share=self.min_share)
             self.period_bins_ = 1 if detected is None else round(detected / self.step_s_)
+        self.order_hints_ = OrderHints()
         self._update(y)
 
     def _update(self, y: FloatArray) -> None:
@@ -138,6 +146,14 @@ class PhaseNaive(BaseForecaster):
         end_index = round(self.start_ / self.step_s_) + self.n_obs_  # index since the Unix epoch, after the newest
         self.learn_first_index_ = end_index - self.history_.size
         self.offsets_cache_: dict[tuple[int, int], FloatArray] = {}
+        # The sort orders of the spreads' residuals, kept across updates that only append to the history (the
+        # spreads themselves are the same as learnt from scratch, bit for bit; see forecast.base.OrderHints).
+        # Positions for the hints: ``learn_first_index_`` rounds, which alternates for a start half a step off the
+        # grid (it only has to be consistent within one update, for the phases).
+        self.hint_first_index_ = sample_index(self.start_, self.step_s_) + self.n_obs_ - self.history_.size
+        if not hasattr(self, "order_hints_"):
+            self.order_hints_ = OrderHints()
+        self.order_hints_.advance(self.learn_series_, self.hint_first_index_)
         # The origin: the newest value and its phase.
         self.origin_value_ = float(y[-1])
         self.origin_index_ = end_index - 1
@@ -148,6 +164,49 @@ class PhaseNaive(BaseForecaster):
         # 1.03x (conv) and 1.43x (code) the naive forecast's pinball loss, differences 1.00x.
         return bool(self.multiplicative) and self.period_bins_ > 1
 
+    def _origin_set(self, origin_phase: int, lead: int) -> tuple[int, int, int, int]:
+        """(lag, first origin, spacing, count) of the history origins the spread at ``lead`` is learnt from: those at
+        ``origin_phase``, every period-th from the first, or every origin when there are fewer than 10 of those."""
+        size, period = self.learn_series_.size, self.period_bins_
+        lag = min(lead, size - 1)
+        origins = size - lag
+        first = (origin_phase - self.learn_first_index_) % period
+        count = -(-(origins - first) // period)
+        if count < 10:
+            return lag, 0, 1, origins
+        return lag, first, period, count
+
+    def _learn_together(self, origin_phase: int, horizon: int) -> None:
+        """Fill ``offsets_cache_`` for every lead whose origins are the same as another lead's in one pass
+        (``residual_offset_rows``): at the origin's phase, leads 1..period share their origins. Same spreads as
+        ``_offsets`` one lead at a time, bit for bit."""
+        if self.learn_series_.size < 2:
+            return
+        groups: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        for lead in range(1, horizon + 1):
+            if (origin_phase, lead) not in self.offsets_cache_:
+                lag, first, spacing, count = self._origin_set(origin_phase, lead)
+                groups.setdefault((first, spacing, count), []).append((lead, lag))
+        for (first, spacing, count), members in groups.items():
+            lags = tuple(lag for _, lag in members)
+            if len(lags) < 2 or len(set(lags)) < len(lags):
+                continue  # one lead (or capped lags): one at a time
+            position = self.hint_first_index_ + first  # keyed by the true phase: the phase labels can alternate
+            hints = self.order_hints_.at(("rows", position % spacing, lags), position, spacing)
+            rows = residual_offset_rows(
+                self.learn_series_,
+                first,
+                spacing,
+                count,
+                lags,
+                self.levels_,
+                self.step_s_ * spacing,
+                self.residual_half_life_s,
+                hints,
+            )
+            for (lead, _), row in zip(members, rows, strict=True):
+                self.offsets_cache_[(origin_phase, lead)] = row
+
     def _offsets(self, origin_phase: int, lead: int) -> FloatArray:
         """Quantiles of the change over ``lead`` steps from history origins at ``origin_phase`` (cached until the next
         update, which relearns them from the newest history)."""
@@ -156,24 +215,24 @@ class PhaseNaive(BaseForecaster):
         if cached is not None:
             return cached
         series = self.learn_series_
-        period = self.period_bins_
-        lag = min(lead, series.size - 1)
+        lag, first, spacing, count = self._origin_set(origin_phase, lead)
         if lag < 1:
             out: FloatArray = np.zeros(len(self.levels_))
         else:
-            origins = np.arange(series.size - lag)
-            starts = origins[(self.learn_first_index_ + origins) % period == origin_phase]
-            spacing_s = self.step_s_ * period  # same-phase origins are one period apart (for recency weights)
-            if starts.size < 10:  # too little same-phase history: every origin
-                starts, spacing_s = origins, self.step_s_
-            out = residual_offsets(
-                series[starts + lag] - series[starts], self.levels_, spacing_s, self.residual_half_life_s
+            # same-phase origins are one period apart (the spacing of their recency weights)
+            residuals = (
+                series[first + lag : first + lag + spacing * count : spacing]
+                - series[first : first + spacing * count : spacing]
             )
+            position = self.hint_first_index_ + first
+            hints = self.order_hints_.at((position % spacing if spacing > 1 else -1, lag), position, spacing)
+            out = residual_offsets(residuals, self.levels_, self.step_s_ * spacing, self.residual_half_life_s, hints)
         self.offsets_cache_[key] = out
         return out
 
     def _predict(self, horizon: int) -> FloatArray:
         origin_phase = self.origin_index_ % self.period_bins_
+        self._learn_together(origin_phase, horizon)
         offsets = np.stack([self._offsets(origin_phase, h) for h in range(1, horizon + 1)], axis=1)
         if self._in_ratios():
             out: FloatArray = np.expm1(math.log1p(max(self.origin_value_, 0.0)) + offsets)

@@ -72,16 +72,39 @@ class Forecast:
         object.__setattr__(self, "start", float(self.start))
         object.__setattr__(self, "step_s", float(self.step_s))
         object.__setattr__(self, "quantiles", MappingProxyType(straightened))
+        self._derive()
+
+    def _derive(self) -> None:
+        # Derived once, read on every tick (``at``, ``max_over``): not fields, so equality and repr ignore them.
+        object.__setattr__(self, "_levels", tuple(self.quantiles))
+        object.__setattr__(self, "_steps", len(next(iter(self.quantiles.values()))))
+
+    @classmethod
+    def _checked(
+        cls, start: float, step_s: float, levels: Sequence[float], rows: Sequence[Sequence[float]], model: str
+    ) -> Forecast:
+        """A forecast from values the caller has already validated: ``levels`` distinct, increasing, in (0, 1);
+        ``rows[i]`` the finite values of ``levels[i]``, all rows the same non-zero length, non-decreasing across
+        levels at every step; ``start`` and ``step_s`` finite floats, ``step_s > 0`` (what ``BaseForecaster.predict``
+        produces). Equal to ``Forecast(start, step_s, dict(zip(levels, rows)), model)``, without checking again."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "start", float(start))
+        object.__setattr__(self, "step_s", float(step_s))
+        quantiles = {float(level): tuple(row) for level, row in zip(levels, rows, strict=True)}
+        object.__setattr__(self, "quantiles", MappingProxyType(quantiles))
+        object.__setattr__(self, "model", model)
+        self._derive()
+        return self
 
     # Frozen dataclasses hash their fields, and a mapping is unhashable: say so explicitly instead of failing late.
     __hash__ = None  # type: ignore[assignment]
 
     def __len__(self) -> int:
-        return len(next(iter(self.quantiles.values())))
+        return self._steps  # type: ignore[attr-defined,no-any-return]
 
     @property
     def levels(self) -> tuple[float, ...]:
-        return tuple(self.quantiles)
+        return self._levels  # type: ignore[attr-defined,no-any-return]
 
     @property
     def horizon_s(self) -> float:
@@ -127,10 +150,13 @@ class Forecast:
         range raises ValueError rather than silently returning the nearest level: a policy asking for P95 from a
         forecast that stops at P90 would otherwise under-provision without anyone noticing.
         """
-        index = self.step_index(time)
+        return self._at_index(self.step_index(time), level)
+
+    def _at_index(self, index: int, level: float) -> float:
+        values = self.quantiles.get(level)
+        if values is not None:
+            return values[index]
         levels = self.levels
-        if level in self.quantiles:
-            return self.quantiles[level][index]
         if not levels[0] <= level <= levels[-1]:
             raise ValueError(f"level {level} is outside the forecast's levels {levels[0]}..{levels[-1]}")
         upper_pos = bisect.bisect_right(levels, level)
@@ -160,7 +186,10 @@ class Forecast:
         # hi is just inside the horizon, but the boundary tolerance of step_index can round it onto the next step
         first = self.step_index(lo)
         last = min(len(self) - 1, max(first, math.floor((hi - self.start) / self.step_s + _BOUNDARY_EPS)))
-        return max(self.at(self.start + i * self.step_s, level) for i in range(first, last + 1))
+        values = self.quantiles.get(level)
+        if values is not None:
+            return max(values[first : last + 1])
+        return max(self._at_index(i, level) for i in range(first, last + 1))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (levels become strings, as JSON keys must be)."""
