@@ -52,6 +52,8 @@ class ReplicaFloor:
     # Without a usable forecast, the scale-down stabilisation window is at least this (the lead time, seconds): a
     # replica the service needed within the last cold start is likely needed within the next.
     down_window_s: float = 0.0
+    # The share of the policy's target the reactive path runs at (core.headroom: earned by the forecast's coverage)
+    target_ratio: float = 1.0
 
 
 def _metric_is_stale(policy: ServicePolicy, obs: ServiceObservation) -> str | None:
@@ -139,6 +141,11 @@ def _prune(entries: tuple[tuple[float, int], ...], now: float, keep_s: float) ->
 
 
 @functools.lru_cache(maxsize=256)
+def _with_target_ratio(policy: ServicePolicy, ratio: float) -> ServicePolicy:
+    return replace(policy, target=policy.target * ratio)
+
+
+@functools.lru_cache(maxsize=256)
 def _with_down_window(policy: ServicePolicy, window_s: float) -> ServicePolicy:
     return replace(policy, scale_down=replace(policy.scale_down, stabilisation_s=window_s))
 
@@ -173,6 +180,11 @@ def decide_service(
     if current < policy.min_replicas:
         return decision(policy.min_replicas, Reason.AT_MIN_REPLICAS, f"below minReplicas {policy.min_replicas}"), state
 
+    if floor is not None and not floor.shadow:
+        if floor.target_ratio < 1.0:
+            policy = _with_target_ratio(policy, floor.target_ratio)
+        if floor.down_window_s > policy.scale_down.stabilisation_s:
+            policy = _with_down_window(policy, floor.down_window_s)
     stale = _metric_is_stale(policy, obs)
     guard = _slo_guard(policy, obs, current)
     if stale is not None:
@@ -194,8 +206,6 @@ def decide_service(
     if floor is not None:
         if not floor.usable:
             detail = f"{detail}; reactive only, {floor.reason.text.split(':')[0]} ({floor.detail})"
-            if floor.down_window_s > policy.scale_down.stabilisation_s and not floor.shadow:
-                policy = _with_down_window(policy, floor.down_window_s)
         elif floor.shadow:
             detail = f"{detail}; shadow forecast floor {floor.replicas} ({floor.detail})"
         else:

@@ -15,8 +15,11 @@ is earned, per service:
   the target is interpolated (``PARTIAL``). The coverage is over the accountability window (6 hours by default),
   so the target loosens again within hours when a forecast degrades, and the service earns it back the same way.
 
-Pure: the numbers come from the published forecast (``PublishedForecast.coverage`` and ``coverage_samples``), the caller
-applies the ratio (``apply_headroom``).
+The ratio applies to the *reactive* path only (``ReplicaFloor.target_ratio``, read by ``core.decide``): the forecast
+floor keeps turning demand into replicas at the full target. A floor that under-covers is what the reactive path's
+extra headroom makes up for; scaling the floor too would count the same doubt twice.
+
+Pure: the numbers come from the published forecast (``PublishedForecast.coverage`` and ``coverage_samples``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class HeadroomConfig:
     SLO at 1.362x the oracle's GPU-hours, 2.5 / 5 kept 99.74 % at 1.311x (the HPA: 99.29 % at 1.323x)."""
 
     min_scored: int = 30  # live scored forecasts needed before coverage is judged, count
+    # Without trust, a scale-down also waits as long as an HPA's does by default (its 300 s window), seconds
+    untrusted_down_window_s: float = 300.0
     full_trust_miss_ratio: float = 2.5  # at or below this many times the allowed misses: full trust, ratio
     no_trust_miss_ratio: float = 5.0  # at or above: no trust, ratio
 
@@ -62,15 +67,16 @@ DEFAULT_HEADROOM = HeadroomConfig()
 class Headroom:
     """The target ratio one service runs at this tick, and why."""
 
-    ratio: float  # multiplier on the spec's target (and ratePerReplica), in [untrusted ratio, 1]
+    ratio: float  # multiplier on the spec's target for the reactive path, in [untrusted ratio, 1]
     state: HeadroomState
     detail: str
     trust: float  # 0..1
     coverage: float | None = None  # share of scored demand at or below the provisioned quantile
     scored: int = 0
+    down_window_s: float = 0.0  # the scale-down window is at least this, seconds (0: the spec's)
 
 
-def earned_headroom(
+def _trust(
     policy: ServicePolicy,
     *,
     coverage: float | None,
@@ -79,7 +85,6 @@ def earned_headroom(
     why_unusable: str = "",
     config: HeadroomConfig = DEFAULT_HEADROOM,
 ) -> Headroom:
-    """The headroom of one ACTIVE forecasting service. ``usable``: the latest fit is fresh and judged reliable."""
     fp = policy.forecast
     assert fp is not None
     floor_ratio = fp.untrusted_target_ratio
@@ -105,15 +110,26 @@ def earned_headroom(
     return Headroom(ratio, HeadroomState.PARTIAL, f"{covered}: target x {ratio:.2f}", trust, coverage, scored)
 
 
-def apply_headroom(policy: ServicePolicy, headroom: Headroom) -> ServicePolicy:
-    """The policy the tick decides with: the target (and ratePerReplica, when set) times the headroom ratio."""
-    if headroom.ratio >= 1.0:
-        return policy
-    fp = policy.forecast
-    forecast = fp
-    if fp is not None and fp.rate_per_replica is not None:
-        forecast = dataclasses.replace(fp, rate_per_replica=fp.rate_per_replica * headroom.ratio)
-    return dataclasses.replace(policy, target=policy.target * headroom.ratio, forecast=forecast)
+def earned_headroom(
+    policy: ServicePolicy,
+    *,
+    coverage: float | None,
+    scored: int,
+    usable: bool,
+    why_unusable: str = "",
+    config: HeadroomConfig = DEFAULT_HEADROOM,
+) -> Headroom:
+    """The headroom of one ACTIVE forecasting service. ``usable``: the latest fit is fresh and judged reliable.
+    Without full trust the scale-down window also grows, towards ``untrusted_down_window_s`` as trust falls: a new
+    service starts no tighter than an HPA, in target and in how soon it gives replicas back."""
+    headroom = _trust(
+        policy, coverage=coverage, scored=scored, usable=usable, why_unusable=why_unusable, config=config
+    )
+    spec_window = policy.scale_down.stabilisation_s
+    if headroom.trust >= 1.0 or spec_window >= config.untrusted_down_window_s:
+        return headroom
+    window = spec_window + (1.0 - headroom.trust) * (config.untrusted_down_window_s - spec_window)
+    return dataclasses.replace(headroom, down_window_s=window)
 
 
 def wants_headroom(policy: ServicePolicy) -> bool:

@@ -26,7 +26,6 @@ from autoscaler.core.headroom import (
     DEFAULT_HEADROOM,
     Headroom,
     HeadroomConfig,
-    apply_headroom,
     earned_headroom,
     wants_headroom,
 )
@@ -210,16 +209,20 @@ def decide_tick(
     """One plan for every service of ``tick.policies``, and the state for the next tick."""
     config = config if config is not None else TickConfig()
     headrooms = earn_headrooms(tick, config.forecast)
-    if headrooms:
-        # Every later step (floors, the reactive path, arbitration) decides with the target the service has earned.
-        policies = dict(tick.policies)
-        for key, headroom in headrooms.items():
-            policies[key] = apply_headroom(policies[key], headroom)
-        tick = replace(tick, policies=MappingProxyType(policies))
     # Only a policy with spec.forecast has a view: without one, skip reading the snapshot's cold starts and GPUs.
     views = read_forecasts(tick, config.forecast, config.capacity) if _any_forecasting(tick.policies) else {}
-    if headrooms:
-        views = {k: replace(v, headroom=headrooms.get(k)) for k, v in views.items()}
+    for key, headroom in headrooms.items():
+        # The reactive path runs at the earned share of the target; the floor turns forecast demand into replicas at
+        # the full target (a floor that under-covers is the reactive path's to make up for, not the floor's).
+        view = views[key]
+        floor = view.floor
+        if floor is None and (headroom.ratio < 1.0 or headroom.down_window_s > 0):
+            floor = ReplicaFloor(0, Reason.FORECAST_MISSING, view.message or "no forecast", usable=False)
+        if floor is not None:
+            floor = replace(
+                floor, target_ratio=headroom.ratio, down_window_s=max(floor.down_window_s, headroom.down_window_s)
+            )
+        views[key] = replace(view, floor=floor, headroom=headroom)
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     plan = replace(plan, forecasts=MappingProxyType(views))

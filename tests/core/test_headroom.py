@@ -10,7 +10,7 @@ import pytest
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import decide_service
-from autoscaler.core.headroom import HeadroomConfig, HeadroomState, apply_headroom, earned_headroom
+from autoscaler.core.headroom import HeadroomConfig, HeadroomState, earned_headroom
 from autoscaler.core.model import (
     ControllerState,
     ForecastMode,
@@ -70,14 +70,15 @@ def test_ratio_one_turns_it_off_and_a_config_must_be_ordered() -> None:
         HeadroomConfig(full_trust_miss_ratio=3.0, no_trust_miss_ratio=2.0)
 
 
-def test_apply_headroom_scales_the_target_and_rate_per_replica() -> None:
-    with_rate = dataclasses.replace(POLICY, forecast=dataclasses.replace(P99, rate_per_replica=3.0))
-    learning = earned_headroom(with_rate, coverage=None, scored=0, usable=True)
-    applied = apply_headroom(with_rate, learning)
-    assert applied.target == pytest.approx(2.4)
-    assert applied.forecast is not None and applied.forecast.rate_per_replica == pytest.approx(2.25)
-    earned = earned_headroom(with_rate, coverage=1.0, scored=100, usable=True)
-    assert apply_headroom(with_rate, earned) is with_rate
+def test_the_floor_keeps_the_full_target_only_the_reactive_path_is_cooled() -> None:
+    # 24 req/s now, a forecast of 24 at P99: the floor asks 24 / 3.2 = 8, the untrusted reactive path 24 / 2.4 = 10
+    learning = PublishedForecast(POLICY.key, ForecastInput(flat_forecast(24.0), 0.0), "flat", 0.99, scored=5,
+                                 coverage=1.0, coverage_samples=5)
+    plan, _ = decide_tick(tick_at(60.0, 24.0, 8, learning), ControllerState())
+    view = plan.forecasts[POLICY.key]
+    assert view.floor is not None and view.floor.usable and view.floor.replicas == 8
+    assert view.floor.target_ratio == 0.75
+    assert plan.decisions[0].desired_replicas == 10 and "vs 2.4 per replica" in plan.decisions[0].detail
 
 
 # ---- in the tick -----------------------------------------------------------------------------------------------
@@ -186,3 +187,31 @@ def test_without_a_usable_forecast_the_scale_down_window_is_at_least_the_lead() 
     # 50 req/s at t=0 wants 20; the drop to 10 (4 replicas) waits until t=0 leaves the 90 s window (upstream's
     # window is (now - window, now]: at t=90 the t=0 recommendation is out); with the spec's 0 s it would go at t=15
     assert replicas == [20, 20, 20, 4, 4]
+
+
+def test_without_trust_a_scale_down_waits_as_long_as_an_hpa_and_earned_trust_gives_the_spec_window_back() -> None:
+    # The spec's window is 60 s; untrusted, a scale-down waits the HPA's 300 s; earned, the spec's 60 s again.
+    spec = dataclasses.replace(POLICY, scale_down=dataclasses.replace(POLICY.scale_down, stabilisation_s=60.0))
+    untrusted = earned_headroom(spec, coverage=None, scored=0, usable=False, why_unusable="no forecast")
+    assert untrusted.down_window_s == 300.0
+    half = earned_headroom(spec, coverage=0.9625, scored=100, usable=True)
+    assert half.down_window_s == pytest.approx(180.0)  # trust 0.5: half way
+    assert earned_headroom(spec, coverage=0.99, scored=100, usable=True).down_window_s == 0.0
+
+    def replicas_over_time(published: PublishedForecast | None) -> list[int]:
+        state, seen = ControllerState(), []
+        replicas = 10
+        for now, rate in ((0.0, 24.0), (15.0, 6.0), (120.0, 6.0), (285.0, 6.0), (300.0, 6.0), (315.0, 6.0)):
+            tick = dataclasses.replace(tick_at(now, rate, replicas, published), policies={POLICY.key: spec})
+            plan, state = decide_tick(tick, state)
+            replicas = plan.decisions[0].desired_replicas
+            seen.append(replicas)
+        return seen
+
+    # no forecast: 24 req/s at the untrusted 2.4 wants 10; the drop to 6 req/s (3 replicas) waits out 300 s
+    assert replicas_over_time(None) == [10, 10, 10, 10, 3, 3]
+    # an earned forecast of 6 req/s: the spec's 60 s window applies (3 at 6 / 3.2 -> 2, floor 2, min 1)
+    earned = PublishedForecast(POLICY.key, ForecastInput(flat_forecast(6.0), 0.0), "flat", 0.99, scored=200,
+                               coverage=0.995, coverage_samples=200)
+    seen = replicas_over_time(earned)
+    assert seen[:3] == [10, 10, 2]  # the first tick's replicas are its initial recommendation; 60 s later, down
