@@ -407,6 +407,22 @@ def residual_offset_rows(
     return np.stack([np.interp(at, cdf[r], v[r]) for r in range(len(lag_array))])
 
 
+def kept_order_hints(model: BaseForecaster) -> OrderHints:
+    """The model's ``order_hints_`` if it has them (a refit, or ones handed over with ``carry_order_hints``), else
+    new ones. They only make sorting cheaper; ``OrderHints.advance`` forgets whatever the new series invalidates."""
+    hints = getattr(model, "order_hints_", None)
+    return hints if isinstance(hints, OrderHints) else OrderHints()
+
+
+def carry_order_hints(previous: object, new: BaseForecaster) -> None:
+    """Hand the sort orders a fitted model kept (``OrderHints``) to a new, unfitted model of the same class about to
+    be fitted on the same series moved forward (a periodic refit), so the refit does not sort every residual set
+    from scratch. Does nothing for models without hints. The forecasts are the same either way."""
+    hints = getattr(previous, "order_hints_", None)
+    if isinstance(hints, OrderHints) and type(previous) is type(new):
+        new.order_hints_ = hints
+
+
 def quantiles_around(point: FloatArray, offsets: FloatArray, scale: FloatArray | float = 1.0) -> FloatArray:
     """``point[h] + offsets[level] * scale[h]``: a point forecast widened by (scaled) residual quantiles."""
     scale_arr = np.broadcast_to(np.asarray(scale, dtype=np.float64), point.shape)

@@ -10,7 +10,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from forecast.base import DEFAULT_QUANTILES, BaseForecaster, OrderHints, residual_offsets, sample_index
+from forecast.base import (
+    DEFAULT_QUANTILES,
+    BaseForecaster,
+    kept_order_hints,
+    residual_offsets,
+    sample_index,
+)
 from forecast.preprocessing import DAY_S, FloatArray
 
 
@@ -51,7 +57,7 @@ class LastValue(BaseForecaster):
     def _fit(self, y: FloatArray) -> None:
         if int(self.residual_window) < 2:
             raise ValueError(f"residual_window must be >= 2, got {self.residual_window}")
-        self.order_hints_ = OrderHints()
+        self.order_hints_ = kept_order_hints(self)
         self._update(y)
 
     def _update(self, y: FloatArray) -> None:
@@ -111,7 +117,7 @@ class SeasonalNaive(BaseForecaster):
     def _fit(self, y: FloatArray) -> None:
         if float(self.period_s) <= 0:
             raise ValueError(f"period_s must be > 0, got {self.period_s}")
-        self.order_hints_ = OrderHints()
+        self.order_hints_ = kept_order_hints(self)
         self._update(y)
 
     def _update(self, y: FloatArray) -> None:

@@ -24,6 +24,7 @@ from forecast.base import (
     DEFAULT_QUANTILES,
     BaseForecaster,
     OrderHints,
+    kept_order_hints,
     residual_offset_rows,
     residual_offsets,
     sample_index,
@@ -132,7 +133,7 @@ class PhaseNaive(BaseForecaster):
         else:
             detected = detect_change_period(y[-int(self.residual_window) :], self.step_s_, min_share=self.min_share)
             self.period_bins_ = 1 if detected is None else round(detected / self.step_s_)
-        self.order_hints_ = OrderHints()
+        self.order_hints_ = kept_order_hints(self)
         self._update(y)
 
     def _update(self, y: FloatArray) -> None:

@@ -217,13 +217,17 @@ class PredictivePolicy(CorePolicy):
         quantile = self.quantiles[index]
         try:
             if refit:
+                from forecast.base import carry_order_hints
                 from forecast.registry import BASELINE, make_model
 
                 # The forecaster must produce the level the service provisions for, plus the usual band.
                 levels = tuple(sorted({0.1, 0.5, 0.9, quantile}))
+                previous, previous_baseline = state.estimator, state.baseline
                 state.estimator = make_model(config.model, **{**config.model_params, "quantiles": levels})
+                carry_order_hints(previous, state.estimator)  # only makes the refit cheaper, same forecasts
                 state.estimator.fit(window, start=start, step_s=config.resolution_s)
                 state.baseline = make_model(BASELINE, quantiles=levels)
+                carry_order_hints(previous_baseline, state.baseline)
                 state.baseline.fit(window, start=start, step_s=config.resolution_s)
                 state.last_refit = state.last_update = now
             else:

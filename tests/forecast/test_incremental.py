@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sklearn.base import clone
 
-from forecast.base import BaseForecaster, OrderHints, residual_offset_rows, residual_offsets
+from forecast.base import BaseForecaster, OrderHints, carry_order_hints, residual_offset_rows, residual_offsets
 from forecast.baselines import LastValue, SeasonalNaive
 from forecast.phase import PhaseNaive
 from forecast.types import Forecast
@@ -118,13 +119,20 @@ def _windowed(n: int, rng: np.random.Generator, zeros: bool) -> np.ndarray:
     return y
 
 
-def _replay(model: BaseForecaster, y: np.ndarray, windows: list[tuple[int, int]], window_len: int) -> None:
-    """Fit on the first window, update on the rest; after each, the forecast equals the reference's exactly."""
+def _replay(
+    model: BaseForecaster, y: np.ndarray, windows: list[tuple[int, int]], window_len: int, refit_every: int = 0
+) -> BaseForecaster:
+    """Fit on the first window, update on the rest (every ``refit_every``-th: a new model fitted with the old one's
+    hints, as the simulator's hourly refit); after each, the forecast equals the reference's exactly."""
     for k, (end, offset) in enumerate(windows):
         first = max(0, end - window_len)
         series = y[first:end]
         start = (offset + first) * STEP
-        if k == 0:
+        if refit_every and k and k % refit_every == 0:
+            fresh = clone(model)
+            carry_order_hints(model, fresh)
+            model = fresh.fit(series, start=start, step_s=STEP)
+        elif k == 0:
             model.fit(series, start=start, step_s=STEP)
         else:
             model.update(series, start=start)
@@ -133,6 +141,7 @@ def _replay(model: BaseForecaster, y: np.ndarray, windows: list[tuple[int, int]]
         assert dict(forecast.quantiles) == expected, f"window {k} ({first}..{end})"
     # the orders kept from the previous predict were used for most sets (not relearnt from scratch)
     assert model.order_hints_.reused > len(windows) // 2
+    return model
 
 
 @pytest.mark.parametrize("zeros", [False, True], ids=["windows", "gap-windows"])
@@ -143,6 +152,15 @@ def test_updates_minute_by_minute_equal_learning_from_scratch(index: int, zeros:
     # the controller's pattern: every minute one new sample, the window sliding once full
     windows = [*((end, 1_000) for end in range(400, 1_000)), *((end, 1_000) for end in range(1_000, 2_501, 7))]
     _replay(model, y, windows, window_len=1_200)
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_refits_that_carry_the_hints_equal_learning_from_scratch(index: int) -> None:
+    model = _models()[index]
+    y = _windowed(2_000, np.random.default_rng(10 + index), zeros=index % 2 == 1)
+    windows = [(end, 500) for end in range(400, 2_000)]
+    last = _replay(model, y, windows, window_len=1_200, refit_every=60)
+    assert last is not model and last.order_hints_ is model.order_hints_  # handed over, and used
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
