@@ -664,6 +664,9 @@ class ControlPlane:
             f"--server-address=127.0.0.1:{self.ports['kwok']}",
             "--cidr=10.244.0.0/16",
             "--node-ip=10.240.0.1",
+            # kwok renews its nodes' Leases: without them the node controller sees every node miss its heartbeat
+            # (about every 50 s) and marks its pods Ready=False, and kwok never sets them back
+            "--node-lease-duration-seconds=40",
         ]
 
     # -- REST (setup and assertions; the code under test uses its own adapters) --

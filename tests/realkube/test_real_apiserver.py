@@ -652,3 +652,28 @@ def test_two_electors_one_lease(control_plane: ControlPlane, namespace: str, api
         assert time.monotonic() < deadline, "a never took over the expired lease"
         time.sleep(0.2)
     assert not b.is_leader()  # past its renew deadline
+
+
+def test_kwok_renews_its_nodes_leases(control_plane: ControlPlane) -> None:
+    """Without renewed node Leases the node controller marks every kwok node's pods Ready=False about every 50 s,
+    and kwok never sets them back: a long-lived pod would look unready to the controller for good."""
+    node = control_plane.nodes[0].name
+
+    def renew_time() -> str | None:
+        try:
+            lease = control_plane.request(
+                "GET", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+            )
+        except ApiError:  # 404 until kwok creates it
+            return None
+        return lease.get("spec", {}).get("renewTime")
+
+    deadline = time.monotonic() + 30
+    first = renew_time()
+    while time.monotonic() < deadline:
+        now = renew_time()
+        if first is not None and now is not None and now != first:
+            return
+        first = first or now
+        time.sleep(1)
+    pytest.fail(f"node {node}'s Lease was not renewed within 30 s (renewTime {first})")
