@@ -2,8 +2,10 @@
 ``deploy/base`` creates and with a token from the TokenRequest API, can do every action its tick takes, and what it
 must not do (read Secrets, delete pods directly, write whole Deployments, touch RBAC) is refused with 403.
 
-``kubectl`` is not on these machines, so the manifests are read from ``deploy/base`` directly (the ClusterRole,
-its binding and the ServiceAccount are plain objects there; kustomize only adds the namespace and labels).
+The manifests are read from ``deploy/base`` directly (the ClusterRole, its binding and the ServiceAccount are plain
+objects there; kustomize only adds the namespace and labels): a fast check of the role itself, action by action.
+``test_deploy_as_serviceaccount.py`` applies the production overlay with ``kubectl apply -k`` and runs
+``autoscaler run`` as its ServiceAccount end to end.
 """
 
 from __future__ import annotations
