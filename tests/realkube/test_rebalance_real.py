@@ -57,8 +57,11 @@ def deployment(name: str, replicas: int, product: str, scheduler: str) -> dict[s
                     "schedulerName": scheduler,
                     "nodeSelector": {GPU_PRODUCT_LABEL: product},
                     "containers": [
-                        {"name": "c", "image": "registry.k8s.io/pause:3.10",
-                         "resources": {"limits": {GPU_RESOURCE: "1"}}}
+                        {
+                            "name": "c",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"limits": {GPU_RESOURCE: "1"}},
+                        }
                     ],
                     "terminationGracePeriodSeconds": 0,
                 },
@@ -127,13 +130,16 @@ def world(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
         scheduler_name = f"gpu-placement-{tag}"
         # Two replicas, created before their scheduler runs: the test binds them, one per node, so the cluster starts
         # fragmented (7 + 7 free GPUs, no room for 8) whatever a scheduler would have chosen.
-        cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-                   deployment("chat", 2, product, scheduler_name))
+        cp.request(
+            "POST", f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment("chat", 2, product, scheduler_name)
+        )
         pending = cp.wait("two chat pods", lambda: names_if(pods_of(cp, namespace, "chat"), 2))
         for pod, node in zip(sorted(pending), nodes, strict=True):
             bind(cp, namespace, pod, node)
-        cp.wait("chat running on both nodes",
-                lambda: len(set(running(pods_of(cp, namespace, "chat")).values())) == 2 or None)
+        cp.wait(
+            "chat running on both nodes",
+            lambda: len(set(running(pods_of(cp, namespace, "chat")).values())) == 2 or None,
+        )
         cp.wait("chat Deployment ready", lambda: ready_replicas(cp, namespace) == 2 or None)
 
         settings = Settings(
@@ -145,9 +151,14 @@ def world(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
             tick_interval_seconds=1,
             tick_stall_seconds=60,
         )
-        adapters = Adapters(metrics=FakeMetricsSource(), cluster=KubeClusterReader(api_client),
-                            writer=KubeClusterWriter(api_client), policies=NoPolicies(), status_writer=None,
-                            node_pools=None)
+        adapters = Adapters(
+            metrics=FakeMetricsSource(),
+            cluster=KubeClusterReader(api_client),
+            writer=KubeClusterWriter(api_client),
+            policies=NoPolicies(),
+            status_writer=None,
+            node_pools=None,
+        )
         runtime = build_runtime(settings, adapters, refit=lambda now: None)
         assert runtime.extender is not None and runtime.controller.rebalance_config is not None
         runtime.start()
@@ -155,16 +166,24 @@ def world(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
         port = free_port()
         scheduler = Component(
             scheduler_name,
-            [str(cp.bin_dir / "kube-scheduler"), f"--config={config}", "--bind-address=127.0.0.1",
-             f"--secure-port={port}", f"--cert-dir={tmp_path / 'certs'}", "--v=2"],
+            [
+                str(cp.bin_dir / "kube-scheduler"),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={tmp_path / 'certs'}",
+                "--v=2",
+            ],
             cp.logs / f"{scheduler_name}.log",
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "KUBERNETES_"))}
         env["HOME"] = str(tmp_path)
         scheduler.start(env)
-        cp.wait(f"{scheduler_name} /healthz",
-                lambda: cp._http_ok(f"https://127.0.0.1:{port}/healthz", verify=False) or scheduler.dead() is not None,
-                timeout_s=60)
+        cp.wait(
+            f"{scheduler_name} /healthz",
+            lambda: cp._http_ok(f"https://127.0.0.1:{port}/healthz", verify=False) or scheduler.dead() is not None,
+            timeout_s=60,
+        )
         assert scheduler.dead() is None, scheduler.dead()
         yield World(cp, namespace, nodes, product, scheduler_name, runtime)
     finally:
@@ -186,8 +205,9 @@ def names_if(items: list[dict[str, Any]], count: int) -> list[str] | None:
 
 
 def ready_replicas(cp: ControlPlane, namespace: str) -> int:
-    return int(cp.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/chat").get("status", {}).get("readyReplicas")
-               or 0)
+    return int(
+        cp.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/chat").get("status", {}).get("readyReplicas") or 0
+    )
 
 
 def pass_after_a_tick(w: World) -> Any:
@@ -240,12 +260,23 @@ def test_a_replica_is_moved_and_the_waiting_8_gpu_pod_runs_on_the_freed_node(wor
 
 def test_a_pdb_allowing_no_disruption_keeps_every_replica_in_place(world: World) -> None:
     w = world
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat"},
-           "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "chat"}}}}
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "chat"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "chat"}}},
+    }
     w.cp.request("POST", f"/apis/policy/v1/namespaces/{w.namespace}/poddisruptionbudgets", pdb)
-    w.cp.wait("the disruption controller computed the budget", lambda: w.cp.get(
-        f"/apis/policy/v1/namespaces/{w.namespace}/poddisruptionbudgets/chat").get("status", {}).get("expectedPods")
-        == 2 or None)
+    w.cp.wait(
+        "the disruption controller computed the budget",
+        lambda: (
+            w.cp.get(f"/apis/policy/v1/namespaces/{w.namespace}/poddisruptionbudgets/chat")
+            .get("status", {})
+            .get("expectedPods")
+            == 2
+            or None
+        ),
+    )
     before = running_on(w, "chat")
     w.cp.request("POST", f"/api/v1/namespaces/{w.namespace}/pods", big_pod(w.product, w.scheduler_name))
     time.sleep(1.5)
