@@ -262,6 +262,14 @@ class OrderHints:
         self._spacing = 1
         self.reused = 0  # how many sorts started from a kept order (for tests and benchmarks)
 
+    # A cache, and up to a few hundred kB per model: not shipped with a model pickled between processes (the
+    # controller's refit workers send fitted models back); the first update after unpickling sorts from scratch.
+    def __getstate__(self) -> dict[str, object]:
+        return {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__()  # type: ignore[misc]
+
     def advance(self, series: FloatArray, first_index: int) -> None:
         """The model's series is now ``series``, its first sample at absolute step ``first_index``: keep the orders
         if the samples both series hold are identical and the series only moved forward, else forget them."""

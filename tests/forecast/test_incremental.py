@@ -297,3 +297,21 @@ def test_predicted_forecasts_equal_validated_ones_and_read_the_same(seed: int, s
         assert fast.max_over(t0, t1, level) == expected
         if fast.covers(t0):
             assert fast.at(t0, level) == _old_at(fast, t0, level)
+
+
+def test_a_pickled_model_leaves_its_kept_orders_behind_and_forecasts_the_same() -> None:
+    import pickle
+
+    model = PhaseNaive(quantiles=LEVELS, residual_window=600, period_s=600.0)
+    y = _windowed(1_000, np.random.default_rng(7), zeros=False)
+    model.fit(y[:900], start=0.0, step_s=STEP)
+    model.predict(HORIZON)
+    model.update(y[:901], start=0.0)
+    model.predict(HORIZON)
+    assert model.order_hints_._orders
+    copy = pickle.loads(pickle.dumps(model))
+    assert not copy.order_hints_._orders and len(pickle.dumps(model.order_hints_)) < 200
+    for end in range(902, 920):
+        model.update(y[:end], start=0.0)
+        copy.update(y[:end], start=0.0)
+        assert model.predict(HORIZON) == copy.predict(HORIZON)
