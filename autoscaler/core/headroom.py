@@ -24,7 +24,7 @@ Pure: the numbers come from the published forecast (``PublishedForecast.coverage
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -110,6 +110,7 @@ def _trust(
     return Headroom(ratio, HeadroomState.PARTIAL, f"{covered}: target x {ratio:.2f}", trust, coverage, scored)
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and its inputs change once a minute at most: a tick reads the last answer
 def earned_headroom(
     policy: ServicePolicy,
     *,
@@ -129,7 +130,8 @@ def earned_headroom(
     if headroom.trust >= 1.0 or spec_window >= config.untrusted_down_window_s:
         return headroom
     window = spec_window + (1.0 - headroom.trust) * (config.untrusted_down_window_s - spec_window)
-    return dataclasses.replace(headroom, down_window_s=window)
+    h = headroom
+    return Headroom(h.ratio, h.state, h.detail, h.trust, h.coverage, h.scored, window)
 
 
 def wants_headroom(policy: ServicePolicy) -> bool:

@@ -216,7 +216,10 @@ def decide_tick(
         # the full target (a floor that under-covers is the reactive path's to make up for, not the floor's).
         view = views[key]
         floor = view.floor
-        if floor is None and (headroom.ratio < 1.0 or headroom.down_window_s > 0):
+        if headroom.ratio >= 1.0 and headroom.down_window_s <= 0:  # earned: nothing changes in the decision
+            views[key] = replace(view, headroom=headroom)
+            continue
+        if floor is None:
             floor = ReplicaFloor(0, Reason.FORECAST_MISSING, view.message or "no forecast", usable=False)
         if floor is not None:
             floor = replace(

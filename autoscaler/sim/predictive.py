@@ -73,6 +73,12 @@ class _ServiceForecasting:
     sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
     reliable: bool = False
     reliability_detail: str = "no scored forecasts yet"
+    # the verdict's coverage of the provisioned quantile and the values behind it, as of the latest judgement
+    coverage: float | None = None
+    scored: int = 0
+    # what the tick reads, rebuilt only when the refit step publishes (as the controller's hand-off is)
+    published: PublishedForecast | None = None
+    published_from: ForecastInput | None = None
 
 
 class PredictivePolicy(CorePolicy):
@@ -130,15 +136,17 @@ class PredictivePolicy(CorePolicy):
                 self._observe(state, now, seen.request_rate, self.quantiles[index])
             self._maybe_refit(index, state, now)
             if state.latest is not None:
-                latest = dataclasses.replace(
-                    state.latest, reliable=state.reliable, reliability_detail=state.reliability_detail
-                )
-                scored = int(state.sums[0])
-                coverage = state.sums[4] / scored if scored > 0 else None
-                published[key] = PublishedForecast(
-                    key, latest, self.config.model, self.quantiles[index], scored=scored, coverage=coverage,
-                    coverage_samples=scored,
-                )
+                if state.published_from is not state.latest:
+                    latest = dataclasses.replace(
+                        state.latest, reliable=state.reliable, reliability_detail=state.reliability_detail
+                    )
+                    state.published = PublishedForecast(
+                        key, latest, self.config.model, self.quantiles[index], scored=state.scored,
+                        coverage=state.coverage, coverage_samples=state.scored,
+                    )
+                    state.published_from = state.latest
+                assert state.published is not None
+                published[key] = state.published
         return published
 
     def plan(self, step: int, now: float, observation: Observation, snapshot: ClusterSnapshot) -> Plan:
@@ -198,6 +206,8 @@ class PredictivePolicy(CorePolicy):
             model, base, max_ratio=config.reliability_max_ratio, min_samples=config.min_scored_samples
         )
         state.reliability_detail = f"live: {detail}"
+        state.scored = count
+        state.coverage = covered / count if count else None
 
     def _maybe_refit(self, index: int, state: _ServiceForecasting, now: float) -> None:
         config = self.config
