@@ -38,7 +38,7 @@ from forecast.types import Forecast, ForecastQuality, assess_reliability, pinbal
 
 @dataclass(frozen=True)
 class ForecastingConfig:
-    model: str = "last_value"  # a name from forecast.registry (see `autoscaler backtest --help`)
+    model: str = "phase_naive"  # a forecast.registry name (`autoscaler backtest --help`); the controller's default
     refit_s: float = 3600.0  # full refit period, seconds
     update_s: float = 300.0  # conditioning on new data with fitted parameters, seconds
     history_s: float = 7 * 86400.0  # training window, seconds
