@@ -33,6 +33,31 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
+def require_prometheus() -> str:
+    """The prometheus binary; without it the test is skipped, or fails under CI (CI must not go green by skipping)."""
+    import pytest
+
+    found = binaries()
+    if found is None:
+        message = "prometheus is not installed: apt-get install -y --no-install-recommends prometheus"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return found[0]
+
+
+def scrape_config(exporter_port: int, job: str = "dcgm") -> str:
+    """Scrape one exporter on 127.0.0.1 every second, keeping its namespace/pod labels (``honor_labels``, what the
+    GPU Operator's ServiceMonitor does)."""
+    return (
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: {job}\n"
+        "    honor_labels: true\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
+    )
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
-from tests.prometheus.promserver import LoopbackGetServer, PrometheusServer, binaries, in_ci
+from tests.prometheus.promserver import LoopbackGetServer, PrometheusServer, require_prometheus, scrape_config
 from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, REPO, ApiError, ControlPlane, GpuNode
 from tests.realkube.fault_proxy import FaultProxy
 from tests.runtime.controller_process import Controller, FaultRow, wait_for_leader, wait_until
@@ -200,20 +200,8 @@ def exporter(control_plane: ControlPlane) -> Iterator[PodGpuExporter]:
 
 @pytest.fixture(scope="module")
 def prometheus(exporter: PodGpuExporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    found = binaries()
-    if found is None:
-        message = "prometheus is not installed: apt-get install -y --no-install-recommends prometheus"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    config = (
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: dcgm\n"
-        "    honor_labels: true\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]\n"
-    )
-    server = PrometheusServer(found[0], tmp_path_factory.mktemp("faults-real-prom") / "data", config=config)
+    data = tmp_path_factory.mktemp("faults-real-prom") / "data"
+    server = PrometheusServer(require_prometheus(), data, config=scrape_config(exporter.port))
     server.start()
     yield server
     server.stop()

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from autoscaler.adapters.kubernetes.crd import generate_crd
 from tests.kube.fake_apiserver import FakeApiServer
-from tests.prometheus.promserver import PrometheusServer, binaries, free_port, in_ci
+from tests.prometheus.promserver import PrometheusServer, binaries, free_port, in_ci, scrape_config
 
 pytestmark = pytest.mark.integration
 
@@ -69,13 +69,7 @@ class GpuExporter:
 
 
 def prometheus_config(exporter_port: int) -> str:
-    return (
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: dcgm\n"
-        "    honor_labels: true\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
-    )
+    return scrape_config(exporter_port)
 
 
 def prom_has_samples(url: str) -> bool:

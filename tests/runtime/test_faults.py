@@ -32,7 +32,7 @@ from controller_process import FAULT_TABLE, Controller, FaultRow, wait_for_leade
 from autoscaler.adapters.kubernetes.crd import generate_crd
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
-from tests.prometheus.promserver import LoopbackGetServer, PrometheusServer, binaries, in_ci
+from tests.prometheus.promserver import LoopbackGetServer, PrometheusServer, require_prometheus, scrape_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -145,20 +145,8 @@ def exporter() -> Iterator[DcgmExporter]:
 
 @pytest.fixture(scope="module")
 def prometheus(exporter: DcgmExporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    found = binaries()
-    if found is None:
-        message = "prometheus is not installed: apt-get install -y --no-install-recommends prometheus"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    config = (
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: dcgm\n"
-        "    honor_labels: true\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]\n"
-    )
-    server = PrometheusServer(found[0], tmp_path_factory.mktemp("faults-prom") / "data", config=config)
+    data = tmp_path_factory.mktemp("faults-prom") / "data"
+    server = PrometheusServer(require_prometheus(), data, config=scrape_config(exporter.port))
     server.start()
     yield server
     server.stop()
