@@ -233,6 +233,12 @@ class CapacitySettings(_Group):
         ge=0,
         description="the forecast must keep a resumed gang's GPUs free this long (or its min runtime), seconds",
     )
+    consolidate_horizon_seconds: float = Field(
+        1800.0,
+        ge=0,
+        description="a busy burst node is emptied onto the cluster's own nodes when stopping lower-priority training "
+        "for its replicas costs less than keeping the node this long, seconds (0: only under-used nodes go back)",
+    )
     expanders: Annotated[list[Literal["least-waste", "cheapest", "priority"]], NoDecode] = Field(
         default_factory=lambda: ["least-waste", "cheapest"],
         description="burst pool choice, chained: each breaks the ties of the one before (comma-separated in env)",
@@ -280,6 +286,7 @@ class CapacitySettings(_Group):
             burst_idle_cooldown_s=self.burst_idle_cooldown_seconds,
             resume_after_s=self.resume_after_seconds,
             resume_horizon_s=self.resume_horizon_seconds,
+            consolidate_horizon_s=self.consolidate_horizon_seconds,
             preempt=self.preempt,
             burst=self.burst,
         )

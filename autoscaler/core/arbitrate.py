@@ -71,6 +71,10 @@ class CapacityConfig:
     # the forecast must keep a resumed gang's GPUs free for max(its minimum runtime, this), seconds: about a
     # checkpoint interval, so that a resumed gang is not stopped again before it has saved any work
     resume_horizon_s: float = 1800.0
+    # A burst node that stays busy (at least half used, or its pods fit nowhere else) is still emptied when stopping
+    # lower-priority training on the cluster's own nodes to make room for its pods costs less than keeping the node
+    # over this many seconds (0: never; the node is then given back only once it is under half used)
+    consolidate_horizon_s: float = 1800.0
     preempt: bool = True  # False: never stop training (burst only)
     burst: bool = True  # False: never add nodes (preempt only)
 
@@ -386,13 +390,83 @@ def arbitrate(
     else:
         short_since = None
         free_since = free_since if free_since is not None else now
+        lower = [c for c in candidates if c.gang not in taken]
         actions.extend(
-            _give_back(arb, config, pools, free, node_types, unneeded, resumable, workloads, notes)
+            _give_back(arb, config, pools, free, node_types, unneeded, resumable, workloads, notes, lower)
         )
     report = CapacityReport(
         tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes), tuple(pools)
     )
     return actions, report, CapacityState(short_since, free_since, unneeded, resumable)
+
+
+def _owner_key(arb: ArbitrationInput, node: str) -> str:
+    """The first managed service with a pod on ``node`` (the service an Event about emptying it goes to)."""
+    for pod in arb.snapshot.pods:
+        key = f"{pod.namespace}/{pod.owner_name}"
+        if pod.node == node and pod.owner_kind == "Deployment" and key in arb.policies:
+            return key
+    return ""
+
+
+def _consolidation(
+    arb: ArbitrationInput,
+    config: CapacityConfig,
+    pool: BurstPool,
+    node: str,
+    free: Mapping[str, int],
+    node_types: Mapping[str, str | None],
+    candidates: Sequence[GangCandidate],
+    reserve: int,
+) -> tuple[tuple[GangCandidate, ...], str] | str | None:
+    """Whether to empty the busy burst ``node`` onto the cluster's other nodes, stopping lower-priority training to
+    make room, because that costs less than keeping the node for ``consolidate_horizon_s``: the victims and the
+    reason; a string saying why not; None when not considered at all.
+
+    A burst node outlives its shortfall when inference's next scale-ups keep landing on it while the GPUs inference
+    gave back on the cluster's own nodes went to queued training: it then stays over half used for hours and the
+    half-used rule never gives it back. Keeping it costs its price for every GPU; emptying it costs what the victims
+    lose since their checkpoints, their GPUs for the horizon at ``training_gpu_hour_value``, and the SLO risk of a
+    cold start for each moved replica."""
+    horizon_s = config.consolidate_horizon_s
+    if horizon_s <= 0 or not config.preempt:
+        return None
+    pods = [p for p in arb.snapshot.pods if p.node == node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")]
+    if not pods:
+        return None
+    policies: list[ServicePolicy] = []
+    for pod in pods:
+        policy = arb.policies.get(f"{pod.namespace}/{pod.owner_name}") if pod.owner_kind == "Deployment" else None
+        if policy is None:
+            return f"{node} also runs {pod.namespace}/{pod.name}, not a managed replica: not emptied"
+        policies.append(policy)
+    priority = min(p.priority for p in policies)
+    gpus_per_replica = max(p.gpus for p in pods)
+    # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's
+    # extra demand over a boot must fit too, as for a spare node.
+    need = GpuNeed(len(pods) + math.ceil(reserve / gpus_per_replica), gpus_per_replica, pool.gpu_type)
+    elsewhere = {n: left for n, left in free.items() if n != node}
+    lower = [c for c in candidates if c.priority < priority and node not in c.gpus_by_node]
+    choice = choose_victims(need, elsewhere, lower, node_types)
+    if not choice.met:
+        return "stopping every preemptible lower-priority gang would not make room for its replicas elsewhere"
+    hours = horizon_s / 3600.0
+    victim_gpus = sum(v.gpus for v in choice.victims)
+    used = sum(p.gpus for p in pods)
+    cold_start_s = max(p.cold_start_s for p in policies)
+    move = (choice.lost_work_gpu_s / 3600.0 + victim_gpus * hours) * config.training_gpu_hour_value + (
+        used * cold_start_s / 3600.0 * config.slo_risk_per_gpu_hour
+    )
+    keep = pool.gpus_per_node * pool.price_per_gpu_hour * hours
+    stop = ", ".join(v.gang for v in choice.victims) or "nothing"
+    detail = (
+        f"{pool.name}: empty {node} ({used} GPU(s) of replicas) onto the cluster's own nodes, stopping {stop} "
+        f"({victim_gpus} GPUs, {choice.lost_work_gpu_s / 3600.0:.2f} GPU-h since checkpoint): cost {move:.2f} < "
+        f"keeping the node {keep:.2f} over {horizon_s:g}s"
+    )
+    if move >= keep:
+        return f"emptying {node} would cost {move:.2f} >= keeping it {keep:.2f} over {horizon_s:g}s"
+    return choice.victims, detail
 
 
 def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
@@ -416,6 +490,7 @@ def _give_back(
     resumable: dict[str, float],
     workloads: Mapping[str, WorkloadInfo],
     notes: list[str],
+    candidates: Sequence[GangCandidate] = (),
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended."""
     now = arb.now
@@ -446,12 +521,32 @@ def _give_back(
                 unneeded.pop(pool.name, None)
             else:
                 notes.append(f"{pool.name}: a node spare for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
-        else:
+            continue
+        busy = (
+            f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
+            f"elsewhere, {reserve} reserved for the forecast)"
+        )
+        emptiest = min(mine, key=lambda n: (-mine[n], n)) if mine else ""
+        plan = _consolidation(arb, config, pool, emptiest, free, node_types, candidates, reserve) if mine else None
+        if plan is None or isinstance(plan, str):
             unneeded.pop(pool.name, None)
-            notes.append(
-                f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
-                f"elsewhere, {reserve} reserved for the forecast)"
-            )
+            notes.append(busy if plan is None else f"{busy}; {plan}")
+            continue
+        victims, detail = plan
+        since = unneeded.setdefault(pool.name, now)
+        if now - since < config.burst_idle_cooldown_s:
+            notes.append(f"{detail}: for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
+            continue
+        detail = f"{detail}, for {now - since:.0f}s"
+        stopped = {v.gang for v in victims}
+        candidates = [c for c in candidates if c.gang not in stopped]
+        for victim in victims:
+            for node, gpus in victim.gpus_by_node.items():
+                if node in free:
+                    free[node] += gpus
+            actions.extend(_stop_actions(victim, workloads, detail, _owner_key(arb, emptiest)))
+        actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
+        unneeded.pop(pool.name, None)
     suspended = sorted(
         (w for w in workloads.values() if w.suspended and w.suspended_by_us_at is not None),
         key=lambda w: (-w.priority, w.suspended_by_us_at, w.namespace, w.name),

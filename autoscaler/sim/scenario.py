@@ -396,6 +396,11 @@ class Capacity(_Strict):
     )
     burst_idle_cooldown_seconds: float = Field(600.0, alias="burstIdleCooldownSeconds", ge=0, le=86400.0)
     resume_after_seconds: float = Field(300.0, alias="resumeAfterSeconds", ge=0, le=86400.0)
+    consolidate_horizon_seconds: float = Field(
+        1800.0, alias="consolidateHorizonSeconds", ge=0, le=86400.0,
+        description="a busy burst node is emptied when stopping training for its replicas costs less than keeping "
+        "it this long, seconds (0: never)",
+    )
     expanders: list[Literal["least-waste", "cheapest", "priority"]] = Field(
         default_factory=lambda: ["least-waste", "cheapest"], min_length=1, max_length=3
     )

@@ -110,6 +110,7 @@ def capacity_config(scenario: Scenario, pools: Sequence[NodePool] | None = None)
         assumed_shortfall_s=capacity.assumed_shortfall_seconds,
         burst_idle_cooldown_s=capacity.burst_idle_cooldown_seconds,
         resume_after_s=capacity.resume_after_seconds,
+        consolidate_horizon_s=capacity.consolidate_horizon_seconds,
     )
 
 

@@ -235,3 +235,90 @@ def test_a_service_pinned_to_a_gpu_type_takes_gpus_of_that_type_only() -> None:
     assert [(type(a), a.name) for a in actions] == [(SuspendWorkload, "dear-h100")]
     burst = [o for o in report.options if o.kind == "burst"]
     assert burst and burst[0].cost is None and "GPU type A100 is not H100" in burst[0].detail
+
+
+# A busy burst node: 5 of its 8 GPUs hold chat replicas, so the half-used rule keeps it; the cluster's own nodes are
+# full (n1 of chat, n2 of one training gang). Emptying it means stopping that gang.
+def _busy_burst(checkpoint_age: float = 1800.0, extra: tuple[PodInfo, ...] = ()) -> ClusterSnapshot:
+    pods = [replica(i, "n1") for i in range(8)] + [replica(10 + i, "b0") for i in range(5)]
+    pods += gang_pods("queued-in", ["n2"], checkpoint_age=checkpoint_age)
+    return ClusterSnapshot(NOW, pods=(*pods, *extra), nodes=(node("n1"), node("n2"), node("b0", pool="burst")),
+                           workloads=(job("queued-in"),))
+
+
+BUSY_POOL = replace(POOL, nodes=1)
+
+
+def _give_back_over(snapshot: ClusterSnapshot, config: CapacityConfig, minutes: int) -> list[tuple[int, object]]:
+    state = CapacityState()
+    out: list[tuple[int, object]] = []
+    for minute in range(minutes):
+        now = NOW + 60 * minute
+        actions, _, state = run(replace(snapshot, time=now), 13, config, state, now=now)
+        out += [(minute, a) for a in actions]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("case", "checkpoint_age", "horizon_s", "price", "emptied"),
+    [
+        # at minute 10 (the cooldown over): keep 8 GPUs x 4 $ x 0.5 h = 16 $; empty = the gang's 8 GPUs x 0.5 h x 2 $
+        # (8 $) + its work since the checkpoint, 8 GPUs x 825 s = 1.83 GPU-h x 2 $ (3.67 $) + 5 cold starts of 90 s
+        # x 20 $/GPU-h (2.5 $) = 14.17 $
+        ("training on-prem is cheaper than the burst node", 225.0, 1800.0, 4.0, True),
+        # checkpointed 600 s earlier: 8 GPUs x 1,500 s = 3.33 GPU-h lost, 6.67 $: 17.17 $ > 16 $
+        ("the gang would lose too much work", 900.0, 1800.0, 4.0, False),
+        # a cheap burst node (1 $/GPU-h: 4 $ over the horizon) is kept
+        ("the burst node is cheap", 225.0, 1800.0, 1.0, False),
+        ("consolidation off", 225.0, 0.0, 4.0, False),
+    ],
+)
+def test_busy_burst_node_emptied_when_stopping_training_costs_less(
+    case: str, checkpoint_age: float, horizon_s: float, price: float, emptied: bool
+) -> None:
+    pool = replace(BUSY_POOL, price_per_gpu_hour=price)
+    config = CapacityConfig(pools=(pool,), burst_idle_cooldown_s=600.0, consolidate_horizon_s=horizon_s)
+    snapshot = _busy_burst(checkpoint_age=checkpoint_age)
+    got = _give_back_over(snapshot, config, 12)
+    if not emptied:
+        assert got == [], case
+        return
+    # nothing before the cooldown; then, in one tick, the gang suspended and the node given back
+    assert [m for m, _ in got] == [10, 10], case
+    suspend, shrink = got[0][1], got[1][1]
+    assert isinstance(suspend, SuspendWorkload) and suspend.name == "queued-in"
+    assert suspend.reason is Reason.PREEMPT_FOR_INFERENCE and suspend.service == CHAT.key
+    assert isinstance(shrink, ScaleNodePool) and (shrink.nodes, shrink.previous_nodes) == (0, 1)
+    assert shrink.reason is Reason.BURST_SCALE_DOWN
+    assert "empty b0" in shrink.detail and "stopping job/ml/queued-in" in shrink.detail
+
+
+def test_busy_burst_node_whose_replicas_fit_elsewhere_goes_without_stopping_anything() -> None:
+    # 5 replicas on the burst node (over half used), 6 GPUs free on n2: no training to stop, only cold starts
+    pods = [replica(i, "n1") for i in range(8)] + [replica(10 + i, "b0") for i in range(5)]
+    pods += gang_pods("small", ["n2"], gpus=2)
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2"), node("b0", pool="burst")))
+    got = _give_back_over(snapshot, CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=600.0), 12)
+    assert [(m, type(a).__name__) for m, a in got] == [(10, "ScaleNodePool")]
+    assert "stopping nothing" in got[0][1].detail
+
+
+def test_burst_node_with_a_pod_we_do_not_manage_is_not_emptied() -> None:
+    stray = PodInfo("other", "batch-0", "b0", 1, 1000, "Running", True, "Deployment", "batch", created_at=NOW)
+    config = CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=0.0)
+    actions, report, _ = run(_busy_burst(extra=(stray,)), 13, config)
+    assert actions == []
+    assert any("not a managed replica" in note for note in report.notes), report.notes
+
+
+def test_busy_burst_node_kept_when_no_lower_priority_gang_makes_room() -> None:
+    # the gang on n2 (priority 500, preemptible by the rules) outranks this chat service (300): nothing may be
+    # stopped for it, the node stays and the note says why
+    pods = [replica(i, "n1") for i in range(8)] + [replica(10 + i, "b0") for i in range(5)]
+    pods += gang_pods("important", ["n2"], priority=500)
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2"), node("b0", pool="burst")),
+                               workloads=(job("important"),))
+    config = CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=0.0)
+    actions, report, _ = run(snapshot, 13, config, policy=replace(CHAT, priority=300))
+    assert actions == []
+    assert any("would not make room" in note for note in report.notes), report.notes

@@ -98,6 +98,13 @@ def test_capacity_settings_build_the_core_config(monkeypatch: pytest.MonkeyPatch
     assert isinstance(config, CapacityConfig)
     assert config.expanders == ("priority", "cheapest")
     assert [(p.name, p.gpus_per_node, p.boot_s, p.max_nodes) for p in config.pools] == [("cloud", 8, 240.0, 4)]
+    assert config.consolidate_horizon_s == 1800.0
+    monkeypatch.setenv("AUTOSCALER_CAPACITY__CONSOLIDATE_HORIZON_SECONDS", "0")
+    assert load_settings().capacity.to_config().consolidate_horizon_s == 0.0
+    monkeypatch.setenv("AUTOSCALER_CAPACITY__CONSOLIDATE_HORIZON_SECONDS", "-1")
+    with pytest.raises(SettingsError, match=r"capacity\.consolidate_horizon_seconds"):
+        load_settings()
+    monkeypatch.delenv("AUTOSCALER_CAPACITY__CONSOLIDATE_HORIZON_SECONDS")
     monkeypatch.setenv("AUTOSCALER_CAPACITY__EXPANDERS", "random")
     with pytest.raises(SettingsError, match=r"capacity\.expanders"):
         load_settings()
