@@ -872,6 +872,7 @@ class ForecastService:
             max_fit_age_periods=s.stale_after_periods,
             node_boot_s=s.node_boot_seconds,
             tick_interval_s=self.tick_interval_s,
+            contended_hold_s=s.contended_hold_seconds,
         )
 
     def record_leads(self, views: Mapping[str, ServiceForecastView]) -> None:

@@ -419,6 +419,14 @@ class ForecastSettings(_Group):
         description="added to the lead time when the cluster lacks free GPUs for the forecast's extra replicas "
         "(GPU node boot until allocatable), seconds",
     )
+    contended_hold_seconds: float = Field(
+        1800.0,
+        ge=0,
+        le=86400,
+        description="while lower-priority GPU work waits (pending GPU pods, suspended workloads), a scale-down keeps "
+        "what the forecast needs this much past the lead time, as far as the forecast reaches: the GPUs given back "
+        "go to that work, and taking them back before its next checkpoint loses its work (0: lead time only), seconds",
+    )
 
     @field_validator("auto_candidates", mode="before")
     @classmethod

@@ -181,12 +181,16 @@ def _free_by_node(snapshot: ClusterSnapshot) -> tuple[dict[str, int], dict[str, 
     return ready, booting
 
 
-def _needed_replicas(arb: ArbitrationInput, key: str, policy: ServicePolicy, t0: float, t1: float) -> int | None:
-    """Replicas the service's usable forecast asks for at its peak over [t0, t1], or None without one."""
+def _needed_replicas(
+    arb: ArbitrationInput, key: str, policy: ServicePolicy, t0: float, t1: float, quantile: float | None = None
+) -> int | None:
+    """Replicas the service's usable forecast asks for at its peak over [t0, t1] (at its provisioned quantile, or
+    ``quantile``), or None without one."""
     entry = arb.forecasts.get(key)
     if entry is None:
         return None
-    forecast, quantile, _ = entry
+    forecast, provisioned, _ = entry
+    quantile = provisioned if quantile is None else quantile
     rate = rate_per_replica(policy, arb.throughputs.get(key))
     if rate is None:
         return None
@@ -440,6 +444,16 @@ def _consolidation(
         if policy is None:
             return f"{node} also runs {pod.namespace}/{pod.name}, not a managed replica: not emptied"
         policies.append(policy)
+    # Moved replicas serve again only after a cold start: each service must carry its expected demand (the median
+    # forecast over that cold start) on the replicas it keeps elsewhere, or the move waits for a quieter moment.
+    for key, policy in {p.key: p for p in policies}.items():
+        moving = sum(1 for pod in pods if f"{pod.namespace}/{pod.owner_name}" == key)
+        keeps = _bound_replicas(arb.snapshot, policy) - moving
+        expected = _needed_replicas(arb, key, policy, arb.now, arb.now + policy.cold_start_s, quantile=0.5)
+        if expected is None:
+            return f"{key} has no usable forecast to tell whether it can spare {moving} replica(s) for a cold start"
+        if keeps < expected:
+            return f"{key} would keep {keeps} replica(s) elsewhere, its median forecast needs {expected}: not now"
     priority = min(p.priority for p in policies)
     gpus_per_replica = max(p.gpus for p in pods)
     # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's

@@ -161,3 +161,12 @@ def free_gpus_per_node(snapshot: ClusterSnapshot) -> dict[str, int]:
         if pod.node and pod.phase not in ("Succeeded", "Failed"):
             used[pod.node] = used.get(pod.node, 0) + pod.gpus
     return {n.name: max(0, n.allocatable_gpus - used.get(n.name, 0)) for n in snapshot.nodes}
+
+
+def lowest_waiting_gpu_priority(snapshot: ClusterSnapshot) -> int | None:
+    """The lowest priority of GPU work waiting for GPUs -- a pending pod that asks for GPUs, or a suspended
+    workload (by this controller or by a queue such as Kueue) -- or None when nothing waits. A GPU an inference
+    service gives back while lower-priority work waits is taken by that work at once."""
+    waiting = [p.priority for p in snapshot.pods if p.node is None and p.gpus > 0 and p.phase == "Pending"]
+    waiting += [w.priority for w in snapshot.workloads if w.suspended and sum(w.pod_gpus) > 0]
+    return min(waiting, default=None)

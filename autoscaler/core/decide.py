@@ -49,6 +49,7 @@ class ReplicaFloor:
     # A scale-down never goes below this: the replicas the forecast needs at any time from now to now + lead. A
     # replica removed and wanted back within its cold start costs a cold start of GPU time and saves nothing.
     hold: int = 0
+    hold_window_s: float = 0.0  # the seconds after now that ``hold`` covers (the lead, or longer under contention)
     # Without a usable forecast, the scale-down stabilisation window is at least this (the lead time, seconds): a
     # replica the service needed within the last cold start is likely needed within the next.
     down_window_s: float = 0.0
@@ -213,7 +214,7 @@ def decide_service(
                 recommendation, reason, detail = floor.replicas, floor.reason, f"{floor.detail}; {detail}"
             if recommendation < current and floor.hold > recommendation:
                 recommendation, reason = min(current, floor.hold), Reason.FORECAST_HOLD
-                detail = f"forecast needs {floor.hold} again within the cold start; {detail}"
+                detail = f"forecast needs {floor.hold} again within {floor.hold_window_s:.0f}s; {detail}"
             if floor.hold and current > recommendation >= current * (1.0 - policy.scale_down.tolerance):
                 # The forecast moves a little every minute; the HPA's scale-down tolerance keeps that from becoming
                 # a scale-down (and a scale-up back) every time.

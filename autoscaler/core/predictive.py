@@ -39,6 +39,10 @@ class PredictiveSettings:
     # scale-down accounts for the cost of coming back: never below what the forecast needs within the lead time,
     # and without a usable forecast a stabilisation window of at least the lead time
     cold_start_aware: bool = True
+    # and, while lower-priority GPU work waits for GPUs, what it needs this many seconds further (up to the
+    # forecast's end): a GPU given back goes to that work at once, and taking it back before the work's next
+    # checkpoint loses what it did since the last one
+    contended_hold_s: float = 0.0
 
 
 # The share of a replica's saturation throughput a utilisation-less signal (queue depth) is provisioned at.
@@ -115,15 +119,18 @@ def forecast_floor(
         )
     demand = forecast.max_over(target_time, target_time + window_s, settings.quantile)
     replicas = _replicas(demand, policy, settings)
-    hold = 0
+    hold, hold_end = 0, target_time
     if settings.cold_start_aware:
         # The demand between now and the floor's own window: a replica needed again before it could be ready.
-        hold = max(replicas, _replicas(forecast.max_over(now, target_time, settings.quantile), policy, settings))
+        hold_end = max(target_time, min(target_time + settings.contended_hold_s, forecast.end))
+        hold = max(replicas, _replicas(forecast.max_over(now, hold_end, settings.quantile), policy, settings))
     detail = (
         f"{forecast.model} P{settings.quantile * 100:g} forecast {demand:.4g} req/s at now+{lead_s:.0f}s "
         f"/ {settings.rate_per_replica:g} per replica"
     )
-    return ReplicaFloor(replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow, hold=hold)
+    return ReplicaFloor(
+        replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow, hold=hold, hold_window_s=hold_end - now
+    )
 
 
 def _replicas(demand: float, policy: ServicePolicy, settings: PredictiveSettings) -> int:

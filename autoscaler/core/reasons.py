@@ -68,7 +68,10 @@ _TEXT: dict[Reason, str] = {
     Reason.SCALING_DISABLED: "the Deployment is scaled to zero by hand: autoscaling is disabled for it",
     Reason.FORECAST_FLOOR: "forecast demand at now + cold start needs more replicas: scale up ahead of demand",
     Reason.FORECAST_UNRELIABLE: "forecast error is above its threshold: reactive scaling only",
-    Reason.FORECAST_HOLD: "scale-down held: the forecast needs these replicas again within a cold start",
+    Reason.FORECAST_HOLD: (
+        "scale-down held: the forecast needs these replicas again within a cold start (longer while lower-priority "
+        "GPU work waits to take them)"
+    ),
     Reason.FORECAST_MISSING: "no forecast fitted yet (too little history): reactive scaling only",
     Reason.FORECAST_STALE: "the latest forecast is too old or does not reach now + lead time: reactive scaling only",
     Reason.PREEMPT_FOR_INFERENCE: "low-priority training preempted (whole gang) to free GPUs for inference",

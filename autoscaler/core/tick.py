@@ -20,7 +20,13 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
-from autoscaler.core.cluster import ClusterSnapshot, cold_starts_by_service, free_gpus, preemptible_gpus
+from autoscaler.core.cluster import (
+    ClusterSnapshot,
+    cold_starts_by_service,
+    free_gpus,
+    lowest_waiting_gpu_priority,
+    preemptible_gpus,
+)
 from autoscaler.core.decide import ReplicaFloor, decide
 from autoscaler.core.headroom import (
     DEFAULT_HEADROOM,
@@ -84,6 +90,10 @@ class ForecastReadConfig:
     headroom: HeadroomConfig | None = DEFAULT_HEADROOM  # None: every service runs at its spec's target
     # scale-down holds what the forecast needs within the lead time, and waits a lead time without a forecast
     cold_start_aware: bool = True
+    # while lower-priority GPU work waits (pending GPU pods, suspended workloads), a scale-down also holds what the
+    # forecast needs this many seconds past the lead time, as far as the forecast reaches (about a training
+    # checkpoint interval; 0: only the lead time), seconds
+    contended_hold_s: float = 1800.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,7 @@ def read_forecasts(
     if capacity is not None and capacity.preempt:
         free += preemptible_gpus(tick.snapshot, capacity.training.preemptible_below_priority)
     views: dict[str, ServiceForecastView] = {}
+    waiting_priority = lowest_waiting_gpu_priority(tick.snapshot) if config.contended_hold_s > 0 else None
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         fp = policy.forecast
         if fp is None:
@@ -147,6 +158,11 @@ def read_forecasts(
             max_fit_age_periods=config.max_fit_age_periods,
             shadow=fp.mode is ForecastMode.SHADOW,
             cold_start_aware=config.cold_start_aware,
+            contended_hold_s=(
+                config.contended_hold_s
+                if waiting_priority is not None and waiting_priority < policy.priority
+                else 0.0
+            ),
         )
         try:
             floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)

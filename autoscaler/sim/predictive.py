@@ -49,6 +49,9 @@ class ForecastingConfig:
     reliability_max_ratio: float = 1.0  # unreliable above this pinball ratio to the seasonal-naive baseline
     min_scored_samples: int = 30  # scored values needed before a forecast is trusted
     accountability_s: float = 21_600.0  # forecast error is judged on values that arrived in this window, seconds
+    # while lower-priority GPU work waits, a scale-down keeps what the forecast needs this far past the lead time
+    # (the controller's forecast.contended_hold_seconds), seconds
+    contended_hold_s: float = 1800.0
 
 
 @dataclass
@@ -119,6 +122,7 @@ class PredictivePolicy(CorePolicy):
                 max_fit_age_periods=3.0,
                 node_boot_s=self.node_boot_s,
                 tick_interval_s=step_s,
+                contended_hold_s=self.config.contended_hold_s,
             ),
             capacity=self.capacity,
         )

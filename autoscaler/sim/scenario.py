@@ -211,6 +211,11 @@ class Forecasting(_Strict):
         1800.0, alias="minHistorySeconds", ge=0, le=366 * 86400.0,
         description="no forecast before this much history, seconds",
     )
+    contended_hold_seconds: float = Field(
+        1800.0, alias="contendedHoldSeconds", ge=0, le=86400.0,
+        description="while lower-priority GPU work waits, a scale-down keeps what the forecast needs this far past "
+        "the lead time (as far as the forecast reaches), seconds (the controller's forecast.contended_hold_seconds)",
+    )
     model_params: dict[str, Any] = Field(
         default_factory=dict,
         alias="modelParams",
@@ -267,6 +272,7 @@ class Forecasting(_Strict):
             horizon_s=self.horizon_seconds,
             min_history_s=self.min_history_seconds,
             model_params=dict(self.model_params),
+            contended_hold_s=self.contended_hold_seconds,
         )
 
 

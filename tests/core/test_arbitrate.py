@@ -13,6 +13,7 @@ from autoscaler.core.cluster import ClusterSnapshot, NodeInfo, PodInfo, Workload
 from autoscaler.core.model import (
     CapacityState,
     EvictPod,
+    MetricKind,
     Mode,
     ResumeWorkload,
     ScaleDecision,
@@ -22,6 +23,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import TrainingRules
+from forecast.types import Forecast
 
 NOW = 100_000.0
 CHAT = ServicePolicy("inference", "chat", max_replicas=40, priority=1000)
@@ -55,9 +57,15 @@ def decide(current: int, desired: int, mode: Mode = Mode.ACTIVE) -> ScaleDecisio
 
 
 def run(snapshot: ClusterSnapshot, desired: int, config: CapacityConfig, state: CapacityState | None = None,
-        now: float = NOW, policy: ServicePolicy = CHAT):
+        now: float = NOW, policy: ServicePolicy = CHAT, demand: float | None = None):
+    """``demand``: a flat forecast of that many requests/s (1 per replica; median and P99 alike), usable."""
     bound = sum(1 for p in snapshot.pods if p.owner_name == "chat" and p.node)
-    arb = ArbitrationInput(now, snapshot, {policy.key: policy}, [decide(bound, desired, policy.mode)])
+    forecasts = {}
+    if demand is not None:
+        policy = replace(policy, metric=MetricKind.REQUEST_RATE, target=1.0)
+        flat = Forecast(start=now, step_s=60.0, quantiles={0.5: (demand,) * 60, 0.99: (demand,) * 60}, model="flat")
+        forecasts[policy.key] = (flat, 0.99, 90.0)
+    arb = ArbitrationInput(now, snapshot, {policy.key: policy}, [decide(bound, desired, policy.mode)], forecasts)
     return arbitrate(arb, state or CapacityState(), config)
 
 
@@ -249,12 +257,13 @@ def _busy_burst(checkpoint_age: float = 1800.0, extra: tuple[PodInfo, ...] = ())
 BUSY_POOL = replace(POOL, nodes=1)
 
 
-def _give_back_over(snapshot: ClusterSnapshot, config: CapacityConfig, minutes: int) -> list[tuple[int, object]]:
+def _give_back_over(snapshot: ClusterSnapshot, config: CapacityConfig, minutes: int,
+                    demand: float = 8.0) -> list[tuple[int, object]]:
     state = CapacityState()
     out: list[tuple[int, object]] = []
     for minute in range(minutes):
         now = NOW + 60 * minute
-        actions, _, state = run(replace(snapshot, time=now), 13, config, state, now=now)
+        actions, _, state = run(replace(snapshot, time=now), 13, config, state, now=now, demand=demand)
         out += [(minute, a) for a in actions]
     return out
 
@@ -306,7 +315,7 @@ def test_busy_burst_node_whose_replicas_fit_elsewhere_goes_without_stopping_anyt
 def test_burst_node_with_a_pod_we_do_not_manage_is_not_emptied() -> None:
     stray = PodInfo("other", "batch-0", "b0", 1, 1000, "Running", True, "Deployment", "batch", created_at=NOW)
     config = CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=0.0)
-    actions, report, _ = run(_busy_burst(extra=(stray,)), 13, config)
+    actions, report, _ = run(_busy_burst(extra=(stray,)), 13, config, demand=8.0)
     assert actions == []
     assert any("not a managed replica" in note for note in report.notes), report.notes
 
@@ -319,6 +328,24 @@ def test_busy_burst_node_kept_when_no_lower_priority_gang_makes_room() -> None:
     snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2"), node("b0", pool="burst")),
                                workloads=(job("important"),))
     config = CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=0.0)
-    actions, report, _ = run(snapshot, 13, config, policy=replace(CHAT, priority=300))
+    actions, report, _ = run(snapshot, 13, config, policy=replace(CHAT, priority=300), demand=8.0)
     assert actions == []
     assert any("would not make room" in note for note in report.notes), report.notes
+
+
+@pytest.mark.parametrize(
+    ("demand", "emptied", "why"),
+    [
+        (8.0, True, ""),  # the 8 replicas on n1 carry the median demand while the 5 moved ones cold-start
+        (8.5, False, "would keep 8 replica(s) elsewhere, its median forecast needs 9: not now"),
+        (None, False, "has no usable forecast to tell whether it can spare 5 replica(s)"),
+    ],
+)
+def test_consolidation_waits_until_the_service_can_spare_the_moved_replicas(
+    demand: float | None, emptied: bool, why: str
+) -> None:
+    config = CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=0.0)
+    actions, report, _ = run(_busy_burst(checkpoint_age=225.0), 13, config, demand=demand)
+    assert any(isinstance(a, ScaleNodePool) for a in actions) is emptied
+    if why:
+        assert any(why in note for note in report.notes), report.notes

@@ -3,8 +3,6 @@ preemption, and the controller's arbitration over several ticks (a spike preempt
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import numpy as np
 import pytest
 
@@ -193,34 +191,41 @@ def test_generated_jobs_come_from_the_runtime_trace_and_the_seed() -> None:
     assert [j.submit_at for j in a] == sorted(j.submit_at for j in a)
 
 
-@pytest.mark.parametrize("horizon_s", [1800.0, 0.0])
-def test_busy_burst_node_is_consolidated_onto_the_clusters_own_nodes(tmp_path, horizon_s) -> None:  # type: ignore[no-untyped-def]
-    """The packaged mixed scenario's first 9 hours: the controller adds a burst node for a shortfall (at 6.8 h),
-    then inference's later scale-ups keep landing on it while queued training takes the GPUs inference gave back on
-    the on-prem nodes. With consolidation (the default) the node goes within about an hour, one gang suspended for
-    its replicas; with it off the node is still up at the end (it stayed 6 hours in the full run)."""
+def test_contended_hold_keeps_replicas_that_waiting_training_would_take_and_lose() -> None:
+    """The packaged mixed scenario's first 36 hours with and without the contended hold: while training waits for
+    GPUs, a scale-down keeps what the forecast needs over the next 1,800 s (as far as it reaches), so the GPUs are
+    not handed to a gang that the next window edge stops again. Fewer scaling actions, fewer gangs stopped, less
+    work lost, no burst node, and no request more outside the SLO (measured: 164 vs 569 actions, 13 vs 29 stops,
+    14.8 vs 44.1 GPU-hours lost, 0 vs 202 $ of burst; 1.5 % less training done: the held GPUs)."""
     import yaml
 
     from autoscaler.sim.run import run_scenario
-    from autoscaler.sim.scenario import SCENARIO_DIR, load_scenario
+    from autoscaler.sim.scenario import SCENARIO_DIR
 
-    data = yaml.safe_load((SCENARIO_DIR / "mixed-training.yaml").read_text())
-    data["durationSeconds"] = 9 * 3600
-    data.setdefault("capacity", {})["consolidateHorizonSeconds"] = horizon_s
-    data["services"][0]["simulation"]["trace"] = "builtin:servegen-m-large"
-    path = tmp_path / "mixed.yaml"
+    runs = {}
+    for hold_s in (1800.0, 0.0):
+        data = yaml.safe_load((SCENARIO_DIR / "mixed-training.yaml").read_text())
+        data["durationSeconds"] = 36 * 3600
+        data["forecasting"]["contendedHoldSeconds"] = hold_s
+        scenario = load_scenario_from(data)
+        runs[hold_s] = run_scenario(*scenario, ["predictive"]).runs["predictive"]
+    held, churned = runs[1800.0], runs[0.0]
+    assert held.scale_actions < churned.scale_actions / 2
+    assert held.preemptions < churned.preemptions
+    assert held.lost_training_gpu_seconds < churned.lost_training_gpu_seconds
+    assert held.requests_in_slo_steps >= churned.requests_in_slo_steps
+    assert held.burst_cost < churned.burst_cost
+
+
+def load_scenario_from(data: dict) -> tuple:  # type: ignore[type-arg]
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from autoscaler.sim.scenario import load_scenario
+
+    folder = Path(tempfile.mkdtemp(prefix="scenario-"))
+    path = folder / "mixed.yaml"
     path.write_text(yaml.safe_dump(data))
-    scenario, base = load_scenario(path)
-    run = run_scenario(scenario, base, ["predictive"]).runs["predictive"]
-    assert run.cluster is not None and run.burst_gpus is not None
-    burst_up = [i for i, gpus in enumerate(run.burst_gpus) if gpus > 0]
-    assert burst_up, "the scenario's first hours should need a burst node"
-    suspended_at = {t for t, op, _ in run.cluster.writes if op == "suspend_workload"}
-    sizes = [(t, args[1]) for t, op, args in run.cluster.writes if op == "scale"]
-    # a consolidation: the pool shrinks in the same tick as a gang is suspended for the node's replicas
-    consolidated = [t for (_, before), (t, nodes) in pairwise(sizes) if nodes < before and t in suspended_at]
-    if horizon_s == 0.0:
-        assert consolidated == [] and run.burst_gpus[-1] > 0
-    else:
-        assert consolidated and run.burst_gpus[-1] == 0
-        assert run.requests_in_slo_steps / run.requests > 0.99
+    return load_scenario(path)
