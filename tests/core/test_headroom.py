@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.cluster import ClusterSnapshot, PodInfo, WorkloadInfo
 from autoscaler.core.decide import decide_service
 from autoscaler.core.headroom import HeadroomConfig, HeadroomState, earned_headroom
 from autoscaler.core.model import (
@@ -215,3 +215,54 @@ def test_without_trust_a_scale_down_waits_as_long_as_an_hpa_and_earned_trust_giv
                                coverage=0.995, coverage_samples=200)
     seen = replicas_over_time(earned)
     assert seen[:3] == [10, 10, 2]  # the first tick's replicas are its initial recommendation; 60 s later, down
+
+
+# ---- the contended hold: a GPU given back while lower-priority GPU work waits -----------------------------------
+
+
+def edge_forecast() -> Forecast:
+    """32 req/s in the first minute, 16 req/s from then on, 48 req/s again from minute 20 (the next edge) to the
+    forecast's end at minute 30."""
+    values = [32.0] + [16.0] * 19 + [48.0] * 10
+    return Forecast(start=0.0, step_s=60.0, quantiles={0.5: values, 0.99: values}, model="edge")
+
+
+def _waiting_pod(priority: int, gpus: int = 8) -> PodInfo:
+    return PodInfo("ml", f"trainer-{priority}", None, gpus, priority, "Pending", False, "Job", "trainer")
+
+
+@pytest.mark.parametrize(
+    ("case", "pods", "workloads", "hold_s", "desired", "window_s"),
+    [
+        # demand falls to 16 req/s (5 replicas at 3.2) at now + lead; nothing waits: follow it down as far as the
+        # cold start allows (the first minute still needs 32 / 3.2 = 10)
+        ("nothing waits", (), (), 1800.0, 10, 90),
+        # a lower-priority trainer waits for GPUs: keep what the next edge (minute 20, 48 req/s -> 15) needs; the
+        # hold reaches the forecast's end (1,800 s), not now + lead + 1,800 s
+        ("lower-priority pod pending", (_waiting_pod(100),), (), 1800.0, 15, 1800),
+        ("lower-priority workload suspended", (), (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),),
+         1800.0, 15, 1800),
+        # a higher-priority pod waiting takes the GPUs before anything of ours would: no reason to hold
+        ("only higher-priority work waits", (_waiting_pod(5000),), (), 1800.0, 10, 90),
+        # a pending pod without GPUs is not waiting for ours
+        ("a CPU pod pending", (_waiting_pod(100, gpus=0),), (), 1800.0, 10, 90),
+        # 600 s past the lead (690 s) ends before the edge
+        ("hold shorter than the gap", (_waiting_pod(100),), (), 600.0, 10, 690),
+        ("hold off", (_waiting_pod(100),), (), 0.0, 10, 90),
+    ],
+)
+def test_contended_hold(case: str, pods: tuple, workloads: tuple, hold_s: float, desired: int,  # type: ignore[type-arg]
+                        window_s: int) -> None:
+    policy = dataclasses.replace(POLICY, scale_down=dataclasses.replace(POLICY.scale_down, stabilisation_s=0.0),
+                                 priority=1000)
+    earned = PublishedForecast(policy.key, ForecastInput(edge_forecast(), 0.0), "edge", 0.99, scored=200,
+                               coverage=0.995, coverage_samples=200)
+    tick = tick_at(0.0, 16.0, 20, earned)
+    tick = dataclasses.replace(tick, policies={policy.key: policy},
+                               snapshot=ClusterSnapshot(0.0, pods=pods, workloads=workloads))
+    config = TickConfig(ForecastReadConfig(contended_hold_s=hold_s))
+    plan, _ = decide_tick(tick, ControllerState(), config)
+    decision = plan.decisions[0]
+    assert decision.desired_replicas == desired, (case, decision.detail)
+    assert decision.reason is Reason.FORECAST_HOLD, case
+    assert f"again within {window_s}s" in decision.detail, (case, decision.detail)
