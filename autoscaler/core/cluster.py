@@ -167,6 +167,19 @@ def lowest_waiting_gpu_priority(snapshot: ClusterSnapshot) -> int | None:
     """The lowest priority of GPU work waiting for GPUs -- a pending pod that asks for GPUs, or a suspended
     workload (by this controller or by a queue such as Kueue) -- or None when nothing waits. A GPU an inference
     service gives back while lower-priority work waits is taken by that work at once."""
-    waiting = [p.priority for p in snapshot.pods if p.node is None and p.gpus > 0 and p.phase == "Pending"]
+    # A pod no ready node could ever hold (more GPUs than any node of its type has) is not waiting for ours.
+    largest: dict[str | None, int] = {}
+    for node in snapshot.nodes:
+        if node.ready:
+            largest[node.gpu_product] = max(largest.get(node.gpu_product, 0), node.allocatable_gpus)
+    biggest = max(largest.values(), default=0)
+    waiting = [
+        p.priority
+        for p in snapshot.pods
+        if p.node is None
+        and p.gpus > 0
+        and p.phase == "Pending"
+        and p.gpus <= (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))
+    ]
     waiting += [w.priority for w in snapshot.workloads if w.suspended and sum(w.pod_gpus) > 0]
     return min(waiting, default=None)

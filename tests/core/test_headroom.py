@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from autoscaler.core.cluster import ClusterSnapshot, PodInfo, WorkloadInfo
+from autoscaler.core.cluster import ClusterSnapshot, NodeInfo, PodInfo, WorkloadInfo
 from autoscaler.core.decide import decide_service
 from autoscaler.core.headroom import HeadroomConfig, HeadroomState, earned_headroom
 from autoscaler.core.model import (
@@ -244,8 +244,9 @@ def _waiting_pod(priority: int, gpus: int = 8) -> PodInfo:
          1800.0, 15, 1800),
         # a higher-priority pod waiting takes the GPUs before anything of ours would: no reason to hold
         ("only higher-priority work waits", (_waiting_pod(5000),), (), 1800.0, 10, 90),
-        # a pending pod without GPUs is not waiting for ours
+        # a pending pod without GPUs is not waiting for ours, nor one no node could hold (16 GPUs, 8-GPU nodes)
         ("a CPU pod pending", (_waiting_pod(100, gpus=0),), (), 1800.0, 10, 90),
+        ("a pod no node can hold", (_waiting_pod(100, gpus=16),), (), 1800.0, 10, 90),
         # 600 s past the lead (690 s) ends before the edge
         ("hold shorter than the gap", (_waiting_pod(100),), (), 600.0, 10, 690),
         ("hold off", (_waiting_pod(100),), (), 0.0, 10, 90),
@@ -259,7 +260,8 @@ def test_contended_hold(case: str, pods: tuple, workloads: tuple, hold_s: float,
                                coverage=0.995, coverage_samples=200)
     tick = tick_at(0.0, 16.0, 20, earned)
     tick = dataclasses.replace(tick, policies={policy.key: policy},
-                               snapshot=ClusterSnapshot(0.0, pods=pods, workloads=workloads))
+                               snapshot=ClusterSnapshot(0.0, pods=pods, workloads=workloads,
+                                                        nodes=(NodeInfo("n1", 8, "A100", None, True),)))
     config = TickConfig(ForecastReadConfig(contended_hold_s=hold_s))
     plan, _ = decide_tick(tick, ControllerState(), config)
     decision = plan.decisions[0]
