@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -163,23 +164,68 @@ def free_gpus_per_node(snapshot: ClusterSnapshot) -> dict[str, int]:
     return {n.name: max(0, n.allocatable_gpus - used.get(n.name, 0)) for n in snapshot.nodes}
 
 
-def lowest_waiting_gpu_priority(snapshot: ClusterSnapshot) -> int | None:
-    """The lowest priority of GPU work waiting for GPUs -- a pending pod that asks for GPUs, or a suspended
-    workload (by this controller or by a queue such as Kueue) -- or None when nothing waits. A GPU an inference
-    service gives back while lower-priority work waits is taken by that work at once."""
-    # A pod no ready node could ever hold (more GPUs than any node of its type has) is not waiting for ours.
+@dataclass(frozen=True, slots=True)
+class WaitingGpuWork:
+    """GPU work waiting for GPUs: a pending pod, or one pod of a suspended workload."""
+
+    priority: int
+    gpus: int  # GPUs one of its pods needs on one node
+    gpu_product: str | None = None  # the GPU type it selects; None = any
+
+
+def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
+    """Pending pods that ask for GPUs, and suspended workloads (by this controller or by a queue such as Kueue),
+    each as its largest pod. A pending pod no ready node of its type could ever hold (more GPUs than any such node
+    has) is left out: it waits for nothing an inference service gives back."""
     largest: dict[str | None, int] = {}
     for node in snapshot.nodes:
         if node.ready:
             largest[node.gpu_product] = max(largest.get(node.gpu_product, 0), node.allocatable_gpus)
     biggest = max(largest.values(), default=0)
-    waiting = [
-        p.priority
+    out = [
+        WaitingGpuWork(p.priority, p.gpus, p.gpu_product)
         for p in snapshot.pods
         if p.node is None
         and p.gpus > 0
         and p.phase == "Pending"
         and p.gpus <= (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))
     ]
-    waiting += [w.priority for w in snapshot.workloads if w.suspended and sum(w.pod_gpus) > 0]
-    return min(waiting, default=None)
+    out += [
+        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product)
+        for w in snapshot.workloads
+        if w.suspended and w.pod_gpus and max(w.pod_gpus) > 0
+    ]
+    return out
+
+
+def replicas_before_a_hole(
+    snapshot: ClusterSnapshot, namespace: str, deployment: str, gpus_per_replica: int, waiting: Sequence[WaitingGpuWork]
+) -> int | None:
+    """The fewest of the Deployment's replicas whose removal -- all from one node, the most a scale-down can do for
+    one node -- would leave that node with free GPUs enough for one of the ``waiting`` pods; None when no removal
+    would (the waiting pods need more than the free GPUs and the service's GPUs on any node together, or already fit
+    where they are: they wait for something else). A smaller scale-down hands the waiting work nothing it can use."""
+    free = free_gpus_per_node(snapshot)
+    ours: dict[str, int] = {}
+    for pod in snapshot.pods:
+        if (
+            pod.node
+            and pod.owner_kind == "Deployment"
+            and pod.owner_name == deployment
+            and pod.namespace == namespace
+            and pod.phase not in ("Succeeded", "Failed")
+        ):
+            ours[pod.node] = ours.get(pod.node, 0) + pod.gpus
+    fewest: int | None = None
+    for node in snapshot.nodes:
+        held = ours.get(node.name, 0)
+        if not node.ready or held <= 0:
+            continue
+        for work in waiting:
+            if work.gpu_product is not None and work.gpu_product != node.gpu_product:
+                continue
+            deficit = work.gpus - free.get(node.name, 0)
+            if 0 < deficit <= held:
+                k = math.ceil(deficit / max(1, gpus_per_replica))
+                fewest = k if fewest is None else min(fewest, k)
+    return fewest

@@ -50,6 +50,10 @@ class ReplicaFloor:
     # replica removed and wanted back within its cold start costs a cold start of GPU time and saves nothing.
     hold: int = 0
     hold_window_s: float = 0.0  # the seconds after now that ``hold`` covers (the lead, or longer under contention)
+    # What the forecast needs over a longer window while lower-priority GPU work waits (``core.tick`` folds it into
+    # ``hold`` for the scale-downs that would hand that work GPUs it can use), and that window, seconds
+    contended_hold: int = 0
+    contended_window_s: float = 0.0
     # Without a usable forecast, the scale-down stabilisation window is at least this (the lead time, seconds): a
     # replica the service needed within the last cold start is likely needed within the next.
     down_window_s: float = 0.0

@@ -40,8 +40,8 @@ class PredictiveSettings:
     # and without a usable forecast a stabilisation window of at least the lead time
     cold_start_aware: bool = True
     # and, while lower-priority GPU work waits for GPUs, what it needs this many seconds further (up to the
-    # forecast's end): a GPU given back goes to that work at once, and taking it back before the work's next
-    # checkpoint loses what it did since the last one
+    # forecast's end), as ``ReplicaFloor.contended_hold``: a GPU given back goes to that work at once, and taking it
+    # back before the work's next checkpoint loses what it did since the last one
     contended_hold_s: float = 0.0
 
 
@@ -119,17 +119,21 @@ def forecast_floor(
         )
     demand = forecast.max_over(target_time, target_time + window_s, settings.quantile)
     replicas = _replicas(demand, policy, settings)
-    hold, hold_end = 0, target_time
+    hold = contended = 0
+    contended_end = target_time
     if settings.cold_start_aware:
         # The demand between now and the floor's own window: a replica needed again before it could be ready.
-        hold_end = max(target_time, min(target_time + settings.contended_hold_s, forecast.end))
-        hold = max(replicas, _replicas(forecast.max_over(now, hold_end, settings.quantile), policy, settings))
+        hold = max(replicas, _replicas(forecast.max_over(now, target_time, settings.quantile), policy, settings))
+        contended_end = max(target_time, min(target_time + settings.contended_hold_s, forecast.end))
+        if contended_end > target_time:
+            contended = max(hold, _replicas(forecast.max_over(now, contended_end, settings.quantile), policy, settings))
     detail = (
         f"{forecast.model} P{settings.quantile * 100:g} forecast {demand:.4g} req/s at now+{lead_s:.0f}s "
         f"/ {settings.rate_per_replica:g} per replica"
     )
     return ReplicaFloor(
-        replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow, hold=hold, hold_window_s=hold_end - now
+        replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow, hold=hold, hold_window_s=lead_s,
+        contended_hold=contended, contended_window_s=contended_end - now,
     )
 
 

@@ -24,8 +24,10 @@ from autoscaler.core.cluster import (
     ClusterSnapshot,
     cold_starts_by_service,
     free_gpus,
-    lowest_waiting_gpu_priority,
+    free_gpus_per_node,
     preemptible_gpus,
+    replicas_before_a_hole,
+    waiting_gpu_work,
 )
 from autoscaler.core.decide import ReplicaFloor, decide
 from autoscaler.core.headroom import (
@@ -130,7 +132,9 @@ def read_forecasts(
     if capacity is not None and capacity.preempt:
         free += preemptible_gpus(tick.snapshot, capacity.training.preemptible_below_priority)
     views: dict[str, ServiceForecastView] = {}
-    waiting_priority = lowest_waiting_gpu_priority(tick.snapshot) if config.contended_hold_s > 0 else None
+    waiting = waiting_gpu_work(tick.snapshot) if config.contended_hold_s > 0 else []
+    ready_nodes = {n.name for n in tick.snapshot.nodes if n.ready}
+    free_ready = sum(left for n, left in free_gpus_per_node(tick.snapshot).items() if n in ready_nodes)
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         fp = policy.forecast
         if fp is None:
@@ -158,12 +162,15 @@ def read_forecasts(
             max_fit_age_periods=config.max_fit_age_periods,
             shadow=fp.mode is ForecastMode.SHADOW,
             cold_start_aware=config.cold_start_aware,
-            contended_hold_s=(
-                config.contended_hold_s
-                if waiting_priority is not None and waiting_priority < policy.priority
-                else 0.0
-            ),
         )
+        lower = [w for w in waiting if w.priority < policy.priority]
+        hole_after = (
+            replicas_before_a_hole(tick.snapshot, policy.namespace, policy.name, policy.gpus_per_replica, lower)
+            if lower
+            else None
+        )
+        if hole_after is not None:
+            settings = replace(settings, contended_hold_s=config.contended_hold_s)
         try:
             floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
             seen = tick.observation.services.get(key)
@@ -175,6 +182,17 @@ def read_forecasts(
                     floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
                 if floor is not None and floor.usable and not floor.shadow:
                     free -= min(free, max(0, floor.replicas - current) * policy.gpus_per_replica)
+            if floor is not None and hole_after is not None and floor.contended_hold > floor.hold:
+                # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
+                # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window.
+                smallest = min(w.gpus for w in lower)
+                comeback = (floor.contended_hold - current) * policy.gpus_per_replica
+                if smallest + comeback > free_ready:
+                    # A scale-down of fewer than ``hole_after`` replicas frees no node enough for the waiting work:
+                    # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.
+                    held = max(floor.hold, min(floor.contended_hold, current - (hole_after - 1)))
+                    if held > floor.hold:
+                        floor = replace(floor, hold=held, hold_window_s=floor.contended_window_s)
         except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
             floor = ReplicaFloor(0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False)
         views[key] = replace(

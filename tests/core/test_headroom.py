@@ -221,9 +221,9 @@ def test_without_trust_a_scale_down_waits_as_long_as_an_hpa_and_earned_trust_giv
 
 
 def edge_forecast() -> Forecast:
-    """32 req/s in the first minute, 16 req/s from then on, 48 req/s again from minute 20 (the next edge) to the
+    """32 req/s in the first minute, 16 req/s from then on, 56 req/s again from minute 20 (the next edge) to the
     forecast's end at minute 30."""
-    values = [32.0] + [16.0] * 19 + [48.0] * 10
+    values = [32.0] + [16.0] * 19 + [56.0] * 10
     return Forecast(start=0.0, step_s=60.0, quantiles={0.5: values, 0.99: values}, model="edge")
 
 
@@ -231,37 +231,59 @@ def _waiting_pod(priority: int, gpus: int = 8) -> PodInfo:
     return PodInfo("ml", f"trainer-{priority}", None, gpus, priority, "Pending", False, "Job", "trainer")
 
 
+def _chat(node: str, count: int, first: int) -> tuple[PodInfo, ...]:
+    return tuple(PodInfo("ml", f"chat-{first + i}", node, 1, 1000, "Running", True, "Deployment", "chat")
+                 for i in range(count))
+
+
+# 20 chat replicas on three 8-GPU nodes: n1 and n2 full, n3 with 4 (4 GPUs free): an 8-GPU trainer could start on n3
+# once 4 of the replicas there go, so a scale-down of 4 or more hands it GPUs, a smaller one does not; once it runs
+# there, 4 + the replicas given back - 8 GPUs are free for the 18 replicas the next edge needs: not enough
+SPREAD = _chat("n1", 8, 0) + _chat("n2", 8, 8) + _chat("n3", 4, 16)
+# n1: 5 replicas beside a 3-GPU job (no hole possible), n2: 8, n3: 7 and 1 free: a hole needs 7 replicas gone
+SMALL_JOB = PodInfo("ml", "small-job", "n1", 3, 100, "Running", True, "Job", "small")
+TIGHT = (*_chat("n1", 5, 0), SMALL_JOB, *_chat("n2", 8, 5), *_chat("n3", 7, 13))
+
+
 @pytest.mark.parametrize(
-    ("case", "pods", "workloads", "hold_s", "desired", "window_s"),
+    ("case", "placed", "pods", "workloads", "hold_s", "desired", "window_s", "spare_nodes"),
     [
         # demand falls to 16 req/s (5 replicas at 3.2) at now + lead; nothing waits: follow it down as far as the
         # cold start allows (the first minute still needs 32 / 3.2 = 10)
-        ("nothing waits", (), (), 1800.0, 10, 90),
-        # a lower-priority trainer waits for GPUs: keep what the next edge (minute 20, 48 req/s -> 15) needs; the
-        # hold reaches the forecast's end (1,800 s), not now + lead + 1,800 s
-        ("lower-priority pod pending", (_waiting_pod(100),), (), 1800.0, 15, 1800),
-        ("lower-priority workload suspended", (), (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),),
-         1800.0, 15, 1800),
+        ("nothing waits", SPREAD, (), (), 1800.0, 10, 90, 0),
+        # a lower-priority trainer waits for GPUs: the next edge (minute 20, 56 req/s) wants 18 back; the hold
+        # reaches the forecast's end (1,800 s), not now + lead + 1,800 s; a scale-down of 3 opens no hole: 17
+        ("lower-priority pod pending", SPREAD, (_waiting_pod(100),), (), 1800.0, 17, 1800, 0),
+        ("lower-priority workload suspended", SPREAD, (),
+         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),), 1800.0, 17, 1800, 0),
+        # up to 6 replicas can go without opening a hole: down to 20 - 6 = 14
+        ("a small scale-down hands the trainer nothing", TIGHT, (_waiting_pod(100),), (), 1800.0, 14, 1800, 0),
+        # an empty spare node: the trainer in the hole still leaves room for the edge's replicas, nothing to hold
+        ("the comeback fits elsewhere", SPREAD, (_waiting_pod(100),), (), 1800.0, 10, 90, 1),
         # a higher-priority pod waiting takes the GPUs before anything of ours would: no reason to hold
-        ("only higher-priority work waits", (_waiting_pod(5000),), (), 1800.0, 10, 90),
+        ("only higher-priority work waits", SPREAD, (_waiting_pod(5000),), (), 1800.0, 10, 90, 0),
         # a pending pod without GPUs is not waiting for ours, nor one no node could hold (16 GPUs, 8-GPU nodes)
-        ("a CPU pod pending", (_waiting_pod(100, gpus=0),), (), 1800.0, 10, 90),
-        ("a pod no node can hold", (_waiting_pod(100, gpus=16),), (), 1800.0, 10, 90),
-        # 600 s past the lead (690 s) ends before the edge
-        ("hold shorter than the gap", (_waiting_pod(100),), (), 600.0, 10, 690),
-        ("hold off", (_waiting_pod(100),), (), 0.0, 10, 90),
+        ("a CPU pod pending", SPREAD, (_waiting_pod(100, gpus=0),), (), 1800.0, 10, 90, 0),
+        ("a pod no node can hold", SPREAD, (_waiting_pod(100, gpus=16),), (), 1800.0, 10, 90, 0),
+        # the replicas hold no node the trainer could use (all on nodes of another GPU type)
+        ("the trainer needs another GPU type", SPREAD,
+         (dataclasses.replace(_waiting_pod(100), gpu_product="H100"),), (), 1800.0, 10, 90, 0),
+        # 600 s past the lead (690 s) ends before the edge: it needs no more than the cold start's 10
+        ("hold shorter than the gap", SPREAD, (_waiting_pod(100),), (), 600.0, 10, 90, 0),
+        ("hold off", SPREAD, (_waiting_pod(100),), (), 0.0, 10, 90, 0),
     ],
 )
-def test_contended_hold(case: str, pods: tuple, workloads: tuple, hold_s: float, desired: int,  # type: ignore[type-arg]
-                        window_s: int) -> None:
+def test_contended_hold(case: str, placed: tuple, pods: tuple, workloads: tuple,  # type: ignore[type-arg]
+                        hold_s: float, desired: int, window_s: int, spare_nodes: int) -> None:
     policy = dataclasses.replace(POLICY, scale_down=dataclasses.replace(POLICY.scale_down, stabilisation_s=0.0),
                                  priority=1000)
     earned = PublishedForecast(policy.key, ForecastInput(edge_forecast(), 0.0), "edge", 0.99, scored=200,
                                coverage=0.995, coverage_samples=200)
     tick = tick_at(0.0, 16.0, 20, earned)
-    tick = dataclasses.replace(tick, policies={policy.key: policy},
-                               snapshot=ClusterSnapshot(0.0, pods=pods, workloads=workloads,
-                                                        nodes=(NodeInfo("n1", 8, "A100", None, True),)))
+    names = ("n1", "n2", "n3", *(f"spare{i}" for i in range(spare_nodes)))
+    nodes = tuple(NodeInfo(n, 8, "A100", None, True) for n in names)
+    snapshot = ClusterSnapshot(0.0, pods=placed + pods, workloads=workloads, nodes=nodes)
+    tick = dataclasses.replace(tick, policies={policy.key: policy}, snapshot=snapshot)
     config = TickConfig(ForecastReadConfig(contended_hold_s=hold_s))
     plan, _ = decide_tick(tick, ControllerState(), config)
     decision = plan.decisions[0]
