@@ -90,6 +90,9 @@ class WorkloadInfo:
     # set when this controller suspended it (an annotation in a cluster): only those are resumed by us
     suspended_by_us_at: float | None = None
     min_runtime_s: float | None = None  # the workload's own minimum runtime (annotation), else the rules' default
+    # suspended by a queue until admitted (Kueue: the object carries kueue.x-k8s.io/queue-name): waiting for capacity,
+    # not paused by someone on purpose
+    queued: bool = False
 
     @property
     def gpus(self) -> int:
@@ -174,9 +177,9 @@ class WaitingGpuWork:
 
 
 def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
-    """Pending pods that ask for GPUs, and suspended workloads (by this controller or by a queue such as Kueue),
-    each as its largest pod. A pending pod no ready node of its type could ever hold (more GPUs than any such node
-    has) is left out: it waits for nothing an inference service gives back."""
+    """Pending pods that ask for GPUs, and workloads suspended by this controller or by a queue such as Kueue (not
+    those somebody paused on purpose), each as its largest pod. A pending pod no ready node of its type could ever
+    hold (more GPUs than any such node has) is left out: it waits for nothing an inference service gives back."""
     largest: dict[str | None, int] = {}
     for node in snapshot.nodes:
         if node.ready:
@@ -193,7 +196,7 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
     out += [
         WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product)
         for w in snapshot.workloads
-        if w.suspended and w.pod_gpus and max(w.pod_gpus) > 0
+        if w.suspended and (w.suspended_by_us_at is not None or w.queued) and w.pod_gpus and max(w.pod_gpus) > 0
     ]
     return out
 

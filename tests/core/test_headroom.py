@@ -254,8 +254,13 @@ TIGHT = (*_chat("n1", 5, 0), SMALL_JOB, *_chat("n2", 8, 5), *_chat("n3", 7, 13))
         # a lower-priority trainer waits for GPUs: the next edge (minute 20, 56 req/s) wants 18 back; the hold
         # reaches the forecast's end (1,800 s), not now + lead + 1,800 s; a scale-down of 3 opens no hole: 17
         ("lower-priority pod pending", SPREAD, (_waiting_pod(100),), (), 1800.0, 17, 1800, 0),
-        ("lower-priority workload suspended", SPREAD, (),
-         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),), 1800.0, 17, 1800, 0),
+        ("lower-priority workload queued (Kueue)", SPREAD, (),
+         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,), queued=True),), 1800.0, 17, 1800, 0),
+        ("lower-priority workload suspended by us", SPREAD, (),
+         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,), suspended_by_us_at=-60.0),), 1800.0, 17, 1800, 0),
+        # paused by somebody on purpose: it waits for them, not for capacity
+        ("lower-priority workload paused by hand", SPREAD, (),
+         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),), 1800.0, 10, 90, 0),
         # up to 6 replicas can go without opening a hole: down to 20 - 6 = 14
         ("a small scale-down hands the trainer nothing", TIGHT, (_waiting_pod(100),), (), 1800.0, 14, 1800, 0),
         # an empty spare node: the trainer in the hole still leaves room for the edge's replicas, nothing to hold

@@ -244,6 +244,7 @@ def test_a_suspended_job_with_our_annotation(apiserver: FakeApiServer, api_clien
         ),
         o.job("running", "ml", suspend=False, gpus=1, annotations={"gpuautoscaler.dev/min-runtime-seconds": "soon"}),
         o.job("theirs", "ml", suspend=True, gpus=1),  # suspended by someone else
+        queued_job("queued"),  # suspended by Kueue until admitted
         o.job("cpu-only", "ml", parallelism=8),  # asks for no GPU: not the autoscaler's business
         o.job("done", "ml", gpus=1, conditions=[{"type": "Complete", "status": "True"}]),  # finished
         o.job("capped", "ml", gpus=1, parallelism=4, completions=3),
@@ -253,7 +254,7 @@ def test_a_suspended_job_with_our_annotation(apiserver: FakeApiServer, api_clien
     r = reader(api_client)
     snap = r.snapshot(NOW)
     workloads = {w.name: w for w in snap.workloads}
-    assert set(workloads) == {"train", "running", "theirs", "capped"}
+    assert set(workloads) == {"train", "running", "theirs", "capped", "queued"}
     train = workloads["train"]
     assert train == WorkloadInfo(
         kind="Job",
@@ -271,10 +272,18 @@ def test_a_suspended_job_with_our_annotation(apiserver: FakeApiServer, api_clien
     assert (running.suspended, running.suspended_by_us_at, running.min_runtime_s) == (False, None, None)
     assert running.pod_gpus == (1,) and running.gpu_product is None and running.priority == 0
     assert workloads["theirs"].suspended and workloads["theirs"].suspended_by_us_at is None
+    assert not workloads["theirs"].queued and not train.queued and not running.queued
+    assert workloads["queued"].suspended and workloads["queued"].queued
     assert workloads["capped"].pod_gpus == (1, 1, 1)
-    assert r.last_stats.objects["gpu_workloads"] == 4
+    assert r.last_stats.objects["gpu_workloads"] == 5
     job_lists = [req for req in apiserver.requests if req.path == "/apis/batch/v1/jobs"]
     assert len(job_lists) == 1 and job_lists[0].query["limit"] == "500"  # every namespace, paginated
+
+
+def queued_job(name: str) -> dict:  # type: ignore[type-arg]
+    job = o.job(name, "ml", suspend=True, gpus=8)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a"}
+    return job
 
 
 def test_a_stale_mark_is_not_ours(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:

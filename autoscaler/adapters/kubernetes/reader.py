@@ -46,6 +46,8 @@ VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"
 KUEUE_WORKLOAD_KEY = "kueue.x-k8s.io/workload"  # annotation set from the Job's pod template (label accepted too)
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+# A workload Kueue manages carries its LocalQueue in this label; suspended, it waits for admission (capacity)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_LABEL = "training.kubeflow.org/job-name"
@@ -608,6 +610,7 @@ class KubeClusterReader:
             gpu_product=product,
             suspended_by_us_at=_suspended_by_us_at(own, meta.get("generation")) if suspended else None,
             min_runtime_s=_seconds(own.get(MIN_RUNTIME_ANNOTATION)),
+            queued=suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL)),
         )
         return info, owner
 
