@@ -201,34 +201,53 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
     return out
 
 
-def replicas_before_a_hole(
-    snapshot: ClusterSnapshot, namespace: str, deployment: str, gpus_per_replica: int, waiting: Sequence[WaitingGpuWork]
-) -> int | None:
-    """The fewest of the Deployment's replicas whose removal -- all from one node, the most a scale-down can do for
-    one node -- would leave that node with free GPUs enough for one of the ``waiting`` pods; None when no removal
-    would (the waiting pods need more than the free GPUs and the service's GPUs on any node together, or already fit
-    where they are: they wait for something else). A smaller scale-down hands the waiting work nothing it can use."""
-    free = free_gpus_per_node(snapshot)
-    ours: dict[str, int] = {}
+@dataclass(frozen=True, slots=True)
+class NodeRoom:
+    """Room on the ready nodes, gathered in one pass per tick: free GPUs, GPU type, and the GPUs each Deployment's live
+    pods hold per node."""
+
+    free: Mapping[str, int]  # ready nodes only
+    product: Mapping[str, str | None]
+    held: Mapping[str, Mapping[str, int]]  # "namespace/deployment" -> node -> GPUs
+
+
+def node_room(snapshot: ClusterSnapshot) -> NodeRoom:
+    ready = {n.name for n in snapshot.nodes if n.ready}
+    free = {n: left for n, left in free_gpus_per_node(snapshot).items() if n in ready}
+    held: dict[str, dict[str, int]] = {}
     for pod in snapshot.pods:
-        if (
-            pod.node
-            and pod.owner_kind == "Deployment"
-            and pod.owner_name == deployment
-            and pod.namespace == namespace
-            and pod.phase not in ("Succeeded", "Failed")
-        ):
-            ours[pod.node] = ours.get(pod.node, 0) + pod.gpus
+        if pod.node in ready and pod.owner_kind == "Deployment" and pod.phase not in ("Succeeded", "Failed"):
+            by_node = held.setdefault(f"{pod.namespace}/{pod.owner_name}", {})
+            by_node[pod.node] = by_node.get(pod.node, 0) + pod.gpus
+    return NodeRoom(free, {n.name: n.gpu_product for n in snapshot.nodes}, held)
+
+
+def replicas_before_a_hole(
+    room: NodeRoom, service: str, gpus_per_replica: int, waiting: Sequence[WaitingGpuWork]
+) -> int | None:
+    """The fewest of the service's ("namespace/deployment") replicas whose removal -- all from one node, the most a
+    scale-down can do for one node -- would leave that node with free GPUs enough for one of the ``waiting`` pods;
+    None when no removal would (the waiting pods need more than the free GPUs and the service's GPUs on any node
+    together, or already fit where they are: they wait for something else). A smaller scale-down hands the waiting
+    work nothing it can use. Cost: the service's nodes x the distinct waiting sizes."""
+    sizes: dict[str | None, list[int]] = {}
+    for work in waiting:
+        sizes.setdefault(work.gpu_product, []).append(work.gpus)
+    ordered = {product: sorted(set(gpus)) for product, gpus in sizes.items()}
     fewest: int | None = None
-    for node in snapshot.nodes:
-        held = ours.get(node.name, 0)
-        if not node.ready or held <= 0:
+    for node, held in room.held.get(service, {}).items():
+        free = room.free.get(node)
+        if free is None or held <= 0:
             continue
-        for work in waiting:
-            if work.gpu_product is not None and work.gpu_product != node.gpu_product:
-                continue
-            deficit = work.gpus - free.get(node.name, 0)
-            if 0 < deficit <= held:
-                k = math.ceil(deficit / max(1, gpus_per_replica))
-                fewest = k if fewest is None else min(fewest, k)
+        # the smallest waiting pod that does not fit yet needs the fewest GPUs freed
+        needs = [w for w in ordered.get(None, ()) if w > free]
+        product = room.product.get(node)
+        if product is not None:
+            needs += [w for w in ordered.get(product, ()) if w > free]
+        if not needs:
+            continue
+        deficit = min(needs) - free
+        if deficit <= held:
+            k = math.ceil(deficit / max(1, gpus_per_replica))
+            fewest = k if fewest is None else min(fewest, k)
     return fewest

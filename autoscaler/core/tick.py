@@ -24,7 +24,7 @@ from autoscaler.core.cluster import (
     ClusterSnapshot,
     cold_starts_by_service,
     free_gpus,
-    free_gpus_per_node,
+    node_room,
     preemptible_gpus,
     replicas_before_a_hole,
     waiting_gpu_work,
@@ -133,8 +133,8 @@ def read_forecasts(
         free += preemptible_gpus(tick.snapshot, capacity.training.preemptible_below_priority)
     views: dict[str, ServiceForecastView] = {}
     waiting = waiting_gpu_work(tick.snapshot) if config.contended_hold_s > 0 else []
-    ready_nodes = {n.name for n in tick.snapshot.nodes if n.ready}
-    free_ready = sum(left for n, left in free_gpus_per_node(tick.snapshot).items() if n in ready_nodes)
+    room = node_room(tick.snapshot) if waiting else None
+    free_ready = sum(room.free.values()) if room is not None else 0
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         fp = policy.forecast
         if fp is None:
@@ -165,9 +165,7 @@ def read_forecasts(
         )
         lower = [w for w in waiting if w.priority < policy.priority]
         hole_after = (
-            replicas_before_a_hole(tick.snapshot, policy.namespace, policy.name, policy.gpus_per_replica, lower)
-            if lower
-            else None
+            replicas_before_a_hole(room, key, policy.gpus_per_replica, lower) if lower and room is not None else None
         )
         if hole_after is not None:
             settings = replace(settings, contended_hold_s=config.contended_hold_s)
