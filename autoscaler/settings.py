@@ -423,9 +423,11 @@ class ForecastSettings(_Group):
         1800.0,
         ge=0,
         le=86400,
-        description="while lower-priority GPU work waits (pending GPU pods, suspended workloads), a scale-down keeps "
-        "what the forecast needs this much past the lead time, as far as the forecast reaches: the GPUs given back "
-        "go to that work, and taking them back before its next checkpoint loses its work (0: lead time only), seconds",
+        description="while lower-priority GPU work waits (pending GPU pods, workloads suspended by this controller "
+        "or queued by Kueue), a scale-down that would free a node enough for it keeps what the forecast needs this "
+        "much past the lead time, as far as the forecast reaches, when the replicas wanted back would then not fit "
+        "elsewhere: taking GPUs back from training before its next checkpoint loses its work (0: lead time only), "
+        "seconds",
     )
 
     @field_validator("auto_candidates", mode="before")

@@ -404,15 +404,6 @@ def arbitrate(
     return actions, report, CapacityState(short_since, free_since, unneeded, resumable)
 
 
-def _owner_key(arb: ArbitrationInput, node: str) -> str:
-    """The first managed service with a pod on ``node`` (the service an Event about emptying it goes to)."""
-    for pod in arb.snapshot.pods:
-        key = f"{pod.namespace}/{pod.owner_name}"
-        if pod.node == node and pod.owner_kind == "Deployment" and key in arb.policies:
-            return key
-    return ""
-
-
 def _consolidation(
     arb: ArbitrationInput,
     config: CapacityConfig,
@@ -422,10 +413,10 @@ def _consolidation(
     node_types: Mapping[str, str | None],
     candidates: Sequence[GangCandidate],
     reserve: int,
-) -> tuple[tuple[GangCandidate, ...], str] | str | None:
+) -> tuple[tuple[GangCandidate, ...], str, str] | str | None:
     """Whether to empty the busy burst ``node`` onto the cluster's other nodes, stopping lower-priority training to
-    make room, because that costs less than keeping the node for ``consolidate_horizon_s``: the victims and the
-    reason; a string saying why not; None when not considered at all.
+    make room, because that costs less than keeping the node for ``consolidate_horizon_s``: the victims, the reason
+    and the service the stops are for (Events go to it); a string saying why not; None when not considered at all.
 
     A burst node outlives its shortfall when inference's next scale-ups keep landing on it while the GPUs inference
     gave back on the cluster's own nodes went to queued training: it then stays over half used for hours and the
@@ -480,7 +471,7 @@ def _consolidation(
     )
     if move >= keep:
         return f"emptying {node} would cost {move:.2f} >= keeping it {keep:.2f} over {horizon_s:g}s"
-    return choice.victims, detail
+    return choice.victims, detail, policies[0].key
 
 
 def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
@@ -546,7 +537,7 @@ def _give_back(
             unneeded.pop(pool.name, None)
             notes.append(busy if plan is None else f"{busy}; {plan}")
             continue
-        victims, detail = plan
+        victims, detail, service = plan
         since = unneeded.setdefault(pool.name, now)
         if now - since < config.burst_idle_cooldown_s:
             notes.append(f"{detail}: for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
@@ -558,7 +549,7 @@ def _give_back(
             for node, gpus in victim.gpus_by_node.items():
                 if node in free:
                     free[node] += gpus
-            actions.extend(_stop_actions(victim, workloads, detail, _owner_key(arb, emptiest)))
+            actions.extend(_stop_actions(victim, workloads, detail, service))
         actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
         unneeded.pop(pool.name, None)
     suspended = sorted(

@@ -92,9 +92,10 @@ class ForecastReadConfig:
     headroom: HeadroomConfig | None = DEFAULT_HEADROOM  # None: every service runs at its spec's target
     # scale-down holds what the forecast needs within the lead time, and waits a lead time without a forecast
     cold_start_aware: bool = True
-    # while lower-priority GPU work waits (pending GPU pods, suspended workloads), a scale-down also holds what the
-    # forecast needs this many seconds past the lead time, as far as the forecast reaches (about a training
-    # checkpoint interval; 0: only the lead time), seconds
+    # while lower-priority GPU work waits (``core.cluster.waiting_gpu_work``), a scale-down that would free a node
+    # enough for it also holds what the forecast needs this many seconds past the lead time, as far as the forecast
+    # reaches, when the replicas wanted back would then not fit elsewhere (about a training checkpoint interval;
+    # 0: only the lead time), seconds
     contended_hold_s: float = 1800.0
 
 
@@ -155,6 +156,10 @@ def read_forecasts(
             message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
             views[key] = replace(view, demand=_demand(pub.latest, tick.now, lead, fp.quantile, config), message=message)
             continue
+        lower = [w for w in waiting if w.priority < policy.priority]
+        hole_after = (
+            replicas_before_a_hole(room, key, policy.gpus_per_replica, lower) if lower and room is not None else None
+        )
         settings = PredictiveSettings(
             rate_per_replica=rate,
             quantile=fp.quantile,
@@ -162,13 +167,8 @@ def read_forecasts(
             max_fit_age_periods=config.max_fit_age_periods,
             shadow=fp.mode is ForecastMode.SHADOW,
             cold_start_aware=config.cold_start_aware,
+            contended_hold_s=config.contended_hold_s if hole_after is not None else 0.0,
         )
-        lower = [w for w in waiting if w.priority < policy.priority]
-        hole_after = (
-            replicas_before_a_hole(room, key, policy.gpus_per_replica, lower) if lower and room is not None else None
-        )
-        if hole_after is not None:
-            settings = replace(settings, contended_hold_s=config.contended_hold_s)
         try:
             floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
             seen = tick.observation.services.get(key)

@@ -213,8 +213,9 @@ class Forecasting(_Strict):
     )
     contended_hold_seconds: float = Field(
         1800.0, alias="contendedHoldSeconds", ge=0, le=86400.0,
-        description="while lower-priority GPU work waits, a scale-down keeps what the forecast needs this far past "
-        "the lead time (as far as the forecast reaches), seconds (the controller's forecast.contended_hold_seconds)",
+        description="while lower-priority GPU work waits, a scale-down that would free a node enough for it keeps "
+        "what the forecast needs this far past the lead time (as far as the forecast reaches) when the replicas "
+        "wanted back would then not fit elsewhere, seconds (the controller's forecast.contended_hold_seconds)",
     )
     model_params: dict[str, Any] = Field(
         default_factory=dict,
