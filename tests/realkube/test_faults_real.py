@@ -22,13 +22,11 @@ import contextlib
 import json
 import secrets
 import signal
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -123,70 +121,19 @@ def install_crd(cp: ControlPlane) -> None:
     cp.wait(f"CRD {name} Established", established, timeout_s=30)
 
 
-class NodeLeaseKeeper:
-    """Renews the node's Lease in ``kube-node-lease`` every few seconds, as a kubelet does.
-
-    kwok runs here without ``--node-lease-duration-seconds``, so it renews no node Lease and patches node status
-    only about once a minute (its ``node-heartbeat-with-lease`` stage expects the Lease): the node lifecycle
-    controller then sees every kwok node miss its heartbeat for a moment about every 50 s and marks their pods
-    Ready=False, which kwok never sets back. A pod that lived through such a moment is unready for good, and the
-    controller rightly holds ("no ready pods"). Until control_plane.py passes the flag, this module keeps its own
-    node's Lease fresh."""
-
-    def __init__(self, cp: ControlPlane, node: str, interval_s: float = 5.0) -> None:
-        self.cp, self.node, self.interval_s = cp, node, interval_s
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lease-{node}", daemon=True)
-
-    def renew(self) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        try:
-            self.cp.request(
-                "PATCH", self.path, {"spec": {"renewTime": now}}, content_type="application/merge-patch+json"
-            )
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self.node, "namespace": "kube-node-lease"},
-                "spec": {"holderIdentity": self.node, "leaseDurationSeconds": 40, "renewTime": now},
-            }
-            self.cp.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", body)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            with contextlib.suppress(ApiError, OSError):
-                self.renew()
-
-    def start(self) -> NodeLeaseKeeper:
-        self.renew()
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        with contextlib.suppress(ApiError):
-            self.cp.request("DELETE", self.path)
-
-
 @pytest.fixture(scope="module")
 def gpu_product(control_plane: ControlPlane) -> Iterator[str]:
     """A kwok node of a GPU product no other test selects: other tests' pods cannot take its GPUs."""
     tag = secrets.token_hex(3)
     product, node = f"FAULTS-TEST-{tag}", f"faults-{tag}"
+    # kwok renews the node's Lease itself (control_plane.py passes --node-lease-duration-seconds), so the node
+    # lifecycle controller never sees it miss a heartbeat and never marks its pods unready
     control_plane.request("POST", "/api/v1/nodes", control_plane.node_manifest(GpuNode(node, 8, product, "faults")))
-    keeper = NodeLeaseKeeper(control_plane, node)
     try:
-        keeper.start()
         install_crd(control_plane)
         control_plane.wait_nodes_schedulable([node], timeout_s=60)
         yield product
     finally:
-        keeper.stop()
         with contextlib.suppress(ApiError):
             control_plane.request("DELETE", f"/api/v1/nodes/{node}")
 
