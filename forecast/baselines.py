@@ -62,7 +62,7 @@ class LastValue(BaseForecaster):
 
     def _update(self, y: FloatArray) -> None:
         self.history_ = y[-int(self.residual_window) :].copy()
-        # sort orders of the change residuals, kept while updates only append (see forecast.base.OrderHints)
+        # the change residuals sorted with their weights, kept while updates only append (see forecast.base.OrderHints)
         self.order_hints_.advance(self.history_, _first_index(self) + self.n_obs_ - self.history_.size)
 
     def _predict(self, horizon: int) -> FloatArray:
@@ -125,7 +125,7 @@ class SeasonalNaive(BaseForecaster):
         self.fallback_ = y.size < period + 2
         self.period_steps_ = 1 if self.fallback_ else period
         self.history_ = y.copy()
-        # sort orders of the seasonal errors, kept while updates only append (see forecast.base.OrderHints)
+        # the seasonal errors sorted with their weights, kept while updates only append (see forecast.base.OrderHints)
         self.order_hints_.advance(self.history_, _first_index(self))
 
     def _predict(self, horizon: int) -> FloatArray:

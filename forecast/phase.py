@@ -147,8 +147,8 @@ class PhaseNaive(BaseForecaster):
         end_index = round(self.start_ / self.step_s_) + self.n_obs_  # index since the Unix epoch, after the newest
         self.learn_first_index_ = end_index - self.history_.size
         self.offsets_cache_: dict[tuple[int, int], FloatArray] = {}
-        # The sort orders of the spreads' residuals, kept across updates that only append to the history (the
-        # spreads themselves are the same as learnt from scratch, bit for bit; see forecast.base.OrderHints).
+        # The spreads' residuals sorted with their weights, kept across updates that only append to the history (the
+        # spreads themselves are the same as learnt from scratch, up to float rounding; see forecast.base.OrderHints).
         # Positions for the hints: ``learn_first_index_`` rounds, which alternates for a start half a step off the
         # grid (it only has to be consistent within one update, for the phases).
         self.hint_first_index_ = sample_index(self.start_, self.step_s_) + self.n_obs_ - self.history_.size
@@ -180,7 +180,7 @@ class PhaseNaive(BaseForecaster):
     def _learn_together(self, origin_phase: int, horizon: int) -> None:
         """Fill ``offsets_cache_`` for every lead whose origins are the same as another lead's in one pass
         (``residual_offset_rows``): at the origin's phase, leads 1..period share their origins. Same spreads as
-        ``_offsets`` one lead at a time, bit for bit."""
+        ``_offsets`` one lead at a time (up to float rounding with kept sets)."""
         if self.learn_series_.size < 2:
             return
         groups: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
