@@ -309,8 +309,8 @@ class SlidingQuantiles:
             or self.changes + shift + added > self.MAX_UPDATES
         ):
             return False
-        fresh = residuals[kept:]
-        if added and not np.isfinite(fresh).all():
+        fresh = residuals[kept:].tolist()
+        if not all(map(math.isfinite, fresh)):
             return False
         if self.size + added > self.values.size:  # a growing window (a young service): room for more
             grown = max(2 * self.values.size, self.size + added + self.MAX_CHANGE)
@@ -332,7 +332,7 @@ class SlidingQuantiles:
                 elif j >= size:  # the last residual went: step onto the new last
                     index[k], below[k] = size - 1, below[k] - float(weights[size - 1])
         ordinal = first // self.spacing + kept - self.reference
-        for x in fresh.tolist():
+        for x in fresh:
             weight = 2.0 ** (ordinal * self.rate)
             ordinal += 1
             at = int(values[:size].searchsorted(x, side="right"))  # after its equals: the newest comes last
