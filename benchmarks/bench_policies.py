@@ -10,6 +10,9 @@ run produced (so that a speed-up that changes the answer shows).
 
 Cases: ``default`` the packaged scenario as it is; ``gaps`` the same scenario whose demand is 0 for the first 3 hours
 of every 12 (a service drained at night, a trace with holes: the forecaster sees long runs of equal values).
+``--services N``: a fleet of N copies of the service, the k-th with its demand shifted by k x 7 hours (so their
+window edges and peaks do not coincide), on N times the on-prem nodes and burst limit: what replaying a fleet's
+history before enabling the controller costs (steps/s are then fleet steps, every service ticked at each).
 
 Each policy runs in its own child process (forked), so that the peak RSS is that policy's. It only uses
 ``make_policy``, ``simulate`` and ``build_services``, whose signatures predate the one-tick engine (issue 11), so the
@@ -41,7 +44,10 @@ GAP_EVERY_S = 12 * 3600.0
 GAP_LENGTH_S = 3 * 3600.0
 
 
-def _setup(case: str, days: float | None) -> tuple[Any, list[Any], float, int]:
+FLEET_SHIFT_S = 7 * 3600.0
+
+
+def _setup(case: str, days: float | None, fleet: int = 1) -> tuple[Any, list[Any], float, int]:
     import autoscaler.sim.run as run_module
 
     path = Path(run_module.__file__).parent / "scenarios" / "default.yaml"
@@ -57,11 +63,25 @@ def _setup(case: str, days: float | None) -> tuple[Any, list[Any], float, int]:
             rates[(offset % GAP_EVERY_S) < GAP_LENGTH_S] = 0.0
             gapped.append(dataclasses.replace(service, rates=rates))
         services = gapped
+    if fleet > 1:
+        copies = []
+        for k in range(fleet):
+            for service in services:
+                shift = round(k * FLEET_SHIFT_S / scenario.step_seconds) % len(service.rates)
+                policy = dataclasses.replace(service.policy, name=f"{service.policy.name}-{k}")
+                rates = np.roll(np.asarray(service.rates, dtype=np.float64), -shift)
+                copies.append(dataclasses.replace(service, policy=policy, rates=rates))
+        services = copies
+        pools = [
+            pool.model_copy(update={"nodes": pool.nodes * fleet, "max_nodes": (pool.max_nodes or 0) * fleet or None})
+            for pool in scenario.node_pools
+        ]
+        scenario = scenario.model_copy(update={"node_pools": pools})
     return scenario, services, start, steps
 
 
-def _run_policy(case: str, days: float | None, name: str, repeats: int) -> dict[str, Any]:
-    scenario, services, start, steps = _setup(case, days)
+def _run_policy(case: str, days: float | None, name: str, repeats: int, fleet: int = 1) -> dict[str, Any]:
+    scenario, services, start, steps = _setup(case, days, fleet)
     node_boot = max((p.boot_seconds for p in scenario.node_pools if p.burst), default=0.0)
     walls = []
     for _ in range(repeats):
@@ -96,10 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per policy (median reported)")
     parser.add_argument("--days", type=float, default=None, help="simulate only this many days (default: all 14)")
     parser.add_argument("--case", choices=CASES, default="default", help="the scenario as packaged, or with gaps")
+    parser.add_argument("--services", type=int, default=1, help="a fleet: this many copies of the service")
     parser.add_argument("--in-process", action="store_true", help="run every policy in this process (no fork)")
     args = parser.parse_args(argv)
+    if args.services < 1:
+        parser.error("--services must be at least 1")
 
-    scenario, services, _, steps = _setup(args.case, args.days)
+    scenario, services, _, steps = _setup(args.case, args.days, args.services)
     load = os.getloadavg()[0]
     print(
         f"{args.case} case: {steps:,} steps of {scenario.step_seconds:g} s, {len(services)} service(s); "
@@ -112,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     context = multiprocessing.get_context("fork")
     for name in names:
         if args.in_process:
-            results[name] = _run_policy(args.case, args.days, name, args.repeats)
+            results[name] = _run_policy(args.case, args.days, name, args.repeats, args.services)
         else:
             with context.Pool(1) as pool:
-                results[name] = pool.apply(_run_policy, (args.case, args.days, name, args.repeats))
+                results[name] = pool.apply(_run_policy, (args.case, args.days, name, args.repeats, args.services))
     hpa_rate = results["hpa"]["steps"] / statistics.median(results["hpa"]["walls"]) if "hpa" in results else None
     for name in names:
         r = results[name]

@@ -143,18 +143,22 @@ def read_forecasts(
         pub = tick.forecasts.get(key)
         observed = cold_starts.get(key, ())
         lead = lead_time_s(policy.cold_start_s, observed)
-        view = ServiceForecastView(key, policy.namespace, policy.name, fp.mode, pub, None, lead, None)
         if pub is None:
             floor = None
             if config.cold_start_aware and fp.mode is ForecastMode.ACTIVE:
                 floor = ReplicaFloor(0, Reason.FORECAST_MISSING, "no forecast fitted yet", usable=False,
                                      down_window_s=lead)
-            views[key] = replace(view, floor=floor, message="no forecast fitted yet")
+            views[key] = ServiceForecastView(
+                key, policy.namespace, policy.name, fp.mode, pub, floor, lead, None, "no forecast fitted yet"
+            )
             continue
         rate = rate_per_replica(policy, tick.throughputs.get(key))
         if rate is None:
             message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
-            views[key] = replace(view, demand=_demand(pub.latest, tick.now, lead, fp.quantile, config), message=message)
+            demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
+            views[key] = ServiceForecastView(
+                key, policy.namespace, policy.name, fp.mode, pub, None, lead, demand, message
+            )
             continue
         lower = [w for w in waiting if w.priority < policy.priority]
         hole_after = (
@@ -193,9 +197,8 @@ def read_forecasts(
                         floor = replace(floor, hold=held, hold_window_s=floor.contended_window_s)
         except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
             floor = ReplicaFloor(0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False)
-        views[key] = replace(
-            view, floor=floor, lead_s=lead, demand=_demand(pub.latest, tick.now, lead, fp.quantile, config)
-        )
+        demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
+        views[key] = ServiceForecastView(key, policy.namespace, policy.name, fp.mode, pub, floor, lead, demand)
     return views
 
 
@@ -248,16 +251,16 @@ def decide_tick(
         # the full target (a floor that under-covers is the reactive path's to make up for, not the floor's).
         view = views[key]
         floor = view.floor
-        if headroom.ratio >= 1.0 and headroom.down_window_s <= 0:  # earned: nothing changes in the decision
-            views[key] = replace(view, headroom=headroom)
-            continue
-        if floor is None:
-            floor = ReplicaFloor(0, Reason.FORECAST_MISSING, view.message or "no forecast", usable=False)
-        if floor is not None:
+        if not (headroom.ratio >= 1.0 and headroom.down_window_s <= 0):  # earned: nothing changes in the decision
+            if floor is None:
+                floor = ReplicaFloor(0, Reason.FORECAST_MISSING, view.message or "no forecast", usable=False)
             floor = replace(
                 floor, target_ratio=headroom.ratio, down_window_s=max(floor.down_window_s, headroom.down_window_s)
             )
-        views[key] = replace(view, floor=floor, headroom=headroom)
+        views[key] = ServiceForecastView(
+            view.key, view.namespace, view.service, view.mode, view.published, floor, view.lead_s, view.demand,
+            view.message, headroom,
+        )  # fmt: skip
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     plan = replace(plan, forecasts=MappingProxyType(views))
