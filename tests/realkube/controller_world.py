@@ -33,7 +33,9 @@ from prometheus_client.registry import Collector
 from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
 from tests.prometheus.promserver import PrometheusServer, binaries, in_ci
 from tests.prometheus.promserver import free_port as prom_free_port
-from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, ApiError, ControlPlane, GpuNode
+from tests.realkube import manifests
+from tests.realkube.control_plane import ApiError, ControlPlane, GpuNode
+from tests.realkube.manifests import gpu_pod_spec
 from tests.runtime.controller_process import REPO, Controller
 
 CRD_FILE = REPO / "deploy" / "base" / "crd-gpuscalingpolicies.yaml"
@@ -132,26 +134,10 @@ class World:
     cleanup: list[Callable[[], None]] = field(default_factory=list)
 
 
-def deployment(product: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": DEPLOYMENT},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": DEPLOYMENT}},
-            "template": {
-                "metadata": {"labels": {"app": DEPLOYMENT}},
-                "spec": {
-                    "nodeSelector": {GPU_PRODUCT_LABEL: product},
-                    "containers": [
-                        {"name": "c", "image": "vllm/vllm-openai", "resources": {"limits": {GPU_RESOURCE: "1"}}}
-                    ],
-                    "terminationGracePeriodSeconds": 0,
-                },
-            },
-        },
-    }
+def deployment(product: str, replicas: int, container: str = "c") -> dict[str, Any]:
+    """The inference Deployment the controller scales: one GPU per replica, pods gone at once when deleted."""
+    spec = gpu_pod_spec(1, product, container=container, image="vllm/vllm-openai", requests=False, grace_s=0)
+    return manifests.deployment(DEPLOYMENT, replicas, spec)
 
 
 def policy(scale_down_window_s: int = 2) -> dict[str, Any]:

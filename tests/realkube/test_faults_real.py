@@ -36,8 +36,10 @@ import yaml
 
 from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
 from tests.prometheus.promserver import LoopbackGetServer, PrometheusServer, require_prometheus, scrape_config
-from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, REPO, ApiError, ControlPlane, GpuNode
+from tests.realkube import manifests
+from tests.realkube.control_plane import REPO, ApiError, ControlPlane, GpuNode
 from tests.realkube.fault_proxy import FaultProxy
+from tests.realkube.manifests import gpu_pod_spec
 from tests.runtime.controller_process import Controller, FaultRow, wait_for_leader, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube, pytest.mark.faults]
@@ -235,25 +237,9 @@ class World:
 
 
 def deployment(product: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": DEPLOYMENT},
-        "spec": {
-            "replicas": PODS,
-            "selector": {"matchLabels": {"app": DEPLOYMENT}},
-            "template": {
-                "metadata": {"labels": {"app": DEPLOYMENT}},
-                "spec": {
-                    "nodeSelector": {GPU_PRODUCT_LABEL: product},
-                    "containers": [
-                        {"name": "main", "image": "vllm/vllm-openai", "resources": {"limits": {GPU_RESOURCE: "1"}}}
-                    ],
-                    "terminationGracePeriodSeconds": 0,
-                },
-            },
-        },
-    }
+    # container "main", the name this suite's exporter gives its series (controller_world's uses "c")
+    spec = gpu_pod_spec(1, product, container="main", image="vllm/vllm-openai", requests=False, grace_s=0)
+    return manifests.deployment(DEPLOYMENT, PODS, spec)
 
 
 def policy() -> dict[str, Any]:

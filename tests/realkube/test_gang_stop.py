@@ -19,11 +19,12 @@ from autoscaler.actuator import ActionResult, Actuator, GuardContext
 from autoscaler.adapters.kubernetes import KubeClusterReader, KubeClusterWriter, WriterConfig
 from autoscaler.core.model import EvictPod, SuspendWorkload
 from autoscaler.core.reasons import Reason
-from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, ControlPlane
+from tests.realkube import manifests
+from tests.realkube.control_plane import ControlPlane
+from tests.realkube.manifests import gpu_pod_spec, running_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
 
-A100 = "NVIDIA-A100-SXM4-80GB"
 GANG_LABEL = "training.kubeflow.org/job-name"  # the reader's kubeflow gang source: gang "kubeflow/<ns>/<value>"
 GUARDED_LABEL = "realkube.gpuautoscaler.dev/guarded"
 REPORTING_CONTROLLER = "gpuautoscaler.dev/controller"
@@ -32,70 +33,23 @@ REPORTING_CONTROLLER = "gpuautoscaler.dev/controller"
 # ---- objects -----------------------------------------------------------------------------------------------------
 
 
-def pod_spec(gpus: int = 1) -> dict[str, Any]:
-    return {
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.k8s.io/pause:3.10",  # never pulled: kwok runs no containers
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {GPU_RESOURCE: str(gpus)}},
-            }
-        ],
-        "nodeSelector": {GPU_PRODUCT_LABEL: A100},
-        "terminationGracePeriodSeconds": 5,
-    }
-
-
 def gang_pod(name: str, gang: str, guarded: bool = False) -> dict[str, Any]:
     labels = {GANG_LABEL: gang, "gang": gang}
     if guarded:
         labels[GUARDED_LABEL] = "true"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": pod_spec()}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": gpu_pod_spec()}
 
 
 def job(name: str, parallelism: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": parallelism,
-            "completions": parallelism,
-            "completionMode": "Indexed",
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"job": name}},
-                "spec": dict(pod_spec(), restartPolicy="Never"),
-            },
-        },
-    }
+    return manifests.job(name, parallelism, gpu_pod_spec(), indexed=True)
 
 
 def service_deployment(name: str) -> dict[str, Any]:
     """The inference service's Deployment, scaled to 0: an object for its Events, no GPUs taken."""
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec()},
-        },
-    }
+    return manifests.deployment(name, 0, gpu_pod_spec(), labels={"app": name})
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------------
-
-
-def running_ready(pod: dict[str, Any]) -> bool:
-    conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
-    return (
-        pod.get("status", {}).get("phase") == "Running"
-        and conds.get("Ready") == "True"
-        and not pod["metadata"].get("deletionTimestamp")
-    )
 
 
 def wait_running(cp: ControlPlane, ns: str, selector: str, count: int, timeout_s: float = 30) -> list[dict[str, Any]]:

@@ -40,18 +40,12 @@ from autoscaler.core.cluster import PodInfo, WorkloadInfo
 from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
 from autoscaler.ports import EvictionOutcome
 from tests.kube import objects as kube_objects
-from tests.realkube.control_plane import (
-    COMPLETE_ANNOTATION,
-    GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
-    REPO,
-    ApiError,
-    ControlPlane,
-)
+from tests.realkube import manifests
+from tests.realkube.control_plane import COMPLETE_ANNOTATION, REPO, ApiError, ControlPlane
+from tests.realkube.manifests import A100, gpu_pod_spec, running_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
 
-A100 = "NVIDIA-A100-SXM4-80GB"
 CRD_FILE = REPO / "deploy" / "base" / "crd-gpuscalingpolicies.yaml"
 POLICIES = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{{ns}}/{PLURAL}"
 
@@ -59,64 +53,13 @@ POLICIES = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{{ns}}/{PLURAL}"
 # ---- object builders ---------------------------------------------------------------------------------------------
 
 
-def pod_spec(gpus: int, product: str | None = A100, priority_class: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.k8s.io/pause:3.10",  # never pulled: kwok runs no containers
-                "resources": {
-                    "requests": {"cpu": "100m", "memory": "128Mi"},
-                    "limits": {GPU_RESOURCE: str(gpus)},
-                },
-            }
-        ],
-        "terminationGracePeriodSeconds": 5,
-    }
-    if product:
-        spec["nodeSelector"] = {GPU_PRODUCT_LABEL: product}
-    if priority_class:
-        spec["priorityClassName"] = priority_class
-    return spec
-
-
 def deployment(name: str, replicas: int, gpus: int = 1, **pod: Any) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec(gpus, **pod)},
-        },
-    }
+    return manifests.deployment(name, replicas, gpu_pod_spec(gpus, **pod), labels={"app": name})
 
 
 def job(name: str, parallelism: int, gpus: int = 1, complete: bool = False) -> dict[str, Any]:
-    spec = dict(pod_spec(gpus), restartPolicy="Never")
     annotations = {COMPLETE_ANNOTATION: "true"} if complete else {}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": parallelism,
-            "completions": parallelism,
-            "backoffLimit": 0,
-            "template": {"metadata": {"labels": {"job": name}, "annotations": annotations}, "spec": spec},
-        },
-    }
-
-
-def running_ready(pod: dict[str, Any]) -> bool:
-    conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
-    return (
-        pod.get("status", {}).get("phase") == "Running"
-        and conds.get("Ready") == "True"
-        and not pod["metadata"].get("deletionTimestamp")
-    )
+    return manifests.job(name, parallelism, gpu_pod_spec(gpus), annotations=annotations)
 
 
 def create_deployment(cp: ControlPlane, ns: str, body: dict[str, Any], ready: int | None = None) -> dict[str, Any]:

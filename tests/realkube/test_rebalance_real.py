@@ -11,7 +11,6 @@ namespaces are deleted without waiting) cannot take the GPUs it counts.
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -27,7 +26,9 @@ from autoscaler.app import Adapters, build_runtime
 from autoscaler.fakes.metrics import FakeMetricsSource
 from autoscaler.runtime import Runtime
 from autoscaler.settings import Settings
-from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, Component, ControlPlane, GpuNode, free_port
+from tests.realkube import manifests
+from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, Component, ControlPlane, GpuNode
+from tests.realkube.manifests import gpu_pod_spec, start_scheduler
 from tests.realkube.test_scheduler_extender import NoPolicies, scheduler_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
@@ -44,30 +45,8 @@ class World:
 
 
 def deployment(name: str, replicas: int, product: str, scheduler: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "schedulerName": scheduler,
-                    "nodeSelector": {GPU_PRODUCT_LABEL: product},
-                    "containers": [
-                        {
-                            "name": "c",
-                            "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"limits": {GPU_RESOURCE: "1"}},
-                        }
-                    ],
-                    "terminationGracePeriodSeconds": 0,
-                },
-            },
-        },
-    }
+    spec = gpu_pod_spec(1, product, container="c", requests=False, grace_s=0, scheduler=scheduler)
+    return manifests.deployment(name, replicas, spec)
 
 
 def big_pod(product: str, scheduler: str) -> dict[str, Any]:
@@ -163,28 +142,7 @@ def world(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
         assert runtime.extender is not None and runtime.controller.rebalance_config is not None
         runtime.start()
         config = scheduler_config(tmp_path, cp, scheduler_name, runtime.extender.port)
-        port = free_port()
-        scheduler = Component(
-            scheduler_name,
-            [
-                str(cp.bin_dir / "kube-scheduler"),
-                f"--config={config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--cert-dir={tmp_path / 'certs'}",
-                "--v=2",
-            ],
-            cp.logs / f"{scheduler_name}.log",
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "KUBERNETES_"))}
-        env["HOME"] = str(tmp_path)
-        scheduler.start(env)
-        cp.wait(
-            f"{scheduler_name} /healthz",
-            lambda: cp._http_ok(f"https://127.0.0.1:{port}/healthz", verify=False) or scheduler.dead() is not None,
-            timeout_s=60,
-        )
-        assert scheduler.dead() is None, scheduler.dead()
+        scheduler = start_scheduler(cp, config, scheduler_name, tmp_path)
         yield World(cp, namespace, nodes, product, scheduler_name, runtime)
     finally:
         if scheduler is not None:

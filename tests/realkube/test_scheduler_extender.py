@@ -13,7 +13,6 @@ Latencies of the calls are printed, not asserted.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import statistics
 import time
@@ -34,7 +33,8 @@ from autoscaler.extender_http import Extender, LatestSnapshot
 from autoscaler.fakes.metrics import FakeMetricsSource
 from autoscaler.runtime import Runtime
 from autoscaler.settings import Settings
-from tests.realkube.control_plane import GPU_RESOURCE, Component, ControlPlane, free_port
+from tests.realkube.control_plane import GPU_RESOURCE, Component, ControlPlane
+from tests.realkube.manifests import start_scheduler
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_CONFIG = REPO / "deploy" / "overlays" / "scheduler-extender" / "kube-scheduler-config.yaml"
@@ -163,32 +163,13 @@ def setup(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
     runtime.start()
     scheduler_name = f"gpu-placement-{secrets.token_hex(3)}"
     config = scheduler_config(tmp_path, cp, scheduler_name, runtime.extender.port)
-    port = free_port()
-    scheduler = Component(
-        "gpu-placement-scheduler",
-        [
-            str(cp.bin_dir / "kube-scheduler"),
-            f"--config={config}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={tmp_path / 'certs'}",
-            "--v=2",
-        ],
-        cp.logs / f"{scheduler_name}.log",
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "KUBERNETES_"))}
-    env["HOME"] = str(tmp_path)
-    scheduler.start(env)
+    scheduler: Component | None = None
     try:
-        cp.wait(
-            f"{scheduler_name} /healthz",
-            lambda: cp._http_ok(f"https://127.0.0.1:{port}/healthz", verify=False) or scheduler.dead() is not None,
-            timeout_s=60,
-        )
-        assert scheduler.dead() is None, scheduler.dead()
+        scheduler = start_scheduler(cp, config, scheduler_name, tmp_path)
         yield Setup(cp, namespace, scheduler_name, runtime, extender, runtime._extender_snapshots, calls, scheduler)
     finally:
-        scheduler.stop()
+        if scheduler is not None:
+            scheduler.stop()
         runtime.stop()
 
 
