@@ -35,6 +35,7 @@ What it models, as Kubernetes does it:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -198,6 +199,7 @@ class SimCluster:
         self._dirty = True
         self._next_change = math.inf
         self._snapshot: ClusterSnapshot | None = None
+        self._pod_infos: dict[tuple[str, str], tuple[SimPod, tuple[object, ...], PodInfo]] = {}
         self._counts: dict[str, tuple[int, int, int]] = {}
         self._training_gpus = 0
         self._node_gpus = 0
@@ -587,32 +589,52 @@ class SimCluster:
         return self._snapshot
 
     def _build_snapshot(self, now: float) -> ClusterSnapshot:
-        deployments = []
-        for key, dep in self.deployments.items():
-            ready = sum(1 for p in self.pods.values() if p.owner == key and p.ready(now))
-            deployments.append(
-                DeploymentInfo(dep.namespace, dep.name, dep.replicas, ready, gpu_product=dep.gpu_product)
+        # One pass over the pods: each Deployment's ready count comes from the same pass (a pass per Deployment
+        # made a snapshot O(Deployments x pods): half the run time at 50 services).
+        ready_by_owner: dict[str, int] = {}
+        pod_infos = []
+        # A pod's PodInfo is made again only when what it shows changed (most pods are as they were: a snapshot is
+        # rebuilt whenever anything in the cluster changed); the cache holds exactly the live pods.
+        previous, cache = self._pod_infos, {}
+        for key, p in self.pods.items():
+            ready = p.ready(now)
+            if ready and p.owner is not None:
+                ready_by_owner[p.owner] = ready_by_owner.get(p.owner, 0) + 1
+            job = self.jobs.get(p.gang) if p.gang is not None else None
+            shown = (
+                p.node, ready, p.ready_at, p.priority,
+                None if job is None else (job.checkpoint_at, job.preemptible, job.rebalance_allowed),
+            )  # fmt: skip
+            entry = previous.get(key)
+            if entry is None or entry[0] is not p or entry[1] != shown:
+                info = PodInfo(
+                    namespace=p.namespace,
+                    name=p.name,
+                    node=p.node,
+                    gpus=p.gpus,
+                    priority=p.priority,
+                    phase="Running" if p.node is not None else "Pending",
+                    ready=ready,
+                    owner_kind="Deployment" if p.owner else None,
+                    owner_name=p.owner.split("/", 1)[1] if p.owner else None,
+                    gang=p.gang,
+                    created_at=p.created_at,
+                    ready_at=p.ready_at if ready else None,
+                    last_checkpoint_at=self._checkpoint_of(p),
+                    labels=self._labels_of(p),
+                    gpu_product=p.gpu_product,
+                )
+                entry = (p, shown, info)
+            cache[key] = entry
+            pod_infos.append(entry[2])
+        self._pod_infos = cache
+        pods = tuple(pod_infos)
+        deployments = [
+            DeploymentInfo(
+                dep.namespace, dep.name, dep.replicas, ready_by_owner.get(key, 0), gpu_product=dep.gpu_product
             )
-        pods = tuple(
-            PodInfo(
-                namespace=p.namespace,
-                name=p.name,
-                node=p.node,
-                gpus=p.gpus,
-                priority=p.priority,
-                phase="Running" if p.node is not None else "Pending",
-                ready=p.ready(now),
-                owner_kind="Deployment" if p.owner else None,
-                owner_name=p.owner.split("/", 1)[1] if p.owner else None,
-                gang=p.gang,
-                created_at=p.created_at,
-                ready_at=p.ready_at if p.ready(now) else None,
-                last_checkpoint_at=self._checkpoint_of(p),
-                labels=self._labels_of(p),
-                gpu_product=p.gpu_product,
-            )
-            for p in self.pods.values()
-        )
+            for key, dep in self.deployments.items()
+        ]
         nodes = tuple(NodeInfo(n.name, n.gpus, n.gpu_product, n.pool, n.ready(now)) for n in self.nodes.values())
         workloads = tuple(
             WorkloadInfo(
@@ -809,6 +831,8 @@ class SimCluster:
         self.schedule()
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _desc(name: str) -> tuple[int, ...]:
-    """Ties broken towards the smaller name when maximising: the key of a name, negated."""
+    """Ties broken towards the smaller name when maximising: the key of a name, negated (cached: a scale-down
+    sorts every pod of the Deployment by it)."""
     return tuple(-ord(c) for c in name)
