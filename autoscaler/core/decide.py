@@ -127,10 +127,13 @@ def _slo_guard(policy: ServicePolicy, obs: ServiceObservation, current: int) -> 
     return replicas, f"latency {latency:.3g}s > SLO {policy.latency_slo_s:g}s with {ready} ready"
 
 
-@functools.lru_cache(maxsize=1024)
 def _retention(up: ScalingRules, down: ScalingRules) -> tuple[float, float]:
-    """How long recommendations (stabilisation windows) and scale events (rate-policy periods) must be kept."""
-    keep_events = max((p.period_s for p in (*up.policies, *down.policies)), default=0.0)
+    """How long recommendations (stabilisation windows) and scale events (rate-policy periods) must be kept.
+    Not memoised: hashing the two rule sets (their rate-policy tuples) cost twice what this does."""
+    keep_events = 0.0
+    for rate in (*up.policies, *down.policies):
+        if rate.period_s > keep_events:
+            keep_events = rate.period_s
     return max(up.stabilisation_s, down.stabilisation_s), keep_events
 
 
