@@ -270,7 +270,9 @@ class SlidingQuantiles:
 
     def __init__(self, residuals: FloatArray, first: int, spacing: int, levels: tuple[float, ...], rate: float) -> None:
         """Build from ``residuals`` (oldest first, all finite), the first one at position ``first``, the next every
-        ``spacing``; ``rate``: the log2 weight gained per residual (``step_s / half_life_s``)."""
+        ``spacing``; ``rate``: the log2 weight gained per residual (``step_s / half_life_s``). ``residuals`` is
+        kept, not copied, until the next slide (its oldest values are the ones dropped then): pass an array nobody
+        writes to afterwards, as the models' fresh differences are."""
         order = np.argsort(residuals, kind="stable")
         size = residuals.size
         self.values = np.empty(size + self.MAX_CHANGE)
