@@ -257,10 +257,7 @@ def decide_tick(
             floor = replace(
                 floor, target_ratio=headroom.ratio, down_window_s=max(floor.down_window_s, headroom.down_window_s)
             )
-        views[key] = ServiceForecastView(
-            view.key, view.namespace, view.service, view.mode, view.published, floor, view.lead_s, view.demand,
-            view.message, headroom,
-        )  # fmt: skip
+        views[key] = replace(view, floor=floor, headroom=headroom)
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     plan = replace(plan, forecasts=MappingProxyType(views))
