@@ -136,9 +136,9 @@ class SeasonalNaive(BaseForecaster):
         cycles = -(-steps // period)  # ceil: how many whole seasons back the same phase was last observed
         point = y[n - 1 + steps - cycles * period]
         offsets_by_cycles: dict[int, FloatArray] = {}
-        for k in np.unique(cycles):
+        for k in range(int(cycles[0]), int(cycles[-1]) + 1):  # cycles ascend by at most one per step
             # The error of copying k seasons back; capped at the longest lag the history can show.
-            lag = min(int(k) * period, n - 1)
+            lag = min(k * period, n - 1)
             if lag not in offsets_by_cycles:
                 offsets_by_cycles[lag] = residual_offsets(
                     y[lag:] - y[:-lag],
@@ -147,6 +147,6 @@ class SeasonalNaive(BaseForecaster):
                     self.residual_half_life_s,
                     self.order_hints_.at(lag, _first_index(self)),
                 )
-            mask = cycles == k
-            out[:, mask] = point[mask][None, :] + offsets_by_cycles[lag][:, None]
+            steps_k = slice((k - 1) * period, min(k * period, horizon))  # the steps copied from k seasons back
+            out[:, steps_k] = point[steps_k][None, :] + offsets_by_cycles[lag][:, None]
         return out

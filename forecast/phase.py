@@ -86,6 +86,21 @@ def _log_level(values: FloatArray) -> FloatArray:
     return out
 
 
+def _log_level_after(
+    values: FloatArray, first: int, previous: FloatArray, previous_logs: FloatArray, previous_first: int
+) -> FloatArray:
+    """``_log_level(values)`` (``values`` starting at absolute step ``first``), reusing ``previous_logs`` (those of
+    ``previous``, starting at ``previous_first``) for the samples both series hold identically."""
+    offset = first - previous_first
+    overlap = min(previous.size - offset, values.size)
+    if offset < 0 or overlap <= 0 or not np.array_equal(values[:overlap], previous[offset : offset + overlap]):
+        return _log_level(values)
+    out = np.empty(values.size)
+    out[:overlap] = previous_logs[offset : offset + overlap]
+    out[overlap:] = _log_level(values[overlap:])
+    return out
+
+
 class PhaseNaive(BaseForecaster):
     """Naive point forecast; quantiles of the change at each lead learnt from history origins at the same phase.
 
@@ -141,11 +156,22 @@ class PhaseNaive(BaseForecaster):
         # and lead (``_offsets``), so an update costs a copy and a predict a few quantiles. Keeping the spreads of
         # the last (hourly) fit instead measured slightly worse in the simulator's default ServeGen scenario
         # (99.48 % within SLO at 1.255x the oracle's GPU-hours, against 99.51 % at 1.245x, before the detection fixes).
+        previous = getattr(self, "history_", None)
+        previous_learnt = getattr(self, "learn_series_", None)
+        previous_first = getattr(self, "learn_first_index_", 0)
         self.history_ = y[-int(self.residual_window) :].copy()
-        # The scale changes are learnt in, computed once per update rather than per (phase, lead).
-        self.learn_series_ = _log_level(self.history_) if self._in_ratios() else self.history_
         end_index = round(self.start_ / self.step_s_) + self.n_obs_  # index since the Unix epoch, after the newest
         self.learn_first_index_ = end_index - self.history_.size
+        # The scale changes are learnt in, computed once per update rather than per (phase, lead); an update that
+        # only appended keeps the logs of the samples it already had (the same values: log1p is elementwise).
+        if not self._in_ratios():
+            self.learn_series_ = self.history_
+        elif previous is not None and previous_learnt is not None and previous_learnt is not previous:
+            self.learn_series_ = _log_level_after(
+                self.history_, self.learn_first_index_, previous, previous_learnt, previous_first
+            )
+        else:
+            self.learn_series_ = _log_level(self.history_)
         self.offsets_cache_: dict[tuple[int, int], FloatArray] = {}
         # The spreads' residuals sorted with their weights, kept across updates that only append to the history (the
         # spreads themselves are the same as learnt from scratch, up to float rounding; see forecast.base.OrderHints).

@@ -26,7 +26,9 @@ def as_series(y: npt.ArrayLike) -> FloatArray:
         raise ValueError(f"expected a 1-D series, got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError("expected a non-empty series")
-    arr[~np.isfinite(arr)] = np.nan
+    finite = np.isfinite(arr)
+    if not finite.all():  # the usual series has no inf: skip the masked write
+        arr[~finite] = np.nan
     return arr
 
 

@@ -584,7 +584,9 @@ class SimCluster:
     def snapshot(self, now: float) -> ClusterSnapshot:
         self.advance(now)  # the scheduler has run by the time anybody looks
         if self._snapshot is not None:
-            return self._snapshot if self._snapshot.time == now else replace(self._snapshot, time=now)
+            if self._snapshot.time != now:  # nothing changed since: the same objects, seen at ``now``
+                self._snapshot = replace(self._snapshot, time=now)
+            return self._snapshot
         self._snapshot = self._build_snapshot(now)
         return self._snapshot
 

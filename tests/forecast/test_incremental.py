@@ -370,3 +370,32 @@ def test_a_pickled_model_leaves_its_kept_orders_behind_and_forecasts_the_same() 
         model.update(y[:end], start=0.0)
         copy.update(y[:end], start=0.0)
         assert _close(dict(model.predict(HORIZON).quantiles), dict(copy.predict(HORIZON).quantiles))
+
+
+@pytest.mark.parametrize(
+    ("offset", "appended", "changed"),
+    [
+        (1, 1, False),  # the usual update: one sample in, one out
+        (0, 3, False),  # a young window that only grows
+        (5, 2, False),  # several updates missed
+        (2, 2, True),  # an overlapping sample differs (gap filling redid it): logs recomputed
+        (500, 500, False),  # no overlap at all
+        (-1, 0, False),  # the window moved back (a refit on older data)
+    ],
+)
+def test_log_levels_kept_across_an_update_equal_fresh_ones(offset: int, appended: int, changed: bool) -> None:
+    """``PhaseNaive`` keeps the log levels of the samples an update shares with the previous history."""
+    from forecast.phase import _log_level, _log_level_after
+
+    rng = np.random.default_rng(abs(offset) + appended)
+    stream = rng.gamma(2.0, 3.0, 2000)
+    stream[::7] = 0.0
+    previous_first = 100
+    previous = stream[previous_first : previous_first + 400]
+    first = previous_first + offset
+    size = 400 - offset + appended if offset >= 0 else 400
+    values = stream[first : first + size].copy()
+    if changed:
+        values[10] += 1.0
+    got = _log_level_after(values, first, previous, _log_level(previous), previous_first)
+    assert got.shape == values.shape and np.array_equal(got, _log_level(values))
