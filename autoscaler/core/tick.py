@@ -123,11 +123,16 @@ class TickInput:
 
 
 def read_forecasts(
-    tick: TickInput, config: ForecastReadConfig, capacity: CapacityConfig | None = None
+    tick: TickInput,
+    config: ForecastReadConfig,
+    capacity: CapacityConfig | None = None,
+    headrooms: Mapping[str, Headroom] | None = None,
 ) -> dict[str, ServiceForecastView]:
     """The forecast view (floor, lead, demand) of every forecasting service. Higher priority first: it gets the
     free GPUs, the others' leads then include node boot. With capacity arbitration that may preempt, the GPUs of
-    preemptible training count as free: taking them is immediate, no node has to boot."""
+    preemptible training count as free: taking them is immediate, no node has to boot. ``headrooms``: what each
+    ACTIVE service earned (``earn_headrooms``), applied to its floor (``_floor_at_headroom``) and shown in its view."""
+    headrooms = headrooms or {}
     cold_starts = cold_starts_by_service(tick.snapshot)
     free = free_gpus(tick.snapshot)
     if capacity is not None and capacity.preempt:
@@ -148,17 +153,22 @@ def read_forecasts(
             if config.cold_start_aware and fp.mode is ForecastMode.ACTIVE:
                 floor = ReplicaFloor(0, Reason.FORECAST_MISSING, "no forecast fitted yet", usable=False,
                                      down_window_s=lead)
+            message = "no forecast fitted yet"
+            headroom = headrooms.get(key)
             views[key] = ServiceForecastView(
-                key, policy.namespace, policy.name, fp.mode, pub, floor, lead, None, "no forecast fitted yet"
-            )
+                key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(floor, headroom, message), lead,
+                None, message, headroom,
+            )  # fmt: skip
             continue
         rate = rate_per_replica(policy, tick.throughputs.get(key))
         if rate is None:
             message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
             demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
+            headroom = headrooms.get(key)
             views[key] = ServiceForecastView(
-                key, policy.namespace, policy.name, fp.mode, pub, None, lead, demand, message
-            )
+                key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(None, headroom, message), lead,
+                demand, message, headroom,
+            )  # fmt: skip
             continue
         lower = [w for w in waiting if w.priority < policy.priority]
         hole_after = (
@@ -198,8 +208,24 @@ def read_forecasts(
         except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
             floor = ReplicaFloor(0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False)
         demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
-        views[key] = ServiceForecastView(key, policy.namespace, policy.name, fp.mode, pub, floor, lead, demand)
+        headroom = headrooms.get(key)
+        views[key] = ServiceForecastView(
+            key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(floor, headroom, ""), lead, demand,
+            headroom=headroom,
+        )  # fmt: skip
     return views
+
+
+def _floor_at_headroom(floor: ReplicaFloor | None, headroom: Headroom | None, message: str) -> ReplicaFloor | None:
+    """The reactive path runs at the earned share of the target; the floor turns forecast demand into replicas at
+    the full target (a floor that under-covers is the reactive path's to make up for, not the floor's). A service
+    that has not earned its full target gets a floor even without a forecast, to carry the ratio and the longer
+    scale-down window to the decision."""
+    if headroom is None or (headroom.ratio >= 1.0 and headroom.down_window_s <= 0):
+        return floor  # earned (or not an ACTIVE forecasting service): nothing changes in the decision
+    if floor is None:
+        floor = ReplicaFloor(0, Reason.FORECAST_MISSING, message or "no forecast", usable=False)
+    return replace(floor, target_ratio=headroom.ratio, down_window_s=max(floor.down_window_s, headroom.down_window_s))
 
 
 def _demand(
@@ -245,19 +271,9 @@ def decide_tick(
     config = config if config is not None else TickConfig()
     headrooms = earn_headrooms(tick, config.forecast)
     # Only a policy with spec.forecast has a view: without one, skip reading the snapshot's cold starts and GPUs.
-    views = read_forecasts(tick, config.forecast, config.capacity) if _any_forecasting(tick.policies) else {}
-    for key, headroom in headrooms.items():
-        # The reactive path runs at the earned share of the target; the floor turns forecast demand into replicas at
-        # the full target (a floor that under-covers is the reactive path's to make up for, not the floor's).
-        view = views[key]
-        floor = view.floor
-        if not (headroom.ratio >= 1.0 and headroom.down_window_s <= 0):  # earned: nothing changes in the decision
-            if floor is None:
-                floor = ReplicaFloor(0, Reason.FORECAST_MISSING, view.message or "no forecast", usable=False)
-            floor = replace(
-                floor, target_ratio=headroom.ratio, down_window_s=max(floor.down_window_s, headroom.down_window_s)
-            )
-        views[key] = replace(view, floor=floor, headroom=headroom)
+    views = (
+        read_forecasts(tick, config.forecast, config.capacity, headrooms) if _any_forecasting(tick.policies) else {}
+    )
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     plan = replace(plan, forecasts=MappingProxyType(views))
