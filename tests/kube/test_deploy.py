@@ -278,7 +278,7 @@ def test_production_renders_no_placeholder(production: list[dict[str, Any]]) -> 
     assert image["newTag"] == project_version(), bump
     assert settings["runbooks-parent-url"].endswith(f"/v{project_version()}/deploy"), bump
     env = controller_env(production)
-    assert env["AUTOSCALER_PROMETHEUS__URL"] == settings["prometheus-url"]
+    assert env["AUTOSCALER_PROMETHEUS_URL"] == settings["prometheus-url"]
     rules = alerts(production)
     assert len(rules) >= 20
     for rule in rules:
@@ -309,7 +309,7 @@ def test_production_settings_are_set_in_one_place(tmp_path: Path) -> None:
     assert "ghcr.io" not in rendered
     assert [c["image"] for c in containers(docs)] == ["registry.corp.internal/ml/gpu:9.9.9"]
     env = controller_env(docs)
-    assert env["AUTOSCALER_PROMETHEUS__URL"] == "http://kube-prometheus-stack-prometheus.observability.svc:9090"
+    assert env["AUTOSCALER_PROMETHEUS_URL"] == "http://kube-prometheus-stack-prometheus.observability.svc:9090"
     urls = {r["annotations"]["runbook_url"].rsplit("/", 1)[0] for r in alerts(docs)}
     assert urls == {"https://git.corp.internal/platform/gpu-autoscaler/-/blob/v9.9.9/deploy/runbooks"}
 
@@ -446,3 +446,23 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
     events = {p for p in seen if p[1] == "events"}
     for group, resource, verb, _ in reads | events:
         assert _allowed(dry_cluster, group, resource, verb), f"dry-run misses {verb} {group}/{resource}"
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/dry-run", "overlays/production", "overlays/scheduler-extender"])
+def test_the_rendered_controller_environment_is_settings_the_controller_accepts(
+    overlay: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every AUTOSCALER_* variable the manifests set is one ``autoscaler run`` starts with (a misspelt name, such
+    as AUTOSCALER_PROMETHEUS__URL for AUTOSCALER_PROMETHEUS_URL, would make the deployed pod exit at start)."""
+    from autoscaler.settings import load_settings
+
+    (container,) = find(kustomize(DEPLOY / overlay), "Deployment")["spec"]["template"]["spec"]["containers"]
+    for name in [n for n in os.environ if n.startswith("AUTOSCALER_")]:
+        monkeypatch.delenv(name)
+    literal = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert any(name.startswith("AUTOSCALER_") for name in literal)
+    for name, value in literal.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()  # raises SettingsError naming the variable
+    if "AUTOSCALER_PROMETHEUS_URL" in literal:
+        assert settings.prometheus.url == literal["AUTOSCALER_PROMETHEUS_URL"]

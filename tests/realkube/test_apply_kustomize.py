@@ -227,7 +227,7 @@ def test_apply_and_delete_production(control_plane: ControlPlane, kubectl: Kubec
         rendered_image = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"]
         assert container["image"] == rendered_image[0]["image"]
         env = {e["name"]: e.get("value") for e in container["env"]}
-        assert env["AUTOSCALER_PROMETHEUS__URL"] == settings["prometheus-url"] and "AUTOSCALER_DRY_RUN" not in env
+        assert env["AUTOSCALER_PROMETHEUS_URL"] == settings["prometheus-url"] and "AUTOSCALER_DRY_RUN" not in env
         rule = kubectl.json("get", "prometheusrule.monitoring.coreos.com", "gpu-autoscaler", "-n", NAMESPACE)
         urls = {r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
         assert urls and all(u.startswith(settings["runbooks-parent-url"] + "/runbooks/") for u in urls)
