@@ -53,7 +53,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"TYPE is one of {', '.join(k.value for k in MetricKind)}",
     )
     parser.add_argument("--adopt", action="store_true", help="set spec.adoptHpa to the HPA's name in the output")
-    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser.add_argument(
+        "-o", "--output", choices=("yaml", "json"), default="yaml", help="the GPUScalingPolicy as YAML (default) or JSON"
+    )
     parser.set_defaults(func=main)
 
 
