@@ -245,6 +245,8 @@ class PodMapper:
         self.ready: dict[str, set[str]] = {}
         self.unready: dict[str, set[str]] = {}
         self.replicas: dict[str, tuple[int, int]] = {}
+        # GPUs each managed pod requests, by (namespace, pod): a pod reporting fewer GPU series is incomplete
+        self._gpus: dict[tuple[str, str], int] = {}
         self._cache: dict[tuple[str, str], str | None] = {}
         if cluster is None:
             return
@@ -260,6 +262,7 @@ class PodMapper:
             if key is None:
                 continue
             self._explicit[(pod.namespace, pod.name)] = key
+            self._gpus[(pod.namespace, pod.name)] = pod.gpus
             (self.ready if pod.ready else self.unready).setdefault(key, set()).add(pod.name)
             self.ready.setdefault(key, set())
             self.unready.setdefault(key, set())
@@ -267,6 +270,10 @@ class PodMapper:
     def knows_pods(self, key: str) -> bool:
         """True when the cluster snapshot listed this service's pods (then readiness comes from it)."""
         return key in self.ready
+
+    def requested_gpus(self, namespace: str, pod: str) -> int:
+        """GPUs the cluster snapshot says the pod requests; 0 when unknown (no snapshot, or not a GPU request)."""
+        return self._gpus.get((namespace, pod), 0)
 
     def service_of(self, namespace: str | None, pod: str | None) -> str | None:
         if not namespace or not pod:
@@ -764,7 +771,14 @@ class PrometheusMetricsSource:
                     problems[pod] = f"{acc.describe()}: {text}"
                     break
             else:
-                values[pod] = sum(pod_values) / len(pod_values)
+                # dcgm-exporter leaves out a GPU it cannot read: the series is just absent from every family. A pod
+                # averaged over the GPUs that did report would read as complete, so fewer GPUs than it requests
+                # makes it a pod without a valid sample (partial: no scale-down), like a GPU reporting NaN.
+                requested = mapper.requested_gpus(service.namespace, pod)
+                if len(pod_values) < requested:
+                    problems[pod] = f"series for only {len(pod_values)} of its {requested} GPUs"
+                else:
+                    values[pod] = sum(pod_values) / len(pod_values)
         if mapper.knows_pods(service.key):
             ready = mapper.ready[service.key]
             unready = len(mapper.unready[service.key])

@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--adopt", action="store_true", help="set spec.adoptHpa to the HPA's name in the output")
     parser.add_argument(
-        "-o", "--output", choices=("yaml", "json"), default="yaml", help="the GPUScalingPolicy as YAML (default) or JSON"
+        "-o", "--output", choices=("yaml", "json"), default="yaml", help="the policy as YAML (default) or JSON"
     )
     parser.set_defaults(func=main)
 

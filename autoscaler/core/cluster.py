@@ -62,12 +62,84 @@ class HpaInfo:
     desired_replicas: int | None = None  # status.desiredReplicas: what the HPA recommends now
 
 
+# The operators of a Kubernetes label selector's ``matchExpressions``.
+SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LabelTest:
+    """What a label selector requires of one label key when it is more than one value (``matchExpressions``).
+
+    The core matches a selector mapping by equality: a pod is selected when the mapping is not empty and
+    ``pod.labels.get(key) == wanted`` for every ``(key, wanted)`` pair. A plain string ``wanted`` is a ``matchLabels``
+    entry; a ``LabelTest`` compares equal to exactly the label values it accepts (``None``: the label is absent), so
+    the same equality test is the Kubernetes one: every ``(operator, values)`` requirement must hold --
+    ``In`` (present, value in values), ``NotIn`` (absent, or value not in values), ``Exists``, ``DoesNotExist``.
+    A ``LabelTest`` without requirements accepts every value: see :func:`selector_matching_every_pod`.
+    """
+
+    requirements: tuple[tuple[str, frozenset[str]], ...]
+
+    def __post_init__(self) -> None:
+        for operator, _ in self.requirements:
+            if operator not in SELECTOR_OPERATORS:
+                raise ValueError(f"unknown label selector operator {operator!r}")
+
+    def accepts(self, value: str | None) -> bool:
+        """Whether a label value (``None``: the pod lacks the label) meets every requirement."""
+        for operator, values in self.requirements:
+            if operator == "In":
+                ok = value is not None and value in values
+            elif operator == "NotIn":
+                ok = value is None or value not in values
+            elif operator == "Exists":
+                ok = value is not None
+            else:  # DoesNotExist
+                ok = value is None
+            if not ok:
+                return False
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LabelTest):
+            return self.requirements == other.requirements
+        if other is None or isinstance(other, str):
+            return self.accepts(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to many strings: no hash can agree with theirs
+
+
+# The key of the one entry of a selector that selects every pod of its namespace: no pod has a label with an empty
+# key (Kubernetes refuses one), and the test there accepts anything, absent included.
+EVERY_POD_KEY = ""
+
+
+def selector_matching_every_pod() -> dict[str, str | LabelTest]:
+    """A selector mapping that selects every pod of the namespace (Kubernetes' empty selector ``{}``)."""
+    return {EVERY_POD_KEY: LabelTest(())}
+
+
+def selector_matches(selector: Mapping[str, str | LabelTest], labels: Mapping[str, str]) -> bool:
+    """Whether a selector mapping selects a pod with these labels. An empty mapping selects none (Kubernetes' null
+    selector); ``matchLabels`` entries are strings, other requirements ``LabelTest`` values."""
+    return bool(selector) and all(labels.get(key) == wanted for key, wanted in selector.items())
+
+
 @dataclass(frozen=True, slots=True)
 class PodDisruptionBudgetInfo:
+    """A PodDisruptionBudget. ``selector`` maps a label key to the value a pod must carry (``matchLabels``) or to a
+    ``LabelTest`` (``matchExpressions``); empty selects no pod, ``selector_matching_every_pod()`` every pod of the
+    namespace. See ``selects``."""
+
     namespace: str
     name: str
-    selector: Mapping[str, str]
+    selector: Mapping[str, str | LabelTest]
     disruptions_allowed: int
+
+    def selects(self, pod: PodInfo) -> bool:
+        """Whether the budget covers the pod, as the Eviction API decides it."""
+        return pod.namespace == self.namespace and selector_matches(self.selector, pod.labels)
 
 
 # Workload kinds stopped through their spec (Job/JobSet/Kubeflow ``suspend``, Kueue Workload ``active``); a gang of

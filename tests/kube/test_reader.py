@@ -10,8 +10,9 @@ from kubernetes import client
 
 from autoscaler.adapters.kubernetes import KubeClusterReader, KubeUnavailable, ReaderConfig
 from autoscaler.adapters.kubernetes.config import load_api_client
-from autoscaler.adapters.kubernetes.reader import parse_gang, pod_gpus
+from autoscaler.adapters.kubernetes.reader import parse_gang, pdb_selector, pod_gpus
 from autoscaler.core.cluster import WorkloadInfo
+from autoscaler.core.victims import TrainingRules, gangs_from_snapshot, pdbs_covering
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -411,3 +412,138 @@ def test_a_pod_pinned_to_a_gpu_product_says_so(apiserver: FakeApiServer, api_cli
     apiserver.seed(typed, o.pod("any", "ml", gpus=8, phase="Pending", node_name=None, ready=False))
     pods = {p.name: p for p in reader(api_client).snapshot(NOW).pods}
     assert pods["typed"].gpu_product == "H100-80GB" and pods["any"].gpu_product is None
+
+
+# ---- PodDisruptionBudget selectors: the whole Kubernetes label selector ------------------------------------------
+#
+# Pods of namespace ml (and one of another namespace with the same labels); each case one budget whose selector must
+# cover exactly the pods Kubernetes' selector does -- as the budget's own ``selects`` says it and as the preemption
+# planner counts it (``pdbs_covering``, the existing equality matcher). A selector the API server would have refused
+# covers every pod of its namespace (it must block, never be ignored); null covers none, ``{}`` all.
+
+SELECTOR_PODS = {
+    "a": {"app": "train", "tier": "gpu"},
+    "b": {"app": "train"},
+    "c": {"app": "chat", "tier": "cpu"},
+    "d": {},
+    "e": {"app": "eval", "tier": ""},
+}
+EVERY_POD = set(SELECTOR_PODS)
+NO_SELECTOR = object()  # the budget's spec has no selector at all
+
+
+def expr(key: str, operator: str, *values: str) -> dict[str, object]:
+    return {"key": key, "operator": operator, **({"values": list(values)} if values else {})}
+
+
+PDB_SELECTOR_CASES: list[tuple[str, object, set[str]]] = [
+    ("matchLabels", {"matchLabels": {"app": "train"}}, {"a", "b"}),
+    ("matchLabels, two keys", {"matchLabels": {"app": "train", "tier": "gpu"}}, {"a"}),
+    ("matchLabels empty value", {"matchLabels": {"tier": ""}}, {"e"}),
+    ("In, one value", {"matchExpressions": [expr("app", "In", "train")]}, {"a", "b"}),
+    ("In, several values", {"matchExpressions": [expr("app", "In", "train", "chat")]}, {"a", "b", "c"}),
+    ("NotIn", {"matchExpressions": [expr("app", "NotIn", "train")]}, {"c", "d", "e"}),
+    ("NotIn, several values", {"matchExpressions": [expr("app", "NotIn", "train", "eval")]}, {"c", "d"}),
+    ("Exists", {"matchExpressions": [expr("tier", "Exists")]}, {"a", "c", "e"}),
+    ("DoesNotExist", {"matchExpressions": [expr("tier", "DoesNotExist")]}, {"b", "d"}),
+    (
+        "matchLabels and an expression",
+        {"matchLabels": {"app": "train"}, "matchExpressions": [expr("tier", "Exists")]},
+        {"a"},
+    ),
+    (
+        "matchLabels and an expression on the same key",
+        {"matchLabels": {"app": "train"}, "matchExpressions": [expr("app", "NotIn", "train")]},
+        set(),
+    ),
+    (
+        "two expressions on one key",
+        {"matchExpressions": [expr("app", "Exists"), expr("app", "NotIn", "chat")]},
+        {"a", "b", "e"},
+    ),
+    (
+        "every operator at once",
+        {
+            "matchExpressions": [
+                expr("app", "In", "train", "chat"),
+                expr("tier", "Exists"),
+                expr("tier", "NotIn", "cpu"),
+                expr("gone", "DoesNotExist"),
+            ]
+        },
+        {"a"},
+    ),
+    ("empty selector: every pod of the namespace", {}, EVERY_POD),
+    ("empty lists: every pod of the namespace", {"matchLabels": {}, "matchExpressions": []}, EVERY_POD),
+    ("null selector: no pod", NO_SELECTOR, set()),
+    ("unknown operator", {"matchExpressions": [expr("app", "Gt", "3")]}, EVERY_POD),
+    (
+        "unknown operator beside matchLabels",
+        {"matchLabels": {"app": "train"}, "matchExpressions": [expr("app", "Like", "t")]},
+        EVERY_POD,
+    ),
+    ("In without values", {"matchExpressions": [expr("app", "In")]}, EVERY_POD),
+    ("NotIn without values", {"matchExpressions": [expr("app", "NotIn")]}, EVERY_POD),
+    ("Exists with values", {"matchExpressions": [expr("tier", "Exists", "gpu")]}, EVERY_POD),
+    ("expression without a key", {"matchExpressions": [{"operator": "Exists"}]}, EVERY_POD),
+    ("expression not an object", {"matchExpressions": ["app in (train)"]}, EVERY_POD),
+    ("values not a list", {"matchExpressions": [{"key": "app", "operator": "In", "values": "train"}]}, EVERY_POD),
+    ("matchLabels value not a string", {"matchLabels": {"app": 7}}, EVERY_POD),
+    ("matchExpressions not a list", {"matchExpressions": {"key": "app"}}, EVERY_POD),
+    ("selector a string", "app=train", EVERY_POD),
+]
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"), [c[1:] for c in PDB_SELECTOR_CASES], ids=[c[0] for c in PDB_SELECTOR_CASES]
+)
+def test_pdb_selector_covers_the_pods_kubernetes_does(
+    apiserver: FakeApiServer, api_client: client.ApiClient, selector: object, expected: set[str]
+) -> None:
+    budget = o.pdb("guard", "ml", selector={}, disruptions_allowed=0)
+    if selector is NO_SELECTOR:
+        del budget["spec"]["selector"]
+    else:
+        budget["spec"]["selector"] = selector
+    apiserver.seed(
+        [o.pod(name, "ml", labels=labels) for name, labels in SELECTOR_PODS.items()],
+        o.pod("a", "other", labels=SELECTOR_PODS["a"]),  # same labels, another namespace: never covered
+        budget,
+    )
+    snap = reader(api_client).snapshot(NOW)
+    (pdb,) = snap.pdbs
+    assert {p.name for p in snap.pods if pdb.selects(p)} == expected
+    # the planner's count, with its own matcher, is the same
+    ml = [p for p in snap.pods if p.namespace == "ml"]
+    covering = pdbs_covering(snap, ml)
+    assert covering == ((("ml/guard", len(expected), 0),) if expected else ())
+    for pod in snap.pods:
+        assert bool(pdbs_covering(snap, [pod])) == (pod.namespace == "ml" and pod.name in expected), pod.name
+
+
+def test_pdb_selector_plain_labels_stay_plain() -> None:
+    # matchLabels and a one-value In read as the plain equality map they always were
+    assert pdb_selector({"matchLabels": {"app": "chat"}, "matchExpressions": [expr("tier", "In", "gpu")]}) == {
+        "app": "chat",
+        "tier": "gpu",
+    }
+    assert pdb_selector(None) == {}
+
+
+def test_a_budget_with_match_expressions_stops_the_planner_taking_the_gang(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    # A gang of 3 whose budget allows 1 disruption and selects its pods with an Exists expression: the planner must
+    # not choose it (taken pod by pod, the Eviction API would stop it part-way). Read with the old reader, the
+    # budget had an empty selector and the gang was an eligible victim.
+    labels = {"job-name": "train", "training.example/role": "worker"}
+    budget = o.pdb("train", "ml", selector={}, disruptions_allowed=1, current=3)
+    budget["spec"]["selector"] = {
+        "matchExpressions": [expr("training.example/role", "Exists"), expr("job-name", "In", "train", "train-v2")]
+    }
+    apiserver.seed([o.pod(f"w{i}", "ml", node_name=f"gpu-{i}", labels=labels) for i in range(3)], budget)
+    snap = reader(api_client).snapshot(NOW)
+    (gang,) = gangs_from_snapshot(snap, NOW, TrainingRules())
+    assert gang.gang == "job/ml/train"
+    assert gang.pdb_use == (("ml/train", 3, 1),)
+    assert gang.why_not == "PodDisruptionBudget ml/train allows 1 of its 3"

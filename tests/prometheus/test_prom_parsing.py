@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,16 @@ from canned import HEALTHY, NOW, P0, P1, Answer, CannedPrometheus, app, gpu, ser
 
 from autoscaler.adapters.prometheus import AGE_TAG, PrometheusMetricsSource
 from autoscaler.adapters.prometheus_settings import PrometheusSettings
-from autoscaler.core.model import GpuSample, MetricKind, Observation, ServiceObservation, ServicePolicy
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, PodInfo
+from autoscaler.core.decide import decide
+from autoscaler.core.model import (
+    ControllerState,
+    GpuSample,
+    MetricKind,
+    Observation,
+    ServiceObservation,
+    ServicePolicy,
+)
 
 
 @dataclass
@@ -369,3 +378,131 @@ def test_an_internal_error_holds_every_service(canned: CannedPrometheus, monkeyp
     monkeypatch.setattr(PrometheusMetricsSource, "_assemble_gpus", boom)
     obs = observe(canned, {}, {})
     assert obs.services["ml/chat"].stale_reasons == ("metrics adapter error: bug",)
+
+
+# ---- multi-GPU pods: each pod must report every GPU it requests ------------------------------------------------
+#
+# Service ml/chat with two ready pods of two GPUs each (the cluster snapshot says so), every GPU at 20 % against a
+# 70 % target: a complete answer scales 2 -> 1. dcgm-exporter leaves a GPU it cannot read out of its answer
+# altogether, so a pod that reports fewer GPUs than it requests is a pod without a valid sample: the answer is
+# partial (no scale-down), never the mean of the GPUs that happened to answer.
+
+MULTI_GPUS = {P0: (0, 1), P1: (2, 3)}  # pod -> its GPU indexes
+DCGM_METRICS = {
+    "util": ("DCGM_FI_DEV_GPU_UTIL", "20"),
+    "engine": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0.2"),
+    "fb_used": ("DCGM_FI_DEV_FB_USED", "1000"),
+    "fb_free": ("DCGM_FI_DEV_FB_FREE", "79000"),
+}
+
+
+def multi_gpu(pod: str, index: int, metric: str) -> dict[str, str]:
+    return gpu(0, __name__=metric, pod=pod, gpu=str(index % 2), UUID=f"GPU-{index}")
+
+
+def multi_gpu_answers(absent: Collection[int] = (), util: dict[int, Any] | None = None) -> dict[str, Any]:
+    """Every DCGM family for every GPU but those in ``absent`` (missing from every family); ``util`` overrides."""
+    out: dict[str, Any] = {}
+    for family, (metric, value) in DCGM_METRICS.items():
+        items = [
+            series(multi_gpu(pod, index, metric), (util or {}).get(index, value) if family == "util" else value)
+            for pod, indexes in MULTI_GPUS.items()
+            for index in indexes
+            if index not in absent
+        ]
+        out[family] = vector(*items)
+    return out
+
+
+def multi_gpu_snapshot(gpus_per_pod: int = 2) -> ClusterSnapshot:
+    rs = P0.rsplit("-", 1)[0]
+    pods = tuple(
+        PodInfo("ml", pod, "node-a", gpus_per_pod, 0, "Running", True, owner_kind="ReplicaSet", owner_name=rs)
+        for pod in MULTI_GPUS
+    )
+    return ClusterSnapshot(time=NOW, deployments=(DeploymentInfo("ml", "chat", 2, 2),), pods=pods)
+
+
+@dataclass
+class MultiGpuCase:
+    name: str
+    answers: dict[str, Any]
+    kind: str  # "complete" | "partial" | "stale": where the problem goes
+    reason: str | None  # a substring of a partial/stale reason
+    pods: tuple[int, float, int] | None  # (ready_with_metric, metric_sum, missing), None = no PodMetrics
+    desired: int  # replicas after a scale-down window with this observation (2 now)
+    gpus_per_pod: int = 2
+
+
+MULTI_GPU_CASES = [
+    MultiGpuCase("every GPU reports", multi_gpu_answers(), "complete", None, (2, 40.0, 0), 1),
+    MultiGpuCase(
+        "one GPU of a 2-GPU pod absent from every family",
+        multi_gpu_answers(absent={3}),
+        "partial",
+        f"1 of 2 ready pods without a valid sample: {P1} (series for only 1 of its 2 GPUs)",
+        (1, 20.0, 1),
+        2,
+    ),
+    MultiGpuCase(
+        "one GPU of every pod absent from every family",
+        multi_gpu_answers(absent={1, 3}),
+        "stale",
+        "2 of 2 ready pods without a valid sample",
+        None,
+        2,
+    ),
+    MultiGpuCase(
+        "one GPU of a pod reports NaN",
+        multi_gpu_answers(util={3: "NaN"}),
+        "partial",
+        f"{P1} (GPU 1 of node node-a: value is NaN)",
+        (1, 20.0, 1),
+        2,
+    ),
+    MultiGpuCase(
+        "one GPU of a pod reports +Inf",
+        multi_gpu_answers(util={3: "+Inf"}),
+        "partial",
+        f"{P1} (GPU 1 of node node-a: value is +Inf)",
+        (1, 20.0, 1),
+        2,
+    ),
+    MultiGpuCase(
+        "utilisation absent for one GPU, its memory series present",
+        {**multi_gpu_answers(), "util": multi_gpu_answers(absent={3})["util"]},
+        "partial",
+        "no sample (partial answer)",
+        (1, 20.0, 1),
+        2,
+    ),
+    # A GPU request the snapshot does not count (0: a MIG profile resource, say) cannot be checked: as before.
+    MultiGpuCase("GPU count unknown", multi_gpu_answers(absent={3}), "complete", None, (2, 40.0, 0), 1, gpus_per_pod=0),
+]
+
+
+@pytest.mark.parametrize("case", MULTI_GPU_CASES, ids=[c.name for c in MULTI_GPU_CASES])
+def test_multi_gpu_pods(canned: CannedPrometheus, case: MultiGpuCase) -> None:
+    canned.answers = {family: Answer(body) for family, body in {**copy.deepcopy(HEALTHY), **case.answers}.items()}
+    source = PrometheusMetricsSource(PrometheusSettings(url=canned.url, retries=0, timeout_seconds=5))
+    policy = ServicePolicy("ml", "chat", metric=MetricKind.GPU_UTILIZATION, target=70.0, min_replicas=1)
+    obs = source.observe([policy], NOW, cluster=multi_gpu_snapshot(case.gpus_per_pod))
+    service = obs.services["ml/chat"]
+    found = {"complete": (), "partial": service.partial_reasons, "stale": service.stale_reasons}[case.kind]
+    other = {"complete": (), "partial": service.stale_reasons, "stale": service.partial_reasons}[case.kind]
+    assert other == (), service
+    if case.kind == "complete":
+        assert (service.stale_reasons, service.partial_reasons) == ((), ()), service
+    else:
+        assert case.reason is not None and any(case.reason in r for r in found), found
+    if case.pods is None:
+        assert service.pods is None
+    else:
+        assert service.pods is not None
+        ok, total, missing = case.pods
+        assert (service.pods.ready_with_metric, service.pods.missing, service.pods.unready) == (ok, missing, 0)
+        assert service.pods.metric_sum == pytest.approx(total)
+    state = ControllerState()
+    for t in (NOW - 400, NOW):  # past the scale-down stabilisation window
+        plan, state = decide(obs, state, {policy.key: policy}, t)
+    assert (plan.decisions[0].current_replicas, plan.decisions[0].desired_replicas) == (2, case.desired)

@@ -30,13 +30,16 @@ from autoscaler.adapters.kubernetes.workloads import (
     is_suspended,
 )
 from autoscaler.core.cluster import (
+    SELECTOR_OPERATORS,
     ClusterSnapshot,
     DeploymentInfo,
     HpaInfo,
+    LabelTest,
     NodeInfo,
     PodDisruptionBudgetInfo,
     PodInfo,
     WorkloadInfo,
+    selector_matching_every_pod,
 )
 
 log = logging.getLogger(__name__)
@@ -137,6 +140,57 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
     sidecars = sum(amount(c) for c in init if c.get("restartPolicy") == "Always")
     plain_init = max((amount(c) for c in init if c.get("restartPolicy") != "Always"), default=0)
     return max(app + sidecars, plain_init)
+
+
+def pdb_selector(raw: object) -> dict[str, str | LabelTest]:
+    """A PodDisruptionBudget's ``spec.selector`` as the core's selector mapping, meaning what it means to Kubernetes
+    (policy/v1, ``metav1.LabelSelectorAsSelector``): null selects no pod, ``{}`` (no matchLabels, no matchExpressions)
+    every pod of the namespace, otherwise a pod must have every ``matchLabels`` entry and meet every
+    ``matchExpressions`` requirement (In, NotIn, Exists, DoesNotExist).
+
+    Raises ``ValueError`` for a selector the API server would not have accepted (unknown operator, In/NotIn without
+    values, Exists/DoesNotExist with values, a key or value that is not a string...).
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"selector is {type(raw).__name__}, not an object")
+    match_labels = raw.get("matchLabels") or {}
+    expressions = raw.get("matchExpressions") or []
+    if not isinstance(match_labels, Mapping):
+        raise ValueError(f"matchLabels is {type(match_labels).__name__}, not an object")
+    if not isinstance(expressions, list):
+        raise ValueError(f"matchExpressions is {type(expressions).__name__}, not a list")
+    if not match_labels and not expressions:
+        return selector_matching_every_pod()
+    requirements: dict[str, list[tuple[str, frozenset[str]]]] = {}
+    for key, value in match_labels.items():
+        if not isinstance(key, str) or not key or not isinstance(value, str):
+            raise ValueError(f"matchLabels entry {key!r}: {value!r} is not a label")
+        requirements.setdefault(key, []).append(("In", frozenset({value})))
+    for expr in expressions:
+        if not isinstance(expr, Mapping):
+            raise ValueError(f"matchExpressions item {expr!r} is not an object")
+        key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"matchExpressions item {dict(expr)!r} has no key")
+        if operator not in SELECTOR_OPERATORS:
+            raise ValueError(f"matchExpressions operator {operator!r} on {key!r} is not a Kubernetes one")
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"matchExpressions values of {key!r} are not a list of strings")
+        if operator in ("In", "NotIn") and not values:
+            raise ValueError(f"matchExpressions {operator} on {key!r} has no values")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise ValueError(f"matchExpressions {operator} on {key!r} has values")
+        requirements.setdefault(key, []).append((operator, frozenset(values)))
+    selector: dict[str, str | LabelTest] = {}
+    for key, found in requirements.items():
+        (operator, values), *rest = found
+        if not rest and operator == "In" and len(values) == 1:
+            selector[key] = next(iter(values))  # one value: a plain matchLabels entry
+        else:
+            selector[key] = LabelTest(tuple(found))
+    return selector
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -680,17 +734,17 @@ class KubeClusterReader:
     @staticmethod
     def _pdb(raw: JSON) -> PodDisruptionBudgetInfo:
         meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
-        selector = spec.get("selector") or {}
-        labels = dict(selector.get("matchLabels") or {})
-        for expr in selector.get("matchExpressions") or []:
-            # The core keeps selectors as equality maps; a single-value In is exactly one. Others cannot be
-            # represented; the Eviction API still enforces them, so this only makes the core's guess less exact.
-            if expr.get("operator") == "In" and len(expr.get("values") or []) == 1:
-                labels[expr["key"]] = expr["values"][0]
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        try:
+            selector = pdb_selector(spec.get("selector"))
+        except ValueError as exc:
+            # A budget whose pods we cannot tell must still hold the planner back: it covers the whole namespace.
+            log.warning("PodDisruptionBudget %s/%s: %s; taken to cover its whole namespace", namespace, name, exc)
+            selector = selector_matching_every_pod()
         return PodDisruptionBudgetInfo(
-            namespace=meta.get("namespace", ""),
-            name=meta.get("name", ""),
-            selector=labels,
+            namespace=namespace,
+            name=name,
+            selector=selector,
             # No status yet means the disruption controller has not looked at it: assume no budget.
             disruptions_allowed=_int(status.get("disruptionsAllowed")),
         )
