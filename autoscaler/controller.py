@@ -28,7 +28,14 @@ from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, GuardConte
 from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot, hpas_targeting
 from autoscaler.core.model import ControllerState, Mode, Observation, Plan, ServiceObservation, ServicePolicy
-from autoscaler.core.rebalance import RebalanceConfig, RebalancePlan, RebalanceState, plan_rebalance, record_pass
+from autoscaler.core.rebalance import (
+    RebalanceConfig,
+    RebalancePlan,
+    RebalanceState,
+    managed_services,
+    plan_rebalance,
+    record_pass,
+)
 from autoscaler.core.rebalance import protected_owners as core_protected_owners
 from autoscaler.core.tick import TickConfig, TickInput, decide_tick
 from autoscaler.ports import (
@@ -212,7 +219,9 @@ class Controller:
         protected = protected_owners(tick)
         # the runtime's job sets the pace: a pass is due whenever the job runs (its timer may fire a little early)
         due = replace(self.rebalance_state, last_pass_at=None)
-        plan, state = plan_rebalance(snapshot, now, config, due, protected=protected)
+        # only the services a valid policy scaled at the latest tick: a move is an eviction
+        managed = managed_services(tick.plan.decisions)
+        plan, state = plan_rebalance(snapshot, now, config, due, protected=protected, managed=managed)
         results: list[ActionResult] = []
         if plan.actions:
             context = GuardContext(now, {}, tick.stale, None, self.acting_since)

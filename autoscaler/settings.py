@@ -208,7 +208,9 @@ class CapacitySettings(_Group):
     preempt: bool = Field(True, description="may stop training gangs (false: burst only)")
     burst: bool = Field(True, description="may grow burst pools (false: preempt only)")
     preemptible_below_priority: int = Field(
-        1000, description="training gangs with a lower PriorityClass value may be preempted"
+        1000,
+        description="training gangs with a lower PriorityClass value may be preempted (never serving replicas -- "
+        'Deployment, StatefulSet, ... pods -- unless every pod is labelled gpuautoscaler.dev/preemptible: "true")',
     )
     min_runtime_seconds: float = Field(
         600.0, ge=0, description="a gang is never stopped before it has run this long, seconds"

@@ -9,7 +9,9 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
 2. **Options**, for each shortfall, in one currency (money per hour x hours):
    - *preempt*: the cheapest minimal set of whole lower-priority training gangs (``core.victims``); it costs the
      work they lose since their last checkpoint plus the training GPU-hours they do not get while the shortfall
-     lasts, both at ``training_gpu_hour_value``;
+     lasts, both at ``training_gpu_hour_value``. Serving replicas (Deployment, StatefulSet, ... pods) are never
+     victims, whether or not a valid policy names them this tick: a service whose GPUScalingPolicy is invalid keeps
+     its replicas (``core.victims.SERVING_OWNER_KINDS``; only an explicit opt-in label makes one preemptible);
    - *burst*: the pool the chained expanders choose (``core.burst``); it costs the nodes from the request on --
      boot, the shortfall (at least the minimum billing period), the idle cooldown before they go back -- plus the
      SLO risk of waiting for the boot (``slo_risk_per_gpu_hour`` x the GPUs short x boot).
@@ -255,6 +257,8 @@ def arbitrate(
     now, snapshot = arb.now, arb.snapshot
     free, booting = _free_by_node(snapshot)
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
+    # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
+    # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
     rules = replace(config.training, protected=config.training.protected | managed)
     candidates = gangs_from_snapshot(snapshot, now, rules)

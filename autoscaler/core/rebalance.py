@@ -9,7 +9,10 @@ made only when what it gains is worth its disruption.
 Rules:
 
 - **What may move**: a ready replica of a Deployment whose every replica is ready (nothing else is starting), at
-  most one per Deployment per pass, within every PodDisruptionBudget over the whole pass; a training gang only when
+  most one per Deployment per pass, within every PodDisruptionBudget over the whole pass -- and, when the caller says
+  which Deployments a valid policy scales (``managed``: the controller and the simulator pass the services the tick
+  decided for, ``managed_services``), only theirs: a service whose GPUScalingPolicy is invalid this tick, or that
+  has none, keeps its replicas where they are; a training gang only when
   its pods carry ``gpuautoscaler.dev/rebalance=allowed`` and its last checkpoint is recent (``checkpoint_max_age_s``:
   moving it throws that work away), and then the whole gang. Nothing on a NotReady node, nothing not ready, no pod of
   any other owner (a bare pod is not recreated; a StatefulSet's identity and volumes are its own).
@@ -41,6 +44,7 @@ from autoscaler.core.victims import pdbs_covering
 
 REBALANCE_LABEL = "gpuautoscaler.dev/rebalance"  # "allowed" on a training gang's pods lets the rebalancer move it
 HOUR_S = 3600.0
+_DEPLOYMENT = "deployment/"  # owner prefix of a Deployment's replicas: "deployment/<namespace>/<name>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,12 +279,18 @@ def plan_rebalance(
     state: RebalanceState,
     *,
     protected: frozenset[str] = frozenset(),
+    managed: Collection[str] | None = None,
 ) -> tuple[RebalancePlan, RebalanceState]:
     """The moves of this pass (none when a pass is not due), and the state for the next.
 
     ``protected``: owners (``deployment/<namespace>/<name>``, gang ids) not to move in this pass -- the controller
     protects a service whose metrics are stale, that is scaling up or whose SLO guard fired: a move takes one of its
-    replicas away for a cold start."""
+    replicas away for a cold start.
+
+    ``managed``: the service keys (``namespace/name``) of the Deployments a valid policy scales this tick
+    (``managed_services``); only their replicas may move (a move is an eviction: a service whose policy is invalid,
+    or that has none, is left alone). None: every Deployment's replicas may move (a caller that vetted the snapshot's
+    Deployments itself, as the placement benchmarks do)."""
     if state.last_pass_at is not None and now - state.last_pass_at < config.interval_s:
         return RebalancePlan(ran=False), state
     recent = tuple(t for t in state.move_times if now - t < HOUR_S)
@@ -290,6 +300,9 @@ def plan_rebalance(
     stranded_before = _stranded(cluster, targets)
     units, notes = _movable_units(snapshot, now, config)
     units = [u for u in units if u.owner not in protected]
+    if managed is not None:
+        allowed = frozenset(f"{_DEPLOYMENT}{key}" for key in managed)
+        units = [u for u in units if u.training or u.owner in allowed]
     free = dict(cluster.free)
     pdb_used: dict[str, int] = defaultdict(int)
     moved_owners: set[str] = set()
@@ -539,12 +552,18 @@ def record_pass(
 def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] = ()) -> frozenset[str]:
     """Deployments a rebalance move must not touch now (``deployment/<namespace>/<name>``): those whose metrics were
     stale or partial (``unsure`` service keys), and those the tick wanted to grow, guarded on latency or held at their
-    maximum -- a move takes one of their replicas away for a cold start."""
+    maximum -- a move takes one of their replicas away for a cold start. (A Deployment without a decision has no
+    valid policy this tick: ``managed_services`` leaves it out of the pass altogether.)"""
     keys = set(unsure)
     for decision in decisions:
         if decision.desired_replicas > decision.current_replicas or decision.reason in _BUSY:
             keys.add(decision.key)
-    return frozenset(f"deployment/{key}" for key in keys)
+    return frozenset(f"{_DEPLOYMENT}{key}" for key in keys)
+
+
+def managed_services(decisions: Iterable[ScaleDecision]) -> frozenset[str]:
+    """The services (``namespace/name``) a valid policy scaled this tick -- the ``managed`` of ``plan_rebalance``."""
+    return frozenset(decision.key for decision in decisions)
 
 
 _BUSY = frozenset({Reason.SLO_BREACH, Reason.AT_MAX_REPLICAS})

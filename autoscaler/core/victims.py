@@ -6,6 +6,14 @@ Kueue's shape: a pure search first, then an idempotent apply somebody else does.
   checkpoint, so taking one pod of a gang is never cheaper than taking the gang);
 - never a non-preemptible gang, never one inside its minimum runtime, never one whose eviction would take a
   PodDisruptionBudget below its minimum (``disruptions_allowed``);
+- never a serving replica: a pod whose controller is a Deployment (or its ReplicaSet), a StatefulSet, a DaemonSet or
+  a ReplicationController (``SERVING_OWNER_KINDS``) is scaled by its own policy, not preempted as training -- whether
+  or not a valid policy names it this tick (a GPUScalingPolicy with a typo, or none at all, must not turn an
+  inference service into victims). The replicas of a policy's Deployment (``TrainingRules.protected``) are not even
+  candidates; any other serving pod is a candidate only to say why not, unless every pod of its gang opts in with
+  ``gpuautoscaler.dev/preemptible: "true"`` (e.g. a low-priority batch Deployment its owner wants stopped for
+  inference). Bare pods and the pods of Jobs, JobSets, Kubeflow jobs and the like remain training: a pod that is in
+  no gang is a gang of its own, ``pod/<namespace>/<name>``;
 - the cheapest set that meets the need: the cost of a set is compared priority tier by priority tier from the highest
   down (taking from a higher priority is worse than any amount taken from a lower one), and within a tier by the work
   it throws away (GPUs x seconds since the last checkpoint, else since the start), then by the number of gangs, then
@@ -70,14 +78,30 @@ class VictimChoice:
         return sum(v.lost_work_gpu_s for v in self.victims)
 
 
+# Controllers of serving replicas (``PodInfo.owner_kind``): such a pod is never taken as training unless its gang
+# opts in (``TrainingRules.non_preemptible_label`` = "true" on every pod). The Kubernetes reader resolves a
+# ReplicaSet to its Deployment; a ReplicaSet it could not resolve still counts.
+SERVING_OWNER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"})
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingRules:
-    """What may be preempted. Units: priorities are PriorityClass values, times are seconds."""
+    """What may be preempted. Units: priorities are PriorityClass values, times are seconds.
+
+    ``non_preemptible_label``: "false" on any pod of a gang protects it; "true" on every pod of a gang of serving
+    replicas (``SERVING_OWNER_KINDS``) opts it in to preemption (the other rules still apply). ``protected``: the
+    Deployments a valid policy scales this tick; their replicas are never candidates, opted in or not."""
 
     preemptible_below_priority: int = 1000  # gangs with a lower priority are preemptible
-    non_preemptible_label: str = "gpuautoscaler.dev/preemptible"  # value "false" protects a gang
+    # "false" protects a gang; "true" on every pod lets a gang of serving replicas be preempted
+    non_preemptible_label: str = "gpuautoscaler.dev/preemptible"
     min_runtime_s: float = 600.0  # a gang younger than this is never stopped (no preempt/resume loop)
     protected: frozenset[str] = field(default_factory=frozenset)  # namespace/name of managed inference Deployments
+
+
+def is_serving_pod(pod: PodInfo) -> bool:
+    """Whether the pod is a replica of a serving controller (Deployment, StatefulSet, ...), not training."""
+    return pod.owner_kind in SERVING_OWNER_KINDS
 
 
 def free_gpus_by_node(snapshot: ClusterSnapshot) -> dict[str, int]:
@@ -92,7 +116,8 @@ def _gang_id(pod: PodInfo) -> str:
 
 def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRules) -> list[GangCandidate]:
     """Training gangs of the snapshot (pods with GPUs bound to a node, not owned by a managed inference Deployment),
-    each with its cost and, when it may not be taken, why."""
+    each with its cost and, when it may not be taken, why. A gang with a serving replica (``SERVING_OWNER_KINDS``)
+    is never eligible unless every one of its pods is labelled ``non_preemptible_label`` = "true"."""
     members: dict[str, list[PodInfo]] = defaultdict(list)
     for pod in snapshot.pods:
         if not pod.node or pod.gpus <= 0 or pod.phase in ("Succeeded", "Failed"):
@@ -118,8 +143,14 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         priority = min(p.priority for p in pods)
         why_not = None
         protected_label = any(p.labels.get(rules.non_preemptible_label) == "false" for p in pods)
-        preemptible = priority < rules.preemptible_below_priority and not protected_label
-        if not preemptible:
+        serving = _serving_owner(pods, rules)
+        preemptible = priority < rules.preemptible_below_priority and not protected_label and serving is None
+        if serving is not None:
+            why_not = (
+                f"serving replicas of {serving}: scaled by their own policy, never preempted as training "
+                f'(label every pod {rules.non_preemptible_label}="true" to opt in)'
+            )
+        elif not preemptible:
             why_not = (
                 f"labelled {rules.non_preemptible_label}=false"
                 if protected_label
@@ -144,6 +175,16 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
             )
         )
     return out
+
+
+def _serving_owner(pods: Sequence[PodInfo], rules: TrainingRules) -> str | None:
+    """``<Kind> <namespace>/<name>`` of the first serving replica among ``pods`` when the gang has not opted in to
+    preemption (every pod labelled ``non_preemptible_label`` = "true"); None when it has or has no serving replica."""
+    serving = [p for p in pods if is_serving_pod(p)]
+    if not serving or all(p.labels.get(rules.non_preemptible_label) == "true" for p in pods):
+        return None
+    first = serving[0]
+    return f"{first.owner_kind} {first.namespace}/{first.owner_name or first.name}"
 
 
 def pdbs_covering(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> tuple[tuple[str, int, int], ...]:

@@ -56,6 +56,7 @@ from autoscaler.core.rebalance import (
     HOUR_S,
     RebalanceConfig,
     RebalanceState,
+    managed_services,
     plan_rebalance,
     protected_owners,
     record_pass,
@@ -379,7 +380,8 @@ def simulate(
             protected = protected_owners(plan.decisions)
             rebalance_snapshot = cluster.snapshot(decided_at)
             moves, planned = plan_rebalance(
-                rebalance_snapshot, decided_at, rebalance, rebalance_state, protected=protected
+                rebalance_snapshot, decided_at, rebalance, rebalance_state, protected=protected,
+                managed=managed_services(plan.decisions),
             )
             run.rebalance_passes += moves.ran
             applied: set[tuple[str, str]] = set()

@@ -349,3 +349,91 @@ def test_consolidation_waits_until_the_service_can_spare_the_moved_replicas(
     assert any(isinstance(a, ScaleNodePool) for a in actions) is emptied
     if why:
         assert any(why in note for note in report.notes), report.notes
+
+
+# ---- serving replicas are never preempted as training -------------------------------------------------------------
+#
+# inference/search's GPUScalingPolicy is invalid this tick (a typo): it is not among the policies, yet its replicas
+# (priority 0, running for hours) must not become victims for chat's shortfall. Only training -- bare pods, Jobs --
+# or replicas explicitly labelled preemptible are taken.
+OPT_IN = {"gpuautoscaler.dev/preemptible": "true"}
+
+
+def holders(owner_kind: str | None, owner_name: str | None, labels: dict[str, str] | None = None,
+            ready_ago: float = 7000.0) -> list[PodInfo]:
+    """16 one-GPU pods of priority 0 filling n2 and n3, all of one owner."""
+    return [
+        PodInfo("inference", f"search-7d9f8b6c5-{i:05d}", node_name, 1, 0, "Running", True, owner_kind, owner_name,
+                created_at=NOW - 7200, ready_at=NOW - ready_ago, labels=labels or {})
+        for i, node_name in enumerate(["n2"] * 8 + ["n3"] * 8)
+    ]
+
+
+def held_cluster(pods: list[PodInfo]) -> ClusterSnapshot:
+    return ClusterSnapshot(NOW, pods=(*[replica(i, "n1") for i in range(8)], *pods),
+                           nodes=(node("n1"), node("n2"), node("n3")))
+
+
+@pytest.mark.parametrize(
+    ("case", "pods", "evicted"),
+    [
+        ("Deployment whose policy is invalid", holders("Deployment", "search"), 0),
+        ("its unresolved ReplicaSet", holders("ReplicaSet", "search-7d9f8b6c5"), 0),
+        ("a StatefulSet (no policy)", holders("StatefulSet", "search"), 0),
+        ("a Deployment labelled preemptible=false too", holders("Deployment", "search", {
+            "gpuautoscaler.dev/preemptible": "false"}), 0),
+        ("bare training pods: still victims", holders(None, None), 4),
+        ("pods of a Job: still victims", holders("Job", "bulk"), 4),
+        ("a Deployment that opted in", holders("Deployment", "batch", OPT_IN), 4),
+    ],
+)
+def test_serving_replicas_without_a_valid_policy_are_never_preempted(
+    case: str, pods: list[PodInfo], evicted: int
+) -> None:
+    actions, report, _ = run(held_cluster(pods), 12, CapacityConfig())
+    assert all(isinstance(a, EvictPod) for a in actions), case
+    assert len(actions) == evicted, case
+    assert all(a.reason is Reason.PREEMPT_FOR_INFERENCE and a.service == CHAT.key for a in actions)
+    if evicted:
+        return
+    preempt = [o for o in report.options if o.kind == "preempt"]
+    assert len(preempt) == 1 and not preempt[0].chosen and "frees enough" in preempt[0].detail, case
+    assert report.candidates and all(c.why_not for c in report.candidates), case
+
+
+def test_serving_replicas_without_a_valid_policy_leave_burst_as_the_only_option() -> None:
+    """No preemptible capacity left: the shortfall bursts, even a short one, instead of evicting search."""
+    config = CapacityConfig(pools=(POOL,), assumed_shortfall_s=120.0)
+    actions, report, _ = run(held_cluster(holders("Deployment", "search")), 12, config)
+    assert [(type(a).__name__, getattr(a, "pool", None)) for a in actions] == [("ScaleNodePool", "burst")]
+    assert not any(isinstance(a, EvictPod) for a in actions)
+    assert [o.kind for o in report.options if o.chosen] == ["burst"]
+
+
+@pytest.mark.parametrize(("owner_kind", "owner_name", "labels", "emptied"), [
+    ("Deployment", "search", {}, False),  # replicas of a service whose policy is invalid
+    ("StatefulSet", "search", {}, False),
+    (None, None, {}, True),  # bare training pods: stopped as before
+    ("Deployment", "batch", OPT_IN, True),
+])
+def test_a_busy_burst_node_is_not_emptied_by_stopping_serving_replicas(
+    owner_kind: str | None, owner_name: str | None, labels: dict[str, str], emptied: bool
+) -> None:
+    """Consolidation stops lower-priority work on the cluster's own nodes to empty a burst node: never serving
+    replicas. n2's 8 pods became ready 700 s before the run (past the minimum runtime, little work lost): as
+    training, five of them are cheaper to stop than keeping the node (at minute 10, 5 x 1,300 GPU-s lost and 5 GPUs
+    for 0.5 h at 2 $ plus 5 cold starts: 11.1 $ < 16 $)."""
+    n2 = [
+        PodInfo("inference", f"search-7d9f8b6c5-{i:05d}", "n2", 1, 0, "Running", True, owner_kind, owner_name,
+                created_at=NOW - 7200, ready_at=NOW - 700, labels=labels)
+        for i in range(8)
+    ]
+    pods = [replica(i, "n1") for i in range(8)] + [replica(10 + i, "b0") for i in range(5)] + n2
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2"), node("b0", pool="burst")))
+    config = CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=600.0, consolidate_horizon_s=1800.0)
+    got = _give_back_over(snapshot, config, 12)
+    evictions = [a for _, a in got if isinstance(a, EvictPod)]
+    if emptied:
+        assert [m for m, _ in got] == [10] * 6 and len(evictions) == 5 and isinstance(got[-1][1], ScaleNodePool)
+    else:
+        assert got == []

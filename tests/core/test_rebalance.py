@@ -425,3 +425,58 @@ def test_protected_owners_cover_growing_guarded_maxed_and_unsure_services() -> N
     assert protected_owners(decisions, ["inf/stale"]) == frozenset(
         f"deployment/inf/{n}" for n in ("up", "slo", "max", "stale")
     )
+
+
+# ---- only the replicas of services with a valid policy move -------------------------------------------------------
+#
+# BASE: moving chat-1 off n2 makes room for the waiting gang. A move is an eviction: when chat has no valid policy
+# this tick (a typo in its GPUScalingPolicy, or none at all), its replicas stay where they are.
+def _decision(key: str, desired: int = 2):
+    from autoscaler.core.model import ScaleDecision
+
+    reason = Reason.METRIC_ABOVE_TARGET if desired > 2 else Reason.WITHIN_TOLERANCE
+    return ScaleDecision(key, 2, desired, reason, "")
+
+
+@pytest.mark.parametrize(
+    ("case", "decisions", "managed", "moved"),
+    [
+        # decisions: the tick's (one per valid policy), handed on as protected_owners and managed_services, as the
+        # controller does; None: neither passed
+        ("no word on policies from the caller: as before", None, None, ["inf/chat-1"]),
+        ("chat's policy is valid", [_decision("inf/chat")], None, ["inf/chat-1"]),
+        ("chat's policy is invalid: only search has a decision", [_decision("inf/search")], None, []),
+        ("no valid policy at all", [], None, []),
+        ("explicit managed: chat", None, {"inf/chat"}, ["inf/chat-1"]),
+        ("explicit managed: not chat", None, set(), []),
+        ("valid but growing: protected as before", [_decision("inf/chat", desired=3)], None, []),
+    ],
+)
+def test_only_replicas_of_services_with_a_valid_policy_move(
+    case: str, decisions: list | None, managed: set[str] | None, moved: list[str]
+) -> None:
+    from autoscaler.core.rebalance import managed_services, protected_owners
+
+    protected = frozenset() if decisions is None else protected_owners(decisions)
+    if decisions is not None:
+        managed = managed_services(decisions)
+    plan, _ = plan_rebalance(snap(BASE_NODES, BASE_PODS), NOW, CONFIG, RebalanceState(), protected=protected,
+                             managed=managed)
+    assert evicted(plan) == moved, case
+
+
+def test_a_burst_node_holding_an_unmanaged_replica_is_not_emptied() -> None:
+    nodes = [node("n1"), node("b1", pool="burst")]
+    pods = [*gang("t", ["n1"], gpus=4), replica("chat", 0, "n1"), replica("chat", 1, "b1")]
+    plan, _ = plan_rebalance(snap(nodes, pods), NOW, CONFIG, RebalanceState(), managed={"inf/other"})
+    assert plan.actions == () and any("may not move" in n for n in plan.notes)
+    plan, _ = plan_rebalance(snap(nodes, pods), NOW, CONFIG, RebalanceState(), managed={"inf/chat"})
+    assert evicted(plan) == ["inf/chat-1"]
+
+
+def test_managed_services_are_the_services_the_tick_decided_for() -> None:
+    from autoscaler.core.rebalance import managed_services, protected_owners
+
+    decisions = [_decision("inf/calm"), _decision("inf/up", desired=3)]
+    assert managed_services(decisions) == frozenset({"inf/calm", "inf/up"})
+    assert protected_owners(decisions, ["inf/stale"]) == frozenset({"deployment/inf/stale", "deployment/inf/up"})

@@ -6,6 +6,7 @@ Property tests run it on random clusters and compare it with a brute force over 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -199,3 +200,89 @@ def test_a_search_cut_short_still_returns_a_minimal_set_that_meets_the_need() ->
         assert choice.met and need_met(_freed({n: 0 for n in node_types}, choice.victims), GpuNeed(3, 4), node_types)
     priorities = [10]
     assert victim_set_cost(full.victims, priorities) <= victim_set_cost(cut.victims, priorities)
+
+
+# ---- serving replicas are never training ---------------------------------------------------------------------
+#
+# A pod on its own, old, priority 0, on a full 8-GPU node: the cheapest victim there is. Only who owns it changes.
+# Deployment inf/search has no valid policy this tick (a typo in its GPUScalingPolicy): it is not in ``protected``,
+# and its replicas must still never be taken.
+OPT_IN = {"gpuautoscaler.dev/preemptible": "true"}
+
+
+def solo(owner_kind: str | None, owner_name: str | None, labels: dict[str, str] | None = None,
+         gang: str | None = None) -> PodInfo:
+    return PodInfo("inf", "search-7d9f8b6c5-00000", "n0", 8, 0, "Running", True, owner_kind, owner_name, gang=gang,
+                   created_at=NOW - 2 * HOUR, ready_at=NOW - 2 * HOUR + 200, labels=labels or {})
+
+
+@pytest.mark.parametrize(
+    ("pod", "protected", "victim", "why"),
+    [
+        # serving replicas, whether a valid policy names them or not: never
+        (solo("Deployment", "search"), frozenset(), None, "serving replicas of Deployment inf/search"),
+        (solo("Deployment", "search"), frozenset({"inf/search"}), None, None),  # managed: not even a candidate
+        (solo("ReplicaSet", "search-7d9f8b6c5"), frozenset(), None, "ReplicaSet inf/search-7d9f8b6c5"),
+        (solo("StatefulSet", "vllm"), frozenset(), None, "serving replicas of StatefulSet inf/vllm"),
+        (solo("DaemonSet", "probe"), frozenset(), None, "serving replicas of DaemonSet inf/probe"),
+        (solo("Deployment", "search", gang="label/inf/g"), frozenset(), None, "Deployment inf/search"),
+        (solo("Deployment", "search", {"gpuautoscaler.dev/preemptible": "maybe"}), frozenset(), None, "opt in"),
+        # training: bare pods and Jobs stay victims, a pod in no gang as "pod/<ns>/<name>"
+        (solo(None, None), frozenset(), "pod/inf/search-7d9f8b6c5-00000", None),
+        (solo("Job", "bulk"), frozenset(), "pod/inf/search-7d9f8b6c5-00000", None),
+        (solo("Job", "bulk", gang="job/inf/bulk"), frozenset(), "job/inf/bulk", None),
+        (solo("PyTorchJob", "ft", gang="pytorchjob/inf/ft"), frozenset(), "pytorchjob/inf/ft", None),
+        # the explicit opt-in: every pod labelled gpuautoscaler.dev/preemptible=true
+        (solo("Deployment", "batch", OPT_IN), frozenset(), "pod/inf/search-7d9f8b6c5-00000", None),
+        (solo("StatefulSet", "batch", OPT_IN), frozenset(), "pod/inf/search-7d9f8b6c5-00000", None),
+        # ... but never for a Deployment a valid policy scales
+        (solo("Deployment", "search", OPT_IN), frozenset({"inf/search"}), None, None),
+    ],
+    ids=[
+        "invalid-policy-deployment", "managed-deployment", "unresolved-replicaset", "statefulset", "daemonset",
+        "deployment-in-a-gang", "label-not-true", "bare-pod", "job-pod", "job-gang", "pytorchjob-gang",
+        "opted-in-deployment", "opted-in-statefulset", "opted-in-but-managed",
+    ],
+)
+def test_serving_replicas_are_never_victims_unless_opted_in(
+    pod: PodInfo, protected: frozenset[str], victim: str | None, why: str | None
+) -> None:
+    snapshot = ClusterSnapshot(time=NOW, nodes=(node("n0"),), pods=(pod,))
+    gangs = gangs_from_snapshot(snapshot, NOW, TrainingRules(protected=protected))
+    choice = choose_victims(GpuNeed(1, 1), free_gpus_by_node(snapshot), gangs, {"n0": "H100"})
+    assert [v.gang for v in choice.victims] == ([victim] if victim else [])
+    assert choice.met is (victim is not None)
+    if why is not None:
+        assert len(choice.ineligible) == 1 and not choice.ineligible[0].preemptible
+        assert why in (choice.ineligible[0].why_not or "")
+    elif victim is None:
+        assert gangs == []  # a managed Deployment's replicas are not candidates at all
+
+
+def test_a_gang_with_one_serving_pod_goes_whole_or_not_at_all() -> None:
+    """A gang mixing a bare pod and a Deployment's replica: the replica is not opted in, so neither pod is taken
+    (taking the bare pod alone would break the gang); once every pod opts in, both go together."""
+    def pods(labels: dict[str, str]) -> tuple[PodInfo, ...]:
+        return (
+            worker("mixed", 0, "n0", 4, labels=labels),
+            worker("mixed", 1, "n0", 4, owner_kind="Deployment", owner_name="helper", labels=labels),
+        )
+
+    for labels, taken in (({}, []), (OPT_IN, ["jobset/train/mixed"])):
+        snapshot = ClusterSnapshot(time=NOW, nodes=(node("n0"),), pods=pods(labels))
+        gangs = gangs_from_snapshot(snapshot, NOW, TrainingRules())
+        choice = choose_victims(GpuNeed(1, 4), free_gpus_by_node(snapshot), gangs, {"n0": "H100"})
+        assert [v.gang for v in choice.victims] == taken
+        if taken:
+            assert choice.victims[0].pods == (("train", "mixed-0"), ("train", "mixed-1"))
+
+
+def test_serving_replicas_stay_protected_by_the_other_rules_when_opted_in() -> None:
+    """The opt-in lifts only the serving rule: priority, minimum runtime and PDBs still hold."""
+    young = replace(solo("Deployment", "batch", OPT_IN), created_at=NOW - 60, ready_at=NOW - 30)
+    high = replace(solo("Deployment", "batch", OPT_IN), priority=5000)
+    for pod, why in ((young, "minimum runtime"), (high, "priority 5000 >= 1000")):
+        snapshot = ClusterSnapshot(time=NOW, nodes=(node("n0"),), pods=(pod,))
+        choice = choose_victims(GpuNeed(1, 1), free_gpus_by_node(snapshot),
+                                gangs_from_snapshot(snapshot, NOW, TrainingRules()), {"n0": "H100"})
+        assert choice.victims == () and why in (choice.ineligible[0].why_not or "")
