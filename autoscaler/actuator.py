@@ -8,9 +8,13 @@ For every action of a plan, in order:
    while the process has been acting for less than the service's scale-down window (a new leader has no
    stabilisation history);
 2. **dry-run**: nothing is written but an Event marked ``[dry-run]`` (deduplicated: recommend-only plans repeat);
-3. **leadership**: asked before every single write, so a Lease lost in the middle of a tick stops the rest;
+3. **leadership**: asked before every single action, so a Lease lost in the middle of a tick stops the rest, and
+   handed to the writer as its ``can_write`` guard, which asks it again immediately before every request that
+   changes something (the reads before a write may retry for longer than the Lease lasts): ``not_leader``;
 4. **apply** through ``ClusterWriter`` / ``NodePoolScaler``; a failed write is reported, never raised (the next tick
-   re-decides on fresh data); a PodDisruptionBudget's 429 is ``blocked``;
+   re-decides on fresh data); a PodDisruptionBudget's 429 is ``blocked``; a scale carries the replicas it was
+   decided from (``expected_replicas``), and a Deployment somebody else scaled in the meantime is not written:
+   ``skipped`` (never a conflict turning a scale-up into a scale-down);
 5. **record**: one ``ActionResult`` per action, and a Normal Event on the object for every applied change.
 """
 
@@ -32,7 +36,7 @@ from autoscaler.core.model import (
     SuspendWorkload,
 )
 from autoscaler.core.reasons import Reason
-from autoscaler.ports import ClusterWriter, EvictionOutcome, NodePoolScaler
+from autoscaler.ports import ChangedSinceRead, ClusterWriter, EvictionOutcome, NodePoolScaler, WriteNotAllowed
 
 log = logging.getLogger("autoscaler")
 
@@ -42,7 +46,7 @@ DRY_RUN_MARK = "[dry-run] "
 @dataclass(slots=True)
 class ActionResult:
     action: Action
-    result: str  # applied | failed | blocked | held | not_leader | dry_run
+    result: str  # applied | failed | blocked | held | not_leader | skipped | dry_run
     message: str = ""
     component: str | None = None  # for a failed write: cluster_write | node_pool
 
@@ -180,6 +184,16 @@ class Actuator:
             return ActionResult(action, "not_leader", "lost the lease during the tick")
         try:
             result = self._write(action)
+        except WriteNotAllowed as exc:
+            # The writer asked can_act() again right before its request (after reads that may have retried for
+            # longer than the Lease lasts) and was told no: nothing was sent.
+            log.warning("not the leader any more: %s not applied: %s", describe_action(action), exc)
+            return ActionResult(action, "not_leader", f"lost the lease before the write: {exc}")
+        except ChangedSinceRead as exc:
+            # Somebody else changed the object after this tick read it: the plan's premise is gone, nothing was
+            # written, the next tick decides on fresh data. Not an error of ours.
+            log.warning("skipped (changed since read): %s: %s", describe_action(action), exc)
+            return ActionResult(action, "skipped", str(exc))
         except Exception as exc:
             component = "node_pool" if isinstance(action, ScaleNodePool) else "cluster_write"
             self.on_error(component)
@@ -235,7 +249,11 @@ class Actuator:
             return [self.apply_one(a, context) for a in evictions]
         for action in evictions:
             try:
-                outcome = self.writer.evict_pod(action.namespace, action.name, dry_run=True)
+                outcome = self.writer.evict_pod(action.namespace, action.name, dry_run=True, can_write=self.can_act)
+            except WriteNotAllowed as exc:
+                message = f"gang {gang} left running: lost the lease before its dry-run evictions: {exc}"
+                log.warning("%s", message)
+                return [ActionResult(a, "not_leader", message) for a in evictions]
             except Exception as exc:
                 self.on_error("cluster_write")
                 pod = f"{action.namespace}/{action.name}"
@@ -261,22 +279,31 @@ class Actuator:
         return results
 
     def _write(self, action: Action) -> str:
+        guard = self.can_act
         if isinstance(action, ScaleDeployment):
-            self.writer.scale_deployment(action.namespace, action.name, action.replicas)
+            self.writer.scale_deployment(
+                action.namespace,
+                action.name,
+                action.replicas,
+                expected_replicas=action.previous_replicas,
+                can_write=guard,
+            )
             return "applied"
         if isinstance(action, EvictPod):
-            outcome = self.writer.evict_pod(action.namespace, action.name)
+            outcome = self.writer.evict_pod(action.namespace, action.name, can_write=guard)
             # 429 from a PodDisruptionBudget means "not now": the next tick re-plans.
             return "blocked" if outcome is EvictionOutcome.BLOCKED else "applied"
         if isinstance(action, SuspendWorkload):
-            self.writer.suspend_workload(action.kind, action.namespace, action.name)
+            self.writer.suspend_workload(action.kind, action.namespace, action.name, can_write=guard)
             return "applied"
         if isinstance(action, ResumeWorkload):
-            self.writer.resume_workload(action.kind, action.namespace, action.name)
+            self.writer.resume_workload(action.kind, action.namespace, action.name, can_write=guard)
             return "applied"
         if self.node_pools is None:
             raise RuntimeError("no node-pool scaler is configured")
-        self.node_pools.scale(action.pool, action.nodes)
+        # the size the plan counted: a pool resized since (or counted from its registered nodes because its size could
+        # not be read) is not written over (``ChangedSinceRead``: skipped)
+        self.node_pools.scale(action.pool, action.nodes, expected=action.previous_nodes)
         return "applied"
 
     def event_for(self, action: Action, message: str, dedupe: bool) -> None:
@@ -304,7 +331,11 @@ class Actuator:
                 return
             self.reported[memo] = f"{reason}|{message}"
         try:
-            self.writer.emit_event(obj[0], obj[1], obj[2], reason, message, event_type)
+            self.writer.emit_event(obj[0], obj[1], obj[2], reason, message, event_type, can_write=self.can_act)
+        except WriteNotAllowed:
+            log.info("not the leader any more: Event %s on %s %s/%s not written", reason, *obj)
+            if memo is not None:
+                self.reported.pop(memo, None)  # the leader's next tick writes it
         except Exception as exc:
             self.on_error("event_write")
             log.warning("event not written (%s %s/%s %s): %s", obj[0], obj[1], obj[2], reason, exc)

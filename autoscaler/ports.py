@@ -9,7 +9,7 @@ into stale data / a hold, never into a scale-down or a preemption.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -67,24 +67,67 @@ class ClusterReader(Protocol):
     def snapshot(self, now: float) -> ClusterSnapshot: ...
 
 
+WriteGuard = Callable[[], bool]
+"""Asked by a writer immediately before every request that changes the cluster (each PATCH, PUT, POST, eviction,
+including those of a conflict retry); False means "do not send it": the writer raises ``WriteNotAllowed``. The
+actuator passes the leadership check (``LeaderElector.is_leader``: held *and* renewed within the renew deadline)."""
+
+
+class ChangedSinceRead(PortError):
+    """Not written: the object is no longer as the decision saw it (a Deployment's replicas changed between the
+    tick's read and the write). Nothing was changed; the next tick decides on fresh data."""
+
+
+class WriteNotAllowed(PortError):
+    """Not written: the write guard said no just before the request (not the leader any more, a write deadline
+    passed). Nothing was changed by that request."""
+
+
 class ClusterWriter(Protocol):
-    """Idempotent writes: applying the same action twice leaves the cluster as applying it once."""
+    """Idempotent writes: applying the same action twice leaves the cluster as applying it once.
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None: ...
+    The actuator passes ``expected_replicas`` and ``can_write`` to every write; a writer with nobody else writing
+    and no Lease to lose (the simulated cluster, ``autoscaler plan``'s writer that writes nothing) may ignore them."""
 
-    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+    def scale_deployment(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        *,
+        expected_replicas: int | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> None:
+        """Set the Deployment's replicas to ``replicas``; already there: nothing written. ``expected_replicas``: the
+        replicas the decision was made from; when the live value differs, nothing is written and
+        ``ChangedSinceRead`` is raised (a scale-up never lowers, a scale-down never raises, a concurrent change)."""
+        ...
+
+    def evict_pod(
+        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+    ) -> EvictionOutcome:
         """POST an Eviction (PodDisruptionBudgets decide); ``dry_run``: ask whether it would be allowed, change
         nothing (the API's ``dryRun: All``), so that a gang is stopped whole or not at all."""
         ...
 
-    def suspend_workload(self, kind: str, namespace: str, name: str) -> None: ...
+    def suspend_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> None: ...
 
-    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         """Undo ``suspend_workload`` (``spec.suspend: false``; a Kueue Workload ``spec.active: true``)."""
         ...
 
     def emit_event(
-        self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        can_write: WriteGuard | None = None,
     ) -> None: ...
 
 
@@ -93,7 +136,11 @@ class NodePoolScaler(Protocol):
 
     def node_count(self, pool: str) -> int: ...
 
-    def scale(self, pool: str, nodes: int) -> None: ...
+    def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
+        """Resize the pool to ``nodes``. ``expected``: the size the plan counted; when the live size differs (and
+        is not ``nodes`` already), nothing is written and ``ChangedSinceRead`` is raised: an absolute write over a
+        size the plan did not see could shrink a pool a scale-up meant to grow."""
+        ...
 
 
 # ---- GPUScalingPolicy objects -------------------------------------------------------------------------------------

@@ -254,7 +254,8 @@ def decisions_row() -> tuple[Row, list[Builder]]:
                 )
             ],
             "applied; failed (retried next tick); blocked (a PodDisruptionBudget refused an eviction); held (not "
-            "applied on stale data or during the takeover grace); dry_run; not_leader.",
+            "applied on stale data or during the takeover grace); skipped (the object changed since the tick read it: "
+            "not written, the next tick decides); dry_run; not_leader.",
             width=12,
             stacked=True,
         ),

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from autoscaler.ports import EvictionOutcome
+from autoscaler.ports import EvictionOutcome, WriteGuard
 
 EXIT_OK = 0
 EXIT_HOLD = 1
@@ -73,20 +73,38 @@ class ReadOnlyWriter:
     def __init__(self) -> None:
         self.events: list[dict[str, str]] = []
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+    def scale_deployment(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        *,
+        expected_replicas: int | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         raise RuntimeError("autoscaler plan is read-only")
 
-    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+    def evict_pod(
+        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+    ) -> EvictionOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 
-    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         raise RuntimeError("autoscaler plan is read-only")
 
-    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         raise RuntimeError("autoscaler plan is read-only")
 
     def emit_event(
-        self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        can_write: WriteGuard | None = None,
     ) -> None:
         self.events.append(
             {"object": f"{kind}/{namespace}/{name}", "type": event_type, "reason": reason, "message": message}

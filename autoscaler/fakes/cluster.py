@@ -12,6 +12,10 @@ them from the objects' spec and our annotations.
 Faults on demand: ``fail("evict_pod", times=2)`` makes the next two evictions raise ``PortError``;
 ``block_evictions(...)`` makes evictions BLOCKED whatever the budgets say. Everything written is in ``writes`` and
 ``events``, in order.
+
+The writes take the real writer's optional keywords: ``expected_replicas`` (a Deployment whose replicas are not
+those any more is not written: ``ChangedSinceRead``, outcome ``changed``) and ``can_write`` (asked just before the
+change; False: ``WriteNotAllowed``, outcome ``not_allowed``, nothing changed).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from autoscaler.core.cluster import (
     PodInfo,
     WorkloadInfo,
 )
-from autoscaler.ports import EvictionOutcome, PortError
+from autoscaler.ports import ChangedSinceRead, EvictionOutcome, PortError, WriteGuard, WriteNotAllowed
 
 OPS = (
     "snapshot",
@@ -48,7 +52,7 @@ OPS = (
 class FakeWrite:
     op: str  # scale_deployment | evict_pod | suspend_workload | resume_workload | scale (node pool)
     args: tuple[Any, ...]
-    outcome: str  # applied | unchanged | evicted | blocked | gone | failed
+    outcome: str  # applied | unchanged | evicted | blocked | gone | failed | changed (since read) | not_allowed
 
 
 @dataclass(slots=True)
@@ -247,7 +251,20 @@ class FakeCluster:
     def _record(self, op: str, args: tuple[Any, ...], outcome: str) -> None:
         self.writes.append(FakeWrite(op, args, outcome))
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+    def _may_write(self, op: str, args: tuple[Any, ...], can_write: WriteGuard | None) -> None:
+        if can_write is not None and not can_write():
+            self._record(op, args, "not_allowed")
+            raise WriteNotAllowed(f"{op} {args}: not written: the write guard refused")
+
+    def scale_deployment(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        *,
+        expected_replicas: int | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         with self._lock:
             args = (namespace, name, replicas)
             try:
@@ -263,13 +280,23 @@ class FakeCluster:
             if dep.spec_replicas == replicas:
                 self._record("scale_deployment", args, "unchanged")
                 return
+            if expected_replicas is not None and dep.spec_replicas != expected_replicas:
+                self._record("scale_deployment", args, "changed")
+                raise ChangedSinceRead(
+                    f"scale deployment {key} to {replicas}: not written: the Deployment changed from "
+                    f"{expected_replicas} to {dep.spec_replicas} replicas since the tick read it"
+                )
+            self._may_write("scale_deployment", args, can_write)
             ready = replicas if self.ready_follows_spec else min(dep.ready_replicas, replicas)
             self.deployments[key] = replace(dep, spec_replicas=replicas, ready_replicas=ready)
             self._record("scale_deployment", args, "applied")
 
-    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+    def evict_pod(
+        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+    ) -> EvictionOutcome:
         with self._lock:
             args = (namespace, name, "dry-run") if dry_run else (namespace, name)
+            self._may_write("evict_pod", args, can_write)
             try:
                 self._check_fault("evict_pod")
             except Exception:
@@ -314,7 +341,7 @@ class FakeCluster:
             self._record("evict_pod", args, "evicted")
             return EvictionOutcome.EVICTED
 
-    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         with self._lock:
             args = (kind, namespace, name)
             try:
@@ -328,6 +355,7 @@ class FakeCluster:
             if (kind, namespace, name) in self.suspended:
                 self._record("suspend_workload", args, "unchanged")
                 return
+            self._may_write("suspend_workload", args, can_write)
             self.suspended.add((kind, namespace, name))
             workload = self.workloads.get((kind, namespace, name))
             if workload is not None:
@@ -344,7 +372,7 @@ class FakeCluster:
                     del self.pods[key]
             self._record("suspend_workload", args, "applied")
 
-    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         """Undo ``suspend_workload``: no longer suspended, our mark removed. Its pods are not recreated here."""
         with self._lock:
             args = (kind, namespace, name)
@@ -362,6 +390,7 @@ class FakeCluster:
             if key not in self.suspended and not marked:
                 self._record("resume_workload", args, "unchanged")
                 return
+            self._may_write("resume_workload", args, can_write)
             self.suspended.discard(key)
             if workload is not None:
                 self.workloads[key] = replace(workload, suspended=False, suspended_by_us_at=None)
@@ -375,10 +404,14 @@ class FakeCluster:
         reason: str,
         message: str,
         event_type: str = "Normal",
+        *,
+        can_write: WriteGuard | None = None,
         **_: Any,  # accepts the real writer's keyword extras (action=...)
     ) -> None:
         with self._lock:
             self._check_fault("emit_event")
+            if can_write is not None and not can_write():
+                raise WriteNotAllowed(f"event {reason} on {kind} {namespace}/{name}: not written: the guard refused")
             for event in self.events:
                 if (event.kind, event.namespace, event.name, event.reason, event.message, event.type) == (
                     kind,
@@ -399,7 +432,7 @@ class FakeCluster:
             self._check_fault("node_count")
             return self._pool(pool).size
 
-    def scale(self, pool: str, nodes: int) -> None:
+    def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
         with self._lock:
             args = (pool, nodes)
             try:
@@ -408,6 +441,9 @@ class FakeCluster:
             except Exception:
                 self._record("scale", args, "failed")
                 raise
+            if expected is not None and state.size not in (expected, nodes):
+                self._record("scale", args, "changed")
+                raise ChangedSinceRead(f"scale pool {pool}: its size is {state.size}, not the {expected} the plan saw")
             target = nodes
             if state.max_size is not None:
                 target = min(target, state.max_size)

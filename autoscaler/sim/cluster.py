@@ -52,7 +52,7 @@ from autoscaler.core.extender import MAX_EXTENDER_PRIORITY, fgd_scores_per_node,
 from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix
 from autoscaler.core.rebalance import REBALANCE_LABEL
 from autoscaler.core.victims import TrainingRules
-from autoscaler.ports import EvictionOutcome, PortError
+from autoscaler.ports import ChangedSinceRead, EvictionOutcome, PortError, WriteGuard
 
 PREEMPTIBLE_LABEL = TrainingRules().non_preemptible_label
 APP_LABEL = "app"  # a Deployment's replicas carry app=<deployment name> (what a PodDisruptionBudget selects)
@@ -684,7 +684,17 @@ class SimCluster:
 
     # ---- ClusterWriter --------------------------------------------------------------------------------------------
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+    # The simulated cluster has one writer and no Lease: ``expected_replicas`` and ``can_write`` (ports.ClusterWriter)
+    # cannot disagree with it, and are accepted for the Protocol.
+    def scale_deployment(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        *,
+        expected_replicas: int | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         key = f"{namespace}/{name}"
         dep = self.deployments.get(key)
         if dep is None:
@@ -696,7 +706,9 @@ class SimCluster:
             dep.replicas = replicas
             self._reconcile(dep)
 
-    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+    def evict_pod(
+        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+    ) -> EvictionOutcome:
         """The Eviction API: refused (429, ``BLOCKED``) when a PodDisruptionBudget covering the pod allows no
         disruption now; otherwise the pod goes (a replica is replaced by its ReplicaSet and scheduled again, cold;
         a training worker stops its whole gang, which is recreated and restarts from its checkpoint)."""
@@ -723,7 +735,7 @@ class SimCluster:
             for pdb in self.pdbs
         )
 
-    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         self.writes.append((self.now, "suspend_workload", (kind, namespace, name)))
         job = self.jobs.get(f"job/{namespace}/{name}") if kind == "Job" else None
         if job is not None:
@@ -740,7 +752,7 @@ class SimCluster:
                 self._dirty = True
                 self._removed(pod)
 
-    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         self.writes.append((self.now, "resume_workload", (kind, namespace, name)))
         job = self.jobs.get(f"job/{namespace}/{name}") if kind == "Job" else None
         if job is None:
@@ -751,7 +763,15 @@ class SimCluster:
                 self._admit(job)
 
     def emit_event(
-        self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        *,
+        can_write: WriteGuard | None = None,
     ) -> None:
         self.events.append((self.now, kind, namespace, name, reason, message, event_type))
 
@@ -760,8 +780,10 @@ class SimCluster:
     def node_count(self, pool: str) -> int:
         return len(self._pool(pool).nodes)
 
-    def scale(self, pool: str, nodes: int) -> None:
+    def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
         spec = self._pool(pool)
+        if expected is not None and len(spec.nodes) != expected and len(spec.nodes) != nodes:
+            raise ChangedSinceRead(f"scale pool {pool}: its size is {len(spec.nodes)}, not the {expected} the plan saw")
         wanted = max(spec.min_nodes, min(spec.max_nodes, nodes))
         self.writes.append((self.now, "scale", (pool, wanted)))
         self._dirty = True

@@ -6,7 +6,12 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes import MachineDeploymentNodePools, make_node_pool_scaler
-from autoscaler.adapters.kubernetes.nodepool import UnknownPoolError, node_pool_providers, register_node_pool_provider
+from autoscaler.adapters.kubernetes.nodepool import (
+    PoolSizeChangedError,
+    UnknownPoolError,
+    node_pool_providers,
+    register_node_pool_provider,
+)
 from autoscaler.fakes.cluster import FakeCluster
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
@@ -40,6 +45,31 @@ def test_scale_is_clamped_to_the_autoscaler_annotations(apiserver: FakeApiServer
     assert p.node_count("b") == 4
     p.scale("b", 0)
     assert p.node_count("b") == 1
+
+
+@pytest.mark.parametrize(
+    ("live", "expected", "nodes", "after"),
+    [
+        (5, 3, 4, 5),  # 5 requested, 3 registered, the size unreadable: "+1: 3 -> 4" must not shrink the pool
+        (5, 5, 6, 6),  # the plan saw the live size: written
+        (2, 3, 2, 2),  # somebody already made it what the plan wants: nothing to write, no error
+        (6, 4, 3, 6),  # a scale-down planned from 4 while another writer grew the pool to 6: not written
+        (4, None, 2, 2),  # no precondition (a caller that does not know the size): written as before
+    ],
+)
+def test_a_resize_from_a_stale_size_writes_nothing(
+    apiserver: FakeApiServer, api_client: client.ApiClient, live: int, expected: int | None, nodes: int, after: int
+) -> None:
+    apiserver.seed(o.machine_deployment_crd(), o.machine_deployment("b", replicas=live))
+    p = pools(api_client)
+    if after == live and nodes != live:
+        with pytest.raises(PoolSizeChangedError, match=f"size is {live}, not the {expected}"):
+            p.scale("b", nodes, expected=expected)
+    else:
+        p.scale("b", nodes, expected=expected)
+    assert apiserver.get(MD, "MachineDeployment", "b", "capi-system")["spec"]["replicas"] == after
+    if after == live:
+        assert not [r for r in apiserver.requests if r.method == "PATCH"]
 
 
 def test_pool_names_map_to_machine_deployments(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:

@@ -24,7 +24,7 @@ from autoscaler.adapters.kubernetes import (
 )
 from autoscaler.core.model import ScaleDeployment
 from autoscaler.core.reasons import Reason
-from autoscaler.ports import EvictionOutcome
+from autoscaler.ports import ChangedSinceRead, EvictionOutcome, WriteNotAllowed
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -76,21 +76,196 @@ def _race_once(w: KubeClusterWriter, attr: str, api: str, race: Callable[[], Non
     setattr(target, attr, read)
 
 
-def test_scale_conflict_is_retried_on_a_fresh_read(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+def _set_replicas(apiserver: FakeApiServer, replicas: int) -> Callable[[], None]:
+    def someone_else_scales() -> None:  # kubectl scale, another controller
+        dep = apiserver.get("apps/v1", "Deployment", "chat", "ml")
+        dep["spec"]["replicas"] = replicas
+        apiserver.update_object(dep)
+
+    return someone_else_scales
+
+
+def test_scale_conflict_on_an_unrelated_change_is_retried_on_a_fresh_read(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """A 409 caused by a change that left the replicas as the tick saw them (a label, the Deployment's status during
+    a rollout) is retried on a fresh read and written."""
     apiserver.seed(o.deployment("chat", "ml", replicas=2))
     w = writer(api_client)
 
-    def someone_else_scales() -> None:
+    def someone_labels_the_deployment() -> None:
         dep = apiserver.get("apps/v1", "Deployment", "chat", "ml")
-        dep["spec"]["replicas"] = 3
+        dep["metadata"].setdefault("labels", {})["touched"] = "yes"
         apiserver.update_object(dep)
 
-    _race_once(w, "read_namespaced_deployment_scale", "_apps", someone_else_scales)
-    w.scale_deployment("ml", "chat", 6)
+    _race_once(w, "read_namespaced_deployment_scale", "_apps", someone_labels_the_deployment)
+    w.scale_deployment("ml", "chat", 6, expected_replicas=2)
     assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 6
     statuses = [r.status for r in apiserver.requests if r.method == "PATCH"]
     assert statuses == [409, 200]
     assert apiserver.request_count("GET", r"/scale$") == 2
+
+
+def test_scale_conflict_on_a_replica_change_is_not_written(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """The decision 2 -> 6 was made from 2; somebody scaled to 3 before our PATCH: the 409's fresh read shows 3, and
+    nothing is written (the next tick decides from 3), where the old writer wrote 6 over it."""
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    w = writer(api_client)
+    _race_once(w, "read_namespaced_deployment_scale", "_apps", _set_replicas(apiserver, 3))
+    with pytest.raises(ChangedSinceRead, match="changed from 2 to 3 replicas since the tick read it"):
+        w.scale_deployment("ml", "chat", 6, expected_replicas=2)
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 3
+    assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409]
+    assert apiserver.request_count("GET", r"/scale$") == 2
+
+
+# (tick saw, decided, somebody else scaled to between our read and our PATCH)
+RACES = [
+    pytest.param(4, 5, 10, id="scale-up raced by a higher value (old writer: 10 -> 5, a scale-down)"),
+    pytest.param(4, 5, 2, id="scale-up raced by a lower value"),
+    pytest.param(6, 3, 10, id="scale-down raced by a higher value (old writer: 10 -> 3)"),
+    pytest.param(6, 3, 1, id="scale-down raced by a lower value (old writer: 1 -> 3, a scale-up)"),
+]
+
+
+@pytest.mark.parametrize(("seen", "target", "raced"), RACES)
+def test_a_scale_raced_between_read_and_write_never_writes_over_the_other_writer(
+    apiserver: FakeApiServer, api_client: client.ApiClient, seen: int, target: int, raced: int
+) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=seen))
+    w = writer(api_client)
+    _race_once(w, "read_namespaced_deployment_scale", "_apps", _set_replicas(apiserver, raced))
+    with pytest.raises(ChangedSinceRead, match=f"changed from {seen} to {raced} replicas"):
+        w.scale_deployment("ml", "chat", target, expected_replicas=seen)
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == raced
+    assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409]  # the raced one only
+
+
+@pytest.mark.parametrize(("seen", "target", "raced"), RACES)
+def test_a_scale_changed_before_the_writers_read_sends_no_patch(
+    apiserver: FakeApiServer, api_client: client.ApiClient, seen: int, target: int, raced: int
+) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=raced))  # changed between the tick's read and the writer's
+    with pytest.raises(ChangedSinceRead):
+        writer(api_client).scale_deployment("ml", "chat", target, expected_replicas=seen)
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == raced
+    assert apiserver.request_count("PATCH") == 0
+
+
+@pytest.mark.parametrize("omitted", [False, True], ids=["replicas: 0", "replicas omitted"])
+def test_scale_from_zero_with_the_expected_replicas(
+    apiserver: FakeApiServer, api_client: client.ApiClient, omitted: bool
+) -> None:
+    """autoscaling/v1 ``ScaleSpec.replicas`` is ``omitempty``: the real API server sends no field for 0 replicas, which
+    must read as 0 (not as "changed since the tick read 0", which would keep a scaled-to-zero service there)."""
+    apiserver.seed(o.deployment("chat", "ml", replicas=0))
+    w = writer(api_client)
+    if omitted:
+        read = w._read
+
+        def read_without_zero(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            scale = read(what, fn, *args, **kwargs)
+            if scale.get("spec", {}).get("replicas") == 0:
+                del scale["spec"]["replicas"]
+            return scale
+
+        w._read = read_without_zero  # type: ignore[method-assign]
+    w.scale_deployment("ml", "chat", 1, expected_replicas=0)
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 1
+
+
+# ---- the write guard (leadership checked immediately before every request that changes something) -----------------
+
+
+class Guard:
+    """A ``can_write`` that says yes ``allowed`` times, then no; counts the questions."""
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.asked <= self.allowed
+
+
+def writes(apiserver: FakeApiServer) -> list[tuple[str, str, int]]:
+    return [(r.method, r.path, r.status) for r in apiserver.requests if r.method in ("POST", "PUT", "PATCH", "DELETE")]
+
+
+def test_scale_guard_refusing_between_the_read_and_the_write_sends_nothing(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """The lease was lost while the writer read (its read retries can outlast the lease): no PATCH."""
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    w = writer(api_client)
+    lost = {"value": False}
+
+    def lose_the_lease() -> None:
+        lost["value"] = True
+
+    _race_once(w, "read_namespaced_deployment_scale", "_apps", lose_the_lease)
+    with pytest.raises(WriteNotAllowed, match="not the leader any more"):
+        w.scale_deployment("ml", "chat", 6, expected_replicas=2, can_write=lambda: not lost["value"])
+    assert apiserver.request_count("GET", r"/scale$") == 1
+    assert writes(apiserver) == []
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 2
+
+
+def test_scale_guard_is_asked_again_before_the_write_after_a_conflict(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.deployment("chat", "ml", replicas=2))
+    w = writer(api_client)
+
+    def someone_labels_the_deployment() -> None:
+        dep = apiserver.get("apps/v1", "Deployment", "chat", "ml")
+        dep["metadata"].setdefault("labels", {})["touched"] = "yes"
+        apiserver.update_object(dep)
+
+    _race_once(w, "read_namespaced_deployment_scale", "_apps", someone_labels_the_deployment)
+    guard = Guard(allowed=1)  # yes for the first PATCH (409), no for the retry
+    with pytest.raises(WriteNotAllowed):
+        w.scale_deployment("ml", "chat", 6, expected_replicas=2, can_write=guard)
+    assert guard.asked == 2
+    assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409]
+    assert apiserver.get("apps/v1", "Deployment", "chat", "ml")["spec"]["replicas"] == 2
+
+
+def test_every_write_asks_the_guard_and_sends_nothing_when_refused(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(
+        o.pod("p", "ml"), o.job("train", "ml", suspend=False, gpus=1), o.policy_crd(), o.gpu_policy("chat", "ml")
+    )
+    w = writer(api_client)
+    no = Guard(allowed=0)
+    for write in (
+        lambda: w.evict_pod("ml", "p", can_write=no),
+        lambda: w.evict_pod("ml", "p", dry_run=True, can_write=no),
+        lambda: w.suspend_workload("Job", "ml", "train", can_write=no),
+        lambda: w.emit_event("Pod", "ml", "p", "PreemptForInference", "x", can_write=no),
+        lambda: w.update_policy_status("ml", "chat", StatusUpdate(current_replicas=3), can_write=no),
+    ):
+        with pytest.raises(WriteNotAllowed):
+            write()
+    assert no.asked == 5
+    assert writes(apiserver) == []
+    assert apiserver.get("v1", "Pod", "p", "ml") is not None
+    assert apiserver.get("batch/v1", "Job", "train", "ml")["spec"]["suspend"] is False
+    # and with the guard saying yes, the same writes happen (resume: the suspended job)
+    yes = Guard(allowed=100)
+    w.suspend_workload("Job", "ml", "train", can_write=yes)
+    w.resume_workload("Job", "ml", "train", can_write=yes)
+    w.emit_event("Pod", "ml", "p", "PreemptForInference", "x", can_write=yes)
+    w.emit_event("Pod", "ml", "p", "PreemptForInference", "x", can_write=yes)  # the bump: POST 409, then PATCH
+    assert w.update_policy_status("ml", "chat", StatusUpdate(current_replicas=3), can_write=yes) is True
+    assert w.evict_pod("ml", "p", can_write=yes) is EvictionOutcome.EVICTED
+    # one question per request: suspend, resume, event POST, event POST (409 AlreadyExists) + bump PATCH, status PUT,
+    # eviction POST
+    assert len(writes(apiserver)) == yes.asked == 7
 
 
 def test_scale_conflict_that_resolves_itself_writes_nothing(

@@ -32,7 +32,7 @@ from tests.observability.common import (
 
 SEVERITIES = {"critical", "warning", "info"}
 TICK_RESULTS = {"ok", "hold", "error", "standby"}
-ACTION_RESULTS = {"applied", "failed", "blocked", "held", "dry_run", "not_leader"}  # autoscaler/actuator.py
+ACTION_RESULTS = {"applied", "failed", "blocked", "held", "skipped", "dry_run", "not_leader"}  # autoscaler/actuator.py
 MATCHER = re.compile(r'\b([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 
 

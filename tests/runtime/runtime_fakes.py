@@ -79,30 +79,37 @@ class FakeCluster:
             self.fail_writes -= 1
             raise PortError(f"{what}: HTTP 500 Internal Server Error")
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+    def scale_deployment(self, namespace: str, name: str, replicas: int, **guards: object) -> None:
         self._maybe_fail("scale")
         self.writes.append(Write("scale", (namespace, name, replicas)))
         dep = self.deployments[f"{namespace}/{name}"]
         dep[0] = replicas
         dep[1] = replicas  # pods become ready at once in this fake
 
-    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False, **guards: object) -> EvictionOutcome:
         self._maybe_fail("evict")
         if dry_run:
             return EvictionOutcome.BLOCKED if self.evictions_blocked else EvictionOutcome.EVICTED
         self.writes.append(Write("evict", (namespace, name)))
         return EvictionOutcome.BLOCKED if self.evictions_blocked else EvictionOutcome.EVICTED
 
-    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+    def suspend_workload(self, kind: str, namespace: str, name: str, **guards: object) -> None:
         self._maybe_fail("suspend")
         self.writes.append(Write("suspend", (kind, namespace, name)))
 
-    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+    def resume_workload(self, kind: str, namespace: str, name: str, **guards: object) -> None:
         self._maybe_fail("resume")
         self.writes.append(Write("resume", (kind, namespace, name)))
 
     def emit_event(
-        self, kind: str, namespace: str, name: str, reason: str, message: str, event_type: str = "Normal"
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        **guards: object,
     ) -> None:
         if self.fail_events:
             raise PortError("events: HTTP 500")

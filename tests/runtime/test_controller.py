@@ -262,7 +262,7 @@ def test_follower_does_not_act_and_a_lease_lost_mid_tick_stops_the_rest() -> Non
     c = Controller(metrics=metrics, cluster=cluster, writer=cluster, policies=FakePolicies(objects), can_act=can_act)
     original = cluster.scale_deployment
 
-    def scale_then_lose_lease(namespace: str, name: str, replicas: int) -> None:
+    def scale_then_lose_lease(namespace: str, name: str, replicas: int, **guards: object) -> None:
         original(namespace, name, replicas)
         leader["value"] = False  # the elector noticed a 409 while we were writing
 

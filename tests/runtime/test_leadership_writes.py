@@ -44,7 +44,7 @@ def test_no_event_or_status_after_the_lease_is_lost_during_the_write() -> None:
     c, cluster, status = make([policy_object(ServicePolicy("ml", "a", max_replicas=20))], {"ml/a": 140.0}, leader)
     original = cluster.scale_deployment
 
-    def scale_then_lose_lease(namespace: str, name: str, replicas: int) -> None:
+    def scale_then_lose_lease(namespace: str, name: str, replicas: int, **guards: object) -> None:
         original(namespace, name, replicas)
         leader["value"] = False  # the renew deadline passed while the write was in flight
 

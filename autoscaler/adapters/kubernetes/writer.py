@@ -2,6 +2,12 @@
 
 Every write is idempotent and optimistic:
 - read the object fresh, stop if it is already as wanted (no write, no resourceVersion bump);
+- a scale carries the replicas its decision was made from (``expected_replicas``): when the live value differs,
+  somebody else changed it since the tick read it, and nothing is written (``ChangedSinceRead``; the next tick
+  decides on fresh data), so a conflict can never turn a scale-up into a scale-down or the reverse;
+- every request that changes something first asks the caller's ``can_write`` guard (the leadership check): the
+  reads before a write may retry for longer than the Lease lasts, so the question asked before the call began is
+  not enough; a refusal raises ``WriteNotAllowed`` and sends nothing;
 - write with the ``resourceVersion`` just read as a precondition; a 409 means someone wrote in between, so read
   again and decide again, a bounded number of times (``ConflictError`` after that);
 - never blindly retry a write that failed otherwise (5xx, timeout): it may have happened. The caller gets a
@@ -44,7 +50,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     WorkloadKind,
 )
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
-from autoscaler.ports import EvictionOutcome, PortError
+from autoscaler.ports import ChangedSinceRead, EvictionOutcome, PortError, WriteGuard, WriteNotAllowed
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +149,15 @@ class KubeClusterWriter:
             sleep=self._sleep,
         )
 
+    @staticmethod
+    def _may_write(what: str, can_write: WriteGuard | None) -> None:
+        """Ask the guard immediately before a request that changes something; raise instead of sending it."""
+        if can_write is not None and not can_write():
+            log.info("%s: not written: the write guard refused (not the leader any more?)", what)
+            raise WriteNotAllowed(
+                f"{what}: not written: not the leader any more (the write guard refused just before the request)"
+            )
+
     def _remember_uid(self, kind: str, namespace: str, name: str, obj: JSON) -> None:
         uid = (obj.get("metadata") or {}).get("uid")
         if uid:
@@ -165,8 +180,10 @@ class KubeClusterWriter:
         read: Callable[[], JSON],
         decide: Callable[[JSON], JSON | None],
         write: Callable[[JSON], JSON],
+        can_write: WriteGuard | None = None,
     ) -> bool:
-        """Fresh read -> ``decide`` (None = already as wanted) -> conditional write; 409 -> again (bounded).
+        """Fresh read -> ``decide`` (None = already as wanted; it may raise to refuse) -> the guard -> conditional
+        write; 409 -> again (bounded). The guard is asked before every write, the retried ones included.
 
         Returns True when something was written.
         """
@@ -175,6 +192,7 @@ class KubeClusterWriter:
             body = decide(current)
             if body is None:
                 return False
+            self._may_write(what, can_write)
             try:
                 write(body)
                 return True
@@ -184,8 +202,22 @@ class KubeClusterWriter:
 
     # -- ClusterWriter --
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
-        """Set ``spec.replicas`` through the scale subresource (what ``kubectl scale`` and the HPA use)."""
+    def scale_deployment(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        *,
+        expected_replicas: int | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> None:
+        """Set ``spec.replicas`` through the scale subresource (what ``kubectl scale`` and the HPA use).
+
+        ``expected_replicas``: the replicas the decision was made from. Every fresh read (the first one and the one
+        after each 409) must still show them, or nothing is written and ``ChangedSinceRead`` is raised: a concurrent
+        ``kubectl scale`` to 10 between the tick's read of 4 and our write of 5 must not become 10 -> 5. Without it,
+        the target is written whatever the live value is (the old contract, for callers that decide on their own).
+        ``can_write``: asked immediately before every PATCH (``WriteNotAllowed`` when it says no)."""
         if replicas < 0:
             raise ValueError(f"replicas must be >= 0, got {replicas}")
         what = f"scale deployment {namespace}/{name} to {replicas}"
@@ -196,8 +228,21 @@ class KubeClusterWriter:
             return scale
 
         def decide(scale: JSON) -> JSON | None:
-            if (scale.get("spec") or {}).get("replicas") == replicas:
+            # autoscaling/v1 ScaleSpec.replicas is omitempty: an absent field is 0.
+            live = (scale.get("spec") or {}).get("replicas", 0)
+            if live == replicas:
                 return None
+            if expected_replicas is not None and live != expected_replicas:
+                log.info(
+                    "%s: not written: the Deployment has %r replicas, the decision was made from %d",
+                    what,
+                    live,
+                    expected_replicas,
+                )
+                raise ChangedSinceRead(
+                    f"{what}: not written: the Deployment changed from {expected_replicas} to {live!r} replicas since "
+                    "the tick read it; the next tick decides on fresh data"
+                )
             rv = scale["metadata"]["resourceVersion"]
             return {"metadata": {"resourceVersion": rv}, "spec": {"replicas": replicas}}
 
@@ -206,12 +251,15 @@ class KubeClusterWriter:
                 what, self._apps.patch_namespaced_deployment_scale, name, namespace, body, _content_type=MERGE_PATCH
             )
 
-        if self._read_modify_write(what, read, decide, write):
+        if self._read_modify_write(what, read, decide, write, can_write):
             log.info("scaled deployment %s/%s to %d replicas", namespace, name, replicas)
 
-    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> EvictionOutcome:
+    def evict_pod(
+        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+    ) -> EvictionOutcome:
         """POST a policy/v1 Eviction: PodDisruptionBudgets are enforced by the API server, not by us. ``dry_run``:
-        the API server checks the budgets and changes nothing (``deleteOptions.dryRun: [All]``)."""
+        the API server checks the budgets and changes nothing (``deleteOptions.dryRun: [All]``). ``can_write``:
+        asked immediately before the POST (``WriteNotAllowed`` when it says no)."""
         body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         options: JSON = {}
         if self.config.eviction_grace_period_s is not None:
@@ -220,10 +268,10 @@ class KubeClusterWriter:
             options["dryRun"] = ["All"]
         if options:
             body["deleteOptions"] = options
+        what = f"evict pod {namespace}/{name}" + (" (dry run)" if dry_run else "")
+        self._may_write(what, can_write)
         try:
-            self._call(
-                f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
-            )
+            self._call(what, self._core.create_namespaced_pod_eviction, name, namespace, body)
         except KubeApiError as exc:
             if exc.status == 404:
                 self._forget_uid("Pod", namespace, name)
@@ -250,7 +298,13 @@ class KubeClusterWriter:
         return spec
 
     def _write_workload(
-        self, what: str, kind: str, namespace: str, name: str, decide: Callable[[JSON], JSON | None]
+        self,
+        what: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        decide: Callable[[JSON], JSON | None],
+        can_write: WriteGuard | None = None,
     ) -> bool:
         """Read-modify-write of a workload's spec by merge patch (resourceVersion precondition, 409 -> again);
         404 is done (a deleted workload uses no GPUs). True when something was written."""
@@ -290,14 +344,14 @@ class KubeClusterWriter:
             )
 
         try:
-            return self._read_modify_write(what, read, decide, patch)
+            return self._read_modify_write(what, read, decide, patch, can_write)
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
             log.info("%s: already gone", what)  # a deleted workload uses no GPUs: the goal is met
             return False
 
-    def suspend_workload(self, kind: str, namespace: str, name: str) -> None:
+    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         """Suspend a Job / JobSet / PyTorchJob / TFJob (``suspend: true``) or deactivate a Kueue Workload.
 
         The same merge patch marks it as ours (``gpuautoscaler.dev/suspended-by``, ``-at``, ``-generation``): only
@@ -322,10 +376,10 @@ class KubeClusterWriter:
             body["metadata"] = {"resourceVersion": meta["resourceVersion"], "annotations": annotations}
             return body
 
-        if self._write_workload(f"suspend {kind} {namespace}/{name}", kind, namespace, name, decide):
+        if self._write_workload(f"suspend {kind} {namespace}/{name}", kind, namespace, name, decide, can_write):
             log.info("suspended %s %s/%s", kind, namespace, name)
 
-    def resume_workload(self, kind: str, namespace: str, name: str) -> None:
+    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         """Undo ``suspend_workload``: ``suspend: false`` (Kueue: ``active: true``) and our annotations removed, in
         one merge patch. Idempotent: a running workload without our annotations is not written."""
         spec = self._workload_kind("resume", kind, namespace, name)
@@ -342,7 +396,7 @@ class KubeClusterWriter:
                 body["metadata"]["annotations"] = dict.fromkeys(ours)  # merge patch: null removes the key
             return body
 
-        if self._write_workload(f"resume {kind} {namespace}/{name}", kind, namespace, name, decide):
+        if self._write_workload(f"resume {kind} {namespace}/{name}", kind, namespace, name, decide, can_write):
             log.info("resumed %s %s/%s", kind, namespace, name)
 
     def emit_event(
@@ -355,9 +409,11 @@ class KubeClusterWriter:
         event_type: str = "Normal",
         *,
         action: str | None = None,
+        can_write: WriteGuard | None = None,
     ) -> None:
         """An Event on the object, deduplicated: the same (object, reason, message, type) bumps the existing Event's
-        series count instead of creating another, like client-go's recorder."""
+        series count instead of creating another, like client-go's recorder. ``can_write``: asked immediately
+        before the POST and before the PATCH of a bump (``WriteNotAllowed`` when it says no)."""
         api_version, _, namespaced = EVENT_TARGETS.get(kind, ("v1", "", True))
         event_ns = namespace if namespaced and namespace else "default"  # cluster-scoped objects: "default"
         uid = self._uid(kind, namespace if namespaced else "", name)
@@ -407,15 +463,18 @@ class KubeClusterWriter:
                 "count": 1,
             }
             create_fn = self._core.create_namespaced_event
+        self._may_write(what, can_write)
         try:
             self._call(what, create_fn, event_ns, body)
             return
         except ConflictError as exc:
             if exc.reason != "AlreadyExists":
                 raise
-        self._bump_event(what, event_ns, event_name, now)
+        self._bump_event(what, event_ns, event_name, now, can_write)
 
-    def _bump_event(self, what: str, namespace: str, name: str, now: float) -> None:
+    def _bump_event(
+        self, what: str, namespace: str, name: str, now: float, can_write: WriteGuard | None = None
+    ) -> None:
         v1 = self.config.event_api == "events.k8s.io/v1"
 
         def read() -> JSON:
@@ -437,7 +496,7 @@ class KubeClusterWriter:
                 )
             return self._call(what, self._core.patch_namespaced_event, name, namespace, body, _content_type=MERGE_PATCH)
 
-        self._read_modify_write(what, read, decide, write)
+        self._read_modify_write(what, read, decide, write, can_write)
 
     def _uid(self, kind: str, namespace: str, name: str) -> str | None:
         """The object's uid, so that ``kubectl describe`` (which selects Events by uid) shows our Events."""
@@ -481,13 +540,15 @@ class KubeClusterWriter:
         *,
         generation: int | None = None,
         now: float | None = None,
+        can_write: WriteGuard | None = None,
     ) -> bool:
         """Merge ``update`` into the policy's status through the status subresource; False when nothing changed.
 
         ``generation``: the ``metadata.generation`` the caller's decision was based on, written as
         ``observedGeneration`` (default: the generation read now). Conditions keep their ``lastTransitionTime``
         unless their status flips. The write is a PUT carrying the resourceVersion just read, so a concurrent writer
-        makes it 409 and it is recomputed from a fresh read.
+        makes it 409 and it is recomputed from a fresh read. ``can_write``: asked immediately before every PUT
+        (``WriteNotAllowed`` when it says no).
         """
         when = self._clock() if now is None else now
         what = f"update status of {KIND} {namespace}/{name}"
@@ -519,4 +580,4 @@ class KubeClusterWriter:
                 body,
             )
 
-        return self._read_modify_write(what, read, decide, write)
+        return self._read_modify_write(what, read, decide, write, can_write)
