@@ -11,7 +11,7 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
      work they lose since their last checkpoint plus the training GPU-hours they do not get while the shortfall
      lasts, both at ``training_gpu_hour_value``. Serving replicas (Deployment, StatefulSet, ... pods) are never
      victims, whether or not a valid policy names them this tick: a service whose GPUScalingPolicy is invalid keeps
-     its replicas (``core.victims.SERVING_OWNER_KINDS``; only an explicit opt-in label makes one preemptible);
+     its replicas (``core.cluster.SERVING_OWNER_KINDS``; only an explicit opt-in label makes one preemptible);
    - *burst*: the pool the chained expanders choose (``core.burst``); it costs the nodes from the request on --
      boot, the shortfall (at least the minimum billing period), the idle cooldown before they go back -- plus the
      SLO risk of waiting for the boot (``slo_risk_per_gpu_hour`` x the GPUs short x boot).

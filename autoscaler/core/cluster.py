@@ -216,15 +216,22 @@ def free_gpus(snapshot: ClusterSnapshot) -> int:
     return max(0, sum(ready.values()) - used)
 
 
+# Controllers of serving replicas (``PodInfo.owner_kind``): never preempted as training (``core.victims``, unless a
+# gang opts in). The Kubernetes reader resolves a ReplicaSet to its Deployment; a ReplicaSet it could not resolve
+# still counts.
+SERVING_OWNER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"})
+
+
 def preemptible_gpus(snapshot: ClusterSnapshot, below_priority: int) -> int:
-    """GPUs held on ready nodes by pods that are not Deployment replicas, below ``below_priority`` (training the
-    capacity arbitration may preempt; its own rules -- labels, minimum runtime, PDBs -- decide which)."""
+    """GPUs held on ready nodes by pods that are not serving replicas (``SERVING_OWNER_KINDS``), below
+    ``below_priority`` (training the capacity arbitration may preempt; its own rules -- labels, opt-ins, minimum
+    runtime, PDBs -- decide which)."""
     ready = {n.name for n in snapshot.nodes if n.ready}
     return sum(
         pod.gpus
         for pod in snapshot.pods
         if pod.node in ready
-        and pod.owner_kind != "Deployment"
+        and pod.owner_kind not in SERVING_OWNER_KINDS
         and pod.priority < below_priority
         and pod.phase not in ("Succeeded", "Failed")
     )

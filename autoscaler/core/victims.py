@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.core.cluster import ClusterSnapshot, PodInfo, free_gpus_per_node
+from autoscaler.core.cluster import SERVING_OWNER_KINDS, ClusterSnapshot, PodInfo, free_gpus_per_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +78,6 @@ class VictimChoice:
         return sum(v.lost_work_gpu_s for v in self.victims)
 
 
-# Controllers of serving replicas (``PodInfo.owner_kind``): such a pod is never taken as training unless its gang
-# opts in (``TrainingRules.non_preemptible_label`` = "true" on every pod). The Kubernetes reader resolves a
-# ReplicaSet to its Deployment; a ReplicaSet it could not resolve still counts.
-SERVING_OWNER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"})
 
 
 @dataclass(frozen=True, slots=True)
