@@ -11,8 +11,9 @@ Rules:
 - **What may move**: a ready replica of a Deployment whose every replica is ready (nothing else is starting), at
   most one per Deployment per pass, within every PodDisruptionBudget over the whole pass -- and, when the caller says
   which Deployments a valid policy scales (``managed``: the controller and the simulator pass the services the tick
-  decided for, ``managed_services``), only theirs: a service whose GPUScalingPolicy is invalid this tick, or that
-  has none, keeps its replicas where they are; a training gang only when
+  decided for, ``managed_services``), only theirs and those of Deployments whose pods carry
+  ``gpuautoscaler.dev/rebalance=allowed``: a service whose GPUScalingPolicy is invalid this tick, or that has none
+  and did not opt in, keeps its replicas where they are; a training gang only when
   its pods carry ``gpuautoscaler.dev/rebalance=allowed`` and its last checkpoint is recent (``checkpoint_max_age_s``:
   moving it throws that work away), and then the whole gang. Nothing on a NotReady node, nothing not ready, no pod of
   any other owner (a bare pod is not recreated; a StatefulSet's identity and volumes are its own).
@@ -42,7 +43,9 @@ from autoscaler.core.model import EvictPod, ScaleDecision
 from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import pdbs_covering
 
-REBALANCE_LABEL = "gpuautoscaler.dev/rebalance"  # "allowed" on a training gang's pods lets the rebalancer move it
+# "allowed" on a training gang's pods lets the rebalancer move it; on every pod of a Deployment no valid policy scales,
+# lets it move that Deployment's replicas
+REBALANCE_LABEL = "gpuautoscaler.dev/rebalance"
 HOUR_S = 3600.0
 _DEPLOYMENT = "deployment/"  # owner prefix of a Deployment's replicas: "deployment/<namespace>/<name>"
 
@@ -302,7 +305,8 @@ def plan_rebalance(
     units = [u for u in units if u.owner not in protected]
     if managed is not None:
         allowed = frozenset(f"{_DEPLOYMENT}{key}" for key in managed)
-        units = [u for u in units if u.training or u.owner in allowed]
+        # a Deployment no valid policy scales moves only when its owner opted it in, on every pod
+        units = [u for u in units if u.training or u.owner in allowed or _opted_in(u.pods)]
     free = dict(cluster.free)
     pdb_used: dict[str, int] = defaultdict(int)
     moved_owners: set[str] = set()
@@ -559,6 +563,10 @@ def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] =
         if decision.desired_replicas > decision.current_replicas or decision.reason in _BUSY:
             keys.add(decision.key)
     return frozenset(f"{_DEPLOYMENT}{key}" for key in keys)
+
+
+def _opted_in(pods: Sequence[PodInfo]) -> bool:
+    return bool(pods) and all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods)
 
 
 def managed_services(decisions: Iterable[ScaleDecision]) -> frozenset[str]:

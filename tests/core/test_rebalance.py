@@ -480,3 +480,26 @@ def test_managed_services_are_the_services_the_tick_decided_for() -> None:
     decisions = [_decision("inf/calm"), _decision("inf/up", desired=3)]
     assert managed_services(decisions) == frozenset({"inf/calm", "inf/up"})
     assert protected_owners(decisions, ["inf/stale"]) == frozenset({"deployment/inf/stale", "deployment/inf/up"})
+
+
+@pytest.mark.parametrize(
+    ("labelled", "moved"),
+    [
+        ((True, True), ["inf/chat-1"]),  # every replica opted in: moved without a policy
+        ((True, False), []),  # not every pod: not opted in
+        ((False, False), []),
+    ],
+)
+def test_a_deployment_without_a_policy_moves_only_when_its_pods_opt_in(
+    labelled: tuple[bool, bool], moved: list[str]
+) -> None:
+    from dataclasses import replace as copy_with
+
+    pods = [
+        copy_with(p, labels={**p.labels, REBALANCE_LABEL: "allowed"})
+        if p.owner_name == "chat" and labelled[int(p.name.rsplit("-", 1)[1])]
+        else p
+        for p in BASE_PODS
+    ]
+    plan, _ = plan_rebalance(snap(BASE_NODES, pods), NOW, CONFIG, RebalanceState(), managed=set())
+    assert evicted(plan) == moved

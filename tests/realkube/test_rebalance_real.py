@@ -23,6 +23,7 @@ from kubernetes import client
 
 from autoscaler.adapters.kubernetes import KubeClusterReader, KubeClusterWriter
 from autoscaler.app import Adapters, build_runtime
+from autoscaler.core.rebalance import REBALANCE_LABEL
 from autoscaler.fakes.metrics import FakeMetricsSource
 from autoscaler.runtime import Runtime
 from autoscaler.settings import Settings
@@ -46,7 +47,10 @@ class World:
 
 def deployment(name: str, replicas: int, product: str, scheduler: str) -> dict[str, Any]:
     spec = gpu_pod_spec(1, product, container="c", requests=False, grace_s=0, scheduler=scheduler)
-    return manifests.deployment(name, replicas, spec)
+    body = manifests.deployment(name, replicas, spec)
+    # No GPUScalingPolicy scales chat here (NoPolicies): its pods opt in to being moved
+    body["spec"]["template"]["metadata"]["labels"][REBALANCE_LABEL] = "allowed"
+    return body
 
 
 def big_pod(product: str, scheduler: str) -> dict[str, Any]:
