@@ -846,7 +846,9 @@ class ForecastService:
             quantile = policy.forecast.quantile
             lead = self._leads.get(key, policy.cold_start_s)
             state.pending.append(_Pending(forecast, base, quantile, now + lead, now + self._used_for_s() + lead))
-            latest = ForecastInput(forecast, fitted_at=now)
+            # re-conditioned now, but its parameters are as old as the last refit: a refit that keeps failing lets
+            # the fit go stale after stale_after_periods, updates or not
+            latest = ForecastInput(forecast, fitted_at=now, refitted_at=previous.latest.refit_time)
             reliable, detail, ratio, relative, scored, coverage = self._judge(state, quantile, forecast.model, now)
             latest = replace(latest, reliable=reliable, reliability_detail=detail)
             published[key] = replace(

@@ -319,7 +319,7 @@ def forecast_gauges(views: Mapping[str, ServiceForecastView], now: float) -> lis
                 service=v.service,
                 pinball_ratio=pub.pinball_ratio if pub is not None else None,
                 reliable=pub.latest.reliable if pub is not None else None,
-                fit_age_s=max(0.0, now - pub.latest.fitted_at) if pub is not None else None,
+                fit_age_s=max(0.0, now - pub.latest.refit_time) if pub is not None else None,
                 floor_replicas=v.floor.replicas if usable and v.floor is not None else None,
                 fallback_reason=fallback,
                 headroom_ratio=v.headroom.ratio if v.headroom is not None else None,

@@ -157,7 +157,8 @@ class _ForecastCollector(Collector):
         )
         age = GaugeMetricFamily(
             f"{PREFIX}_forecast_fit_age_seconds",
-            "Seconds since the service's latest published forecast fit, at the latest tick",
+            "Seconds since the parameters of the service's published forecast were last fitted (its latest successful "
+            "refit; updates re-condition a fit without renewing it), at the latest tick",
             labels=labels,
         )
         floor = GaugeMetricFamily(

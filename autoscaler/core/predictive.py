@@ -22,9 +22,17 @@ class ForecastInput:
     """The latest fit of one service's demand (request rate, requests/s), as the refit job published it."""
 
     forecast: Forecast
-    fitted_at: float  # Unix seconds when the fit finished
+    fitted_at: float  # Unix seconds when the fit finished (a refit, or an update that re-conditioned it)
     reliable: bool = True  # False when recent forecast error is above the threshold (see forecast.assess_reliability)
     reliability_detail: str = ""
+    # Unix seconds when the model's parameters were last fitted (a refit); an update re-conditions them on newer data
+    # but cannot renew them, so a fit's age for staleness counts from here. None: ``fitted_at`` (a refit's own).
+    refitted_at: float | None = None
+
+    @property
+    def refit_time(self) -> float:
+        """When the parameters were fitted: the time a fit's age (``stale_after_periods``) is counted from."""
+        return self.fitted_at if self.refitted_at is None else self.refitted_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +107,7 @@ def forecast_floor(
     # Without a usable forecast a scale-down waits at least a lead time (cold start) of lower recommendations.
     down_window = 0.0 if settings.shadow or not settings.cold_start_aware else lead_s
     max_age = settings.max_fit_age_periods * settings.refit_period_s
-    age = now - latest.fitted_at
+    age = now - latest.refit_time
     if age > max_age:
         why = f"fit is {age:.0f}s old (limit {max_age:.0f}s)"
         return ReplicaFloor(0, Reason.FORECAST_STALE, why, usable=False, down_window_s=down_window)

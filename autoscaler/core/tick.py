@@ -206,9 +206,29 @@ def read_forecasts(
                     if held > floor.hold:
                         floor = replace(floor, hold=held, hold_window_s=floor.contended_window_s)
         except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
-            floor = ReplicaFloor(0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False)
+            # as every unusable floor of an active service: a scale-down waits a lead time (cold start)
+            down_window = lead if config.cold_start_aware and fp.mode is ForecastMode.ACTIVE else 0.0
+            floor = ReplicaFloor(
+                0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False, down_window_s=down_window
+            )
         demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
         headroom = headrooms.get(key)
+        if headroom is not None and config.headroom is not None and (
+            (floor is not None and not floor.usable) or pub.quantile != fp.quantile
+        ):
+            # The headroom is earned by the forecast the floor reads: one the floor cannot use this tick (a horizon
+            # that no longer reaches now + lead, a quantile the fit lacks) earns nothing either, and a coverage
+            # measured at another quantile says nothing about this one.
+            same_level = pub.quantile == fp.quantile
+            why = floor.detail if floor is not None and not floor.usable else "the forecast quantile changed"
+            headroom = earned_headroom(
+                policy,
+                coverage=pub.coverage if same_level else None,
+                scored=pub.coverage_samples if same_level else 0,
+                usable=False,
+                why_unusable=why,
+                config=config.headroom,
+            )
         views[key] = ServiceForecastView(
             key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(floor, headroom, ""), lead, demand,
             headroom=headroom,
@@ -250,7 +270,7 @@ def earn_headrooms(tick: TickInput, config: ForecastReadConfig) -> dict[str, Hea
         if pub is None:
             usable, why, coverage, scored = False, "no forecast fitted yet", None, 0
         else:
-            age = tick.now - pub.latest.fitted_at
+            age = tick.now - pub.latest.refit_time
             max_age = config.max_fit_age_periods * config.refit_period_s
             coverage, scored = pub.coverage, pub.coverage_samples
             usable, why = True, ""

@@ -254,7 +254,7 @@ class PredictivePolicy(CorePolicy):
             self.fit_failures += 1  # the previous forecast stays until it is too old, then reactive takes over
             return
         self._judge(state, quantile, now)
-        state.latest = ForecastInput(forecast, fitted_at=now)
+        state.latest = ForecastInput(forecast, fitted_at=now, refitted_at=state.last_refit)
 
 
 def _append(state: _ServiceForecasting, value: float, keep: int) -> None:

@@ -716,3 +716,61 @@ def test_plan_prints_the_earned_headroom_of_each_forecasting_service() -> None:
     out = io.StringIO()
     print_table(doc, out)
     assert "Earned headroom" in out.getvalue() and "ml/chat: earned, target x 1" in out.getvalue()
+
+
+def test_updates_do_not_keep_a_fit_alive_that_the_refit_cannot_renew() -> None:
+    """The update job re-conditions a fit every minute; when every refit after the first fails (here one bad sample
+    in the history), the fit still goes stale ``stale_after_periods`` refit intervals after the last good refit, and
+    the fit-age metric counts from that refit, not from the last update."""
+    world = World(model="forecast_models:FailsOnNegative")
+    world.service = ForecastService(
+        forecast_settings(model="forecast_models:FailsOnNegative"),
+        world.metrics,
+        lambda: world.policies,
+        refit_interval_s=REFIT,
+        tick_interval_s=TICK,
+        telemetry=world.telemetry,
+        update_interval_s=60.0,
+    )
+    world.controller.forecasts = world.service
+    first = JUMP - 6 * 3600
+    history = series(office_hours, DAY0, DAY0 + 4 * DAY)
+    world.metrics.set_history("ml/chat", "request_rate", history)
+    assert world.service.refit(first).ok == ["ml/chat"]
+    poisoned = list(history.values)
+    poisoned[int((first - DAY - DAY0) / STEP)] = -1.0  # every later refit fails on it; updates only read the tail
+    world.metrics.set_history("ml/chat", "request_rate", Series(history.times, tuple(poisoned)))
+    limit = forecast_settings().stale_after_periods * REFIT
+    now, usable_until = first, None
+    while now < first + limit + 1800:
+        now += 60.0
+        if (now - first) % REFIT == 0:
+            assert not world.service.refit(now).ok
+        world.service.update(now)
+        world.tick(now)
+        floor = world.controller.last_report.floors["ml/chat"]
+        if floor.usable:
+            usable_until = now
+        assert world.service.published["ml/chat"].latest.fitted_at == now  # the updates did run
+    assert usable_until is not None and first < usable_until <= first + limit
+    assert floor.reason is Reason.FORECAST_STALE and f"limit {limit:.0f}s" in floor.detail
+    assert world.sample("gpu_autoscaler_forecast_fit_age_seconds", namespace="ml", service="chat") == now - first
+
+
+def test_a_quantile_change_between_refits_earns_no_headroom_and_keeps_the_scale_down_window() -> None:
+    """spec.forecast.quantile 0.9 -> 0.95 before the next refit: the fit lacks the new level, so the floor cannot be
+    read; the headroom must not keep the full target on the old level's coverage, and the unusable floor keeps a
+    scale-down waiting a lead time, as every unusable floor of an active service does."""
+    world = World()
+    world.metrics.set_history("ml/chat", "request_rate", series(office_hours, DAY0, DAY0 + 4 * DAY, noise=1.0, seed=3))
+    world.service.refit(JUMP - 1200)
+    world.tick(JUMP - 1200 + TICK)
+    before = world.controller.last_report.forecasts["ml/chat"]
+    assert before.floor.usable and before.headroom.ratio == 1.0
+    world.policies = [policy(quantile=0.95)]
+    world.controller.policies = FakePolicies([policy_object(world.policies[0])])
+    world.tick(JUMP - 1100)
+    after = world.controller.last_report.forecasts["ml/chat"]
+    assert not after.floor.usable and "outside the forecast's levels" in after.floor.detail
+    assert after.headroom.ratio < 1.0 and after.headroom.state.value == "untrusted", after.headroom
+    assert after.floor.down_window_s >= after.lead_s > 0
