@@ -313,27 +313,64 @@ class FitRunner:
     Jobs are submitted as the iterable yields them (histories are read while the workers fit). A worker that does
     not return within the fit timeout plus a grace period, even though the fit interrupts itself, is stuck: the pool is
     killed, the jobs left are reported as timed out, and the next round starts a new pool.
+
+    A worker process that dies (an OOM kill, a crash in native code) breaks the whole pool, and every fit in flight
+    with it; which series killed it cannot be told. Those series are fitted again one at a time, each alone in the
+    pool, so only the one that kills its worker again fails; it is then fitted alone for ``QUARANTINE_ROUNDS``
+    rounds, so that it cannot take the other services' fits down with it every round.
     """
+
+    QUARANTINE_ROUNDS = 24  # rounds a series that killed its worker is fitted alone (6 h at the 15 min refit)
 
     def __init__(self, workers: int, fit_timeout_s: float, stuck_grace_s: float = STUCK_GRACE_S) -> None:
         self.workers = workers
         self.fit_timeout_s = fit_timeout_s
         self.stuck_grace_s = stuck_grace_s
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._quarantine: dict[str, int] = {}  # series key -> rounds left fitted alone
 
     def run(self, jobs: Iterable[FitJob]) -> list[FitResult]:
         if self.workers <= 1:
             return [run_fit(job) for job in jobs]
+        alone: list[FitJob] = []
+
+        def together() -> Iterator[FitJob]:
+            for job in jobs:
+                if self._quarantine.get(job.key, 0) > 0:
+                    alone.append(job)
+                else:
+                    yield job
+
+        results, orphaned = self._run_together(together())
+        if orphaned:
+            log.warning(
+                "a forecast worker died; fitting the %d series it took down again, one at a time", len(orphaned)
+            )
+        served = {job.key for job in alone}
+        died: set[str] = set()
+        results += self._run_alone(alone + orphaned, died)
+        for key in served - died:  # one more round fitted alone (one that killed its worker again starts over)
+            left = self._quarantine[key] - 1
+            if left > 0:
+                self._quarantine[key] = left
+            else:
+                del self._quarantine[key]
+        return results
+
+    def _run_together(self, jobs: Iterable[FitJob]) -> tuple[list[FitResult], list[FitJob]]:
+        """The fits in parallel; also the jobs a dying worker took down (to be fitted again, alone)."""
         pool = self._ensure_pool()
         futures: dict[cf.Future[FitResult], FitJob] = {}
         results: list[FitResult] = []
-        broken = False
+        orphaned: list[FitJob] = []
         for job in jobs:
+            if orphaned:  # the pool is broken: the rest are fitted alone
+                orphaned.append(job)
+                continue
             try:
                 futures[pool.submit(run_fit, job)] = job
-            except Exception as exc:  # BrokenProcessPool: a worker died (OOM kill...)
-                broken = True
-                results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=f"{type(exc).__name__}"))
+            except Exception:  # BrokenProcessPool: a worker died (OOM kill...)
+                orphaned.append(job)
         pending = set(futures)
         while pending:
             done, pending = cf.wait(
@@ -346,17 +383,38 @@ class FitRunner:
                     message = "worker stuck: killed with its pool"
                     results.append(FitResult(job.key, "timeout", self.fit_timeout_s, model=job.model, error=message))
                 self.close()
-                return results
+                return results, orphaned
             for future in done:
                 job = futures[future]
                 try:
                     results.append(future.result())
-                except Exception as exc:  # the worker process died under this job
-                    broken = True
-                    error = f"{type(exc).__name__}: {exc}"
-                    results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=error))
-        if broken:
+                except Exception:  # a worker process died: this fit went with the pool, whoever caused it
+                    orphaned.append(job)
+        if orphaned:
             self.close()
+        return results, orphaned
+
+    def _run_alone(self, jobs: Sequence[FitJob], died: set[str]) -> list[FitResult]:
+        """Each fit alone in the pool: a worker that dies now died of this series (its key is added to ``died``)."""
+        results: list[FitResult] = []
+        for job in jobs:
+            future = self._ensure_pool().submit(run_fit, job)
+            try:
+                results.append(future.result(timeout=self.fit_timeout_s + self.stuck_grace_s))
+            except cf.TimeoutError:
+                message = "worker stuck: killed with its pool"
+                results.append(FitResult(job.key, "timeout", self.fit_timeout_s, model=job.model, error=message))
+                self.close()
+            except Exception as exc:  # BrokenProcessPool: this series killed its worker process
+                self._quarantine[job.key] = self.QUARANTINE_ROUNDS
+                died.add(job.key)
+                error = (
+                    f"the worker process died fitting this series ({type(exc).__name__}); it is fitted alone for "
+                    f"the next {self.QUARANTINE_ROUNDS} rounds"
+                )
+                log.error("forecast fit of %s: %s", job.key, error)
+                results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=error))
+                self.close()
         return results
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:

@@ -3,6 +3,7 @@ and in spawned worker processes (which inherit ``sys.path``)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -61,4 +62,14 @@ class DeafOnNegative(LastValue):
             signal.signal(signal.SIGALRM, signal.SIG_IGN)
             while True:
                 time.sleep(0.05)
+        super()._fit(y)
+
+
+class DiesOnNegative(LastValue):
+    """The last value, but its fit kills its own process on a series holding a negative value (as an OOM kill or a
+    crash in native code would)."""
+
+    def _fit(self, y: FloatArray) -> None:
+        if (y < 0).any():
+            os._exit(137)
         super()._fit(y)

@@ -559,6 +559,31 @@ def test_a_worker_deaf_to_its_timeout_is_killed_with_its_pool() -> None:
         runner.close()
 
 
+def test_a_series_that_kills_its_worker_fails_alone_and_is_then_fitted_alone() -> None:
+    """A worker process that dies breaks the pool and every fit in flight; the fits it took down are fitted again
+    one at a time, so only the series that kills its worker fails, and in the next rounds that series is fitted
+    alone (the others in parallel as usual)."""
+    good = np.array([office_hours(DAY0 + i * STEP) for i in range(1440)])
+    bad = good.copy()
+    bad[5] = -1.0
+    runner = FitRunner(workers=2, fit_timeout_s=20.0, stuck_grace_s=30.0)
+    try:
+        jobs = [job(f"s{i}", "last_value", good) for i in range(5)]
+        jobs.insert(2, job("killer", "forecast_models:DiesOnNegative", bad))
+        for _ in range(2):
+            results = {r.key: r for r in runner.run(jobs)}
+            assert set(results) == {j.key for j in jobs}
+            assert results["killer"].status == "failed" and "worker process died" in results["killer"].error
+            assert all(results[f"s{i}"].status == "ok" for i in range(5)), results
+            assert runner._quarantine == {"killer": FitRunner.QUARANTINE_ROUNDS}
+        # healed: fitted alone until its quarantine runs out, then with the others again
+        healed = [job("killer", "forecast_models:DiesOnNegative", good), job("s0", "last_value", good)]
+        assert [r.status for r in runner.run(healed)] == ["ok", "ok"]
+        assert runner._quarantine == {"killer": FitRunner.QUARANTINE_ROUNDS - 1}
+    finally:
+        runner.close()
+
+
 def test_in_process_fit_failures_are_results_not_exceptions() -> None:
     result = run_fit(job("x", "no_such_module:Model", np.ones(100)))
     assert result.status == "failed" and "ModuleNotFoundError" in result.error
