@@ -11,14 +11,18 @@ they are spelled and reads them case-insensitively):
   would filter out every node), the rejected ones with a reason;
 - prioritize answer ``HostPriorityList``: ``[{"Host": <name>, "Score": 0..10}]``.
 
-A request that is not the protocol (not JSON, no node list) gets HTTP 400 with the reason in ``Error``; kube-scheduler
-then skips an ``ignorable`` extender. Everything else is answered 200, failing open when the snapshot is missing or
-stale or the pod unreadable (see the core module). Every request is counted by verb and result, timed, and a change
-of fail-open reason is logged once (not per request: the scheduler calls twice per GPU pod).
+A request that is not the protocol (not JSON, nested too deeply, no node list) gets HTTP 400 with the reason in
+``Error``; kube-scheduler then skips an ``ignorable`` extender. Everything else is answered 200, failing open when the
+snapshot is missing or stale or the pod unreadable -- any field of the wrong JSON type (see the core module). A node of
+a ``NodeList`` whose name cannot be read passes as it came (it is never dropped) and is not scored. A client that stops
+sending (a body shorter than its ``Content-Length``) is cut off after :data:`READ_TIMEOUT_S` with a 408. Every request
+is counted by verb and result, timed, and a change of fail-open reason is logged once (not per request: the scheduler
+calls twice per GPU pod).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -50,6 +54,10 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 FILTER_VERB = "filter"
 PRIORITIZE_VERB = "prioritize"
 MAX_BODY_BYTES = 32 << 20  # a NodeList of thousands of nodes (nodeCacheCapable: false) fits
+#: Seconds a read of the request socket may wait (request line, headers, body; also a kept-alive connection's wait
+#: for its next request): a client that stops sending (a Content-Length larger than its body) is cut off instead of
+#: holding a handler thread. kube-scheduler's own extender timeout (httpTimeout) defaults to 5 s.
+READ_TIMEOUT_S = 5.0
 
 
 class BadRequest(ValueError):
@@ -95,10 +103,29 @@ def _quantity_int(value: Any, where: str) -> int:
     return number
 
 
-def _container_gpus(container: Mapping[str, Any], where: str) -> int:
-    resources = container.get("resources") or {}
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    """A JSON object of the pod (absent or null: empty). ValueError for anything else: the pod is unreadable."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _array(value: Any, where: str) -> list[Any]:
+    """A JSON array of the pod (absent or null: empty). ValueError for anything else: the pod is unreadable."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _container_gpus(container: Any, where: str) -> int:
+    container = _object(container, where)
+    resources = _object(container.get("resources"), f"{where}.resources")
+    requests = _object(resources.get("requests"), f"{where}.resources.requests")
+    limits = _object(resources.get("limits"), f"{where}.resources.limits")
     if GPU_RESOURCE in requests:
         return _quantity_int(requests[GPU_RESOURCE], where)
     if GPU_RESOURCE in limits:  # an extended resource's request defaults to its limit
@@ -109,20 +136,26 @@ def _container_gpus(container: Mapping[str, Any], where: str) -> int:
 def _required_products(spec: Mapping[str, Any]) -> frozenset[str] | None:
     """The GPU types the pod's required node affinity allows (terms are ORed, a term's expressions ANDed); None when
     some term does not constrain the type (or there is no required affinity)."""
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = affinity.get("nodeSelectorTerms") or []
+    affinity = _object(spec.get("affinity"), "spec.affinity")
+    node_affinity = _object(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = _object(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), where)
+    terms = _array(required.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")
     if not terms:
         return None
     allowed: set[str] = set()
-    for term in terms:
+    for t, raw_term in enumerate(terms):
+        term = _object(raw_term, f"{where}.nodeSelectorTerms[{t}]")
+        exprs = _array(term.get("matchExpressions"), f"{where}.nodeSelectorTerms[{t}].matchExpressions")
         term_allowed: set[str] | None = None
-        for expr in term.get("matchExpressions") or []:
+        for e, raw_expr in enumerate(exprs):
+            expr = _object(raw_expr, f"{where}.nodeSelectorTerms[{t}].matchExpressions[{e}]")
             if expr.get("key") != GPU_PRODUCT_LABEL or expr.get("operator") != "In":
                 continue
-            values = {str(v) for v in expr.get("values") or []}
-            term_allowed = values if term_allowed is None else term_allowed & values
+            values = _array(expr.get("values"), f"{where}.nodeSelectorTerms[{t}].matchExpressions[{e}].values")
+            if not all(isinstance(v, str) for v in values):
+                raise ValueError(f"{where}.nodeSelectorTerms[{t}].matchExpressions[{e}].values must be strings")
+            term_allowed = set(values) if term_allowed is None else term_allowed & set(values)
         if term_allowed is None:
             return None  # this term lets any type through
         allowed |= term_allowed
@@ -132,30 +165,31 @@ def _required_products(spec: Mapping[str, Any]) -> frozenset[str] | None:
 def parse_pod(pod: Any) -> PodRequest:
     """The extender's view of a ``v1.Pod`` (JSON): its effective ``nvidia.com/gpu`` request (the larger of the
     containers' sum and any one init container's), the GPU types its ``nodeSelector`` and required node affinity
-    accept, its priority. ValueError when it cannot be read."""
+    accept, its priority. ValueError, naming the field, when it cannot be read (a field of the wrong JSON type)."""
     if not isinstance(pod, Mapping):
         raise ValueError("the pod is not an object")
-    meta = pod.get("metadata") or {}
+    meta = _object(pod.get("metadata"), "metadata")
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise ValueError("the pod has no spec")
-    name = str(meta.get("name") or "")
-    namespace = str(meta.get("namespace") or "")
-    containers = spec.get("containers") or []
-    init = spec.get("initContainers") or []
-    if not isinstance(containers, list) or not isinstance(init, list):
-        raise ValueError("containers must be lists")
-    gpus = sum(_container_gpus(c, f"container {i}") for i, c in enumerate(containers))
-    gpus = max([gpus, *(_container_gpus(c, f"init container {i}") for i, c in enumerate(init))])
-    selector = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    name, namespace = meta.get("name"), meta.get("namespace")
+    name = name if isinstance(name, str) else ""
+    namespace = namespace if isinstance(namespace, str) else ""
+    containers = _array(spec.get("containers"), "spec.containers")
+    init = _array(spec.get("initContainers"), "spec.initContainers")
+    gpus = sum(_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers))
+    gpus = max([gpus, *(_container_gpus(c, f"spec.initContainers[{i}]") for i, c in enumerate(init))])
+    selector = _object(spec.get("nodeSelector"), "spec.nodeSelector").get(GPU_PRODUCT_LABEL)
+    if selector is not None and not isinstance(selector, str):
+        raise ValueError(f"spec.nodeSelector[{GPU_PRODUCT_LABEL}] must be a string, got {type(selector).__name__}")
     products = _required_products(spec)
     if selector is not None:
-        products = frozenset({str(selector)}) if products is None else products & {str(selector)}
+        products = frozenset({selector}) if products is None else products & {selector}
     if products is not None and not products:
         products = frozenset({""})  # contradictory: no node's type matches (the scheduler will not place it either)
     priority = spec.get("priority") or 0
     if not isinstance(priority, int) or isinstance(priority, bool):
-        raise ValueError(f"priority must be an integer, got {priority!r}")
+        raise ValueError(f"spec.priority must be an integer, got {priority!r}")
     return PodRequest(namespace, name, gpus, products, priority)
 
 
@@ -173,10 +207,23 @@ def _field(args: Mapping[str, Any], name: str) -> Any:
     return None
 
 
-def _decode(body: bytes) -> tuple[Any, list[str], list[Any] | None]:
-    """(pod, node names, the NodeList's items or None when names were sent). BadRequest when not ExtenderArgs."""
+def _node_name(item: Any) -> str | None:
+    """``metadata.name`` of a ``v1.Node`` of the NodeList; None when it is not a non-empty string (the node is kept
+    as it came: failing open, never dropped). BadRequest when the item has no ``metadata.name`` at all."""
+    meta = item.get("metadata") if isinstance(item, Mapping) else None
+    if not isinstance(meta, Mapping) or "name" not in meta:
+        raise BadRequest("a node in Nodes.items has no metadata.name")
+    name = meta["name"]
+    return name if isinstance(name, str) and name else None
+
+
+def _decode(body: bytes) -> tuple[Any, list[str], list[Any] | None, list[str | None] | None]:
+    """(pod, the readable node names, the NodeList's items and each item's name -- None where unreadable -- or None
+    twice when names were sent). BadRequest when not ExtenderArgs."""
     try:
         args = json.loads(body)
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(args, Mapping):
@@ -186,15 +233,13 @@ def _decode(body: bytes) -> tuple[Any, list[str], list[Any] | None]:
     if names is not None:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise BadRequest("NodeNames must be a list of strings")
-        return _field(args, "Pod"), list(names), None
+        return _field(args, "Pod"), list(names), None, None
     if isinstance(node_list, Mapping):
         items = node_list.get("items") or []
         if not isinstance(items, list):
             raise BadRequest("Nodes.items must be a list")
-        try:
-            return _field(args, "Pod"), [str(item["metadata"]["name"]) for item in items], items
-        except (KeyError, TypeError):
-            raise BadRequest("a node in Nodes.items has no metadata.name") from None
+        item_names = [_node_name(item) for item in items]
+        return _field(args, "Pod"), [n for n in item_names if n is not None], items, item_names
     raise BadRequest("neither NodeNames nor Nodes was sent")
 
 
@@ -242,6 +287,8 @@ class Extender:
             status, payload, result = self._handle(verb, body)
         except BadRequest as exc:
             status, payload, result = 400, _error_payload(verb, str(exc)), "bad_request"
+        except RecursionError:  # an answer too deep to write back (a NodeList item nested near the limit)
+            status, payload, result = 400, _error_payload(verb, "the body is nested too deeply"), "bad_request"
         except Exception as exc:  # a bug answers 500 for this request; the server lives on
             log.exception("extender %s failed", verb)
             status, payload = 500, _error_payload(verb, f"{type(exc).__name__}: {exc}")
@@ -252,12 +299,14 @@ class Extender:
         return status, json.dumps(payload, separators=(",", ":")).encode()
 
     def _handle(self, verb: str, body: bytes) -> tuple[int, Any, str]:
-        raw_pod, names, items = _decode(body)
+        raw_pod, names, items, item_names = _decode(body)
         try:
             pod: PodRequest | None = parse_pod(raw_pod)
-        except ValueError as exc:
+        except (ValueError, TypeError, AttributeError, LookupError) as exc:  # any unreadable pod fails open
             log.debug("extender: unreadable pod, failing open: %s", exc)
             pod = None
+        if item_names is not None and None in item_names:
+            log.debug("extender: %d node(s) without a readable name, kept", item_names.count(None))
         now = self._clock()
         view = self.view()
         if verb == FILTER_VERB:
@@ -268,9 +317,11 @@ class Extender:
                     self._telemetry.extender_filtered_nodes.labels(reason=reason.value).inc()
             unresolvable = {name: reason.text for name, reason in outcome.failed.items()}
             passed: dict[str, Any] = {"NodeNames": list(outcome.passed), "Nodes": None}
-            if items is not None:
+            if items is not None and item_names is not None:
                 keep = set(outcome.passed)
-                passed = {"NodeNames": None, "Nodes": {"items": [i for i in items if i["metadata"]["name"] in keep]}}
+                # A node whose name could not be read passes as it came: failing open, never silently dropped.
+                kept = [i for i, n in zip(items, item_names, strict=True) if n is None or n in keep]
+                passed = {"NodeNames": None, "Nodes": {"items": kept}}
             payload = {**passed, "FailedNodes": {}, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
             return 200, payload, "ok" if outcome.fail_open is None else "fail_open"
         if verb == PRIORITIZE_VERB:
@@ -312,8 +363,16 @@ class ExtenderServer:
     its own, so that scheduler traffic and the probes on the metrics port never wait for each other."""
 
     def __init__(
-        self, extender: Extender, bind_address: str = "0.0.0.0", port: int = 8081, prefix: str = "/scheduler"
+        self,
+        extender: Extender,
+        bind_address: str = "0.0.0.0",
+        port: int = 8081,
+        prefix: str = "/scheduler",
+        *,
+        read_timeout_s: float = READ_TIMEOUT_S,
     ) -> None:
+        if not read_timeout_s > 0:
+            raise ValueError("read_timeout_s must be > 0")
         self.extender = extender
         routes = {f"{prefix.rstrip('/')}/{verb}": verb for verb in (FILTER_VERB, PRIORITIZE_VERB)}
 
@@ -323,6 +382,10 @@ class ExtenderServer:
             # connection wait ~40 ms for the peer's delayed ACK (Nagle).
             wbufsize = 1 << 16
             disable_nagle_algorithm = True
+            # A timeout on every read of the socket (StreamRequestHandler.setup sets it): a request line or headers
+            # that stop coming end in handle_one_request's TimeoutError branch (connection closed), a body that
+            # stops coming in the 408 below.
+            timeout = read_timeout_s
 
             def do_POST(self) -> None:
                 verb = routes.get(self.path.split("?", 1)[0])
@@ -337,8 +400,30 @@ class ExtenderServer:
                     self.close_connection = True
                     self._reply(413 if length > 0 else 411, json.dumps({"Error": "bad Content-Length"}).encode())
                     return
-                status, body = extender.handle(verb, self.rfile.read(length))
+                data = self._read_body(length)
+                if len(data) < length:  # the client stopped sending (timed out) or closed before the whole body
+                    self.close_connection = True
+                    error = {"Error": f"the body ended after {len(data)} of {length} bytes (Content-Length)"}
+                    with contextlib.suppress(OSError):  # the client may be gone already
+                        self._reply(408, json.dumps(error).encode())
+                    return
+                status, body = extender.handle(verb, data)
                 self._reply(status, body)
+
+            def _read_body(self, length: int) -> bytes:
+                """The body, or what came of it before the client stopped (a read timeout) or closed."""
+                chunks: list[bytes] = []
+                received = 0
+                while received < length:
+                    try:
+                        chunk = self.rfile.read1(length - received)
+                    except TimeoutError:
+                        break
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    received += len(chunk)
+                return b"".join(chunks)
 
             def do_GET(self) -> None:
                 if self.path.split("?", 1)[0] == "/healthz":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autoscaler.core.model import (
     ForecastMode,
@@ -28,9 +28,16 @@ API_VERSION = "v1alpha1"
 KIND = "GPUScalingPolicy"
 PLURAL = "gpuscalingpolicies"
 
+#: Kubernetes replica counts, HPA rate-policy values and PriorityClass values are int32.
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+#: The largest PriorityClass value a user may create (``HighestUserDefinablePriority``); system classes sit above it.
+USER_PRIORITY_MAX = 1_000_000_000
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # NaN and infinity pass a one-sided bound (target > 0): refused, as JSON (the API server) cannot carry them anyway
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
 class TargetRef(_Strict):
@@ -58,7 +65,7 @@ class MetricTarget(_Strict):
 
 class RatePolicySpec(_Strict):
     type: Literal["Pods", "Percent"] = Field(description="Pods: absolute pods; Percent: percent of replicas")
-    value: int = Field(gt=0, description="pods or percent allowed per period")
+    value: int = Field(gt=0, le=INT32_MAX, description="pods or percent allowed per period")
     period_seconds: float = Field(alias="periodSeconds", gt=0, le=1800, description="period, seconds")
 
 
@@ -68,7 +75,20 @@ class ScalingRulesSpec(_Strict):
     )
     tolerance: float = Field(0.1, ge=0, lt=1, description="no change while |metric/target - 1| <= tolerance (ratio)")
     select_policy: Literal["Max", "Min", "Disabled"] = Field("Max", alias="selectPolicy")
-    policies: list[RatePolicySpec] | None = Field(None, description="rate policies; HPA defaults when omitted")
+    policies: list[RatePolicySpec] | None = Field(
+        None,
+        description="rate policies, at least one; HPA defaults when omitted (selectPolicy: Disabled stops scaling "
+        "in this direction)",
+        json_schema_extra={"minItems": 1},
+    )
+
+    @field_validator("policies")
+    @classmethod
+    def _at_least_one(cls, policies: list[RatePolicySpec] | None) -> list[RatePolicySpec] | None:
+        # As the HPA API ("must specify at least one Policy"): an empty list would allow no change at all, silently.
+        if policies is not None and not policies:
+            raise ValueError("at least one rate policy (omit it for the defaults, or selectPolicy: Disabled)")
+        return policies
 
     def to_rules(self, default: ScalingRules) -> ScalingRules:
         policies = default.policies
@@ -156,12 +176,18 @@ class ForecastSpec(_Strict):
 class GPUScalingPolicySpec(_Strict):
     target_ref: TargetRef = Field(alias="targetRef")
     gpus_per_replica: int = Field(1, alias="gpusPerReplica", ge=1, le=64, description="nvidia.com/gpu per replica")
-    min_replicas: int = Field(1, alias="minReplicas", ge=0)
-    max_replicas: int = Field(10, alias="maxReplicas", ge=1)
+    min_replicas: int = Field(1, alias="minReplicas", ge=0, le=INT32_MAX)
+    max_replicas: int = Field(10, alias="maxReplicas", ge=1, le=INT32_MAX)
     metric: MetricTarget = Field(default_factory=MetricTarget)
     latency: LatencySpec | None = None
     queries: QueriesSpec = Field(default_factory=QueriesSpec)
-    priority: int = Field(0, description="higher wins GPUs; compared with training PriorityClass values")
+    priority: int = Field(
+        0,
+        ge=INT32_MIN,
+        le=INT32_MAX,
+        description="higher wins GPUs; compared with training PriorityClass values (int32, as they are; user-defined "
+        f"classes are at most {USER_PRIORITY_MAX:,})",
+    )
     cold_start_seconds: float = Field(
         90.0, alias="coldStartSeconds", ge=0, le=3600, description="pod creation to ready (image pull + model load), s"
     )

@@ -7,7 +7,9 @@ where the demand comes from and how fast a replica is. See ``autoscaler/sim/scen
 A scenario file may come from somebody else, so everything in it is checked before anything is read, allocated or
 written: every number must be finite (no ``.nan``/``.inf``) and a number (``true``/``false`` is not one), and is
 bounded where a larger value would only cost memory or time; ``name`` must be a safe file name (it names the output
-files). The limits on the size of a run:
+files); a service replica or a training gang that no node pool could ever hold (no pool that can have a node, GPUs
+per replica or pod beyond every pool's nodes, a gang larger than all of them) is refused, and so is ``maxNodes`` on a
+pool that does not burst. The limits on the size of a run:
 
 - at most :data:`MAX_STEPS` (1,000,000) simulation steps (``durationSeconds`` / ``stepSeconds``, or the shortest
   trace / ``stepSeconds``): 14 days at 1.2 s steps, a year at 32 s steps;
@@ -31,7 +33,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, GPUScalingPolicySpec
 
@@ -95,6 +106,16 @@ class NodePool(_Strict):
         600.0, alias="scaleDownUnneededSeconds", ge=0, le=86400,
         description="a burst node is removed after its GPUs were unneeded this long (Cluster Autoscaler: 10 min)",
     )
+
+    @field_validator("max_nodes")
+    @classmethod
+    def _only_for_burst(cls, max_nodes: int | None, info: ValidationInfo) -> int | None:
+        if max_nodes is not None and info.data.get("burst") is False:
+            raise ValueError(
+                f"{max_nodes} has no effect without burst: true (a pool that does not burst keeps its nodes): set "
+                "burst: true or remove maxNodes"
+            )
+        return max_nodes
 
     @model_validator(mode="after")
     def _burst_bounds(self) -> NodePool:
@@ -533,6 +554,49 @@ class Scenario(_Strict):
             )
 
     @model_validator(mode="after")
+    def _placeable(self) -> Scenario:
+        """Every replica and every training pod fits on a node some pool can have (else it would never be placed
+        and the run would report the result of a cluster that cannot exist)."""
+        usable = [pool for pool in self.node_pools if pool.node_limit > 0]
+        if not usable:
+            raise ValueError(
+                "nodePools: no pool can ever have a node (every pool has nodes: 0, and none is a burst pool with "
+                "maxNodes > 0): nothing could be placed"
+            )
+        largest = max(pool.gpus_per_node for pool in usable)
+        if len(usable) == 1:  # the only pool that can have a node
+            hosts = f"the gpusPerNode ({largest}) of node pool {usable[0].name!r}, the only pool that can have a node"
+        elif all(pool.gpus_per_node == largest for pool in usable):
+            hosts = f"every node pool's gpusPerNode ({largest})"
+        else:
+            hosts = f"every node pool's gpusPerNode (at most {largest})"
+        problems: list[str] = []
+        for index, service in enumerate(self.services):
+            gpus = service.spec.gpus_per_replica
+            if gpus > largest:
+                problems.append(
+                    f"services.{index}.spec.gpusPerReplica ({gpus}) exceeds {hosts}: no replica could "
+                    "ever be placed"
+                )
+        if self.training is not None:
+            for index, job in enumerate(self.training.jobs):
+                problem = _gang_problem(usable, job.pods, job.gpus_per_pod, hosts, largest)
+                if problem is not None:
+                    problems.append(f"training.jobs.{index}.{problem}: the job could never start")
+            generator = self.training.generate
+            if generator is not None:
+                weights = generator.pods_weights or [1.0] * len(generator.pods)
+                for pods in sorted({size for size, weight in zip(generator.pods, weights, strict=True) if weight > 0}):
+                    problem = _gang_problem(usable, pods, generator.gpus_per_pod, hosts, largest)
+                    if problem is not None:
+                        problems.append(f"training.generate.{problem}: its jobs could never start")
+        if len(problems) > MAX_LISTED_PROBLEMS:
+            problems[MAX_LISTED_PROBLEMS:] = [f"... and {len(problems) - MAX_LISTED_PROBLEMS:,} more"]
+        if problems:
+            raise ValueError("\n  ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _references(self) -> Scenario:
         pools = {p.name for p in self.node_pools}
         if len(pools) != len(self.node_pools):
@@ -541,6 +605,20 @@ class Scenario(_Strict):
         if len(set(keys)) != len(keys):
             raise ValueError("services: two services scale the same namespace/Deployment")
         return self
+
+
+def _gang_problem(pools: list[NodePool], pods: int, gpus_per_pod: int, hosts: str, largest: int) -> str | None:
+    """What keeps a gang of ``pods`` pods of ``gpus_per_pod`` GPUs each from ever being placed whole on the ``pools``
+    at their largest (``gpusPerPod (N) exceeds ...`` or ``pods (N) ...``), or None when it fits."""
+    if gpus_per_pod > largest:
+        return f"gpusPerPod ({gpus_per_pod}) exceeds {hosts}"
+    room = sum(pool.node_limit * (pool.gpus_per_node // gpus_per_pod) for pool in pools)
+    if pods > room:
+        return (
+            f"pods ({pods}) x gpusPerPod ({gpus_per_pod}): the node pools hold at most {room} such pods at once "
+            "and a gang is placed whole"
+        )
+    return None
 
 
 # ---- checks on the raw YAML values, before pydantic converts them ---------------------------------------------------

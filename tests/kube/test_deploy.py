@@ -108,6 +108,44 @@ def test_crd_shape() -> None:
     assert spec["properties"]["latency"]["nullable"] is True
 
 
+@pytest.mark.parametrize(
+    ("spec", "field", "problem"),
+    [
+        # The API server refuses at admission what validate_policy refuses (the HPA API: at least one policy).
+        ({"behavior": {"scaleUp": {"policies": []}}}, "spec.behavior.scaleUp.policies", "at least 1 items"),
+        ({"behavior": {"scaleDown": {"policies": []}}}, "spec.behavior.scaleDown.policies", "at least 1 items"),
+        # int32, as Kubernetes replica counts and PriorityClass values
+        ({"maxReplicas": 2**31}, "spec.maxReplicas", "less than or equal to 2147483647"),
+        ({"minReplicas": 2**31}, "spec.minReplicas", "less than or equal to 2147483647"),
+        ({"priority": 10**40}, "spec.priority", "less than or equal to 2147483647"),
+        ({"priority": -(2**31) - 1}, "spec.priority", "greater than or equal to -2147483648"),
+        (
+            {"behavior": {"scaleUp": {"policies": [{"type": "Percent", "value": 2**31, "periodSeconds": 15}]}}},
+            "spec.behavior.scaleUp.policies[0].value",
+            "less than or equal to 2147483647",
+        ),
+        ({"maxReplicas": 2**31 - 1, "priority": -(2**31), "behavior": {"scaleUp": {"selectPolicy": "Disabled"}}},
+         None, None),
+    ],
+)
+def test_the_crd_schema_refuses_what_validation_refuses(
+    spec: dict[str, Any], field: str | None, problem: str | None
+) -> None:
+    schema = generate_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    doc = {
+        "apiVersion": "gpuautoscaler.dev/v1alpha1",
+        "kind": "GPUScalingPolicy",
+        "metadata": {"name": "x", "namespace": "n"},
+        "spec": {"targetRef": {"name": "d"}, **spec},
+    }
+    _, errors = validate_structural(doc, schema)
+    if field is None:
+        assert errors == []
+        return
+    assert [f for f, _ in errors] == [field], errors
+    assert problem is not None and problem in errors[0][1]
+
+
 def _k8s_validate(doc: dict[str, Any]) -> None:
     import kubernetes_validate
 

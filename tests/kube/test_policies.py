@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes import KubeClusterWriter, PolicyLoader, WriterConfig
-from autoscaler.adapters.kubernetes.policies import validate_policy
+from autoscaler.adapters.kubernetes.policies import InvalidPolicy, LoadedPolicy, validate_policy
 from autoscaler.core.model import MetricKind
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
@@ -131,3 +135,74 @@ def test_validate_policy_names_the_field() -> None:
     assert "(got 0)" in nested.message  # type: ignore[union-attr]
     no_spec = validate_policy({"metadata": {"name": "x"}})
     assert no_spec.field == "spec"  # type: ignore[union-attr]
+
+
+# ---- input-handling defects: a malformed policy names the field and the problem -----------------------------------
+
+EMPTY_POLICIES = "at least one rate policy (omit it for the defaults, or selectPolicy: Disabled)"
+INT32_MAX = 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "problem"),
+    [
+        # An empty rate-policy list allowed no change at all (the HPA API refuses it: "must specify at least one
+        # Policy"); selectPolicy: Disabled does not make it valid either, as in the HPA API.
+        ({"behavior": {"scaleUp": {"policies": []}}}, "spec.behavior.scaleUp.policies", EMPTY_POLICIES),
+        ({"behavior": {"scaleDown": {"policies": []}}}, "spec.behavior.scaleDown.policies", EMPTY_POLICIES),
+        (
+            {"behavior": {"scaleDown": {"selectPolicy": "Disabled", "policies": []}}},
+            "spec.behavior.scaleDown.policies",
+            EMPTY_POLICIES,
+        ),
+        ({"behavior": {"scaleUp": {"selectPolicy": "Disabled"}}}, None, None),  # the way to stop a direction
+        ({"behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 15}]}}}, None, None),
+        # Replica counts, rate-policy values and priorities are int32 in Kubernetes.
+        ({"maxReplicas": 10**30}, "spec.maxReplicas", f"less than or equal to {INT32_MAX}"),
+        ({"maxReplicas": INT32_MAX + 1}, "spec.maxReplicas", f"less than or equal to {INT32_MAX}"),
+        ({"minReplicas": INT32_MAX + 1, "maxReplicas": INT32_MAX}, "spec.minReplicas", "less than or equal to"),
+        ({"minReplicas": INT32_MAX, "maxReplicas": INT32_MAX}, None, None),
+        ({"priority": 10**40}, "spec.priority", f"less than or equal to {INT32_MAX}"),
+        ({"priority": -(2**31) - 1}, "spec.priority", f"greater than or equal to {-(2**31)}"),
+        ({"priority": INT32_MAX}, None, None),
+        ({"priority": -(2**31)}, None, None),
+        (
+            {"behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": INT32_MAX + 1, "periodSeconds": 15}]}}},
+            "spec.behavior.scaleUp.policies[0].value",
+            "less than or equal to",
+        ),
+        # A value too large to print (repr of an integer of > 4,300 digits raises) is still reported, by its size.
+        ({"maxReplicas": 10**5000}, "spec.maxReplicas", "(got an integer of about 5,000 digits)"),
+        ({"metric": {"type": "request_rate", "target": float("inf")}}, "spec.metric.target", "finite number"),
+    ],
+)
+def test_validate_policy_refuses_what_could_never_scale(
+    spec: dict[str, Any], field: str | None, problem: str | None
+) -> None:
+    obj = {"metadata": {"name": "x", "namespace": "n"}, "spec": {"targetRef": {"name": "d"}, **spec}}
+    result = validate_policy(obj)
+    if field is None:
+        assert isinstance(result, LoadedPolicy), result
+        return
+    assert isinstance(result, InvalidPolicy), result
+    assert result.field == field and problem is not None and problem in result.message, result.text
+    assert len(result.text) < 300  # it goes into a condition and an Event
+
+
+@pytest.mark.parametrize(
+    ("obj", "field", "generation"),
+    [
+        ({"metadata": [1], "spec": {"targetRef": {"name": "d"}}}, None, 0),
+        ({"metadata": {"name": "x", "generation": "abc"}, "spec": {"targetRef": {"name": "d"}}}, None, 0),
+        ({"metadata": {"name": "x", "generation": 3}, "status": [1], "spec": {"targetRef": {"name": "d"}}}, None, 3),
+        ({"metadata": {"name": 5}, "spec": [1]}, "spec", 0),
+        ({"metadata": {"name": "x"}, "spec": None}, "spec", 0),
+    ],
+)
+def test_validate_policy_never_raises_on_odd_metadata(obj: dict[str, Any], field: str | None, generation: int) -> None:
+    result = validate_policy(obj)
+    assert result.generation == generation and isinstance(result.status, Mapping)
+    if field is None:
+        assert isinstance(result, LoadedPolicy)
+    else:
+        assert isinstance(result, InvalidPolicy) and result.field == field

@@ -359,3 +359,129 @@ def test_the_scorer_setting_picks_the_extenders_ranking(scorer: str) -> None:
     names = sorted(view.nodes)
     scores = chosen([view.nodes[n] for n in names], task, view.mix)
     assert any(s is not None for s in scores)
+
+
+# ---- input-handling defects: a malformed pod fails open, a malformed body is a 400, never a 500 ---------------------
+
+
+def _pod_with(**spec: Any) -> dict[str, Any]:
+    pod = v1_pod(1, A100)
+    pod["spec"].update(spec)
+    return pod
+
+
+def _term(term: Any) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+MALFORMED_PODS: dict[str, Any] = {
+    "metadata is a list": {**v1_pod(1, A100), "metadata": [1]},
+    "a container is a string": _pod_with(containers=["c"]),
+    "an init container is a list": _pod_with(initContainers=[[1]]),
+    "resources is a list": _pod_with(containers=[{"name": "c", "resources": [1]}]),
+    "limits is a string": _pod_with(containers=[{"name": "c", "resources": {"limits": "gpu"}}]),
+    "nodeSelector is a list": _pod_with(nodeSelector=[1]),
+    "nodeSelector's GPU type is a list": _pod_with(nodeSelector={"nvidia.com/gpu.product": [A100]}),
+    "affinity is a list": _pod_with(affinity=[1]),
+    "nodeAffinity is a string": _pod_with(affinity={"nodeAffinity": "x"}),
+    "a node-selector term is a string": _pod_with(affinity=_term("x")),
+    "matchExpressions is an object": _pod_with(affinity=_term({"matchExpressions": {"key": "k"}})),
+    "an expression is a number": _pod_with(affinity=_term({"matchExpressions": [5]})),
+    "values is a string": _pod_with(
+        affinity=_term({"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": A100}]})
+    ),
+    "containers is an object": _pod_with(containers={"name": "c"}),
+}
+
+
+@pytest.mark.parametrize("label", sorted(MALFORMED_PODS))
+def test_a_malformed_pod_fails_open_never_a_500(label: str) -> None:
+    """The module doc's promise: an unreadable pod gets every node passing and equal scores (these were 500s with
+    "AttributeError: 'list' object has no attribute 'get'")."""
+    pod = MALFORMED_PODS[label]
+    with pytest.raises(ValueError):
+        parse_pod(pod)
+    telemetry = Telemetry()
+    extender = Extender(lambda: cluster_snapshot(), telemetry=telemetry, clock=lambda: NOW)
+    names = ["l4-0", "a100-0", "a100-1"]
+    status, body = extender.handle("filter", json.dumps({"Pod": pod, "NodeNames": names}).encode())
+    result = json.loads(body)
+    assert status == 200, result
+    assert result["NodeNames"] == names and result["FailedAndUnresolvableNodes"] == {} and result["Error"] == ""
+    status, body = extender.handle("prioritize", json.dumps({"Pod": pod, "NodeNames": names}).encode())
+    assert status == 200 and json.loads(body) == [{"Host": n, "Score": 0} for n in names]
+    for verb in ("filter", "prioritize"):
+        assert sample(telemetry, "gpu_autoscaler_extender_fail_open_total", verb=verb, reason="bad_pod") == 1
+        assert sample(telemetry, "gpu_autoscaler_extender_requests_total", verb=verb, result="error") == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"Pod": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b', "NodeNames": ["l4-0"]}',
+        b'{"Nodes": {"items": [{"metadata": {"name": "l4-0"}, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}}",
+    ],
+    ids=["top level", "in the pod", "in a node"],
+)
+def test_deeply_nested_json_is_a_400_not_a_500(body: bytes) -> None:
+    extender = Extender(lambda: cluster_snapshot(), clock=lambda: NOW)
+    for verb in ("filter", "prioritize"):
+        status, answer = extender.handle(verb, body)
+        assert status == 400 and "nested too deeply" in json.loads(answer)["Error"]
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [(5, True), (None, True), ("", True), (["a100-0"], True), ({"n": 1}, True), ("l4-0", False), ("a100-0", True)],
+)
+def test_a_node_whose_name_cannot_be_read_is_kept_not_dropped(name: Any, kept: bool) -> None:
+    """Filter answered "Nodes": {"items": []} for metadata.name 5: the node vanished, in no failed list either."""
+    extender = Extender(lambda: cluster_snapshot(), clock=lambda: NOW)
+    odd = {"metadata": {"name": name}, "status": {}}
+    items = [odd, {"metadata": {"name": "a100-1"}}]
+    status, body = extender.handle("filter", json.dumps({"Pod": v1_pod(8), "Nodes": {"items": items}}).encode())
+    result = json.loads(body)
+    assert status == 200, result
+    assert result["Nodes"]["items"] == ([odd] if kept else []) + [items[1]]
+    failed = result["FailedAndUnresolvableNodes"]
+    assert list(failed) == ([] if kept else [name])  # l4-0: 4 GPUs < 8, reported as such
+    status, body = extender.handle("prioritize", json.dumps({"Pod": v1_pod(8), "Nodes": {"items": items}}).encode())
+    assert status == 200
+    assert all(isinstance(h["Host"], str) and h["Host"] for h in json.loads(body))  # an unnamed node is not scored
+
+
+def test_a_body_shorter_than_its_content_length_times_out(
+    served: tuple[ExtenderServer, LatestSnapshot, Telemetry, Clock],
+) -> None:
+    """Content-Length: 1000 with a 40-byte body held the connection (and a handler thread) forever."""
+    import socket
+
+    _, snapshots, _, clock = served
+    server = ExtenderServer(
+        Extender(snapshots.latest, ExtenderConfig(60), clock=clock), "127.0.0.1", 0, read_timeout_s=0.5
+    )
+    server.start()
+    try:
+        body = json.dumps({"Pod": v1_pod(1), "NodeNames": ["l4-0"]}).encode()[:40]
+        head = b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            started = time.monotonic()
+            sock.sendall(head + body)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            elapsed = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert b"the body ended after 40 of 1000 bytes" in answer
+        assert 0.4 <= elapsed < 5  # cut off at the read timeout, and the connection closed
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:  # a stalled request line
+            started = time.monotonic()
+            sock.sendall(b"POST /scheduler/fil")
+            assert sock.recv(65536) == b"" and time.monotonic() - started < 5
+        status, _ = post(server.port, "/scheduler/filter", {"Pod": v1_pod(1), "NodeNames": ["l4-0"]})
+        assert status == 200  # the server lives on
+    finally:
+        server.stop()
+    with pytest.raises(ValueError):
+        ExtenderServer(Extender(snapshots.latest), "127.0.0.1", 0, read_timeout_s=0)

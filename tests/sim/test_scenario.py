@@ -73,6 +73,73 @@ def test_invalid_scenarios_name_field_and_problem(path: str, value: Any, expecte
     assert expected in message
 
 
+def _pools(*pools: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": f"p{i}", **pool} for i, pool in enumerate(pools)]
+
+
+def _jobs(*jobs: dict[str, Any]) -> dict[str, Any]:
+    return {"jobs": [{"name": f"j{i}", "workSeconds": 3600, **job} for i, job in enumerate(jobs)]}
+
+
+EMPTY_POLICIES = "at least one rate policy (omit it for the defaults, or selectPolicy: Disabled)"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        # A policy the HPA API would refuse: an empty rate-policy list never scales in that direction.
+        ("services.0.spec.behavior", {"scaleUp": {"policies": []}},
+         f"services.0.spec.behavior.scaleUp.policies: {EMPTY_POLICIES}"),
+        ("services.0.spec.behavior", {"scaleDown": {"policies": []}},
+         f"services.0.spec.behavior.scaleDown.policies: {EMPTY_POLICIES}"),
+        ("services.0.spec.behavior", {"scaleDown": {"selectPolicy": "Disabled"}}, None),
+        # A replica that fits no node pool's nodes is never placed (the run reported 0 % within SLO).
+        ("services.0.spec.gpusPerReplica", 16,
+         "services.0.spec.gpusPerReplica (16) exceeds every node pool's gpusPerNode (8)"),
+        ("services.0.spec.gpusPerReplica", 8, None),
+        # p1 (16 GPUs a node) never has a node
+        ("nodePools", _pools({"gpusPerNode": 8, "nodes": 2}, {"gpusPerNode": 16, "nodes": 0}),
+         "services.0.spec.gpusPerReplica (16) exceeds the gpusPerNode (8) of node pool 'p0', the only pool that can"),
+        ("nodePools", _pools({"gpusPerNode": 8, "nodes": 2}, {"gpusPerNode": 16, "nodes": 0, "burst": True,
+                                                              "maxNodes": 1}), None),  # p1 can burst: it fits
+        ("nodePools", _pools({"gpusPerNode": 8, "nodes": 2}, {"gpusPerNode": 16, "nodes": 1}), None),
+        ("nodePools", _pools({"gpusPerNode": 8, "nodes": 2}, {"gpusPerNode": 4, "nodes": 2}),
+         "services.0.spec.gpusPerReplica (16) exceeds every node pool's gpusPerNode (at most 8)"),
+        # A training gang that can never be placed whole never finishes.
+        ("training", _jobs({"gpusPerPod": 64}),
+         "training.jobs.0.gpusPerPod (64) exceeds every node pool's gpusPerNode (8): the job could never start"),
+        ("training", _jobs({"gpusPerPod": 8, "pods": 5}),
+         "training.jobs.0.pods (5) x gpusPerPod (8): the node pools hold at most 4 such pods at once"),
+        ("training", _jobs({"gpusPerPod": 8, "pods": 4}), None),
+        ("training", {"generate": {"gpusPerPod": 16}},
+         "training.generate.gpusPerPod (16) exceeds every node pool's gpusPerNode (8)"),
+        ("training", {"generate": {"pods": [1, 8], "podsWeights": [1.0, 0.0]}}, None),  # 8 is never drawn
+        ("training", {"generate": {"pods": [1, 8]}}, "training.generate.pods (8) x gpusPerPod (8)"),
+        # A cluster that can never have a node places nothing.
+        ("nodePools", _pools({"nodes": 0}),
+         "nodePools: no pool can ever have a node (every pool has nodes: 0, and none is a burst pool"),
+        ("nodePools", _pools({"nodes": 0}, {"nodes": 0, "burst": True}), "nodePools: no pool can ever have a node"),
+        ("nodePools", _pools({"nodes": 0}, {"nodes": 0, "burst": True, "maxNodes": 1}), None),
+        # maxNodes on a pool that does not burst was silently ignored.
+        ("nodePools.0.maxNodes", 4,
+         "nodePools.0.maxNodes: 4 has no effect without burst: true (a pool that does not burst keeps its nodes)"),
+        ("nodePools.1.burst", False, "nodePools.1.maxNodes: 2 has no effect without burst: true"),
+    ],
+)
+def test_scenarios_that_could_never_place_or_scale_are_refused(path: str, value: Any, expected: str | None) -> None:
+    data = mutate(path, value)
+    if path == "nodePools" and any("gpusPerNode" in pool for pool in value):
+        data["services"][0]["spec"]["gpusPerReplica"] = 16  # a replica only the 16-GPU pool can host
+    if expected is None:
+        parse_scenario(data)
+        return
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(data, "bad.yaml")
+    message = str(caught.value)
+    assert message.startswith("bad.yaml: invalid scenario\n  ")
+    assert expected in message, message
+
+
 def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("name: x\nnodePools: [\n  {name: a\n", encoding="utf-8")

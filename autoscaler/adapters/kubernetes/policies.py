@@ -76,20 +76,43 @@ def _field_path(loc: Sequence[Any]) -> str:
     return path
 
 
+#: A rejected value is shown (repr) up to this many characters: the message goes into a condition and an Event.
+MAX_SHOWN_VALUE = 80
+
+
+def _shown(value: str | int | float | bool) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        # repr() of an integer of more than 4,300 digits raises; its size says enough
+        return f"an integer of about {round(value.bit_length() * 0.30103):,} digits"
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_VALUE else text[: MAX_SHOWN_VALUE - 3] + "..."
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def validate_policy(obj: Mapping[str, Any]) -> LoadedPolicy | InvalidPolicy:
     """One custom object -> a loaded policy, or an invalid one naming the first field at fault."""
-    meta = obj.get("metadata") or {}
-    namespace, name = meta.get("namespace", ""), meta.get("name", "")
-    common = {
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
+    generation = meta.get("generation")
+    status = obj.get("status")
+    namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
+    common: dict[str, Any] = {
         "namespace": namespace,
         "name": name,
-        "uid": meta.get("uid", ""),
-        "generation": int(meta.get("generation") or 0),
-        "status": obj.get("status") or {},
+        "uid": _text(meta.get("uid")),
+        "generation": generation if isinstance(generation, int) and not isinstance(generation, bool) else 0,
+        "status": status if isinstance(status, Mapping) else {},
     }
     spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
+    if spec is None:
         return InvalidPolicy(field="spec", message="Required value: the policy has no spec", **common)
+    if not isinstance(spec, Mapping):
+        message = f"Invalid value: must be an object, got {type(spec).__name__}"
+        return InvalidPolicy(field="spec", message=message, **common)
     try:
         parsed = GPUScalingPolicySpec.model_validate(spec)
     except ValidationError as exc:
@@ -99,7 +122,7 @@ def validate_policy(obj: Mapping[str, Any]) -> LoadedPolicy | InvalidPolicy:
         # Name the offending value when it is a scalar; cross-field checks (minReplicas > maxReplicas) report at
         # their model with a message that already names the fields.
         if first["type"] != "missing" and isinstance(value, (str, int, float, bool)):
-            message += f" (got {value!r})"
+            message += f" (got {_shown(value)})"
         if exc.error_count() > 1:
             message += f" (and {exc.error_count() - 1} more)"
         return InvalidPolicy(field=_field_path(first["loc"]), message=message, **common)
