@@ -20,6 +20,8 @@ from autoscaler.core.model import MetricKind
 EXIT_OK = 0
 EXIT_READ_FAILED = 1
 EXIT_INVALID = 2
+#: Largest manifest file read: ``kubectl get hpa -A -o yaml`` of a large cluster is a few MB.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,8 +38,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             """
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit codes: 0 written; 1 the live HPA could not be read; 2 the input is not an importable HPA "
-        "(the field is named)",
+        epilog=textwrap.dedent(
+            """\
+            several HPAs (YAML documents, or a kind: List): each importable one is written; each one that is not is
+            reported on standard error as "document N: FIELD: problem" (nothing written for it), and the exit code
+            is then 2.
+
+            exit codes: 0 all written; 1 the live HPA could not be read; 2 the input (or one of its HPAs) is not an
+            importable HPA (the field is named)
+            """
+        ),
     )
     parser.add_argument("file", nargs="?", metavar="FILE", help="HPA manifest(s), YAML or JSON; - for stdin")
     parser.add_argument("-n", "--namespace", metavar="NS", help="namespace of a live HPA")
@@ -76,29 +86,50 @@ def _metric_override(text: str | None) -> tuple[MetricKind, float] | None:
     return metric, value
 
 
-def _read_documents(args: argparse.Namespace) -> list[Any]:
-    if args.file == "-":
-        text = sys.stdin.read()
-    else:
-        path = Path(args.file)
+def _read_text(name: str) -> str:
+    if name == "-":
         try:
-            text = path.read_text(encoding="utf-8")
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+        except UnicodeDecodeError:
+            raise ValueError("-: standard input is not UTF-8 text") from None
+    else:
+        path = Path(name)
+        try:
+            with path.open(encoding="utf-8") as handle:
+                text = handle.read(MAX_INPUT_BYTES + 1)
         except IsADirectoryError:
             raise ValueError(f"{path}: is a directory, not an HPA manifest") from None
         except UnicodeDecodeError:
             raise ValueError(f"{path}: not UTF-8 text") from None
         except OSError as exc:
             raise ValueError(f"{path}: {exc.strerror or exc}") from None
+        except ValueError as exc:  # e.g. a NUL in the name
+            raise ValueError(f"{name!r}: {exc}") from None
+    if len(text) > MAX_INPUT_BYTES:
+        raise ValueError(f"{name}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB: not an HPA manifest")
+    return text
+
+
+def _read_documents(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """The objects in the file, each with its place ("document 2", "document 1 items[3]") for messages."""
+    text = _read_text(args.file)
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise ValueError(f"{args.file}: not YAML or JSON ({exc})") from None
-    out: list[Any] = []
-    for doc in docs:
-        if isinstance(doc, dict) and doc.get("kind") == "List":
-            out.extend(doc.get("items") or [])  # kubectl get hpa -o yaml
+    except RecursionError:
+        raise ValueError(f"{args.file}: nested too deeply to be an HPA manifest") from None
+    out: list[tuple[str, Any]] = []
+    for number, doc in enumerate(docs, start=1):
+        if isinstance(doc, dict) and doc.get("kind") == "List":  # kubectl get hpa -o yaml
+            items = doc.get("items")
+            if items is None:
+                continue
+            if not isinstance(items, list):
+                raise ValueError(f"{args.file}: document {number}: items: a List's items must be a list")
+            out.extend((f"document {number} items[{index}]", item) for index, item in enumerate(items))
         else:
-            out.append(doc)
+            out.append((f"document {number}", doc))
     return out
 
 
@@ -142,7 +173,7 @@ def main(args: argparse.Namespace) -> int:
             print("autoscaler import-hpa: --name needs --namespace", file=sys.stderr)
             return EXIT_INVALID
         try:
-            documents = [_read_live(args)]
+            documents = [("", _read_live(args))]
         except Exception as exc:  # the client raises many types; all mean "could not read"
             status = getattr(exc, "status", None)
             what = f"HTTP {status}" if status else type(exc).__name__
@@ -156,23 +187,35 @@ def main(args: argparse.Namespace) -> int:
         print(f"autoscaler import-hpa: {args.file}: no HPA in it", file=sys.stderr)
         return EXIT_INVALID
     outputs = []
-    for index, doc in enumerate(documents):
-        where = "" if len(documents) == 1 else f"document {index + 1}: "
+    status = EXIT_OK
+    for label, doc in documents:
+        where = "" if len(documents) == 1 else f"{label}: "
         try:
             imported = import_hpa(doc, override)
         except HpaImportError as exc:
+            # The others are still written: one bad HPA in a cluster dump must not hide the rest.
             print(f"autoscaler import-hpa: {where}{exc}", file=sys.stderr)
-            return EXIT_INVALID
+            status = EXIT_INVALID
+            continue
         if args.adopt:
             imported.manifest["spec"]["adoptHpa"] = imported.manifest["metadata"]["name"]
         outputs.append(imported)
         meta = imported.manifest["metadata"]
         for note in imported.notes:
             print(f"autoscaler import-hpa: {meta['namespace']}/{meta['name']}: {note}", file=sys.stderr)
+    if not outputs:
+        return status
+    if len(documents) > 1 and status != EXIT_OK:
+        print(
+            f"autoscaler import-hpa: {len(outputs)} of {len(documents)} HPAs written; the others are not importable",
+            file=sys.stderr,
+        )
     if args.output == "json":
         docs = [o.manifest for o in outputs]
-        print(json.dumps(docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
-        return EXIT_OK
+        # Several HPAs in give a List out, even when some of them could not be imported.
+        single = len(documents) == 1
+        print(json.dumps(docs[0] if single else {"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
+        return status
     parts = []
     for imported in outputs:
         meta = imported.manifest["metadata"]
@@ -182,4 +225,4 @@ def main(args: argparse.Namespace) -> int:
         header += [f"# no equivalent: {note}" for note in imported.notes]
         parts.append("\n".join(header) + "\n" + yaml.safe_dump(imported.manifest, sort_keys=False))
     sys.stdout.write("---\n".join(parts))
-    return EXIT_OK
+    return status

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autoscaler.traces.convert import (
     SERVEGEN_DEFAULT_STEP_S,
     convert_servegen,
@@ -26,6 +28,8 @@ from autoscaler.traces.convert import (
     resample_if,
 )
 from autoscaler.traces.formats import (
+    MAX_DECIMALS,
+    MAX_UNIX_SECONDS,
     RateSeries,
     RequestLog,
     TraceFormatError,
@@ -86,7 +90,8 @@ def register(subparsers: Any) -> None:
         description=(
             "Convert public traces into the canonical formats read by load_trace() and the simulator.\n\n"
             f"FORMAT is one of:\n{formats}\n\n"
-            "Prints one line per output file: path, rows, step, span, mean and peak rate."
+            "Prints one line per output file: path, rows, step, span, mean and peak rate. An output is written only"
+            " once its input converted without error (never half-written): on an error, OUT is left as it was."
         ),
         epilog=(
             "examples:\n"
@@ -126,7 +131,7 @@ def register(subparsers: Any) -> None:
     convert.add_argument(
         "--seed",
         metavar="N",
-        type=int,
+        type=_seed,
         default=None,
         help="servegen: seed of the random arrival times (same seed and inputs give the same output) [default: 0]",
     )
@@ -154,9 +159,10 @@ def register(subparsers: Any) -> None:
     convert.add_argument(
         "--decimals",
         metavar="N",
-        type=int,
+        type=_decimals,
         default=None,
-        help="rate series outputs: round rates (req/s) to N decimal places to keep files small [default: exact]",
+        help=f"rate series outputs: round rates (req/s) to N decimal places (0 to {MAX_DECIMALS}) to keep files small"
+        " [default: exact]",
     )
     convert.set_defaults(func=run_convert)
 
@@ -173,10 +179,30 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         type=_positive_float,
         default=None,
-        help="bin request logs (and resample rate series) to this step, in seconds [default: 60 s for request logs,"
-        " the file's own step for rate series]",
+        help="bin request logs (and resample rate series) to this step, in seconds; at most 20,000,000 bins (the"
+        " simulator's limit) [default: 60 s for request logs, the file's own step for rate series]",
     )
     info.set_defaults(func=run_info)
+
+
+def _decimals(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_DECIMALS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number from 0 to {MAX_DECIMALS}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -220,18 +246,38 @@ def run_convert(args: argparse.Namespace) -> int:
         began = time.perf_counter()
         try:
             result, note = convert(job.inputs)
+            # Everything that can fail is done before the output is touched; the writers then replace it atomically.
             if isinstance(result, RequestLog):
-                write_request_log(result, job.output)
                 line = summarise_request_log(result)
+                write_request_log(result, job.output)
             else:
-                write_rate_series(result, job.output, decimals=args.decimals)
-                # Summarise what was written (rounded), not the in-memory series.
-                line = summarise(load_trace(job.output)) if args.decimals is not None else summarise(result)
+                if args.decimals is not None:
+                    # What is written (rounded); the writer prints each float exactly, so this is what reads back.
+                    rounded = np.round(result.rates, args.decimals)
+                    result = RateSeries(result.start, result.step_s, rounded, result.source)
+                _check_timestamps(result, job.inputs)
+                line = summarise(result)
+                write_rate_series(result, job.output)
         except (TraceFormatError, ValueError, OSError) as exc:
             print(f"autoscaler trace convert: error: {exc}", file=sys.stderr)
             return 1
         print(f"{job.output}: {line}{note} [{time.perf_counter() - began:.1f} s]")
     return 0
+
+
+def _check_timestamps(series: RateSeries, inputs: Sequence[str]) -> None:
+    """The written file must read back: 2 rows or more (its step), timestamps within 1970-01-01..9999-12-31."""
+    if len(series) < 2:
+        raise ValueError(
+            f"{', '.join(inputs)}: the converted series has {len(series)} bin of {series.step_s:g} s, but a rate series"
+            " file needs at least 2 rows to carry its step: use a shorter --step"
+        )
+    last = series.start + (len(series) - 1) * series.step_s
+    if not (series.start >= 0 and last < MAX_UNIX_SECONDS):
+        raise ValueError(
+            f"{', '.join(inputs)}: the converted series runs from Unix second {series.start:.0f} to {last:.0f}, outside"
+            " 1970-01-01..9999-12-31 (0 to 253,402,300,799): check --start and the input's times"
+        )
 
 
 def _converter(
@@ -245,9 +291,15 @@ def _converter(
         seed = 0 if args.seed is None else args.seed
         return convert_servegen(inputs, step_s=step, seed=seed, start=start), f", seed {seed}"
 
+    def at_step(series: RateSeries, inputs: Sequence[str]) -> RateSeries:
+        try:
+            return resample_if(series, args.step)
+        except ValueError as exc:  # too many bins for --step: no row of the input is at fault
+            raise ValueError(f"{inputs[0]}: --step: {exc}") from None
+
     def azure_functions(inputs: Sequence[str]) -> tuple[RateSeries | RequestLog, str]:
         series = read_azure_functions(inputs[0], function=args.function, start=start)
-        return resample_if(series, args.step), ""
+        return at_step(series, inputs), ""
 
     def nab(inputs: Sequence[str]) -> tuple[RateSeries | RequestLog, str]:
         series, repair = read_nab(inputs[0], scale=1.0 if args.scale is None else args.scale)
@@ -257,7 +309,7 @@ def _converter(
                 f" (put on a regular grid: {repair.merged} samples sharing a slot averaged, {repair.filled} empty"
                 f" slots interpolated, {repair.moved} samples moved to the nearest slot)"
             )
-        return resample_if(series, args.step), note
+        return at_step(series, inputs), note
 
     table = {"azure-llm": azure_llm, "servegen": servegen, "azure-functions": azure_functions, "nab": nab}
     return table[fmt]
@@ -273,7 +325,10 @@ def run_info(args: argparse.Namespace) -> int:
                 line = f"{summarise_request_log(load_request_log(name))}; binned: {line}"
             line = f"{kind}, {line}"
         except (TraceFormatError, ValueError, OSError) as exc:
-            print(f"autoscaler trace info: error: {exc}", file=sys.stderr)
+            message = str(exc)
+            if not isinstance(exc, OSError) and not message.startswith(name):
+                message = f"{name}: {message}"  # every error names its file
+            print(f"autoscaler trace info: error: {message}", file=sys.stderr)
             status = 1
             continue
         print(f"{name}: {line}")

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler.traces.formats import (
+    MAX_BINS,
     CsvTable,
     FloatArray,
     RateSeries,
@@ -45,6 +46,15 @@ SERVEGEN_DEFAULT_WINDOW_S = 600.0
 #: Default bin length of the rate series made from ServeGen arrivals.
 SERVEGEN_DEFAULT_STEP_S = 60.0
 AZURE_FUNCTIONS_STEP_S = 60.0
+#: ServeGen: most arrivals expected in one window (all clients together), and over the whole trace. They are drawn one
+#: by one (several float64 arrays of that size per window); the 14-day ``language/m-large`` has at most 350,000 in a
+#: window and 237 million in all (15 s to draw). Larger inputs are refused before anything is drawn.
+SERVEGEN_MAX_WINDOW_ARRIVALS = 10_000_000
+SERVEGEN_MAX_ARRIVALS = 1_000_000_000
+#: Smallest fitted shape (dist_arg1) of a window with requests. A Gamma shape k has a coefficient of variation
+#: 1/sqrt(k) (0.001: cv 32; ServeGen's fits go down to 0.011, cv 9.6); below 0.01 a Weibull's mean,
+#: scale x Γ(1 + 1/k), is beyond float64. Smaller shapes draw (almost) only zero intervals.
+SERVEGEN_MIN_SHAPE = {"gamma": 0.001, "weibull": 0.01}
 
 _NO_DIST, _GAMMA, _WEIBULL = 0, 1, 2
 _DIST_CODES = {"": _NO_DIST, "gamma": _GAMMA, "weibull": _WEIBULL}
@@ -169,6 +179,18 @@ def read_servegen(inputs: Iterable[PathLike]) -> ServeGenPool:
                     f"dist_arg{column - 3} ({what}): {table.rows[i][column]!r} must be > 0 for a {table.rows[i][3]}"
                     " window with rate > 0",
                 )
+        for dist, code in (("gamma", _GAMMA), ("weibull", _WEIBULL)):
+            least = SERVEGEN_MIN_SHAPE[dist]
+            bad = busy & (kind == code) & (shape < least)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise TraceFormatError(
+                    path,
+                    table.lines[i],
+                    5,
+                    f"dist_arg1 (shape): {table.rows[i][4]!r} is below {least:g}, the smallest {table.rows[i][3]}"
+                    " shape that can be drawn from (a window with rate > 0)",
+                )
         diffs = np.diff(starts)
         if diffs.size:
             if not (diffs > 0).all():
@@ -198,8 +220,21 @@ def read_servegen(inputs: Iterable[PathLike]) -> ServeGenPool:
         parsed.append((path.name, starts, rates, kind, shape, scale, table))
     window = SERVEGEN_DEFAULT_WINDOW_S if window_s is None else window_s
     origin = min(float(p[1][0]) for p in parsed)
-    n_windows = max(round((float(p[1][-1]) - origin) / window) for p in parsed) + 1
+    # Sized in floats (no overflow) before the (clients x windows) matrices are allocated.
+    last_window = [(float(p[1][-1]) - origin) / window for p in parsed]
+    latest = int(np.argmax(last_window))
     n_clients = len(parsed)
+    if not last_window[latest] + 1 <= MAX_BINS // n_clients:
+        table = parsed[latest][6]
+        raise TraceFormatError(
+            table.path,
+            table.lines[-1],
+            1,
+            f"window_start_seconds: {_cell(table.rows[-1][0])} is {last_window[latest]:,.0f} windows of {window:g} s"
+            f" after the first window (at {origin:g} s); with {n_clients} client file(s) that is more than the"
+            f" maximum of {MAX_BINS:,} client-windows",
+        )
+    n_windows = max(round(w) for w in last_window) + 1
     rates_m = np.zeros((n_clients, n_windows))
     kind_m = np.zeros((n_clients, n_windows), dtype=np.int8)
     shape_m = np.ones((n_clients, n_windows))
@@ -227,6 +262,7 @@ def read_servegen(inputs: Iterable[PathLike]) -> ServeGenPool:
     kind_m[poisson] = _GAMMA
     shape_m[poisson] = 1.0
     kind_m[rates_m <= 0] = _NO_DIST
+    _check_arrivals(parsed, rates_m, window, origin)
     return ServeGenPool(
         names=tuple(p[0] for p in parsed),
         origin=origin,
@@ -236,6 +272,41 @@ def read_servegen(inputs: Iterable[PathLike]) -> ServeGenPool:
         shape=shape_m,
         scale=scale_m,
     )
+
+
+def _check_arrivals(
+    parsed: Sequence[tuple[str, FloatArray, FloatArray, npt.NDArray[np.int8], FloatArray, FloatArray, CsvTable]],
+    rates_m: FloatArray,
+    window: float,
+    origin: float,
+) -> None:
+    """Refuse, before drawing, windows or a trace with more arrivals than can be drawn (see the limits above)."""
+    with np.errstate(over="ignore"):
+        per_window = rates_m.sum(axis=0) * window
+        total = float(per_window.sum())
+    busiest = int(np.argmax(per_window))
+    if not per_window[busiest] <= SERVEGEN_MAX_WINDOW_ARRIVALS:
+        # Name the row of the client with the highest rate in that window.
+        client = int(np.argmax(rates_m[:, busiest]))
+        _, starts, _, _, _, _, table = parsed[client]
+        row = int(np.argmin(np.abs(starts - (origin + busiest * window))))
+        raise TraceFormatError(
+            table.path,
+            table.lines[row],
+            2,
+            f"rate: {_cell(table.rows[row][1])} req/s: the {window:g} s window at {origin + busiest * window:g} s"
+            f" expects {float(per_window[busiest]):.3g} arrivals (all clients), more than the maximum of"
+            f" {SERVEGEN_MAX_WINDOW_ARRIVALS:,} per window",
+        )
+    if not total <= SERVEGEN_MAX_ARRIVALS:
+        raise ValueError(
+            f"ServeGen: the {len(parsed)} clients' rates add up to {total:.3g} arrivals to draw, more than the maximum"
+            f" of {SERVEGEN_MAX_ARRIVALS:,}: convert fewer clients or a shorter part at a time"
+        )
+
+
+def _cell(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:60]) + "..."
 
 
 def servegen_rate_series(
@@ -271,7 +342,14 @@ def servegen_rate_series(
     rng = np.random.default_rng(seed)
     window = pool.window_s
     span = pool.n_windows * window
-    n_bins = max(math.ceil(span / step_s - 1e-9), 1)
+    bins = span / step_s
+    if not bins <= MAX_BINS:  # also inf: sized before anything is allocated
+        shown = f"{bins:,.0f}" if bins < 1e15 else f"{bins:.3g}"
+        raise ValueError(
+            f"{pool.n_windows} windows of {window:g} s at a step of {step_s:g} s make {shown} bins, more than the"
+            f" maximum of {MAX_BINS:,}: use a longer step"
+        )
+    n_bins = max(math.ceil(bins - 1e-9), 1)
     bins_per_window = math.ceil(window / step_s) + 2
     counts = np.zeros(n_bins + bins_per_window, dtype=np.int64)
     # Column-major copies: the loop below reads one window (a column) at a time.
@@ -282,7 +360,14 @@ def servegen_rate_series(
         busy = rates_t[w] > 0
         if not busy.any():
             continue
-        offsets = _renewal_arrivals(rng, rates_t[w][busy], kind_t[w][busy], shape_t[w][busy], window)
+        try:
+            offsets = _renewal_arrivals(rng, rates_t[w][busy], kind_t[w][busy], shape_t[w][busy], window)
+        except _TooManyArrivals:
+            raise ValueError(
+                f"ServeGen window {w} (at {pool.origin + w * window:g} s): more than"
+                f" {2 * SERVEGEN_MAX_WINDOW_ARRIVALS:,} arrivals drawn, the clients' fitted distributions are too"
+                " bursty to sample"
+            ) from None
         if offsets.size == 0:
             continue
         window_start = w * window
@@ -298,6 +383,10 @@ def servegen_rate_series(
     return RateSeries(start=start + pool.origin, step_s=step_s, rates=rates, source=source)
 
 
+class _TooManyArrivals(Exception):
+    """A window drew far more arrivals than its rates expect (degenerate, extremely bursty fits)."""
+
+
 def _renewal_arrivals(
     rng: np.random.Generator,
     rate: FloatArray,
@@ -307,9 +396,12 @@ def _renewal_arrivals(
 ) -> FloatArray:
     """Arrival offsets in ``[0, window_s)`` of independent stationary renewal processes, all clients concatenated."""
     weibull = kind == _WEIBULL
-    mean = 1.0 / rate
-    # Scale that gives the mean inter-arrival time 1/rate (Gamma mean = shape * scale, Weibull = scale * Γ(1 + 1/k)).
-    scale = np.where(weibull, mean / gamma_function(1.0 + 1.0 / shape), mean / shape)
+    with np.errstate(over="ignore", divide="ignore"):  # a subnormal rate: an infinite interval, no arrival
+        mean = 1.0 / rate
+        # Scale that gives the mean inter-arrival time 1/rate (Gamma mean = shape x scale, Weibull scale x Γ(1 + 1/k)).
+        # Γ only for the Weibull fits: Γ(1 + 1/k) of a small Gamma shape would overflow, and is not needed.
+        scale = mean / shape
+        scale[weibull] = mean[weibull] / gamma_function(1.0 + 1.0 / shape[weibull])
     length_biased = np.empty_like(rate)
     g = ~weibull
     length_biased[g] = rng.gamma(shape[g] + 1.0, scale[g])
@@ -317,6 +409,7 @@ def _renewal_arrivals(
     length_biased[weibull] = scale[weibull] * rng.gamma(1.0 + 1.0 / k) ** (1.0 / k)
     t = rng.random(rate.size) * length_biased
     pieces = [t[t < window_s]]
+    drawn = int(pieces[0].size)
     active = np.flatnonzero(t < window_s)
     while active.size:
         # Draw a batch per still-open process: enough for the expected remainder plus slack; a bursty process that
@@ -334,6 +427,9 @@ def _renewal_arrivals(
         before = np.concatenate(([0.0], total[ends[:-1] - 1]))
         times = total - np.repeat(before - t[active], sizes)
         pieces.append(times[times < window_s])
+        drawn += int(pieces[-1].size)
+        if drawn > 2 * SERVEGEN_MAX_WINDOW_ARRIVALS:
+            raise _TooManyArrivals
         t[active] = times[ends - 1]
         active = active[t[active] < window_s]
     return np.concatenate(pieces)
@@ -387,8 +483,11 @@ def read_azure_functions(path: PathLike, *, function: str | None = None, start: 
             raise ValueError(f"{path}: {len(distinct)} functions start with {function!r} ({shown}, ...): give more")
         label = f"function {distinct[0][:16]}… ({len(rows)} row{'s' if len(rows) > 1 else ''})"
     counts = np.zeros(n_minutes)
-    for i in rows:
-        counts += _row_counts(table, i)
+    with np.errstate(over="ignore"):
+        for i in rows:
+            counts += _row_counts(table, i)
+    if not np.all(np.isfinite(counts)):
+        raise ValueError(f"{path}: the invocation counts are too large: their sum overflows")
     return RateSeries(
         start=start,
         step_s=AZURE_FUNCTIONS_STEP_S,
@@ -466,6 +565,14 @@ def read_nab(path: PathLike, *, scale: float = 1.0) -> tuple[RateSeries, NabRepa
         raise TraceFormatError(path, table.lines[2], 1, "all timestamps are equal: no step")
     step = float(np.median(positive))
     position = (times - times[0]) / step
+    if not position[-1] < MAX_BINS:  # the grid is sized before it is allocated (or cast to int64)
+        raise TraceFormatError(
+            path,
+            table.lines[-1],
+            1,
+            f"timestamp: {_cell(table.rows[-1][0])} is {position[-1]:,.0f} steps of {step:g} s (the file's median"
+            f" step) after the first row: filling the gaps would make more than the maximum of {MAX_BINS:,} rows",
+        )
     slot = np.round(position).astype(np.int64)
     n_slots = int(slot[-1]) + 1
     sums = np.bincount(slot, weights=values, minlength=n_slots)
@@ -478,11 +585,18 @@ def read_nab(path: PathLike, *, scale: float = 1.0) -> tuple[RateSeries, NabRepa
         filled=int((~present).sum()),
         moved=int((np.abs(position - slot) > 0.01).sum()),
     )
+    with np.errstate(over="ignore"):
+        rates = level * scale
+    if not np.all(np.isfinite(rates)):
+        i = int(np.argmax(values)) + 1
+        raise TraceFormatError(
+            path, table.lines[i], 2, f"value: {_cell(table.rows[i][1])} x scale {scale:g} is not a finite rate"
+        )
     notes = f", {repair.merged} merged, {repair.filled} filled" if repair.merged or repair.filled else ""
     series = RateSeries(
         start=float(times[0]),
         step_s=step,
-        rates=level * scale,
+        rates=rates,
         source=f"NAB {Path(path).name} x {scale:g}{notes}",
     )
     return series, repair

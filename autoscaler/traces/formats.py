@@ -8,7 +8,8 @@ Two CSV formats, told apart by their header (the first line):
     1700158546.68059,374,44
     1700158550.995169,396,109
 
-Rows need not be sorted. Token counts, when present, are non-negative whole numbers. ``load_trace`` bins a request
+Rows need not be sorted. Token counts, when present, are non-negative whole numbers below 2**53 (exact in a float64).
+``load_trace`` bins a request
 log into a rate series: the first bin starts at the first request, each bin's rate is its request count divided by
 the step (default 60 s), so ``sum(rates) * step`` is exactly the number of requests.
 
@@ -26,7 +27,10 @@ In both formats:
 
 - a timestamp is Unix seconds (a number, fractions allowed) or ISO 8601 (``2023-11-16T18:15:46.68``,
   ``2023-11-16 18:15:46``, ``...Z`` or ``...+02:00``); an ISO time without a zone is UTC. All rows of a file use the
-  kind of timestamp its first row uses;
+  kind of timestamp its first row uses. Timestamps lie between 1970-01-01 and the end of 9999 (Unix seconds 0 to
+  253,402,300,799: what an ISO 8601 time can say);
+- binning a request log or resampling a rate series makes at most :data:`MAX_BINS` (20,000,000) bins, the simulator's
+  limit: a longer span (or a shorter step) is an error, raised before anything is allocated;
 - a file whose name ends in ``.gz`` (or that starts with the gzip magic bytes) is decompressed transparently;
 - fields may be surrounded by spaces or double quotes; blank lines are ignored; the text is UTF-8.
 
@@ -66,6 +70,20 @@ _EXPECTED_HEADERS = (
     "'timestamp,rate' (rate series) or 'timestamp' / 'timestamp,input_tokens,output_tokens' (request log)"
 )
 _GZIP_MAGIC = b"\x1f\x8b"
+
+#: Most bins :func:`bin_requests` and :func:`resample` make (and the loaders with them): the simulator's limit
+#: (``autoscaler.sim.scenario.MAX_TRACE_BINS``), 160 MB of float64 rates. A request log spanning 1970 to 2200 at a
+#: 60 s step would need 121 million bins: refused before anything is allocated.
+MAX_BINS = 20_000_000
+#: Timestamps are Unix seconds from 1970-01-01T00:00:00Z (0) up to the end of year 9999, the range an ISO 8601 time
+#: (and Python's datetime) can express; anything else is a unit mistake (ms, ns) or garbage.
+MIN_UNIX_SECONDS = 0.0
+MAX_UNIX_SECONDS = 253_402_300_800.0  # 10000-01-01T00:00:00Z, excluded
+#: Token counts must be below 2**53: every such whole number is exact in the float64 the CSV is parsed as, and fits
+#: the int64 arrays.
+MAX_TOKENS = 2**53 - 1
+#: Most decimal places rates are rounded to when written: a float64 has 15-17 significant digits.
+MAX_DECIMALS = 15
 
 
 class TraceFormatError(ValueError):
@@ -257,6 +275,12 @@ def parse_whole_numbers(table: CsvTable, column: int, name: str, *, row_offset: 
     fractional = values != np.floor(values)
     if fractional.any():
         raise _cell_error(table, row_offset + int(np.argmax(fractional)), column, name, "is not a whole number")
+    too_large = values > MAX_TOKENS
+    if too_large.any():
+        # Checked before the cast: a float beyond int64 would wrap to a negative count.
+        raise _cell_error(
+            table, row_offset + int(np.argmax(too_large)), column, name, f"is too large (at most {MAX_TOKENS:,})"
+        )
     return values.astype(np.int64)
 
 
@@ -266,7 +290,22 @@ def parse_timestamps(table: CsvTable, column: int = 0, *, row_offset: int = 0) -
     if not rows:
         return np.empty(0, dtype=np.float64)
     if _is_number(rows[0][column]):
-        return parse_floats(table, column, "timestamp", row_offset=row_offset)
+        values = parse_floats(table, column, "timestamp", row_offset=row_offset)
+    else:
+        values = _parse_iso_column(table, column, row_offset)
+    outside = (values < MIN_UNIX_SECONDS) | (values >= MAX_UNIX_SECONDS)
+    if outside.any():
+        raise _cell_error(table, row_offset + int(np.argmax(outside)), column, "timestamp", _OUT_OF_RANGE)
+    return values
+
+
+_OUT_OF_RANGE = (
+    "is outside 1970-01-01..9999-12-31 (Unix seconds 0 to 253,402,300,799; timestamps are seconds, not ms or ns)"
+)
+
+
+def _parse_iso_column(table: CsvTable, column: int, row_offset: int) -> FloatArray:
+    rows = table.rows[row_offset:]
     try:
         return np.array([_iso_to_unix(row[column]) for row in rows], dtype=np.float64)
     except ValueError:
@@ -288,12 +327,15 @@ def parse_time(text: str) -> float:
     if _is_number(text):
         value = float(text)
         if not math.isfinite(value):
-            raise ValueError(f"{text!r} is not a finite time")
-        return value
-    try:
-        return _iso_to_unix(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is neither Unix seconds nor an ISO 8601 time") from None
+            raise ValueError(f"{_shown(text)} is not a finite time")
+    else:
+        try:
+            value = _iso_to_unix(text)
+        except ValueError:
+            raise ValueError(f"{_shown(text)} is neither Unix seconds nor an ISO 8601 time") from None
+    if not MIN_UNIX_SECONDS <= value < MAX_UNIX_SECONDS:
+        raise ValueError(f"{_shown(text)} {_OUT_OF_RANGE}")
+    return value
 
 
 def _is_number(text: str) -> bool:
@@ -315,7 +357,12 @@ def _iso_to_unix(text: str) -> float:
 
 def _cell_error(table: CsvTable, row_index: int, column: int, name: str, what: str) -> TraceFormatError:
     value = table.rows[row_index][column]
-    return TraceFormatError(table.path, table.lines[row_index], column + 1, f"{name}: {value!r} {what}")
+    return TraceFormatError(table.path, table.lines[row_index], column + 1, f"{name}: {_shown(value)} {what}")
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``repr(text)``, cut short: a malformed cell can be megabytes long."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
 
 
 def check_columns(table: CsvTable, expected: int, names: str, *, row_offset: int = 0) -> None:
@@ -413,15 +460,35 @@ def _snap_to_ms(step: float) -> float:
     return snapped if snapped > 0 and abs(snapped - step) <= 1e-6 * step + 1e-9 else step
 
 
-def _request_log_from_table(table: CsvTable, source: str) -> RequestLog:
+def _request_log_from_table(table: CsvTable, source: str) -> tuple[RequestLog, FloatArray]:
+    """The log, and its timestamps in file order (``times[i]`` is on ``table.lines[i + 1]``) for error messages."""
     n_columns = len(table.rows[0])
     check_columns(table, n_columns, ",".join(table.rows[0]).lower(), row_offset=1)
     times = parse_timestamps(table, 0, row_offset=1)
     if n_columns == 3:
         inputs = parse_whole_numbers(table, 1, "input_tokens", row_offset=1)
         outputs = parse_whole_numbers(table, 2, "output_tokens", row_offset=1)
-        return RequestLog(times, inputs, outputs, source=source)
-    return RequestLog(times, source=source)
+        return RequestLog(times, inputs, outputs, source=source), times
+    return RequestLog(times, source=source), times
+
+
+def _check_log_span(table: CsvTable, times: FloatArray, step_s: float) -> None:
+    """Refuse, naming the latest request's row, a log whose span needs more than :data:`MAX_BINS` bins of
+    ``step_s`` (checked before :func:`bin_requests` allocates them)."""
+    if times.size == 0:
+        return
+    first, last = int(np.argmin(times)), int(np.argmax(times))
+    span = float(times[last] - times[first])
+    bins = _bin_count(span / step_s) if span > 0 else 1.0
+    if bins > MAX_BINS:
+        raise TraceFormatError(
+            table.path,
+            table.lines[1 + last],
+            1,
+            f"timestamp: {_shown(table.rows[1 + last][0])} is {_fmt_seconds(span)} after the earliest request"
+            f" ({_shown(table.rows[1 + first][0])}, line {table.lines[1 + first]}): binned at {step_s:g} s that is"
+            f" {_fmt_count(bins)} bins, more than the maximum of {MAX_BINS:,} (use a longer step)",
+        )
 
 
 def sniff_format(path: str | os.PathLike[str]) -> str:
@@ -436,7 +503,7 @@ def load_request_log(path: str | os.PathLike[str]) -> RequestLog:
         raise TraceFormatError(
             table.path, table.lines[0], 1, "this is a rate series ('timestamp,rate'), not a request log"
         )
-    return _request_log_from_table(table, Path(path).name)
+    return _request_log_from_table(table, Path(path).name)[0]
 
 
 def load_trace(path: str | os.PathLike[str], step_s: float | None = None) -> RateSeries:
@@ -452,10 +519,14 @@ def load_trace(path: str | os.PathLike[str], step_s: float | None = None) -> Rat
     if _header_kind(table) == "rate":
         series = _rate_series_from_table(table, f"{name} (rate series)")
         if step_s is not None and not math.isclose(step_s, series.step_s, rel_tol=1e-12):
-            series = resample(series, step_s)
+            try:
+                series = resample(series, step_s)
+            except ValueError as exc:  # too many bins, or rates too large: no row is at fault, name the file
+                raise ValueError(f"{table.path}: {exc}") from None
         return series
-    log = _request_log_from_table(table, name)
+    log, row_times = _request_log_from_table(table, name)
     step = DEFAULT_REQUEST_LOG_STEP_S if step_s is None else step_s
+    _check_log_span(table, row_times, step)
     return bin_requests(log.times, step, source=f"{name} (request log, {len(log)} requests)")
 
 
@@ -477,23 +548,51 @@ def bin_requests(
         raise ValueError(f"step_s must be a positive number of seconds, got {step_s!r}")
     if t.size == 0 and (start is None or end is None):
         raise ValueError("no arrivals to bin: give start and end for an empty series")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("arrival times must be finite")
     origin = float(t.min()) if start is None else float(start)
-    index = np.floor((t - origin) / step_s).astype(np.int64)
+    if not math.isfinite(origin) or (end is not None and not math.isfinite(end)):
+        raise ValueError(f"start and end must be finite, got {start!r} and {end!r}")
+    # Sized (in floats, which cannot overflow) before anything is allocated or cast to int64.
     if end is None:
-        n_bins = int(index.max()) + 1
+        span = float(t.max()) - origin
+        _check_bin_count(math.floor(span / step_s) + 1.0 if span >= 0 else 0.0, span, step_s, "binning")
+        n_bins = max(math.floor(span / step_s) + 1, 0)
         last_len = step_s
     else:
         span = float(end) - origin
+        _check_bin_count(_bin_count(span / step_s), span, step_s, "binning")
         n_bins = max(math.ceil(span / step_s - 1e-9), 0)
         last_len = span - (n_bins - 1) * step_s if n_bins else step_s
-    inside = (index >= 0) & (index < n_bins)
+    position = np.floor((t - origin) / step_s)
+    inside = (position >= 0) & (position < n_bins)
     if not inside.all():
         raise ValueError(f"{int((~inside).sum())} arrivals fall outside [start, end)")
+    index = position.astype(np.int64)
     counts = np.bincount(index, minlength=n_bins).astype(np.float64)
     rates = counts / step_s
     if n_bins and last_len < step_s:
         rates[-1] = counts[-1] / last_len
     return RateSeries(start=origin, step_s=float(step_s), rates=rates, source=source)
+
+
+def _bin_count(bins: float) -> float:
+    """``ceil(bins)`` (less a round-off allowance) as a float: ``inf`` and huge values stay comparable."""
+    if not math.isfinite(bins) or bins > 1e15:
+        return bins if bins == bins else math.inf  # nan (0/0 cannot happen, but be safe) counts as too many
+    return float(max(math.ceil(bins - 1e-9), 0))
+
+
+def _check_bin_count(bins: float, span_s: float, step_s: float, doing: str) -> None:
+    if not bins <= MAX_BINS:
+        raise ValueError(
+            f"{doing} {_fmt_seconds(span_s)} to a step of {step_s:g} s makes {_fmt_count(bins)} bins, more than the"
+            f" maximum of {MAX_BINS:,}: use a longer step"
+        )
+
+
+def _fmt_count(n: float) -> str:
+    return f"{n:,.0f}" if n < 1e15 else f"{n:.3g}"
 
 
 def resample(series: RateSeries, step_s: float) -> RateSeries:
@@ -514,14 +613,23 @@ def resample(series: RateSeries, step_s: float) -> RateSeries:
         return series
     if n_old == 0:
         return RateSeries(series.start, step_s, rates, source)
+    _check_bin_count(max(_bin_count(series.duration_s / step_s), 1.0), series.duration_s, step_s, "resampling")
+    with np.errstate(over="ignore", invalid="ignore"):
+        new_rates = _resampled_rates(rates, old_step, step_s, series.duration_s)
+    if not np.all(np.isfinite(new_rates)):
+        raise ValueError(f"rates up to {float(rates.max()):g} req/s are too large to resample (the counts overflow)")
+    return RateSeries(series.start, step_s, new_rates, source)
+
+
+def _resampled_rates(rates: FloatArray, old_step: float, step_s: float, duration: float) -> FloatArray:
+    n_old = rates.size
     ratio = old_step / step_s
     if ratio > 1 and _is_whole(ratio):
         # Finer by an integer factor: exact repetition, no floating-point integration error.
-        return RateSeries(series.start, step_s, np.repeat(rates, round(ratio)), source)
-    if ratio < 1 and _is_whole(1 / ratio) and n_old % round(1 / ratio) == 0:
+        return np.repeat(rates, round(ratio))
+    if 0 < ratio < 1 and _is_whole(1 / ratio) and n_old % round(1 / ratio) == 0:
         factor = round(1 / ratio)
-        return RateSeries(series.start, step_s, rates.reshape(-1, factor).mean(axis=1), source)
-    duration = series.duration_s
+        return np.asarray(rates.reshape(-1, factor).mean(axis=1), dtype=np.float64)
     n_new = max(math.ceil(duration / step_s - 1e-9), 1)
     old_edges = np.arange(n_old + 1, dtype=np.float64) * old_step
     cumulative = np.concatenate(([0.0], np.cumsum(rates * old_step)))
@@ -530,11 +638,12 @@ def resample(series: RateSeries, step_s: float) -> RateSeries:
     # is exact integration of the piecewise-constant rate.
     counts = np.diff(np.interp(new_edges, old_edges, cumulative))
     widths = np.diff(new_edges)
-    new_rates = np.maximum(counts / widths, 0.0)  # max() clears -1e-17 round-off
-    return RateSeries(series.start, step_s, new_rates, source)
+    return np.maximum(counts / widths, 0.0)  # max() clears -1e-17 round-off
 
 
 def _is_whole(x: float) -> bool:
+    if not math.isfinite(x):
+        return False
     return abs(x - round(x)) <= 1e-9 * max(1.0, abs(x))
 
 
@@ -545,8 +654,13 @@ def _is_whole(x: float) -> bool:
 def write_rate_series(series: RateSeries, path: str | os.PathLike[str], *, decimals: int | None = None) -> None:
     """Write the canonical ``timestamp,rate`` CSV (Unix seconds); gzip it (deterministically) if ``path`` ends .gz.
 
-    ``decimals`` rounds the rates (e.g. 3 for a small packaged file); by default they round-trip exactly.
+    ``decimals`` (0 to :data:`MAX_DECIMALS`) rounds the rates (e.g. 3 for a small packaged file); by default they
+    round-trip exactly. Nothing is written when the arguments are refused.
     """
+    if decimals is not None and (
+        isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= MAX_DECIMALS
+    ):
+        raise ValueError(f"decimals must be a whole number from 0 to {MAX_DECIMALS}, got {decimals!r}")
     if len(series) < 2:
         # The file carries its step only as the time between rows: one row could not be read back.
         raise ValueError(f"a rate series file needs at least 2 rows to carry its step; this one has {len(series)}")
@@ -601,8 +715,12 @@ def _write_text(path: str | os.PathLike[str], text: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 # Human-readable summaries (CLI output, logs)
 
+_YEAR_S = 365.25 * 86400
+
 
 def _fmt_seconds(seconds: float) -> str:
+    if seconds >= 2 * _YEAR_S:
+        return f"{seconds / _YEAR_S:.4g} years"
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.4g} d"
     if seconds >= 2 * 3600:
@@ -614,14 +732,18 @@ def _fmt_seconds(seconds: float) -> str:
 
 def describe_span(start: float, duration_s: float) -> str:
     """``14 d from 1970-01-01T00:00:00Z``."""
-    begin = datetime.fromtimestamp(start, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    try:
+        begin = datetime.fromtimestamp(start, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):  # beyond what datetime can print (a series built in code)
+        begin = f"Unix second {start:g}"
     return f"{_fmt_seconds(duration_s)} from {begin}"
 
 
 def summarise(series: RateSeries) -> str:
     """One line: bins, step, span, mean and peak rate."""
     rates = series.rates
-    mean = float(rates.mean()) if rates.size else 0.0
+    # Divided before summing: the sum of rates near the float64 maximum would overflow.
+    mean = float(np.sum(rates / rates.size)) if rates.size else 0.0
     peak = float(rates.max()) if rates.size else 0.0
     span = describe_span(series.start, series.duration_s)
     return (
@@ -634,18 +756,25 @@ def summarise_request_log(log: RequestLog, step_s: float = DEFAULT_REQUEST_LOG_S
     """One line for a request log: requests, span, mean rate and the peak over ``step_s`` bins."""
     if len(log) == 0:
         return "0 requests"
-    series = bin_requests(log.times, step_s)
     span = float(log.times[-1] - log.times[0])
     mean = len(log) / span if span > 0 else float("nan")
+    if span / step_s < MAX_BINS:
+        peak = f"peak {float(bin_requests(log.times, step_s).rates.max()):.4g} req/s (over {_fmt_seconds(step_s)} bins)"
+    else:  # a valid log, but too long to bin at this step: say so rather than allocate
+        peak = f"peak not computed (more than {MAX_BINS:,} bins of {_fmt_seconds(step_s)})"
     return (
         f"{len(log)} rows, no step (a request log has one row per request),"
-        f" span {describe_span(float(log.times[0]), span)}, mean {mean:.4g} req/s,"
-        f" peak {float(series.rates.max()):.4g} req/s (over {_fmt_seconds(step_s)} bins)"
+        f" span {describe_span(float(log.times[0]), span)}, mean {mean:.4g} req/s, {peak}"
     )
 
 
 __all__: Sequence[str] = (
     "DEFAULT_REQUEST_LOG_STEP_S",
+    "MAX_BINS",
+    "MAX_DECIMALS",
+    "MAX_TOKENS",
+    "MAX_UNIX_SECONDS",
+    "MIN_UNIX_SECONDS",
     "STEP_JITTER_TOLERANCE",
     "RateSeries",
     "RequestLog",

@@ -9,6 +9,7 @@ scale-down). What the documentation says those policies do is the reference the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import subprocess
@@ -272,6 +273,64 @@ def test_bad_input_names_the_field(change: dict[str, Any], message: str) -> None
         import_hpa(doc, (MetricKind.GPU_UTILIZATION, 50.0))
 
 
+def setting(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``doc`` with the field at ``path`` (dots; list indices as numbers) set to ``value``."""
+    doc = copy.deepcopy(doc)  # with_behavior() shares the module's example blocks
+    *parents, last = path.split(".")
+    node: Any = doc
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return doc
+
+
+# A value of the wrong type where the HPA has an object (or a list, or a string): each used to end in a traceback
+# (AttributeError: 'list' object has no attribute 'get') or, for metadata.name, in a policy named 5.
+WRONG_TYPES: list[tuple[str, Any, str]] = [
+    ("spec.behavior", [], "spec.behavior: must be an object, not a list ([])"),
+    ("spec.metrics", ["x"], "spec.metrics[0]: must be an object, not a string ('x')"),
+    ("spec.metrics", {"type": "Pods"}, "spec.metrics: must be a list, not an object"),
+    ("spec.metrics.0", None, "spec.metrics[0]: must be an object, not null"),
+    ("spec", [1], "spec: must be an object, not a list ([1])"),
+    ("metadata", [1], "metadata: must be an object, not a list ([1])"),
+    ("spec.scaleTargetRef", [1], "spec.scaleTargetRef: must be an object, not a list ([1])"),
+    ("spec.metrics.0.pods", [1], "spec.metrics[0].pods: must be an object, not a list ([1])"),
+    ("spec.metrics.0.pods.metric", "gpu", "spec.metrics[0].pods.metric: must be an object, not a string ('gpu')"),
+    ("spec.metrics.0.pods.metric.name", 7, "spec.metrics[0].pods.metric.name: must be a string, not a number (7)"),
+    ("spec.metrics.0.pods.target", "70", "spec.metrics[0].pods.target: must be an object, not a string ('70')"),
+    ("spec.metrics.0.pods.target.averageValue", 10**400, "spec.metrics[0].pods.target.averageValue: 1000"),
+    ("spec.behavior.scaleUp", [1], "spec.behavior.scaleUp: must be an object, not a list ([1])"),
+    ("spec.behavior.scaleUp.policies", ["x"], "spec.behavior.scaleUp.policies[0]: must be an object, not a string"),
+    ("spec.behavior.scaleUp.policies", {"type": "Pods"}, "spec.behavior.scaleUp.policies: must be a list, not an"),
+    ("metadata.name", 5, "metadata.name: must be a string, not a number (5)"),
+    ("metadata.name", ["web"], "metadata.name: must be a string, not a list (['web'])"),
+    ("metadata.namespace", True, "metadata.namespace: must be a string, not a boolean (True)"),
+    ("spec.scaleTargetRef.name", ["web"], "spec.scaleTargetRef.name: must be a string, not a list (['web'])"),
+    ("spec.scaleTargetRef.apiVersion", 1, "spec.scaleTargetRef.apiVersion: must be a string, not a number (1)"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), WRONG_TYPES, ids=[f"{c[0]}={c[1]!r}"[:40] for c in WRONG_TYPES])
+def test_a_value_of_the_wrong_type_names_the_field(path: str, value: Any, message: str) -> None:
+    doc = setting(with_behavior(DEFAULT_BEHAVIOR, GPU_METRIC), path, value)
+    with pytest.raises(HpaImportError) as caught:
+        import_hpa(doc)
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_a_huge_value_is_quoted_short() -> None:
+    bomb: list[Any] = ["lol"] * 9
+    for _ in range(8):
+        bomb = [bomb] * 9  # 9**9 strings if printed in full
+    doc = setting(with_behavior(DEFAULT_BEHAVIOR, GPU_METRIC), "spec.behavior.scaleUp.policies", [bomb])
+    with pytest.raises(HpaImportError) as caught:
+        import_hpa(doc)
+    assert len(str(caught.value)) < 200
+
+
 def test_a_bad_quantity_names_the_field() -> None:
     metrics = [
         {
@@ -329,11 +388,55 @@ def test_command_from_stdin_several_documents_and_json(tmp_path: Path) -> None:
         (("-",), WALKTHROUGH, "no metric this controller can read"),
         (("-",), "{not: [yaml", "not YAML or JSON"),
         (("-",), "", "no HPA in it"),
+        (
+            ("-", "--metric", "gpu_utilization=50"),
+            WALKTHROUGH.replace("minReplicas: 1", "minReplicas: 1\n  behavior: []"),
+            "spec.behavior: must be an object, not a list ([])",
+        ),
+        (("-",), WALKTHROUGH.replace("name: php-apache\nspec", "name: 5\nspec"), "metadata.name: must be a string"),
+        (("-",), "kind: List\nitems: {a: 1}\n", "-: document 1: items: a List's items must be a list"),
+        (("-",), "[" * 100_000, "-: nested too deeply to be an HPA manifest"),
     ],
 )
 def test_command_errors_exit_2_naming_the_problem(args: tuple[str, ...], stdin: str | None, message: str) -> None:
     done = cli(*args, stdin=stdin)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_command_writes_the_importable_hpas_and_names_the_others(tmp_path: Path) -> None:
+    good = with_behavior(SCALE_DOWN_POLICIES, GPU_METRIC)
+    bad = setting(with_behavior(SCALE_DOWN_POLICIES, GPU_METRIC), "spec.behavior", [])
+    bad["metadata"]["name"] = "broken"
+    third = setting(with_behavior(SCALE_DOWN_POLICIES, GPU_METRIC), "metadata.name", "third")
+    path = tmp_path / "hpas.yaml"
+    path.write_text(yaml.safe_dump_all([good, bad, third]))
+    done = cli(str(path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "document 2: spec.behavior: must be an object, not a list ([])" in done.stderr
+    assert "2 of 3 HPAs written" in done.stderr
+    written = [d for d in yaml.safe_load_all(done.stdout)]
+    assert [d["metadata"]["name"] for d in written] == ["php-apache", "third"]
+    assert all(isinstance(validate_policy(d), LoadedPolicy) for d in written)
+    as_json = cli(str(path), "-o", "json")
+    assert as_json.returncode == 2
+    assert [i["metadata"]["name"] for i in json.loads(as_json.stdout)["items"]] == ["php-apache", "third"]
+    # In a List, the item is named too; and when none can be imported, nothing is written.
+    listed = cli("-", stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [bad, bad]}))
+    assert listed.returncode == 2 and listed.stdout == ""
+    assert "document 1 items[1]: spec.behavior: must be an object" in listed.stderr
+
+
+def test_command_help_says_what_happens_to_several_hpas() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler.cli", "import-hpa", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    text = " ".join(done.stdout.split())
+    assert "each importable one is written" in text and "the exit code is then 2" in text
 
 
 def test_command_on_a_directory_exits_2(tmp_path: Path) -> None:

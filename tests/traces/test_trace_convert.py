@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import os
 import re
+import warnings
 from math import gamma as gamma_function
 from pathlib import Path
 
@@ -91,6 +92,8 @@ def test_azure_llm_merges_files_in_time_order(tmp_path: Path) -> None:
         (AZURE_LLM + "2023-11-16 25:00:00.0,5,5\n", 5, 1, "timestamp: '2023-11-16 25:00:00.0' is not an ISO 8601"),
         (AZURE_LLM + "2023-11-16 18:16:02.0,-5,5\n", 5, 2, "ContextTokens: '-5' is negative"),
         (AZURE_LLM + "2023-11-16 18:16:02.0,5,many\n", 5, 3, "GeneratedTokens: 'many' is not a number"),
+        (AZURE_LLM + "2023-11-16 18:16:02.0,1e30,5\n", 5, 2, "ContextTokens: '1e30' is too large"),
+        (AZURE_LLM + "1969-11-16 18:16:02.0,1,5\n", 5, 1, "timestamp: '1969-11-16 18:16:02.0' is outside 1970"),
         ("", 1, 1, "empty file"),
     ],
 )
@@ -231,6 +234,28 @@ GOOD = "0,1.0,1.0,Gamma,1.0,1.0\n"
         (GOOD + "600,1.0,1.0,Weibull,1.0,-2\n", 2, 6, "dist_arg2 (scale): '-2' must be > 0 for a Weibull window"),
         (GOOD + "0,1.0,1.0,Gamma,1.0,1.0\n", 2, 1, "window_start_seconds: '0' is not after the previous row's '0'"),
         (GOOD + "600,1,1,Gamma,1,1\n1500,1,1,Gamma,1,1\n", 3, 1, "window_start_seconds: '1500' breaks the 600 s"),
+        # Inputs that crashed (Γ overflow) or would draw without end (zero-length intervals), or exhaust memory.
+        (
+            GOOD + "600,1.0,1.0,Gamma,0.0001,1.0\n",
+            2,
+            5,
+            "dist_arg1 (shape): '0.0001' is below 0.001, the smallest Gamma",
+        ),
+        (GOOD + "600,1.0,1.0,Gamma,1e-300,1.0\n", 2, 5, "dist_arg1 (shape): '1e-300' is below 0.001"),
+        (
+            GOOD + "600,1.0,1.0,Weibull,0.001,1.0\n",
+            2,
+            5,
+            "dist_arg1 (shape): '0.001' is below 0.01, the smallest Weibull",
+        ),
+        (
+            GOOD + "600,2e4,1.0,Gamma,1,1\n",
+            2,
+            2,
+            "rate: '2e4' req/s: the 600 s window at 600 s expects 1.2e+07 arrivals",
+        ),
+        (GOOD + "600,1e300,1.0,Gamma,1,1\n", 2, 2, "rate: '1e300' req/s: the 600 s window at 600 s expects 6e+302"),
+        ("0,1,1,Gamma,1,1\n1e300,1,1,Gamma,1,1\n", 1, 2, "rate: '1' req/s: the 1e+300 s window at 0 s expects 1e+300"),
     ],
 )
 def test_servegen_errors(tmp_path: Path, content: str, line: int, column: int, message: str) -> None:
@@ -242,6 +267,61 @@ def test_servegen_clients_must_share_the_window_length(tmp_path: Path) -> None:
     a = write(tmp_path / "chunk-0-trace.csv", "0,1,1,Gamma,1,1\n600,1,1,Gamma,1,1\n")
     b = write(tmp_path / "chunk-1-trace.csv", "0,1,1,Gamma,1,1\n300,1,1,Gamma,1,1\n")
     expect_error(lambda: read_servegen([a, b]), b, 2, 1, "window_start_seconds: '300' breaks the 600 s")
+
+
+def test_servegen_clients_far_apart_are_refused_before_the_grid_is_allocated(tmp_path: Path) -> None:
+    # Two clients on the same 600 s grid, 6e12 s apart: 10 billion windows x 2 clients (160 GB per matrix).
+    a = write(tmp_path / "chunk-0-trace.csv", "0,1,1,Gamma,1,1\n600,1,1,Gamma,1,1\n")
+    b = write(tmp_path / "chunk-1-trace.csv", "6e12,1,1,Gamma,1,1\n6000000000600,1,1,Gamma,1,1\n")
+    expect_error(
+        lambda: read_servegen([a, b]),
+        b,
+        2,
+        1,
+        "window_start_seconds: '6000000000600' is 10,000,000,001 windows of 600 s after the first window (at 0 s); with"
+        " 2 client file(s) that is more than the maximum of 20,000,000 client-windows",
+    )
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        (1e-9, "2 windows of 600 s at a step of 1e-09 s make 1,200,000,000,000 bins, more than the maximum"),
+        (1e-300, "2 windows of 600 s at a step of 1e-300 s make 1.2e+303 bins, more than the maximum of 20,000,000"),
+    ],
+)
+def test_servegen_step_beyond_the_bin_limit_is_refused_before_drawing(
+    tmp_path: Path, step: float, message: str
+) -> None:
+    path = write(tmp_path / "chunk-0-trace.csv", GOOD + "600,1,1,Gamma,1,1\n")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        convert_servegen([path], step_s=step)
+
+
+def test_servegen_too_many_arrivals_in_all_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoscaler.traces import convert
+
+    monkeypatch.setattr(convert, "SERVEGEN_MAX_ARRIVALS", 1000)
+    path = write(tmp_path / "chunk-0-trace.csv", "0,1,1,Gamma,1,1\n600,1,1,Gamma,1,1\n")
+    with pytest.raises(
+        ValueError, match=re.escape("rates add up to 1.2e+03 arrivals to draw, more than the maximum of 1,000")
+    ):
+        read_servegen([path])
+
+
+def test_servegen_window_drawing_far_more_than_expected_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoscaler.traces import convert
+
+    monkeypatch.setattr(convert, "SERVEGEN_MAX_WINDOW_ARRIVALS", 1000)
+    with pytest.raises(ValueError, match=r"ServeGen window 0 \(at 0 s\): more than 2,000 arrivals drawn"):
+        servegen_rate_series(make_pool(1000.0, "Gamma", 1.0, 1.0, 1), step_s=60.0)
+
+
+def test_servegen_draws_from_the_smallest_shapes_allowed() -> None:
+    series = servegen_rate_series(make_pool(1.0, "Gamma", 0.001, 1.0, 3), step_s=600.0)
+    assert len(series) == 3 and np.all(np.isfinite(series.rates))
+    series = servegen_rate_series(make_pool(1.0, "Weibull", 0.01, 1.0, 3), step_s=600.0)
+    assert len(series) == 3 and np.all(np.isfinite(series.rates))
 
 
 def test_servegen_clients_must_share_the_window_grid(tmp_path: Path) -> None:
@@ -313,6 +393,14 @@ def test_azure_functions_errors(tmp_path: Path, content: str, line: int, column:
     expect_error(lambda: read_azure_functions(path), path, line, column, message)
 
 
+def test_azure_functions_counts_whose_sum_overflows(tmp_path: Path) -> None:
+    path = write(tmp_path / "inv.csv", "HashFunction,HashOwner,HashApp,1_minute\nf,o,a,1e308\ng,o,a,1e308\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="invocation counts are too large: their sum overflows"):
+            read_azure_functions(path)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # NAB
 
@@ -352,11 +440,20 @@ def test_nab_repairs_gaps_duplicates_and_off_grid_samples(tmp_path: Path) -> Non
         ("timestamp,value\n2014-01-01 00:00:00,1\n", 3, 1, "need at least 2 rows"),
         ("timestamp,value\n2014-01-01 00:00:00,1\n2014-01-01 00:00:00,2\n", 3, 1, "all timestamps are equal"),
         ("timestamp,value\n2014-01-01 00:00:00,1\nnoon,2\n", 3, 1, "timestamp: 'noon' is not an ISO 8601 time"),
+        ("timestamp,value\n0,1\n1e300,2\n", 3, 1, "timestamp: '1e300' is outside 1970-01-01..9999-12-31"),
+        (
+            "timestamp,value\n0,1\n0.000001,2\n0.000002,2\n9e9,3\n",
+            5,
+            1,
+            "timestamp: '9e9' is 9,000,000,000,000,000 steps of 1e-06 s (the file's median step) after the first row:"
+            " filling the gaps would make more than the maximum of 20,000,000 rows",
+        ),
+        ("timestamp,value\n0,1\n60,1e308\n120,1e308\n", 3, 2, "value: '1e308' x scale 10 is not a finite rate"),
     ],
 )
 def test_nab_errors(tmp_path: Path, content: str, line: int, column: int, message: str) -> None:
     path = write(tmp_path / "nab.csv", content)
-    expect_error(lambda: read_nab(path), path, line, column, message)
+    expect_error(lambda: read_nab(path, scale=10.0), path, line, column, message)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import math
 import pickle
+import re
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,7 @@ from autoscaler.traces import (
     write_rate_series,
     write_request_log,
 )
-from autoscaler.traces.formats import sniff_format, summarise
+from autoscaler.traces.formats import sniff_format, summarise, summarise_request_log
 
 
 def write(path: Path, text: str) -> Path:
@@ -108,6 +110,14 @@ def test_write_rate_series_text_and_rounding(tmp_path: Path) -> None:
     assert path.read_text() == "timestamp,rate\n0,0.333\n60,2\n120,0\n"
 
 
+@pytest.mark.parametrize("decimals", [-1, 16, 400, True, 1.5])
+def test_write_rate_series_refuses_decimals_out_of_range_and_writes_nothing(tmp_path: Path, decimals: object) -> None:
+    path = tmp_path / "out.csv"
+    with pytest.raises(ValueError, match="decimals must be a whole number from 0 to 15"):
+        write_rate_series(RateSeries(0.0, 60.0, np.array([1.0, 2.0])), path, decimals=decimals)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_one_row_rate_series_cannot_be_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 2 rows"):
         write_rate_series(RateSeries(0.0, 60.0, np.array([1.0])), tmp_path / "one.csv")
@@ -165,9 +175,22 @@ def test_parse_time(text: str, expected: float) -> None:
     assert parse_time(text) == pytest.approx(expected, abs=1e-6)
 
 
-@pytest.mark.parametrize("text", ["", "yesterday", "nan", "inf", "2023-13-01"])
-def test_parse_time_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "neither Unix seconds nor an ISO 8601 time"),
+        ("yesterday", "neither Unix seconds nor an ISO 8601 time"),
+        ("nan", "not a finite time"),
+        ("inf", "not a finite time"),
+        ("2023-13-01", "neither Unix seconds nor an ISO 8601 time"),
+        ("1e300", "is outside 1970-01-01..9999-12-31"),
+        ("-1", "is outside 1970-01-01..9999-12-31"),
+        ("1969-12-31T23:59:59Z", "is outside 1970-01-01..9999-12-31"),
+        ("253402300800", "is outside 1970-01-01..9999-12-31"),
+    ],
+)
+def test_parse_time_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
         parse_time(text)
 
 
@@ -349,6 +372,37 @@ ERROR_CASES: list[tuple[str, str, int, int, str]] = [
     ("log bad timestamp", "timestamp\n0\n1\nlater\n", 4, 1, "timestamp: 'later' is not a number"),
     ("log bad iso", "timestamp\n2024-01-01T00:00:00\n2024-01-32T00:00:00\n", 3, 1, "timestamp: '2024-01-32T00:00:00'"),
     ("unterminated quote", 'timestamp,rate\n0,1\n60,"2\n', 3, 1, "malformed CSV"),
+    # Valid-looking numbers that are no time: refused by range, before datetime or numpy see them.
+    ("timestamp 1e300", "timestamp,rate\n1e300,1\n2e300,2\n", 2, 1, "timestamp: '1e300' is outside 1970-01-01..9999"),
+    ("timestamp in ms", "timestamp,rate\n1700000000000,1\n1700000060000,2\n", 2, 1, "timestamp: '1700000000000' is"),
+    ("negative timestamp", "timestamp\n-1e12\n1e12\n", 2, 1, "timestamp: '-1e12' is outside 1970-01-01..9999"),
+    ("log 1e300 then 1", "timestamp\n1e300\n1\n", 2, 1, "timestamp: '1e300' is outside"),
+    ("log later row out of range", "timestamp\n1\n2\n1e300\n", 4, 1, "timestamp: '1e300' is outside"),
+    ("iso before 1970", "timestamp,rate\n1969-12-31T23:59:00,1\n1970-01-01T00:00:00,1\n", 2, 1, "timestamp: '1969-12"),
+    ("iso after 9999 with a zone", "timestamp\n9999-12-31T23:59:00-01:00\n", 2, 1, "timestamp: '9999-12-31T23:59"),
+    (
+        "log spanning too many bins",
+        "timestamp\n1000\n0\n2e9\n",
+        4,
+        1,
+        "timestamp: '2e9' is 63.38 years after the earliest request ('0', line 3): binned at 60 s that is 33,333,334"
+        " bins, more than the maximum of 20,000,000",
+    ),
+    (
+        "input tokens beyond int64",
+        "timestamp,input_tokens,output_tokens\n1,99999999999999999999999,3\n",
+        2,
+        2,
+        "input_tokens: '99999999999999999999999' is too large (at most 9,007,199,254,740,991)",
+    ),
+    (
+        "output tokens of 2**53",
+        "timestamp,input_tokens,output_tokens\n1,1,3\n2,1,9007199254740992\n",
+        3,
+        3,
+        "output_tokens: '9007199254740992' is too large",
+    ),
+    ("a megabyte cell is cut short", "timestamp,rate\n0,1\n60," + "x" * 100_000 + "\n", 3, 2, "rate: 'xxx"),
 ]
 
 
@@ -366,6 +420,102 @@ def test_format_errors_name_file_line_column(
     assert error.message.startswith(message), error.message
     assert str(error) == f"{path}:{line}:{column}: {error.message}"
     assert isinstance(error, ValueError)
+
+
+def test_errors_quote_at_most_a_few_dozen_characters_of_a_cell(tmp_path: Path) -> None:
+    path = write(tmp_path / "trace.csv", "timestamp,rate\n0,1\n60," + "x" * 100_000 + "\n")
+    with pytest.raises(TraceFormatError) as caught:
+        load_trace(path)
+    assert len(str(caught.value)) < 200 and "(100,000 characters)" in str(caught.value)
+
+
+def test_the_largest_token_count_and_the_last_second_of_9999_load(tmp_path: Path) -> None:
+    text = "timestamp,input_tokens,output_tokens\n253402300799,9007199254740991,0\n0,0,0\n"
+    log = load_request_log(write(tmp_path / "log.csv", text))
+    assert log.times.tolist() == [0.0, 253_402_300_799.0]
+    assert log.input_tokens is not None and log.input_tokens.tolist() == [0, 2**53 - 1]
+
+
+# Sizes that would need more than MAX_BINS (20 M) bins: refused with the file's name before anything is allocated
+# (a 3-row series at 1e-9 s asked numpy for 1.31 TiB; a request log at that step was OOM-killed).
+STEP_LIMIT_CASES: list[tuple[str, str, float, str]] = [
+    ("rate series at 1 ns", "timestamp,rate\n0,1\n60,2\n120,3\n", 1e-9, "resampling 3 min to a step of 1e-09 s makes"),
+    ("rate series at 1e-300 s", "timestamp,rate\n0,1\n60,2\n120,3\n", 1e-300, "more than the maximum of 20,000,000"),
+    ("rate series, a day at 1 ms", "timestamp,rate\n0,1\n86400,2\n", 1e-3, "172,800,000 bins, more than the maximum"),
+    ("request log at 1 ns", "timestamp\n0\n60\n120\n", 1e-9, ":4:1: timestamp: '120' is 2 min after the earliest"),
+    ("request log at 1e-300 s", "timestamp\n0\n1\n", 1e-300, ":3:1: timestamp: '1' is 1 s after the earliest"),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "step", "message"), [c[1:] for c in STEP_LIMIT_CASES], ids=[c[0] for c in STEP_LIMIT_CASES]
+)
+def test_binning_and_resampling_beyond_the_bin_limit_are_refused(
+    tmp_path: Path, content: str, step: float, message: str
+) -> None:
+    path = write(tmp_path / "trace.csv", content)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning on the way either
+        with pytest.raises(ValueError) as caught:
+            load_trace(path, step_s=step)
+    text = str(caught.value)
+    assert text.startswith(str(path)) and message in text and "more than the maximum of 20,000,000" in text, text
+
+
+def test_the_bin_limit_is_the_simulators() -> None:
+    from autoscaler.sim.scenario import MAX_TRACE_BINS
+    from autoscaler.traces.formats import MAX_BINS
+
+    assert MAX_BINS == MAX_TRACE_BINS
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: bin_requests([0.0, 1e12], 60.0), "more than the maximum of 20,000,000"),
+        (lambda: bin_requests([1.0, 1e300], 60.0), "more than the maximum of 20,000,000"),
+        (lambda: bin_requests([0.0, 1.0], 1e-300), "more than the maximum of 20,000,000"),
+        (lambda: bin_requests([5.0], 60.0, start=0.0, end=1e300), "more than the maximum of 20,000,000"),
+        (lambda: bin_requests([1.0, 1e300], 60.0, start=0.0, end=600.0), "1 arrivals fall outside [start, end)"),
+        (lambda: bin_requests([-1e300, 1.0], 60.0, start=0.0, end=600.0), "1 arrivals fall outside"),
+        (lambda: bin_requests([float("nan")], 60.0), "arrival times must be finite"),
+        (lambda: resample(RateSeries(0.0, 60.0, np.ones(3)), 1e-9), "180,000,000,000 bins, more than the maximum"),
+        (lambda: resample(RateSeries(0.0, 1e-9, np.ones(3)), 1e-300), "more than the maximum of 20,000,000"),
+        (lambda: resample(RateSeries(0.0, 60.0, np.full(3, 1e308)), 45.0), "too large to resample"),
+    ],
+)
+def test_bin_requests_and_resample_refuse_sizes_beyond_the_limit(call: object, message: str) -> None:
+    assert callable(call)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError) as caught:
+            call()
+    assert message in str(caught.value)
+
+
+def test_resample_to_a_huge_step_is_one_bin() -> None:
+    series = resample(RateSeries(0.0, 1e-300, np.ones(4)), 1e300)
+    assert len(series) == 1 and series.rates.tolist() == [1.0]
+
+
+@pytest.mark.parametrize(
+    ("thing", "expected"),
+    [
+        (RateSeries(1e300, 60.0, np.ones(2)), "span 2 min from Unix second 1e+300, mean 1 req/s"),
+        (RateSeries(0.0, 60.0, np.full(2, 1e308)), "mean 1e+308 req/s, peak 1e+308 req/s"),
+        (RateSeries(0.0, 3.2e9, np.ones(2)), "span 202.8 years from 1970-01-01T00:00:00Z"),
+        (
+            RequestLog(np.array([0.0, 1e10])),
+            "span 316.9 years from 1970-01-01T00:00:00Z, mean 2e-10 req/s, peak not"
+            " computed (more than 20,000,000 bins of 60 s)",
+        ),
+    ],
+)
+def test_summaries_of_extreme_series_do_not_overflow(thing: RateSeries | RequestLog, expected: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        line = summarise(thing) if isinstance(thing, RateSeries) else summarise_request_log(thing)
+    assert expected in line, line
 
 
 def test_error_string_matches_the_documented_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ observations, the policy then recommends what the HPA would. What has no equival
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import InvalidOperation
@@ -55,21 +56,88 @@ class ImportedPolicy:
     notes: list[str] = field(default_factory=list)
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = 60
+_REPR.maxother = 60
+_REPR.maxlevel = 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
+
+
+def _show(value: object) -> str:
+    """``repr(value)``, bounded: a YAML value can be huge (or a tree of aliases that ``repr`` would expand)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _text(value: object) -> str:
+    """A name for a message: a string as it is (bounded), anything else as :func:`_show` gives it."""
+    if isinstance(value, str) and len(value) <= 60:
+        return value
+    return _show(value)
+
+
+def _not(value: object) -> str:
+    """``not a list ([1])``: what a value of the wrong type is, for a message."""
+    return "not null" if value is None else f"not {_type_name(value)} ({_show(value)})"
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, ``{}`` when absent (null); otherwise the error names the field."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise HpaImportError(f"{where}: must be an object, {_not(value)}")
+    return value
+
+
+def _array(value: object, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise HpaImportError(f"{where}: must be a list, {_not(value)}")
+    return value
+
+
+def _string(value: object, where: str) -> str | None:
+    """An optional string field: ``None`` when absent."""
+    if value is None or isinstance(value, str):
+        return value
+    raise HpaImportError(f"{where}: must be a string, {_not(value)}")
+
+
 def parse_quantity(value: object, where: str) -> float:
     """A Kubernetes quantity (``500m``, ``1k``, ``10Mi``, ``1.5``, ``1e3``) as a float."""
     if isinstance(value, bool):
-        raise HpaImportError(f"{where}: {value!r} is not a quantity")
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
+        raise HpaImportError(f"{where}: {_show(value)} is not a quantity")
+    try:
+        if isinstance(value, (int, float)):
+            number = float(value)
+        elif isinstance(value, str):
             number = float(k8s_parse(value.strip()))
-        except (ValueError, InvalidOperation, TypeError) as exc:
-            raise HpaImportError(f"{where}: {value!r} is not a quantity ({exc})") from None
-    else:
-        raise HpaImportError(f"{where}: {value!r} is not a quantity")
+        else:
+            raise HpaImportError(f"{where}: {_show(value)} is not a quantity")
+    except OverflowError:  # an integer beyond float64, e.g. 10**400
+        raise HpaImportError(f"{where}: {_show(value)} is not finite") from None
+    except (ValueError, InvalidOperation, TypeError) as exc:
+        if isinstance(exc, HpaImportError):
+            raise
+        raise HpaImportError(f"{where}: {_show(value)} is not a quantity ({exc})") from None
     if not math.isfinite(number):
-        raise HpaImportError(f"{where}: {value!r} is not finite")
+        raise HpaImportError(f"{where}: {_show(value)} is not finite")
     return number
 
 
@@ -86,41 +154,47 @@ def _metric(index: int, metric: Mapping[str, Any], notes: list[str]) -> tuple[Me
     where = f"spec.metrics[{index}]"
     kind = metric.get("type")
     if kind in ("Resource", "ContainerResource"):
-        source = metric.get("resource" if kind == "Resource" else "containerResource") or {}
+        field = "resource" if kind == "Resource" else "containerResource"
+        source = _object(metric.get(field), f"{where}.{field}")
         notes.append(
-            f"{where}: {kind} {source.get('name', '?')}: no equivalent (this controller scales on GPU and "
-            "application signals; use --metric)"
+            f"{where}: {kind} {_text(source.get('name', '?'))}: no equivalent (this controller scales "
+            "on GPU and application signals; use --metric)"
         )
         return None
     if kind == "Object":
-        described = ((metric.get("object") or {}).get("describedObject") or {}).get("kind", "?")
+        source = _object(metric.get("object"), f"{where}.object")
+        described_object = _object(source.get("describedObject"), f"{where}.object.describedObject")
+        described = _text(described_object.get("kind", "?"))
         notes.append(f"{where}: Object metric on a {described}: no equivalent")
         return None
     if kind not in ("Pods", "External"):
-        notes.append(f"{where}: metric type {kind!r}: no equivalent")
+        notes.append(f"{where}: metric type {_show(kind)}: no equivalent")
         return None
-    source = metric.get("pods" if kind == "Pods" else "external") or {}
-    name = str((source.get("metric") or {}).get("name") or "")
-    target = source.get("target") or {}
-    if (source.get("metric") or {}).get("selector"):
+    field = "pods" if kind == "Pods" else "external"
+    source = _object(metric.get(field), f"{where}.{field}")
+    identifier = _object(source.get("metric"), f"{where}.{field}.metric")
+    name = _string(identifier.get("name"), f"{where}.{field}.metric.name") or ""
+    target = _object(source.get("target"), f"{where}.{field}.target")
+    if identifier.get("selector"):
         notes.append(f"{where}: the metric's label selector is not carried over (spec.queries can filter)")
     ours = metric_kind_for(name)
     if ours is None:
-        notes.append(f"{where}: {kind} metric {name!r}: not a signal this controller reads")
+        notes.append(f"{where}: {kind} metric {_show(name)}: not a signal this controller reads")
         return None
     if target.get("type") != "AverageValue" or target.get("averageValue") is None:
         notes.append(
-            f"{where}: {kind} metric {name!r} with a {target.get('type')} target: no equivalent (a "
-            "GPUScalingPolicy target is an average per ready replica)"
+            f"{where}: {kind} metric {_show(name)} with a {_text(target.get('type'))} target: no "
+            "equivalent (a GPUScalingPolicy target is an average per ready replica)"
         )
         return None
-    value = parse_quantity(target["averageValue"], f"{where}.{kind.lower()}.target.averageValue")
+    value = parse_quantity(target["averageValue"], f"{where}.{field}.target.averageValue")
     if value <= 0:
-        raise HpaImportError(f"{where}.{kind.lower()}.target.averageValue: must be > 0")
+        raise HpaImportError(f"{where}.{field}.target.averageValue: must be > 0")
     return ours, value
 
 
-def _rules(spec: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+def _rules(value: object, where: str) -> dict[str, Any]:
+    spec = _object(value, where)
     if not spec:
         return {}
     out: dict[str, Any] = {}
@@ -129,9 +203,11 @@ def _rules(spec: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
     if spec.get("selectPolicy") is not None:
         out["selectPolicy"] = spec["selectPolicy"]
     if spec.get("policies") is not None:
+        policies = [
+            _object(p, f"{where}.policies[{i}]") for i, p in enumerate(_array(spec["policies"], f"{where}.policies"))
+        ]
         out["policies"] = [
-            {"type": p.get("type"), "value": p.get("value"), "periodSeconds": p.get("periodSeconds")}
-            for p in spec["policies"]
+            {"type": p.get("type"), "value": p.get("value"), "periodSeconds": p.get("periodSeconds")} for p in policies
         ]
     if spec.get("tolerance") is not None:
         out["tolerance"] = parse_quantity(spec["tolerance"], f"{where}.tolerance")
@@ -144,19 +220,22 @@ def import_hpa(obj: Mapping[str, Any], metric_override: tuple[MetricKind, float]
         raise HpaImportError("not an object")
     if obj.get("kind") != "HorizontalPodAutoscaler" or obj.get("apiVersion") not in HPA_API_VERSIONS:
         raise HpaImportError(
-            f"kind/apiVersion: {obj.get('kind')!r} {obj.get('apiVersion')!r} is not a HorizontalPodAutoscaler "
-            f"({' or '.join(HPA_API_VERSIONS)})"
+            f"kind/apiVersion: {_show(obj.get('kind'))} {_show(obj.get('apiVersion'))} is not a "
+            f"HorizontalPodAutoscaler ({' or '.join(HPA_API_VERSIONS)})"
         )
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    name, namespace = meta.get("name"), meta.get("namespace") or "default"
+    meta = _object(obj.get("metadata"), "metadata")
+    spec = _object(obj.get("spec"), "spec")
+    name = _string(meta.get("name"), "metadata.name")
+    namespace = _string(meta.get("namespace"), "metadata.namespace") or "default"
     if not name:
         raise HpaImportError("metadata.name: required")
-    ref = spec.get("scaleTargetRef") or {}
+    ref = _object(spec.get("scaleTargetRef"), "spec.scaleTargetRef")
     if ref.get("kind") != "Deployment" or not ref.get("name"):
         raise HpaImportError(
-            f"spec.scaleTargetRef: {ref.get('kind')!r} {ref.get('name')!r}: only Deployments can be imported"
+            f"spec.scaleTargetRef: {_show(ref.get('kind'))} {_show(ref.get('name'))}: only Deployments can be imported"
         )
+    target_name = _string(ref["name"], "spec.scaleTargetRef.name")
+    target_api = _string(ref.get("apiVersion"), "spec.scaleTargetRef.apiVersion") or "apps/v1"
     if not isinstance(spec.get("maxReplicas"), int) or isinstance(spec.get("maxReplicas"), bool):
         raise HpaImportError("spec.maxReplicas: required integer")
     notes: list[str] = []
@@ -164,16 +243,17 @@ def import_hpa(obj: Mapping[str, Any], metric_override: tuple[MetricKind, float]
     if obj.get("apiVersion") == "autoscaling/v1":
         cpu = spec.get("targetCPUUtilizationPercentage")
         notes.append(
-            f"spec.targetCPUUtilizationPercentage {cpu if cpu is not None else 80}: CPU has no equivalent "
+            f"spec.targetCPUUtilizationPercentage {_show(cpu) if cpu is not None else 80}: CPU has no equivalent "
             "(use --metric)"
         )
     else:
         raw = spec.get("metrics")
         if raw is None:
             notes.append("spec.metrics absent: the HPA defaults to CPU at 80 %, which has no equivalent (use --metric)")
-            raw = []
-        for index, metric in enumerate(raw):
-            found = _metric(index, metric or {}, notes)
+        for index, metric in enumerate(_array(raw, "spec.metrics")):
+            if not isinstance(metric, Mapping):  # null included: an HPA metric is an object with a type
+                raise HpaImportError(f"spec.metrics[{index}]: must be an object, {_not(metric)}")
+            found = _metric(index, metric, notes)
             if found is not None:
                 metrics.append(found)
     if metric_override is not None:
@@ -198,13 +278,14 @@ def import_hpa(obj: Mapping[str, Any], metric_override: tuple[MetricKind, float]
     if behavior is None:
         policy_behavior = {"hpaWithoutBehavior": True}
     else:
+        behavior = _object(behavior, "spec.behavior")
         policy_behavior = {}
         for direction in ("scaleUp", "scaleDown"):
             rules = _rules(behavior.get(direction), f"spec.behavior.{direction}")
             if rules:
                 policy_behavior[direction] = rules
     body: dict[str, Any] = {
-        "targetRef": {"apiVersion": ref.get("apiVersion", "apps/v1"), "kind": "Deployment", "name": ref["name"]},
+        "targetRef": {"apiVersion": target_api, "kind": "Deployment", "name": target_name},
         "minReplicas": spec.get("minReplicas", 1),
         "maxReplicas": spec["maxReplicas"],
         "metric": {"type": chosen[0].value, "target": chosen[1]},
