@@ -10,9 +10,15 @@ from the log line alone.
 from __future__ import annotations
 
 import contextvars
+import difflib
+import importlib
+import inspect
 import json
 import os
+import re
+import reprlib
 import socket
+import typing
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -33,6 +39,25 @@ ENV_NESTED_DELIMITER = "__"
 PROMETHEUS_GROUP = "prometheus"
 PROMETHEUS_ENV_PREFIX = "AUTOSCALER_PROMETHEUS_"
 CONFIG_FILE_ENV = "AUTOSCALER_CONFIG_FILE"
+# A tick reads the whole cluster and Prometheus: more often than this is a busy loop, never a faster controller.
+MIN_TICK_INTERVAL_SECONDS = 1.0
+# AUTOSCALER_* variables that are not settings but are read elsewhere; every other unknown AUTOSCALER_* name is an
+# error (a typo would otherwise be ignored and the default used).
+NOT_SETTINGS: dict[str, str] = {
+    "AUTOSCALER_TRACES": "directory of the public traces (autoscaler/sim/placement.py, benchmarks/bench_forecast.py)",
+    "AUTOSCALER_SHARED_TRACES": "directory of the shared traces for the trace tests (tests/traces)",
+}
+# What Kubernetes (and Docker links) put into a pod's environment for every Service of its namespace: a Service
+# named autoscaler-x gives AUTOSCALER_X_SERVICE_HOST, AUTOSCALER_X_PORT=tcp://..., AUTOSCALER_X_PORT_80_TCP_ADDR...
+# Not settings, and no choice of the user's: ignored rather than refused, or such a Service would stop the controller.
+_SERVICE_LINK = re.compile(
+    r"[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)"
+)
+_SERVICE_LINK_PORT = re.compile(r"(tcp|udp|sctp)://\S+", re.IGNORECASE)
+# Input quoted in an error is cut to this many characters: a YAML alias bomb of 800 bytes expands to 100 MB of text.
+ECHO_LIMIT = 200
+# Lines of one error message: a list of thousands of bad items names its first ones.
+MAX_LISTED_PROBLEMS = 30
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -60,6 +85,21 @@ def _default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+def _echo(value: Any) -> str:
+    """``repr(value)`` for an error message, at most ``ECHO_LIMIT`` characters, computed without expanding it."""
+    text = _ECHO.repr(value)
+    return text if len(text) <= ECHO_LIMIT else text[: ECHO_LIMIT - 3] + "..."
+
+
+def _cut(text: str, limit: int = 4 * ECHO_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_ECHO = reprlib.Repr()
+_ECHO.maxlevel, _ECHO.maxdict, _ECHO.maxlist, _ECHO.maxtuple, _ECHO.maxset = 3, 8, 8, 8, 8
+_ECHO.maxstring = _ECHO.maxother = ECHO_LIMIT
+
+
 def _name(*loc: str) -> str:
     """How a cross-field error names a setting: env var and file key (the error has no single location)."""
     return f"{env_name(loc)} ({'.'.join(loc)})"
@@ -80,7 +120,8 @@ def _json_object(value: Any) -> Any:
 
 
 class _Group(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # allow_inf_nan=False: inf or NaN in a duration breaks at run time (datetime overflow, a Lease it cannot write)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class LeaderElectionSettings(_Group):
@@ -199,6 +240,12 @@ class BurstPoolSettings(_Group):
     priority: int = Field(0, description="for the priority expander: higher first")
     min_billing_seconds: float = Field(60.0, ge=0, description="a node is paid for at least this long, seconds")
 
+    @model_validator(mode="after")
+    def _node_bounds(self) -> BurstPoolSettings:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"min_nodes ({self.min_nodes}) must be <= max_nodes ({self.max_nodes})")
+        return self
+
 
 class CapacitySettings(_Group):
     """Capacity arbitration (issue 12): preempt low-priority training gang by gang, add burst nodes, give back.
@@ -260,6 +307,13 @@ class CapacitySettings(_Group):
     def _expanders(cls, value: Any) -> Any:
         return _split_namespaces(value)
 
+    @field_validator("expanders")
+    @classmethod
+    def _some_expander(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("needs at least one expander: least-waste, cheapest or priority")
+        return value
+
     def to_config(self) -> Any:
         """The core's ``CapacityConfig``, or None when arbitration is off."""
         if not self.enabled:
@@ -318,6 +372,15 @@ class RebalanceSettings(_Group):
         False, description="training may run on the burst pools (false: they are for inference; no gang goes there)"
     )
 
+    @model_validator(mode="after")
+    def _moves(self) -> RebalanceSettings:
+        if self.max_moves_per_pass > self.max_moves_per_hour:
+            raise ValueError(
+                f"{_name('rebalance', 'max_moves_per_pass')} ({self.max_moves_per_pass}) must be <= "
+                f"{_name('rebalance', 'max_moves_per_hour')} ({self.max_moves_per_hour})"
+            )
+        return self
+
     def to_config(self, interval_seconds: float, burst_pools: Iterable[str]) -> Any:
         """The core's ``RebalanceConfig``, or None when the rebalancer is off."""
         if not self.enabled:
@@ -345,6 +408,47 @@ def _model_names() -> dict[str, str]:
     from forecast.registry import available_models
 
     return available_models()
+
+
+# The quantile levels a forecaster is built with to check it at load (the refit job adds the policy's own level).
+_CHECK_LEVELS = (0.1, 0.5, 0.9)
+
+
+def _forecaster_class(name: str) -> type:
+    """The class of forecaster ``name`` (a registry name or ``package.module:Class``); ValueError if there is none."""
+    if ":" not in name:
+        from forecast.registry import make_model
+
+        return type(make_model(name))
+    module_name, _, class_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # anything its import raises: the refit job would meet the same
+        raise ValueError(f"cannot import module {_echo(module_name)}: {type(exc).__name__}: {_cut(str(exc))}") from None
+    found = getattr(module, class_name, None)
+    if not isinstance(found, type):
+        raise ValueError(f"module {_echo(module_name)} has no class {_echo(class_name)}")
+    return found
+
+
+def _parameters(cls: type) -> list[str]:
+    """The constructor parameters of a forecaster that ``model_params`` may set."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - a class without a readable signature
+        return []
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.kind in keyword and p.name != "quantiles"]
+
+
+def _build_forecaster(name: str, cls: type, params: Mapping[str, Any]) -> None:
+    """Build the forecaster as the refit job does (``autoscaler.forecasting.build_model``), to refuse what it would."""
+    if ":" in name:
+        cls(**{"quantiles": _CHECK_LEVELS, **params})
+        return
+    from forecast.registry import make_model
+
+    make_model(name, **params)
 
 
 class ForecastSettings(_Group):
@@ -447,7 +551,43 @@ class ForecastSettings(_Group):
     def _known_model(cls, value: str) -> str:
         if value == AUTO_MODEL or ":" in value or value in _model_names():
             return value
-        raise ValueError(f"unknown forecaster {value!r}; one of {AUTO_MODEL}, {', '.join(_model_names())}")
+        raise ValueError(
+            f"unknown forecaster {_echo(value)}; one of {AUTO_MODEL}, {', '.join(_model_names())}, or module:Class"
+        )
+
+    @model_validator(mode="after")
+    def _buildable_model(self) -> ForecastSettings:
+        """Build the forecaster once, as the refit job will: a class that cannot be imported or a parameter it does
+        not take is a settings error at load (exit 2), not a failed fit at the first refit (as the simulator's
+        scenario loader checks ``modelParams``)."""
+        model, params = _name("forecast", "model"), _name("forecast", "model_params")
+        if self.model == AUTO_MODEL:
+            if self.model_params:
+                raise ValueError(
+                    f"{params}: not used with {model} 'auto' (every candidate keeps its defaults); name one model "
+                    "or remove them"
+                )
+            return self
+        if "quantiles" in self.model_params:
+            raise ValueError(f"{params}: quantiles come from each policy's spec.forecast.quantile, not from here")
+        if not self.model_params and ":" not in self.model:
+            return self  # a registered forecaster with its defaults builds (and its import costs a second)
+        try:
+            cls = _forecaster_class(self.model)
+        except ValueError as exc:
+            raise ValueError(f"{model}: {exc}") from None
+        from autoscaler.sim.scenario import _checked_model_params  # converts and type-checks as the scenario does
+
+        try:
+            checked = _checked_model_params(cls, self.model_params)
+            _build_forecaster(self.model, cls, checked)
+        except (ValueError, TypeError) as exc:
+            problem = _cut(str(exc).removeprefix("modelParams."))
+            if isinstance(exc, TypeError):  # an unexpected keyword argument: say which ones it takes
+                problem += f"; it takes {', '.join(_parameters(cls)) or 'none'}"
+            raise ValueError(f"{params}: {problem} (forecaster {_echo(self.model)})") from None
+        self.model_params = checked
+        return self
 
     @field_validator("auto_candidates")
     @classmethod
@@ -494,12 +634,17 @@ class Settings(BaseSettings):
         extra="forbid",
         validate_default=True,
         case_sensitive=False,
+        allow_inf_nan=False,
     )
 
     config_file: Path | None = Field(
         None, description="YAML or JSON file with these settings (also --config); the environment overrides it"
     )
-    tick_interval_seconds: float = Field(15.0, gt=0, description="seconds between control ticks (HPA sync: 15 s)")
+    tick_interval_seconds: float = Field(
+        15.0,
+        gt=0,
+        description=f"seconds between control ticks, at least {MIN_TICK_INTERVAL_SECONDS:g} s (HPA sync: 15 s)",
+    )
     refit_interval_seconds: float = Field(
         900.0, gt=0, description="seconds between forecast refits (runs in its own job, never inside a tick)"
     )
@@ -541,6 +686,13 @@ class Settings(BaseSettings):
     @classmethod
     def _namespaces(cls, value: Any) -> Any:
         return _split_namespaces(value)
+
+    @field_validator("tick_interval_seconds")
+    @classmethod
+    def _tick_minimum(cls, value: float) -> float:
+        if value < MIN_TICK_INTERVAL_SECONDS:  # after gt=0, whose message (must be > 0) stays for 0 and below
+            raise ValueError(f"must be >= {MIN_TICK_INTERVAL_SECONDS:g}")
+        return value
 
     @model_validator(mode="after")
     def _horizon_after_refit(self) -> Settings:
@@ -601,19 +753,39 @@ class _DictSource(PydanticBaseSettingsSource):
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """A YAML or JSON mapping (JSON is YAML), with errors that say which file and why."""
+    """A YAML or JSON mapping (JSON is YAML) of UTF-8 text without duplicate keys, with errors that say which file
+    and why."""
+    where = f"{CONFIG_FILE_ENV} / --config: {path}"
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise SettingsError(f"{CONFIG_FILE_ENV} / --config: cannot read {path}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SettingsError(
+            f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column {column}); "
+            "settings are a YAML or JSON file"
+        ) from None
+    from autoscaler.sim.scenario import _UniqueKeyLoader  # safe_load, except that a key given twice is an error
+
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
-        raise SettingsError(f"{CONFIG_FILE_ENV} / --config: {path} is not valid YAML/JSON: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SettingsError(f"{where} is not valid YAML/JSON: {_cut(problem)}{at}") from None
+    except RecursionError:
+        raise SettingsError(f"{where} is not valid YAML/JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise SettingsError(f"{where} is not valid YAML/JSON: {_cut(str(exc))}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise SettingsError(f"{CONFIG_FILE_ENV} / --config: {path} must hold a mapping, got {type(data).__name__}")
+        raise SettingsError(f"{where} must hold a mapping, got {type(data).__name__}")
     return data
 
 
@@ -645,9 +817,52 @@ def _prometheus_settings(file_values: Mapping[str, Any], overrides: Mapping[str,
     )
 
 
+def _known_below(annotation: Any, parts: list[str]) -> bool:
+    """Whether ``parts`` (an environment variable's ``__``-separated rest) names a setting inside ``annotation``:
+    a field of a group, a key of a mapping (``AUTOSCALER_NODE_POOLS__POOLS__A100``) and what its value holds."""
+    if not parts:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        field = annotation.model_fields.get(parts[0].lower())
+        return field is not None and _known_below(field.annotation, parts[1:])
+    if typing.get_origin(annotation) is dict:
+        return bool(parts[0]) and _known_below(typing.get_args(annotation)[1], parts[1:])
+    return annotation is Any
+
+
+def _unknown_variable(key: str, value: str) -> str | None:
+    """The error line of an ``AUTOSCALER_*`` variable that is no setting, or None when it is one (or is read
+    elsewhere: ``NOT_SETTINGS``, Kubernetes service links)."""
+    name = key.upper()
+    if name in NOT_SETTINGS or _SERVICE_LINK.fullmatch(name):
+        return None
+    if name.endswith("_PORT") and _SERVICE_LINK_PORT.fullmatch(value):
+        return None
+    rest = name.removeprefix(ENV_PREFIX)
+    group = PROMETHEUS_GROUP.upper()
+    if rest == group or rest.startswith(group + ENV_NESTED_DELIMITER):
+        return None  # reported with their own advice
+    if rest.startswith(group + "_"):
+        field = rest.removeprefix(group + "_").lower()
+        if field in PrometheusSettings.model_fields:
+            return None
+        key_name = f"{PROMETHEUS_GROUP}.{field}"
+    else:
+        parts = rest.split(ENV_NESTED_DELIMITER)
+        if parts[0].lower() != PROMETHEUS_GROUP and _known_below(Settings, parts):
+            return None
+        key_name = ".".join(part.lower() for part in parts)
+    known = [row[0] for row in settings_table()] + [env_name((n,)) for n in Settings.model_fields if n != group.lower()]
+    guess = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    hint = f"; did you mean {guess[0]}?" if guess else "; see `autoscaler run --list-settings`"
+    return f"{_cut(key, ECHO_LIMIT)} ({_cut(key_name, ECHO_LIMIT)}): unknown setting (typo?){hint}"
+
+
 def _environment_problems() -> list[str]:
     """Mistakes in the environment that would not reach validation, one line each.
 
+    An ``AUTOSCALER_*`` variable that names no setting is an error, as an unknown key of the file is: pydantic-settings
+    ignores it, so a typo (``AUTOSCALER_TICK_INTERVAL``) would start the controller with the default.
     A whole group may be given as one JSON object (``AUTOSCALER_HTTP='{"port": 9000}'``, merged with the
     ``AUTOSCALER_HTTP__*`` variables); pydantic-settings decodes it before validation, so its syntax is checked here.
     The Prometheus group has no such form: its settings are flat variables of their own (``AUTOSCALER_PROMETHEUS_URL``).
@@ -659,6 +874,11 @@ def _environment_problems() -> list[str]:
         problems.append(
             f"{', '.join(doubled)}: the Prometheus settings use a single underscore, e.g. {PROMETHEUS_ENV_PREFIX}URL"
         )
+    for key, value in sorted(os.environ.items()):
+        if key.upper().startswith(ENV_PREFIX):
+            unknown = _unknown_variable(key, value)
+            if unknown is not None:
+                problems.append(unknown)
     groups = {
         env_name((name,)): (name, info.annotation)
         for name, info in Settings.model_fields.items()
@@ -700,6 +920,8 @@ def describe_validation_error(error: ValidationError, prefix: tuple[str, ...] = 
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown setting (typo?)"
+        if item["type"] == "finite_number":
+            message = "must be a finite number"
         if item["type"] in ("greater_than", "greater_than_equal", "less_than_equal"):
             op, bound = {
                 "greater_than": (">", "gt"),
@@ -707,13 +929,16 @@ def describe_validation_error(error: ValidationError, prefix: tuple[str, ...] = 
                 "less_than_equal": ("<=", "le"),
             }[item["type"]]
             message = f"must be {op} {item['ctx'][bound]:g}"
+        message = _cut(message)
         if ENV_PREFIX in message:
             lines.append(message)  # a cross-field check that already names its settings
         elif loc:
-            key = ".".join(str(part) for part in loc)
-            lines.append(f"{env_name(loc)} ({key}): {message} (got {item.get('input')!r})")
+            key = _cut(".".join(str(part) for part in loc), ECHO_LIMIT)
+            lines.append(f"{_cut(env_name(loc), ECHO_LIMIT)} ({key}): {message} (got {_echo(item.get('input'))})")
         else:
             lines.append(message)
+    if len(lines) > MAX_LISTED_PROBLEMS:
+        lines[MAX_LISTED_PROBLEMS:] = [f"... and {len(lines) - MAX_LISTED_PROBLEMS:,} more"]
     return "invalid settings:\n  " + "\n  ".join(lines)
 
 

@@ -35,7 +35,11 @@ class PrometheusSettings(BaseSettings):
     """How to reach Prometheus and what to ask it."""
 
     model_config = SettingsConfigDict(
-        env_prefix="AUTOSCALER_PROMETHEUS_", extra="forbid", validate_default=True, case_sensitive=False
+        env_prefix="AUTOSCALER_PROMETHEUS_",
+        extra="forbid",
+        validate_default=True,
+        case_sensitive=False,
+        allow_inf_nan=False,  # inf or NaN in a duration or window breaks every query at run time
     )
 
     # ---- connection ---------------------------------------------------------------------------------------------

@@ -224,14 +224,14 @@ def test_bad_json_exits_2_naming_the_variable(command: str, env: str) -> None:
 
 
 def test_valid_json_values_still_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AUTOSCALER_FORECAST__MODEL_PARAMS", '{"season": 24}')
+    monkeypatch.setenv("AUTOSCALER_FORECAST__MODEL_PARAMS", '{"residual_window": 2880}')  # a PhaseNaive parameter
     monkeypatch.setenv("AUTOSCALER_NODE_POOLS__POOLS", '{"a100": "md-a100"}')
     monkeypatch.setenv("AUTOSCALER_PROMETHEUS_EXTRA_HEADERS", '{"X-Scope-OrgID": "team-a"}')
     monkeypatch.setenv("AUTOSCALER_HTTP", '{"port": 9000}')
     monkeypatch.setenv("AUTOSCALER_HTTP__BIND_ADDRESS", "127.0.0.1")  # merged with the group's JSON
     monkeypatch.setenv("AUTOSCALER_NAMESPACES", '["ml", "search"]')
     s = load_settings()
-    assert s.forecast.model_params == {"season": 24}
+    assert s.forecast.model_params == {"residual_window": 2880}
     assert s.node_pools.pools == {"a100": "md-a100"}
     assert s.prometheus.extra_headers == {"X-Scope-OrgID": "team-a"}
     assert (s.http.port, s.http.bind_address) == (9000, "127.0.0.1")
