@@ -24,13 +24,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
 from autoscaler.adapters.prometheus_settings import PrometheusSettings
+from autoscaler.yaml_input import YamlProblem, load_yaml
 
 ENV_PREFIX = "AUTOSCALER_"
 ENV_NESTED_DELIMITER = "__"
@@ -769,19 +769,11 @@ def read_config_file(path: Path) -> dict[str, Any]:
             f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column {column}); "
             "settings are a YAML or JSON file"
         ) from None
-    from autoscaler.sim.scenario import _UniqueKeyLoader  # safe_load, except that a key given twice is an error
-
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SettingsError(f"{where} is not valid YAML/JSON: {_cut(problem)}{at}") from None
-    except RecursionError:
-        raise SettingsError(f"{where} is not valid YAML/JSON: nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise SettingsError(f"{where} is not valid YAML/JSON: {_cut(str(exc))}") from None
+        data = load_yaml(text)  # safe, and a key given twice is an error
+    except YamlProblem as exc:
+        at = f" (line {exc.line}, column {exc.column})" if exc.line is not None else ""
+        raise SettingsError(f"{where} is not valid YAML/JSON: {_cut(exc.problem)}{at}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -32,7 +32,6 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -45,6 +44,7 @@ from pydantic import (
 )
 
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, GPUScalingPolicySpec
+from autoscaler.yaml_input import YamlProblem, load_yaml
 
 BUILTIN_PREFIX = "builtin:"
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -753,27 +753,6 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     return scenario
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, except that a key given twice in one mapping is an error (not: the last one wins)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base`: the keys written beside it override the merged ones, as YAML says
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:
-                continue  # an unhashable key: the base class reports it
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
-                )
-        return super().construct_mapping(node, deep=deep)
-
-
 def _read_scenario_text(path: Path) -> str:
     problem = None
     raw = b""
@@ -806,14 +785,10 @@ def load_scenario(path: str | Path) -> tuple[Scenario, Path]:
     path = Path(path)
     text = _read_scenario_text(path)
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ScenarioError(f"{path}{where}: not valid YAML: {problem}") from None
-    except RecursionError:
-        raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
+        data = load_yaml(text)  # safe, and a key given twice is an error
+    except YamlProblem as error:
+        where = f":{error.line}:{error.column}" if error.line is not None else ""
+        raise ScenarioError(f"{path}{where}: not valid YAML: {error.problem}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: a scenario is a YAML mapping with nodePools and services")
     return parse_scenario(data, str(path)), path.parent

@@ -1,0 +1,59 @@
+"""YAML input written by people (controller settings files, simulator scenarios): safe loading, duplicate keys refused,
+and every way a text can fail to be YAML turned into one ``YamlProblem`` with where it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (not: the last one wins)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base`: the keys written beside it override the merged ones, as YAML says
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # an unhashable key: the base class reports it
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+@dataclass(frozen=True)
+class YamlProblem(Exception):
+    """Why a text is not YAML the loader accepts; ``line`` and ``column`` count from 1 (None: not known)."""
+
+    problem: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        return self.problem
+
+
+def load_yaml(text: str) -> Any:
+    """The document in ``text`` (``UniqueKeyLoader``: no arbitrary objects, no duplicate keys). ``YamlProblem`` for
+    invalid YAML, nesting too deep to load, or a value Python refuses (an integer of more than 4,300 digits)."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if mark is None:
+            raise YamlProblem(problem) from None
+        raise YamlProblem(problem, mark.line + 1, mark.column + 1) from None
+    except RecursionError:
+        raise YamlProblem("nested too deeply") from None
+    except ValueError as exc:
+        raise YamlProblem(str(exc)) from None
