@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
-from autoscaler.adapters.prometheus_settings import PrometheusSettings
+from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range
 from autoscaler.yaml_input import YamlProblem, load_yaml
 
 ENV_PREFIX = "AUTOSCALER_"
@@ -122,6 +122,11 @@ def _json_object(value: Any) -> Any:
 class _Group(BaseModel):
     # allow_inf_nan=False: inf or NaN in a duration breaks at run time (datetime overflow, a Lease it cannot write)
     model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _durations_in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        return duration_in_range(value, info.field_name)
 
 
 class LeaderElectionSettings(_Group):
@@ -636,6 +641,11 @@ class Settings(BaseSettings):
         case_sensitive=False,
         allow_inf_nan=False,
     )
+
+    @field_validator("*")
+    @classmethod
+    def _durations_in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        return duration_in_range(value, info.field_name)
 
     config_file: Path | None = Field(
         None, description="YAML or JSON file with these settings (also --config); the environment overrides it"

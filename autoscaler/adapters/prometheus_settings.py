@@ -31,6 +31,19 @@ TEMPLATE_PLACEHOLDERS: dict[str, str] = {
 SERVICE_PLACEHOLDERS: tuple[str, ...] = ("namespace", "name")
 
 
+# The longest duration a ``*_seconds`` setting may have: longer is a mistake, and 1e300 s breaks at run time as inf
+# does (a request deadline or a Lease time past what a datetime can hold).
+MAX_DURATION_SECONDS = 366 * 86_400.0
+
+
+def duration_in_range(value: Any, field_name: str | None) -> Any:
+    """``value``, or ValueError when a ``*_seconds`` setting is longer than ``MAX_DURATION_SECONDS``."""
+    duration = bool(field_name) and str(field_name).endswith("_seconds") and isinstance(value, int | float)
+    if duration and value > MAX_DURATION_SECONDS:
+        raise ValueError(f"must be at most {MAX_DURATION_SECONDS:,.0f} seconds (a year)")
+    return value
+
+
 class PrometheusSettings(BaseSettings):
     """How to reach Prometheus and what to ask it."""
 
@@ -41,6 +54,11 @@ class PrometheusSettings(BaseSettings):
         case_sensitive=False,
         allow_inf_nan=False,  # inf or NaN in a duration or window breaks every query at run time
     )
+
+    @field_validator("*")
+    @classmethod
+    def _durations_in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        return duration_in_range(value, info.field_name)
 
     # ---- connection ---------------------------------------------------------------------------------------------
     url: str = Field(

@@ -404,3 +404,16 @@ def test_a_bad_forecaster_stops_run_at_load() -> None:
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == 2, result.stdout + result.stderr
     assert "AUTOSCALER_FORECAST__MODEL_PARAMS (forecast.model_params)" in result.stdout
+
+
+DURATIONS = [(env, key) for env, key in FLOATS if key.endswith("_seconds")]
+
+
+@pytest.mark.parametrize(("env", "key"), DURATIONS, ids=[env for env, _ in DURATIONS])
+def test_every_duration_is_at_most_a_year(monkeypatch: pytest.MonkeyPatch, env: str, key: str) -> None:
+    """1e300 s is finite, and breaks at run time as inf does (a request deadline past what a datetime holds). Some
+    durations have a tighter bound of their own."""
+    text = settings_error(monkeypatch, {env: "1e300"})
+    bound = re.search(rf"{env} \({re.escape(key)}\): must be (?:at most ([\d,]+) seconds \(a year\)|<= ([\d.]+))", text)
+    assert bound is not None, text
+    assert float((bound.group(1) or bound.group(2)).replace(",", "")) <= 366 * 86_400
