@@ -78,6 +78,27 @@ class ChangedSinceRead(PortError):
     tick's read and the write). Nothing was changed; the next tick decides on fresh data."""
 
 
+def refuse_replicas_changed(what: str, live: int, expected: int | None) -> None:
+    """``ChangedSinceRead`` when a Deployment's live replicas are not the ``expected`` ones its scale was decided
+    from (None: no precondition). Every ``ClusterWriter.scale_deployment`` asks this before writing."""
+    if expected is not None and live != expected:
+        raise ChangedSinceRead(
+            f"{what}: not written: the Deployment changed from {expected} to {live!r} replicas since the tick read it; "
+            "the next tick decides on fresh data"
+        )
+
+
+def refuse_pool_size_changed(what: str, live: int, expected: int | None) -> None:
+    """``ChangedSinceRead`` when a pool's live size is not the ``expected`` one its resize was planned from (None:
+    no precondition): an absolute write over a size the plan did not see could shrink a pool that a scale-up meant
+    to grow (5 requested, 3 registered, "+1: 3 -> 4" writes 4). Every ``NodePoolScaler.scale`` asks this."""
+    if expected is not None and live != expected:
+        raise ChangedSinceRead(
+            f"{what}: the pool's size is {live}, not the {expected} the plan was made from; not written (the next "
+            "tick plans from the live size)"
+        )
+
+
 class WriteNotAllowed(PortError):
     """Not written: the write guard said no just before the request (not the leader any more, a write deadline
     passed). Nothing was changed by that request."""

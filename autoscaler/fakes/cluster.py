@@ -34,7 +34,15 @@ from autoscaler.core.cluster import (
     PodInfo,
     WorkloadInfo,
 )
-from autoscaler.ports import ChangedSinceRead, EvictionOutcome, PortError, WriteGuard, WriteNotAllowed
+from autoscaler.ports import (
+    ChangedSinceRead,
+    EvictionOutcome,
+    PortError,
+    WriteGuard,
+    WriteNotAllowed,
+    refuse_pool_size_changed,
+    refuse_replicas_changed,
+)
 
 OPS = (
     "snapshot",
@@ -280,12 +288,11 @@ class FakeCluster:
             if dep.spec_replicas == replicas:
                 self._record("scale_deployment", args, "unchanged")
                 return
-            if expected_replicas is not None and dep.spec_replicas != expected_replicas:
+            try:
+                refuse_replicas_changed(f"scale deployment {key} to {replicas}", dep.spec_replicas, expected_replicas)
+            except ChangedSinceRead:
                 self._record("scale_deployment", args, "changed")
-                raise ChangedSinceRead(
-                    f"scale deployment {key} to {replicas}: not written: the Deployment changed from "
-                    f"{expected_replicas} to {dep.spec_replicas} replicas since the tick read it"
-                )
+                raise
             self._may_write("scale_deployment", args, can_write)
             ready = replicas if self.ready_follows_spec else min(dep.ready_replicas, replicas)
             self.deployments[key] = replace(dep, spec_replicas=replicas, ready_replicas=ready)
@@ -441,9 +448,12 @@ class FakeCluster:
             except Exception:
                 self._record("scale", args, "failed")
                 raise
-            if expected is not None and state.size not in (expected, nodes):
-                self._record("scale", args, "changed")
-                raise ChangedSinceRead(f"scale pool {pool}: its size is {state.size}, not the {expected} the plan saw")
+            if state.size != nodes:  # already there is fine whatever the plan saw
+                try:
+                    refuse_pool_size_changed(f"scale pool {pool} to {nodes}", state.size, expected)
+                except ChangedSinceRead:
+                    self._record("scale", args, "changed")
+                    raise
             target = nodes
             if state.max_size is not None:
                 target = min(target, state.max_size)

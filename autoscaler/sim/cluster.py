@@ -52,7 +52,7 @@ from autoscaler.core.extender import MAX_EXTENDER_PRIORITY, fgd_scores_per_node,
 from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix
 from autoscaler.core.rebalance import REBALANCE_LABEL
 from autoscaler.core.victims import TrainingRules
-from autoscaler.ports import ChangedSinceRead, EvictionOutcome, PortError, WriteGuard
+from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, refuse_pool_size_changed
 
 PREEMPTIBLE_LABEL = TrainingRules().non_preemptible_label
 APP_LABEL = "app"  # a Deployment's replicas carry app=<deployment name> (what a PodDisruptionBudget selects)
@@ -782,8 +782,8 @@ class SimCluster:
 
     def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
         spec = self._pool(pool)
-        if expected is not None and len(spec.nodes) != expected and len(spec.nodes) != nodes:
-            raise ChangedSinceRead(f"scale pool {pool}: its size is {len(spec.nodes)}, not the {expected} the plan saw")
+        if len(spec.nodes) != nodes:  # already there is fine whatever the plan saw
+            refuse_pool_size_changed(f"scale pool {pool} to {nodes}", len(spec.nodes), expected)
         wanted = max(spec.min_nodes, min(spec.max_nodes, nodes))
         self.writes.append((self.now, "scale", (pool, wanted)))
         self._dirty = True

@@ -6,13 +6,9 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes import MachineDeploymentNodePools, make_node_pool_scaler
-from autoscaler.adapters.kubernetes.nodepool import (
-    PoolSizeChangedError,
-    UnknownPoolError,
-    node_pool_providers,
-    register_node_pool_provider,
-)
+from autoscaler.adapters.kubernetes.nodepool import UnknownPoolError, node_pool_providers, register_node_pool_provider
 from autoscaler.fakes.cluster import FakeCluster
+from autoscaler.ports import ChangedSinceRead
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -63,7 +59,7 @@ def test_a_resize_from_a_stale_size_writes_nothing(
     apiserver.seed(o.machine_deployment_crd(), o.machine_deployment("b", replicas=live))
     p = pools(api_client)
     if after == live and nodes != live:
-        with pytest.raises(PoolSizeChangedError, match=f"size is {live}, not the {expected}"):
+        with pytest.raises(ChangedSinceRead, match=f"size is {live}, not the {expected}"):
             p.scale("b", nodes, expected=expected)
     else:
         p.scale("b", nodes, expected=expected)

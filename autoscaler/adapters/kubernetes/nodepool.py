@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes._api import JSON, ConflictError, call_json, with_read_retries
-from autoscaler.ports import ChangedSinceRead, NodePoolScaler, PortError
+from autoscaler.ports import NodePoolScaler, PortError, refuse_pool_size_changed
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +29,6 @@ MERGE_PATCH = "application/merge-patch+json"
 
 class UnknownPoolError(PortError):
     """The plan names a pool that is not configured."""
-
-
-class PoolSizeChangedError(ChangedSinceRead):
-    """The pool's size is not the one the plan was made from (another writer resized it, or the plan counted the
-    registered nodes because the size could not be read): nothing written, the next tick plans from fresh data."""
-
-
-def check_expected_size(what: str, live: int, expected: int | None) -> None:
-    """Refuse an absolute resize made from a stale count: writing ``nodes`` over a live size the plan did not see
-    could shrink a pool that a scale-up was meant to grow (5 requested, 3 registered, "+1: 3 -> 4" writes 4)."""
-    if expected is not None and live != expected:
-        raise PoolSizeChangedError(
-            f"{what}: the pool's size is {live}, not the {expected} the plan was made from; "
-            f"not written (the next tick plans from the live size)"
-        )
 
 
 class MachineDeploymentNodePools:
@@ -132,7 +117,7 @@ class MachineDeploymentNodePools:
 
     def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
         """Set the pool's size (idempotent), clamped to its min/max annotations. ``expected``: the size the plan
-        was made from; a different live size raises ``PoolSizeChangedError`` and writes nothing."""
+        was made from; a different live size raises ``ChangedSinceRead`` and writes nothing."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
         name = self._md_name(pool)
@@ -141,7 +126,7 @@ class MachineDeploymentNodePools:
             md = self._get(what, name)
             live = int((md.get("spec") or {}).get("replicas") or 0)
             if live != nodes:  # already there is fine whatever the plan saw
-                check_expected_size(what, live, expected)
+                refuse_pool_size_changed(what, live, expected)
             low, high = _bounds(md)
             target = nodes
             if high is not None and target > high:

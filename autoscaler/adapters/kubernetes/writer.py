@@ -50,7 +50,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     WorkloadKind,
 )
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
-from autoscaler.ports import ChangedSinceRead, EvictionOutcome, PortError, WriteGuard, WriteNotAllowed
+from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, WriteNotAllowed, refuse_replicas_changed
 
 log = logging.getLogger(__name__)
 
@@ -232,17 +232,7 @@ class KubeClusterWriter:
             live = (scale.get("spec") or {}).get("replicas", 0)
             if live == replicas:
                 return None
-            if expected_replicas is not None and live != expected_replicas:
-                log.info(
-                    "%s: not written: the Deployment has %r replicas, the decision was made from %d",
-                    what,
-                    live,
-                    expected_replicas,
-                )
-                raise ChangedSinceRead(
-                    f"{what}: not written: the Deployment changed from {expected_replicas} to {live!r} replicas since "
-                    "the tick read it; the next tick decides on fresh data"
-                )
+            refuse_replicas_changed(what, live, expected_replicas)
             rv = scale["metadata"]["resourceVersion"]
             return {"metadata": {"resourceVersion": rv}, "spec": {"replicas": replicas}}
 
