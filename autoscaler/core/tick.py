@@ -126,13 +126,14 @@ def read_forecasts(
     tick: TickInput,
     config: ForecastReadConfig,
     capacity: CapacityConfig | None = None,
-    headrooms: Mapping[str, Headroom] | None = None,
+    earn_headroom: bool = False,
 ) -> dict[str, ServiceForecastView]:
     """The forecast view (floor, lead, demand) of every forecasting service. Higher priority first: it gets the
     free GPUs, the others' leads then include node boot. With capacity arbitration that may preempt, the GPUs of
-    preemptible training count as free: taking them is immediate, no node has to boot. ``headrooms``: what each
-    ACTIVE service earned (``earn_headrooms``), applied to its floor (``_floor_at_headroom``) and shown in its view."""
-    headrooms = headrooms or {}
+    preemptible training count as free: taking them is immediate, no node has to boot. ``earn_headroom``: each
+    ACTIVE service's earned headroom (``_earned``) is applied to its floor (``_floor_at_headroom``) and shown in its
+    view, as the tick decides with it."""
+    rules = config.headroom if earn_headroom else None
     cold_starts = cold_starts_by_service(tick.snapshot)
     free = free_gpus(tick.snapshot)
     if capacity is not None and capacity.preempt:
@@ -154,7 +155,7 @@ def read_forecasts(
                 floor = ReplicaFloor(0, Reason.FORECAST_MISSING, "no forecast fitted yet", usable=False,
                                      down_window_s=lead)
             message = "no forecast fitted yet"
-            headroom = headrooms.get(key)
+            headroom = _earned(policy, pub, floor, tick.now, config, rules)
             views[key] = ServiceForecastView(
                 key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(floor, headroom, message), lead,
                 None, message, headroom,
@@ -164,7 +165,7 @@ def read_forecasts(
         if rate is None:
             message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
             demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
-            headroom = headrooms.get(key)
+            headroom = _earned(policy, pub, None, tick.now, config, rules)
             views[key] = ServiceForecastView(
                 key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(None, headroom, message), lead,
                 demand, message, headroom,
@@ -212,23 +213,7 @@ def read_forecasts(
                 0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False, down_window_s=down_window
             )
         demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
-        headroom = headrooms.get(key)
-        if headroom is not None and config.headroom is not None and (
-            (floor is not None and not floor.usable) or pub.quantile != fp.quantile
-        ):
-            # The headroom is earned by the forecast the floor reads: one the floor cannot use this tick (a horizon
-            # that no longer reaches now + lead, a quantile the fit lacks) earns nothing either, and a coverage
-            # measured at another quantile says nothing about this one.
-            same_level = pub.quantile == fp.quantile
-            why = floor.detail if floor is not None and not floor.usable else "the forecast quantile changed"
-            headroom = earned_headroom(
-                policy,
-                coverage=pub.coverage if same_level else None,
-                scored=pub.coverage_samples if same_level else 0,
-                usable=False,
-                why_unusable=why,
-                config=config.headroom,
-            )
+        headroom = _earned(policy, pub, floor, tick.now, config, rules)
         views[key] = ServiceForecastView(
             key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(floor, headroom, ""), lead, demand,
             headroom=headroom,
@@ -258,30 +243,43 @@ def _demand(
         return None
 
 
-def earn_headrooms(tick: TickInput, config: ForecastReadConfig) -> dict[str, Headroom]:
-    """The headroom (``core.headroom``) of every ACTIVE forecasting service, from its published forecast."""
-    if config.headroom is None:
-        return {}
-    out = {}
-    for key, policy in tick.policies.items():
-        if not wants_headroom(policy):
-            continue
-        pub = tick.forecasts.get(key)
-        if pub is None:
-            usable, why, coverage, scored = False, "no forecast fitted yet", None, 0
-        else:
-            age = tick.now - pub.latest.refit_time
-            max_age = config.max_fit_age_periods * config.refit_period_s
-            coverage, scored = pub.coverage, pub.coverage_samples
-            usable, why = True, ""
-            if age > max_age:
-                usable, why = False, f"fit is {age:.0f}s old"
-            elif not pub.latest.reliable:
-                usable, why = False, "forecast unreliable"
-        out[key] = earned_headroom(
-            policy, coverage=coverage, scored=scored, usable=usable, why_unusable=why, config=config.headroom
+def _earned(
+    policy: ServicePolicy,
+    pub: PublishedForecast | None,
+    floor: ReplicaFloor | None,
+    now: float,
+    config: ForecastReadConfig,
+    rules: HeadroomConfig | None,
+) -> Headroom | None:
+    """The headroom (``core.headroom``) an ACTIVE forecasting service earned with its published forecast; None for
+    other services or without ``rules``. It is earned by the forecast the floor reads: a fit too old or judged
+    unreliable, one the floor cannot use this tick (a horizon short of now + lead, a quantile the fit lacks) earns
+    nothing, and a coverage measured at another quantile says nothing about this one."""
+    if rules is None or not wants_headroom(policy):
+        return None
+    if pub is None:
+        return earned_headroom(
+            policy, coverage=None, scored=0, usable=False, why_unusable="no forecast fitted yet", config=rules
         )
-    return out
+    same_level = policy.forecast is not None and pub.quantile == policy.forecast.quantile
+    age = now - pub.latest.refit_time
+    why = ""
+    if age > config.max_fit_age_periods * config.refit_period_s:
+        why = f"fit is {age:.0f}s old"
+    elif not pub.latest.reliable:
+        why = "forecast unreliable"
+    elif floor is not None and not floor.usable:
+        why = floor.detail
+    elif not same_level:
+        why = "the forecast quantile changed"
+    return earned_headroom(
+        policy,
+        coverage=pub.coverage if same_level else None,
+        scored=pub.coverage_samples if same_level else 0,
+        usable=not why,
+        why_unusable=why,
+        config=rules,
+    )
 
 
 def decide_tick(
@@ -289,11 +287,8 @@ def decide_tick(
 ) -> tuple[Plan, ControllerState]:
     """One plan for every service of ``tick.policies``, and the state for the next tick."""
     config = config if config is not None else TickConfig()
-    headrooms = earn_headrooms(tick, config.forecast)
     # Only a policy with spec.forecast has a view: without one, skip reading the snapshot's cold starts and GPUs.
-    views = (
-        read_forecasts(tick, config.forecast, config.capacity, headrooms) if _any_forecasting(tick.policies) else {}
-    )
+    views = read_forecasts(tick, config.forecast, config.capacity, True) if _any_forecasting(tick.policies) else {}
     floors = {key: view.floor for key, view in views.items() if view.floor is not None}
     plan, new_state = decide(tick.observation, state, tick.policies, tick.now, floors=floors)
     plan = replace(plan, forecasts=MappingProxyType(views))
