@@ -346,12 +346,9 @@ class SlidingQuantiles:
         self.changes += shift + added
         return True
 
-    def quantiles(self) -> FloatArray:
-        """The weighted quantile at each level (midpoint interpolation of the weighted empirical CDF)."""
-        return np.array(self.quantile_list())
-
     def quantile_list(self) -> list[float]:
-        """``quantiles`` as a list (several sets' lists stack into one array faster than their arrays do)."""
+        """The weighted quantile at each level (midpoint interpolation of the weighted empirical CDF), as a list:
+        several sets' lists stack into one array faster than their arrays do."""
         values, weights, total, index, below_at = self.values, self.weights, self.total, self.index, self.below
         last = len(values) - 1
         out = []
