@@ -71,6 +71,7 @@ from autoscaler.core.tick import (
 )
 from autoscaler.ports import MetricsSource
 from autoscaler.telemetry import Telemetry
+from forecast.registry import BAND_LEVELS
 from forecast.types import Forecast, ForecastQuality, assess_reliability
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ log = logging.getLogger("autoscaler.forecasting")
 SIGNAL = "request_rate"  # the demand signal forecast (requests/s, whole service)
 BASELINE = "seasonal_naive"  # every model is judged against it (forecast.registry.BASELINE)
 AUTO = "auto"
-BASE_LEVELS = (0.1, 0.5, 0.9)  # always fitted beside the provisioned quantile: the median scores MAE
+BASE_LEVELS = BAND_LEVELS  # always fitted beside the provisioned quantile: the median scores MAE
 # Bootstrap backtest origins are spread over the latest day at most this far apart (different times of day).
 BOOTSTRAP_SPACING_S = 6 * 3600.0
 # A history whose newest valid sample is more than this many steps old is not fitted: the service's metric is gone.

@@ -23,14 +23,14 @@ import functools
 import math
 import warnings
 from collections.abc import Hashable, Sequence
-from typing import Self
+from typing import ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from forecast.preprocessing import FloatArray, as_series, clip_outliers, fill_gaps
+from forecast.preprocessing import FloatArray, as_series, clip_outliers, fill_missing
 from forecast.types import Forecast
 
 DEFAULT_QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -63,6 +63,11 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
     quantiles: Sequence[float]
     nonnegative: bool
     clip_outliers: float | None
+    # True where each level is learnt on its own and the levels never cross (empirical quantiles of residuals): a
+    # forecast fitted with fewer levels then has the same values at the levels it keeps, so a caller that reads one
+    # level (the simulator) may fit only that one. False where levels can cross and the rearrangement in ``predict``
+    # moves values between them (quantile regression), or where that was not checked.
+    levels_independent: ClassVar[bool] = False
 
     # -- public API ------------------------------------------------------------------------------------------------
     def fit(self, y: npt.ArrayLike, *, start: float = 0.0, step_s: float = 60.0) -> Self:
@@ -87,15 +92,16 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
         values = np.asarray(self._predict(horizon), dtype=np.float64)
         if values.shape != (len(self.levels_), horizon):
             raise RuntimeError(f"{type(self).__name__}._predict returned shape {values.shape}")
-        values = np.where(np.isfinite(values), values, np.nan)
-        if np.isnan(values).any():
-            # A diverged fit must not reach the policy as NaN; the last observed value is the safest stand-in.
-            values = np.where(np.isnan(values), self.last_value_, values)
+        finite = np.isfinite(values)
+        if not finite.all():
+            # A diverged fit must not reach the policy as NaN or inf; the last observed value is the safest stand-in.
+            values = np.where(finite, values, self.last_value_)
         if self.nonnegative:
             values = np.maximum(values, 0.0)
-        # Rearrangement (sorting across levels at each step) turns crossing quantiles into valid ones and never
-        # increases pinball loss (Chernozhukov, Fernandez-Val & Galichon 2010).
-        values = np.sort(values, axis=0)
+        if values.shape[0] > 1:
+            # Rearrangement (sorting across levels at each step) turns crossing quantiles into valid ones and never
+            # increases pinball loss (Chernozhukov, Fernandez-Val & Galichon 2010).
+            values = np.sort(values, axis=0)
         if not math.isfinite(self.forecast_start_):
             return Forecast(  # validated: it raises the error
                 start=self.forecast_start_,
@@ -121,7 +127,7 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
     # -- helpers for subclasses ------------------------------------------------------------------------------------
     def _prepare(self, y: npt.ArrayLike, start: float, step_s: float) -> FloatArray:
         start, step_s = check_time(start, step_s)
-        arr = fill_gaps(as_series(y))
+        arr = fill_missing(as_series(y))  # as_series copied: filled in place
         if self.clip_outliers is not None:
             arr = clip_outliers(arr, k=float(self.clip_outliers))
         self.start_ = start

@@ -40,6 +40,8 @@ class LastValue(BaseForecaster):
     Recent errors weigh more (halving every ``residual_half_life_s``), see ``forecast.base.residual_offsets``.
     """
 
+    levels_independent = True  # residual quantiles, one per level (BaseForecaster.levels_independent)
+
     def __init__(
         self,
         quantiles: Sequence[float] = DEFAULT_QUANTILES,
@@ -94,6 +96,8 @@ class SeasonalNaive(BaseForecaster):
     back to the naive forecast (period = one step) and sets ``fallback_ = True``, so a young service still gets a
     baseline (this is also what it is on the 1-hour Azure traces).
     """
+
+    levels_independent = True  # residual quantiles, one per level (BaseForecaster.levels_independent)
 
     def __init__(
         self,

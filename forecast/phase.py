@@ -111,6 +111,8 @@ class PhaseNaive(BaseForecaster):
     ``forecast.base.residual_offsets``).
     """
 
+    levels_independent = True  # residual quantiles, one per level (BaseForecaster.levels_independent)
+
     def __init__(
         self,
         quantiles: Sequence[float] = DEFAULT_QUANTILES,

@@ -38,7 +38,12 @@ def fill_gaps(y: npt.ArrayLike) -> FloatArray:
     Holding (rather than zero-filling) matters: a scrape gap is not a drop in demand. ValueError when nothing is
     observed at all.
     """
-    arr = as_series(y)
+    return fill_missing(as_series(y))
+
+
+def fill_missing(arr: FloatArray) -> FloatArray:
+    """``fill_gaps`` of a series ``as_series`` returned (float64, 1-D, non-empty, ±inf already NaN), in place; returns
+    ``arr``. For callers that hold such a fresh copy: one copy and one pass fewer than ``fill_gaps``."""
     missing = np.isnan(arr)
     if not missing.any():
         return arr

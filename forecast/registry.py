@@ -67,6 +67,8 @@ _MODELS: dict[str, _Entry] = {
 
 #: The model every other one is compared with (pinball ratio) and selection falls back to.
 BASELINE = "seasonal_naive"
+#: Levels a forecast always carries beside the one a service provisions for (the median scores MAE).
+BAND_LEVELS = (0.1, 0.5, 0.9)
 
 
 def available_models() -> dict[str, str]:

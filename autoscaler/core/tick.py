@@ -15,13 +15,14 @@ The plan carries the forecast views (``Plan.forecasts``) so that reporting does 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.cluster import (
     ClusterSnapshot,
+    NodeRoom,
     cold_starts_by_service,
     free_gpus,
     node_room,
@@ -122,6 +123,52 @@ class TickInput:
     pool_nodes: Mapping[str, int] | None = None
 
 
+class _SnapshotFacts:
+    """What ``read_forecasts`` derives from the cluster snapshot alone (cold starts, free and preemptible GPUs,
+    waiting work, room per node). A simulated cluster hands over the same pod, node and workload tuples tick after
+    tick until something changes, and these walks over every pod were a tenth of a forecasting tick there: they are
+    kept for the tuples they were computed from (immutable, held here, so their identity cannot be reused)."""
+
+    __slots__ = ("_preemptible", "_room", "cold_starts", "free", "nodes", "pods", "snapshot", "waiting", "workloads")
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self.pods, self.nodes, self.workloads = snapshot.pods, snapshot.nodes, snapshot.workloads
+        self.cold_starts: Mapping[str, Sequence[float]] = MappingProxyType(
+            {key: tuple(seconds) for key, seconds in cold_starts_by_service(snapshot).items()}
+        )
+        self.free = free_gpus(snapshot)
+        self.waiting = tuple(waiting_gpu_work(snapshot))
+        self._preemptible: dict[int, int] = {}
+        self._room: NodeRoom | None = None
+
+    def same_content(self, snapshot: ClusterSnapshot) -> bool:
+        return self.pods is snapshot.pods and self.nodes is snapshot.nodes and self.workloads is snapshot.workloads
+
+    def preemptible(self, below_priority: int) -> int:
+        found = self._preemptible.get(below_priority)
+        if found is None:
+            found = self._preemptible[below_priority] = preemptible_gpus(self.snapshot, below_priority)
+        return found
+
+    def room(self) -> NodeRoom:
+        if self._room is None:
+            self._room = node_room(self.snapshot)
+        return self._room
+
+
+_last_facts: list[_SnapshotFacts] = []  # one entry: the facts of the latest snapshot read
+
+
+def _snapshot_facts(snapshot: ClusterSnapshot) -> _SnapshotFacts:
+    kept = _last_facts[0] if _last_facts else None
+    if kept is not None and kept.same_content(snapshot):
+        return kept
+    facts = _SnapshotFacts(snapshot)
+    _last_facts[:] = [facts]
+    return facts
+
+
 def read_forecasts(
     tick: TickInput,
     config: ForecastReadConfig,
@@ -134,13 +181,14 @@ def read_forecasts(
     ACTIVE service's earned headroom (``_earned``) is applied to its floor (``_floor_at_headroom``) and shown in its
     view, as the tick decides with it."""
     rules = config.headroom if earn_headroom else None
-    cold_starts = cold_starts_by_service(tick.snapshot)
-    free = free_gpus(tick.snapshot)
+    facts = _snapshot_facts(tick.snapshot)
+    cold_starts = facts.cold_starts
+    free = facts.free
     if capacity is not None and capacity.preempt:
-        free += preemptible_gpus(tick.snapshot, capacity.training.preemptible_below_priority)
+        free += facts.preemptible(capacity.training.preemptible_below_priority)
     views: dict[str, ServiceForecastView] = {}
-    waiting = waiting_gpu_work(tick.snapshot) if config.contended_hold_s > 0 else []
-    room = node_room(tick.snapshot) if waiting else None
+    waiting = facts.waiting if config.contended_hold_s > 0 else ()
+    room = facts.room() if waiting else None
     free_ready = sum(room.free.values()) if room is not None else 0
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         fp = policy.forecast

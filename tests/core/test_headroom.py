@@ -23,7 +23,14 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.predictive import ForecastInput, PredictiveSettings, forecast_floor
 from autoscaler.core.reasons import Reason
-from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, TickConfig, TickInput, decide_tick
+from autoscaler.core.tick import (
+    ForecastReadConfig,
+    PublishedForecast,
+    TickConfig,
+    TickInput,
+    decide_tick,
+    read_forecasts,
+)
 from forecast.types import Forecast
 
 P99 = ForecastPolicy(ForecastMode.ACTIVE, 0.99)
@@ -295,3 +302,26 @@ def test_contended_hold(case: str, placed: tuple, pods: tuple, workloads: tuple,
     assert decision.desired_replicas == desired, (case, decision.detail)
     assert decision.reason is Reason.FORECAST_HOLD, case
     assert f"again within {window_s}s" in decision.detail, (case, decision.detail)
+
+
+def _started_replicas(cold_start_s: float, count: int = 5) -> tuple[PodInfo, ...]:
+    return tuple(
+        PodInfo("ml", f"chat-{k}", "n1", 1, 0, "Running", True, "Deployment", "chat", created_at=0.0,
+                ready_at=cold_start_s)
+        for k in range(count)
+    )  # fmt: skip
+
+
+def test_the_lead_follows_the_snapshot_read_even_when_derived_facts_are_kept_between_ticks() -> None:
+    """``read_forecasts`` keeps what it derives from the snapshot's pods and nodes (cold starts, free GPUs) while the
+    simulator hands over the same tuples; a re-timed snapshot reuses them, a changed one must not."""
+    nodes = (NodeInfo("n1", 8, None, None, True),)
+    published = PublishedForecast(POLICY.key, ForecastInput(flat_forecast(10.0), fitted_at=0.0), "flat", 0.99)
+    slow = ClusterSnapshot(0.0, pods=_started_replicas(120.0), nodes=nodes)
+    leads = []
+    for snapshot in (slow, dataclasses.replace(slow, time=15.0), ClusterSnapshot(30.0, pods=_started_replicas(40.0),
+                                                                                   nodes=nodes), slow):
+        tick = TickInput(snapshot.time, tick_at(snapshot.time, 10.0, 5, None).observation, snapshot,
+                         {POLICY.key: POLICY}, {POLICY.key: published})
+        leads.append(read_forecasts(tick, ForecastReadConfig())[POLICY.key].lead_s)
+    assert leads == [120.0, 120.0, 40.0, 120.0]  # observed p95 cold starts; the configured 90 s would be wrong

@@ -158,3 +158,32 @@ def test_bad_horizon_is_rejected(estimator: BaseForecaster, y: np.ndarray, horiz
     estimator.fit(y, start=START, step_s=STEP_S)
     with pytest.raises(ValueError):
         estimator.predict(horizon)  # type: ignore[arg-type]
+
+
+def test_a_model_whose_levels_are_independent_gives_the_same_values_with_fewer_levels(
+    estimator: BaseForecaster, y: np.ndarray
+) -> None:
+    """``levels_independent`` lets the simulator fit only the level it reads: the values at that level must be the
+    same as with the band beside it, after a fit and after updates (the kept residual sets slide per level)."""
+    if not type(estimator).levels_independent:
+        pytest.skip("levels may cross (or were not checked): the simulator fits the whole band")
+    gaps = y.copy()
+    gaps[50:53] = np.nan  # a gap: the values at each level must still not depend on the others
+    gaps[::37] *= 3.0  # bursts, so that spreads are skewed and levels far apart
+    for level in (0.9, 0.99):
+        full = clone(estimator).set_params(quantiles=(0.1, 0.5, 0.9, level) if level != 0.9 else (0.1, 0.5, 0.9))
+        alone = clone(estimator).set_params(quantiles=(level,))
+        for model in (full, alone):
+            model.fit(gaps[:-30], start=START, step_s=STEP_S)
+        assert alone.predict(6).values(level) == full.predict(6).values(level)
+        for end in range(gaps.size - 29, gaps.size + 1, 7):
+            full.update(gaps[:end], start=START)
+            alone.update(gaps[:end], start=START)
+            assert alone.predict(6).values(level) == full.predict(6).values(level), end
+
+
+def test_levels_independent_is_claimed_by_the_residual_quantile_models() -> None:
+    claimed = {name for name in available_models() if type(make_model(name)).levels_independent}
+    # the models the simulator fits at one level; quantile regression (levels learnt apart, may cross) is not one
+    assert {"last_value", "seasonal_naive", "phase_naive"} <= claimed
+    assert "quantile_gbm" not in claimed

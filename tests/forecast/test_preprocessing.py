@@ -7,10 +7,12 @@ from forecast.base import coarsen, expand, resample_factor, weighted_quantile
 from forecast.preprocessing import (
     DAY_S,
     WEEK_S,
+    as_series,
     clip_outliers,
     detect_periods,
     dominant_periods,
     fill_gaps,
+    fill_missing,
     seasonal_strength,
 )
 from tests.forecast.conftest import daily_series
@@ -106,3 +108,14 @@ def test_weighted_quantile_follows_the_weights() -> None:
     values = np.array([0.0, 10.0])
     assert weighted_quantile(values, np.array([1.0, 1.0]), [0.5])[0] == pytest.approx(5.0)
     assert weighted_quantile(values, np.array([1.0, 99.0]), [0.5])[0] > 9.0
+
+
+def test_fill_missing_fills_in_place_as_fill_gaps_does() -> None:
+    raw = np.array([np.nan, 2.0, np.inf, 4.0, np.nan, -np.inf])
+    arr = as_series(raw)
+    filled = fill_missing(arr)
+    assert filled is arr  # in place: the caller's fresh copy, no second one
+    np.testing.assert_array_equal(filled, fill_gaps(raw))
+    np.testing.assert_array_equal(filled, [2.0, 2.0, 3.0, 4.0, 4.0, 4.0])
+    with pytest.raises(ValueError, match="no finite value"):
+        fill_missing(as_series([np.nan, np.inf]))
