@@ -231,7 +231,12 @@ def build_runtime(
         elector = LeaderElector(
             store,
             le.identity,
-            ElectionTimings(le.lease_duration_seconds, le.renew_deadline_seconds, le.retry_period_seconds),
+            ElectionTimings(
+                le.lease_duration_seconds,
+                le.renew_deadline_seconds,
+                le.retry_period_seconds,
+                write_margin_s=settings.kubernetes.request_timeout_seconds,
+            ),
             on_started_leading=lambda: runtime_ref[0].on_started_leading(),
             on_stopped_leading=lambda: runtime_ref[0].on_stopped_leading(),
             on_error=lambda exc: telemetry.error("leader_election"),

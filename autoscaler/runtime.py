@@ -92,9 +92,11 @@ class Runtime:
     # -- leadership --
 
     def can_act(self) -> bool:
+        """Whether to decide and write now: not stopping, and the leader with time for a write to land before a
+        follower could take over (``LeaderElector.may_write``; the writer asks this before every request)."""
         if self._stopping.is_set():
             return False
-        return self.elector is None or self.elector.is_leader()
+        return self.elector is None or self.elector.may_write()
 
     def on_started_leading(self) -> None:
         self.telemetry.set_leader(True)

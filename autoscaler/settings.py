@@ -715,6 +715,21 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _writes_fit_in_the_lease(self) -> Settings:
+        # The leader writes only while the time since its last renewal plus a request's timeout is within the lease
+        # duration (LeaderElector.may_write); renewals come every retry period, so a leader that could not fit one
+        # request between two renewals would never write.
+        le, timeout = self.leader_election, self.kubernetes.request_timeout_seconds
+        if le.enabled and timeout + le.retry_period_seconds >= le.lease_duration_seconds:
+            raise ValueError(
+                f"{_name('kubernetes', 'request_timeout_seconds')} ({timeout:g}) + "
+                f"{_name('leader_election', 'retry_period_seconds')} ({le.retry_period_seconds:g}) must be < "
+                f"{_name('leader_election', 'lease_duration_seconds')} ({le.lease_duration_seconds:g}): "
+                "the leader stops writing a request timeout before its Lease could pass to another replica"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _stall_after_tick(self) -> Settings:
         if self.tick_stall_seconds <= self.tick_interval_seconds:
             raise ValueError(

@@ -207,6 +207,9 @@ class ElectionTimings:
     lease_duration_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
+    # Seconds a write may take to reach the API server (the request timeout): ``may_write`` stops writes this long
+    # before a follower could take the Lease over, so that a slow write cannot land beside the next leader's.
+    write_margin_s: float = 0.0
 
 
 class LeaderElector:
@@ -254,6 +257,18 @@ class LeaderElector:
         """True while this process holds the Lease *and* renewed it within the renew deadline."""
         with self._lock:
             leader = self._check_deadline()
+        self._fire()
+        return leader
+
+    def may_write(self) -> bool:
+        """``is_leader()``, and a request sent now reaches the API server before a follower may take over: the time
+        since the last renewal plus ``write_margin_s`` is within the lease duration. The renew deadline alone let a
+        write start 9.9 s after the last renewal and, with a 10 s request timeout, land 19.9 s after it, when a
+        follower may have been leading for 4.9 s (lease duration 15 s)."""
+        with self._lock:
+            leader = self._check_deadline() and (
+                self._monotonic() - self._last_renew + self._timings.write_margin_s < self._timings.lease_duration_s
+            )
         self._fire()
         return leader
 

@@ -315,6 +315,9 @@ def test_a_standby_replica_reads_its_own_snapshot_for_the_extender() -> None:
         def is_leader(self) -> bool:
             return False
 
+        def may_write(self) -> bool:
+            return False
+
     fake = FakeCluster(nodes=cluster_snapshot().nodes)
     snapshots = LatestSnapshot(fake)
     controller = Controller(

@@ -178,3 +178,60 @@ def test_background_loop_acquires_and_stop_releases() -> None:
     assert b.is_leader()
     assert time.monotonic() - started < 0.5  # well under the 1 s lease duration: released, not expired
     b.stop()
+
+
+def test_writes_stop_a_request_timeout_before_a_follower_could_take_over() -> None:
+    """A write that starts while the leader still leads can land a request timeout later: ``may_write`` stops writes
+    early enough that the latest one lands before the lease duration runs out (follower takeover), while
+    ``is_leader`` keeps the renew deadline for everything else."""
+    store, clock = InMemoryLeaseStore(), Clock()
+    a = LeaderElector(
+        store, "a", ElectionTimings(lease_duration_s=15, renew_deadline_s=10, retry_period_s=2, write_margin_s=10),
+        monotonic=clock, wall_clock=lambda: datetime.fromtimestamp(clock.t, UTC),
+    )  # fmt: skip
+    assert a.try_acquire_or_renew()
+    store.fail = PortError("API server slow")
+    seen = []
+    for elapsed in (0.0, 2.0, 4.9, 5.0, 7.0, 9.9, 10.0):
+        clock.t = 1000 + elapsed
+        seen.append((elapsed, a.is_leader(), a.may_write()))
+    assert seen == [
+        (0.0, True, True), (2.0, True, True), (4.9, True, True),  # 4.9 + 10 < 15: lands in time
+        (5.0, True, False), (7.0, True, False), (9.9, True, False),  # leader, but a write could land at 15+ s
+        (10.0, False, False),  # the renew deadline: not leading at all
+    ]  # fmt: skip
+    store.fail = None
+    assert a.try_acquire_or_renew()  # the holder renews its own Lease
+    assert a.may_write()  # and may write again
+
+
+def test_without_a_write_margin_may_write_is_is_leader() -> None:
+    store, clock = InMemoryLeaseStore(), Clock()
+    a = elector(store, "a", clock)
+    assert a.try_acquire_or_renew()
+    for elapsed in (0.0, 9.9, 10.0):
+        clock.t = 1000 + elapsed
+        assert a.may_write() == a.is_leader() == (elapsed < 10)
+
+
+def test_the_controller_writes_with_its_request_timeout_as_the_margin() -> None:
+    """``build_runtime`` hands the Kubernetes request timeout to the elector, and the runtime's write guard
+    (``can_act``, asked by the writer before every request) is ``may_write``."""
+    from kubernetes import client
+
+    from autoscaler.app import Adapters, build_runtime
+    from autoscaler.fakes.cluster import FakeCluster
+    from autoscaler.fakes.metrics import FakeMetricsSource
+    from autoscaler.settings import Settings
+    from tests.runtime.runtime_fakes import FakePolicies
+
+    fake = FakeCluster()
+    adapters = Adapters(metrics=FakeMetricsSource(), cluster=fake, writer=fake, policies=FakePolicies([]),
+                        status_writer=None, node_pools=None, api_client=client.ApiClient())  # fmt: skip
+    settings = Settings(leader_election={"enabled": True, "identity": "a"}, kubernetes={"request_timeout_seconds": 7})
+    runtime = build_runtime(settings, adapters, refit=lambda now: None, http=False)
+    assert runtime.elector is not None
+    assert runtime.elector._timings.write_margin_s == 7
+    runtime.elector.may_write = lambda: False  # type: ignore[method-assign]
+    runtime.elector.is_leader = lambda: True  # type: ignore[method-assign]
+    assert not runtime.can_act()  # leading, but no time for a write to land: nothing is written

@@ -101,6 +101,12 @@ def test_nested_env_and_comma_separated_namespaces(monkeypatch: pytest.MonkeyPat
             "(leader_election.renew_deadline_seconds) (20) must be < AUTOSCALER_LEADER_ELECTION__LEASE_DURATION",
         ),
         ("AUTOSCALER_TICK_STALL_SECONDS", "5", "AUTOSCALER_TICK_STALL_SECONDS (tick_stall_seconds) (5) must be >"),
+        (
+            # the leader writes only a request timeout before its Lease could pass on: 13 + 2 s leave no time
+            "AUTOSCALER_KUBERNETES__REQUEST_TIMEOUT_SECONDS",
+            "13",
+            "(kubernetes.request_timeout_seconds) (13) + AUTOSCALER_LEADER_ELECTION__RETRY_PERIOD_SECONDS",
+        ),
         ("AUTOSCALER_PROMETHEUS_URL", "prometheus:9090", "AUTOSCALER_PROMETHEUS_URL (prometheus.url)"),
         ("AUTOSCALER_PROMETHEUS__URL", "http://x", "single underscore"),
     ],
