@@ -875,6 +875,27 @@ def _unknown_variable(key: str, value: str) -> str | None:
     return f"{_cut(key, ECHO_LIMIT)} ({_cut(key_name, ECHO_LIMIT)}): unknown setting (typo?){hint}"
 
 
+def prometheus_environment_problems() -> list[str]:
+    """The mistakes ``_environment_problems`` finds among the ``AUTOSCALER_PROMETHEUS*`` variables, for commands that
+    read only the Prometheus settings (``autoscaler observe``): a typo there (``AUTOSCALER_PROMETHEUS_TIMEOUT``) must
+    not run the command with the default either."""
+    group_prefix = ENV_PREFIX + PROMETHEUS_GROUP.upper()
+    problems: list[str] = []
+    for key, value in sorted(os.environ.items()):
+        name = key.upper()
+        if name == group_prefix:
+            problems.append(
+                f"{key}: not a setting; use the {PROMETHEUS_ENV_PREFIX}* variables, e.g. {PROMETHEUS_ENV_PREFIX}URL"
+            )
+        elif name.startswith(group_prefix + ENV_NESTED_DELIMITER):
+            problems.append(f"{key}: the Prometheus settings use a single underscore, e.g. {PROMETHEUS_ENV_PREFIX}URL")
+        elif name.startswith(group_prefix + "_"):
+            unknown = _unknown_variable(key, value)
+            if unknown is not None:
+                problems.append(unknown)
+    return problems
+
+
 def _environment_problems() -> list[str]:
     """Mistakes in the environment that would not reach validation, one line each.
 

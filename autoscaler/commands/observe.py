@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from autoscaler.adapters.prometheus import connect, services_from_gpus
     from autoscaler.adapters.prometheus_settings import PrometheusSettings
     from autoscaler.ports import PortError
+    from autoscaler.settings import prometheus_environment_problems
 
     # The table shows every stale reason; the adapter's summary warning would only repeat the first one.
     logging.getLogger("autoscaler.adapters.prometheus").setLevel(logging.ERROR)
@@ -75,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         "insecure_skip_verify": args.insecure_skip_verify,
         "timeout_seconds": args.timeout,
     }
+    problems = prometheus_environment_problems()
+    if problems:
+        return _fail("invalid Prometheus settings: " + "; ".join(problems))
     try:
         settings = PrometheusSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:

@@ -398,6 +398,26 @@ def test_observe_command_unreachable(capsys: pytest.CaptureFixture[str]) -> None
     assert "cannot reach Prometheus" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ("AUTOSCALER_PROMETHEUS_TIMEOUT", "(prometheus.timeout): unknown setting (typo?); did you mean "
+                                          "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS?"),
+        ("AUTOSCALER_PROMETHEUS__URL", "the Prometheus settings use a single underscore"),
+    ],
+)  # fmt: skip
+def test_observe_command_refuses_a_misspelt_prometheus_variable(
+    canned: CannedPrometheus, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, env: str,
+    expected: str,
+) -> None:
+    """As ``autoscaler run`` does: a typo would otherwise run the command with the default (10 s timeout here)."""
+    monkeypatch.setenv(env, "3")
+    code = cli.main(["observe", "--prometheus-url", canned.url, "--time", str(NOW)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "invalid Prometheus settings" in err and expected in err
+
+
 def test_format_table_shows_reasons() -> None:
     policy = ServicePolicy("ml", "chat", metric=MetricKind.QUEUE_DEPTH, target=4)
     obs = Observation(
