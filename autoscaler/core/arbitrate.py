@@ -53,6 +53,10 @@ from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import GangCandidate, GpuNeed, TrainingRules, choose_victims, gangs_from_snapshot
 from forecast.types import Forecast
 
+# The forecast level read as a service's expected demand (consolidation: can it spare replicas for a cold start?).
+# Besides each service's provisioned quantile, the only level the tick reads: the simulator fits just these two.
+EXPECTED_LEVEL = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class CapacityConfig:
@@ -444,7 +448,7 @@ def _consolidation(
     for key, policy in {p.key: p for p in policies}.items():
         moving = sum(1 for pod in pods if f"{pod.namespace}/{pod.owner_name}" == key)
         keeps = _bound_replicas(arb.snapshot, policy) - moving
-        expected = _needed_replicas(arb, key, policy, arb.now, arb.now + policy.cold_start_s, quantile=0.5)
+        expected = _needed_replicas(arb, key, policy, arb.now, arb.now + policy.cold_start_s, quantile=EXPECTED_LEVEL)
         if expected is None:
             return f"{key} has no usable forecast to tell whether it can spare {moving} replica(s) for a cold start"
         if keeps < expected:

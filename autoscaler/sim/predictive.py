@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.core.arbitrate import CapacityConfig
+from autoscaler.core.arbitrate import EXPECTED_LEVEL, CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import ForecastInput
@@ -234,17 +234,19 @@ class PredictivePolicy(CorePolicy):
                 from forecast.base import carry_order_hints
                 from forecast.registry import BAND_LEVELS, BASELINE, make_model
 
-                # The controller fits the level the service provisions for plus the usual band; the simulator only
-                # reads the service's level, so it fits that alone where the others cannot change it (the same
-                # values, about a sixth less time per step on the default scenario).
+                # The controller fits the level the service provisions for plus the usual band; the tick reads only
+                # that level and the median (EXPECTED_LEVEL), so the simulator fits those two where the band cannot
+                # change them (the same values, about a sixth less time per step on the default scenario).
                 levels = tuple(sorted({*BAND_LEVELS, quantile}))
                 previous, previous_baseline = state.estimator, state.baseline
                 state.estimator = make_model(config.model, **{**config.model_params, "quantiles": levels})
                 if state.estimator.levels_independent:
-                    state.estimator.set_params(quantiles=(quantile,))
+                    state.estimator.set_params(quantiles=tuple(sorted({EXPECTED_LEVEL, quantile})))
                 carry_order_hints(previous, state.estimator)  # only makes the refit cheaper, same forecasts
                 state.estimator.fit(window, start=start, step_s=config.resolution_s)
-                state.baseline = make_model(BASELINE, quantiles=(quantile,))  # levels_independent
+                state.baseline = make_model(BASELINE, quantiles=levels)
+                if state.baseline.levels_independent:
+                    state.baseline.set_params(quantiles=(quantile,))  # scored at the service's level only
                 carry_order_hints(previous_baseline, state.baseline)
                 state.baseline.fit(window, start=start, step_s=config.resolution_s)
                 state.last_refit = state.last_update = now
