@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.cluster import ClusterSnapshot, effective_request
 from autoscaler.core.extender import (
     ExtenderConfig,
     FailOpen,
@@ -163,9 +163,9 @@ def _required_products(spec: Mapping[str, Any]) -> frozenset[str] | None:
 
 
 def parse_pod(pod: Any) -> PodRequest:
-    """The extender's view of a ``v1.Pod`` (JSON): its effective ``nvidia.com/gpu`` request (the larger of the
-    containers' sum and any one init container's), the GPU types its ``nodeSelector`` and required node affinity
-    accept, its priority. ValueError, naming the field, when it cannot be read (a field of the wrong JSON type)."""
+    """The extender's view of a ``v1.Pod`` (JSON): its effective ``nvidia.com/gpu`` request (as kube-scheduler counts
+    it: ``core.cluster.effective_request``), the GPU types its ``nodeSelector`` and required node affinity accept,
+    its priority. ValueError, naming the field, when it cannot be read (a field of the wrong JSON type)."""
     if not isinstance(pod, Mapping):
         raise ValueError("the pod is not an object")
     meta = _object(pod.get("metadata"), "metadata")
@@ -177,8 +177,14 @@ def parse_pod(pod: Any) -> PodRequest:
     namespace = namespace if isinstance(namespace, str) else ""
     containers = _array(spec.get("containers"), "spec.containers")
     init = _array(spec.get("initContainers"), "spec.initContainers")
-    gpus = sum(_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers))
-    gpus = max([gpus, *(_container_gpus(c, f"spec.initContainers[{i}]") for i, c in enumerate(init))])
+    app = [_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers)]
+    gpus = effective_request(
+        app,
+        [
+            (_container_gpus(c, f"spec.initContainers[{i}]"), _object(c, "").get("restartPolicy") == "Always")
+            for i, c in enumerate(init)
+        ],
+    )
     selector = _object(spec.get("nodeSelector"), "spec.nodeSelector").get(GPU_PRODUCT_LABEL)
     if selector is not None and not isinstance(selector, str):
         raise ValueError(f"spec.nodeSelector[{GPU_PRODUCT_LABEL}] must be a string, got {type(selector).__name__}")

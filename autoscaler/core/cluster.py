@@ -183,6 +183,23 @@ class ClusterSnapshot:
     workloads: tuple[WorkloadInfo, ...] = ()
 
 
+def effective_request(app: Sequence[int], init: Sequence[tuple[int, bool]]) -> int:
+    """A pod's effective request of one resource as kube-scheduler counts it (``resourcehelper.PodRequests``,
+    KEP-753): ``app`` the app containers' requests, ``init`` each init container's request and whether it is a
+    sidecar (``restartPolicy: Always``), in order. Sidecars run beside everything started after them: a plain init
+    container needs its own request plus the sidecars started before it; the app containers need theirs plus all
+    sidecars."""
+    sidecars = 0
+    init_peak = 0
+    for amount, sidecar in init:
+        if sidecar:
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, amount + sidecars)
+    return max(sum(app) + sidecars, init_peak)
+
+
 def hpas_targeting(snapshot: ClusterSnapshot, namespace: str, deployment: str) -> tuple[HpaInfo, ...]:
     """The HPAs that scale this Deployment (they and we must never both write its replicas)."""
     return tuple(

@@ -7,8 +7,11 @@ placed since). So:
 - **filter** says no only where a *stable* rule does, one that a newer cache cannot overturn: the node's GPU type is
   not one the pod asks for (``GPU_TYPE_MISMATCH``), or the node has fewer GPUs in all than the pod asks for on one
   node (``NODE_TOO_SMALL``: no eviction makes an 8-GPU pod fit a 4-GPU node). Both are "unresolvable" (preemption
-  cannot help). Free GPUs are never filtered on: the snapshot may be behind the scheduler, which checks them itself;
-  a node our snapshot thinks full is scored lowest instead.
+  cannot help). Only what the snapshot has shown counts: a node without a GPU type label or without allocatable GPUs
+  in it passes (a new node whose feature discovery or device plugin had not reported yet; kube-scheduler's own
+  resource fit and node affinity still reject a node that lacks them). Free GPUs are never filtered on: the
+  snapshot may be behind the scheduler, which checks them itself; a node our snapshot thinks full is scored lowest
+  instead.
 - **prioritize** scores by GPU fragmentation (FGD, ``autoscaler.core.fragmentation``): each node's GPUs as whole GPUs
   free or taken by the snapshot's live pods, the task mix learnt from those pods, and each candidate's score from one
   swappable ``Scorer`` (0..100, None = does not fit per the snapshot). The scores are spread over the candidates to
@@ -229,9 +232,13 @@ def filter_nodes(
         node = view.nodes.get(name)
         if node is None:
             passed.append(name)
-        elif pod.gpu_products is not None and node.gpu_type not in pod.gpu_products:
+        # Only facts the snapshot has: a node that joined before its device plugin registered its GPUs (0
+        # allocatable) or before feature discovery labelled its type is not judged on what it did not show yet (the
+        # scheduler's cache may be newer; an unresolvable answer parks the pod for minutes). kube-scheduler's own
+        # resource fit still rejects a node without the GPUs.
+        elif pod.gpu_products is not None and node.gpu_type is not None and node.gpu_type not in pod.gpu_products:
             failed[name] = FilterReason.GPU_TYPE_MISMATCH
-        elif view.capacity[name] < pod.gpus:
+        elif 0 < view.capacity[name] < pod.gpus:
             failed[name] = FilterReason.NODE_TOO_SMALL
         else:
             passed.append(name)

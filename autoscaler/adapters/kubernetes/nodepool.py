@@ -129,13 +129,16 @@ class MachineDeploymentNodePools:
                 refuse_pool_size_changed(what, live, expected)
             low, high = _bounds(md)
             target = nodes
-            if high is not None and target > high:
-                log.warning("%s: clamped to the pool's max size %d", what, high)
-                target = high
-            if low is not None and target < low:
-                log.warning("%s: clamped to the pool's min size %d", what, low)
-                target = low
-            if (md.get("spec") or {}).get("replicas") == target:
+            # Clamped towards the live size only, as Cluster Autoscaler does: a pool above a lowered max is not
+            # grown, never shrunk for it (that would delete running machines on a scale-up); one below a raised
+            # min is not shrunk, never grown for it.
+            if target > live and high is not None and target > high:
+                target = max(high, live)
+                log.warning("%s: clamped to the pool's max size %d (live %d)", what, high, live)
+            if target < live and low is not None and target < low:
+                target = min(low, live)
+                log.warning("%s: clamped to the pool's min size %d (live %d)", what, low, live)
+            if live == target:
                 return
             # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
             body = {"metadata": {"resourceVersion": md["metadata"]["resourceVersion"]}, "spec": {"replicas": target}}

@@ -39,6 +39,7 @@ from autoscaler.core.cluster import (
     PodDisruptionBudgetInfo,
     PodInfo,
     WorkloadInfo,
+    effective_request,
     selector_matching_every_pod,
 )
 
@@ -124,7 +125,8 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
-    """Effective GPU request: max(sum of app containers + sidecars, largest plain init container).
+    """Effective GPU request as kube-scheduler counts it (``core.cluster.effective_request``: sidecar init containers
+    add to everything started after them).
 
     Extended resources have requests == limits; when only limits are set the request defaults to them.
     """
@@ -135,11 +137,9 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
         limits = resources.get("limits") or {}
         return _int(requests.get(resource, limits.get(resource)))
 
-    app = sum(amount(c) for c in spec.get("containers") or [])
-    init = spec.get("initContainers") or []
-    sidecars = sum(amount(c) for c in init if c.get("restartPolicy") == "Always")
-    plain_init = max((amount(c) for c in init if c.get("restartPolicy") != "Always"), default=0)
-    return max(app + sidecars, plain_init)
+    app = [amount(c) for c in spec.get("containers") or []]
+    init = [(amount(c), c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or []]
+    return effective_request(app, init)
 
 
 def pdb_selector(raw: object) -> dict[str, str | LabelTest]:
@@ -439,6 +439,10 @@ class KubeClusterReader:
         ready_cond = _condition(status, "Ready")
         ready = bool(ready_cond and ready_cond.get("status") == "True")
         terminating = bool(meta.get("deletionTimestamp"))
+        if terminating and not spec.get("nodeName"):
+            # Being deleted before it was ever bound (a finalizer such as Kueue's holds it): it holds no GPUs and
+            # the scheduler will never place it, so it is no work waiting for GPUs either.
+            return None
         node_selector = spec.get("nodeSelector") or {}
         product = node_selector.get(cfg.gpu_product_label) if isinstance(node_selector, dict) else None
         return PodInfo(
