@@ -97,11 +97,18 @@ class ReaderConfig:
     # Jobs, JobSets, PyTorchJobs, TFJobs, Kueue Workloads that ask for GPUs: a victim gang is suspended through its
     # spec rather than evicted pod by pod, and what we suspended is resumed later
     read_workloads: bool = True
+    # NoSchedule taints that mean "this node is being removed" (Cluster Autoscaler's and Karpenter's): such a node,
+    # like a cordoned one, takes no new pods and is no capacity. Not every NoSchedule taint: GPU nodes commonly carry
+    # nvidia.com/gpu:NoSchedule, which GPU pods tolerate.
+    leaving_taints: tuple[str, ...] = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
     request_timeout_s: float = 10.0
     read_retries: int = 2
     retry_backoff_s: float = 0.2
     max_backoff_s: float = 2.0
     max_list_restarts: int = 2
+
+
+_LEAVING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def parse_gang(gang: str) -> tuple[str, str, str]:
@@ -233,7 +240,7 @@ def _seconds(value: Any) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def _suspended_by_us_at(annotations: Mapping[str, Any], generation: Any) -> float | None:
+def suspended_by_us_at(annotations: Mapping[str, Any], generation: Any) -> float | None:
     """When this controller suspended the workload, from the annotations its suspension wrote; None when they are
     absent, unreadable, or stale (the spec changed since: someone resumed and suspended it again by hand)."""
     if not annotations.get(SUSPENDED_BY_ANNOTATION):
@@ -666,7 +673,7 @@ class KubeClusterReader:
             priority=priority,
             pod_gpus=tuple(gpus),
             gpu_product=product,
-            suspended_by_us_at=_suspended_by_us_at(own, meta.get("generation")) if suspended else None,
+            suspended_by_us_at=suspended_by_us_at(own, meta.get("generation")) if suspended else None,
             min_runtime_s=_seconds(own.get(MIN_RUNTIME_ANNOTATION)),
             queued=suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL)),
         )
@@ -724,14 +731,19 @@ class KubeClusterReader:
             return None
         ready_cond = _condition(status, "Ready")
         ready = bool(ready_cond and ready_cond.get("status") == "True")
+        taints = spec.get("taints") or []
+        leaving = isinstance(taints, list) and any(
+            isinstance(t, dict) and t.get("key") in cfg.leaving_taints and t.get("effect") in _LEAVING_EFFECTS
+            for t in taints
+        )
         return NodeInfo(
             name=meta.get("name", ""),
             allocatable_gpus=gpus,
             gpu_product=labels.get(cfg.gpu_product_label),
             pool=pool,
-            # Cluster Autoscaler's rule: a GPU node is not ready until its GPUs are allocatable. A cordoned node
-            # takes no new pods, so it is no capacity for a scale-up either.
-            ready=ready and gpus > 0 and not spec.get("unschedulable", False),
+            # Cluster Autoscaler's rule: a GPU node is not ready until its GPUs are allocatable. A cordoned node, or
+            # one an autoscaler is removing, takes no new pods, so it is no capacity for a scale-up either.
+            ready=ready and gpus > 0 and not spec.get("unschedulable", False) and not leaving,
             labels=dict(labels),
         )
 

@@ -39,6 +39,7 @@ from autoscaler.adapters.kubernetes._api import (
     format_time,
     with_read_retries,
 )
+from autoscaler.adapters.kubernetes.reader import suspended_by_us_at
 from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
 from autoscaler.adapters.kubernetes.workloads import (
     OUR_ANNOTATIONS,
@@ -376,9 +377,16 @@ class KubeClusterWriter:
 
         def decide(obj: JSON) -> JSON | None:
             meta = obj.get("metadata") or {}
-            ours = [key for key in OUR_ANNOTATIONS if key in (meta.get("annotations") or {})]
+            annotations = meta.get("annotations") or {}
+            ours = [key for key in OUR_ANNOTATIONS if key in annotations]
             suspended = _get_path(obj, spec.path) == spec.suspended_value
             if not suspended and not ours:
+                return None
+            if suspended and suspended_by_us_at(annotations, meta.get("generation")) is None:
+                # Suspended, but not (or no longer) by us: without a mark (a queue such as Kueue, a person), or with
+                # one older than its spec (resumed and suspended again by hand since). As suspend leaves a workload
+                # somebody else suspended alone, resume does: the tick decided from an older read.
+                log.warning("%s %s/%s is suspended, not by this controller now: not resumed", kind, namespace, name)
                 return None
             body: JSON = _nested(spec.path, spec.resumed_value) if suspended else {}
             body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
