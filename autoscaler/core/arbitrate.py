@@ -32,11 +32,11 @@ or was not chosen, for ``autoscaler plan`` and the simulator.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from autoscaler.core.burst import BurstOption, BurstPool, choose_burst, worth_a_node
-from autoscaler.core.cluster import SUSPENDABLE_KINDS, ClusterSnapshot, WorkloadInfo, free_gpus_per_node
+from autoscaler.core.cluster import SUSPENDABLE_KINDS, ClusterSnapshot, PodInfo, WorkloadInfo, free_gpus_per_node
 from autoscaler.core.model import (
     Action,
     CapacityState,
@@ -179,12 +179,34 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
     return left
 
 
-def _free_by_node(snapshot: ClusterSnapshot) -> tuple[dict[str, int], dict[str, int]]:
-    """Free GPUs of ready nodes, and of booting (not ready) nodes."""
+def _free_by_node(snapshot: ClusterSnapshot, burst_pools: Set[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows. Any other
+    node that is not ready (an on-prem node whose kubelet died, one cordoned or being removed) is no capacity on
+    its way: counting it would hide a shortfall for as long as it stays broken."""
     free = free_gpus_per_node(snapshot)
     ready = {n.name: free[n.name] for n in snapshot.nodes if n.ready}
-    booting = {n.name: free[n.name] for n in snapshot.nodes if not n.ready}
+    booting = {n.name: free[n.name] for n in snapshot.nodes if not n.ready and n.pool in burst_pools}
     return ready, booting
+
+
+def _live_gpu_pods(snapshot: ClusterSnapshot, node: str) -> list[PodInfo]:
+    return [p for p in snapshot.pods if p.node == node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")]
+
+
+def _fits_typed(
+    free: Mapping[str, int],
+    pods: Sequence[PodInfo],
+    node_types: Mapping[str, str | None],
+    deployment_types: Mapping[str, str | None],
+) -> dict[str, int] | None:
+    """``free`` after placing every pod (largest first, best fit) on a node of the GPU type it runs on (its own
+    selector, else its Deployment's; None: any), or None when one does not fit."""
+    left = dict(free)
+    for pod in sorted(pods, key=lambda p: -p.gpus):
+        wanted = pod.gpu_product or deployment_types.get(f"{pod.namespace}/{pod.owner_name}")
+        if _place(left, 1, pod.gpus, wanted, node_types) == 0:
+            return None
+    return left
 
 
 def _needed_replicas(
@@ -236,6 +258,27 @@ def _pools(arb: ArbitrationInput, config: CapacityConfig) -> list[BurstPool]:
     return [replace(p, nodes=counts.get(p.name, 0)) for p in config.pools]
 
 
+def _budgets_left(candidates: Sequence[GangCandidate], spent: Mapping[str, int]) -> list[GangCandidate]:
+    """``candidates`` with each PodDisruptionBudget's allowance less what earlier victims of this tick (for other
+    services) took from it; a gang the rest no longer covers is not eligible. ``choose_victims`` keeps one
+    service's set within the budgets; this keeps the tick's."""
+    if not spent:
+        return list(candidates)
+    out = []
+    for c in candidates:
+        if not any(budget in spent for budget, _, _ in c.pdb_use):
+            out.append(c)
+            continue
+        use = tuple((budget, covered, allowed - spent.get(budget, 0)) for budget, covered, allowed in c.pdb_use)
+        why = c.why_not
+        if why is None:
+            over = next(((b, n, left) for b, n, left in use if n > left), None)
+            if over is not None:
+                why = f"PodDisruptionBudget {over[0]} allows {max(over[2], 0)} more this tick, the gang needs {over[1]}"
+        out.append(replace(c, pdb_use=use, why_not=why))
+    return out
+
+
 def _stop_actions(
     victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str, service: str
 ) -> list[Action]:
@@ -259,7 +302,7 @@ def arbitrate(
 ) -> tuple[list[Action], CapacityReport, CapacityState]:
     """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next."""
     now, snapshot = arb.now, arb.snapshot
-    free, booting = _free_by_node(snapshot)
+    free, booting = _free_by_node(snapshot, {p.name for p in config.pools})
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
@@ -278,6 +321,8 @@ def arbitrate(
     burst_seen: list[BurstOption] = []
     taken: set[str] = set()
     added_nodes: dict[str, int] = {}
+    stale_holds: list[str] = []
+    pdb_spent: dict[str, int] = {}  # disruptions this tick's victims take from each PodDisruptionBudget
     ordered = sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0]))
     for key, policy in ordered:
         decision = desired.get(key)
@@ -293,6 +338,14 @@ def arbitrate(
         short = unplaced - on_booting
         if short <= 0:
             continue
+        if decision.reason is Reason.METRICS_STALE:
+            # A hold on stale metrics says nothing about demand: no training is stopped and no node bought for it,
+            # and nothing is given back while the service waits for room (the next fresh tick decides).
+            stale_holds.append(
+                f"{key}: {short} replica(s) waiting for GPUs, but its metrics are stale: neither preempt nor burst "
+                "on a hold, nothing given back"
+            )
+            continue
         capacity = decision.desired_replicas - short
         duration, basis = _duration(arb, key, policy, capacity, config)
         shortfalls.append(Shortfall(key, policy.priority, short, g, duration, basis, on_booting))
@@ -307,7 +360,9 @@ def arbitrate(
             )
             continue
         hours = duration / 3600.0
-        lower = [c for c in candidates if c.gang not in taken and c.priority < policy.priority]
+        lower = _budgets_left(
+            [c for c in candidates if c.gang not in taken and c.priority < policy.priority], pdb_spent
+        )
         need = GpuNeed(short, g, gpu_type)
         choice = choose_victims(need, free, lower, node_types) if config.preempt else None
         preempt_cost = None
@@ -374,6 +429,8 @@ def arbitrate(
         if pick_preempt and choice is not None:
             for victim in choice.victims:
                 taken.add(victim.gang)
+                for budget, covered, _ in victim.pdb_use:
+                    pdb_spent[budget] = pdb_spent.get(budget, 0) + covered
                 for node, gpus in victim.gpus_by_node.items():
                     if node in free:
                         free[node] += gpus
@@ -382,15 +439,25 @@ def arbitrate(
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool
-            before = pool.nodes
             added_nodes[pool.name] = added_nodes.get(pool.name, 0) + chosen.nodes
             spend += chosen.cost_per_hour
-            actions = [a for a in actions if not (isinstance(a, ScaleNodePool) and a.pool == pool.name)]
+            # The requested nodes boot for the next service too: what this one leaves on them is room on its way.
+            for k in range(chosen.nodes):
+                name = f"{pool.name} (requested {added_nodes[pool.name] - k})"
+                booting[name] = pool.gpus_per_node
+                node_types[name] = pool.gpu_type
+            _place(booting, short, g, gpu_type, node_types)
+            # One write per pool and tick: the size the pool had when the tick read it (the writer's precondition)
+            # plus every service's nodes, with every service's reason.
+            merged = [a for a in actions if isinstance(a, ScaleNodePool) and a.pool == pool.name]
+            actions = [a for a in actions if a not in merged]
+            before = next((p.nodes for p in pools if p.name == pool.name), pool.nodes)
+            detail = "; ".join([*(a.detail for a in merged), btext])
             actions.append(
-                ScaleNodePool(pool.name, before + chosen.nodes, before, Reason.BURST_SCALE_UP, btext)
+                ScaleNodePool(pool.name, before + added_nodes[pool.name], before, Reason.BURST_SCALE_UP, detail)
             )
 
-    notes: list[str] = []
+    notes: list[str] = list(stale_holds)
     short_since = state.short_since
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
@@ -399,6 +466,8 @@ def arbitrate(
         short_since = short_since if short_since is not None else now
         free_since = None
         unneeded, resumable = {}, {}
+    elif stale_holds:
+        pass  # neither known to be short nor free: nothing given back, the timers stand until a fresh tick
     else:
         short_since = None
         free_since = free_since if free_since is not None else now
@@ -509,6 +578,7 @@ def _give_back(
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
+    gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
     burst_names = {pool.name for pool in pools}
     burst_left = False
     for pool in pools:
@@ -523,7 +593,19 @@ def _give_back(
         others = sum(free.values()) - spare_here
         used_on_node = pool.gpus_per_node - spare_here
         reserve = _reserve_gpus(arb, pool.boot_s + arb.tick_s)
-        if used_on_node < config.burst_unneeded_utilisation * pool.gpus_per_node and used_on_node <= others - reserve:
+        emptiest = min(mine, key=lambda n: (-mine[n], n)) if mine else ""
+        # Its pods must fit, each on one node of the GPU type it runs on, with the forecast's reserve left free:
+        # a sum of free GPUs over every other node (any type, however scattered) would give back a node whose
+        # replicas then wait, and the next short tick would buy it again.
+        after = _fits_typed(
+            {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
+            node_types, gpu_types,
+        ) if mine else None  # fmt: skip
+        if (
+            used_on_node < config.burst_unneeded_utilisation * pool.gpus_per_node
+            and after is not None
+            and sum(after.values()) >= reserve
+        ):
             since = unneeded.setdefault(pool.name, now)
             if now - since >= config.burst_idle_cooldown_s:
                 detail = (
@@ -539,7 +621,6 @@ def _give_back(
             f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
             f"elsewhere, {reserve} reserved for the forecast)"
         )
-        emptiest = min(mine, key=lambda n: (-mine[n], n)) if mine else ""
         plan = _consolidation(arb, config, pool, emptiest, free, node_types, candidates, reserve) if mine else None
         if plan is None or isinstance(plan, str):
             unneeded.pop(pool.name, None)
@@ -574,6 +655,11 @@ def _give_back(
         del resumable[key]
     for workload in suspended:
         key = f"{workload.kind}/{workload.namespace}/{workload.name}"
+        if not workload.pod_gpus or max(workload.pod_gpus) <= 0:
+            # Sizes unknown (the reader could not read its pod templates): "fits" would be true of any cluster.
+            resumable.pop(key, None)
+            notes.append(f"{workload.kind} {workload.namespace}/{workload.name}: its pods' GPUs unknown: not resumed")
+            continue
         runtime = workload.min_runtime_s if workload.min_runtime_s is not None else config.training.min_runtime_s
         runtime = max(runtime, config.resume_horizon_s)
         reserve = _reserve_gpus(arb, runtime)

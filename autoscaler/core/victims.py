@@ -136,7 +136,8 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         checkpoints = [p.last_checkpoint_at for p in pods if p.last_checkpoint_at is not None]
         since = max(checkpoints) if checkpoints else started
         gpus = sum(by_node.values())
-        priority = min(p.priority for p in pods)
+        # A gang is as important as its most important pod: stopping it stops that pod too
+        priority = max(p.priority for p in pods)
         why_not = None
         protected_label = any(p.labels.get(rules.non_preemptible_label) == "false" for p in pods)
         serving = _serving_owner(pods, rules)

@@ -181,10 +181,10 @@ def pdb_covered(pdb: PodDisruptionBudgetInfo, pods: Iterable[PodInfo]) -> int:
 
 
 def may_take(world: World, pods: Sequence[PodInfo]) -> bool:
-    """The rules: preemptible (priority below the bar and no pod labelled false), past its minimum runtime, and no
-    PodDisruptionBudget it would exceed on its own."""
+    """The rules: preemptible (every pod's priority below the bar, no pod labelled false), past its minimum
+    runtime, and no PodDisruptionBudget it would exceed on its own."""
     rules = world.rules
-    if min(p.priority for p in pods) >= rules.preemptible_below_priority:
+    if max(p.priority for p in pods) >= rules.preemptible_below_priority:
         return False
     if any(p.labels.get(rules.non_preemptible_label) == "false" for p in pods):
         return False
