@@ -318,9 +318,12 @@ def plan_rebalance(
             return False
         return all(pdb_used[key] + covered <= allowed for key, covered, allowed in unit.pdb_use)
 
+    landed: set[str] = set()  # nodes the pass's moves are expected to land on: not a burst node to empty
+
     def commit(chosen: Sequence[tuple[_Unit, dict[str, int]]], target: str, gain: int, why: str) -> None:
         for unit, dest in chosen:
             moved_owners.add(unit.owner)
+            landed.update(dest)
             for key, covered, _ in unit.pdb_use:
                 pdb_used[key] += covered
             where = ", ".join(f"{n} ({g})" for n, g in sorted(dest.items()))
@@ -354,7 +357,10 @@ def plan_rebalance(
             break
         trial = dict(free)
         if cluster.place(trial, target.pod_gpus, target.gpu_type, target.training) is not None:
-            continue  # it fits as things are: the scheduler's (or the arbitration's) job, no move needed
+            # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
+            # first (targets come highest priority first): a lower target's moves must not count on it.
+            free = trial
+            continue
         candidates = [u for u in units if usable(u)]
         found = _make_room(cluster, free, target, candidates, budget - _pods_moved(moves), pdb_used)
         if found is None:
@@ -390,12 +396,20 @@ def plan_rebalance(
         used = node.allocatable_gpus - free.get(node.name, 0)
         if used <= 0 or used >= config.burst_empty_below * node.allocatable_gpus:
             continue
+        if node.name in landed:
+            notes.append(f"burst node {node.name}: this pass's moves land on it, not emptied")
+            continue
         on_node = [u for u in units if node.name in u.gpus_by_node]
-        pods_here = sum(
-            1 for p in snapshot.pods if p.node == node.name and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")
-        )
+        here = {
+            (p.namespace, p.name)
+            for p in snapshot.pods
+            if p.node == node.name and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")
+        }
+        # Every pod on it must move (a set, not a count: a gang's pods elsewhere would stand in for one that
+        # may not move, and the node would not be emptied after all)
+        movable_here = {(p.namespace, p.name) for u in on_node for p in u.pods if p.node == node.name}
         together = all(usable(u) for u in on_node) and _admissible(on_node, pdb_used)
-        if sum(len(u.pods) for u in on_node) < pods_here or not together:
+        if not here <= movable_here or not together:
             notes.append(f"burst node {node.name}: {used} GPU(s) in use by pods that may not move now")
             continue
         needed = sum(len(u.pods) for u in on_node)
