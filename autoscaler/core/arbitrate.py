@@ -179,6 +179,9 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
     return left
 
 
+_TERMINATING = " (terminating pods)"  # the booting entry of a ready node's GPUs held by terminating pods
+
+
 def _free_by_node(snapshot: ClusterSnapshot, burst_pools: Set[str]) -> tuple[dict[str, int], dict[str, int]]:
     """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows. Any other
     node that is not ready (an on-prem node whose kubelet died, one cordoned or being removed) is no capacity on
@@ -186,6 +189,13 @@ def _free_by_node(snapshot: ClusterSnapshot, burst_pools: Set[str]) -> tuple[dic
     free = free_gpus_per_node(snapshot)
     ready = {n.name: free[n.name] for n in snapshot.nodes if n.ready}
     booting = {n.name: free[n.name] for n in snapshot.nodes if not n.ready and n.pool in burst_pools}
+    # GPUs of terminating pods on ready nodes are on their way back too (a gang stopped by an earlier tick, a
+    # replica scaled down): counted as coming, so that a tick in their grace period does not stop a second gang
+    # for the same shortfall.
+    for pod in snapshot.pods:
+        if pod.terminating and pod.node in ready and pod.gpus > 0 and pod.phase not in ("Succeeded", "Failed"):
+            key = f"{pod.node}{_TERMINATING}"
+            booting[key] = booting.get(key, 0) + pod.gpus
     return ready, booting
 
 
@@ -304,6 +314,9 @@ def arbitrate(
     now, snapshot = arb.now, arb.snapshot
     free, booting = _free_by_node(snapshot, {p.name for p in config.pools})
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
+    for name in booting:
+        if name.endswith(_TERMINATING):
+            node_types[name] = node_types.get(name.removesuffix(_TERMINATING))
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)

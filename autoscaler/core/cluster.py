@@ -36,6 +36,8 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     # the GPU type its own spec selects (nodeSelector nvidia.com/gpu.product); None = any, or not read
     gpu_product: str | None = None
+    # being deleted (deletionTimestamp set): it still holds its GPUs through its grace period, then frees them
+    terminating: bool = False
 
 
 @dataclass(frozen=True, slots=True)

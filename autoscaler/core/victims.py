@@ -134,7 +134,8 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         else:
             started = min((p.created_at for p in pods if p.created_at is not None), default=now)
         checkpoints = [p.last_checkpoint_at for p in pods if p.last_checkpoint_at is not None]
-        since = max(checkpoints) if checkpoints else started
+        # work since the last checkpoint, but only this run's: a checkpoint older than the (re)start was resumed from
+        since = max(max(checkpoints), started) if checkpoints else started
         gpus = sum(by_node.values())
         # A gang is as important as its most important pod: stopping it stops that pod too
         priority = max(p.priority for p in pods)
@@ -153,6 +154,10 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 if protected_label
                 else f"priority {priority} >= {rules.preemptible_below_priority}"
             )
+        elif any(p.terminating for p in pods):
+            # stopping already (an eviction or suspension of an earlier tick, or its own end): its GPUs are on
+            # their way back (``core.arbitrate`` counts them so), and taking it again stops nothing
+            why_not = "already stopping: its pods are terminating"
         elif now - started < rules.min_runtime_s:
             why_not = f"running {now - started:.0f}s < minimum runtime {rules.min_runtime_s:g}s"
         else:

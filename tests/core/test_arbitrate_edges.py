@@ -4,6 +4,8 @@ packing, broken on-prem nodes, workloads of unknown size."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import (
@@ -210,3 +212,31 @@ def test_a_workload_of_unknown_size_is_not_resumed_onto_a_full_cluster() -> None
     actions, report, _ = run(snapshot, [CHAT], [decision(CHAT, 8, 8)], CapacityConfig(resume_after_s=0.0),
                              CapacityState(free_since=NOW - 999))
     assert not [a for a in actions if isinstance(a, ResumeWorkload)], (actions, report.notes)
+
+
+# A gang stopped by an earlier tick keeps its GPUs through its pods' grace period (training pods often take long to
+# checkpoint and exit): a tick in that window must count them as coming back, not stop a second gang for the same
+# shortfall.
+def test_a_gang_still_terminating_is_capacity_on_its_way_not_a_reason_to_stop_another() -> None:
+    pods = [replica("chat", i, "n1") for i in range(8)] + [replica("chat", 8 + i, None) for i in range(4)]
+    stopping = [dataclasses.replace(worker("a", 0, "n2"), terminating=True)]
+    pods += [*stopping, worker("b", 0, "n3")]
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2"), node("n3")),
+                               workloads=(job("a"), job("b")))
+    actions, report, _ = run(snapshot, [CHAT], [decision(CHAT, 12, 12)], CapacityConfig())
+    assert not [a for a in actions if isinstance(a, (SuspendWorkload, EvictPod))], actions
+    assert not report.shortfalls  # the 4 replicas go where a's 8 GPUs are being freed
+    (a,) = [c for c in report.candidates if c.gang == "job/ml/a"]
+    assert a.why_not == "already stopping: its pods are terminating"
+    # without the flag the same cluster is short and stops b: the test can tell the two apart
+    alive = dataclasses.replace(stopping[0], terminating=False)
+    actions, _, _ = run(dataclasses.replace(snapshot, pods=tuple(p if p is not stopping[0] else alive for p in pods)),
+                        [CHAT], [decision(CHAT, 12, 12)], CapacityConfig())
+    assert [a for a in actions if isinstance(a, (SuspendWorkload, EvictPod))]
+
+
+def test_lost_work_counts_from_the_restart_when_the_checkpoint_is_older() -> None:
+    # resumed at NOW - 600 from a checkpoint taken at NOW - 7200 (before it was suspended): 600 s of work to lose
+    pod = dataclasses.replace(worker("r", 0, "n2", ckpt_age=7200.0), created_at=NOW - 700, ready_at=NOW - 600)
+    (gang,) = gangs_from_snapshot(ClusterSnapshot(NOW, pods=(pod,), nodes=(node("n2"),)), NOW, TrainingRules())
+    assert gang.lost_work_gpu_s == 8 * 600.0

@@ -41,3 +41,17 @@ def test_the_rebalancer_evicts_inference_replicas_for_a_pod_being_deleted(
     snap = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW)
     plan, _ = plan_rebalance(snap, NOW, RebalanceConfig(), RebalanceState(), managed={"ml/chat"})
     assert not plan.moves, plan.moves  # evicting serving replicas to make room for a pod that is going away
+
+
+def test_a_bound_pod_being_deleted_holds_its_gpus_and_says_it_is_terminating(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    from autoscaler.core.cluster import free_gpus
+
+    going = o.pod("going", "ml", gpus=4, phase="Running", node_name="gpu-0", ready=True)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:05:00Z"
+    apiserver.seed(o.node("gpu-0"), going)
+    snap = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW)
+    (pod,) = snap.pods
+    assert pod.terminating and not pod.ready  # leaving: no serving capacity, no victim again
+    assert free_gpus(snap) == 8 - 4  # its GPUs are held until its grace period ends

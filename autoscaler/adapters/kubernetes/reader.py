@@ -470,6 +470,7 @@ class KubeClusterReader:
             last_checkpoint_at=parse_time(annotations.get(cfg.checkpoint_annotation)),
             labels=dict(labels),
             gpu_product=product if isinstance(product, str) and product else None,
+            terminating=terminating,
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
