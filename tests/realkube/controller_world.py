@@ -298,7 +298,8 @@ def start_controller(
     env = {
         "POD_NAMESPACE": lease_namespace or w.namespace,
         "AUTOSCALER_NAMESPACES": w.namespace,
-        "AUTOSCALER_KUBERNETES__REQUEST_TIMEOUT_SECONDS": "5",
+        # the leader writes only while last renewal + this is within the 3 s lease (LeaderElector.may_write)
+        "AUTOSCALER_KUBERNETES__REQUEST_TIMEOUT_SECONDS": "2",
         **(extra_env or {}),
     }
     ctrl = Controller(identity, kubeconfig, w.prometheus.url, w.tmp_path, extra_env=env)

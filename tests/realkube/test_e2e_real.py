@@ -94,7 +94,8 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
         extra_env={
             "POD_NAMESPACE": w.namespace,  # the Lease lives (and is deleted) with the test's namespace
             "AUTOSCALER_NAMESPACES": w.namespace,
-            "AUTOSCALER_KUBERNETES__REQUEST_TIMEOUT_SECONDS": "5",
+            # the leader writes only while last renewal + this is within the 3 s lease (LeaderElector.may_write)
+            "AUTOSCALER_KUBERNETES__REQUEST_TIMEOUT_SECONDS": "2",
         },
     )
     w.started.append(ctrl)
