@@ -249,7 +249,9 @@ class Actuator:
             return [self.apply_one(a, context) for a in evictions]
         for action in evictions:
             try:
-                outcome = self.writer.evict_pod(action.namespace, action.name, dry_run=True, can_write=self.can_act)
+                outcome = self.writer.evict_pod(
+                    action.namespace, action.name, dry_run=True, can_write=self.can_act, uid=action.uid
+                )
             except WriteNotAllowed as exc:
                 message = f"gang {gang} left running: lost the lease before its dry-run evictions: {exc}"
                 log.warning("%s", message)
@@ -290,7 +292,7 @@ class Actuator:
             )
             return "applied"
         if isinstance(action, EvictPod):
-            outcome = self.writer.evict_pod(action.namespace, action.name, can_write=guard)
+            outcome = self.writer.evict_pod(action.namespace, action.name, can_write=guard, uid=action.uid)
             # 429 from a PodDisruptionBudget means "not now": the next tick re-plans.
             return "blocked" if outcome is EvictionOutcome.BLOCKED else "applied"
         if isinstance(action, SuspendWorkload):

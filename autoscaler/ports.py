@@ -125,10 +125,18 @@ class ClusterWriter(Protocol):
         ...
 
     def evict_pod(
-        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        dry_run: bool = False,
+        can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> EvictionOutcome:
         """POST an Eviction (PodDisruptionBudgets decide); ``dry_run``: ask whether it would be allowed, change
-        nothing (the API's ``dryRun: All``), so that a gang is stopped whole or not at all."""
+        nothing (the API's ``dryRun: All``), so that a gang is stopped whole or not at all. ``uid``: the pod the
+        plan was made from; a pod of that name with another uid (recreated since the read) is not evicted:
+        ``GONE``, the one meant has gone."""
         ...
 
     def suspend_workload(

@@ -85,7 +85,13 @@ class ReadOnlyWriter:
         raise RuntimeError("autoscaler plan is read-only")
 
     def evict_pod(
-        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        dry_run: bool = False,
+        can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> EvictionOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 

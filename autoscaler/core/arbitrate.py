@@ -289,8 +289,16 @@ def _budgets_left(candidates: Sequence[GangCandidate], spent: Mapping[str, int])
     return out
 
 
+def _pod_uids(snapshot: ClusterSnapshot) -> dict[tuple[str, str], str]:
+    return {(p.namespace, p.name): p.uid for p in snapshot.pods if p.uid}
+
+
 def _stop_actions(
-    victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str, service: str
+    victim: GangCandidate,
+    workloads: Mapping[str, WorkloadInfo],
+    detail: str,
+    service: str,
+    uids: Mapping[tuple[str, str], str],
 ) -> list[Action]:
     workload = workloads.get(victim.gang)
     lost = victim.lost_work_gpu_s
@@ -302,7 +310,16 @@ def _stop_actions(
         ]
     share = lost / max(1, len(victim.pods))
     return [
-        EvictPod(namespace, name, Reason.PREEMPT_FOR_INFERENCE, detail, victim.gang, service, share)
+        EvictPod(
+            namespace,
+            name,
+            Reason.PREEMPT_FOR_INFERENCE,
+            detail,
+            victim.gang,
+            service,
+            share,
+            uids.get((namespace, name)),
+        )
         for namespace, name in victim.pods
     ]
 
@@ -447,7 +464,7 @@ def arbitrate(
                 for node, gpus in victim.gpus_by_node.items():
                     if node in free:
                         free[node] += gpus
-                actions.extend(_stop_actions(victim, workloads, text, key))
+                actions.extend(_stop_actions(victim, workloads, text, key, _pod_uids(snapshot)))
             _place(free, short, g, gpu_type, node_types)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
@@ -651,7 +668,7 @@ def _give_back(
             for node, gpus in victim.gpus_by_node.items():
                 if node in free:
                     free[node] += gpus
-            actions.extend(_stop_actions(victim, workloads, detail, service))
+            actions.extend(_stop_actions(victim, workloads, detail, service, _pod_uids(arb.snapshot)))
         actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
         unneeded.pop(pool.name, None)
     suspended = sorted(

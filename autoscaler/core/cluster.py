@@ -38,6 +38,7 @@ class PodInfo:
     gpu_product: str | None = None
     # being deleted (deletionTimestamp set): it still holds its GPUs through its grace period, then frees them
     terminating: bool = False
+    uid: str | None = None  # metadata.uid: an eviction names this pod, not a successor with the same name
 
 
 @dataclass(frozen=True, slots=True)

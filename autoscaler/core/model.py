@@ -250,6 +250,7 @@ class EvictPod:
     gang: str | None = None
     service: str = ""  # "namespace/name" of the service the GPUs are freed for ("" = none)
     lost_work_gpu_s: float = 0.0  # this pod's share of the work its gang loses since its last checkpoint
+    uid: str | None = None  # the pod the plan was made from (a precondition: a successor of the same name is spared)
 
 
 @dataclass(frozen=True, slots=True)

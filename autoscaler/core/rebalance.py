@@ -447,7 +447,12 @@ def plan_rebalance(
             gain,
             f"empties burst node {node.name} ({used} of {node.allocatable_gpus} GPUs in use) for its give-back",
         )
-    actions = tuple(EvictPod(ns, name, Reason.REBALANCE, m.detail, gang=m.gang) for m in moves for ns, name in m.pods)
+    uids = {(p.namespace, p.name): p.uid for p in snapshot.pods if p.uid}
+    actions = tuple(
+        EvictPod(ns, name, Reason.REBALANCE, m.detail, gang=m.gang, uid=uids.get((ns, name)))
+        for m in moves
+        for ns, name in m.pods
+    )
     stranded_after = _stranded(cluster, [t for t in targets if t.name not in served], free)
     times = recent + (now,) * len(actions)
     moved_for = tuple(sorted(waiting_since.items())) + tuple((t, now) for t in dict.fromkeys(m.target for m in moves))

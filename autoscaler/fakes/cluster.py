@@ -299,7 +299,13 @@ class FakeCluster:
             self._record("scale_deployment", args, "applied")
 
     def evict_pod(
-        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        dry_run: bool = False,
+        can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> EvictionOutcome:
         with self._lock:
             args = (namespace, name, "dry-run") if dry_run else (namespace, name)
@@ -311,8 +317,8 @@ class FakeCluster:
                 raise
             key = _key(namespace, name)
             pod = self.pods.get(key)
-            if pod is None:
-                self._record("evict_pod", args, "gone")
+            if pod is None or (uid is not None and pod.uid is not None and pod.uid != uid):
+                self._record("evict_pod", args, "gone")  # gone, or a successor of the same name: not the one meant
                 return EvictionOutcome.GONE
             if (namespace, name) in self._blocked or (namespace, None) in self._blocked:
                 self._record("evict_pod", args, "blocked")

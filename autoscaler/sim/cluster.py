@@ -707,7 +707,13 @@ class SimCluster:
             self._reconcile(dep)
 
     def evict_pod(
-        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        dry_run: bool = False,
+        can_write: WriteGuard | None = None,
+        uid: str | None = None,  # simulated pods carry none: nothing to compare
     ) -> EvictionOutcome:
         """The Eviction API: refused (429, ``BLOCKED``) when a PodDisruptionBudget covering the pod allows no
         disruption now; otherwise the pod goes (a replica is replaced by its ReplicaSet and scheduled again, cold;

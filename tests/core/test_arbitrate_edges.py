@@ -240,3 +240,13 @@ def test_lost_work_counts_from_the_restart_when_the_checkpoint_is_older() -> Non
     pod = dataclasses.replace(worker("r", 0, "n2", ckpt_age=7200.0), created_at=NOW - 700, ready_at=NOW - 600)
     (gang,) = gangs_from_snapshot(ClusterSnapshot(NOW, pods=(pod,), nodes=(node("n2"),)), NOW, TrainingRules())
     assert gang.lost_work_gpu_s == 8 * 600.0
+
+
+# An eviction names the pod the plan was made from (its uid): a successor of the same name is not evicted.
+def test_evictions_carry_the_uid_of_the_pod_read() -> None:
+    pods = [replica("chat", i, "n1") for i in range(8)] + [replica("chat", 8 + i, None) for i in range(4)]
+    pods.append(dataclasses.replace(worker("bare", 0, "n2"), uid="uid-of-bare-0"))
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2")))  # no workload: evictions
+    actions, _, _ = run(snapshot, [CHAT], [decision(CHAT, 12, 12)], CapacityConfig())
+    (evict,) = [a for a in actions if isinstance(a, EvictPod)]
+    assert (evict.name, evict.uid) == ("bare-0", "uid-of-bare-0")

@@ -61,3 +61,16 @@ def test_a_node_emptied_in_the_same_pass_is_not_a_destination_of_another_move() 
     emptied = {m.target.removeprefix("burst node ") for m in plan.moves if m.target.startswith("burst node ")}
     landing = {n for m in plan.moves for n in m.destinations}
     assert not (emptied & landing), [(m.pods, m.target, dict(m.destinations)) for m in plan.moves]
+
+
+def test_a_move_names_the_pod_it_read_by_uid() -> None:
+    config = RebalanceConfig(burst_pools=frozenset({"burst"}))
+    nodes = (NodeInfo("n1", 8, "A100", "onprem", True), NodeInfo("b1", 8, "A100", "burst", True))
+    pods = tuple(
+        PodInfo("inf", f"d-{i}", node, 1, 1000, "Running", True, "Deployment", "d", labels={"app": "d"}, uid=f"u{i}")
+        for i, node in enumerate(("n1", "n1", "b1"))
+    )
+    deps = (DeploymentInfo("inf", "d", 3, 3, {"app": "d"}),)
+    plan, _ = plan_rebalance(ClusterSnapshot(NOW, deployments=deps, pods=pods, nodes=nodes), NOW, config,
+                             RebalanceState(), managed={"inf/d"})  # fmt: skip
+    assert [(a.name, a.uid) for a in plan.actions] == [("d-2", "u2")], plan.notes

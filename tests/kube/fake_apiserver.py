@@ -1261,6 +1261,10 @@ class FakeApiServer:
         pdbs = self._types[("policy", "poddisruptionbudgets")]
         with self._lock:
             pod = self._current(pods, ns, name)
+            # deleteOptions.preconditions hold for a dry run too (the store checks them before it would delete)
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != pod["metadata"]["uid"]:
+                raise _conflict(pods, name)
             status = pod.get("status") or {}
             phase = status.get("phase")
             # Terminal, pending and terminating pods have already caused (or cannot cause) a disruption.

@@ -87,3 +87,26 @@ def test_a_gang_whose_budget_allows_it_is_evicted_whole(apiserver: FakeApiServer
     assert sorted(e["regarding"]["name"] for e in events if e["regarding"]["kind"] == "Pod") == NAMES
     on_service = [e for e in events if (e["regarding"]["kind"], e["regarding"]["name"]) == ("Deployment", "chat")]
     assert [e["reason"] for e in on_service] == ["PreemptForInference"]  # once per gang
+
+
+def test_a_worker_recreated_since_the_read_is_not_evicted_in_its_predecessors_place(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """The evictions carry the uids the tick read: a worker with a fixed name recreated in between (the job's
+    controller restarted it) is a different pod, and is spared; the rest of the gang is stopped."""
+    seed_gang(apiserver, disruptions_allowed=1)
+    snapshot = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
+    read = {p.name: p for p in snapshot.pods if p.namespace == NS}
+    apiserver.delete_object("v1", "Pod", NAMES[0], NS)
+    apiserver.seed(o.pod(NAMES[0], NS, node_name="gpu-0", labels={GANG_LABEL: "g1"}))
+    successor = apiserver.get("v1", "Pod", NAMES[0], NS)["metadata"]["uid"]
+    assert read[NAMES[0]].uid and read[NAMES[0]].uid != successor
+    actuator = Actuator(KubeClusterWriter(api_client, WriterConfig(reporting_instance="test-0"), sleep=lambda s: None))
+    actions = [
+        EvictPod(NS, n, Reason.PREEMPT_FOR_INFERENCE, "test", gang=read[n].gang, service=f"{NS}/chat", uid=read[n].uid)
+        for n in NAMES
+    ]
+    results = actuator.apply(actions, GuardContext(time.time(), {}))
+    assert [r.result for r in results] == ["applied"] * 3, results  # the one meant is gone: nothing left to do
+    assert apiserver.get("v1", "Pod", NAMES[0], NS)["metadata"]["uid"] == successor  # spared
+    assert [apiserver.get("v1", "Pod", n, NS) for n in NAMES[1:]] == [None, None]

@@ -309,6 +309,25 @@ def test_eviction_outcomes(apiserver: FakeApiServer, api_client: client.ApiClien
     assert post.body["apiVersion"] == "policy/v1" and post.body["kind"] == "Eviction"
 
 
+def test_an_eviction_names_the_pod_the_plan_read_not_a_successor_of_the_same_name(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """A worker with a fixed name (PyTorchJob ``-worker-0``) recreated between the read and the eviction: the uid
+    precondition spares the new pod (409 from the API server: GONE, the one meant has gone)."""
+    apiserver.seed(o.pod("train-worker-0", "ml"))
+    read_uid = apiserver.get("v1", "Pod", "train-worker-0", "ml")["metadata"]["uid"]
+    apiserver.delete_object("v1", "Pod", "train-worker-0", "ml")
+    apiserver.seed(o.pod("train-worker-0", "ml"))  # its successor: same name, new uid
+    w = writer(api_client)
+    assert w.evict_pod("ml", "train-worker-0", uid=read_uid, dry_run=True) is EvictionOutcome.GONE
+    assert w.evict_pod("ml", "train-worker-0", uid=read_uid) is EvictionOutcome.GONE
+    assert apiserver.get("v1", "Pod", "train-worker-0", "ml") is not None  # the successor runs on
+    post = [r for r in apiserver.requests if r.method == "POST"][-1]
+    assert post.body["deleteOptions"]["preconditions"] == {"uid": read_uid}
+    current = apiserver.get("v1", "Pod", "train-worker-0", "ml")["metadata"]["uid"]
+    assert w.evict_pod("ml", "train-worker-0", uid=current) is EvictionOutcome.EVICTED  # the pod read: evicted
+
+
 # ---- suspension ---------------------------------------------------------------------------------------------------
 
 

@@ -471,6 +471,7 @@ class KubeClusterReader:
             labels=dict(labels),
             gpu_product=product if isinstance(product, str) and product else None,
             terminating=terminating,
+            uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:

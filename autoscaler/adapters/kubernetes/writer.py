@@ -246,7 +246,13 @@ class KubeClusterWriter:
             log.info("scaled deployment %s/%s to %d replicas", namespace, name, replicas)
 
     def evict_pod(
-        self, namespace: str, name: str, *, dry_run: bool = False, can_write: WriteGuard | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        dry_run: bool = False,
+        can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> EvictionOutcome:
         """POST a policy/v1 Eviction: PodDisruptionBudgets are enforced by the API server, not by us. ``dry_run``:
         the API server checks the budgets and changes nothing (``deleteOptions.dryRun: [All]``). ``can_write``:
@@ -257,6 +263,8 @@ class KubeClusterWriter:
             options["gracePeriodSeconds"] = self.config.eviction_grace_period_s
         if dry_run:
             options["dryRun"] = ["All"]
+        if uid:
+            options["preconditions"] = {"uid": uid}  # a successor of the same name is not the pod the plan meant
         if options:
             body["deleteOptions"] = options
         what = f"evict pod {namespace}/{name}" + (" (dry run)" if dry_run else "")
@@ -272,6 +280,10 @@ class KubeClusterWriter:
                 return EvictionOutcome.BLOCKED
             if exc.status == 404:
                 return EvictionOutcome.GONE  # already gone: what we wanted, and why a repeated eviction is safe
+            if exc.status == 409 and uid:
+                # the uid precondition failed: the pod meant has gone, a successor holds its name
+                log.info("eviction of %s/%s skipped: a new pod of that name (not uid %s)", namespace, name, uid)
+                return EvictionOutcome.GONE
             raise
         if dry_run:
             return EvictionOutcome.EVICTED  # it would be: nothing changed
