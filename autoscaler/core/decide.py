@@ -137,6 +137,31 @@ def _retention(up: ScalingRules, down: ScalingRules) -> tuple[float, float]:
     return max(up.stabilisation_s, down.stabilisation_s), keep_events
 
 
+def _not_after(state: ServiceState, now: float) -> ServiceState:
+    """``state`` with no entry later than ``now``. The runtime's clock is wall time: stepped back (NTP, a VM
+    restored), entries "in the future" would sit inside every window for as long as the step, and a scale-up with a
+    0 s window would stay capped at an old recommendation (upstream's Go times compare on the monotonic clock).
+    Entries are appended in time order: only the last ones can be later than ``now``."""
+    recs, events = state.recommendations, state.scale_events
+    if (recs and recs[-1][0] > now) or (events and events[-1][0] > now):
+        return ServiceState(
+            tuple((min(t, now), r) for t, r in recs), tuple((min(t, now), change) for t, change in events)
+        )
+    return state
+
+
+def _with_clamp_event(
+    policy: ServicePolicy, state: ServiceState, now: float, current: int, desired: int, recommend_only: bool
+) -> ServiceState:
+    """Upstream stores the scale event of a min/max clamp too (``storeScaleEvent`` after every rescale, with a
+    behavior block): the rate policies of the next period count it."""
+    if not policy.behavior or recommend_only or desired == current:
+        return state
+    _, keep_events = _retention(policy.scale_up, policy.scale_down)
+    events = (*_prune(state.scale_events, now, keep_events), (now, desired - current))
+    return ServiceState(state.recommendations, events)
+
+
 def _prune(entries: tuple[tuple[float, int], ...], now: float, keep_s: float) -> tuple[tuple[float, int], ...]:
     """Drop entries at or before ``now - keep_s``. Entries are appended in time order, so only a prefix can go."""
     cutoff = now - keep_s
@@ -173,6 +198,7 @@ def decide_service(
             state,
         )
     current = obs.spec_replicas
+    state = _not_after(state, now)
     if not state.recommendations:
         # upstream recordInitialRecommendation: a new (or restarted) controller remembers the current replicas as a
         # recommendation, so nothing scales down before a whole scale-down window has been observed
@@ -184,9 +210,11 @@ def decide_service(
     if current == 0 and policy.min_replicas != 0:
         return decision(0, Reason.SCALING_DISABLED, "spec.replicas is 0"), state
     if current > policy.max_replicas:
-        return decision(policy.max_replicas, Reason.AT_MAX_REPLICAS, f"above maxReplicas {policy.max_replicas}"), state
+        clamped = decision(policy.max_replicas, Reason.AT_MAX_REPLICAS, f"above maxReplicas {policy.max_replicas}")
+        return clamped, _with_clamp_event(policy, state, now, current, policy.max_replicas, recommend_only)
     if current < policy.min_replicas:
-        return decision(policy.min_replicas, Reason.AT_MIN_REPLICAS, f"below minReplicas {policy.min_replicas}"), state
+        clamped = decision(policy.min_replicas, Reason.AT_MIN_REPLICAS, f"below minReplicas {policy.min_replicas}")
+        return clamped, _with_clamp_event(policy, state, now, current, policy.min_replicas, recommend_only)
 
     if floor is not None and not floor.shadow:
         if floor.target_ratio < 1.0:

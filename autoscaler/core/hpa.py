@@ -51,7 +51,7 @@ def replicas_for_pod_metric(
     if not scale_up_with_unready and pods.missing == 0:
         if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
             return current_replicas, usage_ratio
-        return math.ceil(usage_ratio * ready_count), usage_ratio
+        return ceil_replicas(usage_ratio * ready_count), usage_ratio
 
     metric_sum = pods.metric_sum
     samples = ready_count
@@ -70,12 +70,22 @@ def replicas_for_pod_metric(
         or (usage_ratio > 1.0 and new_usage_ratio < 1.0)
     ):
         return current_replicas, usage_ratio
-    new_replicas = math.ceil(new_usage_ratio * samples)
+    new_replicas = ceil_replicas(new_usage_ratio * samples)
     if (new_usage_ratio < 1.0 and new_replicas > current_replicas) or (
         new_usage_ratio > 1.0 and new_replicas < current_replicas
     ):
         return current_replicas, usage_ratio
     return new_replicas, usage_ratio
+
+
+MAX_REPLICA_COUNT = 2**31 - 1  # int32, what a Deployment's replicas can hold
+
+
+def ceil_replicas(value: float) -> int:
+    """``math.ceil`` of a replica count, capped at ``MAX_REPLICA_COUNT``: a huge but finite metric (1e308 req/s
+    from a broken exporter) overflows to inf on division and ``ceil(inf)`` raises, losing the tick for every
+    service; capped, the max-replicas clamp decides as for any large value."""
+    return math.ceil(min(value, MAX_REPLICA_COUNT))
 
 
 def replicas_for_total_metric(
@@ -89,7 +99,7 @@ def replicas_for_total_metric(
     usage_ratio = total / (target_per_replica * status_replicas) if status_replicas > 0 else math.inf
     if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
         return status_replicas, usage_ratio
-    return math.ceil(total / target_per_replica), usage_ratio
+    return ceil_replicas(total / target_per_replica), usage_ratio
 
 
 def stabilise(

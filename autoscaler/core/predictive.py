@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoscaler.core.decide import ReplicaFloor
+from autoscaler.core.hpa import ceil_replicas
 from autoscaler.core.model import MetricKind, ServicePolicy
 from autoscaler.core.reasons import Reason
 from forecast.types import Forecast
@@ -146,5 +147,5 @@ def forecast_floor(
 
 
 def _replicas(demand: float, policy: ServicePolicy, settings: PredictiveSettings) -> int:
-    replicas = math.ceil(max(demand, 0.0) / settings.rate_per_replica - 1e-9)
+    replicas = ceil_replicas(max(demand, 0.0) / settings.rate_per_replica - 1e-9)
     return min(max(replicas, policy.min_replicas), policy.max_replicas)
