@@ -223,6 +223,15 @@ class Controller:
         managed = managed_services(tick.plan.decisions)
         plan, state = plan_rebalance(snapshot, now, config, due, protected=protected, managed=managed)
         results: list[ActionResult] = []
+        forget = getattr(self.cluster, "forget_pods", None)  # the scheduler extender's LatestSnapshot (app wiring)
+        if plan.actions and callable(forget) and not self.dry_run:
+            # The extender answers from the latest snapshot. A moved pod's replacement is scheduled within
+            # milliseconds of its eviction, long before the next tick reads the cluster, and a view that still shows
+            # the moved pod scores the node it left as busy as the one the plan expects it on (a tie the scheduler's
+            # own spreading breaks towards the emptied node, and the waiting pod stays pending). So the view drops
+            # the planned pods before the evictions go out; one that is not evicted after all is back at the next
+            # tick's read.
+            forget({(a.namespace, a.name) for a in plan.actions})
         if plan.actions:
             context = GuardContext(now, {}, tick.stale, None, self.acting_since)
             results = self.actuator.apply(plan.actions, context)

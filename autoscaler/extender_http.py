@@ -27,7 +27,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,14 @@ class LatestSnapshot:
 
     def latest(self) -> ClusterSnapshot | None:
         return self._latest
+
+    def forget_pods(self, pods: Collection[tuple[str, str]]) -> None:
+        """Drop these pods ("namespace", "name") from the latest snapshot: evicted by a rebalance pass, they are
+        leaving, and the extender must place their replacements as if they had gone."""
+        latest = self._latest
+        if latest is not None and pods:
+            kept = tuple(p for p in latest.pods if (p.namespace, p.name) not in pods)
+            self._latest = replace(latest, pods=kept)
 
     def set(self, snapshot: ClusterSnapshot | None) -> None:
         """Replace the latest snapshot (tests, and a standby replica's own refresh)."""
