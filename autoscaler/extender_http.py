@@ -187,13 +187,11 @@ def parse_pod(pod: Any) -> PodRequest:
     containers = _array(spec.get("containers"), "spec.containers")
     init = _array(spec.get("initContainers"), "spec.initContainers")
     app = [_container_gpus(c, f"spec.containers[{i}]") for i, c in enumerate(containers)]
-    gpus = effective_request(
-        app,
-        [
-            (_container_gpus(c, f"spec.initContainers[{i}]"), _object(c, "").get("restartPolicy") == "Always")
-            for i, c in enumerate(init)
-        ],
-    )
+    init_requests = []
+    for i, c in enumerate(init):
+        where = f"spec.initContainers[{i}]"
+        init_requests.append((_container_gpus(c, where), _object(c, where).get("restartPolicy") == "Always"))
+    gpus = effective_request(app, init_requests)
     selector = _object(spec.get("nodeSelector"), "spec.nodeSelector").get(GPU_PRODUCT_LABEL)
     if selector is not None and not isinstance(selector, str):
         raise ValueError(f"spec.nodeSelector[{GPU_PRODUCT_LABEL}] must be a string, got {type(selector).__name__}")

@@ -876,28 +876,15 @@ def _unknown_variable(key: str, value: str) -> str | None:
 
 
 def prometheus_environment_problems() -> list[str]:
-    """The mistakes ``_environment_problems`` finds among the ``AUTOSCALER_PROMETHEUS*`` variables, for commands that
-    read only the Prometheus settings (``autoscaler observe``): a typo there (``AUTOSCALER_PROMETHEUS_TIMEOUT``) must
-    not run the command with the default either."""
-    group_prefix = ENV_PREFIX + PROMETHEUS_GROUP.upper()
-    problems: list[str] = []
-    for key, value in sorted(os.environ.items()):
-        name = key.upper()
-        if name == group_prefix:
-            problems.append(
-                f"{key}: not a setting; use the {PROMETHEUS_ENV_PREFIX}* variables, e.g. {PROMETHEUS_ENV_PREFIX}URL"
-            )
-        elif name.startswith(group_prefix + ENV_NESTED_DELIMITER):
-            problems.append(f"{key}: the Prometheus settings use a single underscore, e.g. {PROMETHEUS_ENV_PREFIX}URL")
-        elif name.startswith(group_prefix + "_"):
-            unknown = _unknown_variable(key, value)
-            if unknown is not None:
-                problems.append(unknown)
-    return problems
+    """``_environment_problems`` of the ``AUTOSCALER_PROMETHEUS*`` variables alone, for commands that read only the
+    Prometheus settings (``autoscaler observe``): a typo there (``AUTOSCALER_PROMETHEUS_TIMEOUT``) must not run the
+    command with the default either."""
+    return _environment_problems(ENV_PREFIX + PROMETHEUS_GROUP.upper())
 
 
-def _environment_problems() -> list[str]:
-    """Mistakes in the environment that would not reach validation, one line each.
+def _environment_problems(prefix: str = ENV_PREFIX) -> list[str]:
+    """Mistakes in the environment that would not reach validation, one line each, among the variables whose name
+    starts with ``prefix``.
 
     An ``AUTOSCALER_*`` variable that names no setting is an error, as an unknown key of the file is: pydantic-settings
     ignores it, so a typo (``AUTOSCALER_TICK_INTERVAL``) would start the controller with the default.
@@ -913,7 +900,7 @@ def _environment_problems() -> list[str]:
             f"{', '.join(doubled)}: the Prometheus settings use a single underscore, e.g. {PROMETHEUS_ENV_PREFIX}URL"
         )
     for key, value in sorted(os.environ.items()):
-        if key.upper().startswith(ENV_PREFIX):
+        if key.upper().startswith(prefix):
             unknown = _unknown_variable(key, value)
             if unknown is not None:
                 problems.append(unknown)
@@ -923,7 +910,7 @@ def _environment_problems() -> list[str]:
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
     }
     for key, value in sorted(os.environ.items()):
-        if key.upper() not in groups:
+        if key.upper() not in groups or not key.upper().startswith(prefix):
             continue
         name, group = groups[key.upper()]
         if name == PROMETHEUS_GROUP:

@@ -255,19 +255,20 @@ class LeaderElector:
 
     def is_leader(self) -> bool:
         """True while this process holds the Lease *and* renewed it within the renew deadline."""
-        with self._lock:
-            leader = self._check_deadline()
-        self._fire()
-        return leader
+        return self._leading(margin_s=None)
 
     def may_write(self) -> bool:
         """``is_leader()``, and a request sent now reaches the API server before a follower may take over: the time
         since the last renewal plus ``write_margin_s`` is within the lease duration. The renew deadline alone let a
         write start 9.9 s after the last renewal and, with a 10 s request timeout, land 19.9 s after it, when a
         follower may have been leading for 4.9 s (lease duration 15 s)."""
+        return self._leading(margin_s=self._timings.write_margin_s)
+
+    def _leading(self, margin_s: float | None) -> bool:
         with self._lock:
             leader = self._check_deadline() and (
-                self._monotonic() - self._last_renew + self._timings.write_margin_s < self._timings.lease_duration_s
+                margin_s is None
+                or self._monotonic() - self._last_renew + margin_s < self._timings.lease_duration_s
             )
         self._fire()
         return leader

@@ -185,21 +185,22 @@ def register(subparsers: Any) -> None:
     info.set_defaults(func=run_info)
 
 
-def _decimals(text: str) -> int:
+def _whole_number(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _decimals(text: str) -> int:
+    value = _whole_number(text)
     if not 0 <= value <= MAX_DECIMALS:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number from 0 to {MAX_DECIMALS}")
     return value
 
 
 def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
     return value

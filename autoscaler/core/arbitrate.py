@@ -179,13 +179,13 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
     return left
 
 
-_TERMINATING = " (terminating pods)"  # the booting entry of a ready node's GPUs held by terminating pods
-
-
-def _free_by_node(snapshot: ClusterSnapshot, burst_pools: Set[str]) -> tuple[dict[str, int], dict[str, int]]:
+def _free_by_node(
+    snapshot: ClusterSnapshot, burst_pools: Set[str], node_types: dict[str, str | None]
+) -> tuple[dict[str, int], dict[str, int]]:
     """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows. Any other
     node that is not ready (an on-prem node whose kubelet died, one cordoned or being removed) is no capacity on
-    its way: counting it would hide a shortfall for as long as it stays broken."""
+    its way: counting it would hide a shortfall for as long as it stays broken. ``node_types`` (node -> GPU type)
+    gains the type of every entry it adds."""
     free = free_gpus_per_node(snapshot)
     ready = {n.name: free[n.name] for n in snapshot.nodes if n.ready}
     booting = {n.name: free[n.name] for n in snapshot.nodes if not n.ready and n.pool in burst_pools}
@@ -194,8 +194,9 @@ def _free_by_node(snapshot: ClusterSnapshot, burst_pools: Set[str]) -> tuple[dic
     # for the same shortfall.
     for pod in snapshot.pods:
         if pod.terminating and pod.node in ready and pod.gpus > 0 and pod.phase not in ("Succeeded", "Failed"):
-            key = f"{pod.node}{_TERMINATING}"
+            key = f"{pod.node} (terminating pods)"
             booting[key] = booting.get(key, 0) + pod.gpus
+            node_types[key] = node_types.get(pod.node)
     return ready, booting
 
 
@@ -289,16 +290,8 @@ def _budgets_left(candidates: Sequence[GangCandidate], spent: Mapping[str, int])
     return out
 
 
-def _pod_uids(snapshot: ClusterSnapshot) -> dict[tuple[str, str], str]:
-    return {(p.namespace, p.name): p.uid for p in snapshot.pods if p.uid}
-
-
 def _stop_actions(
-    victim: GangCandidate,
-    workloads: Mapping[str, WorkloadInfo],
-    detail: str,
-    service: str,
-    uids: Mapping[tuple[str, str], str],
+    victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str, service: str
 ) -> list[Action]:
     workload = workloads.get(victim.gang)
     lost = victim.lost_work_gpu_s
@@ -309,18 +302,10 @@ def _stop_actions(
             )
         ]
     share = lost / max(1, len(victim.pods))
+    uids = victim.pod_uids or (None,) * len(victim.pods)
     return [
-        EvictPod(
-            namespace,
-            name,
-            Reason.PREEMPT_FOR_INFERENCE,
-            detail,
-            victim.gang,
-            service,
-            share,
-            uids.get((namespace, name)),
-        )
-        for namespace, name in victim.pods
+        EvictPod(namespace, name, Reason.PREEMPT_FOR_INFERENCE, detail, victim.gang, service, share, uid)
+        for (namespace, name), uid in zip(victim.pods, uids, strict=True)
     ]
 
 
@@ -329,11 +314,8 @@ def arbitrate(
 ) -> tuple[list[Action], CapacityReport, CapacityState]:
     """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next."""
     now, snapshot = arb.now, arb.snapshot
-    free, booting = _free_by_node(snapshot, {p.name for p in config.pools})
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
-    for name in booting:
-        if name.endswith(_TERMINATING):
-            node_types[name] = node_types.get(name.removesuffix(_TERMINATING))
+    free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types)
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
@@ -464,7 +446,7 @@ def arbitrate(
                 for node, gpus in victim.gpus_by_node.items():
                     if node in free:
                         free[node] += gpus
-                actions.extend(_stop_actions(victim, workloads, text, key, _pod_uids(snapshot)))
+                actions.extend(_stop_actions(victim, workloads, text, key))
             _place(free, short, g, gpu_type, node_types)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
@@ -668,7 +650,7 @@ def _give_back(
             for node, gpus in victim.gpus_by_node.items():
                 if node in free:
                     free[node] += gpus
-            actions.extend(_stop_actions(victim, workloads, detail, service, _pod_uids(arb.snapshot)))
+            actions.extend(_stop_actions(victim, workloads, detail, service))
         actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
         unneeded.pop(pool.name, None)
     suspended = sorted(

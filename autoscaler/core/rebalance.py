@@ -447,7 +447,7 @@ def plan_rebalance(
             gain,
             f"empties burst node {node.name} ({used} of {node.allocatable_gpus} GPUs in use) for its give-back",
         )
-    uids = {(p.namespace, p.name): p.uid for p in snapshot.pods if p.uid}
+    uids = {(p.namespace, p.name): p.uid for u in units if u.owner in moved_owners for p in u.pods}
     actions = tuple(
         EvictPod(ns, name, Reason.REBALANCE, m.detail, gang=m.gang, uid=uids.get((ns, name)))
         for m in moves

@@ -129,11 +129,10 @@ class _SnapshotFacts:
     tick until something changes, and these walks over every pod were a tenth of a forecasting tick there: they are
     kept for the tuples they were computed from (immutable, held here, so their identity cannot be reused)."""
 
-    __slots__ = ("_preemptible", "_room", "cold_starts", "free", "nodes", "pods", "snapshot", "waiting", "workloads")
+    __slots__ = ("_preemptible", "_room", "cold_starts", "free", "snapshot", "waiting")
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
-        self.pods, self.nodes, self.workloads = snapshot.pods, snapshot.nodes, snapshot.workloads
         self.cold_starts: Mapping[str, Sequence[float]] = MappingProxyType(
             {key: tuple(seconds) for key, seconds in cold_starts_by_service(snapshot).items()}
         )
@@ -143,7 +142,8 @@ class _SnapshotFacts:
         self._room: NodeRoom | None = None
 
     def same_content(self, snapshot: ClusterSnapshot) -> bool:
-        return self.pods is snapshot.pods and self.nodes is snapshot.nodes and self.workloads is snapshot.workloads
+        kept = self.snapshot
+        return kept.pods is snapshot.pods and kept.nodes is snapshot.nodes and kept.workloads is snapshot.workloads
 
     def preemptible(self, below_priority: int) -> int:
         found = self._preemptible.get(below_priority)

@@ -59,6 +59,8 @@ class GangCandidate:
     # (PodDisruptionBudget "namespace/name", pods of this gang it covers, its disruptions allowed): the victims
     # together must stay within every budget, not only each gang on its own
     pdb_use: tuple[tuple[str, int, int], ...] = ()
+    # uid of each pod of ``pods`` as read (None: unknown): an eviction names the pod read, not a successor
+    pod_uids: tuple[str | None, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -174,6 +176,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 preemptible=preemptible,
                 why_not=why_not,
                 pdb_use=pdb_use,
+                pod_uids=tuple(p.uid for p in pods),
             )
         )
     return out
