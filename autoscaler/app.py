@@ -19,6 +19,7 @@ from autoscaler.ports import (
     ClusterReader,
     ClusterWriter,
     MetricsSource,
+    MoveLedger,
     NodePoolScaler,
     PolicyObject,
     PolicySource,
@@ -163,6 +164,22 @@ def _scheduler_extender(
     return ExtenderServer(extender, config.bind_address, config.port), snapshots
 
 
+def _move_ledger(settings: Settings, adapters: Adapters) -> MoveLedger | None:
+    """The rebalancer's ConfigMap ledger beside the Lease, when the rebalancer is on, not a dry run, and there is a
+    Kubernetes API (adapters built for tests without one keep the count in memory)."""
+    name = settings.rebalance.ledger_configmap
+    if not settings.rebalance.enabled or settings.dry_run or not name or adapters.api_client is None:
+        return None
+    from autoscaler.adapters.kubernetes.ledger import KubernetesMoveLedger
+
+    return KubernetesMoveLedger(
+        adapters.api_client,
+        settings.leader_election.lease_namespace,
+        name,
+        request_timeout_s=settings.kubernetes.request_timeout_seconds,
+    )
+
+
 def lease_name(settings: Settings) -> str:
     """A dry-run controller elects among dry-run replicas only: on the real Lease it could win, act on nothing,
     and keep the real controller from acting at all."""
@@ -212,6 +229,7 @@ def build_runtime(
         forecasts=forecasts,
         capacity=settings.capacity.to_config(),
         rebalance=settings.rebalance.to_config(settings.rebalance_interval_seconds, settings.capacity.burst_pools),
+        move_ledger=_move_ledger(settings, adapters),
     )
     if rebalance is None:
         # the controller's pass when rebalance.enabled; else nothing to do

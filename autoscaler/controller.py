@@ -33,6 +33,7 @@ from autoscaler.core.rebalance import (
     RebalancePlan,
     RebalanceState,
     managed_services,
+    merge_move_times,
     plan_rebalance,
     record_pass,
 )
@@ -44,6 +45,7 @@ from autoscaler.ports import (
     ClusterWriter,
     ForecastReader,
     MetricsSource,
+    MoveLedger,
     NodePoolScaler,
     PolicyObject,
     PolicySource,
@@ -103,11 +105,15 @@ class Controller:
         forecasts: ForecastReader | None = None,
         capacity: CapacityConfig | None = None,
         rebalance: RebalanceConfig | None = None,
+        move_ledger: MoveLedger | None = None,
     ) -> None:
         self.metrics = metrics
         self.capacity = capacity  # capacity arbitration (preempt, burst, give back); None = replicas only
         self.rebalance_config = rebalance  # the rebalancer's bounds; None = no pass runs
         self.rebalance_state = RebalanceState()
+        # where the rebalancer's evictions are recorded across restarts and changes of leader (its hourly bound);
+        # None: in memory only
+        self.move_ledger = move_ledger
         self.last_rebalance: RebalanceReport | None = None
         self.cluster = cluster
         self.writer = writer
@@ -217,12 +223,32 @@ class Controller:
             self.telemetry.error("cluster_read")
             return self._rebalance_held(now, f"cluster_read: {type(exc).__name__}: {exc}")
         protected = protected_owners(tick)
+        ledger = self.move_ledger if not self.dry_run else None  # a dry run evicts nothing and records nothing
+        if ledger is not None:
+            # The hourly bound counts every eviction of the last hour, including a previous leader's or a previous
+            # run's: without the ledger, a restart or a change of leader would start a fresh budget.
+            try:
+                recorded = ledger.read()
+            except Exception as exc:  # PortError, or a bug: moving nothing is safe, moving past the bound is not
+                self.telemetry.error("rebalance")
+                return self._rebalance_held(now, f"move ledger: {type(exc).__name__}: {exc}")
+            merged = merge_move_times(self.rebalance_state.move_times, recorded, now)
+            self.rebalance_state = replace(self.rebalance_state, move_times=merged)
         # the runtime's job sets the pace: a pass is due whenever the job runs (its timer may fire a little early)
         due = replace(self.rebalance_state, last_pass_at=None)
         # only the services a valid policy scaled at the latest tick: a move is an eviction
         managed = managed_services(tick.plan.decisions)
         plan, state = plan_rebalance(snapshot, now, config, due, protected=protected, managed=managed)
         results: list[ActionResult] = []
+        if plan.actions and ledger is not None:
+            # Recorded before they go out: a crash between the evictions and the record must not forget them. A
+            # ledger that cannot be written (or was written by another process since it was read) moves nothing.
+            reserved = self.rebalance_state.move_times + (now,) * len(plan.actions)
+            try:
+                ledger.write(reserved)
+            except Exception as exc:
+                self.telemetry.error("rebalance")
+                return self._rebalance_held(now, f"move ledger: {type(exc).__name__}: {exc}")
         forget = getattr(self.cluster, "forget_pods", None)  # the scheduler extender's LatestSnapshot (app wiring)
         if plan.actions and callable(forget) and not self.dry_run:
             # The extender answers from the latest snapshot. A moved pod's replacement is scheduled within
@@ -242,6 +268,14 @@ class Controller:
             errors = []
         applied = {(r.action.namespace, r.action.name) for r in results if r.result == "applied"}
         self.rebalance_state = record_pass(self.rebalance_state, state, plan, now, applied)
+        if plan.actions and ledger is not None and len(applied) < len(plan.actions):
+            # Evictions refused (a PodDisruptionBudget, a pod gone) moved nothing: give their budget back. If this
+            # write fails the reservation stands, which only over-counts.
+            try:
+                ledger.write(self.rebalance_state.move_times)
+            except Exception as exc:
+                self.telemetry.error("rebalance")
+                log.warning("rebalance: could not correct the move ledger (it over-counts this pass): %s", exc)
         self.telemetry.rebalance_passes.labels(result="ok").inc()
         if plan.ran:
             self.telemetry.stranded_gpus.set(plan.stranded_gpus)

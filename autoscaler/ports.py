@@ -172,6 +172,25 @@ class NodePoolScaler(Protocol):
         ...
 
 
+# ---- the rebalancer's move ledger ----------------------------------------------------------------------------------
+
+
+class MoveLedger(Protocol):
+    """Where the rebalancer records when it evicted pods, so that its hourly bound holds across a restart or a change
+    of leader: a new leader that started from an empty history could spend a second hour's budget within the same
+    hour. Writes use optimistic concurrency: a ``write`` after another process wrote since this one's last ``read`` or
+    ``write`` raises ``PortError`` and changes nothing."""
+
+    def read(self) -> tuple[float, ...]:
+        """Unix seconds of the recorded evictions (oldest first; empty when nothing was ever recorded). Raises
+        PortError when the ledger cannot be read or does not parse: the caller then moves nothing."""
+        ...
+
+    def write(self, move_times: tuple[float, ...]) -> None:
+        """Replace the recorded evictions with ``move_times``. Raises PortError when it cannot."""
+        ...
+
+
 # ---- GPUScalingPolicy objects -------------------------------------------------------------------------------------
 
 

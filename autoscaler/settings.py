@@ -376,6 +376,15 @@ class RebalanceSettings(_Group):
     training_on_burst_pools: bool = Field(
         False, description="training may run on the burst pools (false: they are for inference; no gang goes there)"
     )
+    ledger_configmap: str = Field(
+        "gpu-autoscaler-rebalance-moves",
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+        description=(
+            "ConfigMap (in leader_election.lease_namespace) recording the evictions of the last hour, so that "
+            "max_moves_per_hour holds across restarts and changes of leader; empty = in memory only"
+        ),
+    )
 
     @model_validator(mode="after")
     def _moves(self) -> RebalanceSettings:

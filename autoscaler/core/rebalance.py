@@ -572,6 +572,22 @@ def record_pass(
     return RebalanceState(planned.last_pass_at, recent + (now,) * made, kept + tuple((t, now) for t in targets))
 
 
+def merge_move_times(kept: Iterable[float], recorded: Iterable[float], now: float) -> tuple[float, ...]:
+    """The evictions of the last hour as both this process (``kept``) and the move ledger (``recorded``) know them:
+    each instant as many times as the one that saw it more often (the same pass's evictions share their instant, and
+    a ledger written by this process holds its own instants again), oldest first. A leader that took over knows
+    nothing and the ledger everything; a ledger whose correction after a refused eviction failed knows one more."""
+    counts: dict[float, int] = {}
+    for source in (kept, recorded):
+        seen: dict[float, int] = {}
+        for t in source:
+            if now - t < HOUR_S:
+                seen[t] = seen.get(t, 0) + 1
+        for t, n in seen.items():
+            counts[t] = max(counts.get(t, 0), n)
+    return tuple(t for t in sorted(counts) for _ in range(counts[t]))
+
+
 def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] = ()) -> frozenset[str]:
     """Deployments a rebalance move must not touch now (``deployment/<namespace>/<name>``): those whose metrics were
     stale or partial (``unsure`` service keys), and those the tick wanted to grow, guarded on latency or held at their

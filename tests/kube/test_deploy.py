@@ -30,8 +30,10 @@ from autoscaler.adapters.kubernetes import (
     WriterConfig,
 )
 from autoscaler.adapters.kubernetes.crd import crd_yaml, generate_crd
+from autoscaler.adapters.kubernetes.ledger import KubernetesMoveLedger
 from autoscaler.adapters.kubernetes_lease import KubernetesLeaseStore, LeaseRecord
 from autoscaler.policy import GPUScalingPolicySpec
+from autoscaler.settings import Settings
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer, validate_structural
 from tests.realkube.control_plane import find_kubectl
@@ -294,7 +296,13 @@ def test_production_renders_and_every_document_validates(
     assert "AUTOSCALER_DRY_RUN" not in controller_env(production) and dep["spec"]["replicas"] == 2
     assert find(production, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     lease_rules = find(production, "Role", "gpu-autoscaler-leader-election")["rules"]
-    assert {"leases"} == {r for rule in lease_rules for r in rule["resources"]}
+    assert {"leases", "configmaps"} == {r for rule in lease_rules for r in rule["resources"]}
+    # the move ledger: one named ConfigMap read and updated (create cannot be limited to a name)
+    assert all(
+        rule.get("resourceNames") == [Settings().rebalance.ledger_configmap]
+        for rule in lease_rules
+        if "configmaps" in rule["resources"] and set(rule["verbs"]) != {"create"}
+    )
     assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
     assert find(production, "ClusterRole")["rules"] == find(base, "ClusterRole")["rules"]
     assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
@@ -454,15 +462,20 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
     created = store.create(LeaseRecord(holder="a", lease_duration_s=15))
     store.get()
     store.update(created)
+    ledger = KubernetesMoveLedger(api_client, "gpu-autoscaler", Settings().rebalance.ledger_configmap)
+    ledger.read()
+    ledger.write((1.0,))  # create
+    ledger.write((1.0, 2.0))  # update
 
     cluster_rules = find(base, "ClusterRole")["rules"]
     role = find(base, "Role")
     seen = _request_permissions(apiserver)
     assert len(seen) > 20
     for group, resource, verb, namespace in sorted(seen, key=str):
-        if resource == "leases":
+        if resource in ("leases", "configmaps"):
             assert namespace == role["metadata"]["namespace"] and _allowed(role["rules"], group, resource, verb)
-            assert not _allowed(cluster_rules, group, resource, verb)  # leases only in the own namespace
+            # leases and the move ledger only in the own namespace
+            assert not _allowed(cluster_rules, group, resource, verb)
         else:
             assert _allowed(cluster_rules, group, resource, verb), f"RBAC misses {verb} {group}/{resource}"
     # least privilege: no wildcard, no delete, nothing granted that no request used (watch aside: informers)

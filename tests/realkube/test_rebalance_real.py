@@ -11,6 +11,7 @@ namespaces are deleted without waiting) cannot take the GPUs it counts.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Iterator
@@ -126,7 +127,8 @@ def world(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
         cp.wait("chat Deployment ready", lambda: ready_replicas(cp, namespace) == 2 or None)
 
         settings = Settings(
-            leader_election={"enabled": False},
+            # the move ledger (a ConfigMap beside the Lease) in the test's namespace, on the real API server
+            leader_election={"enabled": False, "lease_namespace": namespace},
             http={"bind_address": "127.0.0.1", "port": 0},
             scheduler_extender={"enabled": True, "bind_address": "127.0.0.1", "port": 0},
             rebalance={"enabled": True, "max_moves_per_pass": 2, "max_moves_per_hour": 4},
@@ -141,6 +143,7 @@ def world(control_plane: ControlPlane, namespace: str, api_client: client.ApiCli
             policies=NoPolicies(),
             status_writer=None,
             node_pools=None,
+            api_client=api_client,
         )
         runtime = build_runtime(settings, adapters, refit=lambda now: None)
         assert runtime.extender is not None and runtime.controller.rebalance_config is not None
@@ -214,6 +217,9 @@ def test_a_replica_is_moved_and_the_waiting_8_gpu_pod_runs_on_the_freed_node(wor
     assert mine and "big" in mine[0]["message"], [e.get("reason") for e in events]
     stranded = w.runtime.controller.telemetry.registry.get_sample_value("gpu_autoscaler_stranded_gpus")
     assert stranded == 14  # before the move: 7 + 7 free GPUs of its type, none usable by the 8-GPU pod
+    # the eviction is in the move ledger, where a new leader would count it against the hourly bound
+    ledger = w.cp.get(f"/api/v1/namespaces/{w.namespace}/configmaps/gpu-autoscaler-rebalance-moves")
+    assert json.loads(ledger["data"]["moveTimes"]) == [pytest.approx(report.time)]
 
     # Nothing waits any more: the next pass moves nothing.
     report = pass_after_a_tick(w)

@@ -1,0 +1,181 @@
+"""The rebalancer's hourly bound across restarts and changes of leader (the move ledger, ``ports.MoveLedger``).
+
+Kept in memory only, the evictions of the last hour were forgotten by a new leader, which could then spend a second
+hour's budget within the same hour. These tests fail on a controller without the ledger: the second leader moves
+again in the first leader's hour."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autoscaler.controller import Controller
+from autoscaler.core.cluster import PodInfo
+from autoscaler.core.rebalance import HOUR_S, RebalanceConfig, merge_move_times
+from autoscaler.fakes.cluster import FakeCluster
+from autoscaler.fakes.ledger import InMemoryMoveLedger, SharedMoveRecord
+from autoscaler.ports import PortError
+from tests.runtime.test_rebalance_pass import CONFIG, T0, evicted, sample, world
+
+ONE_PER_HOUR = replace(CONFIG, max_moves_per_pass=1, max_moves_per_hour=1, retry_after_s=0.0)
+
+
+def put_back(cluster: FakeCluster) -> None:
+    """The moved replica is back on n2 (a spreading scheduler's worst case): the same move is wanted again."""
+    if "inf/chat-1" not in cluster.pods:
+        cluster.add_pod(PodInfo("inf", "chat-1", "n2", 1, 1000, "Running", True, "Deployment", "chat",
+                                labels={"app": "chat"}))
+
+
+def leader(cluster: FakeCluster, record: SharedMoveRecord, config: RebalanceConfig = ONE_PER_HOUR) -> Controller:
+    """A controller process on ``cluster`` whose ledger is ``record`` (the ConfigMap every replica shares)."""
+    c, _, _ = world(config=config)
+    c.cluster = c.writer = cluster
+    c.actuator.writer = cluster
+    c.move_ledger = InMemoryMoveLedger(record)
+    return c
+
+
+def shared_world(config: RebalanceConfig = ONE_PER_HOUR) -> tuple[FakeCluster, SharedMoveRecord]:
+    _, cluster, _ = world(config=config)
+    return cluster, SharedMoveRecord()
+
+
+def test_a_new_leader_within_the_hour_does_not_spend_a_second_budget() -> None:
+    cluster, record = shared_world()
+    first = leader(cluster, record)
+    first.run_once(T0)
+    first.rebalance(T0 + 1)
+    assert evicted(cluster) == ["chat-1"] and record.move_times == (T0 + 1,)
+    put_back(cluster)
+
+    second = leader(cluster, record)  # the first one died; its memory went with it
+    for minutes in (5, 30, 59):
+        now = T0 + 60 * minutes
+        second.run_once(now)
+        report = second.rebalance(now + 1)
+        assert report is not None and report.result == "ok" and report.results == []
+    assert evicted(cluster) == ["chat-1"]
+    assert sample(second, "gpu_autoscaler_rebalance_moves_last_hour") == 1
+
+    now = T0 + HOUR_S + 60  # the first move is over an hour old: the budget is back
+    second.run_once(now)
+    second.rebalance(now + 1)
+    assert evicted(cluster) == ["chat-1", "chat-1"]
+    assert record.move_times == (now + 1,)  # the hour-old one dropped
+
+
+def test_the_evictions_are_recorded_before_they_go_out() -> None:
+    cluster, record = shared_world()
+    c = leader(cluster, record)
+    seen_at_eviction: list[tuple[float, ...]] = []
+    evict = cluster.evict_pod
+
+    def evict_and_look(*args, **kwargs):
+        seen_at_eviction.append(record.move_times)
+        return evict(*args, **kwargs)
+
+    cluster.evict_pod = evict_and_look  # type: ignore[method-assign]
+    c.run_once(T0)
+    c.rebalance(T0 + 1)
+    assert seen_at_eviction == [(T0 + 1,)]  # a crash right after the eviction cannot forget it
+
+
+@pytest.mark.parametrize("fault", ["read", "write"])
+def test_a_ledger_that_cannot_be_read_or_written_moves_nothing(fault: str) -> None:
+    cluster, record = shared_world()
+    c = leader(cluster, record)
+    if fault == "read":
+        record.fail_reads = 1
+    else:
+        record.fail_writes = 1
+    c.run_once(T0)
+    report = c.rebalance(T0 + 1)
+    assert report is not None and report.result == "held" and "move ledger" in report.held_because
+    assert evicted(cluster) == [] and record.move_times == ()
+    assert sample(c, "gpu_autoscaler_errors_total", component="rebalance") == 1
+    c.run_once(T0 + 300)  # the next pass, the ledger answering again, moves
+    c.rebalance(T0 + 301)
+    assert evicted(cluster) == ["chat-1"] and record.move_times == (T0 + 301,)
+
+
+class _OvertakenLedger(InMemoryMoveLedger):
+    """Another process (the new leader) records a move right after this one's read: a former leader's pass that
+    read the ledger just before it lost the Lease."""
+
+    def read(self) -> tuple[float, ...]:
+        seen = super().read()
+        record = self.record
+        record.move_times, record.version = (*record.move_times, T0 - 10.0), record.version + 1
+        return seen
+
+
+def test_a_write_after_another_process_wrote_moves_nothing() -> None:
+    cluster, record = shared_world()
+    old = leader(cluster, record, replace(ONE_PER_HOUR, max_moves_per_hour=2))
+    old.move_ledger = _OvertakenLedger(record)
+    old.run_once(T0)
+    report = old.rebalance(T0 + 1)
+    assert report is not None and report.result == "held" and "409" in report.held_because
+    assert evicted(cluster) == [] and record.move_times == (T0 - 10.0,)  # the other process's record stands
+
+
+def test_a_refused_eviction_gives_its_reservation_back() -> None:
+    cluster, record = shared_world()
+    c = leader(cluster, record)
+    cluster.block_evictions("inf", "chat-1")
+    c.run_once(T0)
+    report = c.rebalance(T0 + 1)
+    assert report is not None and [r.result for r in report.results] == ["blocked"]
+    assert record.move_times == ()  # reserved (T0 + 1) before the eviction, given back after the refusal
+    assert c.move_ledger.writes == [(T0 + 1,), ()]  # type: ignore[union-attr]
+
+
+def test_a_dry_run_neither_reads_nor_writes_the_ledger() -> None:
+    c, _, _ = world(dry_run=True, config=ONE_PER_HOUR)
+    record = SharedMoveRecord()
+    record.fail_reads = record.fail_writes = 1  # would hold the pass if it were touched
+    c.move_ledger = InMemoryMoveLedger(record)
+    c.run_once(T0)
+    report = c.rebalance(T0 + 1)
+    assert report is not None and [r.result for r in report.results] == ["dry_run"]
+    assert record.fail_reads == 1 and record.fail_writes == 1
+
+
+def test_merge_counts_each_instant_as_often_as_the_source_that_saw_it_more() -> None:
+    now = T0
+    kept = (now - 100, now - 100, now - 50)
+    recorded = (now - 4000, now - 100, now - 50, now - 50, now - 10)
+    assert merge_move_times(kept, recorded, now) == (now - 100, now - 100, now - 50, now - 50, now - 10)
+    assert merge_move_times((), (), now) == ()
+    assert merge_move_times((now - HOUR_S,), (), now) == ()  # exactly an hour old: out of the window
+
+
+def test_the_settings_wire_a_configmap_ledger_beside_the_lease() -> None:
+    from autoscaler.adapters.kubernetes.ledger import KubernetesMoveLedger
+    from autoscaler.app import Adapters, _move_ledger
+    from autoscaler.fakes.metrics import FakeMetricsSource
+    from autoscaler.settings import Settings
+    from tests.runtime.runtime_fakes import FakePolicies
+
+    fake = FakeCluster()
+    adapters = Adapters(metrics=FakeMetricsSource(), cluster=fake, writer=fake, policies=FakePolicies([]),
+                        status_writer=None, node_pools=None, api_client=object())
+    on = Settings(rebalance={"enabled": True}, leader_election={"lease_namespace": "ops"})
+    ledger = _move_ledger(on, adapters)
+    assert isinstance(ledger, KubernetesMoveLedger)
+    assert (ledger.namespace, ledger.name) == ("ops", "gpu-autoscaler-rebalance-moves")
+    assert _move_ledger(Settings(rebalance={"enabled": True, "ledger_configmap": ""}), adapters) is None
+    assert _move_ledger(Settings(rebalance={"enabled": True}, dry_run=True), adapters) is None
+    assert _move_ledger(Settings(), adapters) is None  # the rebalancer is off
+
+
+def test_port_error_type_for_bad_ledger_data() -> None:
+    from autoscaler.adapters.kubernetes.ledger import parse_move_times
+
+    assert parse_move_times(None, "x") == ()
+    assert parse_move_times("[3, 1.5]", "x") == (1.5, 3.0)
+    for bad in ("nope", "{}", '["a"]', "[NaN]", "[true]"):
+        with pytest.raises(PortError, match="moveTimes"):
+            parse_move_times(bad, "x")
