@@ -57,6 +57,9 @@ from forecast.types import Forecast
 # Besides each service's provisioned quantile, the only level the tick reads: the simulator fits just these two.
 EXPECTED_LEVEL = 0.5
 
+# Holds whose metrics were not read whole: they may keep replicas, never stop training or buy nodes for them.
+_UNSURE_HOLDS = frozenset({Reason.METRICS_STALE, Reason.METRICS_PARTIAL, Reason.DECISION_FAILED})
+
 
 @dataclass(frozen=True, slots=True)
 class CapacityConfig:
@@ -350,12 +353,13 @@ def arbitrate(
         short = unplaced - on_booting
         if short <= 0:
             continue
-        if decision.reason is Reason.METRICS_STALE:
-            # A hold on stale metrics says nothing about demand: no training is stopped and no node bought for it,
-            # and nothing is given back while the service waits for room (the next fresh tick decides).
+        if decision.reason in _UNSURE_HOLDS:
+            # A hold on stale or partial metrics says nothing about demand (a partial answer only forbids a
+            # scale-down): no training is stopped and no node bought for it, and nothing is given back while the
+            # service waits for room (the next complete tick decides).
             stale_holds.append(
-                f"{key}: {short} replica(s) waiting for GPUs, but its metrics are stale: neither preempt nor burst "
-                "on a hold, nothing given back"
+                f"{key}: {short} replica(s) waiting for GPUs, but it holds ({decision.reason.value}): neither "
+                "preempt nor burst on a hold, nothing given back"
             )
             continue
         capacity = decision.desired_replicas - short

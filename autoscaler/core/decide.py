@@ -350,9 +350,19 @@ def decide(
     empty = ServiceState()
     for key, policy in policies.items():
         floor = floors.get(key) if floors else None
-        made, next_state = decide_service(
-            policy, observation.services.get(key), state.services.get(key, empty), now, floor
-        )
+        previous = state.services.get(key, empty)
+        seen = observation.services.get(key)
+        try:
+            made, next_state = decide_service(policy, seen, previous, now, floor)
+        except (ArithmeticError, ValueError) as exc:
+            # One service's absurd spec or data (a target that underflows to zero, an overflow) must not lose the
+            # tick for every other service: this one keeps its replicas and says why.
+            current = seen.spec_replicas if seen is not None else 0
+            made = ScaleDecision(
+                key, current, current, Reason.DECISION_FAILED, f"{type(exc).__name__}: {exc}",
+                policy.mode is Mode.RECOMMEND_ONLY,
+            )
+            next_state = previous
         decisions.append(made)
         next_states[key] = next_state
         if made.changes and not made.recommend_only:

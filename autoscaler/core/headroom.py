@@ -87,10 +87,29 @@ def _trust(
 ) -> Headroom:
     fp = policy.forecast
     assert fp is not None
-    floor_ratio = fp.untrusted_target_ratio
-    if floor_ratio >= 1.0:
-        off = "earned headroom off (untrustedTargetRatio 1)"
-        return Headroom(1.0, HeadroomState.EARNED, off, 1.0, coverage, scored)
+    if fp.untrusted_target_ratio >= 1.0:
+        # Off: the full target and the spec's window whatever the forecast, but the state still says what the
+        # forecast is (plan, status and the state gauge must not call a stale or absent forecast earned).
+        judged = _judged(policy, 0.5, coverage=coverage, scored=scored, usable=usable, why_unusable=why_unusable,
+                         config=config)
+        off = f"earned headroom off (untrustedTargetRatio 1); {judged.detail}"
+        return Headroom(1.0, judged.state, off, 1.0, coverage, scored)
+    return _judged(policy, fp.untrusted_target_ratio, coverage=coverage, scored=scored, usable=usable,
+                   why_unusable=why_unusable, config=config)
+
+
+def _judged(
+    policy: ServicePolicy,
+    floor_ratio: float,
+    *,
+    coverage: float | None,
+    scored: int,
+    usable: bool,
+    why_unusable: str,
+    config: HeadroomConfig,
+) -> Headroom:
+    fp = policy.forecast
+    assert fp is not None
     untrusted = f"target x {floor_ratio:g} until the forecast earns trust"
     if not usable:
         return Headroom(floor_ratio, HeadroomState.UNTRUSTED, f"{why_unusable}: {untrusted}", 0.0, coverage, scored)

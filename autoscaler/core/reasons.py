@@ -28,6 +28,7 @@ class Reason(StrEnum):
     METRICS_STALE = "metrics_stale"
     METRICS_PARTIAL = "metrics_partial"
     SCALING_DISABLED = "scaling_disabled"
+    DECISION_FAILED = "decision_failed"
     # Predictive scaling
     FORECAST_FLOOR = "forecast_floor"
     FORECAST_UNRELIABLE = "forecast_unreliable"
@@ -66,6 +67,10 @@ _TEXT: dict[Reason, str] = {
         "a scale-up on the fresh data still goes"
     ),
     Reason.SCALING_DISABLED: "the Deployment is scaled to zero by hand: autoscaling is disabled for it",
+    Reason.DECISION_FAILED: (
+        "the decision could not be computed from this service's spec and data (e.g. a target so small that it "
+        "divides by zero): the current replicas are kept, the other services are decided as usual"
+    ),
     Reason.FORECAST_FLOOR: "forecast demand at now + cold start needs more replicas: scale up ahead of demand",
     Reason.FORECAST_UNRELIABLE: "forecast error is above its threshold: reactive scaling only",
     Reason.FORECAST_HOLD: (

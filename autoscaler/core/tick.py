@@ -213,9 +213,15 @@ def read_forecasts(
         if rate is None:
             message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
             demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
-            headroom = _earned(policy, pub, None, tick.now, config, rules)
+            # A forecast that can never become a floor earns nothing and keeps the lead-time scale-down window, as
+            # no forecast does: publishing it must not lower a safeguard the service had before its first fit.
+            floor = None
+            if fp.mode is ForecastMode.ACTIVE:
+                window = lead if config.cold_start_aware else 0.0
+                floor = ReplicaFloor(0, Reason.FORECAST_MISSING, message, usable=False, down_window_s=window)
+            headroom = _earned(policy, pub, floor, tick.now, config, rules)
             views[key] = ServiceForecastView(
-                key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(None, headroom, message), lead,
+                key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(floor, headroom, message), lead,
                 demand, message, headroom,
             )  # fmt: skip
             continue

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import (
@@ -191,13 +193,23 @@ def test_victims_of_one_tick_stay_within_a_shared_pdb() -> None:
 # are stale.
 
 
-def test_no_preemption_on_a_stale_hold() -> None:
+# The same with a *partial* answer (k of n pods reported: decide holds with METRICS_PARTIAL instead of scaling down):
+# the arbitration excluded only stale holds, and the actuator's guard only knows stale services, so a partial
+# metrics answer stopped training.
+
+
+@pytest.mark.parametrize("reason", [Reason.METRICS_STALE, Reason.METRICS_PARTIAL])
+def test_no_preemption_on_a_stale_or_partial_hold(reason: Reason) -> None:
     pods = [replica("chat", i, "n1") for i in range(8)] + [replica("chat", 8 + i, None) for i in range(4)]
     pods += [worker("train", 0, "n2")]
     snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2")), workloads=(job("train"),))
-    stale = decision(CHAT, 12, 12, Reason.METRICS_STALE)
-    actions, _, _ = run(snapshot, [CHAT], [stale], CapacityConfig())
-    assert not [a for a in actions if isinstance(a, (SuspendWorkload, EvictPod))], actions
+    held = decision(CHAT, 12, 12, reason)
+    actions, report, _ = run(snapshot, [CHAT], [held], CapacityConfig())
+    assert not [a for a in actions if isinstance(a, (SuspendWorkload, EvictPod, ScaleNodePool))], actions
+    assert any("neither preempt nor burst" in n for n in report.notes), report.notes
+    # the same shortfall on a fresh decision does stop the training: the test can tell the two apart
+    actions, _, _ = run(snapshot, [CHAT], [decision(CHAT, 12, 12)], CapacityConfig())
+    assert [a for a in actions if isinstance(a, (SuspendWorkload, EvictPod))]
 
 
 # A workload this controller suspended, whose pod sizes could not be read (``pod_gpus == ()``), is resumed onto a

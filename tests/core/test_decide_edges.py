@@ -59,3 +59,31 @@ def test_a_min_clamp_counts_against_the_next_periods_scale_up_rate() -> None:
     assert d1.desired_replicas == 5 and state.scale_events == ((0.0, 3),)
     d2, _ = decide_service(policy, obs(5, 140.0), state, 15.0)
     assert d2.desired_replicas == 5, d2  # the period started at 2: 2 + 2 = 4 allowed, below the current 5
+
+
+# One policy whose target is absurd for the arithmetic (5e-324 req/s per replica with an untrusted-target ratio of
+# 0.5 underflows to 0.0) raised ZeroDivisionError out of ``decide``: the tick decided for no service at all, so one
+# malformed policy stopped every other service from being scaled. Now that service holds and says why.
+def test_one_service_whose_decision_fails_holds_and_the_others_are_decided() -> None:
+    from autoscaler.core.model import MetricKind, Observation, ServiceObservation, ServicePolicy
+
+    broken = ServicePolicy("ml", "tiny", max_replicas=10, metric=MetricKind.REQUEST_RATE, target=5e-324 * 0.5)
+    busy = ServicePolicy("ml", "chat", max_replicas=10, metric=MetricKind.REQUEST_RATE, target=10.0)
+    observation = Observation(
+        1000.0,
+        {
+            broken.key: ServiceObservation(broken.key, 3, 3, metric_total=5.0, request_rate=5.0),
+            busy.key: ServiceObservation(busy.key, 2, 2, metric_total=40.0, request_rate=40.0),
+        },
+    )
+    from autoscaler.core.model import ControllerState
+
+    before = ControllerState({broken.key: ServiceState(((900.0, 3),))})
+    plan, state = decide(observation, before, {broken.key: broken, busy.key: busy}, 1000.0)
+    by_key = {d.key: d for d in plan.decisions}
+    assert by_key[busy.key].desired_replicas == 4 and by_key[busy.key].reason is Reason.METRIC_ABOVE_TARGET
+    held = by_key[broken.key]
+    assert (held.current_replicas, held.desired_replicas, held.reason) == (3, 3, Reason.DECISION_FAILED)
+    assert "ZeroDivisionError" in held.detail
+    assert [a.name for a in plan.actions] == ["chat"]
+    assert state.services[broken.key] == before.services[broken.key]  # its history is kept as it was

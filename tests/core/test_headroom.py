@@ -325,3 +325,26 @@ def test_the_lead_follows_the_snapshot_read_even_when_derived_facts_are_kept_bet
                          {POLICY.key: POLICY}, {POLICY.key: published})
         leads.append(read_forecasts(tick, ForecastReadConfig())[POLICY.key].lead_s)
     assert leads == [120.0, 120.0, 40.0, 120.0]  # observed p95 cold starts; the configured 90 s would be wrong
+
+
+# With untrustedTargetRatio 1 (earned headroom off) the state was EARNED whatever the forecast -- none fitted,
+# stale, unreliable -- so `autoscaler plan`, status.lastForecast.headroomState and the state gauge called a stale or
+# absent forecast earned. The ratio (1.0) and the spec's scale-down window stay; the state says what the forecast is.
+def test_headroom_off_keeps_the_full_target_but_reports_the_forecasts_true_state() -> None:
+    from autoscaler.core.headroom import HeadroomState, earned_headroom
+    from autoscaler.core.model import ForecastMode, ForecastPolicy, MetricKind, ServicePolicy
+
+    off = ServicePolicy(
+        "ml", "chat", metric=MetricKind.REQUEST_RATE, target=3.2,
+        forecast=ForecastPolicy(ForecastMode.ACTIVE, 0.99, untrusted_target_ratio=1.0),
+    )
+    cases = {
+        HeadroomState.UNTRUSTED: earned_headroom(off, coverage=None, scored=0, usable=False, why_unusable="stale"),
+        HeadroomState.LEARNING: earned_headroom(off, coverage=None, scored=0, usable=True),
+        HeadroomState.DEGRADED: earned_headroom(off, coverage=0.5, scored=500, usable=True),
+        HeadroomState.EARNED: earned_headroom(off, coverage=0.999, scored=500, usable=True),
+    }
+    for state, headroom in cases.items():
+        assert headroom.state is state, headroom
+        assert (headroom.ratio, headroom.down_window_s) == (1.0, 0.0), headroom
+        assert "untrustedTargetRatio 1" in headroom.detail
