@@ -80,10 +80,20 @@ def _setup(case: str, days: float | None, fleet: int = 1) -> tuple[Any, list[Any
     return scenario, services, start, steps
 
 
-def _run_policy(case: str, days: float | None, name: str, repeats: int, fleet: int = 1) -> dict[str, Any]:
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (the forecasting workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _run_policy(
+    case: str, days: float | None, name: str, repeats: int, fleet: int = 1, workers: int = 0
+) -> dict[str, Any]:
     scenario, services, start, steps = _setup(case, days, fleet)
     node_boot = max((p.boot_seconds for p in scenario.node_pools if p.burst), default=0.0)
-    walls = []
+    walls, cpus = [], []
+    # only when asked: an older checkout's make_policy has no forecast_workers
+    extra = {"forecast_workers": workers} if workers else {}
     for _ in range(repeats):
         policy = make_policy(
             name,
@@ -93,21 +103,30 @@ def _run_policy(case: str, days: float | None, name: str, repeats: int, fleet: i
             node_boot_s=node_boot,
             metrics_delay_s=scenario.metrics_delay_seconds,
             hpa_behavior=scenario.baselines.hpa_behavior,
+            **extra,
         )
+        cpu = _cpu_seconds()
         started = time.perf_counter()
         run = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,
             scenario.metrics_delay_seconds,
         )  # fmt: skip
         walls.append(time.perf_counter() - started)
+        cpus.append(_cpu_seconds() - cpu)
     return {
         "walls": walls,
+        "cpus": cpus,
         "steps": steps,
         "within": run.requests_in_slo_steps / run.requests if run.requests else 1.0,
         "gpu_hours": run.gpu_seconds / 3600,
         "actions": run.scale_actions,
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def _child(conn: Any, policy_args: tuple[Any, ...]) -> None:
+    conn.send(_run_policy(*policy_args))
+    conn.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", choices=CASES, default="default", help="the scenario as packaged, or with gaps")
     parser.add_argument("--services", type=int, default=1, help="a fleet: this many copies of the service")
     parser.add_argument("--in-process", action="store_true", help="run every policy in this process (no fork)")
+    parser.add_argument(
+        "--forecast-workers",
+        type=int,
+        default=0,
+        help="processes computing the forecasting policies' forecasts beside the run (0: in the run's process)",
+    )
     args = parser.parse_args(argv)
     if args.services < 1:
         parser.error("--services must be at least 1")
@@ -128,28 +153,41 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.case} case: {steps:,} steps of {scenario.step_seconds:g} s, {len(services)} service(s); "
         f"load average {load:.2f} on {os.cpu_count()} CPUs at the start"
     )
-    header = f"{'policy':<16} {'runs':>4} {'median s':>9} {'steps/s':>9} {'x hpa':>6} {'RSS MiB':>8}"
-    print(f"{header} {'in SLO':>8} {'GPU-h':>8} {'actions':>8}")
+    header = f"{'policy':<16} {'runs':>4} {'median s':>9} {'steps/s':>9} {'x hpa':>6} {'CPU s':>7} {'x hpa':>6}"
+    print(f"{header} {'RSS MiB':>8} {'in SLO':>8} {'GPU-h':>8} {'actions':>8}")
     results: dict[str, dict[str, Any]] = {}
     names = args.policies.split(",")
     context = multiprocessing.get_context("fork")
+    run_args = (args.case, args.days)
     for name in names:
+        policy_args = (*run_args, name, args.repeats, args.services, args.forecast_workers)
         if args.in_process:
-            results[name] = _run_policy(args.case, args.days, name, args.repeats, args.services)
+            results[name] = _run_policy(*policy_args)
         else:
-            with context.Pool(1) as pool:
-                results[name] = pool.apply(_run_policy, (args.case, args.days, name, args.repeats, args.services))
-    hpa_rate = results["hpa"]["steps"] / statistics.median(results["hpa"]["walls"]) if "hpa" in results else None
+            # a plain (non-daemon) child, so that it may start forecasting workers of its own
+            receive, send = context.Pipe(duplex=False)
+            child = context.Process(target=_child, args=(send, policy_args))
+            child.start()
+            send.close()
+            results[name] = receive.recv()
+            child.join()
+    hpa = results.get("hpa")
+    hpa_rate = hpa["steps"] / statistics.median(hpa["walls"]) if hpa else None
+    hpa_cpu = statistics.median(hpa["cpus"]) if hpa else None
     for name in names:
         r = results[name]
-        wall = statistics.median(r["walls"])
+        wall, cpu = statistics.median(r["walls"]), statistics.median(r["cpus"])
         rate = r["steps"] / wall
         ratio = f"{hpa_rate / rate:>6.2f}" if hpa_rate else f"{'-':>6}"
+        cpu_ratio = f"{cpu / hpa_cpu:>6.2f}" if hpa_cpu else f"{'-':>6}"
         print(
-            f"{name:<16} {args.repeats:>4} {wall:>9.2f} {rate:>9,.0f} {ratio} {r['rss_mib']:>8,.0f} "
-            f"{r['within']:>8.2%} {r['gpu_hours']:>8,.1f} {r['actions']:>8,d}"
+            f"{name:<16} {args.repeats:>4} {wall:>9.2f} {rate:>9,.0f} {ratio} {cpu:>7.2f} {cpu_ratio} "
+            f"{r['rss_mib']:>8,.0f} {r['within']:>8.2%} {r['gpu_hours']:>8,.1f} {r['actions']:>8,d}"
         )
-    print(f"x hpa: how many times slower than hpa; load average {os.getloadavg()[0]:.2f} at the end")
+    print(
+        f"x hpa: how many times slower than hpa (wall clock; CPU: seconds of CPU, forecasting workers included); "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this (parent) process {peak:,.0f} MiB")
     return 0

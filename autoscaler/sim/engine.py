@@ -272,6 +272,8 @@ def simulate(
     nodes = _NodeAutoscaler(pools)
     acting_since = start + step_s if policy.is_controller else None  # the controller starts at the first tick
     delay_steps = round(metrics_delay_s / step_s)
+    seen_steps = np.maximum(np.arange(steps) - delay_steps, 0)
+    policy.begin([np.asarray(s.rates, dtype=np.float64)[seen_steps] for s in services], start, steps)
     keys = [s.policy.key for s in services]
     burst_pools = [(p.name, p.gpus_per_node, p.price_per_gpu_hour) for p in pools if p.burst]
     node_loop = bool(burst_pools) and policy.node_autoscaler
@@ -406,6 +408,7 @@ def simulate(
             progress(progress_every)
     if progress is not None:
         progress(steps % progress_every)
+    policy.end()
 
     run.training_gpu_seconds, run.lost_training_gpu_seconds = cluster.training_gpu_seconds()
     run.preemptions = sum(job.stops for job in cluster.jobs.values())

@@ -82,6 +82,13 @@ class SimPolicy:
         self.step_s = step_s
         return [min(max(s.need(float(s.rates[0])), s.policy.min_replicas), s.policy.max_replicas) for s in services]
 
+    def begin(self, seen_rates: Sequence[np.ndarray], start: float, steps: int) -> None:
+        """Called once before the first step: ``seen_rates[s][i]``, the request rate service ``s``'s observation
+        carries at step ``i`` (the demand a metrics delay earlier; it does not depend on the policy)."""
+
+    def end(self) -> None:
+        """Called once after the last step (a policy with helpers running beside the run stops them)."""
+
     def metric(self, index: int) -> MetricKind:
         """The signal this policy scales service ``index`` on (what the observation must carry)."""
         return self.services[index].policy.metric

@@ -18,8 +18,11 @@ backtest: a new service earns trust from live scores only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import multiprocessing
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,8 +96,16 @@ class PredictivePolicy(CorePolicy):
         capacity: CapacityConfig | None = None,
         name: str = "predictive",
         scheduler_preemption: bool = True,
+        forecast_workers: int = 0,
     ) -> None:
         super().__init__(name, capacity)
+        if forecast_workers < 0:
+            raise ValueError("forecast_workers must be >= 0")
+        # Worker processes that compute the forecasts ahead of the run (0: in this process). The demand a service's
+        # forecaster sees does not depend on the policy's decisions, so its refits, updates and predictions can be
+        # computed beside the run; the figures are the same to the last digit either way.
+        self.forecast_workers = forecast_workers
+        self._pipeline: ForecastPipeline | None = None
         if capacity is None:
             self.scheduler_preemption = scheduler_preemption
         self.config = config or ForecastingConfig()
@@ -128,7 +139,23 @@ class PredictivePolicy(CorePolicy):
         )
         self.bucket_steps = max(1, round(self.config.resolution_s / step_s))
         self.errors, self.pinball, self.fit_failures = [], [], 0
+        self.end()
         return initial
+
+    def begin(self, seen_rates: Sequence[np.ndarray], start: float, steps: int) -> None:
+        """The engine's hook before the first step: ``seen_rates[s][i]`` is the request rate service ``s``'s
+        observation carries at step ``i`` (decided at ``start + (i + 1) * step_s``). With ``forecast_workers``, the
+        forecasts of the whole run are computed from them in worker processes while the run goes on."""
+        self.end()
+        # a daemonic process (a multiprocessing pool's worker) may not start processes: the same run, in-process
+        if self.forecast_workers > 0 and self.services and not multiprocessing.current_process().daemon:
+            self._pipeline = ForecastPipeline(self, seen_rates, start, steps, self.forecast_workers)
+
+    def end(self) -> None:
+        """The engine's hook after the last step: stop the forecasting workers, if any."""
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
 
     def forecasts(self, step: int, now: float, observation: Observation) -> dict[str, PublishedForecast]:
         published = {}
@@ -138,7 +165,10 @@ class PredictivePolicy(CorePolicy):
             seen = observation.services.get(key)
             if seen is not None:
                 self._observe(state, now, seen.request_rate, self.quantiles[index])
-            self._maybe_refit(index, state, now)
+            if self._pipeline is not None:
+                self._take_computed(step, index, state, now)
+            else:
+                self._maybe_refit(index, state, now)
             if state.latest is not None:
                 if state.published_from is not state.latest:
                     latest = dataclasses.replace(
@@ -214,6 +244,46 @@ class PredictivePolicy(CorePolicy):
         state.coverage = covered / count if count else None
 
     def _maybe_refit(self, index: int, state: _ServiceForecasting, now: float) -> None:
+        outcome = self._refit_step(index, state, now)
+        if outcome is None:
+            return
+        if outcome is _FAILED:
+            self.fit_failures += 1  # the previous forecast stays until it is too old, then reactive takes over
+            return
+        assert isinstance(outcome, tuple)
+        self._publish(index, state, now, *outcome)
+
+    def _publish(
+        self, index: int, state: _ServiceForecasting, now: float, forecast: Forecast, baseline: Forecast
+    ) -> None:
+        state.baseline_forecast = baseline
+        self._judge(state, self.quantiles[index], now)
+        state.latest = ForecastInput(forecast, fitted_at=now, refitted_at=state.last_refit)
+
+    def _take_computed(self, step: int, index: int, state: _ServiceForecasting, now: float) -> None:
+        """``_maybe_refit`` from what a worker computed for this step, if anything was due."""
+        assert self._pipeline is not None
+        event = self._pipeline.take(step, index)
+        if event is None:
+            return
+        tail = float(state.history[state.history_len - 1]) if state.history_len else math.nan
+        same = event.history_len == state.history_len and (state.history_len == 0 or event.tail == tail)
+        if not same:
+            raise RuntimeError(
+                f"forecast worker diverged at step {step} (service {index}): it saw {event.history_len} buckets "
+                f"ending {event.tail!r}, the run {state.history_len} ending {tail!r}"
+            )
+        state.last_refit, state.last_update = event.last_refit, event.last_update
+        if event.forecast is None or event.baseline is None:
+            self.fit_failures += 1
+            return
+        self._publish(index, state, now, _unwire(event.forecast), _unwire(event.baseline))
+
+    def _refit_step(
+        self, index: int, state: _ServiceForecasting, now: float
+    ) -> tuple[Forecast, Forecast] | object | None:
+        """The refit job's step at ``now``: None when nothing is due, ``_FAILED`` when the fit or update failed,
+        else the model's and the baseline's forecasts (not yet published)."""
         config = self.config
         history_points = state.history_len
         if history_points * config.resolution_s < config.min_history_s:
@@ -255,12 +325,42 @@ class PredictivePolicy(CorePolicy):
                 state.baseline.update(window, start=start)
                 state.last_update = now
             forecast: Forecast = state.estimator.predict(horizon)
-            state.baseline_forecast = state.baseline.predict(horizon)
+            baseline: Forecast = state.baseline.predict(horizon)
         except (ValueError, np.linalg.LinAlgError):
-            self.fit_failures += 1  # the previous forecast stays until it is too old, then reactive takes over
-            return
-        self._judge(state, quantile, now)
-        state.latest = ForecastInput(forecast, fitted_at=now, refitted_at=state.last_refit)
+            return _FAILED
+        return forecast, baseline
+
+    def _run_ahead(
+        self, conn: Any, seen_rates: Sequence[np.ndarray], start: float, steps: int, indices: Sequence[int]
+    ) -> None:
+        """A forecasting worker (a forked process): the refit job of services ``indices`` over the whole run, sent
+        to the run in chunks of ``_CHUNK_STEPS`` steps as (last step covered, events)."""
+        try:
+            batch: list[_Computed] = []
+            for i in range(steps):
+                now = start + (i + 1) * self.step_s
+                for index in indices:
+                    state = self.per_service[index]
+                    self._observe(state, now, float(seen_rates[index][i]), self.quantiles[index])
+                    outcome = self._refit_step(index, state, now)
+                    if outcome is None:
+                        continue
+                    tail = float(state.history[state.history_len - 1]) if state.history_len else math.nan
+                    computed = outcome if isinstance(outcome, tuple) else (None, None)
+                    batch.append(
+                        _Computed(
+                            i, index, state.history_len, tail, state.last_refit, state.last_update,
+                            _wire(computed[0]), _wire(computed[1]),
+                        )
+                    )
+                if (i + 1) % _CHUNK_STEPS == 0 or i == steps - 1:
+                    conn.send((i, batch))
+                    batch = []
+        except BaseException as exc:  # the run raises it: a worker must not fail silently
+            with contextlib.suppress(Exception):
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        finally:
+            conn.close()
 
 
 def _append(state: _ServiceForecasting, value: float, keep: int) -> None:
@@ -283,3 +383,99 @@ def _add(sums: list[float], entry: tuple[float, float, float, float, int], sign:
     sums[0] += sign
     for k in range(1, 5):
         sums[k] += sign * entry[k]
+
+
+_FAILED = object()  # ``_refit_step``: the fit or update raised; the previous forecast stays
+_CHUNK_STEPS = 240  # steps a forecasting worker computes before it sends them (an hour at 15 s)
+
+_Wired = tuple[float, float, tuple[float, ...], tuple[tuple[float, ...], ...], str]
+
+
+def _wire(forecast: Forecast | None) -> _Wired | None:
+    """A forecast as plain tuples for the pipe (its quantiles are a read-only mapping, which does not pickle)."""
+    if forecast is None:
+        return None
+    levels = forecast.levels
+    return forecast.start, forecast.step_s, levels, tuple(forecast.quantiles[q] for q in levels), forecast.model
+
+
+def _unwire(wired: _Wired) -> Forecast:
+    start, step_s, levels, rows, model = wired
+    return Forecast._checked(start, step_s, levels, rows, model)  # as predict built it: already checked
+
+
+@dataclass(frozen=True, slots=True)
+class _Computed:
+    """One refit-job step a worker computed: what the run checks (the history it was computed on) and publishes."""
+
+    step: int
+    index: int
+    history_len: int
+    tail: float  # the newest bucket of that history
+    last_refit: float
+    last_update: float
+    forecast: _Wired | None  # None (with baseline None): the fit or update failed
+    baseline: _Wired | None
+
+
+class ForecastPipeline:
+    """Forked worker processes computing the forecasting of a run ahead of it, services spread over the workers
+    round-robin. The run takes each step's result with ``take``; ``close`` stops the workers (also when the
+    pipeline is garbage-collected after a run that raised)."""
+
+    def __init__(
+        self, policy: PredictivePolicy, seen_rates: Sequence[np.ndarray], start: float, steps: int, workers: int
+    ) -> None:
+        context = multiprocessing.get_context("fork")
+        count = len(policy.services)
+        workers = max(1, min(workers, count))
+        self._worker_of = [index % workers for index in range(count)]
+        self._conns: list[Any] = []
+        self._covered = [-1] * workers  # the last step each worker's received chunks cover
+        self._done = [False] * workers
+        self._pending: dict[tuple[int, int], _Computed] = {}
+        processes = []
+        for worker in range(workers):
+            receive, send = context.Pipe(duplex=False)
+            indices = [index for index in range(count) if index % workers == worker]
+            process = context.Process(
+                target=policy._run_ahead, args=(send, seen_rates, start, steps, indices), daemon=True,
+                name=f"forecast-worker-{worker}",
+            )
+            process.start()
+            send.close()
+            self._conns.append(receive)
+            processes.append(process)
+        self._processes = processes
+        self._finalizer = weakref.finalize(self, _stop, processes, list(self._conns))
+
+    def take(self, step: int, index: int) -> _Computed | None:
+        worker = self._worker_of[index]
+        while self._covered[worker] < step and not self._done[worker]:
+            try:
+                message = self._conns[worker].recv()
+            except EOFError:
+                self._done[worker] = True
+                break
+            last, payload = message
+            if last == "error":
+                raise RuntimeError(f"forecast worker {worker} failed: {payload}")
+            for event in payload:
+                self._pending[(event.step, event.index)] = event
+            self._covered[worker] = last
+        if self._covered[worker] < step:
+            raise RuntimeError(f"forecast worker {worker} stopped before step {step}")
+        return self._pending.pop((step, index), None)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _stop(processes: list[Any], conns: list[Any]) -> None:
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            conn.close()
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+        process.join(timeout=5)

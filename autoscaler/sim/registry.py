@@ -32,17 +32,26 @@ def make_policy(
     metrics_delay_s: float = 0.0,
     hpa_behavior: bool = False,
     capacity: CapacityConfig | None = None,
+    forecast_workers: int = 0,
 ) -> SimPolicy:
     """A policy by name. ``capacity``: the controller's capacity arbitration for ``predictive`` and ``reactive``
     (None: they scale replicas only and the cluster's node autoscaler and scheduler preemption run beside them).
     ``kube-preemption`` and ``burst-only`` scale replicas as ``predictive`` does, without the arbitration: the
-    kube-scheduler's pod-by-pod preemption plus a Cluster-Autoscaler-like node loop, or the node loop alone."""
+    kube-scheduler's pod-by-pod preemption plus a Cluster-Autoscaler-like node loop, or the node loop alone.
+    ``forecast_workers``: processes that compute the forecasting policies' forecasts beside the run (0: in the run's
+    own process; the figures are the same either way)."""
     if name == "predictive":
-        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s, capacity)
+        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s, capacity, forecast_workers=forecast_workers)
     if name == "kube-preemption":
-        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s, None, name, scheduler_preemption=True)
+        return PredictivePolicy(
+            forecasting, node_boot_s, metrics_delay_s, None, name, scheduler_preemption=True,
+            forecast_workers=forecast_workers,
+        )
     if name == "burst-only":
-        return PredictivePolicy(forecasting, node_boot_s, metrics_delay_s, None, name, scheduler_preemption=False)
+        return PredictivePolicy(
+            forecasting, node_boot_s, metrics_delay_s, None, name, scheduler_preemption=False,
+            forecast_workers=forecast_workers,
+        )
     if name == "hpa":
         return HpaBaseline(hpa_target_utilization, behavior=hpa_behavior)
     if name == "reactive":

@@ -214,9 +214,11 @@ def run_scenario(
     progress: Callable[[int], None] | None = None,
     scenario_source: str = "",
     on_total_steps: Callable[[int], None] | None = None,
+    forecast_workers: int = 0,
 ) -> SimulationResult:
     """Replay ``policy_names`` over the scenario. ``on_total_steps`` learns the number of steps that ``progress``
-    will count to, once the traces are loaded."""
+    will count to, once the traces are loaded. ``forecast_workers``: processes computing the forecasts beside the
+    run (0: in this process; the same figures either way)."""
     if policy_names is None:
         policy_names = default_policies(scenario.training is not None)
     unknown = [name for name in policy_names if name not in POLICY_NAMES]
@@ -250,6 +252,7 @@ def run_scenario(
             metrics_delay_s=scenario.metrics_delay_seconds,
             hpa_behavior=scenario.baselines.hpa_behavior,
             capacity=capacity,
+            forecast_workers=forecast_workers,
         )
         runs[name] = simulate(
             policy, services, scenario.node_pools, start, scenario.step_seconds, steps,
