@@ -196,6 +196,11 @@ class Controller:
         if self.rebalance_config is None:
             return None
         with self._lock:
+            # A leadership change not yet applied by a tick: the pass must see the new term's start (the takeover
+            # grace), not act on the previous term's.
+            self._apply_pending_reset()
+            if self.acting_since is None:
+                self.acting_since = now
             try:
                 report = self._rebalance(now, self.rebalance_config)
             except Exception as exc:  # a bug in here must not kill the scheduler thread
@@ -316,6 +321,8 @@ class Controller:
             snapshot = self.cluster.snapshot(now)
         except Exception as exc:
             return self._hold(report, "cluster_read", exc)
+        # what was written to or reported on objects gone since (a policy deleted, a pod gone) is forgotten
+        self.reporter.forget_unlisted(objects, snapshot)
 
         # 2b. never two writers of one scale subresource: a Deployment an HPA scales is only recommended for
         policies = self._yield_to_hpas(objects, policies, snapshot, report)

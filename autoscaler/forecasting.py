@@ -51,7 +51,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -358,6 +358,12 @@ class FitRunner:
                 del self._quarantine[key]
         return results
 
+    def forget(self, keep: Collection[str]) -> None:
+        """Drop the quarantine of every series not in ``keep`` (a deleted policy, one that stopped forecasting): it
+        is never fitted again, so its rounds would never run out."""
+        for key in [k for k in self._quarantine if k not in keep]:
+            del self._quarantine[key]
+
     def _run_together(self, jobs: Iterable[FitJob]) -> tuple[list[FitResult], list[FitJob]]:
         """The fits in parallel; also the jobs a dying worker took down (to be fitted again, alone)."""
         pool = self._ensure_pool()
@@ -619,6 +625,7 @@ class ForecastService:
         for key in list(self._leads):  # list(): one C-level copy, safe while the tick thread adds a key
             if key not in wanted:
                 self._leads.pop(key, None)
+        self.runner.forget(wanted)
 
         def jobs() -> Iterator[FitJob]:
             for key, policy in wanted.items():

@@ -214,9 +214,21 @@ class PolicySource(Protocol):
 
 
 class PolicyStatusWriter(Protocol):
-    def update_policy_status(self, namespace: str, name: str, update: StatusUpdate, *, now: float) -> object:
+    def update_policy_status(
+        self,
+        namespace: str,
+        name: str,
+        update: StatusUpdate,
+        *,
+        now: float,
+        generation: int | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> object:
         """Merge ``update`` into the object's status subresource (``merge_status``: conditions keep their
-        transition time, observedGeneration follows the object); idempotent. Raises PortError when it cannot."""
+        transition time); idempotent. ``generation``: the ``metadata.generation`` the update was decided from,
+        written as ``observedGeneration`` (None: the object's generation read by the writer). ``can_write``: asked
+        immediately before every request that changes the status (``WriteNotAllowed`` when it says no, nothing
+        sent). Raises PortError when it cannot."""
         ...
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, action_kind, describe_action, event_reason
-from autoscaler.core.cluster import HpaInfo
+from autoscaler.core.cluster import ClusterSnapshot, HpaInfo
 from autoscaler.core.decide import ReplicaFloor
 from autoscaler.core.model import (
     Action,
@@ -39,7 +39,7 @@ from autoscaler.core.status import (
     StatusUpdate,
 )
 from autoscaler.core.tick import ServiceForecastView
-from autoscaler.ports import POLICY_KIND, PolicyObject, PolicyStatusWriter
+from autoscaler.ports import POLICY_KIND, PolicyObject, PolicyStatusWriter, WriteNotAllowed
 from autoscaler.telemetry import ForecastGauges, ServiceGauges, Telemetry
 
 log = logging.getLogger("autoscaler")
@@ -90,6 +90,29 @@ class TickReporter:
         """Forget what was written (a new leader writes everything once)."""
         self._written_status.clear()
         self._written_forecast.clear()
+
+    def forget_unlisted(self, objects: Sequence[PolicyObject], snapshot: ClusterSnapshot | None = None) -> None:
+        """Forget what was written to, and reported on, objects this tick's reads no longer list.
+
+        A policy deleted and created again under the same name is a new object with an empty status and no Events:
+        the memos of the deleted one (same name, generation 1 again, same status) would keep its status and its
+        Warning Events from ever being written. Pruned at every tick that read the policies, the memos also hold
+        no more entries than there are objects (a long run deletes many policies, and a dry run plans many pods).
+
+        ``snapshot``: the tick's cluster read; the dry-run Events' memos of Pods and Deployments it does not list
+        are forgotten too (a dry-run plan only targets objects of the snapshot it was made from)."""
+        listed = {(o.namespace, o.name) for o in objects}
+        for memo in (self._written_status, self._written_forecast):
+            for ident in [i for i in memo if i not in listed]:
+                del memo[ident]
+        live = {f"{POLICY_KIND}/{namespace}/{name}" for namespace, name in listed}
+        if snapshot is not None:
+            live.update(f"Pod/{p.namespace}/{p.name}" for p in snapshot.pods)
+            live.update(f"Deployment/{d.namespace}/{d.name}" for d in snapshot.deployments)
+        kinds = (f"{POLICY_KIND}/", "Pod/", "Deployment/") if snapshot is not None else (f"{POLICY_KIND}/",)
+        reported = self.actuator.reported
+        for memo_key in [k for k in reported if k[0].startswith(kinds) and k[0] not in live]:
+            reported.pop(memo_key, None)
 
     # -- decisions and actions --
 
@@ -259,7 +282,20 @@ class TickReporter:
                 log.info("not the leader any more: status of %s %s/%s not written", POLICY_KIND, *ident)
                 return
             try:
-                self.status_writer.update_policy_status(obj.namespace, obj.name, update, now=now)
+                # can_write: the writer reads the object before its PUT (with retries); the Lease may be lost
+                # meanwhile, so it asks again right before the PUT, as every other write does. generation: the spec
+                # this tick decided on is the one observedGeneration reports, not a newer one read by the writer.
+                self.status_writer.update_policy_status(
+                    obj.namespace,
+                    obj.name,
+                    update,
+                    now=now,
+                    generation=obj.generation,
+                    can_write=self.actuator.can_act,
+                )
+            except WriteNotAllowed as exc:
+                log.info("not the leader any more: status of %s %s/%s not written: %s", POLICY_KIND, *ident, exc)
+                return
             except Exception as exc:
                 self.telemetry.error("status_write")
                 log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)

@@ -14,10 +14,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from autoscaler.controller import Controller
+from autoscaler.controller import Controller, TickReport
 from autoscaler.telemetry import HttpServer, Telemetry
 
 if TYPE_CHECKING:
@@ -29,6 +29,14 @@ log = logging.getLogger("autoscaler")
 
 def noop_job(now: float) -> None:
     """Placeholder job (the rebalance job lands in a later issue)."""
+
+
+CLOCK_STEP_S = 1.0  # a wall clock that moved this much less than the monotonic clock since the last check stepped back
+# A job due this soon is left to run as scheduled when the clock steps back (it runs within this margin anyway, and
+# the scheduler may be running it right now: rescheduling it then could run it twice).
+_DUE_MARGIN_S = 1.0
+# A tick held before it read the policies and the cluster (``Controller._hold``): nothing for a refit to fit.
+_READ_HOLDS = ("policy_read:", "cluster_read:")
 
 
 class Runtime:
@@ -78,6 +86,8 @@ class Runtime:
         self._tick_started: float | None = None
         self._ok_ticks = 0
         self.scheduler: Any = None
+        self._clock_check_s = min(1.0, max(0.05, tick_interval_s / 2))
+        self._clock_watch: threading.Thread | None = None
         self.http: HttpServer | None = None
         if http is not None:
             self.http = HttpServer(telemetry, self.healthz, self.readyz, bind_address=http[0], port=http[1])
@@ -131,7 +141,9 @@ class Runtime:
                 report = self.controller.last_report
                 if report is not None and report.result == "ok":
                     self._ok_ticks += 1
-                if report is not None and report.result in ("ok", "hold") and self._refit_after_tick:
+                if report is not None and self._refit_after_tick and read_the_policies(report):
+                    # only once a tick has read the policies: a refit brought forward by a tick held on a failed
+                    # policy or cluster read would fit nothing, and the next one is a whole refit interval away
                     self._refit_after_tick = False
                     self._bring_forward("refit")
             except Exception:  # run_once never raises; this is the last line of defence for the thread
@@ -161,6 +173,41 @@ class Runtime:
                 self.telemetry.error(component)
 
         return run
+
+    # -- the wall clock --
+
+    def _watch_the_clock(self) -> None:
+        """apscheduler times its interval jobs on the wall clock: stepped back (an NTP correction, a VM restored from
+        a snapshot), it would run no job, the tick included, until the wall clock reached their next run times again,
+        for as long as the step. Each check compares how far the wall clock moved with how far the monotonic clock
+        (which never steps) did; when the wall clock stepped back, every job is moved back by the step, to the
+        instant it was due at. (A step forward needs nothing: the jobs due run once, coalesced.)"""
+        wall, mono = self._clock(), time.monotonic()
+        while not self._stopping.wait(self._clock_check_s):
+            wall_now, mono_now = self._clock(), time.monotonic()
+            step = (wall_now - wall) - (mono_now - mono)
+            wall, mono = wall_now, mono_now
+            if step < -CLOCK_STEP_S and self.scheduler is not None and self.scheduler.running:
+                try:
+                    self._clock_stepped_back(-step)
+                except Exception:  # the watch must outlive whatever the scheduler says during a shutdown
+                    log.exception("could not reschedule the jobs after the wall clock stepped back")
+
+    def _clock_stepped_back(self, step_s: float) -> None:
+        """Move every job's next run back by ``step_s`` (never before now): each runs when it was due, none twice.
+
+        A job due within ``_DUE_MARGIN_S`` is left alone: the scheduler may be running it right now (and computing
+        its next run from this run), and it runs within the margin anyway."""
+        log.warning("the wall clock stepped back %.1fs: the jobs are rescheduled to run when they were due", step_s)
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        for job in self.scheduler.get_jobs():
+            due = job.next_run_time
+            if due is None or due <= now + timedelta(seconds=_DUE_MARGIN_S):
+                continue
+            try:
+                self.scheduler.modify_job(job.id, next_run_time=max(now, due - timedelta(seconds=step_s)))
+            except Exception:  # the job may be gone during shutdown
+                log.debug("could not reschedule the %s job", job.id, exc_info=True)
 
     # -- health --
 
@@ -209,7 +256,7 @@ class Runtime:
         )
         first = datetime.now(UTC)
         self.scheduler.add_job(self.tick, "interval", seconds=self._tick_interval, id="tick", next_run_time=first)
-        # The refit's first run is brought forward by the first tick (see tick()).
+        # The refit's first run is brought forward by the first tick that reads the policies (see tick()).
         self.scheduler.add_job(self._job("refit", self._refit), "interval", seconds=self._refit_interval, id="refit")
         self.scheduler.add_job(
             self._job("rebalance", self._rebalance), "interval", seconds=self._rebalance_interval, id="rebalance"
@@ -224,6 +271,8 @@ class Runtime:
             )
         self.scheduler.start()
         self._heartbeat = time.monotonic()
+        self._clock_watch = threading.Thread(target=self._watch_the_clock, name="autoscaler-clock", daemon=True)
+        self._clock_watch.start()
 
     def stop(self) -> None:
         """Stop acting at once, let a running tick finish (bounded), then release the Lease for a fast handover."""
@@ -266,6 +315,14 @@ class Runtime:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return 0
+
+
+def read_the_policies(report: TickReport) -> bool:
+    """Whether the tick read the policies and the cluster (``Controller.policies_seen`` is then this tick's): a
+    tick that went through, or held on its metrics only."""
+    if report.result == "ok":
+        return True
+    return report.result == "hold" and not (report.held_because or "").startswith(_READ_HOLDS)
 
 
 # ---- Logging ---------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
 from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, HpaInfo
 from autoscaler.core.model import Observation, PodMetrics, ServiceObservation, ServicePolicy
-from autoscaler.ports import EvictionOutcome, PolicyObject, PortError, Series
+from autoscaler.ports import EvictionOutcome, PolicyObject, PortError, Series, WriteGuard, WriteNotAllowed
 
 
 class FakeMetrics:
@@ -142,13 +142,29 @@ class FakeStatus:
     def __init__(self) -> None:
         self.status: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes = 0
+        self.refused = 0  # writes the guard refused (nothing written)
         self.fail = False
 
-    def update_policy_status(self, namespace: str, name: str, update: StatusUpdate, *, now: float) -> None:
+    def update_policy_status(
+        self,
+        namespace: str,
+        name: str,
+        update: StatusUpdate,
+        *,
+        now: float,
+        generation: int | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         if self.fail:
             raise PortError("status: HTTP 500")
+        if can_write is not None and not can_write():
+            self.refused += 1
+            raise WriteNotAllowed(f"status of {namespace}/{name}: not written: the write guard refused")
         self.writes += 1
-        self.status[(namespace, name)] = merge_status(self.status.get((namespace, name)), update, generation=1, now=now)
+        observed = generation if generation is not None else 1
+        self.status[(namespace, name)] = merge_status(
+            self.status.get((namespace, name)), update, generation=observed, now=now
+        )
 
 
 def policy_object(policy: ServicePolicy, name: str | None = None) -> PolicyObject:

@@ -21,7 +21,7 @@ from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
 from autoscaler.forecasting import FitJob, FitRunner, ForecastService, run_fit
 from autoscaler.policy import GPUScalingPolicySpec, to_service_policy
-from autoscaler.ports import Series
+from autoscaler.ports import PortError, Series
 from autoscaler.runtime import Runtime
 from autoscaler.settings import ForecastSettings, SettingsError, load_settings
 from autoscaler.telemetry import Telemetry
@@ -383,6 +383,67 @@ def test_the_runtime_runs_the_refit_as_its_own_job_right_after_the_first_tick() 
     assert moved == ["refit", "tick", "refit"]  # a new leader ticks at once, then refits
 
 
+
+@pytest.mark.parametrize("failed", ["policies", "cluster"])
+def test_the_refit_waits_for_a_tick_that_read_the_policies(failed: str) -> None:
+    """A first tick held on a failed policy or cluster read has set no ``policies_seen``: a refit brought forward by
+    it fitted nothing, and the next one was a whole refit interval away (15 min by default, typically right after a
+    change of leader, when API reads fail most)."""
+    world = World()
+    moved: list[str] = []
+
+    class Scheduler:
+        running = True
+
+        def modify_job(self, job: str, **kw: object) -> None:
+            moved.append(job)
+
+    runtime = Runtime(world.controller, world.telemetry, http=None, clock=lambda: JUMP - 600.0)
+    runtime.scheduler = Scheduler()
+    world.controller.policies_seen = ()
+    if failed == "policies":
+        world.controller.policies.fail = PortError("GPUScalingPolicy list: HTTP 503")  # type: ignore[attr-defined]
+    else:
+        world.cluster.fail("snapshot", PortError("nodes: HTTP 503"))
+    runtime.tick()
+    assert world.controller.last_report is not None and world.controller.last_report.result == "hold"
+    assert moved == []  # nothing to fit yet: not brought forward, and still to be
+    world.controller.policies.fail = None  # type: ignore[attr-defined]
+    runtime.tick()
+    assert moved == ["refit"]
+    assert [p.key for p in world.controller.policies_seen] == ["ml/chat"]  # what that refit fits
+
+
+def test_a_tick_held_on_its_metrics_brings_the_refit_forward() -> None:
+    world = World()
+    moved: list[str] = []
+
+    class Scheduler:
+        running = True
+
+        def modify_job(self, job: str, **kw: object) -> None:
+            moved.append(job)
+
+    runtime = Runtime(world.controller, world.telemetry, http=None, clock=lambda: JUMP - 600.0)
+    runtime.scheduler = Scheduler()
+
+    def unreachable(*args: object, **kwargs: object) -> Observation:
+        raise PortError("prometheus: connection refused")
+
+    world.metrics.observe = unreachable  # type: ignore[method-assign]
+    runtime.tick()
+    assert world.controller.last_report is not None and world.controller.last_report.result == "hold"
+    assert moved == ["refit"]  # the policies were read: the refit has them
+
+
+def test_the_quarantine_of_a_deleted_policy_is_dropped() -> None:
+    world = World([policy("chat"), policy("search")])
+    world.service.runner._quarantine["ml/search"] = FitRunner.QUARANTINE_ROUNDS
+    world.service.runner._quarantine["ml/chat"] = FitRunner.QUARANTINE_ROUNDS
+    world.policies = [policy("chat")]  # search deleted: never fitted again, its rounds would never run out
+    world.service.refit(JUMP - 600)
+    assert world.service.runner._quarantine == {"ml/chat": FitRunner.QUARANTINE_ROUNDS}
+
 # ---- lead time: observed cold starts, node boot when GPUs are short --------------------------------------------------
 
 
@@ -431,7 +492,10 @@ def test_without_a_rate_per_replica_the_forecast_is_reported_but_not_a_floor() -
     world.service.refit(JUMP - 600)
     world.tick(JUMP - 90)
     view = world.controller.last_report.forecasts["ml/chat"]  # type: ignore[union-attr]
-    assert view.floor is None and "ratePerReplica" in view.message
+    # no floor can be computed: the view carries an unusable one, with the safeguards a service without a forecast
+    # has (the lead-time scale-down window, the untrusted target), not the full target a usable forecast earns
+    assert view.floor is not None and not view.floor.usable and "ratePerReplica" in view.message
+    assert view.floor.replicas == 0 and view.floor.down_window_s == view.lead_s and view.floor.target_ratio < 1.0
     assert view.demand == pytest.approx(PEAK)
     with_rate = World([policy("chat", metric=MetricKind.GPU_UTILIZATION, target=70.0, rate_per_replica=5.0)])
     with_rate.service.refit(JUMP - 600)

@@ -9,13 +9,21 @@ that the new leader writes too.
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from typing import Any
+
 from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
 
+from autoscaler.adapters.kubernetes import KubeClusterWriter, WriterConfig
+from autoscaler.adapters.kubernetes.config import load_api_client
 from autoscaler.controller import Controller
 from autoscaler.core.model import ServicePolicy
 from autoscaler.core.status import StatusUpdate
 from autoscaler.ports import PolicyObject
 from autoscaler.telemetry import Telemetry
+from tests.kube import objects as o
+from tests.kube.fake_apiserver import FakeApiServer
 
 T0 = 1_800_000_000.0
 
@@ -73,10 +81,75 @@ def test_status_writes_stop_when_the_lease_is_lost_between_them() -> None:
     c, _, status = make(objects, {"ml/a": 70.0, "ml/b": 70.0}, leader)
     original = status.update_policy_status
 
-    def write_then_lose_lease(namespace: str, name: str, update: StatusUpdate, *, now: float) -> None:
-        original(namespace, name, update, now=now)
+    def write_then_lose_lease(namespace: str, name: str, update: StatusUpdate, *, now: float, **guards: Any) -> None:
+        original(namespace, name, update, now=now, **guards)
         leader["value"] = False
 
     status.update_policy_status = write_then_lose_lease  # type: ignore[method-assign]
     c.run_once(T0)
     assert status.writes == 1
+
+
+def test_the_status_writer_asks_the_guard_right_before_its_write() -> None:
+    """The writer reads the object before its PUT (with retries): a Lease lost during that read must stop the PUT.
+    Before the fix the reporter handed the writer no guard, so the PUT went out anyway."""
+    leader = {"value": True}
+    c, _, status = make([policy_object(ServicePolicy("ml", "a", max_replicas=20))], {"ml/a": 70.0}, leader)
+    original = status.update_policy_status
+
+    def read_then_write(namespace: str, name: str, update: StatusUpdate, *, now: float, **guards: Any) -> None:
+        leader["value"] = False  # the writer's GET retried past the renew deadline
+        original(namespace, name, update, now=now, **guards)
+
+    status.update_policy_status = read_then_write  # type: ignore[method-assign]
+    c.run_once(T0)
+    assert status.writes == 0 and status.refused == 1
+    errors = c.telemetry.registry.get_sample_value("gpu_autoscaler_errors_total", {"component": "status_write"})
+    assert not errors  # logged, not counted as an error: the leader writes it
+    status.update_policy_status = original  # type: ignore[method-assign]
+    leader["value"] = True
+    c.run_once(T0 + 15)  # not remembered as written: the next tick that leads writes it
+    assert status.writes == 1
+
+
+def test_status_reports_the_generation_the_tick_decided_on() -> None:
+    obj = dataclasses.replace(policy_object(ServicePolicy("ml", "a", max_replicas=20)), generation=3)
+    c, _, status = make([obj], {"ml/a": 70.0}, {"value": True})
+    c.run_once(T0)
+    assert status.status[("ml", "a-policy")]["observedGeneration"] == 3
+
+
+def test_no_status_put_after_the_lease_is_lost_during_the_real_writers_read(tmp_path: Path) -> None:
+    """The same over the real KubeClusterWriter and the fake API server: its GET, then no PUT."""
+    server = FakeApiServer().start()
+    api = load_api_client("kubeconfig", server.write_kubeconfig(tmp_path / "kubeconfig.yaml"))
+    try:
+        server.seed(o.policy_crd(), o.gpu_policy("chat-policy", "ml", target="chat"))
+        writer = KubeClusterWriter(api, WriterConfig(reporting_instance="t"), clock=lambda: T0, sleep=lambda s: None)
+        leader = {"value": True}
+        get = writer._custom.get_namespaced_custom_object
+
+        def get_then_lose_lease(*args: Any, **kwargs: Any) -> Any:
+            out = get(*args, **kwargs)
+            leader["value"] = False
+            return out
+
+        writer._custom.get_namespaced_custom_object = get_then_lose_lease  # type: ignore[method-assign]
+        cluster = FakeCluster(deployments={"ml/chat": [2, 2]})
+        metrics = FakeMetrics(cluster)
+        metrics.util["ml/chat"] = 70.0
+        c = Controller(
+            metrics=metrics,
+            cluster=cluster,
+            writer=cluster,
+            policies=FakePolicies([policy_object(ServicePolicy("ml", "chat", max_replicas=8))]),
+            status_writer=writer,
+            telemetry=Telemetry(identity="t"),
+            can_act=lambda: leader["value"],
+        )
+        c.run_once(T0)
+        assert [r.method for r in server.requests if r.method == "GET"]  # it did read
+        assert [(r.method, r.path) for r in server.requests if r.method in ("PUT", "PATCH", "POST")] == []
+    finally:
+        api.close()
+        server.stop()

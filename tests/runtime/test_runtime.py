@@ -1,4 +1,4 @@
-"""Runtime: the apscheduler tick job, /metrics /healthz /readyz over HTTP, leader-only acting and handover."""
+"""Runtime: the tick job (on the monotonic clock), /metrics /healthz /readyz over HTTP, leader-only acting, handover."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 
+import apscheduler.schedulers.base as apscheduler_base
 import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
 from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
 
 from autoscaler.adapters.kubernetes_lease import ElectionTimings, InMemoryLeaseStore, LeaderElector
@@ -220,3 +223,76 @@ def test_losing_the_lease_during_a_tick_neither_deadlocks_nor_writes() -> None:
     assert runtime.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "a"}) == 0
     if runtime.http is not None:
         runtime.http.stop()
+
+
+# ---- the jobs' timing: the monotonic clock ------------------------------------------------------------------------
+
+
+class SteppedDatetime(datetime):
+    """``datetime.now()`` of a wall clock stepped by ``STEP[0]`` seconds."""
+
+    @classmethod
+    def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
+        return datetime.now(tz) + timedelta(seconds=STEP[0])
+
+
+STEP = [0.0]
+
+
+def test_ticks_go_on_when_the_wall_clock_steps_back(runtimes: list[Runtime], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wall clock stepped back (an NTP correction, a VM restored from a snapshot) stopped every job for the size of
+    the step (apscheduler's interval trigger compares their next run times with it): no tick, and /healthz failing.
+    The runtime's clock watch moves the jobs back by the step."""
+    STEP[0] = 0.0
+    monkeypatch.setattr(apscheduler_base, "datetime", SteppedDatetime)  # the wall clock apscheduler compares with
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    metrics = FakeMetrics(cluster)
+    metrics.util["ml/chat"] = 70.0
+    telemetry = Telemetry(identity="solo")
+    controller = Controller(
+        metrics=metrics,
+        cluster=cluster,
+        writer=cluster,
+        policies=FakePolicies([policy_object(ServicePolicy("ml", "chat", max_replicas=8))]),
+        status_writer=FakeStatus(),
+        telemetry=telemetry,
+    )
+    runtime = Runtime(
+        controller, telemetry, tick_interval_s=0.1, tick_stall_s=1.0, http=None, clock=lambda: time.time() + STEP[0]
+    )
+    runtime.start()
+    runtimes.append(runtime)
+    assert wait_for(lambda: metrics.calls >= 3)
+    STEP[0] = -120.0  # the wall clock steps back two minutes
+    time.sleep(0.3)
+    before = metrics.calls
+    time.sleep(1.5)
+    ticks = metrics.calls - before
+    assert 5 <= ticks <= 17, f"{ticks} ticks in 1.5 s at a 0.1 s interval"  # neither stopped nor doubled
+    assert runtime.healthz() == (True, "tick loop alive")
+
+
+def test_a_step_back_moves_each_job_to_when_it_was_due_and_runs_none_twice() -> None:
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    runtime, _ = build(cluster, None, "solo", tick=15.0)
+    scheduler = BackgroundScheduler(timezone=UTC)
+    scheduler.start(paused=True)  # nothing runs: the run times are only looked at
+    try:
+        runtime.scheduler = scheduler
+        now = datetime.now(UTC)
+        # the wall clock has just stepped back 120 s: every next run time is 120 s further away than it was
+        scheduler.add_job(print, "interval", seconds=15, id="tick", next_run_time=now + timedelta(seconds=125))
+        scheduler.add_job(print, "interval", seconds=900, id="refit", next_run_time=now + timedelta(seconds=1000))
+        scheduler.add_job(print, "interval", seconds=300, id="late", next_run_time=now + timedelta(seconds=30))
+        scheduler.add_job(print, "interval", seconds=15, id="due", next_run_time=now + timedelta(seconds=0.5))
+        runtime._clock_stepped_back(120.0)
+
+        def due_in(job: str) -> float:
+            return (scheduler.get_job(job).next_run_time - now).total_seconds()
+
+        assert due_in("tick") == pytest.approx(5, abs=0.5)  # when it was due: 5 s away, as before the step
+        assert due_in("refit") == pytest.approx(880, abs=0.5)
+        assert 0 <= due_in("late") < 1  # due 90 s ago by the monotonic clock: once, now (coalesced)
+        assert due_in("due") == pytest.approx(0.5, abs=0.01)  # about to run (maybe running): left alone
+    finally:
+        scheduler.shutdown(wait=False)

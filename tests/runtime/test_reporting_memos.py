@@ -1,0 +1,139 @@
+"""The reporter's memos (the policy status written, the Warning Events reported) follow the objects the tick lists.
+
+Before the fix they were never pruned: a GPUScalingPolicy deleted and created again under the same name (a new object,
+generation 1 again, an empty status and no Events) matched the memo of the deleted one, so its status was never
+written and its MetricsStale / InvalidSpec / HpaConflict Warnings never emitted; and the memos grew by one entry per
+deleted policy (and, in a dry run, per pod a plan ever targeted) for the life of the process.
+"""
+
+from __future__ import annotations
+
+from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
+
+from autoscaler.controller import Controller
+from autoscaler.core.model import ServicePolicy
+from autoscaler.ports import PolicyObject
+from autoscaler.telemetry import Telemetry
+
+T0 = 1_800_000_000.0
+KEY = "ml/chat"
+POLICY = ServicePolicy("ml", "chat", min_replicas=1, max_replicas=20, target=70.0)
+
+
+def make(dry_run: bool = False) -> tuple[Controller, FakeCluster, FakeMetrics, FakePolicies, FakeStatus]:
+    cluster = FakeCluster(deployments={KEY: [2, 2]})
+    metrics = FakeMetrics(cluster)
+    metrics.util[KEY] = 70.0
+    policies = FakePolicies([policy_object(POLICY)])
+    status = FakeStatus()
+    controller = Controller(
+        metrics=metrics,
+        cluster=cluster,
+        writer=cluster,
+        policies=policies,
+        status_writer=status,
+        telemetry=Telemetry(identity="test"),
+        dry_run=dry_run,
+    )
+    return controller, cluster, metrics, policies, status
+
+
+def churn(c: Controller, cluster: FakeCluster, metrics: FakeMetrics, policies: FakePolicies, stale: bool) -> None:
+    """50 policies, each listed for one tick and then deleted, then none."""
+    for i in range(50):
+        p = ServicePolicy("ml", f"svc{i}", min_replicas=1, max_replicas=20, target=70.0)
+        cluster.deployments[p.key] = [2, 2]
+        if stale:
+            metrics.stale[p.key] = ("empty result",)
+        else:
+            metrics.util[p.key] = 70.0
+        policies.objects = [policy_object(p)]
+        c.run_once(T0 + 15 * i)
+    policies.objects = []
+    c.run_once(T0 + 15 * 51)
+
+
+# ---- status ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_policy_created_again_under_the_same_name_gets_its_status_written() -> None:
+    c, _, _, policies, status = make()
+    c.run_once(T0)
+    assert ("ml", "chat-policy") in status.status
+    policies.objects = []  # kubectl delete: the object and its status are gone
+    del status.status[("ml", "chat-policy")]
+    c.run_once(T0 + 15)
+    policies.objects = [policy_object(POLICY)]  # kubectl apply again: a new object, generation 1, empty status
+    c.run_once(T0 + 30)
+    assert ("ml", "chat-policy") in status.status
+    assert status.status[("ml", "chat-policy")]["currentReplicas"] == 2
+
+
+def test_status_memos_of_deleted_policies_are_dropped() -> None:
+    c, cluster, metrics, policies, _ = make()
+    churn(c, cluster, metrics, policies, stale=False)
+    assert c.reporter._written_status == {}
+    assert c.reporter._written_forecast == {}
+
+
+def test_a_failed_policy_read_forgets_nothing() -> None:
+    c, _, _, policies, status = make()
+    c.run_once(T0)
+    policies.fail = RuntimeError("apiserver restarting")
+    c.run_once(T0 + 15)
+    policies.fail = None
+    writes = status.writes
+    c.run_once(T0 + 30)
+    assert status.writes == writes  # still remembered: a steady status is not written again
+
+
+# ---- Warning Events --------------------------------------------------------------------------------------------------
+
+
+def test_a_policy_created_again_while_its_metrics_are_stale_gets_its_warning() -> None:
+    c, cluster, metrics, policies, _ = make()
+    metrics.stale[KEY] = ("empty result",)
+    c.run_once(T0)
+    assert [e["reason"] for e in cluster.events] == ["MetricsStale"]
+    policies.objects = []
+    c.run_once(T0 + 15)
+    policies.objects = [policy_object(POLICY)]  # a new object: no Events of its own
+    c.run_once(T0 + 30)
+    c.run_once(T0 + 45)  # once per episode still
+    assert [e["reason"] for e in cluster.events] == ["MetricsStale", "MetricsStale"]
+
+
+def test_an_invalid_policy_created_again_gets_its_warning() -> None:
+    c, cluster, _, policies, _ = make()
+    bad = PolicyObject("ml", "bad-policy", None, error="spec.maxReplicas: must be >= minReplicas", generation=1)
+    policies.objects = [bad]
+    c.run_once(T0)
+    policies.objects = []
+    c.run_once(T0 + 15)
+    policies.objects = [bad]
+    c.run_once(T0 + 30)
+    assert [e["reason"] for e in cluster.events] == ["InvalidSpec", "InvalidSpec"]
+
+
+def test_event_memos_of_deleted_policies_are_dropped() -> None:
+    c, cluster, metrics, policies, _ = make()
+    churn(c, cluster, metrics, policies, stale=True)
+    assert c.actuator.reported == {}
+
+
+def test_dry_run_event_memos_of_pods_and_deployments_gone_are_dropped() -> None:
+    c, cluster, metrics, _, _ = make(dry_run=True)
+    metrics.util[KEY] = 140.0
+    c.run_once(T0)
+    c.run_once(T0 + 15)
+    scaled = [e for e in cluster.events if e["kind"] == "Deployment"]
+    assert len(scaled) == 1 and scaled[0]["message"].startswith("[dry-run]")  # a repeated plan: one Event
+    assert ("Deployment/ml/chat", "action") in c.actuator.reported
+    c.actuator.reported[("Pod/ml/chat-gone", "action")] = "PreemptForInference|[dry-run] would evict"
+    c.run_once(T0 + 30)
+    assert ("Pod/ml/chat-gone", "action") not in c.actuator.reported  # the pod is in no snapshot any more
+    assert ("Deployment/ml/chat", "action") in c.actuator.reported  # still listed: still remembered
+    assert len([e for e in cluster.events if e["kind"] == "Deployment"]) == 1
+    del cluster.deployments[KEY]
+    c.run_once(T0 + 45)
+    assert ("Deployment/ml/chat", "action") not in c.actuator.reported
