@@ -33,6 +33,11 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 #: The largest PriorityClass value a user may create (``HighestUserDefinablePriority``); system classes sit above it.
 USER_PRIORITY_MAX = 1_000_000_000
+#: Per-replica targets and rates (any unit) are at least this: smaller ones ask for an unbounded replica count, and
+#: scaled by untrustedTargetRatio they can round to 0 (a division by zero).
+MIN_PER_REPLICA = 1e-6
+#: untrustedTargetRatio is at least this: running at less than 1 % of the target is no headroom, it is a misprint.
+MIN_UNTRUSTED_TARGET_RATIO = 0.01
 
 
 class _Strict(BaseModel):
@@ -46,20 +51,34 @@ class TargetRef(_Strict):
     name: str = Field(min_length=1, description="name of the Deployment in the policy's namespace")
 
 
+GPU_UTILIZATION_TARGET_MESSAGE = "target: gpu_utilization is a percentage, must be <= 100"
+ENGINE_ACTIVE_TARGET_MESSAGE = (
+    "target: engine_active is a ratio, must be <= 1 (metric.target defaults to 70, a gpu_utilization percentage)"
+)
+HPA_WITHOUT_BEHAVIOR_MESSAGE = "{direction}: policies and selectPolicy have no effect with hpaWithoutBehavior: true"
+HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE = "scaleUp.stabilizationWindowSeconds has no effect with hpaWithoutBehavior: true"
+
+
 class MetricTarget(_Strict):
     type: MetricKind = Field(
         MetricKind.GPU_UTILIZATION,
         description="per-replica scaling signal: gpu_utilization (percent 0-100), engine_active (ratio 0-1), "
         "request_rate (requests/s), queue_depth (requests)",
     )
-    target: float = Field(70.0, gt=0, description="average value per ready replica, in the signal's unit")
+    target: float = Field(
+        70.0,
+        ge=MIN_PER_REPLICA,
+        description=f"average value per ready replica, in the signal's unit, at least {MIN_PER_REPLICA:g} (the "
+        "default, 70, is a gpu_utilization percentage: give it for the other signals)",
+    )
 
     @model_validator(mode="after")
     def _target_in_range(self) -> MetricTarget:
+        # The CRD carries the same two rules as CEL (adapters/kubernetes/crd.py METRIC_VALIDATIONS): keep them alike.
         if self.type is MetricKind.GPU_UTILIZATION and self.target > 100:
-            raise ValueError("target: gpu_utilization is a percentage, must be <= 100")
+            raise ValueError(GPU_UTILIZATION_TARGET_MESSAGE)
         if self.type is MetricKind.ENGINE_ACTIVE and self.target > 1:
-            raise ValueError("target: engine_active is a ratio, must be <= 1")
+            raise ValueError(ENGINE_ACTIVE_TARGET_MESSAGE)
         return self
 
 
@@ -118,11 +137,9 @@ class BehaviorSpec(_Strict):
         if self.hpa_without_behavior:
             for direction, rules in (("scaleUp", self.scale_up), ("scaleDown", self.scale_down)):
                 if rules.policies is not None or rules.select_policy != "Max":
-                    raise ValueError(
-                        f"{direction}: policies and selectPolicy have no effect with hpaWithoutBehavior: true"
-                    )
+                    raise ValueError(HPA_WITHOUT_BEHAVIOR_MESSAGE.format(direction=direction))
             if self.scale_up.stabilization_window_seconds:
-                raise ValueError("scaleUp.stabilizationWindowSeconds has no effect with hpaWithoutBehavior: true")
+                raise ValueError(HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE)
         return self
 
 
@@ -151,14 +168,14 @@ class ForecastSpec(_Strict):
     rate_per_replica: float | None = Field(
         None,
         alias="ratePerReplica",
-        gt=0,
+        ge=MIN_PER_REPLICA,
         description="requests/s one replica serves, to turn the request-rate forecast into replicas (default: "
         "metric.target when metric.type is request_rate; other metrics get no forecast floor without it)",
     )
     untrusted_target_ratio: float = Field(
         0.75,
         alias="untrustedTargetRatio",
-        gt=0,
+        ge=MIN_UNTRUSTED_TARGET_RATIO,
         le=1,
         description="active mode: the share of metric.target (and ratePerReplica) the service runs at while its "
         "forecast has not earned trust (too few live scores, stale, unreliable, or its quantile covering too little "

@@ -39,6 +39,8 @@ ENV_NESTED_DELIMITER = "__"
 PROMETHEUS_GROUP = "prometheus"
 PROMETHEUS_ENV_PREFIX = "AUTOSCALER_PROMETHEUS_"
 CONFIG_FILE_ENV = "AUTOSCALER_CONFIG_FILE"
+# Bind addresses that take a port on every interface (and "::" the IPv4 ones too, as Linux binds it dual-stack).
+WILDCARD_ADDRESSES = frozenset({"", "0.0.0.0", "::", "[::]"})
 # A tick reads the whole cluster and Prometheus: more often than this is a busy loop, never a faster controller.
 MIN_TICK_INTERVAL_SECONDS = 1.0
 # AUTOSCALER_* variables that are not settings but are read elsewhere; every other unknown AUTOSCALER_* name is an
@@ -739,6 +741,22 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _one_server_per_port(self) -> Settings:
+        # Both servers bound to one port: the second bind failed at start-up ("Address already in use"), naming no
+        # setting. Port 0 is any free port (never the same); a wildcard address takes the port on every address.
+        http, extender = self.http, self.scheduler_extender
+        if not (http.enabled and extender.enabled) or http.port == 0 or http.port != extender.port:
+            return self
+        addresses = {http.bind_address.strip().lower(), extender.bind_address.strip().lower()}
+        if len(addresses) == 1 or addresses & WILDCARD_ADDRESSES:
+            raise ValueError(
+                f"{_name('scheduler_extender', 'port')} and {_name('http', 'port')} are both {http.port}, with both "
+                f"servers enabled on overlapping addresses ({extender.bind_address!r} and {http.bind_address!r}): "
+                "the second could not bind the port (Address already in use); give the extender a port of its own"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _stall_after_tick(self) -> Settings:
         if self.tick_stall_seconds <= self.tick_interval_seconds:
             raise ValueError(
@@ -913,6 +931,7 @@ def _environment_problems(prefix: str = ENV_PREFIX) -> list[str]:
             unknown = _unknown_variable(key, value)
             if unknown is not None:
                 problems.append(unknown)
+    problems += _json_and_key_by_key(prefix)
     groups = {
         env_name((name,)): (name, info.annotation)
         for name, info in Settings.model_fields.items()
@@ -934,6 +953,42 @@ def _environment_problems(prefix: str = ENV_PREFIX) -> list[str]:
             problems.append(
                 f"{key} ({name}): not valid JSON ({exc}); expected a JSON object of the group's settings, "
                 f"or set them one by one, e.g. {example}"
+            )
+    return problems
+
+
+def _json_mappings(model: type[BaseModel] = Settings, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The locations of the mapping settings given as JSON in the environment (``NoDecode`` dicts such as
+    ``capacity.burst_pools``)."""
+    found: list[tuple[str, ...]] = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if name != PROMETHEUS_GROUP:
+                found += _json_mappings(annotation, (*prefix, name))
+        elif typing.get_origin(annotation) is dict and NoDecode in info.metadata:
+            found.append((*prefix, name))
+    return found
+
+
+def _json_and_key_by_key(prefix: str) -> list[str]:
+    """A mapping setting given both as JSON (``AUTOSCALER_CAPACITY__BURST_POOLS='{...}'``) and key by key
+    (``AUTOSCALER_CAPACITY__BURST_POOLS__H100__MAX_NODES``): the JSON value replaces the mapping, the key-by-key
+    variables would be dropped without a word. Refused, naming both."""
+    names = {key.upper(): key for key in os.environ if key.upper().startswith(prefix)}
+    problems = []
+    for loc in _json_mappings():
+        whole = env_name(loc)
+        if whole not in names:
+            continue
+        keyed = sorted(names[n] for n in names if n.startswith(whole + ENV_NESTED_DELIMITER))
+        if keyed:
+            listed = ", ".join(_cut(k, ECHO_LIMIT) for k in keyed[:3])
+            if len(keyed) > 3:
+                listed += f" and {len(keyed) - 3} more"
+            problems.append(
+                f"{names[whole]} ({'.'.join(loc)}) and {listed}: the mapping is given both as JSON and key by key, "
+                f"and the JSON would replace it; give it one way (all in {whole}, or every key as {whole}__<KEY>...)"
             )
     return problems
 

@@ -3,10 +3,13 @@ and every way a text can fail to be YAML turned into one ``YamlProblem`` with wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+
+T = TypeVar("T")
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -45,8 +48,17 @@ class YamlProblem(Exception):
 def load_yaml(text: str) -> Any:
     """The document in ``text`` (``UniqueKeyLoader``: no arbitrary objects, no duplicate keys). ``YamlProblem`` for
     invalid YAML, nesting too deep to load, or a value Python refuses (an integer of more than 4,300 digits)."""
+    return _loaded(lambda: yaml.load(text, Loader=UniqueKeyLoader))
+
+
+def load_yaml_all(text: str) -> list[Any]:
+    """Every document in ``text`` (``---``-separated), loaded and refused as ``load_yaml`` does."""
+    return _loaded(lambda: list(yaml.load_all(text, Loader=UniqueKeyLoader)))
+
+
+def _loaded(load: Callable[[], T]) -> T:
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)
+        return load()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

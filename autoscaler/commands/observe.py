@@ -125,24 +125,44 @@ def run(args: argparse.Namespace) -> int:
 # ---- inputs ----------------------------------------------------------------------------------------------------
 
 
+#: The latest evaluation time, 9999-12-31T23:59:59Z: a later one has no date to print (and nan, inf neither).
+LATEST_TIME = 253_402_300_799.0
+
+
+def checked_time(value: float, text: str, flag: str = "--time") -> float:
+    """``value`` (parsed from ``text``) when it is a time from 1970 to the year 9999; ValueError naming ``flag``."""
+    if not (math.isfinite(value) and 0 <= value <= LATEST_TIME):
+        raise ValueError(
+            f"{flag}: {text!r} is not a time from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z "
+            f"(Unix seconds 0 to {LATEST_TIME:.0f})"
+        )
+    return value
+
+
 def parse_time(text: str) -> float:
-    """Unix seconds or ISO 8601 (a trailing Z means UTC; no zone also means UTC)."""
+    """Unix seconds or ISO 8601 (a trailing Z means UTC; no zone also means UTC), from 1970 to the year 9999."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        pass
+        value = _iso_time(text)
+    return checked_time(value, text)
+
+
+def _iso_time(text: str) -> float:
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"--time: {text!r} is neither Unix seconds nor ISO 8601") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    try:
+        return parsed.timestamp()
+    except OverflowError:  # 0001-01-01T00:00:00+05:00 is before the first date
+        return math.nan
 
 
 def load_policies(paths: Sequence[Path]) -> tuple[list[ServicePolicy], dict[str, Any]]:
     """GPUScalingPolicy manifests -> (policies, per-service query overrides); ValueError names file and object."""
-    import yaml
     from pydantic import ValidationError
 
     from autoscaler.adapters.prometheus import validate_service_query
@@ -152,41 +172,75 @@ def load_policies(paths: Sequence[Path]) -> tuple[list[ServicePolicy], dict[str,
     policies: list[ServicePolicy] = []
     queries: dict[str, Any] = {}
     for path in paths:
-        try:
-            documents = list(yaml.safe_load_all(path.read_text()))
-        except OSError as exc:
-            raise ValueError(f"--policy {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise ValueError(f"--policy {path}: not valid YAML: {exc}") from None
         items: list[Any] = []
-        for doc in documents:
+        for number, doc in enumerate(_documents(path), start=1):
             if isinstance(doc, dict) and doc.get("kind") == "List":
-                items.extend(doc.get("items") or [])
+                listed = doc.get("items")
+                if listed is not None and not isinstance(listed, list):
+                    raise ValueError(
+                        f"--policy {path}: document {number} (kind: List): items must be a list, "
+                        f"got {type(listed).__name__}"
+                    )
+                items.extend(listed or [])
             elif doc is not None:
                 items.append(doc)
         for index, item in enumerate(items):
             if not isinstance(item, dict) or item.get("kind") != KIND:
                 continue
-            meta = item.get("metadata") or {}
-            where = f"--policy {path}: {KIND} {meta.get('name', f'#{index}')}"
+            meta = item.get("metadata")
+            if meta is None:
+                meta = {}
+            where = f"--policy {path}: {KIND} #{index + 1}"
+            if not isinstance(meta, dict):
+                raise ValueError(f"{where}: metadata must be a mapping, got {type(meta).__name__}")
+            for key in ("name", "namespace"):
+                if meta.get(key) is not None and not isinstance(meta[key], str):
+                    raise ValueError(f"{where}: metadata.{key} must be a string, got {type(meta[key]).__name__}")
+            name, namespace = meta.get("name") or "", meta.get("namespace") or "default"
+            if name:
+                where = f"--policy {path}: {KIND} {name}"
+            spec = item.get("spec")
+            if spec is not None and not isinstance(spec, dict):
+                raise ValueError(f"{where}: spec must be a mapping, got {type(spec).__name__}")
             try:
-                spec = GPUScalingPolicySpec.model_validate(item.get("spec") or {})
+                parsed = GPUScalingPolicySpec.model_validate(spec or {})
             except ValidationError as exc:
                 problems = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"{where}: {problems}") from None
-            policy = to_service_policy(meta.get("namespace") or "default", meta.get("name", ""), spec)
+            policy = to_service_policy(namespace, name, parsed)
             for field_name in ("request_rate", "queue_depth", "latency"):
-                query = getattr(spec.queries, field_name)
+                query = getattr(parsed.queries, field_name)
                 if query:
                     try:
                         validate_service_query(query)
                     except PromQLError as exc:
                         raise ValueError(f"{where}: spec.queries: {exc}") from None
             policies.append(policy)
-            queries[policy.key] = spec.queries
+            queries[policy.key] = parsed.queries
     if paths and not policies:
         raise ValueError(f"--policy: no {KIND} objects in {', '.join(map(str, paths))}")
     return policies, queries
+
+
+def _documents(path: Path) -> list[Any]:
+    """The YAML documents of one --policy file, loaded as every YAML input of the project (``yaml_input``): safely,
+    a key given twice refused, nesting too deep or a value Python refuses reported, never raised."""
+    from autoscaler.yaml_input import YamlProblem, load_yaml_all
+
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"--policy {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        byte = f"byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+        raise ValueError(f"--policy {path}: not UTF-8 text ({byte})") from None
+    try:
+        return load_yaml_all(text)
+    except YamlProblem as problem:
+        at = f" (line {problem.line}, column {problem.column})" if problem.line is not None else ""
+        raise ValueError(f"--policy {path}: not valid YAML: {problem}{at}") from None
 
 
 # ---- outputs ---------------------------------------------------------------------------------------------------

@@ -60,11 +60,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--time",
-        type=float,
+        type=_unix_time,
         metavar="UNIX_SECONDS",
-        help="evaluate at this time instead of now (Unix seconds; Prometheus must have data around it)",
+        help="evaluate at this time instead of now (Unix seconds, 1970 to the year 9999; Prometheus must have data "
+        "around it)",
     )
     parser.set_defaults(func=main)
+
+
+def _unix_time(text: str) -> float:
+    """--time: finite Unix seconds in the range a date can print (nan and inf crashed the report with a traceback);
+    a bad value is argparse's usage error, exit 2, naming --time."""
+    from autoscaler.commands.observe import checked_time
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of Unix seconds") from None
+    try:
+        return checked_time(value, text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--time: ")) from None
 
 
 class ReadOnlyWriter:

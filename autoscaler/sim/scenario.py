@@ -67,8 +67,6 @@ MAX_NODES_PER_POOL = 10_000
 MAX_REPLICAS = 10_000
 #: Requests/s of one service after traceScale, at most.
 MAX_RATE = 1e9
-#: Per-replica targets and rates (any unit) are at least this: smaller ones would ask for an infinite replica count.
-MIN_PER_REPLICA = 1e-6
 #: Points of one forecast (horizonSeconds / resolutionSeconds), at most.
 MAX_FORECAST_POINTS = 10_000
 #: Integers (replica counts, priorities, rate-policy values, forecaster parameters) are 32-bit, as in Kubernetes.
@@ -170,13 +168,7 @@ class ServiceEntry(_Strict):
             raise ValueError(
                 f"spec.maxReplicas: at most {MAX_REPLICAS:,} in a simulation, got {self.spec.max_replicas:,}"
             )
-        if self.spec.metric.target < MIN_PER_REPLICA:
-            raise ValueError(
-                f"spec.metric.target: must be at least {MIN_PER_REPLICA:g}, got {self.spec.metric.target:g}"
-            )
-        rate = self.spec.forecast.rate_per_replica
-        if rate is not None and rate < MIN_PER_REPLICA:
-            raise ValueError(f"spec.forecast.ratePerReplica: must be at least {MIN_PER_REPLICA:g}, got {rate:g}")
+        # metric.target and forecast.ratePerReplica are at least policy.MIN_PER_REPLICA in every spec
         return self
 
     @model_validator(mode="after")
@@ -248,6 +240,17 @@ class Forecasting(_Strict):
     def _horizon(self) -> Forecasting:
         if self.horizon_seconds <= self.update_seconds:
             raise ValueError("horizonSeconds must exceed updateSeconds (the forecast must last until the next one)")
+        return self
+
+    @model_validator(mode="after")
+    def _min_history(self) -> Forecasting:
+        # The training window keeps about historySeconds: a longer minimum is never reached, and the predictive
+        # policy would replay reactive under its name (the controller's settings refuse the same pair).
+        if self.min_history_seconds > self.history_seconds:
+            raise ValueError(
+                f"minHistorySeconds ({self.min_history_seconds:g}) must be <= historySeconds "
+                f"({self.history_seconds:g}): the training window never holds more, so no forecast would be made"
+            )
         return self
 
     @model_validator(mode="after")

@@ -32,7 +32,7 @@ from autoscaler.adapters.kubernetes import (
 from autoscaler.adapters.kubernetes.crd import crd_yaml, generate_crd
 from autoscaler.adapters.kubernetes.ledger import KubernetesMoveLedger
 from autoscaler.adapters.kubernetes_lease import KubernetesLeaseStore, LeaseRecord
-from autoscaler.policy import GPUScalingPolicySpec
+from autoscaler.policy import ENGINE_ACTIVE_TARGET_MESSAGE, GPU_UTILIZATION_TARGET_MESSAGE, GPUScalingPolicySpec
 from autoscaler.settings import Settings
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer, validate_structural
@@ -106,7 +106,19 @@ def test_crd_shape() -> None:
     assert set(spec["properties"]) == aliases
     assert spec["required"] == ["targetRef"]
     assert spec["properties"]["maxReplicas"]["minimum"] == 1
-    assert spec["properties"]["metric"]["properties"]["target"]["exclusiveMinimum"] is True
+    target = spec["properties"]["metric"]["properties"]["target"]
+    # ge=1e-06: the schema keeps > 0 (an integer is compared with a fractional minimum truncated), CEL the bound
+    assert (target["minimum"], target["exclusiveMinimum"]) == (0, True)
+    assert target["x-kubernetes-validations"] == [
+        {"rule": "self >= 1e-06", "message": "should be greater than or equal to 1e-06"}
+    ]
+    rate = spec["properties"]["forecast"]["properties"]["ratePerReplica"]
+    assert rate["x-kubernetes-validations"][0]["rule"] == "self >= 1e-06"
+    # the parser's cross-field rules, as CEL with the parser's messages
+    metric_rules = spec["properties"]["metric"]["x-kubernetes-validations"]
+    assert [r["message"] for r in metric_rules] == [GPU_UTILIZATION_TARGET_MESSAGE, ENGINE_ACTIVE_TARGET_MESSAGE]
+    behavior_rules = spec["properties"]["behavior"]["x-kubernetes-validations"]
+    assert {r["fieldPath"] for r in behavior_rules} == {".scaleUp", ".scaleDown", ".scaleUp.stabilizationWindowSeconds"}
     assert spec["properties"]["latency"]["nullable"] is True
 
 

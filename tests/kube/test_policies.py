@@ -174,6 +174,27 @@ INT32_MAX = 2**31 - 1
         # A value too large to print (repr of an integer of > 4,300 digits raises) is still reported, by its size.
         ({"maxReplicas": 10**5000}, "spec.maxReplicas", "(got an integer of about 5,000 digits)"),
         ({"metric": {"type": "request_rate", "target": float("inf")}}, "spec.metric.target", "finite number"),
+        # A target or rate that small asked for an unbounded replica count; x untrustedTargetRatio 0.5 it rounded to
+        # 0.0 and the tick divided by zero. At least 1e-06 (as the simulator already required), the ratio 0.01.
+        (
+            {"metric": {"type": "gpu_utilization", "target": 5e-324}, "forecast": {"mode": "active"}},
+            "spec.metric.target",
+            "greater than or equal to 0.000001 (got 5e-324)",
+        ),
+        ({"metric": {"type": "request_rate", "target": 1e-6}}, None, None),
+        (
+            {"forecast": {"mode": "active", "ratePerReplica": 5e-324}},
+            "spec.forecast.ratePerReplica",
+            "greater than or equal to 0.000001",
+        ),
+        (
+            {"forecast": {"mode": "active", "untrustedTargetRatio": 5e-324}},
+            "spec.forecast.untrustedTargetRatio",
+            "greater than or equal to 0.01",
+        ),
+        # the target's default (70) is a gpu_utilization percentage: engine_active must give its own
+        ({"metric": {"type": "engine_active"}}, "spec.metric", "metric.target defaults to 70"),
+        ({"metric": {"type": "engine_active", "target": 0.7}}, None, None),
     ],
 )
 def test_validate_policy_refuses_what_could_never_scale(

@@ -328,6 +328,25 @@ def test_parse_time() -> None:
     assert parse_time("2023-11-14T23:13:20+01:00") == 1_700_000_000
     with pytest.raises(ValueError, match="neither Unix seconds nor ISO 8601"):
         parse_time("yesterday")
+    assert parse_time("0") == 0 and parse_time("9999-12-31T23:59:59Z") == 253_402_300_799
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e20", "-1", "0001-01-01T00:00:00+05:00"])
+def test_parse_time_refuses_what_is_no_date(value: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"--time: {value!r} is not a time from 1970-01-01T00:00:00Z")):
+        parse_time(value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e20"])
+def test_observe_time_that_is_no_date_exits_2_naming_it(
+    canned: CannedPrometheus, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """--time nan, inf or 1e20 was accepted (float()) and the table's date crashed with a traceback."""
+    from canned import HEALTHY, Answer
+
+    canned.answers = {family: Answer(body) for family, body in HEALTHY.items()}
+    assert cli.main(["observe", "--prometheus-url", canned.url, "--time", value]) == 2
+    assert f"autoscaler observe: --time: {value!r} is not a time" in capsys.readouterr().err
 
 
 POLICY_YAML = """\
@@ -370,6 +389,54 @@ def test_load_policies(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no GPUScalingPolicy objects"):
         path.write_text("kind: ConfigMap\n")
         load_policies([path])
+
+
+MALFORMED_POLICY_FILES = {
+    "metadata-not-a-mapping": (
+        "kind: GPUScalingPolicy\nmetadata: foo\nspec: {targetRef: {name: chat}}\n",
+        "GPUScalingPolicy #1: metadata must be a mapping, got str",
+    ),
+    "name-not-a-string": (
+        "kind: GPUScalingPolicy\nmetadata: {name: [a]}\nspec: {targetRef: {name: chat}}\n",
+        "GPUScalingPolicy #1: metadata.name must be a string, got list",
+    ),
+    "spec-not-a-mapping": (
+        "kind: GPUScalingPolicy\nmetadata: {name: a}\nspec: [1]\n",
+        "GPUScalingPolicy a: spec must be a mapping, got list",
+    ),
+    "list-items-not-a-list": ("kind: List\nitems: 5\n", "document 1 (kind: List): items must be a list, got int"),
+    "nested-too-deeply": (
+        "kind: GPUScalingPolicy\nspec: " + "[" * 5000 + "]" * 5000 + "\n",
+        "not valid YAML: nested too deeply",
+    ),
+    # settings files and scenarios refuse a key given twice; here maxReplicas 3 was silently replaced by 5
+    "duplicate-key": (
+        "kind: GPUScalingPolicy\nmetadata: {name: a, namespace: ml}\n"
+        "spec: {targetRef: {name: chat}, maxReplicas: 3, maxReplicas: 5}\n",
+        "not valid YAML: found duplicate key 'maxReplicas' (line 3, column 49)",
+    ),
+    "integer-too-long": (
+        "kind: GPUScalingPolicy\nspec: {targetRef: {name: chat}, maxReplicas: " + "9" * 5000 + "}\n",
+        "not valid YAML: Exceeds the limit (4300 digits)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_POLICY_FILES))
+def test_a_malformed_policy_file_exits_2_naming_the_file_and_the_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """load_policies assumed metadata a mapping and items a list, and loaded with yaml.safe_load_all (tracebacks,
+    a RecursionError, duplicate keys last-wins), unlike every other YAML input (autoscaler/yaml_input.py)."""
+    text, problem = MALFORMED_POLICY_FILES[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as caught:
+        load_policies([path])
+    assert str(caught.value).startswith(f"--policy {path}: ") and problem in str(caught.value), caught.value
+    # before Prometheus is reached (port 1 refuses connections)
+    assert cli.main(["observe", "--prometheus-url", "http://127.0.0.1:1", "--policy", str(path)]) == 2
+    assert f"autoscaler observe: --policy {path}: " in capsys.readouterr().err
 
 
 def test_observe_command_json_and_table(canned: CannedPrometheus, capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,6 +28,7 @@ from autoscaler.adapters.kubernetes import (
     StatusUpdate,
     WriterConfig,
 )
+from autoscaler.adapters.kubernetes.policies import InvalidPolicy, LoadedPolicy, validate_policy
 from autoscaler.adapters.kubernetes.status import condition
 from autoscaler.adapters.kubernetes_lease import (
     ElectionTimings,
@@ -453,7 +454,11 @@ def policy(name: str, **spec: Any) -> dict[str, Any]:
         ({"maxReplicas": "ten"}, "spec.maxReplicas", "must be of type integer"),
         ({"minReplicas": 5, "maxReplicas": 2}, "spec.minReplicas", "minReplicas must be <= maxReplicas"),
         ({"metric": {"type": "gpu_util", "target": 70}}, "spec.metric.type", "Unsupported value"),
-        ({"metric": {"type": "gpu_utilization", "target": 0}}, "spec.metric.target", "should be greater than 0"),
+        (
+            {"metric": {"type": "gpu_utilization", "target": 0}},
+            "spec.metric.target",
+            "should be greater than or equal to 1e-06",
+        ),
     ],
     ids=["maxReplicas-0", "maxReplicas-string", "min-over-max-CEL", "metric-enum", "target-0"],
 )
@@ -468,15 +473,143 @@ def test_the_crd_schema_rejects_bad_policies(
     assert any(c.get("field") == field and says in c.get("message", "") for c in causes), causes
 
 
+# (spec, the field the apiserver names when it refuses, or None when both the apiserver and the parser accept it)
+AGREEMENT: dict[str, tuple[dict[str, Any], str | None]] = {
+    # the schema's default target (70) is a gpu_utilization percentage: stored as it is, the parser refused it
+    "engine_active-default-target": ({"metric": {"type": "engine_active"}}, "spec.metric.target"),
+    "engine_active-over-1": ({"metric": {"type": "engine_active", "target": 1.5}}, "spec.metric.target"),
+    "engine_active-ratio": ({"metric": {"type": "engine_active", "target": 0.7}}, None),
+    "gpu_utilization-over-100": ({"metric": {"type": "gpu_utilization", "target": 150}}, "spec.metric.target"),
+    "default-type-over-100": ({"metric": {"target": 101}}, "spec.metric.target"),
+    "gpu_utilization-100": ({"metric": {"type": "gpu_utilization", "target": 100}}, None),
+    "request_rate-over-100": ({"metric": {"type": "request_rate", "target": 500}}, None),
+    "target-tiny": ({"metric": {"type": "request_rate", "target": 5e-324}}, "spec.metric.target"),
+    "target-smallest": ({"metric": {"type": "request_rate", "target": 1e-6}}, None),
+    # an integer is compared with a fractional minimum truncated (0 >= int(1e-06)): a CEL rule repeats the bound
+    "target-integer-0": ({"metric": {"type": "request_rate", "target": 0}}, "spec.metric.target"),
+    "ratePerReplica-integer-0": ({"forecast": {"mode": "active", "ratePerReplica": 0}}, "spec.forecast.ratePerReplica"),
+    "untrustedTargetRatio-integer-0": (
+        {"forecast": {"mode": "active", "untrustedTargetRatio": 0}},
+        "spec.forecast.untrustedTargetRatio",
+    ),
+    "untrustedTargetRatio-1": ({"forecast": {"mode": "active", "untrustedTargetRatio": 1}}, None),
+    "ratePerReplica-tiny": ({"forecast": {"mode": "active", "ratePerReplica": 1e-9}}, "spec.forecast.ratePerReplica"),
+    "untrustedTargetRatio-tiny": (
+        {"forecast": {"mode": "active", "untrustedTargetRatio": 1e-9}},
+        "spec.forecast.untrustedTargetRatio",
+    ),
+    "hpaWithoutBehavior-scaleUp-policies": (
+        {
+            "behavior": {
+                "hpaWithoutBehavior": True,
+                "scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}]},
+            }
+        },
+        "spec.behavior.scaleUp",
+    ),
+    "hpaWithoutBehavior-scaleDown-select": (
+        {"behavior": {"hpaWithoutBehavior": True, "scaleDown": {"selectPolicy": "Min"}}},
+        "spec.behavior.scaleDown",
+    ),
+    "hpaWithoutBehavior-scaleUp-window": (
+        {"behavior": {"hpaWithoutBehavior": True, "scaleUp": {"stabilizationWindowSeconds": 30}}},
+        "spec.behavior.scaleUp.stabilizationWindowSeconds",
+    ),
+    "hpaWithoutBehavior-defaults": (
+        {
+            "behavior": {
+                "hpaWithoutBehavior": True,
+                "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": None},
+                "scaleDown": {"stabilizationWindowSeconds": 600, "tolerance": 0.2},
+            }
+        },
+        None,
+    ),
+    "behavior-policies-without-the-flag": (
+        {
+            "behavior": {
+                "hpaWithoutBehavior": False,
+                "scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}]},
+            }
+        },
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AGREEMENT))
+def test_the_crd_schema_and_the_parser_agree(
+    control_plane: ControlPlane, namespace: str, policy_crd: dict[str, Any], case: str
+) -> None:
+    """What the apiserver stores (its defaults applied) the controller accepts, and what the controller would refuse
+    the apiserver refuses at admission (CEL where one field depends on another), naming the same field."""
+    spec, field = AGREEMENT[case]
+    name = f"p-{secrets.token_hex(3)}"
+    body = policy(name, **spec)
+    parsed = validate_policy({**body, "metadata": {"name": name, "namespace": namespace}})
+    if field is None:
+        stored = control_plane.request("POST", POLICIES.format(ns=namespace), body)
+        result = validate_policy(stored)
+        assert isinstance(result, LoadedPolicy), f"stored {stored['spec']}, refused by the controller: {result}"
+        assert isinstance(parsed, LoadedPolicy), parsed
+        return
+    with pytest.raises(ApiError) as err:
+        control_plane.request("POST", POLICIES.format(ns=namespace), body)
+    assert err.value.status == 422, err.value
+    causes = err.value.body["details"]["causes"]
+    # the parser names the object of a cross-field rule (spec.metric), the apiserver its field (spec.metric.target)
+    assert isinstance(parsed, InvalidPolicy) and field.startswith(parsed.field), parsed
+    # a cross-field rule says what the parser says; a bound, in the apiserver's words ("should be greater than...")
+    says = parsed.message.split(" (got ")[0]
+    says = "should be" if says.startswith("Input should be") else says
+    assert any(c.get("field") == field and says in c.get("message", "") for c in causes), (says, causes)
+
+
+def stored_without_the_metric_rules(
+    cp: ControlPlane, crd: dict[str, Any], ns: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    """``body`` created while the CRD lacks its CEL rules on spec.metric (as an object stored under an older CRD),
+    the rules restored afterwards."""
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+
+    def metric_schema(obj: dict[str, Any]) -> dict[str, Any]:
+        schema: dict[str, Any] = obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        return schema["properties"]["spec"]["properties"]["metric"]  # type: ignore[no-any-return]
+
+    def admitted() -> bool:
+        probe = {**body, "metadata": {"name": f"probe-{secrets.token_hex(3)}"}}
+        try:
+            cp.request("POST", POLICIES.format(ns=ns), probe, params={"dryRun": "All"})
+        except ApiError as err:
+            assert err.status == 422, err
+            return False
+        return True
+
+    rules = metric_schema(cp.get(path))["x-kubernetes-validations"]
+    current = cp.get(path)
+    del metric_schema(current)["x-kubernetes-validations"]
+    cp.request("PUT", path, current)
+    try:
+        cp.wait("the CRD without its spec.metric rules", lambda: admitted() or None, timeout_s=30)
+        return dict(cp.request("POST", POLICIES.format(ns=ns), body))
+    finally:
+        current = cp.get(path)
+        metric_schema(current)["x-kubernetes-validations"] = rules
+        cp.request("PUT", path, current)
+        cp.wait("the CRD with its spec.metric rules again", lambda: not admitted() or None, timeout_s=30)
+
+
 def test_policy_loader_writes_status_through_the_subresource(
     control_plane: ControlPlane, namespace: str, policy_crd: dict[str, Any], api_client: client.ApiClient
 ) -> None:
     cp, ns = control_plane, namespace
     good = cp.request("POST", POLICIES.format(ns=ns), policy("chat", minReplicas=1, maxReplicas=6))
     assert good["spec"]["maxReplicas"] == 6 and good["spec"]["mode"]  # accepted, with the schema's defaults
-    # Valid for the CRD's openAPIV3Schema, invalid for the controller: the percentage rule cannot be expressed
-    # there, so the controller reports it as the InvalidSpec condition on the status subresource.
-    bad = cp.request("POST", POLICIES.format(ns=ns), policy("embed", metric={"type": "gpu_utilization", "target": 150}))
+    # Invalid for the controller, stored before the CRD had the rule that now refuses it at admission (an upgrade):
+    # the controller reports it as the InvalidSpec condition on the status subresource.
+    bad = stored_without_the_metric_rules(
+        cp, policy_crd, ns, policy("embed", metric={"type": "gpu_utilization", "target": 150})
+    )
 
     loader, writer = PolicyLoader(api_client, [ns]), make_writer(api_client)
     now = time.time()

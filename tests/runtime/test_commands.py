@@ -73,6 +73,26 @@ def test_plan_json(fake_cluster: tuple[FakeCluster, FakeMetrics], capsys: pytest
     assert any(e["message"].startswith("[dry-run] would scale") for e in doc["events"])
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e20", "-1", "abc"])
+def test_plan_time_out_of_range_is_a_usage_error_naming_it(
+    fake_cluster: tuple[FakeCluster, FakeMetrics], capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """--time nan or inf was accepted (type=float), and the report's date crashed with a traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", f"--time={value}"])  # = : -inf is not taken for an option
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --time:" in err and repr(value) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("value", "date"), [("0", "1970-01-01T00:00:00Z"), ("253402300799", "9999-12-31T23:59:59Z")])
+def test_plan_time_at_the_ends_of_the_range(
+    fake_cluster: tuple[FakeCluster, FakeMetrics], capsys: pytest.CaptureFixture[str], value: str, date: str
+) -> None:
+    assert main(["plan", "-o", "json", "--time", value]) == 0
+    assert json.loads(capsys.readouterr().out)["time"] == date
+
+
 def test_plan_exit_code_and_hold_reason_when_a_read_fails(
     fake_cluster: tuple[FakeCluster, FakeMetrics], capsys: pytest.CaptureFixture[str]
 ) -> None:

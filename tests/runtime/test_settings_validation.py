@@ -378,6 +378,61 @@ def test_a_binary_config_file_exits_2_without_a_traceback(tmp_path: Path) -> Non
             {"AUTOSCALER_FORECAST__MODEL": "auto", "AUTOSCALER_FORECAST__MODEL_PARAMS": '{"residual_window": 1}'},
             "AUTOSCALER_FORECAST__MODEL_PARAMS (forecast.model_params): not used with AUTOSCALER_FORECAST__MODEL",
         ),
+        # A mapping given both as JSON and key by key: the JSON replaced the mapping, the other variables were
+        # dropped without a word (the controller started without the h100 burst pool).
+        (
+            {
+                "AUTOSCALER_CAPACITY__BURST_POOLS": '{"a100": {"max_nodes": 3}}',
+                "AUTOSCALER_CAPACITY__BURST_POOLS__H100__MAX_NODES": "5",
+            },
+            "AUTOSCALER_CAPACITY__BURST_POOLS (capacity.burst_pools) and "
+            "AUTOSCALER_CAPACITY__BURST_POOLS__H100__MAX_NODES: the mapping is given both as JSON and key by key",
+        ),
+        (
+            {
+                "AUTOSCALER_FORECAST__MODEL_PARAMS": '{"residual_window": 100}',
+                "AUTOSCALER_FORECAST__MODEL_PARAMS__RESIDUAL_WINDOW": "200",
+            },
+            "AUTOSCALER_FORECAST__MODEL_PARAMS (forecast.model_params) and "
+            "AUTOSCALER_FORECAST__MODEL_PARAMS__RESIDUAL_WINDOW: the mapping is given both as JSON and key by key",
+        ),
+        (
+            {"AUTOSCALER_NODE_POOLS__POOLS": '{"a": "md-a"}', "autoscaler_node_pools__pools__b": "md-b"},
+            "AUTOSCALER_NODE_POOLS__POOLS (node_pools.pools) and autoscaler_node_pools__pools__b: the mapping",
+        ),
+        # The extender on the metrics server's port: the second bind failed at start-up, naming no setting.
+        (
+            {"AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true", "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "8080"},
+            "AUTOSCALER_SCHEDULER_EXTENDER__PORT (scheduler_extender.port) and AUTOSCALER_HTTP__PORT (http.port) are "
+            "both 8080, with both servers enabled on overlapping addresses ('0.0.0.0' and '0.0.0.0')",
+        ),
+        (
+            {
+                "AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true",
+                "AUTOSCALER_HTTP__PORT": "8081",
+                "AUTOSCALER_HTTP__BIND_ADDRESS": "127.0.0.1",
+            },
+            "AUTOSCALER_SCHEDULER_EXTENDER__PORT (scheduler_extender.port) and AUTOSCALER_HTTP__PORT (http.port) are "
+            "both 8081",
+        ),
+        (
+            {
+                "AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true",
+                "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "8080",
+                "AUTOSCALER_SCHEDULER_EXTENDER__BIND_ADDRESS": "10.0.0.5",
+                "AUTOSCALER_HTTP__BIND_ADDRESS": "10.0.0.5",
+            },
+            "are both 8080, with both servers enabled on overlapping addresses ('10.0.0.5' and '10.0.0.5')",
+        ),
+        (
+            {
+                "AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true",
+                "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "8080",
+                "AUTOSCALER_SCHEDULER_EXTENDER__BIND_ADDRESS": "",
+                "AUTOSCALER_HTTP__BIND_ADDRESS": "10.0.0.5",
+            },
+            "are both 8080",
+        ),
     ],
     ids=lambda v: ",".join(f"{k.removeprefix('AUTOSCALER_')}={x}" for k, x in v.items()) if isinstance(v, dict) else "",
 )
@@ -397,6 +452,43 @@ def test_consistent_settings_still_load(monkeypatch: pytest.MonkeyPatch) -> None
     assert s.rebalance.max_moves_per_pass == 8
     assert (s.capacity.burst_pools["p"].min_nodes, s.capacity.expanders) == (1, ["priority"])
     assert s.forecast.model_params == {"residual_window": 2880}  # converted to the type the constructor takes
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        # the group as JSON and its fields key by key merge (the README's rule for groups)
+        {"AUTOSCALER_CAPACITY": '{"burst_pools": {"a100": {"max_nodes": 3}}}',
+         "AUTOSCALER_CAPACITY__BURST_POOLS__H100__MAX_NODES": "5"},
+        # one entry of a mapping as JSON, and a field of that entry
+        {"AUTOSCALER_CAPACITY__BURST_POOLS__H100": '{"max_nodes": 3}',
+         "AUTOSCALER_CAPACITY__BURST_POOLS__H100__MIN_NODES": "1"},
+        # the servers on one port, but one of them disabled, or a port of 0 (any free port), or distinct addresses
+        {"AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "false", "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "8080"},
+        {"AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true", "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "8080",
+         "AUTOSCALER_HTTP__ENABLED": "false"},
+        {"AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true", "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "0",
+         "AUTOSCALER_HTTP__PORT": "0"},
+        {"AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true", "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "8080",
+         "AUTOSCALER_SCHEDULER_EXTENDER__BIND_ADDRESS": "10.0.0.5", "AUTOSCALER_HTTP__BIND_ADDRESS": "127.0.0.1"},
+    ],
+    ids=lambda env: ",".join(k.removeprefix("AUTOSCALER_") for k in env),
+)
+def test_settings_that_only_look_alike_still_load(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings()
+    if "AUTOSCALER_CAPACITY__BURST_POOLS__H100__MAX_NODES" in env:
+        assert set(settings.capacity.burst_pools) == {"a100", "h100"}
+
+
+def test_the_extender_on_the_metrics_port_stops_run_with_exit_2() -> None:
+    result = run_cli(
+        "run", "--once", env={"AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true", "AUTOSCALER_HTTP__PORT": "8081"}
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "AUTOSCALER_SCHEDULER_EXTENDER__PORT (scheduler_extender.port) and AUTOSCALER_HTTP__PORT" in result.stdout
 
 
 def test_a_bad_forecaster_stops_run_at_load() -> None:

@@ -50,6 +50,13 @@ _DELETE = object()
         ("forecasting", {"model": "phase_naive", "modelParams": {"perod_s": 600}}, "modelParams: PhaseNaive.__init__"),
         ("forecasting", {"model": "phase_naive", "modelParams": {"period_s": 600}}, None),
         ("forecasting", {"model": "last_value", "modelParams": {"quantiles": [0.5]}}, "modelParams: quantiles come"),
+        # More minimum history than the training window keeps: predictive never forecast (replayed reactive)
+        ("forecasting", {"historySeconds": 3600, "minHistorySeconds": 18000},
+         "forecasting: minHistorySeconds (18000) must be <= historySeconds (3600)"),
+        ("forecasting", {"historySeconds": 3600, "minHistorySeconds": 3600}, None),
+        # Per-replica targets and rates: at least 1e-06 (smaller ones round to 0 at the untrusted target ratio)
+        ("services.0.spec.metric", {"type": "request_rate", "target": 5e-324},
+         "services.0.spec.metric.target: Input should be greater than or equal to 0.000001"),
         ("gpuScoring", "BinPack", "gpuScoring: Input should be 'LeastAllocated', 'MostAllocated' or 'Fragmentation'"),
         ("gpuScoring", "Fragmentation", None),
         ("gpuScoring", "MostAllocated", None),

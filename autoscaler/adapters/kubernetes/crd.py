@@ -10,13 +10,24 @@ when the committed file differs from what this module generates.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
 from autoscaler.adapters.kubernetes.status import GPUScalingPolicyStatus
-from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL, GPUScalingPolicySpec
+from autoscaler.policy import (
+    API_GROUP,
+    API_VERSION,
+    ENGINE_ACTIVE_TARGET_MESSAGE,
+    GPU_UTILIZATION_TARGET_MESSAGE,
+    HPA_WITHOUT_BEHAVIOR_MESSAGE,
+    HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE,
+    KIND,
+    PLURAL,
+    GPUScalingPolicySpec,
+)
 
 SINGULAR = KIND.lower()
 SHORT_NAMES = ["gsp"]
@@ -46,14 +57,60 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
-# Cross-field rules the apiserver can enforce at admission (CEL); the controller re-checks everything with pydantic
-# and reports what slips through as the InvalidSpec condition.
+# Cross-field rules the apiserver can enforce at admission (CEL), the same as the pydantic validators of
+# autoscaler/policy.py (with their messages): what the apiserver stores, its defaults applied, the controller accepts.
+# The controller still re-checks everything and reports what slips through (an object stored before a rule existed)
+# as the InvalidSpec condition. An absent field is read as its pydantic default, as the parser reads it.
 SPEC_VALIDATIONS = [
     {
         "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
         "message": "minReplicas must be <= maxReplicas",
         "fieldPath": ".minReplicas",
     }
+]
+
+_METRIC_TYPE = "(has(self.type) ? self.type : 'gpu_utilization')"
+# spec.metric (MetricTarget._target_in_range); the target's default (70) is a gpu_utilization percentage
+METRIC_VALIDATIONS = [
+    {
+        "rule": f"!has(self.target) || {_METRIC_TYPE} != 'gpu_utilization' || self.target <= 100.0",
+        "message": GPU_UTILIZATION_TARGET_MESSAGE,
+        "fieldPath": ".target",
+    },
+    {
+        "rule": f"{_METRIC_TYPE} != 'engine_active' || (has(self.target) ? self.target : 70.0) <= 1.0",
+        "message": ENGINE_ACTIVE_TARGET_MESSAGE,
+        "fieldPath": ".target",
+    },
+]
+
+
+def _default_rules(direction: str) -> str:
+    """CEL: ``self.<direction>`` (a ScalingRulesSpec) has no rate policies and selectPolicy Max."""
+    rules = f"self.{direction}"
+    return (
+        f"!has({rules}) || (!has({rules}.policies) && "
+        f"(!has({rules}.selectPolicy) || {rules}.selectPolicy == 'Max'))"
+    )
+
+
+_WITHOUT_BEHAVIOR = "has(self.hpaWithoutBehavior) && self.hpaWithoutBehavior"
+# spec.behavior (BehaviorSpec._no_policies_without_behavior)
+BEHAVIOR_VALIDATIONS = [
+    *(
+        {
+            "rule": f"!({_WITHOUT_BEHAVIOR}) || {_default_rules(direction)}",
+            "message": HPA_WITHOUT_BEHAVIOR_MESSAGE.format(direction=direction),
+            "fieldPath": f".{direction}",
+        }
+        for direction in ("scaleUp", "scaleDown")
+    ),
+    {
+        "rule": f"!({_WITHOUT_BEHAVIOR}) || !has(self.scaleUp) || !has(self.scaleUp.stabilizationWindowSeconds) || "
+        "self.scaleUp.stabilizationWindowSeconds == 0.0",
+        "message": HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE,
+        "fieldPath": ".scaleUp.stabilizationWindowSeconds",
+    },
 ]
 
 _DROP = {"title", "$defs", "additionalProperties"}
@@ -119,7 +176,25 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
             raise SchemaError(f"{where or '<root>'}: no type (structural schemas need one everywhere)")
     if out.get("type") == "integer" and isinstance(out.get("default"), float):
         out["default"] = int(out["default"])
+    if out.get("type") == "number":
+        _fractional_bounds_as_cel(out)
     return out
+
+
+def _fractional_bounds_as_cel(node: dict[str, Any]) -> None:
+    """An inclusive fractional ``minimum``/``maximum`` of a number (``ge=1e-06``) as a CEL rule, the schema keeping
+    the exclusive integer bound around it (``minimum: 0, exclusiveMinimum: true``). The apiserver compares a value
+    written as an integer with a fractional bound truncated to an integer (``target: 0`` passed ``minimum: 1e-06``),
+    and a bound such as 1e-06 is rendered by kustomize as ``1e-06``, which YAML 1.1 readers take for a string."""
+    rules = []
+    for key, op, says, whole in (("minimum", ">=", "greater", math.floor), ("maximum", "<=", "less", math.ceil)):
+        bound = node.get(key)
+        exclusive = f"exclusive{key.capitalize()}"
+        if isinstance(bound, float) and not bound.is_integer() and node.get(exclusive) is not True:
+            node[key], node[exclusive] = whole(bound), True
+            rules.append({"rule": f"self {op} {bound!r}", "message": f"should be {says} than or equal to {bound:g}"})
+    if rules:
+        node["x-kubernetes-validations"] = rules
 
 
 def _without_defaults(node: Any) -> Any:
@@ -135,6 +210,8 @@ def openapi_schema() -> dict[str, Any]:
     spec.pop("description", None)
     spec["description"] = f"The scaling policy of one GPU inference service ({KIND} spec)."
     spec["x-kubernetes-validations"] = SPEC_VALIDATIONS
+    spec["properties"]["metric"]["x-kubernetes-validations"] = METRIC_VALIDATIONS
+    spec["properties"]["behavior"]["x-kubernetes-validations"] = BEHAVIOR_VALIDATIONS
     # No defaults in the status schema: the apiserver would add them to what the writer stores, the next merge
     # would differ from the stored status, and every tick would write again.
     status = _without_defaults(structural_schema(GPUScalingPolicyStatus))
