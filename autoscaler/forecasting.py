@@ -60,6 +60,7 @@ import numpy as np
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import ReplicaFloor
+from autoscaler.core.headroom import DEFAULT_HEADROOM
 from autoscaler.core.model import Observation, ServicePolicy
 from autoscaler.core.predictive import ForecastInput
 from autoscaler.core.tick import (
@@ -941,6 +942,8 @@ class ForecastService:
             node_boot_s=s.node_boot_seconds,
             tick_interval_s=self.tick_interval_s,
             contended_hold_s=s.contended_hold_seconds,
+            # a forecast is LEARNING until it has as many scores as the reliability verdict needs
+            headroom=replace(DEFAULT_HEADROOM, min_scored=s.min_scored_samples),
         )
 
     def record_leads(self, views: Mapping[str, ServiceForecastView]) -> None:

@@ -48,7 +48,14 @@ class _Strict(BaseModel):
 class TargetRef(_Strict):
     api_version: str = Field("apps/v1", alias="apiVersion", description="API version of the scaled workload")
     kind: Literal["Deployment"] = Field("Deployment", description="kind of the scaled workload")
-    name: str = Field(min_length=1, description="name of the Deployment in the policy's namespace")
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        # a Deployment's name is a DNS-1123 subdomain: a name with ": " or "/" names nothing, and it would be
+        # folded into the service key (namespace/name) every report and query override is looked up by
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="name of the Deployment in the policy's namespace (a DNS-1123 subdomain)",
+    )
 
 
 GPU_UTILIZATION_TARGET_MESSAGE = "target: gpu_utilization is a percentage, must be <= 100"

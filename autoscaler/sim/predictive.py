@@ -32,6 +32,7 @@ import numpy as np
 
 from autoscaler.core.arbitrate import EXPECTED_LEVEL, CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.headroom import DEFAULT_HEADROOM
 from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import ForecastInput
 from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, TickConfig
@@ -134,6 +135,8 @@ class PredictivePolicy(CorePolicy):
                 node_boot_s=self.node_boot_s,
                 tick_interval_s=step_s,
                 contended_hold_s=self.config.contended_hold_s,
+                # a forecast is LEARNING until it has as many scores as the reliability verdict needs
+                headroom=dataclasses.replace(DEFAULT_HEADROOM, min_scored=self.config.min_scored_samples),
             ),
             capacity=self.capacity,
         )

@@ -195,6 +195,12 @@ INT32_MAX = 2**31 - 1
         # the target's default (70) is a gpu_utilization percentage: engine_active must give its own
         ({"metric": {"type": "engine_active"}}, "spec.metric", "metric.target defaults to 70"),
         ({"metric": {"type": "engine_active", "target": 0.7}}, None, None),
+        # a Deployment's name is a DNS-1123 subdomain: "a: b" or "x/y" names none, and folded into the service key
+        # (namespace/name) it broke the lookup of every service's query overrides
+        ({"targetRef": {"name": "a: b"}}, "spec.targetRef.name", "should match pattern"),
+        ({"targetRef": {"name": "x/y"}}, "spec.targetRef.name", "should match pattern"),
+        ({"targetRef": {"name": "Chat"}}, "spec.targetRef.name", "should match pattern"),
+        ({"targetRef": {"name": "chat.v2-0"}}, None, None),
     ],
 )
 def test_validate_policy_refuses_what_could_never_scale(

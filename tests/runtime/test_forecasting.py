@@ -863,3 +863,13 @@ def test_a_quantile_change_between_refits_earns_no_headroom_and_keeps_the_scale_
     assert not after.floor.usable and "outside the forecast's levels" in after.floor.detail
     assert after.headroom.ratio < 1.0 and after.headroom.state.value == "untrusted", after.headroom
     assert after.floor.down_window_s >= after.lead_s > 0
+
+
+# forecast.min_scored_samples set the reliability verdict's threshold but not the earned headroom's: the tick's
+# LEARNING state kept its own 30, so with 10 a forecast trusted by the verdict still ran at the untrusted target,
+# and with 100 it earned headroom before it was judged reliable.
+@pytest.mark.parametrize("samples", [10, 100])
+def test_the_headroom_learns_for_as_many_scores_as_the_verdict_needs(samples: int) -> None:
+    world = World(min_scored_samples=samples)
+    assert world.service.read_config().headroom is not None
+    assert world.service.read_config().headroom.min_scored == samples
