@@ -30,7 +30,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from pydantic_settings import SettingsError as SourceError
 
 from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range
-from autoscaler.yaml_input import YamlProblem, load_yaml
+from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml
 
 ENV_PREFIX = "AUTOSCALER_"
 ENV_NESTED_DELIMITER = "__"
@@ -813,14 +813,9 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise SettingsError(f"{CONFIG_FILE_ENV} / --config: cannot read {path}: {exc.strerror or exc}") from None
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise SettingsError(
-            f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column {column}); "
-            "settings are a YAML or JSON file"
-        ) from None
+        text = decode_utf8(raw)
+    except YamlProblem as exc:
+        raise SettingsError(f"{where} is {exc.problem}; settings are a YAML or JSON file") from None
     try:
         data = load_yaml(text)  # safe, and a key given twice is an error
     except YamlProblem as exc:

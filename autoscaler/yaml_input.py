@@ -45,6 +45,18 @@ class YamlProblem(Exception):
         return self.problem
 
 
+def decode_utf8(raw: bytes) -> str:
+    """UTF-8 text (a leading byte-order mark dropped); ``YamlProblem`` naming the first bad byte and where it is."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise YamlProblem(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column {column})", line, column
+        ) from None
+
+
 def load_yaml(text: str) -> Any:
     """The document in ``text`` (``UniqueKeyLoader``: no arbitrary objects, no duplicate keys). ``YamlProblem`` for
     invalid YAML, nesting too deep to load, or a value Python refuses (an integer of more than 4,300 digits)."""

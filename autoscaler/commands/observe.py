@@ -225,17 +225,16 @@ def load_policies(paths: Sequence[Path]) -> tuple[list[ServicePolicy], dict[str,
 def _documents(path: Path) -> list[Any]:
     """The YAML documents of one --policy file, loaded as every YAML input of the project (``yaml_input``): safely,
     a key given twice refused, nesting too deep or a value Python refuses reported, never raised."""
-    from autoscaler.yaml_input import YamlProblem, load_yaml_all
+    from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml_all
 
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ValueError(f"--policy {path}: {exc.strerror or exc}") from None
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        byte = f"byte 0x{raw[exc.start]:02x} at offset {exc.start}"
-        raise ValueError(f"--policy {path}: not UTF-8 text ({byte})") from None
+        text = decode_utf8(raw)
+    except YamlProblem as problem:
+        raise ValueError(f"--policy {path}: {problem}") from None
     try:
         return load_yaml_all(text)
     except YamlProblem as problem:

@@ -360,20 +360,26 @@ def test_the_tick_never_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     assert world.replicas() == 5
 
 
+class RecordingScheduler:
+    """Stands in for apscheduler: records the jobs the runtime brings forward."""
+
+    running = True
+
+    def __init__(self) -> None:
+        self.moved: list[str] = []
+
+    def modify_job(self, job: str, **kw: object) -> None:
+        self.moved.append(job)
+
+
 def test_the_runtime_runs_the_refit_as_its_own_job_right_after_the_first_tick() -> None:
     world = World()
     refits: list[float] = []
 
-    moved: list[str] = []
-
-    class Scheduler:
-        running = True
-
-        def modify_job(self, job: str, **kw: object) -> None:
-            moved.append(job)
-
+    scheduler = RecordingScheduler()
+    moved = scheduler.moved
     runtime = Runtime(world.controller, world.telemetry, refit=refits.append, http=None, clock=lambda: JUMP - 600.0)
-    runtime.scheduler = Scheduler()
+    runtime.scheduler = scheduler
     runtime.tick()
     runtime.tick()
     assert refits == []  # the tick job never refits...
@@ -390,16 +396,10 @@ def test_the_refit_waits_for_a_tick_that_read_the_policies(failed: str) -> None:
     it fitted nothing, and the next one was a whole refit interval away (15 min by default, typically right after a
     change of leader, when API reads fail most)."""
     world = World()
-    moved: list[str] = []
-
-    class Scheduler:
-        running = True
-
-        def modify_job(self, job: str, **kw: object) -> None:
-            moved.append(job)
-
+    scheduler = RecordingScheduler()
+    moved = scheduler.moved
     runtime = Runtime(world.controller, world.telemetry, http=None, clock=lambda: JUMP - 600.0)
-    runtime.scheduler = Scheduler()
+    runtime.scheduler = scheduler
     world.controller.policies_seen = ()
     if failed == "policies":
         world.controller.policies.fail = PortError("GPUScalingPolicy list: HTTP 503")  # type: ignore[attr-defined]
@@ -416,16 +416,10 @@ def test_the_refit_waits_for_a_tick_that_read_the_policies(failed: str) -> None:
 
 def test_a_tick_held_on_its_metrics_brings_the_refit_forward() -> None:
     world = World()
-    moved: list[str] = []
-
-    class Scheduler:
-        running = True
-
-        def modify_job(self, job: str, **kw: object) -> None:
-            moved.append(job)
-
+    scheduler = RecordingScheduler()
+    moved = scheduler.moved
     runtime = Runtime(world.controller, world.telemetry, http=None, clock=lambda: JUMP - 600.0)
-    runtime.scheduler = Scheduler()
+    runtime.scheduler = scheduler
 
     def unreachable(*args: object, **kwargs: object) -> Observation:
         raise PortError("prometheus: connection refused")

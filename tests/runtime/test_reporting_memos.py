@@ -8,34 +8,16 @@ deleted policy (and, in a dry run, per pod a plan ever targeted) for the life of
 
 from __future__ import annotations
 
-from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
+from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, policy_object
 
 from autoscaler.controller import Controller
 from autoscaler.core.model import ServicePolicy
 from autoscaler.ports import PolicyObject
-from autoscaler.telemetry import Telemetry
+from tests.runtime.test_controller import make
 
 T0 = 1_800_000_000.0
 KEY = "ml/chat"
 POLICY = ServicePolicy("ml", "chat", min_replicas=1, max_replicas=20, target=70.0)
-
-
-def make(dry_run: bool = False) -> tuple[Controller, FakeCluster, FakeMetrics, FakePolicies, FakeStatus]:
-    cluster = FakeCluster(deployments={KEY: [2, 2]})
-    metrics = FakeMetrics(cluster)
-    metrics.util[KEY] = 70.0
-    policies = FakePolicies([policy_object(POLICY)])
-    status = FakeStatus()
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        policies=policies,
-        status_writer=status,
-        telemetry=Telemetry(identity="test"),
-        dry_run=dry_run,
-    )
-    return controller, cluster, metrics, policies, status
 
 
 def churn(c: Controller, cluster: FakeCluster, metrics: FakeMetrics, policies: FakePolicies, stale: bool) -> None:
