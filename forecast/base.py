@@ -80,8 +80,17 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
         self._check_fitted()
         if step_s is not None and not math.isclose(float(step_s), self.step_s_):
             raise ValueError(f"update() needs the fitted step {self.step_s_} s, got {step_s} s: refit instead")
-        clean = self._prepare(y, start, self.step_s_)
-        self._update(clean)
+        # All or nothing: ``_prepare`` moves the origin (start_, n_obs_, last_value_, forecast_start_) before
+        # ``_update`` conditions on the new data; an update that fails must leave the previous fit as it was, not
+        # that fit stamped with the new origin (its forecast would be shifted in time).
+        kept = dict(self.__dict__)
+        try:
+            clean = self._prepare(y, start, self.step_s_)
+            self._update(clean)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(kept)
+            raise
         return self
 
     def predict(self, horizon_steps: int) -> Forecast:
@@ -263,6 +272,7 @@ class SlidingQuantiles:
 
     MAX_UPDATES = 4096  # changed residuals before the sums are recomputed from scratch (bounds the rounding drift)
     MAX_CHANGE = 64  # more residuals than this changed at once: a rebuild is cheaper than moving each
+    MAX_EXPONENT = 512.0  # log2 of the largest weight a slide may give: rebuilt before 2 ** 1024 overflows a float
 
     __slots__ = (
         "below",
@@ -317,6 +327,9 @@ class SlidingQuantiles:
             or shift > self.MAX_CHANGE
             or added > self.MAX_CHANGE
             or self.changes + shift + added > self.MAX_UPDATES
+            # the newest weight, 2 ** (ordinal x rate) from the reference: past 2 ** 1023 it overflows (a short
+            # half-life reaches it within the MAX_UPDATES), and a rebuild moves the reference to the newest
+            or (first // self.spacing + residuals.size - 1 - self.reference) * self.rate > self.MAX_EXPONENT
         ):
             return False
         fresh = residuals[kept:].tolist()

@@ -159,4 +159,10 @@ class CountLevel(BaseForecaster):
         lead = np.arange(1, horizon + 1, dtype=np.float64)
         one_step_var = self.dispersion_ * max(self.level_, self._floor()) / self.count_interval_s_
         variance: FloatArray = one_step_var * (1.0 + (lead - 1.0) * self.alpha_**2)
-        return count_quantiles(self.level_, variance, self.count_interval_s_, self.levels_)
+        out = count_quantiles(self.level_, variance, self.count_interval_s_, self.levels_)
+        # One burst after a long idle stretch makes the dispersion huge, and a negative binomial that skewed puts
+        # even its P99 at 0 while its mean is the level: a scaler provisioning an upper quantile would provision
+        # nothing as demand starts. A level above the median is never below the forecast mean.
+        upper = np.asarray(self.levels_) > 0.5
+        out[upper] = np.maximum(out[upper], self.level_)
+        return out
