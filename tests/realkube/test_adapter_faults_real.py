@@ -365,14 +365,17 @@ def test_a_failing_status_write_does_not_hide_the_valid_policies(
     cp = control_plane
     install_crd(cp)
     path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{namespace}/{PLURAL}"
-    for name, metric in (("chat", 60), ("bad", 150)):  # 150 %: valid for the schema, not for the controller
+    # "bad" is valid for the schema (which now refuses at admission every field the parser refuses) but not for the
+    # controller: a second policy on chat's Deployment, the newcomer, gets InvalidSpec ("already scaled by ...")
+    for name in ("chat", "bad"):
         body = {
             "apiVersion": f"{API_GROUP}/{API_VERSION}",
             "kind": "GPUScalingPolicy",
             "metadata": {"name": name},
-            "spec": {"targetRef": {"name": name}, "metric": {"type": "gpu_utilization", "target": metric}},
+            "spec": {"targetRef": {"name": "chat"}, "metric": {"type": "gpu_utilization", "target": 60}},
         }
         cp.request("POST", path, body)
+        time.sleep(1.1)  # creationTimestamp has whole seconds: chat is the older one
     rule = proxy.inject("*", r"/status$", 500)
     policies = PolicyLoader(api, [namespace]).sync(writer(api), NOW)
     assert [p.name for p in policies.valid] == ["chat"] and [p.name for p in policies.invalid] == ["bad"]

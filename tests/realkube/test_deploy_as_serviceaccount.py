@@ -123,7 +123,8 @@ def test_controller_as_the_production_serviceaccount(
     sa_name, sa_ns = account["name"], account["namespace"]
     role = rendered(production, "Role")
     assert role["metadata"]["namespace"] == sa_ns
-    assert {r for rule in role["rules"] for r in rule["resources"]} == {"leases"}
+    # the Lease, and the rebalancer's move ledger (a ConfigMap; the rebalancer is off here, so it is never asked)
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"leases", "configmaps"}
     shipped = rendered(production, "Deployment")
     pod_env = {e["name"]: e for e in shipped["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert pod_env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
