@@ -256,4 +256,5 @@ def to_service_policy(namespace: str, name: str, spec: GPUScalingPolicySpec) -> 
         priority=spec.priority,
         mode=spec.mode,
         forecast=spec.forecast.to_policy(),
+        latency_quantile=spec.latency.quantile if spec.latency else None,
     )

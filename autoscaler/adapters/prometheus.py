@@ -10,12 +10,16 @@ and readiness are used instead (the HPA's own view: ready pods, missing samples,
 Validation happens at this boundary. An empty result, NaN, ±Inf, a value out of its range, two series for one GPU,
 a sample older than ``staleness_seconds``, a failed or timed-out query: each makes the affected value ``None`` and
 adds a human reason to ``stale_reasons``; nothing is ever read as zero, and ``observe`` never raises. What leaves
-the scaling metric usable but incomplete (ready pods without a sample while others have one; the SLO guard's
-latency missing) goes to ``partial_reasons`` instead: the core then forbids a scale-down but not a scale-up.
+the scaling metric usable but incomplete (ready pods without a sample while others have one; fewer pods reporting
+than the Deployment's ready replicas; an answer carrying ``warnings``, Thanos/Mimir's partial response; the SLO
+guard's latency missing, or NaN while requests wait) goes to ``partial_reasons`` instead: the core then forbids a
+scale-down but not a scale-up. Per-service overrides must be self-contained expressions (balanced brackets, no
+comment, one line), so that none can leave its ``label_replace`` wrapper and tag series as another service.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import re
@@ -40,6 +44,7 @@ from autoscaler.adapters.promql import (
     POD_NAME_SUFFIX_RE,
     POD_TO_DEPLOYMENT_RE,
     PromQLError,
+    check_self_contained,
     check_template,
     escape_regex,
     matcher,
@@ -63,6 +68,8 @@ _POD_RE = re.compile(POD_TO_DEPLOYMENT_RE)
 _TRUNCATED_POD_NAME_LENGTH = 63
 _MAX_EXAMPLES = 3  # pods named in one stale reason; the rest are counted
 _MAX_REASON_CHARS = 500  # reasons end up in Events and logs
+# HTTP statuses of an overloaded or absent backend: retried, and never a reason to re-ask query by query
+_OUTAGE_STATUSES = (429, 502, 503, 504)
 
 
 class Family(StrEnum):
@@ -166,6 +173,7 @@ class _FamilyResult:
     samples: list[_Sample] = field(default_factory=list)
     ages: list[tuple[dict[str, str], float]] = field(default_factory=list)  # DCGM series older than the bound
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # the answer's own: it may be partial (Thanos, Mimir...)
 
 
 def parse_vector(raw: object, family: Family, now: float, staleness_s: float) -> _FamilyResult:
@@ -333,6 +341,17 @@ class _GpuAcc:
 class _Signal:
     value: float | None
     problems: list[str]
+    partial: list[str] = field(default_factory=list)  # usable, but maybe incomplete (no scale-down)
+
+
+@dataclass(slots=True)
+class _Answer:
+    """One instant query's answer: its result and warnings, or why there is none (and the HTTP status, if any)."""
+
+    result: Any = None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    status: int | None = None
 
 
 class PrometheusMetricsSource:
@@ -362,10 +381,11 @@ class PrometheusMetricsSource:
             read=settings.retries,
             status=settings.retries,
             backoff_factor=settings.retry_backoff_seconds,
-            status_forcelist=(429, 502, 503, 504),
+            backoff_max=settings.timeout_seconds,
+            status_forcelist=_OUTAGE_STATUSES,
             allowed_methods=None,  # the query API is read-only: retrying is always safe
             raise_on_status=False,  # hand back the last 5xx so its body ends up in the stale reason
-            respect_retry_after_header=True,
+            **_bounded_retry_after(settings.timeout_seconds),
         )
         self._pc = PrometheusConnect(
             url=settings.url,
@@ -479,12 +499,18 @@ class PrometheusMetricsSource:
         # and skip the rest. The others then run concurrently, so Prometheus evaluates one answer while we parse
         # another (at 40,000 GPUs on 2 cores: 12.6 s -> about 9 s per tick).
         results = {Family.GPU_UTIL: self._family_query(Family.GPU_UTIL, tick)}
-        rest = [family for family in (*GPU_FAMILIES, *APP_FAMILIES) if family is not Family.GPU_UTIL]
+        rest = [f for f in (*GPU_FAMILIES, *APP_FAMILIES) if f is not Family.GPU_UTIL and f is not Family.LATENCY]
+        # One latency query per quantile the services' SLOs apply to (spec.latency.quantile); usually one.
+        default_q = self.settings.latency_quantile
+        quantiles = sorted({s.latency_quantile or default_q for s in services}) or [default_q]
         with ThreadPoolExecutor(self.settings.max_concurrent_queries, thread_name_prefix="prometheus") as pool:
             pending = {family: pool.submit(self._family_query, family, tick) for family in rest}
+            pending_q = {q: pool.submit(self._family_query, Family.LATENCY, tick, q) for q in quantiles}
             pending_overrides = {f: pool.submit(self._override_results, f, services, tick) for f in APP_FAMILIES}
             results.update({family: future.result() for family, future in pending.items()})
+            latency_results = {q: future.result() for q, future in pending_q.items()}
             overrides = {family: future.result() for family, future in pending_overrides.items()}
+        results[Family.LATENCY] = latency_results.get(default_q) or latency_results[quantiles[0]]
 
         gpus = self._assemble_gpus(results)
         by_service: dict[str, dict[str, list[_GpuAcc]]] = defaultdict(lambda: defaultdict(list))
@@ -492,7 +518,10 @@ class PrometheusMetricsSource:
             key = mapper.service_of(acc.namespace, acc.pod)
             if key is not None and acc.pod is not None:
                 by_service[key][acc.pod].append(acc)
-        app = {family: self._app_by_service(results[family], mapper) for family in APP_FAMILIES}
+        latency_by_q = {q: self._app_by_service(r, mapper) for q, r in latency_results.items()}
+        additive = (Family.REQUEST_RATE, Family.QUEUE_DEPTH)
+        app = {family: self._app_by_service(results[family], mapper) for family in additive}
+        app[Family.LATENCY] = latency_by_q[quantiles[0]]
 
         out: dict[str, ServiceObservation] = {}
         for service in services:
@@ -500,7 +529,8 @@ class PrometheusMetricsSource:
             reasons: list[str] = []
             rate = self._additive_signal(Family.REQUEST_RATE, service, app, overrides, mapper)
             queue = self._additive_signal(Family.QUEUE_DEPTH, service, app, overrides, mapper)
-            latency = self._latency_signal(service, app, overrides, rate)
+            service_app = {**app, Family.LATENCY: latency_by_q[service.latency_quantile or default_q]}
+            latency = self._latency_signal(service, service_app, overrides, rate, queue)
             pods: PodMetrics | None = None
             total: float | None = None
             scaling = _SCALING_FAMILY[service.metric]
@@ -509,12 +539,16 @@ class PrometheusMetricsSource:
                 pods, problems = self._pod_metrics(service, scaling, by_service.get(key, {}), results, mapper)
                 # With some pods' samples the metric is partial (no scale-down), without any it is unknown.
                 (partial if pods is not None else reasons).extend(problems)
+                if results[scaling].error is None:
+                    partial += _warning_reasons(self._metric_name(scaling), results[scaling].warnings)
             else:
-                total = (rate if scaling is Family.REQUEST_RATE else queue).value
-                reasons += (rate if scaling is Family.REQUEST_RATE else queue).problems
+                signal = rate if scaling is Family.REQUEST_RATE else queue
+                total = signal.value
+                reasons += signal.problems
+                partial += signal.partial
             if service.latency_slo_s is not None and service.slo_guard:
                 # The guard's signal missing stops only what it guards: a scale-down below the SLO-safe count.
-                partial += latency.problems
+                partial += latency.problems + latency.partial
             spec, ready = mapper.replicas.get(key, (0, 0))
             out[key] = ServiceObservation(
                 key=key,
@@ -533,10 +567,13 @@ class PrometheusMetricsSource:
 
     # -- queries ------------------------------------------------------------------------------------------------
 
-    def family_query(self, family: Family, extra_matchers: Iterable[str] = ()) -> str:
-        """The PromQL of one family, for a tick (no extra matchers) or a service's history (its matchers)."""
+    def family_query(self, family: Family, extra_matchers: Iterable[str] = (), quantile: float | None = None) -> str:
+        """The PromQL of one family, for a tick (no extra matchers) or a service's history (its matchers).
+
+        ``quantile`` fills ``{quantile}`` (a service's ``spec.latency.quantile``); None: ``latency_quantile``.
+        """
         s = self.settings
-        values = s.template_values()
+        values = self._template_values(quantile)
         if family in GPU_FAMILIES:
             metric = {
                 Family.GPU_UTIL: s.gpu_util_metric,
@@ -564,63 +601,89 @@ class PrometheusMetricsSource:
         )
         return render(template, values)
 
-    def _family_query(self, family: Family, tick: _Tick) -> _FamilyResult:
-        query = self.family_query(family)
+    def _family_query(self, family: Family, tick: _Tick, quantile: float | None = None) -> _FamilyResult:
+        query = self.family_query(family, quantile=quantile)
         if family in GPU_FAMILIES and self.settings.check_sample_age:
             # One request returns every series and, tagged, the age of those older than the bound: exact ages for
             # the reason text at no cost in the healthy case (the right-hand side is then empty).
             bound = f"{self.settings.staleness_seconds:g}"
             query = f'({query}) or label_replace(time() - timestamp({query}) > {bound}, "{AGE_TAG}", "x", "", "")'
-        raw, error = self._instant(query, tick)
-        if error is not None:
-            return _FamilyResult(family, error=error)
-        result = parse_vector(raw, family, tick.now, self.settings.staleness_seconds)
+        answer = self._instant(query, tick)
+        if answer.error is not None:
+            return _FamilyResult(family, error=answer.error)
+        result = parse_vector(answer.result, family, tick.now, self.settings.staleness_seconds)
+        result.warnings = answer.warnings
         with tick.lock:
             tick.series += len(result.samples)
         return result
 
-    def _instant(self, query: str, tick: _Tick) -> tuple[Any, str | None]:
-        """(result, None) or (None, reason). Never raises; a connection failure marks the tick unreachable."""
+    def _instant(self, query: str, tick: _Tick) -> _Answer:
+        """The answer to one instant query, or the reason there is none. Never raises; a connection failure marks
+        the tick unreachable.
+
+        The query API is called through the session directly (the same retries, credentials and TLS as the
+        client's): prometheus-api-client returns only ``data.result`` and drops ``warnings``, with which Thanos,
+        Mimir and Prometheus flag a partial answer under HTTP 200 and status success.
+        """
         with tick.lock:
             if tick.unreachable is not None:
-                return None, tick.unreachable
+                return _Answer(error=tick.unreachable)
             tick.queries += 1
         url = self.settings.url
         slow = f"Prometheus at {url} did not answer within {self.settings.timeout_seconds:g}s (timeout_seconds)"
         unreachable: str | None = None
         problem: str | None = None
+        status: int | None = None
         try:
-            return self._pc.custom_query(query, params={"time": _fmt_time(tick.now)}), None
+            response = self._session.get(
+                f"{url}/api/v1/query",
+                params={"query": query, "time": _fmt_time(tick.now)},
+                headers=self._pc.headers,
+                auth=self._pc.auth,
+                timeout=self.settings.timeout_seconds,
+            )
+            if response.status_code == 200:
+                body = response.json()
+                return _Answer(result=body["data"]["result"], warnings=_warnings_of(body))
+            status = response.status_code
+            # the client's wording, which the reasons (and their readers) know
+            problem = f"Prometheus query failed: HTTP Status Code {status} ({_short_body(response.content)!r})"
         except requests.exceptions.Timeout:
             unreachable = slow
         except requests.exceptions.ConnectionError as exc:
             text = _short(exc)
             unreachable = slow if "timed out" in text.lower() else f"Prometheus at {url} unreachable: {text}"
-        except PrometheusApiClientException as exc:
-            problem = f"Prometheus query failed: {_short(exc)}"
         except (ValueError, KeyError, TypeError) as exc:
             problem = f"Prometheus answer is not the query API's JSON: {_short(exc)}"
         except requests.RequestException as exc:
             unreachable = f"Prometheus at {url}: {_short(exc)}"
         with tick.lock:
             tick.failed += 1
+            if status in _OUTAGE_STATUSES and problem is not None:
+                # Still overloaded or absent after the retries: asking the tick's other queries would cost each
+                # of them the same retries (and Retry-After waits). Like a connection failure, it ends the tick.
+                unreachable = problem
             if unreachable is not None and tick.unreachable is None:
                 tick.unreachable = unreachable
-            return None, problem if problem is not None else tick.unreachable
+            return _Answer(error=problem if problem is not None else tick.unreachable, status=status)
 
     def _override_results(self, family: Family, services: Sequence[ServicePolicy], tick: _Tick) -> dict[str, _Signal]:
         """Run every service's override for ``family``, batched; service key -> its single value (or problems)."""
         attr = _OVERRIDE_FIELDS[family]
         parts: list[tuple[str, str]] = []  # (service key, tagged query part)
         out: dict[str, _Signal] = {}
-        trusted = self.settings.template_values()
         for service in services:
             spec = self._service_queries.get(service.key)
             template = getattr(spec, attr, None) if spec is not None else None
             if not template:
                 continue
+            trusted = self._template_values(service.latency_quantile)
             try:
                 rendered = render(template, trusted, {"namespace": service.namespace, "name": service.name})
+                # Also checked when the policy is loaded; checked again here because the override goes inside
+                # label_replace((...)) joined with others by ``or``: one that could close the wrapper could tag
+                # series as another service (which would then read this tenant's numbers).
+                check_self_contained(rendered)
             except PromQLError as exc:
                 out[service.key] = _Signal(None, [f"spec.queries.{_camel(attr)}: {exc}"])
                 continue
@@ -634,9 +697,13 @@ class PrometheusMetricsSource:
         self, family: Family, batch: list[tuple[str, str]], tick: _Tick, out: dict[str, _Signal]
     ) -> None:
         attr = _camel(_OVERRIDE_FIELDS[family])
-        raw, error = self._instant(" or ".join(part for _, part in batch), tick)
-        if error is not None and len(batch) > 1 and "400" in error and tick.unreachable is None:
-            # One bad override (a parse error) must not blind its neighbours: find it by asking one at a time.
+        answer = self._instant(" or ".join(part for _, part in batch), tick)
+        error = answer.error
+        failed_alone = answer.status is not None and answer.status not in _OUTAGE_STATUSES
+        if error is not None and len(batch) > 1 and failed_alone and tick.unreachable is None:
+            # One bad override (a parse error: 400, an evaluation error: 422, a query too expensive...) must not
+            # blind its neighbours: find it by asking one at a time. An outage (429/502/503/504, no answer) is not
+            # the override's fault: asking again one by one would only load a struggling server further.
             for item in batch:
                 self._run_override_batch(family, [item], tick, out)
             return
@@ -644,7 +711,7 @@ class PrometheusMetricsSource:
             for key, _ in batch:
                 out[key] = _Signal(None, [f"spec.queries.{attr}: {error}"])
             return
-        result = parse_vector(raw, family, tick.now, self.settings.staleness_seconds)
+        result = parse_vector(answer.result, family, tick.now, self.settings.staleness_seconds)
         if result.error:
             for key, _ in batch:
                 out[key] = _Signal(None, [f"spec.queries.{attr}: {result.error}"])
@@ -662,6 +729,7 @@ class PrometheusMetricsSource:
                 out[key] = _Signal(None, [f"spec.queries.{attr}: {samples[0].problem}"])
             else:
                 out[key] = _Signal(samples[0].value, [])
+            out[key].partial.extend(_warning_reasons(f"spec.queries.{attr}", answer.warnings))
 
     # -- assembling ---------------------------------------------------------------------------------------------
 
@@ -794,6 +862,7 @@ class PrometheusMetricsSource:
             what = "no ready pods" if mapper.knows_pods(service.key) else f"no {metric} series for any pod"
             reasons.append(f"{metric}: {what} of {service.key}")
             return None, reasons
+        reasons += _too_few_reporting(metric, len(ready), mapper, service.key)
         if missing:
             examples = ", ".join(f"{pod} ({problems[pod]})" for pod in missing[:_MAX_EXAMPLES])
             more = f" and {len(missing) - _MAX_EXAMPLES} more" if len(missing) > _MAX_EXAMPLES else ""
@@ -812,7 +881,7 @@ class PrometheusMetricsSource:
 
     def _app_by_service(self, result: _FamilyResult, mapper: PodMapper) -> _AppFamily:
         s = self.settings
-        out = _AppFamily(error=result.error)
+        out = _AppFamily(error=result.error, warnings=result.warnings)
         for sample in result.samples:
             labels = sample.labels
             namespace = labels.get(s.app_namespace_label)
@@ -843,9 +912,12 @@ class PrometheusMetricsSource:
         data = app[family]
         if data.error is not None:
             return _Signal(None, [f"{name}: {data.error}"])
+        warned = _warning_reasons(name, data.warnings)
         whole = data.whole.get(key, [])
         if whole:
-            return _single(whole, name)
+            signal = _single(whole, name)
+            signal.partial += warned
+            return signal
         pods = data.pods.get(key, {})
         if mapper.knows_pods(key):
             expected = mapper.ready[key]
@@ -873,7 +945,7 @@ class PrometheusMetricsSource:
         if problems:
             more = f" and {len(problems) - _MAX_EXAMPLES} more" if len(problems) > _MAX_EXAMPLES else ""
             return _Signal(None, [f"{name}: {'; '.join(problems[:_MAX_EXAMPLES])}{more}"])
-        return _Signal(total, [])
+        return _Signal(total, [], warned + _too_few_reporting(name, len(expected | set(pods)), mapper, key))
 
     def _latency_signal(
         self,
@@ -881,6 +953,7 @@ class PrometheusMetricsSource:
         app: Mapping[Family, _AppFamily],
         overrides: Mapping[Family, Mapping[str, _Signal]],
         rate: _Signal,
+        queue: _Signal,
     ) -> _Signal:
         key = service.key
         if key in overrides[Family.LATENCY]:
@@ -893,9 +966,15 @@ class PrometheusMetricsSource:
             if not samples:
                 return _Signal(None, [f"latency: no series for {key}"])
             signal = _single(samples, "latency")
+            signal.partial += _warning_reasons("latency", data.warnings)
         if signal.value is None and rate.value == 0 and any("NaN" in p for p in signal.problems):
-            # histogram_quantile of zero requests is NaN: there is no latency to guard, which is not a fault.
-            return _Signal(None, [])
+            # histogram_quantile is NaN when no request finished in the window. That is "no traffic, nothing to
+            # guard" only when nothing waits either; with requests queued (or the queue unknown) the guard's
+            # signal is unknown, not absent: the caller keeps it as a partial reason (no scale-down).
+            if queue.value == 0 and not queue.problems and not queue.partial:
+                return _Signal(None, [])
+            waiting = "queue depth unknown" if queue.value is None else f"{queue.value:g} requests waiting"
+            return _Signal(None, [f"latency: NaN with no finished requests in the window but {waiting}"])
         return signal
 
     # -- history ------------------------------------------------------------------------------------------------
@@ -910,7 +989,8 @@ class PrometheusMetricsSource:
             spec = self._service_queries.get(service.key)
             template = getattr(spec, _OVERRIDE_FIELDS[family], None) if spec is not None else None
             if template:
-                return render(template, s.template_values(), {"namespace": service.namespace, "name": service.name})
+                values = self._template_values(service.latency_quantile)
+                return render(template, values, {"namespace": service.namespace, "name": service.name})
         if family in GPU_FAMILIES:
             ns_label, pod_label = s.dcgm_namespace_label, s.dcgm_pod_label
         else:
@@ -919,7 +999,7 @@ class PrometheusMetricsSource:
             matcher(ns_label, "=", service.namespace),
             matcher(pod_label, "=~", escape_regex(service.name) + POD_NAME_SUFFIX_RE),
         ]
-        query = self.family_query(family, own)
+        query = self.family_query(family, own, quantile=service.latency_quantile)
         if family in GPU_FAMILIES:
             # The same quantity as PodMetrics.metric_sum: each pod's mean over its GPUs, summed over pods.
             return f"sum(avg by ({ns_label}, {pod_label}) ({query}))"
@@ -969,6 +1049,13 @@ class PrometheusMetricsSource:
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
+    def _template_values(self, quantile: float | None = None) -> dict[str, str]:
+        """The settings' trusted placeholder values, ``{quantile}`` being a service's own when it has one."""
+        values = self.settings.template_values()
+        if quantile is not None:
+            values["quantile"] = repr(float(quantile))
+        return values
+
     def _metric_name(self, family: Family) -> str:
         s = self.settings
         return {
@@ -1001,6 +1088,7 @@ class PrometheusMetricsSource:
 @dataclass(slots=True)
 class _AppFamily:
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)
     whole: dict[str, list[_Sample]] = field(default_factory=lambda: defaultdict(list))
     pods: dict[str, dict[str, list[_Sample]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
@@ -1026,6 +1114,7 @@ def connect(
 def validate_service_query(query: str) -> None:
     """Raise ``PromQLError`` unless ``query`` is a usable per-service override (call when a policy is loaded)."""
     check_template(query, TEMPLATE_PLACEHOLDERS, SERVICE_PLACEHOLDERS)
+    check_self_contained(query)
 
 
 def services_from_gpus(gpus: Iterable[GpuSample]) -> list[ServicePolicy]:
@@ -1063,6 +1152,19 @@ def _single(samples: list[_Sample], name: str) -> _Signal:
     return _Signal(sample.value, [])
 
 
+def _too_few_reporting(what: str, reporting: int, mapper: PodMapper, key: str) -> list[str]:
+    """A partial reason when fewer pods are accounted for than the Deployment has ready replicas.
+
+    Pods requesting no ``nvidia.com/gpu`` (time-slicing renamed to ``nvidia.com/gpu.shared``, MIG profiles) are
+    not in the cluster snapshot, and dcgm-exporter may label a shared GPU with one pod only: without this count a
+    ready replica without a series would vanish silently and the rest would read as the whole service.
+    """
+    ready_replicas = mapper.replicas.get(key, (0, 0))[1]
+    if reporting >= ready_replicas:
+        return []
+    return [f"{what}: {reporting} of {ready_replicas} ready replicas reporting (the others have no pod or series)"]
+
+
 def _differing_labels(samples: Sequence[_Sample]) -> str:
     names = sorted({k for s in samples for k in s.labels if len({x.labels.get(k) for x in samples}) > 1})
     return f" (differing in {', '.join(names)})" if names else ""
@@ -1093,6 +1195,18 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+def _bounded_retry_after(timeout_s: float) -> dict[str, Any]:
+    """Retry-After honoured, but never longer than one request's timeout.
+
+    A rate limiter asking for minutes (urllib3's default cap is 6 h) must cost the tick a bounded wait and a stale
+    observation, not a stalled controller. urllib3 < 2.5 cannot cap it: the header is then ignored and the
+    (``backoff_max``-bounded) exponential backoff applies.
+    """
+    if "retry_after_max" in inspect.signature(Retry.__init__).parameters:
+        return {"respect_retry_after_header": True, "retry_after_max": max(1, math.ceil(timeout_s))}
+    return {"respect_retry_after_header": False}
+
+
 def _read_secret(path: Path, setting: str) -> str:
     try:
         return Path(path).read_text().strip()
@@ -1106,6 +1220,23 @@ def _status_of(exc: PrometheusApiClientException) -> int | None:
 
 
 _CAUSE = re.compile(r"\[Errno -?\d+\] [^'\")]+|Read timed out|Connection refused|Name or service not known")
+
+
+def _warnings_of(body: Any) -> list[str]:
+    """The ``warnings`` of a query API answer (status success, but maybe partial), as short strings."""
+    found = body.get("warnings") if isinstance(body, dict) else None
+    if not found:
+        return []
+    items = found if isinstance(found, list) else [found]
+    return [" ".join(str(w).split())[:200] for w in items[:_MAX_EXAMPLES]]
+
+
+def _warning_reasons(what: str, warnings: Sequence[str]) -> list[str]:
+    return [f"{what}: Prometheus answered with a warning (the answer may be partial): {w}" for w in warnings]
+
+
+def _short_body(content: bytes) -> bytes:
+    return content if len(content) <= 500 else content[:497] + b"..."
 
 
 def _short(exc: BaseException) -> str:

@@ -169,3 +169,41 @@ def _preceded_by_regex_op(text: str, pos: int) -> bool:
     while j >= 0 and text[j] in " \t\r\n":
         j -= 1
     return j >= 1 and text[j] == "~" and text[j - 1] in "=!"
+
+
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+
+def check_self_contained(query: str) -> None:
+    """Raise ``PromQLError`` unless ``query`` is one self-contained expression fragment.
+
+    The adapter wraps a per-service override as ``label_replace((<query>), ...)`` and joins several with ``or``:
+    a query whose parentheses, brackets or braces do not balance outside string literals could close that wrapper
+    and add series tagged as another service; a ``#`` comment or a line break could hide the rest of the wrapper.
+    """
+    if "\n" in query or "\r" in query:
+        raise PromQLError("the query must be on one line (no line breaks)")
+    stack: list[str] = []
+    quote: str | None = None
+    i, n = 0, len(query)
+    while i < n:
+        ch = query[i]
+        if quote is not None:
+            if ch == "\\" and quote != "`":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in ('"', "'", "`"):
+            quote = ch
+        elif ch == "#":
+            raise PromQLError("comments (#) are not allowed in the query")
+        elif ch in "([{":
+            stack.append(ch)
+        elif ch in _CLOSERS and (not stack or stack.pop() != _CLOSERS[ch]):
+            raise PromQLError(f"unbalanced {ch!r} at offset {i}: parentheses, brackets and braces must balance")
+        i += 1
+    if quote is not None:
+        raise PromQLError("unterminated string literal")
+    if stack:
+        raise PromQLError(f"unclosed {stack[-1]!r}: parentheses, brackets and braces must balance")

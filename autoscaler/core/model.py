@@ -114,6 +114,8 @@ class ServicePolicy:
     priority: int = 0
     mode: Mode = Mode.ACTIVE
     forecast: ForecastPolicy | None = None  # None: reactive only, no forecast is fitted
+    # the quantile latency_slo_s applies to (spec.latency.quantile, 0.95 = P95); None: the metrics source's default
+    latency_quantile: float | None = None
 
     @property
     def key(self) -> str:

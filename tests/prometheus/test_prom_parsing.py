@@ -253,6 +253,7 @@ CASES = [
         {
             "latency": vector(series({"namespace": "ml", "deployment": "chat"}, "NaN")),
             "rate": vector(series(app(P0), "0"), series(app(P1), "0")),
+            "queue": vector(series(app(P0), "0"), series(app(P1), "0")),  # idle only when nothing waits either
         },
         None,
         policy=SLO,
