@@ -310,11 +310,17 @@ def test_latency_series_missing_does_not_block_a_scale_up(world: World) -> None:
     assert set(during) == {11} and world.scale_writes() == 1, ctrl.log()
     record("latency series missing, GPUs at 90 % (SLO guard on)", [PODS, *during], "6 -> 11", took)
 
-    # ... but it still stops what it guards: low load, no latency -> no scale-down
-    world.exporter.healthy(10, latency=None)
+    # ... but it still stops what it guards: low load, no latency -> no scale-down. The 5 new replicas' pods start and
+    # report (the fake API server's Deployment status follows spec at once; fewer pods reporting than ready replicas
+    # would be a partial answer, which holds a scale-down on its own)
+    world.api.seed(
+        [o.node(f"gpu-{i}") for i in range(PODS, 11)],
+        [o.deployment_pod(DEPLOYMENT, i, NAMESPACE, node_name=f"gpu-{i}") for i in range(PODS, 11)],
+    )
+    world.exporter.healthy(10, pods=11, latency=None)
     held = watch(world, FAULT_WINDOW_S)
     assert set(held) == {11} and world.scale_writes() == 1, ctrl.log()
-    world.exporter.healthy(10, latency="0.1")
+    world.exporter.healthy(10, pods=11, latency="0.1")
     wait_until(lambda: world.scale_writes() > 1, 30, "the scale-down with latency back", ctrl.log)
     assert world.replicas() < 11
     record("latency series missing, GPUs at 10 % (SLO guard on)", held, f"11 -> {world.replicas()}", None)
