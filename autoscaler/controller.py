@@ -235,8 +235,7 @@ class Controller:
             try:
                 recorded = ledger.read()
             except Exception as exc:  # PortError, or a bug: moving nothing is safe, moving past the bound is not
-                self.telemetry.error("rebalance")
-                return self._rebalance_held(now, f"move ledger: {type(exc).__name__}: {exc}")
+                return self._ledger_failed(now, exc)
             merged = merge_move_times(self.rebalance_state.move_times, recorded, now)
             self.rebalance_state = replace(self.rebalance_state, move_times=merged)
         # the runtime's job sets the pace: a pass is due whenever the job runs (its timer may fire a little early)
@@ -252,8 +251,7 @@ class Controller:
             try:
                 ledger.write(reserved)
             except Exception as exc:
-                self.telemetry.error("rebalance")
-                return self._rebalance_held(now, f"move ledger: {type(exc).__name__}: {exc}")
+                return self._ledger_failed(now, exc)
         forget = getattr(self.cluster, "forget_pods", None)  # the scheduler extender's LatestSnapshot (app wiring)
         if plan.actions and callable(forget) and not self.dry_run:
             # The extender answers from the latest snapshot. A moved pod's replacement is scheduled within
@@ -290,6 +288,10 @@ class Controller:
         for note in plan.notes:
             log.info("rebalance: %s", note)
         return RebalanceReport(now, plan, results=results, errors=errors, protected=protected)
+
+    def _ledger_failed(self, now: float, exc: Exception) -> RebalanceReport:
+        self.telemetry.error("rebalance")
+        return self._rebalance_held(now, f"move ledger: {type(exc).__name__}: {exc}")
 
     def _rebalance_held(self, now: float, why: str) -> RebalanceReport:
         log.info("rebalance pass held: %s", why)

@@ -45,6 +45,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
+# A Kubernetes object name (RFC 1123 subdomain: lower-case labels of letters, digits and '-', joined by dots).
+DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
 class TargetRef(_Strict):
     api_version: str = Field("apps/v1", alias="apiVersion", description="API version of the scaled workload")
     kind: Literal["Deployment"] = Field("Deployment", description="kind of the scaled workload")
@@ -53,7 +57,7 @@ class TargetRef(_Strict):
         max_length=253,
         # a Deployment's name is a DNS-1123 subdomain: a name with ": " or "/" names nothing, and it would be
         # folded into the service key (namespace/name) every report and query override is looked up by
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        pattern=f"^{DNS_SUBDOMAIN}$",
         description="name of the Deployment in the policy's namespace (a DNS-1123 subdomain)",
     )
 

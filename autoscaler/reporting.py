@@ -105,14 +105,17 @@ class TickReporter:
         for memo in (self._written_status, self._written_forecast):
             for ident in [i for i in memo if i not in listed]:
                 del memo[ident]
-        live = {f"{POLICY_KIND}/{namespace}/{name}" for namespace, name in listed}
-        if snapshot is not None:
-            live.update(f"Pod/{p.namespace}/{p.name}" for p in snapshot.pods)
-            live.update(f"Deployment/{d.namespace}/{d.name}" for d in snapshot.deployments)
         kinds = (f"{POLICY_KIND}/", "Pod/", "Deployment/") if snapshot is not None else (f"{POLICY_KIND}/",)
         reported = self.actuator.reported
-        for memo_key in [k for k in reported if k[0].startswith(kinds) and k[0] not in live]:
-            reported.pop(memo_key, None)
+        memos = [k for k in reported if k[0].startswith(kinds)]
+        live = {f"{POLICY_KIND}/{namespace}/{name}" for namespace, name in listed}
+        if snapshot is not None and any(not k[0].startswith(kinds[0]) for k in memos):
+            # only with a Pod or Deployment memo (a dry run's): no walk over every pod at every acting tick
+            live.update(f"Pod/{p.namespace}/{p.name}" for p in snapshot.pods)
+            live.update(f"Deployment/{d.namespace}/{d.name}" for d in snapshot.deployments)
+        for memo_key in memos:
+            if memo_key[0] not in live:
+                reported.pop(memo_key, None)
 
     # -- decisions and actions --
 

@@ -30,6 +30,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from pydantic_settings import SettingsError as SourceError
 
 from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range
+from autoscaler.policy import DNS_SUBDOMAIN
 from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml
 
 ENV_PREFIX = "AUTOSCALER_"
@@ -381,7 +382,7 @@ class RebalanceSettings(_Group):
     ledger_configmap: str = Field(
         "gpu-autoscaler-rebalance-moves",
         max_length=253,
-        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+        pattern=f"^({DNS_SUBDOMAIN})?$",
         description=(
             "ConfigMap (in leader_election.lease_namespace) recording the evictions of the last hour, so that "
             "max_moves_per_hour holds across restarts and changes of leader; empty = in memory only"

@@ -510,7 +510,6 @@ class PrometheusMetricsSource:
             results.update({family: future.result() for family, future in pending.items()})
             latency_results = {q: future.result() for q, future in pending_q.items()}
             overrides = {family: future.result() for family, future in pending_overrides.items()}
-        results[Family.LATENCY] = latency_results.get(default_q) or latency_results[quantiles[0]]
 
         gpus = self._assemble_gpus(results)
         by_service: dict[str, dict[str, list[_GpuAcc]]] = defaultdict(lambda: defaultdict(list))
@@ -521,7 +520,6 @@ class PrometheusMetricsSource:
         latency_by_q = {q: self._app_by_service(r, mapper) for q, r in latency_results.items()}
         additive = (Family.REQUEST_RATE, Family.QUEUE_DEPTH)
         app = {family: self._app_by_service(results[family], mapper) for family in additive}
-        app[Family.LATENCY] = latency_by_q[quantiles[0]]
 
         out: dict[str, ServiceObservation] = {}
         for service in services:
@@ -529,8 +527,8 @@ class PrometheusMetricsSource:
             reasons: list[str] = []
             rate = self._additive_signal(Family.REQUEST_RATE, service, app, overrides, mapper)
             queue = self._additive_signal(Family.QUEUE_DEPTH, service, app, overrides, mapper)
-            service_app = {**app, Family.LATENCY: latency_by_q[service.latency_quantile or default_q]}
-            latency = self._latency_signal(service, service_app, overrides, rate, queue)
+            latency_data = latency_by_q[service.latency_quantile or default_q]
+            latency = self._latency_signal(service, latency_data, overrides, rate, queue)
             pods: PodMetrics | None = None
             total: float | None = None
             scaling = _SCALING_FAMILY[service.metric]
@@ -672,12 +670,17 @@ class PrometheusMetricsSource:
         attr = _OVERRIDE_FIELDS[family]
         parts: list[tuple[str, str]] = []  # (service key, tagged query part)
         out: dict[str, _Signal] = {}
+        trusted_by_quantile: dict[float | None, dict[str, str]] = {}  # the settings' values, per {quantile}
         for service in services:
             spec = self._service_queries.get(service.key)
             template = getattr(spec, attr, None) if spec is not None else None
             if not template:
                 continue
-            trusted = self._template_values(service.latency_quantile)
+            trusted = trusted_by_quantile.get(service.latency_quantile)
+            if trusted is None:
+                trusted = trusted_by_quantile[service.latency_quantile] = self._template_values(
+                    service.latency_quantile
+                )
             try:
                 rendered = render(template, trusted, {"namespace": service.namespace, "name": service.name})
                 # Also checked when the policy is loaded; checked again here because the override goes inside
@@ -950,16 +953,16 @@ class PrometheusMetricsSource:
     def _latency_signal(
         self,
         service: ServicePolicy,
-        app: Mapping[Family, _AppFamily],
+        data: _AppFamily,
         overrides: Mapping[Family, Mapping[str, _Signal]],
         rate: _Signal,
         queue: _Signal,
     ) -> _Signal:
+        """``data``: the latency query's answer at the service's own quantile."""
         key = service.key
         if key in overrides[Family.LATENCY]:
             signal = overrides[Family.LATENCY][key]
         else:
-            data = app[Family.LATENCY]
             if data.error is not None:
                 return _Signal(None, [f"latency: {data.error}"])
             samples = data.whole.get(key, []) or [s for v in data.pods.get(key, {}).values() for s in v]

@@ -269,7 +269,7 @@ class PredictivePolicy(CorePolicy):
         event = self._pipeline.take(step, index)
         if event is None:
             return
-        tail = float(state.history[state.history_len - 1]) if state.history_len else math.nan
+        tail = _newest_bucket(state)
         same = event.history_len == state.history_len and (state.history_len == 0 or event.tail == tail)
         if not same:
             raise RuntimeError(
@@ -348,11 +348,10 @@ class PredictivePolicy(CorePolicy):
                     outcome = self._refit_step(index, state, now)
                     if outcome is None:
                         continue
-                    tail = float(state.history[state.history_len - 1]) if state.history_len else math.nan
                     computed = outcome if isinstance(outcome, tuple) else (None, None)
                     batch.append(
                         _Computed(
-                            i, index, state.history_len, tail, state.last_refit, state.last_update,
+                            i, index, state.history_len, _newest_bucket(state), state.last_refit, state.last_update,
                             _wire(computed[0]), _wire(computed[1]),
                         )
                     )
@@ -364,6 +363,12 @@ class PredictivePolicy(CorePolicy):
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
         finally:
             conn.close()
+
+
+def _newest_bucket(state: _ServiceForecasting) -> float:
+    """The newest bucket of the history (NaN: none yet): with its length, what identifies the history a forecast
+    was computed on."""
+    return float(state.history[state.history_len - 1]) if state.history_len else math.nan
 
 
 def _append(state: _ServiceForecasting, value: float, keep: int) -> None:
@@ -449,7 +454,6 @@ class ForecastPipeline:
             send.close()
             self._conns.append(receive)
             processes.append(process)
-        self._processes = processes
         self._finalizer = weakref.finalize(self, _stop, processes, list(self._conns))
 
     def take(self, step: int, index: int) -> _Computed | None:
