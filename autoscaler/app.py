@@ -64,10 +64,13 @@ class KubePolicySource:
                 p.generation,
                 _queries_or_none(p.spec.queries),
                 adopt_hpa=p.spec.adopt_hpa,
+                uid=p.uid or None,
             )
             for p in loaded.valid
         ]
-        out += [PolicyObject(b.namespace, b.name, None, b.text, b.generation) for b in loaded.invalid]
+        out += [
+            PolicyObject(b.namespace, b.name, None, b.text, b.generation, uid=b.uid or None) for b in loaded.invalid
+        ]
         return out
 
 

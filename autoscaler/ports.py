@@ -205,6 +205,8 @@ class PolicyObject:
     generation: int | None = None
     queries: Any = None  # spec.queries (PromQL overrides for the metrics source), when set
     adopt_hpa: str | None = None  # spec.adoptHpa: the HPA this policy takes the Deployment over from
+    # metadata.uid: a policy deleted and re-created under its name is a new object (with an empty status)
+    uid: str | None = None
 
 
 class PolicySource(Protocol):

@@ -83,8 +83,10 @@ class TickReporter:
         self.actuator = actuator
         self.status_writer = status_writer
         self.dry_run = dry_run
-        self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
-        self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}  # lastForecast, to not rewrite each tick
+        self._written_status: dict[tuple[str, str], tuple[str | None, int | None, StatusUpdate]] = {}
+        # lastForecast, to not rewrite each tick (keyed with the object's uid like the status memo)
+        self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._seen_uids: dict[tuple[str, str], str] = {}  # each listed policy's metadata.uid at the last prune
 
     def reset(self) -> None:
         """Forget what was written (a new leader writes everything once)."""
@@ -101,7 +103,12 @@ class TickReporter:
 
         ``snapshot``: the tick's cluster read; the dry-run Events' memos of Pods and Deployments it does not list
         are forgotten too (a dry-run plan only targets objects of the snapshot it was made from)."""
-        listed = {(o.namespace, o.name) for o in objects}
+        # An object whose uid changed since the last tick was deleted and re-created between two reads: it counts as
+        # unlisted once, so its memos (Warning Events included) start over.
+        uids = {(o.namespace, o.name): o.uid for o in objects if o.uid}
+        replaced = {i for i, uid in uids.items() if self._seen_uids.get(i, uid) != uid}
+        self._seen_uids = uids
+        listed = {(o.namespace, o.name) for o in objects} - replaced
         for memo in (self._written_status, self._written_forecast):
             for ident in [i for i in memo if i not in listed]:
                 del memo[ident]
@@ -266,6 +273,7 @@ class TickReporter:
                     # The demand at now + lead moves every tick; rewrite lastForecast only when the fit, the floor
                     # or the verdict changes, so a steady service costs no status write per tick.
                     forecast_memo = (
+                        obj.uid,
                         record.time,
                         record.replicas,
                         record.reliable,
@@ -278,7 +286,7 @@ class TickReporter:
                         update = replace(update, last_forecast=record)
             else:
                 continue
-            if self._written_status.get(ident) == (obj.generation, update):
+            if self._written_status.get(ident) == (obj.uid, obj.generation, update):
                 continue
             if not self.actuator.can_act():
                 # asked before every write: a Lease lost after the previous status write stops the rest
@@ -303,7 +311,7 @@ class TickReporter:
                 self.telemetry.error("status_write")
                 log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)
                 continue
-            self._written_status[ident] = (obj.generation, replace(update, last_forecast=None))
+            self._written_status[ident] = (obj.uid, obj.generation, replace(update, last_forecast=None))
             if forecast_memo is not None:
                 self._written_forecast[ident] = forecast_memo
 

@@ -119,3 +119,55 @@ def test_dry_run_event_memos_of_pods_and_deployments_gone_are_dropped() -> None:
     del cluster.deployments[KEY]
     c.run_once(T0 + 45)
     assert ("Deployment/ml/chat", "action") not in c.actuator.reported
+
+
+# ---- deleted and created again between two ticks ---------------------------------------------------------------------
+
+
+def with_uid(obj: PolicyObject, uid: str) -> PolicyObject:
+    return PolicyObject(obj.namespace, obj.name, obj.policy, obj.error, obj.generation, obj.queries, uid=uid)
+
+
+def test_a_policy_created_again_between_two_ticks_gets_its_status_written() -> None:
+    """Deleted and applied again within one tick interval, the policy is listed at both ticks under its name: only its
+    uid says it is a new object, with an empty status that the memo of the old one would never rewrite."""
+    c, _, _, policies, status = make()
+    policies.objects = [with_uid(policy_object(POLICY), "uid-1")]
+    c.run_once(T0)
+    assert ("ml", "chat-policy") in status.status
+    del status.status[("ml", "chat-policy")]  # kubectl delete + apply between the two ticks
+    policies.objects = [with_uid(policy_object(POLICY), "uid-2")]
+    c.run_once(T0 + 15)
+    assert status.status[("ml", "chat-policy")]["currentReplicas"] == 2
+    writes = status.writes
+    c.run_once(T0 + 30)
+    assert status.writes == writes  # the new object's status is remembered again
+
+
+def test_an_invalid_policy_created_again_between_two_ticks_gets_its_warning() -> None:
+    c, cluster, _, policies, _ = make()
+    bad = PolicyObject("ml", "bad-policy", None, error="spec.maxReplicas: must be >= minReplicas", generation=1)
+    policies.objects = [with_uid(bad, "uid-1")]
+    c.run_once(T0)
+    policies.objects = [with_uid(bad, "uid-2")]
+    c.run_once(T0 + 15)
+    c.run_once(T0 + 30)
+    assert [e["reason"] for e in cluster.events] == ["InvalidSpec", "InvalidSpec"]
+
+
+def test_kube_policy_source_carries_the_uid() -> None:
+    from autoscaler.adapters.kubernetes.policies import PolicySet, validate_policy
+    from autoscaler.app import KubePolicySource
+
+    obj = {
+        "metadata": {"namespace": "ml", "name": "chat-policy", "uid": "abc-123", "generation": 3},
+        "spec": {"targetRef": {"name": "chat"}, "minReplicas": 1, "maxReplicas": 4},
+    }
+    loaded = validate_policy(obj)
+
+    class Loader:
+        def load(self) -> PolicySet:
+            return PolicySet(valid=(loaded,)) if not hasattr(loaded, "field") else PolicySet(invalid=(loaded,))
+
+    (listed,) = KubePolicySource(Loader()).list_policies()
+    assert listed.uid == "abc-123" and listed.generation == 3
