@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from autoscaler.core import hpa
+from autoscaler.core.headroom import DEFAULT_HEADROOM, wants_headroom
 from autoscaler.core.model import (
     Action,
     ControllerState,
@@ -216,7 +217,14 @@ def decide_service(
         clamped = decision(policy.min_replicas, Reason.AT_MIN_REPLICAS, f"below minReplicas {policy.min_replicas}")
         return clamped, _with_clamp_event(policy, state, now, current, policy.min_replicas, recommend_only)
 
+    # The scale-down window a forecasting service's decision uses moves with its forecast (core.headroom: towards an
+    # HPA's 300 s as trust falls; the lead time while the forecast is unusable). Its recommendations are kept for the
+    # longest of those windows, so that a window that grows is in force at once, not after it has filled again.
+    retain_s = 0.0
     if floor is not None and not floor.shadow:
+        retain_s = max(floor.down_window_s, floor.hold_window_s)
+        if wants_headroom(policy):
+            retain_s = max(retain_s, DEFAULT_HEADROOM.untrusted_down_window_s)
         if floor.target_ratio < 1.0:
             policy = _with_target_ratio(policy, floor.target_ratio)
         if floor.down_window_s > policy.scale_down.stabilisation_s:
@@ -265,7 +273,7 @@ def decide_service(
 
     up_rules, down_rules = policy.scale_up, policy.scale_down
     if not policy.behavior:
-        return _without_behavior(policy, state, now, current, recommendation, reason, detail, decision)
+        return _without_behavior(policy, state, now, current, recommendation, reason, detail, decision, retain_s)
     stabilised = hpa.stabilise(
         now, current, recommendation, state.recommendations, up_rules.stabilisation_s, down_rules.stabilisation_s
     )
@@ -294,6 +302,8 @@ def decide_service(
             detail = f"rate limit allows {limit}; {detail}"
 
     keep_recommendations, keep_events = _retention(up_rules, down_rules)
+    if retain_s > keep_recommendations:
+        keep_recommendations = retain_s
     recommendations = (*_prune(state.recommendations, now, keep_recommendations), (now, recommendation))
     events = _prune(state.scale_events, now, keep_events)
     if desired != current and not recommend_only:
@@ -310,8 +320,10 @@ def _without_behavior(
     reason: Reason,
     detail: str,
     decision: Callable[[int, Reason, str], ScaleDecision],
+    retain_s: float = 0.0,
 ) -> tuple[ScaleDecision, ServiceState]:
-    """``normalizeDesiredReplicas`` + ``convertDesiredReplicasWithRules``: an HPA without a behavior block."""
+    """``normalizeDesiredReplicas`` + ``convertDesiredReplicasWithRules``: an HPA without a behavior block.
+    ``retain_s``: keep the recommendations at least this long (a window that may grow, seconds)."""
     window = policy.scale_down.stabilisation_s
     stabilised = hpa.stabilise_without_behavior(now, recommendation, state.recommendations, window)
     if stabilised != recommendation:
@@ -332,7 +344,7 @@ def _without_behavior(
         else:
             desired, reason = policy.max_replicas, Reason.AT_MAX_REPLICAS
             detail = f"maxReplicas {policy.max_replicas}; {detail}"
-    recommendations = (*_prune(state.recommendations, now, window), (now, recommendation))
+    recommendations = (*_prune(state.recommendations, now, max(window, retain_s)), (now, recommendation))
     return decision(desired, reason, detail), ServiceState(recommendations, state.scale_events)
 
 

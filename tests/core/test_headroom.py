@@ -9,7 +9,7 @@ import math
 import pytest
 
 from autoscaler.core.cluster import ClusterSnapshot, NodeInfo, PodInfo, WorkloadInfo
-from autoscaler.core.decide import decide_service
+from autoscaler.core.decide import ReplicaFloor, decide_service
 from autoscaler.core.headroom import HeadroomConfig, HeadroomState, earned_headroom
 from autoscaler.core.model import (
     ControllerState,
@@ -17,6 +17,9 @@ from autoscaler.core.model import (
     ForecastPolicy,
     MetricKind,
     Observation,
+    RateKind,
+    RatePolicy,
+    ScalingRules,
     ServiceObservation,
     ServicePolicy,
     ServiceState,
@@ -348,3 +351,61 @@ def test_headroom_off_keeps_the_full_target_but_reports_the_forecasts_true_state
         assert headroom.state is state, headroom
         assert (headroom.ratio, headroom.down_window_s) == (1.0, 0.0), headroom
         assert "untrustedTargetRatio 1" in headroom.detail
+
+
+# ---- a scale-down window that grows is in force at once --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("behavior", [True, False])
+def test_a_window_grown_by_lost_trust_counts_the_recommendations_made_under_the_shorter_one(behavior: bool) -> None:
+    """At full trust the spec's 60 s window applies; the tick trust is lost the window is the HPA's 300 s. Before
+    the fix the recommendations were pruned to the 60 s window, so the grown window saw one minute of history and
+    the service scaled down at once, as if it still had its forecast's trust."""
+    spec = dataclasses.replace(
+        POLICY,
+        behavior=behavior,
+        scale_down=dataclasses.replace(POLICY.scale_down, stabilisation_s=60.0),
+    )
+    trusted = ReplicaFloor(0, Reason.FORECAST_FLOOR, "flat", hold_window_s=90.0)
+    untrusted = ReplicaFloor(0, Reason.FORECAST_UNRELIABLE, "judged unreliable", usable=False, down_window_s=300.0)
+
+    def run(lose_trust_at: float | None) -> list[int]:
+        state, replicas, seen = ServiceState(), 10, []
+        for now in (15.0 * k for k in range(12)):
+            rate = 32.0 if now <= 60.0 else 9.6  # 10 replicas needed, then 3
+            floor = untrusted if lose_trust_at is not None and now >= lose_trust_at else trusted
+            obs = ServiceObservation(POLICY.key, replicas, replicas, metric_total=rate, request_rate=rate)
+            decision, state = decide_service(spec, obs, state, now, floor)
+            replicas = decision.desired_replicas
+            seen.append(replicas)
+        return seen
+
+    kept = run(None)
+    first_down = kept.index(3)  # with its trust kept, the 60 s window lets the 10 go
+    assert kept[:first_down] == [10] * first_down and first_down >= 8
+    # trust lost at that very tick: the 300 s window holds the 10 recommended at 60 s and before
+    assert run(15.0 * first_down) == [10] * 12
+
+
+def test_a_rate_limited_scale_down_stops_when_trust_is_lost() -> None:
+    """With a behavior block, one pod per 60 s: at full trust the service steps down from 10 after the 60 s window;
+    when trust is lost mid-way the 300 s window (which covers the 10s recommended a few minutes ago) stops it."""
+    rules = ScalingRules(stabilisation_s=60.0, policies=(RatePolicy(RateKind.PODS, 1, 60.0),))
+    spec = dataclasses.replace(POLICY, scale_down=rules)
+    trusted = ReplicaFloor(0, Reason.FORECAST_FLOOR, "flat", hold_window_s=90.0)
+    untrusted = ReplicaFloor(0, Reason.FORECAST_UNRELIABLE, "judged unreliable", usable=False, down_window_s=300.0)
+
+    def run(lose_trust_at: float | None) -> list[int]:
+        state, replicas, seen = ServiceState(), 10, []
+        for now in (15.0 * k for k in range(24)):  # to 345 s
+            rate = 32.0 if now <= 60.0 else 9.6
+            floor = untrusted if lose_trust_at is not None and now >= lose_trust_at else trusted
+            obs = ServiceObservation(POLICY.key, replicas, replicas, metric_total=rate, request_rate=rate)
+            decision, state = decide_service(spec, obs, state, now, floor)
+            replicas = decision.desired_replicas
+            seen.append(replicas)
+        return seen
+
+    assert run(None)[-8:] == [7, 7, 7, 7, 6, 6, 6, 6]  # one pod a minute: 9 at 120 s, 8 at 180 s, ...
+    # trust lost at 225 s (8 replicas): no step until the 10s recommended at 0-60 s leave the 300 s window (360 s)
+    assert run(225.0)[12:] == [8] * 12
