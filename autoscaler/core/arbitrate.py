@@ -337,8 +337,10 @@ def arbitrate(
     taken: set[str] = set()
     added_nodes: dict[str, int] = {}
     stale_holds: list[str] = []
+    priority_notes: list[str] = []  # services whose pods run below their policy's priority
     pdb_spent: dict[str, int] = {}  # disruptions this tick's victims take from each PodDisruptionBudget
     ordered = sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0]))
+    runs_at = pod_priorities(snapshot)
     for key, policy in ordered:
         decision = desired.get(key)
         if decision is None or decision.recommend_only or policy.mode is Mode.RECOMMEND_ONLY:
@@ -376,9 +378,13 @@ def arbitrate(
             )
             continue
         hours = duration / 3600.0
-        lower = _budgets_left(
-            [c for c in candidates if c.gang not in taken and c.priority < policy.priority], pdb_spent
-        )
+        preemptor = preemptor_priority(policy, runs_at)
+        if preemptor < policy.priority:
+            priority_notes.append(
+                f"{key}: its pods run at priority {preemptor}, below its policy's {policy.priority}: only training "
+                f"below {preemptor} is preempted (the scheduler would evict the replicas for anything above)"
+            )
+        lower = _budgets_left([c for c in candidates if c.gang not in taken and c.priority < preemptor], pdb_spent)
         need = GpuNeed(short, g, gpu_type)
         choice = choose_victims(need, free, lower, node_types) if config.preempt else None
         preempt_cost = None
@@ -473,7 +479,7 @@ def arbitrate(
                 ScaleNodePool(pool.name, before + added_nodes[pool.name], before, Reason.BURST_SCALE_UP, detail)
             )
 
-    notes: list[str] = list(stale_holds)
+    notes: list[str] = [*stale_holds, *priority_notes]
     short_since = state.short_since
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
@@ -538,7 +544,8 @@ def _consolidation(
             return f"{key} has no usable forecast to tell whether it can spare {moving} replica(s) for a cold start"
         if keeps < expected:
             return f"{key} would keep {keeps} replica(s) elsewhere, its median forecast needs {expected}: not now"
-    priority = min(p.priority for p in policies)
+    runs_at = pod_priorities(arb.snapshot)
+    priority = min(preemptor_priority(p, runs_at) for p in policies)
     gpus_per_replica = max(p.gpus for p in pods)
     # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's
     # extra demand over a boot must fit too, as for a spare node.
@@ -567,6 +574,25 @@ def _consolidation(
     return choice.victims, detail, policies[0].key
 
 
+def pod_priorities(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """The lowest priority a live pod of each Deployment ("namespace/name") runs at."""
+    out: dict[str, int] = {}
+    for pod in snapshot.pods:
+        if pod.owner_kind != "Deployment" or not pod.owner_name or pod.phase in ("Succeeded", "Failed"):
+            continue
+        key = f"{pod.namespace}/{pod.owner_name}"
+        if key not in out or pod.priority < out[key]:
+            out[key] = pod.priority
+    return out
+
+
+def preemptor_priority(policy: ServicePolicy, runs_at: Mapping[str, int]) -> int:
+    """The priority a service preempts training at: its policy's ``spec.priority``, but never above the priority
+    its pods run at. A gang taken for replicas of a lower PriorityClass comes back Pending above them, and the
+    scheduler's own preemption then evicts the replicas to place it: a loop."""
+    return min(policy.priority, runs_at.get(policy.key, policy.priority))
+
+
 def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
     """GPUs the forecasting services need beyond their current replicas at their peak over the next ``window_s``."""
     wanted = {d.key: d.desired_replicas for d in arb.decisions}
@@ -576,6 +602,13 @@ def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
         if need is not None:
             total += max(0, need - wanted.get(key, 0)) * policy.gpus_per_replica
     return total
+
+
+def _node_given_back(free: dict[str, int], node: str, after: Mapping[str, int]) -> None:
+    """``free`` once ``node`` is gone and its pods run on the GPUs ``after`` leaves free: the next pool's give-back
+    must not count the same room (two half-empty pools would otherwise each be given back onto the other)."""
+    free.pop(node, None)
+    free.update(after)
 
 
 def _give_back(
@@ -630,6 +663,7 @@ def _give_back(
                 )
                 actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
                 unneeded.pop(pool.name, None)
+                _node_given_back(free, emptiest, after)
             else:
                 notes.append(f"{pool.name}: a node spare for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
             continue
@@ -657,6 +691,11 @@ def _give_back(
             actions.extend(_stop_actions(victim, workloads, detail, service))
         actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
         unneeded.pop(pool.name, None)
+        moved = _fits_typed(
+            {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
+            node_types, gpu_types,
+        )  # fmt: skip
+        _node_given_back(free, emptiest, moved or {})
     suspended = sorted(
         (w for w in workloads.values() if w.suspended and w.suspended_by_us_at is not None),
         key=lambda w: (-w.priority, w.suspended_by_us_at, w.namespace, w.name),

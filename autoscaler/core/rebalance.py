@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.core.cluster import ClusterSnapshot, PodInfo, free_gpus_per_node
+from autoscaler.core.cluster import SERVING_OWNER_KINDS, ClusterSnapshot, PodInfo, free_gpus_per_node
 from autoscaler.core.model import EvictPod, ScaleDecision
 from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import pdbs_covering
@@ -163,9 +163,25 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
             if pod.node in ready_nodes and pod.ready:
                 gpu_type = pod.gpu_product or dep.gpu_product
                 owner = f"deployment/{key[0]}/{key[1]}"
-                units.append(_Unit((pod,), owner, pdbs_covering(snapshot, [pod]), gpu_type, False))
+                budgets = pdbs_covering(snapshot, [pod])
+                if len(budgets) > 1:
+                    continue  # the Eviction API refuses a pod that more than one budget selects
+                units.append(_Unit((pod,), owner, budgets, gpu_type, False))
     for gang, pods in sorted(gangs.items()):
         if not all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods):
+            continue
+        odd = next((p for p in pods if p.owner_kind is None or p.owner_kind in SERVING_OWNER_KINDS), None)
+        if odd is not None:
+            # Only a training controller (a Job, a JobSet, a PyTorchJob...) starts an evicted pod again elsewhere:
+            # a bare pod is not recreated, a StatefulSet's pod keeps its identity and volumes, a DaemonSet's comes
+            # back on the same node.
+            notes.append(
+                f"gang {gang}: allowed to move but {odd.namespace}/{odd.name} is "
+                f"{'a bare pod' if odd.owner_kind is None else f'owned by a {odd.owner_kind}'}: not moved"
+            )
+            continue
+        if any(len(pdbs_covering(snapshot, [p])) > 1 for p in pods):
+            notes.append(f"gang {gang}: a pod is covered by several PodDisruptionBudgets: the Eviction API refuses it")
             continue
         if not all(p.node in ready_nodes and p.ready for p in pods):
             continue

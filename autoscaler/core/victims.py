@@ -123,8 +123,11 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         if pod.owner_kind == "Deployment" and f"{pod.namespace}/{pod.owner_name}" in rules.protected:
             continue
         members[_gang_id(pod)].append(pod)
+    # a workload's own minimum runtime (its annotation) outranks the rules' default, as it does for resuming
+    own_runtime = {w.gang: w.min_runtime_s for w in snapshot.workloads if w.min_runtime_s is not None}
     out = []
     for gang, pods in sorted(members.items()):
+        min_runtime_s = own_runtime.get(gang, rules.min_runtime_s)
         by_node: dict[str, int] = defaultdict(int)
         for pod in pods:
             by_node[pod.node or ""] += pod.gpus
@@ -160,8 +163,8 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
             # stopping already (an eviction or suspension of an earlier tick, or its own end): its GPUs are on
             # their way back (``core.arbitrate`` counts them so), and taking it again stops nothing
             why_not = "already stopping: its pods are terminating"
-        elif now - started < rules.min_runtime_s:
-            why_not = f"running {now - started:.0f}s < minimum runtime {rules.min_runtime_s:g}s"
+        elif now - started < min_runtime_s:
+            why_not = f"running {now - started:.0f}s < minimum runtime {min_runtime_s:g}s"
         else:
             why_not = _pdb_blocks(snapshot, pods)
         pdb_use = pdbs_covering(snapshot, pods)
@@ -220,6 +223,14 @@ def within_budgets(victims: Iterable[GangCandidate]) -> bool:
 
 
 def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
+    for pod in pods:
+        # The Eviction API refuses (HTTP 500) a pod that more than one budget selects, whatever they allow: taking
+        # its gang would fail at every tick while a gang that can be evicted stays untouched.
+        covering = pdbs_covering(snapshot, (pod,))
+        if len(covering) > 1:
+            names = ", ".join(key for key, _, _ in covering)
+            return f"pod {pod.namespace}/{pod.name} is covered by {len(covering)} PodDisruptionBudgets ({names}): " \
+                "the Eviction API refuses it"
     for key, covered, allowed in pdbs_covering(snapshot, pods):
         if covered > allowed:
             return f"PodDisruptionBudget {key} allows {allowed} of its {covered}"
@@ -241,13 +252,17 @@ def _order_key(c: GangCandidate) -> tuple[int, float, float, str]:
 
 
 def victim_set_cost(victims: Sequence[GangCandidate], priorities: Sequence[int]) -> tuple[object, ...]:
-    """The cost to minimise, comparable as a tuple: the lost work taken from each priority tier (``priorities``
-    sorted from the highest down), then the gang count, then the newest first (minus the sum of start times), then
-    the names, so that the answer is deterministic."""
+    """The cost to minimise, comparable as a tuple: the lost work and the gangs taken from each priority tier
+    (``priorities`` sorted from the highest down), then the gang count, then the newest first (minus the sum of start
+    times), then the names, so that the answer is deterministic."""
     tiers: dict[int, float] = defaultdict(float)
+    taken: dict[int, int] = defaultdict(int)
     for v in victims:
         tiers[v.priority] += v.lost_work_gpu_s
-    profile = tuple(round(tiers.get(p, 0.0), 6) for p in priorities)  # priorities sorted high to low
+        taken[v.priority] += 1
+    # (lost work, gangs) per tier, priorities sorted high to low: a gang with no work to lose (checkpointed this
+    # instant) is still taken from its tier, which is worse than anything taken from a lower one
+    profile = tuple((round(tiers.get(p, 0.0), 6), taken.get(p, 0)) for p in priorities)
     chosen = sorted(victims, key=_order_key)
     return (profile, len(chosen), -sum(v.started_at for v in chosen), tuple(v.gang for v in chosen))
 

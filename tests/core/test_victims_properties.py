@@ -182,7 +182,7 @@ def pdb_covered(pdb: PodDisruptionBudgetInfo, pods: Iterable[PodInfo]) -> int:
 
 def may_take(world: World, pods: Sequence[PodInfo]) -> bool:
     """The rules: preemptible (every pod's priority below the bar, no pod labelled false), past its minimum
-    runtime, and no PodDisruptionBudget it would exceed on its own."""
+    runtime, no pod under more than one PodDisruptionBudget, and no budget it would exceed on its own."""
     rules = world.rules
     if max(p.priority for p in pods) >= rules.preemptible_below_priority:
         return False
@@ -192,7 +192,10 @@ def may_take(world: World, pods: Sequence[PodInfo]) -> bool:
     started = min(created) if created else NOW
     if NOW - started < rules.min_runtime_s:
         return False
-    return all(pdb_covered(pdb, pods) <= pdb.disruptions_allowed for pdb in world.snapshot.pdbs if pdb.selector)
+    budgets = [pdb for pdb in world.snapshot.pdbs if pdb.selector]
+    if any(sum(pdb_covered(pdb, [p]) for pdb in budgets) > 1 for p in pods):
+        return False  # the Eviction API refuses a pod that more than one budget selects
+    return all(pdb_covered(pdb, pods) <= pdb.disruptions_allowed for pdb in budgets)
 
 
 def eligible_gangs(world: World) -> set[str]:
