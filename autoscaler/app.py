@@ -162,7 +162,11 @@ def _scheduler_extender(
     snapshots = LatestSnapshot(cluster)
     scorer = fgd_scores if config.scorer == "fgd" else once_per_node_state(score_nodes)
     extender = Extender(
-        snapshots.latest, ExtenderConfig(config.max_snapshot_age_seconds), telemetry=telemetry, scorer=scorer
+        snapshots.latest,
+        ExtenderConfig(config.max_snapshot_age_seconds),
+        telemetry=telemetry,
+        scorer=scorer,
+        snapshot_age=snapshots.age_s,
     )
     return ExtenderServer(extender, config.bind_address, config.port), snapshots
 

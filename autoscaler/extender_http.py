@@ -15,7 +15,8 @@ A request that is not the protocol (not JSON, nested too deeply, no node list) g
 ``Error``; kube-scheduler then skips an ``ignorable`` extender. Everything else is answered 200, failing open when the
 snapshot is missing or stale or the pod unreadable -- any field of the wrong JSON type (see the core module). A node of
 a ``NodeList`` whose name cannot be read passes as it came (it is never dropped) and is not scored. A client that stops
-sending (a body shorter than its ``Content-Length``) is cut off after :data:`READ_TIMEOUT_S` with a 408. Every request
+sending (a body shorter than its ``Content-Length``), or sends it slower than the whole body in :data:`READ_TIMEOUT_S`,
+is cut off with a 408. Every request
 is counted by verb and result, timed, and a change of fail-open reason is logged once (not per request: the scheduler
 calls twice per GPU pod).
 """
@@ -54,7 +55,12 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 FILTER_VERB = "filter"
 PRIORITIZE_VERB = "prioritize"
-MAX_BODY_BYTES = 32 << 20  # a NodeList of thousands of nodes (nodeCacheCapable: false) fits
+#: A request body's limit. With nodeCacheCapable: true (as deploy/ configures) a 5,000-node request is ~150 KB; a
+#: full NodeList (nodeCacheCapable: false) of about a thousand nodes fits. Larger bodies are refused (413: the
+#: scheduler, with ignorable: true, goes on without the extender): a 32 MiB body cost 1.5 GiB of memory to answer.
+MAX_BODY_BYTES = 8 << 20
+#: More candidate nodes than any cluster has (Kubernetes supports 5,000): a request beyond it is refused (400).
+MAX_NODES = 50_000
 #: Seconds a read of the request socket may wait (request line, headers, body; also a kept-alive connection's wait
 #: for its next request): a client that stops sending (a Content-Length larger than its body) is cut off instead of
 #: holding a handler thread. kube-scheduler's own extender timeout (httpTimeout) defaults to 5 s.
@@ -72,14 +78,21 @@ class LatestSnapshot:
     def __init__(self, reader: ClusterReader) -> None:
         self._reader = reader
         self._latest: ClusterSnapshot | None = None
+        self._read_at: float | None = None  # time.monotonic() of the latest read
 
     def snapshot(self, now: float) -> ClusterSnapshot:
         snapshot = self._reader.snapshot(now)
-        self._latest = snapshot
+        self._latest, self._read_at = snapshot, time.monotonic()
         return snapshot
 
     def latest(self) -> ClusterSnapshot | None:
         return self._latest
+
+    def age_s(self) -> float | None:
+        """Seconds since the latest snapshot was read, on the monotonic clock: a wall clock stepped back (NTP, a VM
+        restored) must not make an old snapshot look fresh. None when none was read."""
+        read_at = self._read_at
+        return None if read_at is None else time.monotonic() - read_at
 
     def forget_pods(self, pods: Collection[tuple[str, str]]) -> None:
         """Drop these pods ("namespace", "name") from the latest snapshot: evicted by a rebalance pass, they are
@@ -91,7 +104,7 @@ class LatestSnapshot:
 
     def set(self, snapshot: ClusterSnapshot | None) -> None:
         """Replace the latest snapshot (tests, and a standby replica's own refresh)."""
-        self._latest = snapshot
+        self._latest, self._read_at = snapshot, (time.monotonic() if snapshot is not None else None)
 
 
 # ---- reading a v1.Pod -------------------------------------------------------------------------------------------
@@ -246,11 +259,15 @@ def _decode(body: bytes) -> tuple[Any, list[str], list[Any] | None, list[str | N
     if names is not None:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise BadRequest("NodeNames must be a list of strings")
+        if len(names) > MAX_NODES:
+            raise BadRequest(f"{len(names)} NodeNames: more than {MAX_NODES:,}")
         return _field(args, "Pod"), list(names), None, None
     if isinstance(node_list, Mapping):
         items = node_list.get("items") or []
         if not isinstance(items, list):
             raise BadRequest("Nodes.items must be a list")
+        if len(items) > MAX_NODES:
+            raise BadRequest(f"{len(items)} Nodes: more than {MAX_NODES:,}")
         item_names = [_node_name(item) for item in items]
         return _field(args, "Pod"), [n for n in item_names if n is not None], items, item_names
     raise BadRequest("neither NodeNames nor Nodes was sent")
@@ -268,8 +285,12 @@ class Extender:
         telemetry: Telemetry | None = None,
         clock: Callable[[], float] = time.time,
         scorer: Scorer = fgd_scores,
+        snapshot_age: Callable[[], float | None] | None = None,
     ) -> None:
         self._snapshots = snapshots
+        # The snapshot's age, when the source knows it on the monotonic clock (``LatestSnapshot.age_s``); else the
+        # wall ``clock`` minus the snapshot's time.
+        self._snapshot_age = snapshot_age
         self.config = config if config is not None else ExtenderConfig()
         self._telemetry = telemetry
         self._clock = clock
@@ -322,20 +343,26 @@ class Extender:
             log.debug("extender: %d node(s) without a readable name, kept", item_names.count(None))
         now = self._clock()
         view = self.view()
+        age = self._snapshot_age() if self._snapshot_age is not None else None
+        if view is not None and age is not None:
+            now = view.time + age  # judged by how long ago it was read, whatever the wall clock did since
         if verb == FILTER_VERB:
             outcome = filter_nodes(view, pod, names, now, self.config)
             self._note(verb, outcome.fail_open, view, now)
             if self._telemetry is not None:
                 for reason in outcome.failed.values():
                     self._telemetry.extender_filtered_nodes.labels(reason=reason.value).inc()
-            unresolvable = {name: reason.text for name, reason in outcome.failed.items()}
+            # Resolvable, not unresolvable: the snapshot may be older than the scheduler's cache (a GPU back from
+            # unhealthy, a relabelled node), and an unresolvable answer parks the pod and keeps preemption off the
+            # node. The scheduler's own fit and affinity checks, on its newer cache, stay the final word.
+            failed = {name: reason.text for name, reason in outcome.failed.items()}
             passed: dict[str, Any] = {"NodeNames": list(outcome.passed), "Nodes": None}
             if items is not None and item_names is not None:
                 keep = set(outcome.passed)
                 # A node whose name could not be read passes as it came: failing open, never silently dropped.
                 kept = [i for i, n in zip(items, item_names, strict=True) if n is None or n in keep]
                 passed = {"NodeNames": None, "Nodes": {"items": kept}}
-            payload = {**passed, "FailedNodes": {}, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+            payload = {**passed, "FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
             return 200, payload, "ok" if outcome.fail_open is None else "fail_open"
         if verb == PRIORITIZE_VERB:
             scored = prioritize_nodes(view, pod, names, now, self.config, self._scorer)
@@ -424,11 +451,17 @@ class ExtenderServer:
                 self._reply(status, body)
 
             def _read_body(self, length: int) -> bytes:
-                """The body, or what came of it before the client stopped (a read timeout) or closed."""
+                """The body, or what came of it before the client stopped (a read timeout), closed, or ran out of
+                the whole body's time (a client dripping a byte per read timeout would hold the thread for ever)."""
                 chunks: list[bytes] = []
                 received = 0
+                deadline = time.monotonic() + read_timeout_s
                 while received < length:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
                     try:
+                        self.connection.settimeout(left)
                         chunk = self.rfile.read1(length - received)
                     except TimeoutError:
                         break
@@ -436,6 +469,8 @@ class ExtenderServer:
                         break
                     chunks.append(chunk)
                     received += len(chunk)
+                with contextlib.suppress(OSError):
+                    self.connection.settimeout(read_timeout_s)  # a kept-alive connection's next request
                 return b"".join(chunks)
 
             def do_GET(self) -> None:

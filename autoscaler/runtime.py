@@ -141,6 +141,10 @@ class Runtime:
                 report = self.controller.last_report
                 if report is not None and report.result == "ok":
                     self._ok_ticks += 1
+                if report is not None and (report.held_because or "").startswith("policy_read"):
+                    # held before it read the cluster: the scheduler extender still needs a fresh snapshot (the
+                    # cluster may read fine while the GPUScalingPolicies do not)
+                    self._refresh_extender_snapshot()
                 if report is not None and self._refit_after_tick and read_the_policies(report):
                     # only once a tick has read the policies: a refit brought forward by a tick held on a failed
                     # policy or cluster read would fit nothing, and the next one is a whole refit interval away

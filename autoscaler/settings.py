@@ -198,7 +198,7 @@ class SchedulerExtenderSettings(_Group):
         60.0,
         gt=0,
         description="seconds a cluster snapshot may be old before the extender fails open (every node passes, "
-        "every score 0); above the tick interval",
+        "every score 0); must be above the tick interval (refused at start-up otherwise)",
     )
     scorer: Literal["fgd", "fgd-plus"] = Field(
         "fgd",
@@ -754,6 +754,19 @@ class Settings(BaseSettings):
                 f"{_name('scheduler_extender', 'port')} and {_name('http', 'port')} are both {http.port}, with both "
                 f"servers enabled on overlapping addresses ({extender.bind_address!r} and {http.bind_address!r}): "
                 "the second could not bind the port (Address already in use); give the extender a port of its own"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _extender_snapshot_outlives_a_tick(self) -> Settings:
+        # The extender's snapshot is the latest tick's: a maximum age at or below the tick interval makes it fail
+        # open for part of every interval, silently.
+        extender = self.scheduler_extender
+        if extender.enabled and extender.max_snapshot_age_seconds <= self.tick_interval_seconds:
+            raise ValueError(
+                f"{_name('scheduler_extender', 'max_snapshot_age_seconds')} ({extender.max_snapshot_age_seconds:g}) "
+                f"must be > {_name('tick_interval_seconds')} ({self.tick_interval_seconds:g}): the extender answers "
+                "from the latest tick's snapshot, and would fail open for part of every tick interval"
             )
         return self
 

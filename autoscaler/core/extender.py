@@ -4,14 +4,16 @@ latest ``ClusterSnapshot``, the pod being scheduled and the candidate nodes in, 
 The snapshot is the controller's, read once per tick; kube-scheduler's own cache is newer (it has assumed the pods it
 placed since). So:
 
-- **filter** says no only where a *stable* rule does, one that a newer cache cannot overturn: the node's GPU type is
-  not one the pod asks for (``GPU_TYPE_MISMATCH``), or the node has fewer GPUs in all than the pod asks for on one
-  node (``NODE_TOO_SMALL``: no eviction makes an 8-GPU pod fit a 4-GPU node). Both are "unresolvable" (preemption
-  cannot help). Only what the snapshot has shown counts: a node without a GPU type label or without allocatable GPUs
-  in it passes (a new node whose feature discovery or device plugin had not reported yet; kube-scheduler's own
-  resource fit and node affinity still reject a node that lacks them). Free GPUs are never filtered on: the
-  snapshot may be behind the scheduler, which checks them itself; a node our snapshot thinks full is scored lowest
-  instead.
+- **filter** says no only where a *stable* rule does, one a newer cache rarely overturns: the node's GPU type is not
+  one the pod asks for (``GPU_TYPE_MISMATCH``), or the node has fewer GPUs in all than the pod asks for on one node
+  (``NODE_TOO_SMALL``: no eviction makes an 8-GPU pod fit a 4-GPU node). Both are answered as resolvable
+  ``FailedNodes``, not unresolvable: a node's GPU count or type label does change (a GPU back from unhealthy, a MIG
+  or driver change), the scheduler's cache sees it first, and an unresolvable answer would park the pod and keep
+  preemption off a node the scheduler, on its newer cache, finds fit. Only what the snapshot has shown counts: a
+  node without a GPU type label or without allocatable GPUs in it passes (a new node whose feature discovery or
+  device plugin had not reported yet; kube-scheduler's own resource fit and node affinity still reject a node that
+  lacks them). Free GPUs are never filtered on: the snapshot may be behind the scheduler, which checks them itself;
+  a node our snapshot thinks full is scored lowest instead.
 - **prioritize** scores by GPU fragmentation (FGD, ``autoscaler.core.fragmentation``): each node's GPUs as whole GPUs
   free or taken by the snapshot's live pods, the task mix learnt from those pods, and each candidate's score from one
   swappable ``Scorer`` (0..100, None = does not fit per the snapshot). The scores are spread over the candidates to
@@ -200,7 +202,7 @@ def check_fresh(view: PlacementView | None, now: float, config: ExtenderConfig) 
 @dataclass(frozen=True, slots=True)
 class FilterOutcome:
     passed: tuple[str, ...]  # in the order asked
-    failed: Mapping[str, FilterReason] = field(default_factory=dict)  # unresolvable: preemption cannot help
+    failed: Mapping[str, FilterReason] = field(default_factory=dict)  # answered as FailedNodes (resolvable)
     fail_open: FailOpen | None = None
 
 
