@@ -106,6 +106,11 @@ def test_gang_membership_from_every_source(apiserver: FakeApiServer, api_client:
             annotations={"gpuautoscaler.dev/gang-min-available": "2"},
         ),
         o.pod("l0", "ml", labels={"team/gang": "exp7"}),
+        o.pod("cs0", "ml", labels={"scheduling.x-k8s.io/pod-group": "coscheduled"}),
+        # no gang key: a controller's pods are one job (taken one by one, evicting some kills the whole run)
+        o.pod("rw0", "ml", owner=("RayCluster", "rc")),
+        o.pod("rw1", "ml", owner=("RayCluster", "rc")),
+        o.pod("sts0", "ml", owner=("StatefulSet", "db")),  # a serving controller's replicas stay apart
         o.pod("solo", "ml"),
     )
     pods = {p.name: p for p in reader(api_client, gang_label="team/gang").snapshot(NOW).pods}
@@ -117,6 +122,10 @@ def test_gang_membership_from_every_source(apiserver: FakeApiServer, api_client:
         "j0": ("jobset/ml/llama", None),
         "f0": ("kubeflow/ml/bert", 2),
         "l0": ("label/ml/exp7", None),
+        "cs0": ("podgroup/ml/coscheduled", None),
+        "rw0": ("owner/ml/RayCluster/rc", None),
+        "rw1": ("owner/ml/RayCluster/rc", None),
+        "sts0": (None, None),
         "solo": (None, None),
     }
     assert parse_gang("jobset/ml/llama") == ("jobset", "ml", "llama")

@@ -31,6 +31,7 @@ from autoscaler.adapters.kubernetes.workloads import (
 )
 from autoscaler.core.cluster import (
     SELECTOR_OPERATORS,
+    SERVING_OWNER_KINDS,
     ClusterSnapshot,
     DeploymentInfo,
     HpaInfo,
@@ -55,6 +56,8 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_LABEL = "training.kubeflow.org/job-name"
+#: scheduler-plugins' coscheduling PodGroup label (current key first, the older one second)
+COSCHEDULING_POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # set by the Job controller (legacy key second)
 
 # The workload kinds read into ``ClusterSnapshot.workloads``, in listing order, and the gang source of their pods.
@@ -419,6 +422,9 @@ class KubeClusterReader:
                 return f"job/{namespace}/{labels[key]}", min_available
         if cfg.gang_label and labels.get(cfg.gang_label):
             return f"label/{namespace}/{labels[cfg.gang_label]}", min_available
+        for key in COSCHEDULING_POD_GROUP_LABELS:
+            if labels.get(key):
+                return f"podgroup/{namespace}/{labels[key]}", min_available
         return None, None
 
     def _pod(self, raw: JSON, priority_classes: Mapping[str, int], default_priority: int) -> PodInfo | None:
@@ -443,6 +449,10 @@ class KubeClusterReader:
             if deployment:
                 owner_kind, owner_name = "Deployment", deployment
         gang, gang_min = self._gang(namespace, labels, annotations)
+        if gang is None and owner_kind and owner_name and owner_kind not in SERVING_OWNER_KINDS:
+            # Pods of one controller no gang key names (a RayCluster's workers, an operator's own kind) are one
+            # job: taken one by one they would each be a gang of their own, and evicting some kills the whole run.
+            gang = f"owner/{namespace}/{owner_kind}/{owner_name}"
         ready_cond = _condition(status, "Ready")
         ready = bool(ready_cond and ready_cond.get("status") == "True")
         terminating = bool(meta.get("deletionTimestamp"))
