@@ -241,6 +241,9 @@ def run_convert(args: argparse.Namespace) -> int:
         if fmt in _SINGLE_INPUT and len(args.inputs) > 1:
             return _usage_error(f"{fmt} takes one INPUT per output: give a directory as --output to convert several")
         jobs = [_Job(tuple(args.inputs), Path(out))]
+    clash = _output_clash(jobs, args.inputs)
+    if clash is not None:
+        return _usage_error(clash)
 
     convert = _converter(fmt, args, start)
     for job in jobs:
@@ -259,11 +262,42 @@ def run_convert(args: argparse.Namespace) -> int:
                 _check_timestamps(result, job.inputs)
                 line = summarise(result)
                 write_rate_series(result, job.output)
-        except (TraceFormatError, ValueError, OSError) as exc:
-            print(f"autoscaler trace convert: error: {exc}", file=sys.stderr)
-            return 1
+        except (TraceFormatError, ValueError, OSError, MemoryError) as exc:
+            print(f"autoscaler trace convert: error: {_error_text(exc)}", file=sys.stderr)
+            return 2
         print(f"{job.output}: {line}{note} [{time.perf_counter() - began:.1f} s]")
     return 0
+
+
+def _output_clash(jobs: Sequence[_Job], inputs: Sequence[str]) -> str | None:
+    """Why the outputs cannot be written without losing something, or None: two inputs of one name would write one
+    output (the second silently wins), and an output that is an input would replace the data it was made from."""
+    seen: dict[Path, str] = {}
+    sources = {_resolved(Path(item)): item for item in inputs}
+    for job in jobs:
+        target = _resolved(job.output)
+        if target in sources:
+            return f"the output {job.output} is the input {sources[target]}: give --output another file or directory"
+        if target in seen:
+            return (
+                f"{seen[target]} and {', '.join(job.inputs)} would both be written to {job.output}: convert them into "
+                "separate directories"
+            )
+        seen[target] = ", ".join(job.inputs)
+    return None
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compare as given
+        return path.absolute()
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return "out of memory reading the input (a compressed file that expands beyond this machine's memory?)"
+    return str(exc)
 
 
 def _check_timestamps(series: RateSeries, inputs: Sequence[str]) -> None:
@@ -325,12 +359,12 @@ def run_info(args: argparse.Namespace) -> int:
             if kind == "request log":
                 line = f"{summarise_request_log(load_request_log(name))}; binned: {line}"
             line = f"{kind}, {line}"
-        except (TraceFormatError, ValueError, OSError) as exc:
-            message = str(exc)
+        except (TraceFormatError, ValueError, OSError, MemoryError) as exc:
+            message = _error_text(exc)
             if not isinstance(exc, OSError) and not message.startswith(name):
                 message = f"{name}: {message}"  # every error names its file
             print(f"autoscaler trace info: error: {message}", file=sys.stderr)
-            status = 1
+            status = 2  # bad input, as every command of the project
             continue
         print(f"{name}: {line}")
     return status

@@ -168,7 +168,10 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
             # Far longer than any run: resample only the part the run reads.
             keep = min(len(series), math.ceil((keep_steps + 1) * step_s / series.step_s) + 1)
             series = RateSeries(series.start, series.step_s, series.rates[:keep], series.source)
-        resampled = resample(series, step_s)
+        try:
+            resampled = resample(series, step_s)
+        except ValueError as error:  # e.g. rates too large to resample: the trace's values are at fault
+            raise ScenarioError(f"services.{index}.simulation.trace: {error}") from None
         rates = np.asarray(resampled.rates[:keep_steps], dtype=np.float64) * entry.simulation.trace_scale
         peak = float(rates.max()) if rates.size else 0.0
         if not peak <= MAX_RATE:

@@ -142,6 +142,24 @@ def servegen_files(inputs: Iterable[PathLike]) -> list[Path]:
             raise FileNotFoundError(f"{path}: no such file or directory")
     if not files:
         raise ValueError("servegen needs at least one chunk file or directory")
+    # One client counted twice doubles the demand silently: the same file named twice (or by its directory too),
+    # or a chunk next to its gunzipped copy.
+    seen: dict[Path, Path] = {}
+    chunks: dict[tuple[Path, int], Path] = {}
+    for path in files:
+        real = path.resolve()
+        if real in seen:
+            raise ValueError(f"{path}: given twice (also as {seen[real]}): each client would be counted twice")
+        seen[real] = path
+        match = _CHUNK_RE.match(path.name)
+        if match:
+            key = (real.parent, int(match.group(1)))
+            if key in chunks:
+                raise ValueError(
+                    f"{path}: chunk {key[1]} is also {chunks[key]} (a compressed and an uncompressed copy?): its "
+                    "clients would be counted twice"
+                )
+            chunks[key] = path
     return files
 
 

@@ -201,14 +201,24 @@ class CsvTable:
     lines: list[int]
 
 
+#: The most a gzip trace may expand to, bytes (the public traces the project reads are under 50 MB uncompressed).
+MAX_DECOMPRESSED_BYTES = 1 << 30
+
+
 def read_text(path: str | os.PathLike[str]) -> str:
     """Whole file as text, gunzipped when it is gzip; undecodable bytes are reported with their line."""
     raw = Path(path).read_bytes()
     if raw[:2] == _GZIP_MAGIC:
         try:
-            raw = gzip.decompress(raw)
+            # Read up to the limit, not whole: a few MB of gzip can expand to tens of GB (a "zip bomb" took 10.5 GB
+            # of memory and minutes before failing).
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+                raw = stream.read(MAX_DECOMPRESSED_BYTES + 1)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceFormatError(path, 1, 1, f"not a valid gzip file ({exc})") from exc
+        if len(raw) > MAX_DECOMPRESSED_BYTES:
+            limit = f"{MAX_DECOMPRESSED_BYTES / 2**20:,.0f} MiB"
+            raise TraceFormatError(path, 1, 1, f"expands to more than {limit}: split it into smaller files")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -315,3 +315,14 @@ def test_the_hpa_baseline_runs_without_a_behavior_block_unless_the_scenario_give
     for behavior in (False, True):
         policy = make_policy("hpa", hpa_behavior=behavior)
         assert isinstance(policy, HpaBaseline) and policy.behavior is behavior
+
+
+def test_rates_too_large_to_resample_are_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rates near float64's maximum pass the reader (finite, >= 0); resampling them to a coarser step overflowed
+    outside the loader's error handling: a traceback and exit 1."""
+    from tests.sim.conftest import write_rate_trace
+
+    data = _tiny(tmp_path, stepSeconds=120)
+    write_rate_trace(tmp_path / "trace.csv", [1e308, 1e308] + [1.0] * 198)
+    code, err = _simulate([str(_write(tmp_path, data))], capsys)
+    _assert_clear_error(code, err, "services.0.simulation.trace", "too large to resample")

@@ -109,7 +109,7 @@ def test_convert_rejects_options_that_do_not_apply(
 def test_convert_reports_bad_files_with_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = write(tmp_path / "nab.csv", "timestamp,value\n2014-07-01 00:00:00,10\n2014-07-01 00:05:00,lots\n")
     out = tmp_path / "out.csv"
-    assert run(["trace", "convert", "nab", str(bad), "-o", str(out)]) == 1
+    assert run(["trace", "convert", "nab", str(bad), "-o", str(out)]) == 2
     assert f"error: {bad}:3:2: value: 'lots' is not a number" in capsys.readouterr().err
     assert not out.exists()
 
@@ -256,7 +256,7 @@ def test_convert_failures_name_the_problem_and_leave_the_output_alone(
         warnings.simplefilter("error")
         code = run(["trace", "convert", fmt, str(tmp_path / source), "-o", str(out), *options])
     err = capsys.readouterr().err
-    assert code == 1, err
+    assert code == 2, err
     assert message in err, err
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left
@@ -277,7 +277,7 @@ def test_info_checks_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     good = write(tmp_path / "r.csv", "timestamp,rate\n0,1\n60,3\n")
     log = write(tmp_path / "l.csv", "timestamp\n0\n1\n70\n")
     bad = write(tmp_path / "b.csv", "timestamp,rate\n0,1\n60,-3\n")
-    assert run(["trace", "info", str(good), str(log), str(bad)]) == 1
+    assert run(["trace", "info", str(good), str(log), str(bad)]) == 2
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
     assert (
@@ -336,7 +336,7 @@ def test_info_reports_bad_files_as_one_error_line(
         warnings.simplefilter("error")  # no numpy RuntimeWarning
         code = run(["trace", "info", str(path), *others, *options])
     captured = capsys.readouterr()
-    assert code == 1
+    assert code == 2
     assert captured.err.startswith(f"autoscaler trace info: error: {path}{message}"), captured.err
     assert captured.err.count("\n") == 1, captured.err
     if others:
@@ -359,3 +359,58 @@ def test_registered_in_the_top_level_cli(tmp_path: Path, capsys: pytest.CaptureF
     good = write(tmp_path / "r.csv", "timestamp,rate\n0,1\n60,3\n")
     assert main(["trace", "info", str(good)]) == 0
     assert "rate series" in capsys.readouterr().out
+
+
+# ---- review fixes: nothing lost, bounded memory, exit 2 ---------------------------------------------------------
+
+
+def test_directory_mode_refuses_two_inputs_of_one_name_and_an_output_that_is_an_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two inputs named data.csv wrote one output (the second silently won); -o the input's own folder replaced the
+    input with the converted file."""
+    for sub, rate in (("a", 1), ("b", 999)):
+        (tmp_path / sub).mkdir()
+        rows = "".join(f"2024-01-01 00:{m:02d}:00,{rate}\n" for m in range(10))
+        (tmp_path / sub / "data.csv").write_text("timestamp,value\n" + rows)
+    out = tmp_path / "out"
+    out.mkdir()
+    inputs = [str(tmp_path / "a" / "data.csv"), str(tmp_path / "b" / "data.csv")]
+    code = run(["trace", "convert", "nab", *inputs, "-o", f"{out}/"])
+    assert code == 2 and "would both be written" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
+    source = tmp_path / "same"
+    source.mkdir()
+    original = "timestamp,value\n" + "".join(f"2024-01-01 00:{m:02d}:00,5\n" for m in range(10))
+    (source / "data.csv.gz").write_bytes(gzip.compress(original.encode()))
+    code = run(["trace", "convert", "nab", str(source / "data.csv.gz"), "-o", f"{source}/"])
+    assert code == 2 and "is the input" in capsys.readouterr().err
+    assert gzip.decompress((source / "data.csv.gz").read_bytes()).decode() == original
+
+
+def test_a_gzip_expanding_beyond_the_limit_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import autoscaler.traces.formats as formats
+
+    monkeypatch.setattr(formats, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    bomb = tmp_path / "bomb.csv.gz"
+    bomb.write_bytes(gzip.compress(b"timestamp,rate\n" + b"\n" * (4 << 20)))
+    assert run(["trace", "info", str(bomb)]) == 2
+    assert "expands to more than" in capsys.readouterr().err
+
+
+def test_a_servegen_client_given_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A chunk next to its gunzipped copy, or one file named twice, summed its clients twice: the demand doubled."""
+    chunks = tmp_path / "m"
+    chunks.mkdir()
+    text = "0,10,1,Gamma,1,0.1\n600,10,1,Gamma,1,0.1\n"
+    (chunks / "chunk-0-trace.csv.gz").write_bytes(gzip.compress(text.encode()))
+    assert run(["trace", "convert", "servegen", str(chunks), "-o", str(tmp_path / "once.csv")]) == 0
+    capsys.readouterr()
+    one = str(chunks / "chunk-0-trace.csv.gz")
+    assert run(["trace", "convert", "servegen", one, one, "-o", str(tmp_path / "twice.csv")]) == 2
+    assert "given twice" in capsys.readouterr().err
+    (chunks / "chunk-0-trace.csv").write_text(text)
+    assert run(["trace", "convert", "servegen", str(chunks), "-o", str(tmp_path / "copy.csv")]) == 2
+    assert "chunk 0 is also" in capsys.readouterr().err
