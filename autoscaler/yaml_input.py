@@ -3,6 +3,7 @@ and every way a text can fail to be YAML turned into one ``YamlProblem`` with wh
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -50,10 +51,12 @@ def decode_utf8(raw: bytes) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        # the utf-8-sig decoder counts from after a byte-order mark: the position is in ``raw`` without it
+        text = raw[3:] if raw.startswith(codecs.BOM_UTF8) else raw
+        line = text.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (text.rfind(b"\n", 0, exc.start) + 1) + 1
         raise YamlProblem(
-            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column {column})", line, column
+            f"not UTF-8 text (byte 0x{text[exc.start]:02x} at line {line}, column {column})", line, column
         ) from None
 
 

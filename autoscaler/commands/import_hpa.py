@@ -1,7 +1,9 @@
 """``autoscaler import-hpa``: the GPUScalingPolicy equivalent to a HorizontalPodAutoscaler, from a file or the cluster.
 
-Prints the policy as YAML on standard output, with what has no equivalent as comments at the top (and on standard
-error), so that ``autoscaler import-hpa hpa.yaml > policy.yaml`` is reviewable as it stands.
+Prints the policy as YAML on standard output, with what has no equivalent and which metric kind was taken from which
+metric name as comments at the top (and on standard error), so that ``autoscaler import-hpa hpa.yaml > policy.yaml``
+is reviewable as it stands. The input is read as every YAML input of the project (``autoscaler.yaml_input``): UTF-8,
+safely, a key given twice refused.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import yaml
 
 from autoscaler.core.model import MetricKind
+from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml_all
 
 EXIT_OK = 0
 EXIT_READ_FAILED = 1
@@ -30,11 +33,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write the GPUScalingPolicy equivalent to a HorizontalPodAutoscaler (file or live)",
         description=textwrap.dedent(
             """\
-            Translate HorizontalPodAutoscalers (autoscaling/v2 or v1) into GPUScalingPolicies: min/max replicas,
-            the metric, the behavior block (windows, rate policies, select policy, tolerance) or its absence
-            (hpaWithoutBehavior: true). Fields without an equivalent are listed as comments. Give a file (YAML or
-            JSON, several documents allowed; - for standard input), or --namespace and --name to read a live HPA.
-            To hand a Deployment over from its HPA, set spec.adoptHpa in the policy (see the README).
+            Translate HorizontalPodAutoscalers (autoscaling/v2, v2beta2 or v1) into GPUScalingPolicies: min/max
+            replicas, the metric, the behavior block (windows, rate policies, select policy, tolerance) or its
+            absence (hpaWithoutBehavior: true). Fields without an equivalent are listed as comments, and so is the
+            metric kind taken from a metric's name. An autoscaling/v1 object with its v2 metrics or behavior in
+            annotations is refused: export it as v2 (kubectl get hpa.v2.autoscaling NAME -n NS -o yaml). Give a
+            file (YAML or JSON, several documents allowed; - for standard input), or --namespace and --name to read
+            a live HPA. To hand a Deployment over from its HPA, set spec.adoptHpa in the policy (see the README).
             """
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -86,39 +91,45 @@ def _metric_override(text: str | None) -> tuple[MetricKind, float] | None:
     return metric, value
 
 
+def _one_line(text: str) -> str:
+    """``text`` with every line break and other control character escaped (``\\n``): what goes into a ``#`` comment
+    (or a line of standard error) stays one line, whatever an HPA's names hold."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _read_text(name: str) -> str:
+    shown = _one_line(name)
     if name == "-":
-        try:
-            text = sys.stdin.read(MAX_INPUT_BYTES + 1)
-        except UnicodeDecodeError:
-            raise ValueError("-: standard input is not UTF-8 text") from None
+        stream = getattr(sys.stdin, "buffer", None)
+        raw = stream.read(MAX_INPUT_BYTES + 1) if stream is not None else sys.stdin.read(MAX_INPUT_BYTES + 1).encode()
     else:
         path = Path(name)
         try:
-            with path.open(encoding="utf-8") as handle:
-                text = handle.read(MAX_INPUT_BYTES + 1)
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_INPUT_BYTES + 1)
         except IsADirectoryError:
-            raise ValueError(f"{path}: is a directory, not an HPA manifest") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{path}: not UTF-8 text") from None
+            raise ValueError(f"{shown}: is a directory, not an HPA manifest") from None
         except OSError as exc:
-            raise ValueError(f"{path}: {exc.strerror or exc}") from None
+            raise ValueError(f"{shown}: {exc.strerror or exc}") from None
         except ValueError as exc:  # e.g. a NUL in the name
             raise ValueError(f"{name!r}: {exc}") from None
-    if len(text) > MAX_INPUT_BYTES:
-        raise ValueError(f"{name}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB: not an HPA manifest")
-    return text
+    if len(raw) > MAX_INPUT_BYTES:
+        raise ValueError(f"{shown}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB: not an HPA manifest")
+    try:
+        return decode_utf8(raw)
+    except YamlProblem as problem:
+        raise ValueError(f"{shown}: {problem}") from None
 
 
 def _read_documents(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """The objects in the file, each with its place ("document 2", "document 1 items[3]") for messages."""
     text = _read_text(args.file)
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{args.file}: not YAML or JSON ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{args.file}: nested too deeply to be an HPA manifest") from None
+        # as every YAML input of the project: safely, and a key given twice is an error (not: the last one wins)
+        docs = [d for d in load_yaml_all(text) if d is not None]
+    except YamlProblem as problem:
+        at = f" (line {problem.line}, column {problem.column})" if problem.line is not None else ""
+        raise ValueError(f"{_one_line(args.file)}: not valid YAML or JSON: {_one_line(str(problem))}{at}") from None
     out: list[tuple[str, Any]] = []
     for number, doc in enumerate(docs, start=1):
         if isinstance(doc, dict) and doc.get("kind") == "List":  # kubectl get hpa -o yaml
@@ -126,7 +137,7 @@ def _read_documents(args: argparse.Namespace) -> list[tuple[str, Any]]:
             if items is None:
                 continue
             if not isinstance(items, list):
-                raise ValueError(f"{args.file}: document {number}: items: a List's items must be a list")
+                raise ValueError(f"{_one_line(args.file)}: document {number}: items: a List's items must be a list")
             out.extend((f"document {number} items[{index}]", item) for index, item in enumerate(items))
         else:
             out.append((f"document {number}", doc))
@@ -184,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
             )
             return EXIT_READ_FAILED
     if not documents:
-        print(f"autoscaler import-hpa: {args.file}: no HPA in it", file=sys.stderr)
+        print(f"autoscaler import-hpa: {_one_line(args.file)}: no HPA in it", file=sys.stderr)
         return EXIT_INVALID
     outputs = []
     status = EXIT_OK
@@ -194,15 +205,15 @@ def main(args: argparse.Namespace) -> int:
             imported = import_hpa(doc, override)
         except HpaImportError as exc:
             # The others are still written: one bad HPA in a cluster dump must not hide the rest.
-            print(f"autoscaler import-hpa: {where}{exc}", file=sys.stderr)
+            print(f"autoscaler import-hpa: {where}{_one_line(str(exc))}", file=sys.stderr)
             status = EXIT_INVALID
             continue
         if args.adopt:
             imported.manifest["spec"]["adoptHpa"] = imported.manifest["metadata"]["name"]
         outputs.append(imported)
         meta = imported.manifest["metadata"]
-        for note in imported.notes:
-            print(f"autoscaler import-hpa: {meta['namespace']}/{meta['name']}: {note}", file=sys.stderr)
+        for note in [*imported.inferred, *imported.notes]:
+            print(f"autoscaler import-hpa: {meta['namespace']}/{meta['name']}: {_one_line(note)}", file=sys.stderr)
     if not outputs:
         return status
     if len(documents) > 1 and status != EXIT_OK:
@@ -219,10 +230,13 @@ def main(args: argparse.Namespace) -> int:
     parts = []
     for imported in outputs:
         meta = imported.manifest["metadata"]
+        # A comment is one line: a line break in it would make the rest of the line YAML (keys of the policy).
         header = [
-            f"# Imported from HorizontalPodAutoscaler {meta['namespace']}/{meta['name']} by autoscaler import-hpa."
+            f"# Imported from HorizontalPodAutoscaler {_one_line(meta['namespace'])}/{_one_line(meta['name'])} by "
+            "autoscaler import-hpa."
         ]
-        header += [f"# no equivalent: {note}" for note in imported.notes]
+        header += [f"# inferred: {_one_line(note)}" for note in imported.inferred]
+        header += [f"# no equivalent: {_one_line(note)}" for note in imported.notes]
         parts.append("\n".join(header) + "\n" + yaml.safe_dump(imported.manifest, sort_keys=False))
     sys.stdout.write("---\n".join(parts))
     return status

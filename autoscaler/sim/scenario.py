@@ -775,8 +775,10 @@ def _read_scenario_text(path: Path) -> str:
         problem = f"larger than {MAX_SCENARIO_BYTES // (1024 * 1024)} MiB"
     if problem is not None:
         raise ScenarioError(f"{path}: cannot read scenario: {problem}")
+    # A byte-order mark is dropped first: positions in the error count from the text after it.
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
     try:
-        return raw.decode("utf-8-sig")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1

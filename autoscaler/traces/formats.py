@@ -219,8 +219,10 @@ def read_text(path: str | os.PathLike[str]) -> str:
         if len(raw) > MAX_DECOMPRESSED_BYTES:
             limit = f"{MAX_DECOMPRESSED_BYTES / 2**20:,.0f} MiB"
             raise TraceFormatError(path, 1, 1, f"expands to more than {limit}: split it into smaller files")
+    # A byte-order mark is dropped first: positions in the error count from the text after it.
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
     try:
-        return raw.decode("utf-8-sig")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1

@@ -250,8 +250,17 @@ def test_default_behavior_block_and_disabled_scale_down() -> None:
         ("dcgm_fi_prof_gr_engine_active", MetricKind.ENGINE_ACTIVE),
         ("vllm:num_requests_waiting", MetricKind.QUEUE_DEPTH),
         ("http_requests_per_second", MetricKind.REQUEST_RATE),
+        ("tgi_queue_size", MetricKind.QUEUE_DEPTH),
+        ("vllm:request_success_total", MetricKind.REQUEST_RATE),
         ("packets-per-second", None),
         ("cpu", None),
+        # A time is neither a queue length nor a rate, whatever else its name says (each was once queue_depth).
+        ("vllm:request_queue_time_seconds", None),
+        ("tgi_request_queue_duration", None),
+        ("nv_inference_queue_duration_us", None),
+        ("queue_latency_ms", None),
+        ("QueueWaitTime", None),
+        ("http_request_duration_seconds_total", None),
     ],
 )
 def test_metric_names(name: str, kind: MetricKind | None) -> None:
@@ -386,7 +395,7 @@ def test_command_from_stdin_several_documents_and_json(tmp_path: Path) -> None:
         (("-", "--metric", "cpu=50"), WALKTHROUGH, "--metric: 'cpu=50' is not TYPE=TARGET"),
         (("-", "--metric", "gpu_utilization=-1"), WALKTHROUGH, "the target must be a positive number"),
         (("-",), WALKTHROUGH, "no metric this controller can read"),
-        (("-",), "{not: [yaml", "not YAML or JSON"),
+        (("-",), "{not: [yaml", "-: not valid YAML or JSON: "),
         (("-",), "", "no HPA in it"),
         (
             ("-", "--metric", "gpu_utilization=50"),
@@ -395,7 +404,7 @@ def test_command_from_stdin_several_documents_and_json(tmp_path: Path) -> None:
         ),
         (("-",), WALKTHROUGH.replace("name: php-apache\nspec", "name: 5\nspec"), "metadata.name: must be a string"),
         (("-",), "kind: List\nitems: {a: 1}\n", "-: document 1: items: a List's items must be a list"),
-        (("-",), "[" * 100_000, "-: nested too deeply to be an HPA manifest"),
+        (("-",), "[" * 100_000, "-: not valid YAML or JSON: nested too deeply"),
     ],
 )
 def test_command_errors_exit_2_naming_the_problem(args: tuple[str, ...], stdin: str | None, message: str) -> None:
@@ -461,3 +470,292 @@ def test_command_reads_a_live_hpa_and_can_adopt_it(tmp_path: Path) -> None:
         assert missing.returncode == 1 and "HTTP 404" in missing.stderr and "Traceback" not in missing.stderr
     finally:
         server.stop()
+
+
+# ---- review: v1 annotations, versions, integer types, names, duplicate keys, empty metrics ---------------------------
+
+V1_FROM_V2 = {
+    # What a kube-apiserver serves as autoscaling/v1 for an autoscaling/v2 HPA on DCGM_FI_DEV_GPU_UTIL with
+    # scale-down Disabled: no targetCPUUtilizationPercentage, the v2-only fields in annotations.
+    "apiVersion": "autoscaling/v1",
+    "kind": "HorizontalPodAutoscaler",
+    "metadata": {
+        "name": "llm",
+        "namespace": "ml",
+        "annotations": {
+            "autoscaling.alpha.kubernetes.io/metrics": json.dumps(
+                [{"type": "Pods", "pods": {"metricName": "DCGM_FI_DEV_GPU_UTIL", "targetAverageValue": "70"}}]
+            ),
+            "autoscaling.alpha.kubernetes.io/behavior": json.dumps(
+                {"ScaleUp": None, "ScaleDown": {"SelectPolicy": "Disabled"}}
+            ),
+            "autoscaling.alpha.kubernetes.io/conditions": "[]",
+            "autoscaling.alpha.kubernetes.io/current-metrics": "[]",
+        },
+    },
+    "spec": {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+        "minReplicas": 2,
+        "maxReplicas": 20,
+    },
+}
+
+
+def without_annotations(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    for key in keys:
+        del doc["metadata"]["annotations"][f"autoscaling.alpha.kubernetes.io/{key}"]
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "refused"),
+    [
+        (V1_FROM_V2, "metrics"),
+        (without_annotations(V1_FROM_V2, "metrics"), "behavior"),
+        (without_annotations(V1_FROM_V2, "behavior"), "metrics"),
+    ],
+    ids=["both", "behavior only", "metrics only"],
+)
+def test_a_v1_hpa_with_its_v2_fields_in_annotations_is_refused(doc: dict[str, Any], refused: str) -> None:
+    """Read as plain v1, this HPA used to import as "CPU 80 %" and, with --metric, as hpaWithoutBehavior: true -- a
+    policy that scales down where the HPA never does."""
+    for override in (None, (MetricKind.GPU_UTILIZATION, 70.0)):
+        with pytest.raises(HpaImportError) as caught:
+            import_hpa(doc, override)
+        message = str(caught.value)
+        assert message.startswith(f"metadata.annotations[autoscaling.alpha.kubernetes.io/{refused}]: "), message
+        assert "kubectl get hpa.v2.autoscaling llm -n ml -o yaml" in message
+
+
+def test_a_v1_hpa_with_only_status_annotations_imports() -> None:
+    doc = without_annotations(V1_FROM_V2, "metrics", "behavior")
+    doc["spec"]["targetCPUUtilizationPercentage"] = 60
+    imported = import_hpa(doc, (MetricKind.GPU_UTILIZATION, 70.0))
+    assert imported.manifest["spec"]["behavior"] == {"hpaWithoutBehavior": True}
+    assert imported.notes == ["spec.targetCPUUtilizationPercentage 60: CPU has no equivalent (use --metric)"]
+
+
+def test_a_v1_hpa_without_metric_names_its_cpu_field() -> None:
+    doc = without_annotations(V1_FROM_V2, "metrics", "behavior")
+    doc["spec"]["targetCPUUtilizationPercentage"] = 60
+    with pytest.raises(HpaImportError) as caught:
+        import_hpa(doc)
+    message = str(caught.value)
+    assert message.startswith("spec.targetCPUUtilizationPercentage 60: CPU has no equivalent; give a metric with")
+    assert "spec.metrics" not in message  # v1 has no such field
+
+
+def test_v2beta2_is_imported_as_v2() -> None:
+    v2 = with_behavior(SCALE_DOWN_POLICIES, GPU_METRIC)
+    v2beta2 = {**v2, "apiVersion": "autoscaling/v2beta2"}
+    assert import_hpa(v2beta2).manifest == import_hpa(v2).manifest
+    with pytest.raises(HpaImportError, match=r"apiVersion: 'autoscaling/v2beta1': not supported .* kubectl get hpa"):
+        import_hpa({**v2, "apiVersion": "autoscaling/v2beta1"})
+
+
+def test_command_refuses_a_v1_hpa_with_annotations() -> None:
+    done = cli("-", "--metric", "gpu_utilization=70", stdin=yaml.safe_dump(V1_FROM_V2))
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert "kubectl get hpa.v2.autoscaling llm -n ml -o yaml" in done.stderr
+
+
+def pods_metric(name: str, average: str = "1") -> dict[str, Any]:
+    return {
+        "type": "Pods",
+        "pods": {"metric": {"name": name}, "target": {"type": "AverageValue", "averageValue": average}},
+    }
+
+
+def test_the_kind_taken_from_a_name_is_always_said() -> None:
+    metrics = [pods_metric("vllm:num_requests_waiting", "5"), *GPU_METRIC, pods_metric("http_requests_per_second")]
+    imported = import_hpa(with_behavior(DEFAULT_BEHAVIOR, metrics))
+    assert imported.inferred == [
+        "spec.metrics[0]: Pods metric 'vllm:num_requests_waiting' taken as queue_depth (from its name): check that "
+        "its average per pod is a number of requests waiting, per replica",
+        "spec.metrics[1]: Pods metric 'DCGM_FI_DEV_GPU_UTIL' taken as gpu_utilization (from its name): check that "
+        "its average per pod is GPU utilisation in percent",
+        "spec.metrics[2]: Pods metric 'http_requests_per_second' taken as request_rate (from its name): check that "
+        "its average per pod is requests per second, per replica",
+    ]
+    done = cli("-", stdin=yaml.safe_dump(with_behavior(DEFAULT_BEHAVIOR, metrics)))
+    assert done.returncode == 0, done.stderr
+    assert "# inferred: spec.metrics[0]: Pods metric 'vllm:num_requests_waiting' taken as queue_depth" in done.stdout
+    assert "ml/php-apache: spec.metrics[0]: Pods metric 'vllm:num_requests_waiting' taken as queue_dep" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["vllm:request_queue_time_seconds", "tgi_request_queue_duration", "nv_inference_queue_duration_us"]
+)
+def test_a_latency_named_queue_is_not_a_queue_length(name: str) -> None:
+    doc = with_behavior(DEFAULT_BEHAVIOR, [pods_metric(name, "500m")])
+    with pytest.raises(HpaImportError) as caught:
+        import_hpa(doc)
+    assert f"Pods metric {name!r}: a time or latency by its name, not queue_depth" in str(caught.value)
+    imported = import_hpa(doc, (MetricKind.GPU_UTILIZATION, 70.0))
+    assert imported.manifest["spec"]["metric"] == {"type": "gpu_utilization", "target": 70.0}
+    assert imported.inferred == []
+
+
+# Integer fields given as strings, booleans or floats: each used to be written out as given ("2", true), which the
+# policy's lax validation accepted and the CRD's schema refuses.
+NOT_INTEGERS: list[tuple[str, Any, str]] = [
+    ("spec.minReplicas", "2", "spec.minReplicas: must be an integer, not a string ('2')"),
+    ("spec.minReplicas", True, "spec.minReplicas: must be an integer, not a boolean (True)"),
+    ("spec.minReplicas", 2.0, "spec.minReplicas: must be an integer, not 2.0"),
+    ("spec.maxReplicas", "20", "spec.maxReplicas: must be an integer, not a string ('20')"),
+    ("spec.maxReplicas", None, "spec.maxReplicas: required integer"),
+    (
+        "spec.behavior.scaleDown.stabilizationWindowSeconds",
+        "60",
+        "spec.behavior.scaleDown.stabilizationWindowSeconds: must be an integer, not a string ('60')",
+    ),
+    (
+        "spec.behavior.scaleDown.policies.0.value",
+        "4",
+        "spec.behavior.scaleDown.policies[0].value: must be an integer, not a string ('4')",
+    ),
+    (
+        "spec.behavior.scaleDown.policies.0.value",
+        True,
+        "spec.behavior.scaleDown.policies[0].value: must be an integer, not a boolean (True)",
+    ),
+    (
+        "spec.behavior.scaleDown.policies.0.periodSeconds",
+        "60",
+        "spec.behavior.scaleDown.policies[0].periodSeconds: must be an integer, not a string ('60')",
+    ),
+    (
+        "spec.behavior.scaleDown.policies.0.periodSeconds",
+        None,
+        "spec.behavior.scaleDown.policies[0].periodSeconds: required integer",
+    ),
+    (
+        "spec.behavior.scaleDown.selectPolicy",
+        1,
+        "spec.behavior.scaleDown.selectPolicy: must be a string, not a number (1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), NOT_INTEGERS, ids=[f"{c[0]}={c[1]!r}" for c in NOT_INTEGERS])
+def test_an_integer_field_of_another_type_names_the_field(path: str, value: Any, message: str) -> None:
+    doc = with_behavior(copy.deepcopy(DEFAULT_BEHAVIOR), GPU_METRIC)
+    doc["spec"]["minReplicas"] = 2
+    doc["spec"]["behavior"]["scaleDown"]["policies"] = [{"type": "Pods", "value": 4, "periodSeconds": 60}]
+    with pytest.raises(HpaImportError) as caught:
+        import_hpa(setting(doc, path, value))
+    assert str(caught.value) == message
+
+
+def test_the_integers_written_are_integers() -> None:
+    doc = with_behavior(copy.deepcopy(DEFAULT_BEHAVIOR), GPU_METRIC)
+    doc["spec"]["minReplicas"] = None  # null: the default, 1
+    spec = import_hpa(doc).manifest["spec"]
+    assert spec["minReplicas"] == 1 and spec["maxReplicas"] == 100
+    rules = [spec["behavior"]["scaleUp"], spec["behavior"]["scaleDown"]]
+    numbers = [spec["minReplicas"], spec["maxReplicas"]] + [r["stabilizationWindowSeconds"] for r in rules]
+    numbers += [p[k] for r in rules for p in r["policies"] for k in ("value", "periodSeconds")]
+    assert all(type(n) is int for n in numbers), numbers
+
+
+BAD_NAMES: list[tuple[str, Any, str]] = [
+    ("metadata.name", "llm\nmode: x", "metadata.name: 'llm\\nmode: x' is not a valid name (a DNS-1123 subdomain"),
+    ("metadata.name", "LLM", "metadata.name: 'LLM' is not a valid name"),
+    ("metadata.name", "llm_1", "metadata.name: 'llm_1' is not a valid name"),
+    ("metadata.name", "-llm", "metadata.name: '-llm' is not a valid name"),
+    ("metadata.name", "a" * 254, "metadata.name: 'aaaa"),
+    ("metadata.name", "", "metadata.name: required"),
+    ("metadata.namespace", "ml.prod", "metadata.namespace: 'ml.prod' is not a valid name (a DNS-1123 label"),
+    ("metadata.namespace", "ml\n", "metadata.namespace: 'ml\\n' is not a valid name"),
+    ("metadata.namespace", "a" * 64, "metadata.namespace: 'aaaa"),
+    ("spec.scaleTargetRef.name", "Web", "spec.scaleTargetRef.name: 'Web' is not a valid name"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), BAD_NAMES, ids=[f"{c[0]}={c[1]!r}"[:40] for c in BAD_NAMES])
+def test_a_name_kubernetes_refuses_is_refused(path: str, value: Any, message: str) -> None:
+    with pytest.raises(HpaImportError) as caught:
+        import_hpa(setting(with_behavior(DEFAULT_BEHAVIOR, GPU_METRIC), path, value))
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_longest_names_are_accepted() -> None:
+    doc = setting(with_behavior(DEFAULT_BEHAVIOR, GPU_METRIC), "metadata.name", "a." * 126 + "b")
+    doc["metadata"]["namespace"] = "n" * 63
+    assert import_hpa(doc).manifest["metadata"] == {"name": "a." * 126 + "b", "namespace": "n" * 63}
+    doc["metadata"]["namespace"] = ""  # kubectl's default namespace
+    assert import_hpa(doc).manifest["metadata"]["namespace"] == "default"
+
+
+@pytest.mark.parametrize(
+    "metric",
+    [
+        {"type": "Resource", "resource": {"name": "cpu\nextra: 1"}},
+        {"type": "Object", "object": {"describedObject": {"kind": "Ingress\r\nextra: 1"}}},
+        {
+            "type": "External",
+            "external": {"metric": {"name": "DCGM_FI_DEV_GPU_UTIL"}, "target": {"type": "Value\u2028extra: 1"}},
+        },
+    ],
+    ids=["Resource name", "Object kind", "External target type"],
+)
+def test_comments_stay_one_line(metric: dict[str, Any]) -> None:
+    """A line break in a name written into a ``#`` comment used to make the rest of it YAML: keys of the policy."""
+    doc = with_behavior(DEFAULT_BEHAVIOR, [metric, *GPU_METRIC])
+    done = cli("-", stdin=yaml.safe_dump(doc))
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.split("apiVersion:", 1)[0]
+    assert header.count("\n") == len(header.splitlines()) and all(line.startswith("# ") for line in header.splitlines())
+    assert yaml.safe_load(done.stdout) == import_hpa(doc).manifest  # nothing added to the policy
+    assert "extra: 1" in header  # escaped, on the comment's line
+    assert all(line.startswith("autoscaler import-hpa: ") for line in done.stderr.splitlines())
+
+
+DUPLICATE_KEY = """\
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: llm, namespace: ml}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: llm}
+  minReplicas: 2
+  maxReplicas: 8
+  metrics:
+  - type: Pods
+    pods:
+      metric: {name: DCGM_FI_DEV_GPU_UTIL}
+      target: {type: AverageValue, averageValue: "70"}
+  maxReplicas: 80
+"""
+
+
+def test_command_refuses_a_key_given_twice(tmp_path: Path) -> None:
+    """``yaml.safe_load_all`` kept the last one silently (maxReplicas 80); ``kubectl apply`` refuses the file."""
+    done = cli("-", "-o", "json", stdin=DUPLICATE_KEY)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert "-: not valid YAML or JSON: found duplicate key 'maxReplicas' (line 13, column 3)" in done.stderr
+    path = tmp_path / "hpa.yaml"
+    path.write_text(DUPLICATE_KEY)
+    from_file = cli(str(path))
+    assert from_file.returncode == 2 and f"{path}: not valid YAML or JSON: found duplicate key" in from_file.stderr
+
+
+def test_command_names_the_first_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "hpa.yaml"
+    path.write_bytes(WALKTHROUGH.encode().replace(b"php-apache\nspec", b"php-\xffapache\nspec"))
+    done = cli(str(path), "--metric", "gpu_utilization=50")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{path}: not UTF-8 text (byte 0xff at line 5, column 13)" in done.stderr
+    path.write_bytes(b"\xef\xbb\xbf" + WALKTHROUGH.encode())  # a byte-order mark alone is fine
+    assert cli(str(path), "--metric", "gpu_utilization=50").returncode == 0
+
+
+@pytest.mark.parametrize(("metrics", "state"), [(None, "absent"), ([], "empty")])
+def test_no_metrics_is_cpu_at_80_percent_and_says_so(metrics: list[Any] | None, state: str) -> None:
+    doc = copy.deepcopy(with_behavior(DEFAULT_BEHAVIOR))
+    doc["spec"]["metrics"] = metrics
+    imported = import_hpa(doc, (MetricKind.GPU_UTILIZATION, 70.0))
+    assert imported.notes == [
+        f"spec.metrics {state}: the HPA defaults to CPU at 80 %, which has no equivalent (use --metric)"
+    ]

@@ -414,3 +414,17 @@ def test_a_servegen_client_given_twice_is_refused(tmp_path: Path, capsys: pytest
     (chunks / "chunk-0-trace.csv").write_text(text)
     assert run(["trace", "convert", "servegen", str(chunks), "-o", str(tmp_path / "copy.csv")]) == 2
     assert "chunk 0 is also" in capsys.readouterr().err
+
+
+def test_a_bad_byte_after_a_byte_order_mark_is_named_where_it_is(tmp_path: Path) -> None:
+    """The utf-8-sig decoder counts from after the mark: the error named the mark's last byte, 3 columns early."""
+    from autoscaler.traces.formats import TraceFormatError, read_text
+    from autoscaler.yaml_input import YamlProblem, decode_utf8
+
+    raw = b"\xef\xbb\xbftimestamp,rate\n0,1\n60,\xff\n"
+    path = tmp_path / "bom.csv"
+    path.write_bytes(raw)
+    with pytest.raises(TraceFormatError, match=r"0xff"):
+        read_text(path)
+    with pytest.raises(YamlProblem, match=r"byte 0xff at line 3, column 4"):
+        decode_utf8(raw)
