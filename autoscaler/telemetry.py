@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,6 +52,45 @@ EXTENDER_FILTER_REASONS = ("gpu_type_mismatch", "node_too_small")
 
 # Results named in gpu_autoscaler_forecast_fits_total{result}.
 FIT_RESULTS = ("ok", "failed", "timeout", "no_data")
+
+# Counter children created at zero with the registry, so that increase() and rate() count an alert's first event (a
+# child that appears at its first increment starts at 1, and increase() reads that first sample as no change). Only
+# the label values the alerts of deploy/rules/gpu-autoscaler.rules.yml read, which keeps the series count fixed.
+TICK_RESULTS = ("ok", "hold", "error", "standby")
+# gpu_autoscaler_decisions_total{reason}: GPUAutoscalerSLOBreachPersistent, GPUAutoscalerServiceAtMaxReplicas.
+ALERTED_DECISION_REASONS = ("slo_breach", "at_max_replicas")
+# gpu_autoscaler_actions_total{kind, reason}: the (kind, reason) pairs the controller plans (core/decide.py: a
+# ScaleDeployment carries the reason of the decision that changed the replicas; core/arbitrate.py; core/rebalance.py).
+SCALE_REASONS = (
+    "metric_above_target",
+    "metric_below_target",
+    "slo_breach",
+    "scale_up_stabilised",
+    "scale_down_stabilised",
+    "scale_up_rate_limited",
+    "scale_down_rate_limited",
+    "at_min_replicas",
+    "at_max_replicas",
+    "forecast_floor",
+    "forecast_hold",
+)
+ACTION_KIND_REASONS = (
+    *(("ScaleDeployment", reason) for reason in SCALE_REASONS),
+    ("EvictPod", "preempt_for_inference"),
+    ("EvictPod", "rebalance"),
+    ("SuspendWorkload", "preempt_for_inference"),
+    ("ResumeWorkload", "resume_training"),
+    ("ScaleNodePool", "burst_scale_up"),
+    ("ScaleNodePool", "burst_scale_down"),
+)
+# (kind, result) pairs the alerts count: every kind failed (GPUAutoscalerActionsFailing), evictions blocked
+# (GPUAutoscalerEvictionsBlocked), resumed training (GPUAutoscalerTrainingThrash). These results only happen when the
+# controller writes, so their dry_run label is always "false".
+ALERTED_ACTION_RESULTS = (
+    *((kind, "failed") for kind in dict.fromkeys(kind for kind, _ in ACTION_KIND_REASONS)),
+    ("EvictPod", "blocked"),
+    ("ResumeWorkload", "applied"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +163,8 @@ class ForecastGauges:
     reliable: bool | None
     fit_age_s: float | None
     floor_replicas: int | None  # replicas the forecast asks for (also in shadow mode); None when not usable
-    fallback_reason: str | None = None  # forecast_stale | forecast_unreliable: the service scales reactively only
+    # forecast_stale | forecast_unreliable | forecast_missing: the service scales reactively only
+    fallback_reason: str | None = None
     headroom_ratio: float | None = None  # share of the spec's target an ACTIVE forecasting service runs at
     headroom_state: str | None = None  # core.headroom.HeadroomState value
 
@@ -168,8 +209,10 @@ class _ForecastCollector(Collector):
         )
         fallback = GaugeMetricFamily(
             f"{PREFIX}_forecast_fallback",
-            "1 when a forecasting service scales reactively only because its forecast is stale or unreliable, by "
-            "reason (forecast_stale, forecast_unreliable)",
+            "1 when a forecasting service scales reactively only, by reason: forecast_stale (its latest fit is too "
+            "old), forecast_unreliable (its recent error is above the seasonal-naive baseline's), forecast_missing "
+            "(an active service without a usable forecast: no fit yet, as for a new service until it has enough "
+            "history, or a metric other than the request rate without spec.forecast.ratePerReplica; not alerted on)",
             labels=[*labels, "reason"],
         )
         headroom = GaugeMetricFamily(
@@ -249,10 +292,25 @@ class Telemetry:
             "GPUScalingPolicy objects rejected by validation at the latest tick",
             registry=r,
         )
+        self.process_start_time = Gauge(
+            f"{PREFIX}_process_start_time_seconds",
+            "Start time of the controller process (when its metrics were created), seconds since the Unix epoch",
+            registry=r,
+        )
+        self.process_start_time.set(time.time())
         self._identity = identity
         self.leader.labels(identity=identity).set(0)
         for component in ERROR_COMPONENTS:
             self.errors.labels(component=component)  # export zeros so that rate() works from the first error
+        for result in TICK_RESULTS:
+            self.ticks.labels(result=result)
+        for reason in ALERTED_DECISION_REASONS:
+            self.decisions.labels(reason=reason)
+        alerted = set(ALERTED_ACTION_RESULTS)
+        for kind, reason in ACTION_KIND_REASONS:
+            for result in ("failed", "blocked", "applied"):
+                if (kind, result) in alerted:
+                    self.actions.labels(kind=kind, reason=reason, dry_run="false", result=result)
         self.services = _ServiceCollector()
         r.register(self.services)
         self.forecast_fit_duration = Histogram(

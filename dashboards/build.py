@@ -58,10 +58,14 @@ OUTPUT = Path(__file__).resolve().parent / "gpu-autoscaler.json"
 UID = "gpu-autoscaler"
 RUNBOOKS_URL = "https://github.com/example/gpu-autoscaler/blob/main/deploy/runbooks/README.md"
 
-# Forecast accountability metrics, to be exported by the controller's forecast job. When they land under other
-# names, change these two constants (and rebuild): the Forecast row already has their panels.
-FORECAST_ERROR_METRIC = "gpu_autoscaler_forecast_pinball_ratio"  # per namespace/service: error / seasonal naive
-FORECAST_FALLBACK_METRIC = "gpu_autoscaler_forecast_fallback"  # per namespace/service: 1 = reactive scaling only
+# Forecast accountability per service, from the leader-only, label-normalised recording rules of
+# deploy/rules/gpu-autoscaler.rules.yml (group gpu-autoscaler.forecast): the raw gauges carry the service's labels as
+# exported_namespace/exported_service under deploy/base's ServiceMonitor, and a former leader keeps exporting them.
+FORECAST_ERROR_SERIES = "namespace_service:gpu_autoscaler_forecast_pinball_ratio:leader"  # error / seasonal naive
+FORECAST_FALLBACK_SERIES = "namespace_service_reason:gpu_autoscaler_forecast_fallback:leader"  # 1 = reactive only
+HEADROOM_SERIES = "namespace_service:gpu_autoscaler_headroom_target_ratio:leader"  # share of the spec's target
+# The newest successful tick of each installation (followers' zeros and replaced leaders handled by the rule).
+LAST_SUCCESS = "namespace_job:gpu_autoscaler_last_successful_tick_timestamp_seconds:max"
 
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 JOB = 'job=~"$job"'
@@ -162,9 +166,12 @@ def controller_row() -> tuple[Row, list[Builder]]:
         stat(
             "Since last successful tick",
             "s",
-            query(f"time() - max(gpu_autoscaler_last_successful_tick_timestamp_seconds{{{JOB}}})", "age", instant=True),
-            "Age of the newest tick that read everything it needed (alert GPUAutoscalerNoSuccessfulTick at 10 min).",
-        ).thresholds(thresholds((None, "green"), (60, "orange"), (600, "red"))),
+            query(f"time() - min({LAST_SUCCESS}{{{JOB}}})", "age", instant=True),
+            "Age of the newest tick that read everything it needed, for the installation that has waited longest "
+            "(alert GPUAutoscalerNoSuccessfulTick at 10 min). Empty: no successful tick in the last hour.",
+        )
+        .thresholds(thresholds((None, "green"), (60, "orange"), (600, "red")))
+        .no_value("none in 1 h"),
         stat(
             "Invalid policies",
             "none",
@@ -249,16 +256,17 @@ def decisions_row() -> tuple[Row, list[Builder]]:
             [
                 query(
                     "sum by (kind, reason, dry_run, result) "
-                    f"(rate(gpu_autoscaler_actions_total{{{JOB}}}[$__rate_interval]))",
+                    f"(rate(gpu_autoscaler_actions_total{{{JOB}}}[$__rate_interval])) > 0",
                     "{{kind}} {{reason}}: {{result}} (dry run {{dry_run}})",
                 )
             ],
             "applied; failed (retried next tick); blocked (a PodDisruptionBudget refused an eviction); held (not "
             "applied on stale data or during the takeover grace); skipped (the object changed since the tick read it: "
-            "not written, the next tick decides); dry_run; not_leader.",
+            "not written, the next tick decides); dry_run; not_leader. Kinds and results that did not happen are "
+            "left out (the controller exports the ones the alerts count at 0 from its start).",
             width=12,
             stacked=True,
-        ),
+        ).no_value("no actions"),
     ]
     return Row("Decisions and actions"), panels
 
@@ -391,30 +399,29 @@ def forecast_row() -> tuple[Row, list[Builder]]:
         timeseries(
             "Forecast error by service (pinball / seasonal naive)",
             "none",
-            [query(f"max by (namespace, service) ({FORECAST_ERROR_METRIC}{{{SVC}}})", "{{namespace}}/{{service}}")],
-            f"{FORECAST_ERROR_METRIC}: recent pinball loss at the provisioned quantile divided by the seasonal-naive "
-            "baseline's; above 1 the forecast is not trusted and the service scales reactively.",
+            [query(f"{FORECAST_ERROR_SERIES}{{{SVC}}}", "{{namespace}}/{{service}}")],
+            "gpu_autoscaler_forecast_pinball_ratio (the leader's): recent pinball loss at the provisioned quantile "
+            "divided by the seasonal-naive baseline's; above 1 the forecast is not trusted and the service scales "
+            "reactively.",
             width=8,
         ),
         timeseries(
             "Services on reactive fall-back",
             "none",
-            [query(f"sum({FORECAST_FALLBACK_METRIC}{{{SVC}}})", "services")],
-            f"{FORECAST_FALLBACK_METRIC}: services whose forecast is unreliable or stale, scaled reactively only.",
+            [query(f"sum by (reason) ({FORECAST_FALLBACK_SERIES}{{{SVC}}})", "{{reason}}")],
+            "gpu_autoscaler_forecast_fallback (the leader's): forecasting services scaled reactively only, by reason: "
+            "forecast_stale, forecast_unreliable (alert GPUAutoscalerForecastFallback after 30 min), forecast_missing "
+            "(no usable forecast yet, or a metric other than the request rate without ratePerReplica: not alerted).",
             width=8,
+            stacked=True,
         ),
         timeseries(
             "Earned headroom by service (share of the target)",
             "percentunit",
-            [
-                query(
-                    f"max by (namespace, service) (gpu_autoscaler_headroom_target_ratio{{{SVC}}})",
-                    "{{namespace}}/{{service}}",
-                )
-            ],
-            "gpu_autoscaler_headroom_target_ratio: the share of its spec's target an active forecasting service runs "
-            "at. 1 once its forecast's quantile covered the demand; untrustedTargetRatio (0.75) while it learns or "
-            "when the forecast degrades (more replicas, not fewer).",
+            [query(f"{HEADROOM_SERIES}{{{SVC}}}", "{{namespace}}/{{service}}")],
+            "gpu_autoscaler_headroom_target_ratio (the leader's): the share of its spec's target an active "
+            "forecasting service runs at. 1 once its forecast's quantile covered the demand; untrustedTargetRatio "
+            "(0.75) while it learns or when the forecast degrades (more replicas, not fewer).",
             width=12,
         ),
         timeseries(

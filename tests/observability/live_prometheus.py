@@ -141,7 +141,13 @@ def history(start: float) -> list[Series]:
     ]
     for le, share in (("0.1", 0.2), ("0.25", 0.9), ("1", 1.0), ("10", 1.0), ("+Inf", 1.0)):
         s.append(Series("gpu_autoscaler_tick_duration_seconds_bucket", {**LEADER, "le": le}, counter(share / 15)))
-    for reason, per_s in (("within_tolerance", 0.1), ("at_max_replicas", 0.03), ("forecast_floor", 0.02)):
+    # 2 services, 4 ticks a minute (8 decisions a minute): chat is clamped at maxReplicas on 3 ticks in 4
+    # (GPUAutoscalerServiceAtMaxReplicas pending at 0.75 services per tick).
+    for reason, per_s in (
+        ("within_tolerance", 0.5 / 15),
+        ("at_max_replicas", 0.75 / 15),
+        ("forecast_floor", 0.75 / 15),
+    ):
         s.append(Series("gpu_autoscaler_decisions_total", {**LEADER, "reason": reason}, counter(per_s)))
     s.append(Series("gpu_autoscaler_decisions_total", {**LEADER, "reason": "slo_breach"}, const(0)))
     for kind, reason, result, per_s in (

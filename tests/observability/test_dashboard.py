@@ -241,8 +241,11 @@ def prometheus(promtool: str, prometheus_binary: str, tmp_path_factory: pytest.T
     try:
         # Recording rules run every second; the inference-pod series need the per-service ones of the same pass.
         server.wait_for("namespace_service_pod:dcgm_gpu_util:avg")
-        # The capacity rules are another group, evaluated on its own schedule: its first pass may come later.
+        # The capacity, forecast and controller rules are other groups, evaluated on their own schedules: their
+        # first passes may come later.
         server.wait_for("namespace_job_pool:gpu_autoscaler_burst_nodes:leader")
+        server.wait_for("namespace_service_reason:gpu_autoscaler_forecast_fallback:leader")
+        server.wait_for("namespace_job:gpu_autoscaler_last_successful_tick_timestamp_seconds:max")
         yield server
     finally:
         server.stop()
@@ -251,9 +254,9 @@ def prometheus(promtool: str, prometheus_binary: str, tmp_path_factory: pytest.T
 def load_build_constants() -> dict[str, Any]:
     # Read the constants from the source so this test needs no SDK.
     source = (DASHBOARDS_DIR / "build.py").read_text()
-    metrics = re.findall(r'^FORECAST_\w+_METRIC = "(\w+)"', source, flags=re.M)
-    assert len(metrics) == 2
-    return {"forecast_metrics": metrics}
+    series = re.findall(r'^FORECAST_\w+_SERIES = "([\w:]+)"', source, flags=re.M)
+    assert len(series) == 2
+    return {"forecast_series": series}
 
 
 def test_rebalance_panels_show_the_leaders_values(prometheus: Prometheus) -> None:
@@ -285,7 +288,7 @@ def test_every_panel_query_runs_and_returns_data(prometheus: Prometheus) -> None
             empty.add(title)
     assert not errors, "\n".join(errors)
     forecast_panels = {
-        title for title, t in targets(d) if any(m in t["expr"] for m in build_constants["forecast_metrics"])
+        title for title, t in targets(d) if any(m in t["expr"] for m in build_constants["forecast_series"])
     }
     assert len(forecast_panels) == 2  # the forecast metrics the controller exports are on the dashboard
     assert empty == set(), f"panels without data: {sorted(empty)}"
