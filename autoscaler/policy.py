@@ -46,7 +46,8 @@ class _Strict(BaseModel):
 
 
 # A Kubernetes object name (RFC 1123 subdomain: lower-case labels of letters, digits and '-', joined by dots).
-DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # a namespace's characters (at most 63 of them)
+DNS_SUBDOMAIN = rf"{DNS_LABEL}(\.{DNS_LABEL})*"
 
 
 class TargetRef(_Strict):

@@ -83,9 +83,8 @@ class TickReporter:
         self.actuator = actuator
         self.status_writer = status_writer
         self.dry_run = dry_run
-        self._written_status: dict[tuple[str, str], tuple[str | None, int | None, StatusUpdate]] = {}
-        # lastForecast, to not rewrite each tick (keyed with the object's uid like the status memo)
-        self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
+        self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}  # lastForecast, to not rewrite each tick
         self._seen_uids: dict[tuple[str, str], str] = {}  # each listed policy's metadata.uid at the last prune
 
     def reset(self) -> None:
@@ -273,7 +272,6 @@ class TickReporter:
                     # The demand at now + lead moves every tick; rewrite lastForecast only when the fit, the floor
                     # or the verdict changes, so a steady service costs no status write per tick.
                     forecast_memo = (
-                        obj.uid,
                         record.time,
                         record.replicas,
                         record.reliable,
@@ -286,7 +284,7 @@ class TickReporter:
                         update = replace(update, last_forecast=record)
             else:
                 continue
-            if self._written_status.get(ident) == (obj.uid, obj.generation, update):
+            if self._written_status.get(ident) == (obj.generation, update):
                 continue
             if not self.actuator.can_act():
                 # asked before every write: a Lease lost after the previous status write stops the rest
@@ -311,7 +309,7 @@ class TickReporter:
                 self.telemetry.error("status_write")
                 log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)
                 continue
-            self._written_status[ident] = (obj.uid, obj.generation, replace(update, last_forecast=None))
+            self._written_status[ident] = (obj.generation, replace(update, last_forecast=None))
             if forecast_memo is not None:
                 self._written_forecast[ident] = forecast_memo
 

@@ -495,7 +495,7 @@ def arbitrate(
         free_since = free_since if free_since is not None else now
         lower = [c for c in candidates if c.gang not in taken]
         actions.extend(
-            _give_back(arb, config, pools, free, node_types, unneeded, resumable, workloads, notes, lower)
+            _give_back(arb, config, pools, free, node_types, unneeded, resumable, workloads, notes, lower, runs_at)
         )
     report = CapacityReport(
         tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes), tuple(pools)
@@ -512,6 +512,7 @@ def _consolidation(
     node_types: Mapping[str, str | None],
     candidates: Sequence[GangCandidate],
     reserve: int,
+    runs_at: Mapping[str, int],
 ) -> tuple[tuple[GangCandidate, ...], str, str] | str | None:
     """Whether to empty the busy burst ``node`` onto the cluster's other nodes, stopping lower-priority training to
     make room, because that costs less than keeping the node for ``consolidate_horizon_s``: the victims, the reason
@@ -544,7 +545,6 @@ def _consolidation(
             return f"{key} has no usable forecast to tell whether it can spare {moving} replica(s) for a cold start"
         if keeps < expected:
             return f"{key} would keep {keeps} replica(s) elsewhere, its median forecast needs {expected}: not now"
-    runs_at = pod_priorities(arb.snapshot)
     priority = min(preemptor_priority(p, runs_at) for p in policies)
     gpus_per_replica = max(p.gpus for p in pods)
     # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's
@@ -621,9 +621,11 @@ def _give_back(
     resumable: dict[str, float],
     workloads: Mapping[str, WorkloadInfo],
     notes: list[str],
-    candidates: Sequence[GangCandidate] = (),
+    candidates: Sequence[GangCandidate],
+    runs_at: Mapping[str, int],
 ) -> list[Action]:
-    """Burst nodes first, then the training this controller suspended."""
+    """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
+    ``pod_priorities``, computed once per tick by the caller."""
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
@@ -671,7 +673,9 @@ def _give_back(
             f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
             f"elsewhere, {reserve} reserved for the forecast)"
         )
-        plan = _consolidation(arb, config, pool, emptiest, free, node_types, candidates, reserve) if mine else None
+        plan = None
+        if mine:
+            plan = _consolidation(arb, config, pool, emptiest, free, node_types, candidates, reserve, runs_at)
         if plan is None or isinstance(plan, str):
             unneeded.pop(pool.name, None)
             notes.append(busy if plan is None else f"{busy}; {plan}")

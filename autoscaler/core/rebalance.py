@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from autoscaler.core.cluster import SERVING_OWNER_KINDS, ClusterSnapshot, PodInfo, free_gpus_per_node
 from autoscaler.core.model import EvictPod, ScaleDecision
 from autoscaler.core.reasons import Reason
-from autoscaler.core.victims import pdbs_covering
+from autoscaler.core.victims import pdbs_covering, unevictable_under_budgets
 
 # "allowed" on a training gang's pods lets the rebalancer move it; on every pod of a Deployment no valid policy scales,
 # lets it move that Deployment's replicas
@@ -165,7 +165,7 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
                 owner = f"deployment/{key[0]}/{key[1]}"
                 budgets = pdbs_covering(snapshot, [pod])
                 if len(budgets) > 1:
-                    continue  # the Eviction API refuses a pod that more than one budget selects
+                    continue  # unevictable_under_budgets, on the budgets at hand: the Eviction API refuses the pod
                 units.append(_Unit((pod,), owner, budgets, gpu_type, False))
     for gang, pods in sorted(gangs.items()):
         if not all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods):
@@ -180,8 +180,9 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
                 f"{'a bare pod' if odd.owner_kind is None else f'owned by a {odd.owner_kind}'}: not moved"
             )
             continue
-        if any(len(pdbs_covering(snapshot, [p])) > 1 for p in pods):
-            notes.append(f"gang {gang}: a pod is covered by several PodDisruptionBudgets: the Eviction API refuses it")
+        unevictable = unevictable_under_budgets(snapshot, pods)
+        if unevictable is not None:
+            notes.append(f"gang {gang}: {unevictable}")
             continue
         if not all(p.node in ready_nodes and p.ready for p in pods):
             continue

@@ -222,15 +222,23 @@ def within_budgets(victims: Iterable[GangCandidate]) -> bool:
     return all(used[key] <= allowed[key] for key in used)
 
 
-def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
+def unevictable_under_budgets(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
+    """Why one of ``pods`` can never be evicted, or None: the Eviction API refuses (HTTP 500) a pod that more than
+    one PodDisruptionBudget selects, whatever they allow, so planning its eviction (a preemption or a move) would fail
+    at every tick while a pod that can be evicted stays untouched."""
     for pod in pods:
-        # The Eviction API refuses (HTTP 500) a pod that more than one budget selects, whatever they allow: taking
-        # its gang would fail at every tick while a gang that can be evicted stays untouched.
         covering = pdbs_covering(snapshot, (pod,))
         if len(covering) > 1:
             names = ", ".join(key for key, _, _ in covering)
             return f"pod {pod.namespace}/{pod.name} is covered by {len(covering)} PodDisruptionBudgets ({names}): " \
                 "the Eviction API refuses it"
+    return None
+
+
+def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
+    unevictable = unevictable_under_budgets(snapshot, pods)
+    if unevictable is not None:
+        return unevictable
     for key, covered, allowed in pdbs_covering(snapshot, pods):
         if covered > allowed:
             return f"PodDisruptionBudget {key} allows {allowed} of its {covered}"

@@ -40,14 +40,12 @@ from kubernetes.utils.quantity import parse_quantity as k8s_parse
 
 from autoscaler.adapters.kubernetes.policies import InvalidPolicy, validate_policy
 from autoscaler.core.model import MetricKind
-from autoscaler.policy import API_GROUP, API_VERSION, DNS_SUBDOMAIN, KIND
+from autoscaler.policy import API_GROUP, API_VERSION, DNS_LABEL, DNS_SUBDOMAIN, KIND
 
 HPA_API_VERSIONS = ("autoscaling/v2", "autoscaling/v2beta2", "autoscaling/v1")
 #: Where the API server keeps an autoscaling/v2 HPA's v2-only fields when it serves the object as autoscaling/v1.
 V1_METRICS_ANNOTATION = "autoscaling.alpha.kubernetes.io/metrics"
 V1_BEHAVIOR_ANNOTATION = "autoscaling.alpha.kubernetes.io/behavior"
-# A namespace is a DNS-1123 label: one label of DNS_SUBDOMAIN, at most 63 characters.
-DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 
 _BY_NAME: tuple[tuple[MetricKind, tuple[str, ...], tuple[str, ...]], ...] = (
     # kind, every one of these must appear, one of these must appear
