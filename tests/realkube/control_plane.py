@@ -424,7 +424,48 @@ class ControlPlane:
         self._wait_apiserver_ready(timeout_s=timeout_s)
         ready_s = time.monotonic() - t0
         self.wait_nodes_schedulable([n.name for n in self.nodes], timeout_s=timeout_s)
+        self._wait_controllers_resynced(timeout_s=max(timeout_s, 90))
         return ready_s
+
+    def _wait_controllers_resynced(self, timeout_s: float) -> None:
+        """Wait until kube-controller-manager and kube-scheduler act again after an apiserver restart.
+
+        A restarted apiserver answers /readyz while its authorizer still refuses the components' watches for a
+        moment; each refused watch backs off (client-go's reflector doubles its wait up to 30 s), so a namespace
+        made just then got no "default" ServiceAccount within the next test's 30 s (CI run of 2026-12-05). A probe
+        namespace that gets its ServiceAccount, and a Deployment in it whose pod is made and bound, show the
+        ServiceAccount, Deployment, ReplicaSet and scheduler loops watching again."""
+        name = f"rk-restart-probe-{secrets.token_hex(3)}"
+        self.request(
+            "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
+        try:
+            self.wait_default_service_account(name, timeout_s=timeout_s)
+            probe = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "probe"},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": "probe"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "probe"}},
+                        "spec": {
+                            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                            "terminationGracePeriodSeconds": 0,
+                        },
+                    },
+                },
+            }
+            self.request("POST", f"/apis/apps/v1/namespaces/{name}/deployments", probe)
+            self.wait(
+                "a probe pod made and bound after the apiserver restart",
+                lambda: any(p.get("spec", {}).get("nodeName") for p in self.pods(name)) or None,
+                timeout_s=timeout_s,
+                interval_s=0.25,
+            )
+        finally:
+            self.delete_namespace(name)
 
     def _add(self, name: str, argv: list[str]) -> Component:
         component = Component(name, argv, self.logs / f"{name}.log")
@@ -775,7 +816,7 @@ class ControlPlane:
             on_timeout=lambda: self.log_tails(("kwok", "kube-controller-manager")),
         )
 
-    def wait_default_service_account(self, namespace: str, timeout_s: float = 30) -> None:
+    def wait_default_service_account(self, namespace: str, timeout_s: float = 60) -> None:
         wait_for(
             f"ServiceAccount {namespace}/default",
             lambda: self.exists(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
