@@ -86,7 +86,8 @@ def describe_action(action: Action) -> str:
     if isinstance(action, ScaleDeployment):
         return f"scale {action_target(action)} from {action.previous_replicas} to {action.replicas}"
     if isinstance(action, ScaleNodePool):
-        return f"scale {action_target(action)} from {action.previous_nodes} to {action.nodes} nodes"
+        removing = f" (removing node {action.remove_node})" if action.remove_node else ""
+        return f"scale {action_target(action)} from {action.previous_nodes} to {action.nodes} nodes{removing}"
     if isinstance(action, EvictPod):
         gang = f" (gang {action.gang})" if action.gang else ""
         return f"evict {action_target(action)}{gang}"
@@ -305,7 +306,7 @@ class Actuator:
             raise RuntimeError("no node-pool scaler is configured")
         # the size the plan counted: a pool resized since (or counted from its registered nodes because its size could
         # not be read) is not written over (``ChangedSinceRead``: skipped)
-        self.node_pools.scale(action.pool, action.nodes, expected=action.previous_nodes)
+        self.node_pools.scale(action.pool, action.nodes, expected=action.previous_nodes, remove_node=action.remove_node)
         return "applied"
 
     def event_for(self, action: Action, message: str, dedupe: bool) -> None:

@@ -165,10 +165,12 @@ class NodePoolScaler(Protocol):
 
     def node_count(self, pool: str) -> int: ...
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
+    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
         """Resize the pool to ``nodes``. ``expected``: the size the plan counted; when the live size differs (and
         is not ``nodes`` already), nothing is written and ``ChangedSinceRead`` is raised: an absolute write over a
-        size the plan did not see could shrink a pool a scale-up meant to grow."""
+        size the plan did not see could shrink a pool a scale-up meant to grow. ``remove_node``: on a scale-down,
+        the node to remove; an implementation that cannot make the provider remove that node writes nothing and
+        raises ``PortError`` (a node the provider picks may be busy)."""
         ...
 
 

@@ -663,7 +663,9 @@ def _give_back(
                     f"{pool.name}: a node spare for {now - since:.0f}s (>= {config.burst_idle_cooldown_s:g}s), "
                     f"{used_on_node} GPU(s) in use fit in {others} free elsewhere, forecast reserve {reserve}"
                 )
-                actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
+                actions.append(
+                    ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest)
+                )
                 unneeded.pop(pool.name, None)
                 _node_given_back(free, emptiest, after)
             else:
@@ -693,7 +695,7 @@ def _give_back(
                 if node in free:
                     free[node] += gpus
             actions.extend(_stop_actions(victim, workloads, detail, service))
-        actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail))
+        actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest))
         unneeded.pop(pool.name, None)
         moved = _fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),

@@ -279,11 +279,15 @@ class ResumeWorkload:
 
 @dataclass(frozen=True, slots=True)
 class ScaleNodePool:
+    """Resize a node pool. A scale-down names the node it emptied (``remove_node``): the provider would otherwise
+    pick one by its own delete policy (a MachineSet's is Random), and could remove a busy node instead."""
+
     pool: str
     nodes: int
     previous_nodes: int
     reason: Reason
     detail: str
+    remove_node: str | None = None
 
 
 Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool

@@ -445,7 +445,7 @@ class FakeCluster:
             self._check_fault("node_count")
             return self._pool(pool).size
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
+    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
         with self._lock:
             args = (pool, nodes)
             try:
@@ -468,6 +468,13 @@ class FakeCluster:
             if target == state.size:
                 self._record("scale", args, "unchanged")
                 return
+            if target < state.size and remove_node is not None:
+                if remove_node not in state.nodes:
+                    # as the Cluster API adapter: a node it cannot name to the provider is not removed by chance
+                    self._record("scale", args, "failed")
+                    raise PortError(f"scale pool {pool} to {nodes}: node {remove_node!r} is not in the pool")
+                state.nodes.remove(remove_node)
+                state.nodes.append(remove_node)  # _resize removes from the end
             self._resize(pool, state, target, boot=True)
             self._record("scale", args, "applied")
 

@@ -786,17 +786,23 @@ class SimCluster:
     def node_count(self, pool: str) -> int:
         return len(self._pool(pool).nodes)
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
+    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
         spec = self._pool(pool)
         if len(spec.nodes) != nodes:  # already there is fine whatever the plan saw
             refuse_pool_size_changed(f"scale pool {pool} to {nodes}", len(spec.nodes), expected)
         wanted = max(spec.min_nodes, min(spec.max_nodes, nodes))
+        if wanted < len(spec.nodes) and remove_node is not None and remove_node not in spec.nodes:
+            raise PortError(f"scale pool {pool} to {nodes}: node {remove_node!r} is not in the pool")
         self.writes.append((self.now, "scale", (pool, wanted)))
         self._dirty = True
         while len(spec.nodes) < wanted:
             self._new_pool_node(spec, ready_at=self.now + spec.boot_s)
         while len(spec.nodes) > wanted:
-            emptiest = min(spec.nodes, key=lambda n: (self.nodes[n].gpus - self.free_gpus(n), _desc(n)))
+            # the named node first (a Machine marked for deletion), then the emptiest (the Cluster Autoscaler's pick)
+            if remove_node in spec.nodes:
+                emptiest = remove_node
+            else:
+                emptiest = min(spec.nodes, key=lambda n: (self.nodes[n].gpus - self.free_gpus(n), _desc(n)))
             spec.nodes.remove(emptiest)
             # Node and pods go first, then the ReplicaSets replace the pods: not on this node again.
             del self.nodes[emptiest]

@@ -298,7 +298,7 @@ def test_busy_burst_node_emptied_when_stopping_training_costs_less(
     assert isinstance(suspend, SuspendWorkload) and suspend.name == "queued-in"
     assert suspend.reason is Reason.PREEMPT_FOR_INFERENCE and suspend.service == CHAT.key
     assert isinstance(shrink, ScaleNodePool) and (shrink.nodes, shrink.previous_nodes) == (0, 1)
-    assert shrink.reason is Reason.BURST_SCALE_DOWN
+    assert shrink.reason is Reason.BURST_SCALE_DOWN and shrink.remove_node == "b0"
     assert "empty b0" in shrink.detail and "stopping job/ml/queued-in" in shrink.detail
 
 
@@ -309,7 +309,7 @@ def test_busy_burst_node_whose_replicas_fit_elsewhere_goes_without_stopping_anyt
     snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2"), node("b0", pool="burst")))
     got = _give_back_over(snapshot, CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=600.0), 12)
     assert [(m, type(a).__name__) for m, a in got] == [(10, "ScaleNodePool")]
-    assert "stopping nothing" in got[0][1].detail
+    assert "stopping nothing" in got[0][1].detail and got[0][1].remove_node == "b0"
 
 
 def test_burst_node_with_a_pod_we_do_not_manage_is_not_emptied() -> None:

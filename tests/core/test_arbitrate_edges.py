@@ -126,6 +126,20 @@ def shrinks(actions) -> list:
     return [a for a in actions if isinstance(a, ScaleNodePool) and a.reason is Reason.BURST_SCALE_DOWN]
 
 
+def test_a_give_back_names_the_node_it_emptied() -> None:
+    """The pool's provider removes the node the plan names (a MachineSet would otherwise pick one by its delete
+    policy, Random by default): here the burst node with 1 replica, not the one with 6, whose replicas fit nowhere."""
+    pool = BurstPool("burst", 8, "A100", boot_s=300.0, price_per_gpu_hour=4.0, nodes=2, max_nodes=4)
+    pods = [rep(i, "n1") for i in range(6)] + [rep(10 + i, "b-busy") for i in range(6)] + [rep(20, "b-light")]
+    snapshot = ClusterSnapshot(
+        NOW, pods=tuple(pods),
+        nodes=(node("n1"), node("b-busy", pool="burst"), node("b-light", pool="burst")))
+    config = CapacityConfig(pools=(pool,), burst_idle_cooldown_s=0.0)
+    actions, _, _ = run(snapshot, [CHAT], [decision(CHAT, 13, 13)], config)
+    (shrink,) = shrinks(actions)
+    assert (shrink.previous_nodes, shrink.nodes, shrink.remove_node) == (2, 1, "b-light"), shrink
+
+
 def test_h100_replicas_are_not_counted_as_fitting_on_free_a100s() -> None:
     pool = BurstPool("burst-h100", 8, "H100", boot_s=300.0, price_per_gpu_hour=4.0, nodes=1, max_nodes=4)
     pods = [rep(i, "h1") for i in range(8)] + [rep(10 + i, "b0") for i in range(3)]  # 3 of 8 on the burst node

@@ -292,6 +292,34 @@ def machine_deployment(
     }
 
 
+def machine_crd() -> JSON:
+    return simple_crd("cluster.x-k8s.io", "v1beta1", "Machine", "machines")
+
+
+def machine(
+    name: str, deployment: str, node: str | None, namespace: str = "capi-system", *, deleting: bool = False
+) -> JSON:
+    """A Cluster API Machine of MachineDeployment ``deployment`` whose Node is ``node`` (None: not joined yet)."""
+    metadata: JSON = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"cluster.x-k8s.io/deployment-name": deployment, "cluster.x-k8s.io/cluster-name": "gpu"},
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        metadata["finalizers"] = ["machine.cluster.x-k8s.io"]
+    status: JSON = {"phase": "Running" if node else "Provisioning"}
+    if node:
+        status["nodeRef"] = {"apiVersion": "v1", "kind": "Node", "name": node}
+    return {
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Machine",
+        "metadata": metadata,
+        "spec": {"clusterName": "gpu", "bootstrap": {"dataSecretName": f"{name}-bootstrap"}},
+        "status": status,
+    }
+
+
 def jobset_crd() -> JSON:
     return simple_crd("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
 

@@ -447,6 +447,8 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
             "spec": {},
         },
         o.machine_deployment("burst"),
+        o.machine_crd(),
+        o.machine("burst-a", "burst", "gpu-0", "capi-system"),
     )
     reader = KubeClusterReader(api_client, ReaderConfig())
     writer = KubeClusterWriter(api_client, WriterConfig(reporting_instance="t"))
@@ -470,6 +472,7 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
     nodes = MachineDeploymentNodePools(api_client, "capi-system")
     nodes.node_count("burst")
     nodes.scale("burst", 2)
+    nodes.scale("burst", 1, expected=2, remove_node="gpu-0")  # marks the node's Machine, then lowers the size
     store = KubernetesLeaseStore(client.CoordinationV1Api(api_client), "gpu-autoscaler", "gpu-autoscaler")
     created = store.create(LeaseRecord(holder="a", lease_duration_s=15))
     store.get()

@@ -6,9 +6,15 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes import MachineDeploymentNodePools, make_node_pool_scaler
-from autoscaler.adapters.kubernetes.nodepool import UnknownPoolError, node_pool_providers, register_node_pool_provider
+from autoscaler.adapters.kubernetes._api import JSON
+from autoscaler.adapters.kubernetes.nodepool import (
+    MachineNotFoundError,
+    UnknownPoolError,
+    node_pool_providers,
+    register_node_pool_provider,
+)
 from autoscaler.fakes.cluster import FakeCluster
-from autoscaler.ports import ChangedSinceRead
+from autoscaler.ports import ChangedSinceRead, PortError
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -84,3 +90,107 @@ def test_provider_registry(api_client: client.ApiClient) -> None:
     assert isinstance(make_node_pool_scaler("memory"), FakeCluster)
     with pytest.raises(ValueError, match="unknown node pool provider"):
         make_node_pool_scaler("nope")
+
+
+# ---- a scale-down names its node: the Machine is annotated for deletion first ----------------------------------
+
+DELETE = "cluster.x-k8s.io/delete-machine"
+
+
+def machines(apiserver: FakeApiServer) -> dict[str, JSON]:
+    return {m["metadata"]["name"]: m for m in apiserver.objects(MD, "Machine", "capi-system")}
+
+
+def marked(apiserver: FakeApiServer) -> set[str]:
+    return {name for name, m in machines(apiserver).items() if DELETE in (m["metadata"].get("annotations") or {})}
+
+
+def seed_pool(apiserver: FakeApiServer, *extra: JSON, md: JSON | None = None, crd: JSON | None = None) -> None:
+    apiserver.seed(
+        crd or o.machine_deployment_crd(),
+        o.machine_crd(),
+        md or o.machine_deployment("burst", replicas=3),
+        o.machine("burst-a", "burst", "node-a"),
+        o.machine("burst-b", "burst", "node-b"),
+        o.machine("burst-c", "burst", None),  # still provisioning: no Node yet
+        o.machine("other-x", "other", "node-x"),
+        *extra,
+    )
+
+
+def test_a_scale_down_marks_the_named_nodes_machine_before_lowering_the_size(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """Without the mark the MachineSet deletes a Machine by its delete policy (Random by default): a busy node could
+    go instead of the one the plan emptied. The Cluster Autoscaler's Cluster API provider marks first, then scales."""
+    seed_pool(apiserver)
+    pools(api_client).scale("burst", 2, expected=3, remove_node="node-b")
+    assert marked(apiserver) == {"burst-b"}
+    assert machines(apiserver)["burst-b"]["metadata"]["annotations"][DELETE].startswith("gpu-autoscaler ")
+    assert apiserver.get(MD, "MachineDeployment", "burst", "capi-system")["spec"]["replicas"] == 2
+    patches = [r.path.rsplit("/", 2)[-2:] for r in apiserver.requests if r.method == "PATCH"]
+    assert patches == [["machines", "burst-b"], ["burst", "scale"]]  # the mark precedes the size
+    listed = [r for r in apiserver.requests if r.method == "GET" and r.path.endswith("/machines")]
+    assert listed and all(r.query.get("labelSelector") == "cluster.x-k8s.io/deployment-name=burst" for r in listed)
+
+
+@pytest.mark.parametrize(
+    ("node", "extra", "message"),
+    [
+        ("node-z", (), "node node-z has no Machine in MachineDeployment capi-system/burst"),
+        ("node-x", (), "node node-x has no Machine"),  # a Machine of another MachineDeployment
+        ("node-d", (o.machine("burst-d", "burst", "node-d", deleting=True),), "already being deleted"),
+    ],
+)
+def test_a_node_whose_machine_cannot_be_marked_is_not_removed_by_chance(
+    apiserver: FakeApiServer, api_client: client.ApiClient, node: str, extra: tuple[JSON, ...], message: str
+) -> None:
+    seed_pool(apiserver, *extra)
+    with pytest.raises(MachineNotFoundError, match=message):
+        pools(api_client).scale("burst", 2, expected=3, remove_node=node)
+    assert apiserver.get(MD, "MachineDeployment", "burst", "capi-system")["spec"]["replicas"] == 3
+    assert not [r for r in apiserver.requests if r.method == "PATCH"]
+
+
+def test_the_mark_is_taken_back_when_the_size_write_fails(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """A mark left on a Machine whose size was never lowered makes the next scale-down by anyone (the Cluster
+    Autoscaler, a person) remove that node, busy or not by then."""
+    crd = o.machine_deployment_crd()
+    # the pool's own schema refuses fewer than 3 replicas: the scale write is a 422 from the apiserver
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {"replicas": {"type": "integer", "minimum": 3}},
+            }
+        },
+    }
+    seed_pool(apiserver, crd=crd)
+    with pytest.raises(PortError):
+        pools(api_client).scale("burst", 2, expected=3, remove_node="node-a")
+    assert apiserver.get(MD, "MachineDeployment", "burst", "capi-system")["spec"]["replicas"] == 3
+    assert marked(apiserver) == set()
+    patches = [r.path.rsplit("/", 2)[-2:] for r in apiserver.requests if r.method == "PATCH"]
+    assert patches == [["machines", "burst-a"], ["burst", "scale"], ["machines", "burst-a"]]
+
+
+@pytest.mark.parametrize(
+    ("md", "nodes", "replicas"),
+    [
+        (o.machine_deployment("burst", replicas=3, min_size=3), 2, 3),  # clamped to min: nothing removed
+        (o.machine_deployment("burst", replicas=3), 4, 4),  # a scale-up: the node is not marked
+        (o.machine_deployment("burst", replicas=2), 2, 2),  # already there
+    ],
+)
+def test_no_mark_when_the_size_does_not_go_down(
+    apiserver: FakeApiServer, api_client: client.ApiClient, md: JSON, nodes: int, replicas: int
+) -> None:
+    seed_pool(apiserver, md=md)
+    pools(api_client).scale("burst", nodes, remove_node="node-a")
+    assert apiserver.get(MD, "MachineDeployment", "burst", "capi-system")["spec"]["replicas"] == replicas
+    assert marked(apiserver) == set()

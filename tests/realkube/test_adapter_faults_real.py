@@ -35,6 +35,7 @@ from autoscaler.adapters.kubernetes import (
     WriterConfig,
 )
 from autoscaler.adapters.kubernetes.config import load_api_client
+from autoscaler.adapters.kubernetes.nodepool import DELETE_MACHINE_ANNOTATION
 from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
 from autoscaler.ports import EvictionOutcome, PortError
 from tests.kube import objects as o
@@ -401,6 +402,44 @@ def test_node_pool_conflicts_are_retried_then_bounded(
         with pytest.raises(ConflictError):
             MachineDeploymentNodePools(api, namespace, sleep=lambda s: None, conflict_retries=2).scale("b", 5)
         assert cp.get(f"{path}/b")["spec"]["replicas"] == 2
+
+
+def test_a_burst_scale_down_marks_its_machine_and_takes_the_mark_back_on_a_failed_write(
+    control_plane: ControlPlane, namespace: str, proxy: FaultProxy, api: client.ApiClient
+) -> None:
+    """The node the plan emptied is the one the MachineSet removes: its Machine carries the delete-machine annotation
+    before the size falls. When the size write fails (a 500 here), the mark is taken back: left behind, it would
+    make the next scale-down by anyone remove that node, busy or not by then."""
+    cp = control_plane
+    group = "/apis/cluster.x-k8s.io/v1beta1/namespaces/" + namespace
+    with crd(cp, o.machine_deployment_crd()), crd(cp, o.machine_crd()):
+        body = o.machine_deployment("b", namespace, replicas=2)
+        status = body.pop("status")
+        cp.request("POST", f"{group}/machinedeployments", body)
+        live = cp.get(f"{group}/machinedeployments/b")
+        cp.request("PUT", f"{group}/machinedeployments/b/status", {**live, "status": status})
+        for name, node in (("b-1", "burst-1"), ("b-2", "burst-2")):
+            machine = o.machine(name, "b", node, namespace)
+            machine_status = machine.pop("status")
+            cp.request("POST", f"{group}/machines", machine)
+            live = cp.get(f"{group}/machines/{name}")
+            cp.request("PUT", f"{group}/machines/{name}/status", {**live, "status": machine_status})
+
+        def annotations(name: str) -> dict[str, str]:
+            return cp.get(f"{group}/machines/{name}")["metadata"].get("annotations") or {}
+
+        pools = MachineDeploymentNodePools(api, namespace, sleep=lambda s: None)
+        rule = proxy.inject("PATCH", r"/machinedeployments/b/scale$", 500)
+        with pytest.raises(PortError):
+            pools.scale("b", 1, expected=2, remove_node="burst-2")
+        assert rule.hits >= 1
+        assert cp.get(f"{group}/machinedeployments/b")["spec"]["replicas"] == 2
+        assert DELETE_MACHINE_ANNOTATION not in annotations("b-2")
+        assert proxy.count("PATCH", r"/machines/b-2$") == 2  # marked, then taken back
+        proxy.clear()
+        pools.scale("b", 1, expected=2, remove_node="burst-2")
+        assert cp.get(f"{group}/machinedeployments/b")["spec"]["replicas"] == 1
+        assert DELETE_MACHINE_ANNOTATION in annotations("b-2") and DELETE_MACHINE_ANNOTATION not in annotations("b-1")
 
 
 def test_api_server_error_on_the_lease_exits_1(proxy: FaultProxy, proxied_kubeconfig: Path) -> None:

@@ -3,6 +3,11 @@
 Cluster API: a pool is a ``MachineDeployment`` (cluster.x-k8s.io/v1beta1); its ``scale`` subresource sets
 ``spec.replicas`` and the MachineSet controller creates or deletes Machines (and so Nodes). The same min/max
 annotations the Cluster Autoscaler reads bound our writes too, so both never disagree on the limits.
+
+A scale-down names the node the plan emptied. The MachineSet deletes a Machine of its own choosing (its delete
+policy: Random by default) unless one carries the ``cluster.x-k8s.io/delete-machine`` annotation, so the node's
+Machine is annotated first, then the size lowered, as the Cluster Autoscaler's Cluster API provider does; a node
+whose Machine cannot be found is not removed by chance: nothing is written.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ log = logging.getLogger(__name__)
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = "v1beta1"
 CAPI_PLURAL = "machinedeployments"
+MACHINE_PLURAL = "machines"
+# Machines made by a MachineDeployment's MachineSets carry its name in this label
+DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
+# a MachineSet scaling down deletes Machines with this annotation first, whatever its delete policy
+DELETE_MACHINE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
 MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 MERGE_PATCH = "application/merge-patch+json"
@@ -29,6 +39,10 @@ MERGE_PATCH = "application/merge-patch+json"
 
 class UnknownPoolError(PortError):
     """The plan names a pool that is not configured."""
+
+
+class MachineNotFoundError(PortError):
+    """The node to remove has no Machine of the pool's MachineDeployment (or its Machine is already going)."""
 
 
 class MachineDeploymentNodePools:
@@ -115,50 +129,128 @@ class MachineDeploymentNodePools:
         md = self._get(f"read MachineDeployment {self._md_name(pool)}", self._md_name(pool))
         return _bounds(md)
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None) -> None:
+    def machine_of(self, pool: str, node: str) -> JSON:
+        """The Machine of ``pool``'s MachineDeployment whose Node is ``node`` (``status.nodeRef.name``); raises
+        ``MachineNotFoundError`` when there is none, or when it is already being deleted."""
+        name = self._md_name(pool)
+        what = f"list Machines of MachineDeployment {self.namespace}/{name}"
+        listed = with_read_retries(
+            what,
+            lambda: self._call(
+                what,
+                self._custom.list_namespaced_custom_object,
+                CAPI_GROUP,
+                CAPI_VERSION,
+                self.namespace,
+                MACHINE_PLURAL,
+                label_selector=f"{DEPLOYMENT_NAME_LABEL}={name}",
+            ),
+            retries=self.read_retries,
+            backoff_s=0.2,
+            max_backoff_s=2.0,
+            sleep=self._sleep,
+        )
+        for machine in listed.get("items") or []:
+            if ((machine.get("status") or {}).get("nodeRef") or {}).get("name") != node:
+                continue
+            if (machine.get("metadata") or {}).get("deletionTimestamp"):
+                # lowering the size as well would make the MachineSet delete a second Machine
+                raise MachineNotFoundError(
+                    f"node {node}: its Machine {self.namespace}/{machine['metadata']['name']} is already being deleted"
+                )
+            return machine
+        raise MachineNotFoundError(
+            f"node {node} has no Machine in MachineDeployment {self.namespace}/{name} (label {DEPLOYMENT_NAME_LABEL}, "
+            "status.nodeRef): not scaled down, the MachineSet would remove a node of its own choosing"
+        )
+
+    def _annotate_machine(self, machine: JSON, value: str | None) -> None:
+        """Set (or with None remove) the delete-machine annotation: a merge patch of that one key."""
+        machine_name = machine["metadata"]["name"]
+        verb = "mark" if value is not None else "unmark"
+        self._call(
+            f"{verb} Machine {self.namespace}/{machine_name} for deletion",
+            self._custom.patch_namespaced_custom_object,
+            CAPI_GROUP,
+            CAPI_VERSION,
+            self.namespace,
+            MACHINE_PLURAL,
+            machine_name,
+            {"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: value}}},
+            _content_type=MERGE_PATCH,
+        )
+
+    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
         """Set the pool's size (idempotent), clamped to its min/max annotations. ``expected``: the size the plan
-        was made from; a different live size raises ``ChangedSinceRead`` and writes nothing."""
+        was made from; a different live size raises ``ChangedSinceRead`` and writes nothing. ``remove_node``: on a
+        scale-down, the node to remove: its Machine is annotated for deletion before the size is lowered (and the
+        annotation taken back when the size write fails); ``MachineNotFoundError`` and nothing written when the
+        node has no Machine in the pool."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
         name = self._md_name(pool)
         what = f"scale MachineDeployment {self.namespace}/{name} to {nodes}"
-        for attempt in range(self.conflict_retries + 1):
-            md = self._get(what, name)
-            live = int((md.get("spec") or {}).get("replicas") or 0)
-            if live != nodes:  # already there is fine whatever the plan saw
-                refuse_pool_size_changed(what, live, expected)
-            low, high = _bounds(md)
-            target = nodes
-            # Clamped towards the live size only, as Cluster Autoscaler does: a pool above a lowered max is not
-            # grown, never shrunk for it (that would delete running machines on a scale-up); one below a raised
-            # min is not shrunk, never grown for it.
-            if target > live and high is not None and target > high:
-                target = max(high, live)
-                log.warning("%s: clamped to the pool's max size %d (live %d)", what, high, live)
-            if target < live and low is not None and target < low:
-                target = min(low, live)
-                log.warning("%s: clamped to the pool's min size %d (live %d)", what, low, live)
-            if live == target:
+        marked: JSON | None = None
+        try:
+            for attempt in range(self.conflict_retries + 1):
+                md = self._get(what, name)
+                live = int((md.get("spec") or {}).get("replicas") or 0)
+                if live != nodes:  # already there is fine whatever the plan saw
+                    refuse_pool_size_changed(what, live, expected)
+                low, high = _bounds(md)
+                target = nodes
+                # Clamped towards the live size only, as Cluster Autoscaler does: a pool above a lowered max is not
+                # grown, never shrunk for it (that would delete running machines on a scale-up); one below a raised
+                # min is not shrunk, never grown for it.
+                if target > live and high is not None and target > high:
+                    target = max(high, live)
+                    log.warning("%s: clamped to the pool's max size %d (live %d)", what, high, live)
+                if target < live and low is not None and target < low:
+                    target = min(low, live)
+                    log.warning("%s: clamped to the pool's min size %d (live %d)", what, low, live)
+                if live == target:
+                    return
+                if target < live and remove_node is not None and marked is None:
+                    machine = self.machine_of(pool, remove_node)
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    self._annotate_machine(machine, f"gpu-autoscaler {stamp}")
+                    marked = machine
+                # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
+                body = {
+                    "metadata": {"resourceVersion": md["metadata"]["resourceVersion"]},
+                    "spec": {"replicas": target},
+                }
+                try:
+                    self._call(
+                        what,
+                        self._custom.patch_namespaced_custom_object_scale,
+                        CAPI_GROUP,
+                        CAPI_VERSION,
+                        self.namespace,
+                        CAPI_PLURAL,
+                        name,
+                        body,
+                        _content_type=MERGE_PATCH,
+                    )
+                except ConflictError:
+                    log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.conflict_retries)
+                    continue
+                removing = f", removing node {remove_node}" if marked is not None else ""
+                log.info(
+                    "scaled node pool %s (MachineDeployment %s/%s) to %d%s", pool, self.namespace, name, target,
+                    removing,
+                )  # fmt: skip
+                marked = None  # the MachineSet deletes it now: the annotation stays
                 return
-            # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
-            body = {"metadata": {"resourceVersion": md["metadata"]["resourceVersion"]}, "spec": {"replicas": target}}
-            try:
-                self._call(
-                    what,
-                    self._custom.patch_namespaced_custom_object_scale,
-                    CAPI_GROUP,
-                    CAPI_VERSION,
-                    self.namespace,
-                    CAPI_PLURAL,
-                    name,
-                    body,
-                    _content_type=MERGE_PATCH,
-                )
-                log.info("scaled node pool %s (MachineDeployment %s/%s) to %d", pool, self.namespace, name, target)
-                return
-            except ConflictError:
-                log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.conflict_retries)
-        raise ConflictError(what, 409, "Conflict", f"still conflicting after {self.conflict_retries} retries")
+            raise ConflictError(what, 409, "Conflict", f"still conflicting after {self.conflict_retries} retries")
+        finally:
+            if marked is not None:
+                # The size was not lowered: a mark left behind would make the next scale-down by anyone (the
+                # Cluster Autoscaler, a person) remove this node, which may be busy by then.
+                try:
+                    self._annotate_machine(marked, None)
+                except PortError as exc:
+                    log.error("%s: could not take back the delete-machine annotation: %s", what, exc)
 
 
 def _bounds(md: JSON) -> tuple[int | None, int | None]:
