@@ -604,11 +604,14 @@ def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
     return total
 
 
-def _node_given_back(free: dict[str, int], node: str, after: Mapping[str, int]) -> None:
+def _node_given_back(free: dict[str, int], node: str, after: Mapping[str, int]) -> set[str]:
     """``free`` once ``node`` is gone and its pods run on the GPUs ``after`` leaves free: the next pool's give-back
-    must not count the same room (two half-empty pools would otherwise each be given back onto the other)."""
+    must not count the same room (two half-empty pools would otherwise each be given back onto the other). Returns
+    the nodes its pods were counted onto."""
     free.pop(node, None)
+    received = {n for n, left in after.items() if left < free.get(n, left)}
     free.update(after)
+    return received
 
 
 def _give_back(
@@ -632,6 +635,12 @@ def _give_back(
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
     burst_names = {pool.name for pool in pools}
     burst_left = False
+    # Nodes the pods of a node given back earlier in this tick were counted onto: their own pods are no longer all
+    # that runs there, so they are not given back before the next tick reads them (their room was counted twice).
+    received: set[str] = set()
+    # Disruptions this tick's consolidations took from each PodDisruptionBudget, as the preemption path counts them
+    # between services: two pools' victims under one budget must stay within it together.
+    pdb_spent: dict[str, int] = {}
     for pool in pools:
         if pool.nodes <= pool.min_nodes:
             unneeded.pop(pool.name, None)
@@ -639,7 +648,10 @@ def _give_back(
         burst_left = True
         # Spare: the pool's emptiest node's pods fit on the other free GPUs and the forecast's extra demand over
         # a boot still fits without that node.
-        mine = {n: left for n, left in free.items() if node_pool.get(n) == pool.name}
+        mine = {n: left for n, left in free.items() if node_pool.get(n) == pool.name and n not in received}
+        if not mine and any(node_pool.get(n) == pool.name for n in received):
+            notes.append(f"{pool.name}: its nodes take pods moved off a node given back this tick: not before the next")
+            continue
         spare_here = max(mine.values(), default=0)
         others = sum(free.values()) - spare_here
         used_on_node = pool.gpus_per_node - spare_here
@@ -667,7 +679,7 @@ def _give_back(
                     ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest)
                 )
                 unneeded.pop(pool.name, None)
-                _node_given_back(free, emptiest, after)
+                received |= _node_given_back(free, emptiest, after)
             else:
                 notes.append(f"{pool.name}: a node spare for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
             continue
@@ -677,7 +689,8 @@ def _give_back(
         )
         plan = None
         if mine:
-            plan = _consolidation(arb, config, pool, emptiest, free, node_types, candidates, reserve, runs_at)
+            within = _budgets_left(candidates, pdb_spent)
+            plan = _consolidation(arb, config, pool, emptiest, free, node_types, within, reserve, runs_at)
         if plan is None or isinstance(plan, str):
             unneeded.pop(pool.name, None)
             notes.append(busy if plan is None else f"{busy}; {plan}")
@@ -691,6 +704,8 @@ def _give_back(
         stopped = {v.gang for v in victims}
         candidates = [c for c in candidates if c.gang not in stopped]
         for victim in victims:
+            for budget, covered, _ in victim.pdb_use:
+                pdb_spent[budget] = pdb_spent.get(budget, 0) + covered
             for node, gpus in victim.gpus_by_node.items():
                 if node in free:
                     free[node] += gpus
@@ -701,7 +716,7 @@ def _give_back(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
             node_types, gpu_types,
         )  # fmt: skip
-        _node_given_back(free, emptiest, moved or {})
+        received |= _node_given_back(free, emptiest, moved or {})
     suspended = sorted(
         (w for w in workloads.values() if w.suspended and w.suspended_by_us_at is not None),
         key=lambda w: (-w.priority, w.suspended_by_us_at, w.namespace, w.name),

@@ -10,6 +10,8 @@
 - The rebalancer "moved" opted-in gang pods nothing recreates elsewhere (bare pods, StatefulSet, DaemonSet pods).
 - A policy's spec.priority above the PriorityClass its pods run at preempted training the scheduler then put back by
   evicting the replicas (a loop).
+- Two pools' consolidations in one tick: the second gave back a node that the first had just counted pods onto (they
+  had nowhere to run), and it did not see the PodDisruptionBudget disruptions the first one's victims took.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from autoscaler.core.cluster import (
     PodInfo,
     WorkloadInfo,
 )
-from autoscaler.core.model import CapacityState, EvictPod, ScaleDecision, ScaleNodePool, ServicePolicy
+from autoscaler.core.model import CapacityState, EvictPod, MetricKind, ScaleDecision, ScaleNodePool, ServicePolicy
 from autoscaler.core.reasons import Reason
 from autoscaler.core.rebalance import REBALANCE_LABEL, RebalanceConfig, RebalanceState, plan_rebalance
 from autoscaler.core.victims import GpuNeed, TrainingRules, choose_victims, free_gpus_by_node, gangs_from_snapshot
 from autoscaler.fakes.cluster import FakeCluster
+from forecast.types import Forecast
 
 NOW = 100_000.0
 CHAT = ServicePolicy("inference", "chat", max_replicas=40, priority=1000)
@@ -203,3 +206,50 @@ def test_a_service_preempts_no_higher_than_its_pods_run(pod_priority: int, evict
     assert any(isinstance(a, EvictPod) for a in actions) is evicted
     if not evicted:
         assert any("run at priority 0" in note for note in report.notes)
+
+
+# ---- two pools' consolidations in one tick ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("on_b", "budget", "stopped", "shrunk"),
+    [
+        # burst-a's 5 replicas are placed best fit: 3 on b-0's 3 free GPUs, 2 on n2 (where g2 stopped). b-0 must not
+        # then be given back in the same tick on the strength of its own 5 pods: the 3 moved there would have nowhere
+        # to run (it was, with nothing stopped for it).
+        (5, 2, ["g2"], ["burst-a"]),
+        # b-0 full: a's replicas all go to n2; b's 8 need g3 stopped too, but the one budget over g2 and g3 allows a
+        # single disruption and a's consolidation spent it (both gangs were stopped: 2 disruptions under 1).
+        (8, 1, ["g2"], ["burst-a"]),
+        # a budget of 2: both nodes go, each with its own gang stopped
+        (8, 2, ["g2", "g3"], ["burst-a", "burst-b"]),
+    ],
+)
+def test_two_pools_consolidated_in_one_tick(on_b: int, budget: int, stopped: list[str], shrunk: list[str]) -> None:
+    pools = tuple(BurstPool(f"burst-{x}", 8, "A100", 300.0, 4.0, min_nodes=0, max_nodes=4) for x in "ab")
+    nodes = tuple(NodeInfo(n, 8, "A100", "onprem", True) for n in ("n1", "n2", "n3"))
+    nodes += (NodeInfo("a-0", 8, "A100", "burst-a", True), NodeInfo("b-0", 8, "A100", "burst-b", True))
+    pods = [replica(f"chat-{i}", "n1") for i in range(8)]
+    pods += [replica(f"chat-a{i}", "a-0") for i in range(5)] + [replica(f"chat-b{i}", "b-0") for i in range(on_b)]
+    for gang, where in (("g2", "n2"), ("g3", "n3")):
+        pods.append(PodInfo("ml", f"{gang}-0", where, 8, 100, "Running", True, "Job", gang, gang=f"job/ml/{gang}",
+                            created_at=NOW - 7200, last_checkpoint_at=NOW - 225, labels={"team": "ml"}))  # fmt: skip
+    workloads = tuple(WorkloadInfo("Job", "ml", g, f"job/ml/{g}", False, 100, (8,), None, None) for g in ("g2", "g3"))
+    pdbs = (PodDisruptionBudgetInfo("ml", "training", {"team": "ml"}, budget),)
+    policy = ServicePolicy("inference", "chat", max_replicas=40, priority=1000, metric=MetricKind.REQUEST_RATE,
+                           target=1.0)  # fmt: skip
+    bound = 13 + on_b
+    config = CapacityConfig(pools=pools, burst_idle_cooldown_s=600.0, consolidate_horizon_s=1800.0,
+                            slo_risk_per_gpu_hour=10.0)  # fmt: skip
+    state = CapacityState()
+    for minute in range(11):  # the idle cooldown is over at minute 10
+        now = NOW + 60 * minute
+        snap = ClusterSnapshot(now, pods=tuple(pods), nodes=nodes, workloads=workloads, pdbs=pdbs,
+                               deployments=(DeploymentInfo("inference", "chat", bound, bound),))  # fmt: skip
+        flat = Forecast(start=now, step_s=60.0, quantiles={0.5: (8.0,) * 60, 0.99: (8.0,) * 60}, model="flat")
+        steady = [ScaleDecision(policy.key, bound, bound, Reason.WITHIN_TOLERANCE, "", False)]
+        arb = ArbitrationInput(now, snap, {policy.key: policy}, steady, {policy.key: (flat, 0.99, 90.0)},
+                               pool_nodes={"burst-a": 1, "burst-b": 1})  # fmt: skip
+        actions, report, state = arbitrate(arb, state, config)
+    assert [a.name for a in actions if not isinstance(a, ScaleNodePool)] == stopped, (actions, report.notes)
+    assert [a.pool for a in actions if isinstance(a, ScaleNodePool)] == shrunk, (actions, report.notes)
