@@ -769,14 +769,15 @@ def summarise_request_log(log: RequestLog, step_s: float = DEFAULT_REQUEST_LOG_S
     if len(log) == 0:
         return "0 requests"
     span = float(log.times[-1] - log.times[0])
-    mean = len(log) / span if span > 0 else float("nan")
+    # every request at one instant has no rate to speak of ("mean nan req/s" said nothing)
+    mean = f"mean {len(log) / span:.4g} req/s" if span > 0 else "all at one instant: no mean rate"
     if span / step_s < MAX_BINS:
         peak = f"peak {float(bin_requests(log.times, step_s).rates.max()):.4g} req/s (over {_fmt_seconds(step_s)} bins)"
     else:  # a valid log, but too long to bin at this step: say so rather than allocate
         peak = f"peak not computed (more than {MAX_BINS:,} bins of {_fmt_seconds(step_s)})"
     return (
         f"{len(log)} rows, no step (a request log has one row per request),"
-        f" span {describe_span(float(log.times[0]), span)}, mean {mean:.4g} req/s, {peak}"
+        f" span {describe_span(float(log.times[0]), span)}, {mean}, {peak}"
     )
 
 

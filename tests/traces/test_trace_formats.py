@@ -509,6 +509,7 @@ def test_resample_to_a_huge_step_is_one_bin() -> None:
             "span 316.9 years from 1970-01-01T00:00:00Z, mean 2e-10 req/s, peak not"
             " computed (more than 20,000,000 bins of 60 s)",
         ),
+        (RequestLog(np.array([5.0, 5.0, 5.0])), "all at one instant: no mean rate, peak 0.05 req/s"),
     ],
 )
 def test_summaries_of_extreme_series_do_not_overflow(thing: RateSeries | RequestLog, expected: str) -> None:
