@@ -257,8 +257,10 @@ def gpus_fit(node: GpuNode, task: Task) -> bool:
 
 
 def fits(node: GpuNode, task: Task) -> bool:
-    """The task can be placed on the node: GPU type, CPU, memory and GPUs."""
-    return gpu_type_allowed(node, task) and host_fits(node, task) and gpus_fit(node, task)
+    """The task can be placed on the node: GPU type, CPU, memory and GPUs. A task asking for no GPU is held to no
+    GPU type (as the authors' GPU filter, ``open_gpu_share.go`` ``Filter``, passes it)."""
+    type_ok = gpu_type_allowed(node, task) or not task.wants_gpu
+    return type_ok and host_fits(node, task) and gpus_fit(node, task)
 
 
 def fragment_case(node: GpuNode, task: Task) -> FragmentCase:

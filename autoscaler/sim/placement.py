@@ -427,6 +427,7 @@ class _Cluster:
             self.constraint_id[constraint] = len(access)
             access.append(np.array([name in constraint for name in type_names] + [False], dtype=bool))
         self.access = np.array(access)  # [constraint, type]
+        self.type_names = type_names
         # the mix, one column per task class
         pops = mix.popularities()
         self.m = len(pops)
@@ -441,6 +442,13 @@ class _Cluster:
         self.frag_cls = self._fragments(self.cpu, self.mem, self.cnt, self.q3, self.total, self.node_type)
         self.frag = self.frag_cls @ self.m_w
         self.fill: _Fill | None = None
+
+    def access_row(self, constraint: frozenset[str] | None) -> np.ndarray:
+        """Which node GPU types (the ``node_type`` ids) a constraint accepts, also one no pod of the replay names."""
+        if constraint in self.constraint_id:
+            row: np.ndarray = self.access[self.constraint_id[constraint]]
+            return row
+        return np.array([name in constraint for name in self.type_names] + [False], dtype=bool)
 
     def _counts(self, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per node and class: GPUs that hold the class's share, and free milli on the GPUs that do not."""
@@ -523,7 +531,8 @@ class _Fill:
         self.m_count = np.array([t.gpu_count for t, _ in pops], dtype=np.int64)
         self.m_w = np.array([p for _, p in pops], dtype=np.float64)
         self.m_gpu = self.m_count > 0
-        self.m_access = c.access[[c.constraint_id.get(t.gpu_types, 0) for t, _ in pops]].T
+        rows = [c.access_row(t.gpu_types) for t, _ in pops]
+        self.m_access = np.array(rows, dtype=bool).reshape(len(pops), c.access.shape[1]).T  # [type, class]
         self.safe_milli = np.maximum(self.m_milli, 1)
         self.safe_count = np.maximum(self.m_count, 1)
         self.demand = self.m_milli * self.m_count
@@ -910,9 +919,10 @@ def _plans(
     ok &= ~(
         (res.milli[placed] == milli)
         & (res.count[placed] == count)
-        & (res.cpu[placed] <= cpu)
-        & (res.mem[placed] <= mem)
-    )  # a pod no larger than the failed one fits nowhere else either
+        & (res.cpu[placed] >= cpu)
+        & (res.mem[placed] >= mem)
+        & (res.constraint[placed] == constraint)
+    )  # a pod at least as large as the failed one (same GPU request and types) fits nowhere else either
     movable = _MoveCheck(c, res, constraint_ids, limit=2 * tries)
     single = placed[ok]
     cost = res.milli[single] * res.count[single] * 10**7 + res.cpu[single]
