@@ -10,6 +10,7 @@ settings: ``build_adapters`` (Kubernetes and Prometheus) and ``build_runtime``.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -122,7 +123,9 @@ def build_adapters(settings: Settings, *, check_prometheus: bool = True) -> Adap
 
     A configuration error (no kubeconfig, a missing token or CA file) raises with a readable message: it will not
     fix itself. An *unreachable* Prometheus only logs a warning: it is an outage, the controller starts anyway and
-    holds with stale metrics (visible in /metrics and Events) rather than crash-looping through it.
+    holds with stale metrics (visible in /metrics and Events) rather than crash-looping through it. The check runs
+    in the background: a Prometheus that does not answer took its timeout x (retries + 1) before /healthz was
+    served, which with a longer timeout outlasted the startupProbe (the kubelet restarted the pod through the outage).
     """
     from autoscaler.adapters.kubernetes.config import load_api_client
     from autoscaler.adapters.prometheus import connect
@@ -132,12 +135,16 @@ def build_adapters(settings: Settings, *, check_prometheus: bool = True) -> Adap
     )
     metrics = connect(settings.prometheus, check=False)
     if check_prometheus:
-        try:
-            info = metrics.check()
-            log.info("Prometheus at %s answers (version %s)", info.url, info.version or "unknown")
-        except Exception as exc:
-            log.warning("Prometheus check failed, starting anyway (services hold until it answers): %s", exc)
+        threading.Thread(target=_check_prometheus, args=(metrics,), name="prometheus-check", daemon=True).start()
     return _kubernetes_adapters(settings, api_client, metrics)
+
+
+def _check_prometheus(metrics: Any) -> None:
+    try:
+        info = metrics.check()
+        log.info("Prometheus at %s answers (version %s)", info.url, info.version or "unknown")
+    except Exception as exc:
+        log.warning("Prometheus check failed, starting anyway (services hold until it answers): %s", exc)
 
 
 def _discard_result(job: Callable[[float], object]) -> Callable[[float], None]:
@@ -190,8 +197,10 @@ def _move_ledger(settings: Settings, adapters: Adapters) -> MoveLedger | None:
 def lease_name(settings: Settings) -> str:
     """A dry-run controller elects among dry-run replicas only: on the real Lease it could win, act on nothing,
     and keep the real controller from acting at all."""
+    from autoscaler.settings import DRY_RUN_LEASE_SUFFIX  # the lease name's bound leaves room for it
+
     name = settings.leader_election.lease_name
-    return f"{name}-dry-run" if settings.dry_run else name
+    return f"{name}{DRY_RUN_LEASE_SUFFIX}" if settings.dry_run else name
 
 
 def build_runtime(

@@ -7,13 +7,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +82,12 @@ class Runtime:
         self._forecast_update_interval = forecast_update_interval_s
         self._clock = clock
         self._stopping = threading.Event()
-        self._tick_running = threading.Lock()  # held while a tick runs; shutdown waits on it
+        self._tick_running = threading.Lock()  # held while a tick runs
+        # Jobs running now: all of them (interpreter exit would wait for them), and those that write to the cluster
+        # (the tick, the rebalance pass), which shutdown waits for before it releases the Lease.
+        self._jobs = threading.Condition()
+        self._running = 0
+        self._writing = 0
         self._heartbeat = time.monotonic()
         self._tick_started: float | None = None
         self._ok_ticks = 0
@@ -129,8 +135,26 @@ class Runtime:
 
     # -- jobs --
 
+    @contextlib.contextmanager
+    def _running_job(self, writes: bool) -> Iterator[None]:
+        with self._jobs:
+            self._running += 1
+            self._writing += writes
+        try:
+            yield
+        finally:
+            with self._jobs:
+                self._running -= 1
+                self._writing -= writes
+                self._jobs.notify_all()
+
+    def jobs_running(self) -> int:
+        """How many jobs are running now (after ``stop()``: the ones that outlived the grace period)."""
+        with self._jobs:
+            return self._running
+
     def tick(self) -> None:
-        with self._tick_running:
+        with self._running_job(writes=True), self._tick_running:
             self._tick_started = time.monotonic()
             try:
                 if not self.can_act():
@@ -166,15 +190,19 @@ class Runtime:
             log.warning("standby: could not read the cluster for the scheduler extender: %s", exc)
             self.telemetry.error("cluster_read")
 
-    def _job(self, component: str, fn: Callable[[float], None]) -> Callable[[], None]:
+    def _job(self, component: str, fn: Callable[[float], None], writes: bool = False) -> Callable[[], None]:
+        """A job that runs on the leader only; ``writes``: it writes to the cluster (shutdown waits for it before
+        releasing the Lease)."""
+
         def run() -> None:
-            if not self.can_act():
-                return  # acting jobs run on the leader only
-            try:
-                fn(self._clock())
-            except Exception:
-                log.exception("%s job failed", component)
-                self.telemetry.error(component)
+            with self._running_job(writes):
+                if not self.can_act():
+                    return  # acting jobs run on the leader only
+                try:
+                    fn(self._clock())
+                except Exception:
+                    log.exception("%s job failed", component)
+                    self.telemetry.error(component)
 
         return run
 
@@ -263,7 +291,10 @@ class Runtime:
         # The refit's first run is brought forward by the first tick that reads the policies (see tick()).
         self.scheduler.add_job(self._job("refit", self._refit), "interval", seconds=self._refit_interval, id="refit")
         self.scheduler.add_job(
-            self._job("rebalance", self._rebalance), "interval", seconds=self._rebalance_interval, id="rebalance"
+            self._job("rebalance", self._rebalance, writes=True),
+            "interval",
+            seconds=self._rebalance_interval,
+            id="rebalance",
         )
         if self._forecast_update is not None and self._forecast_update_interval > 0:
             # between refits: re-condition the latest fits on new history (it skips itself while a refit runs)
@@ -279,17 +310,26 @@ class Runtime:
         self._clock_watch.start()
 
     def stop(self) -> None:
-        """Stop acting at once, let a running tick finish (bounded), then release the Lease for a fast handover."""
+        """Stop acting at once, let a running tick or rebalance pass finish (bounded by the grace period), then
+        release the Lease for a fast handover.
+
+        A job still writing after the grace may have a request in flight (the grace may be shorter than a request's
+        timeout): the Lease is then left to expire rather than released, so that no standby acts beside it; the
+        leader's own writes already stop a request timeout before the Lease could expire (``may_write``)."""
         log.info("shutting down")
-        self._stopping.set()  # can_act() is False from here: an in-flight tick applies nothing more
+        self._stopping.set()  # can_act() is False from here: an in-flight job starts no further write
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
-        if self._tick_running.acquire(timeout=self._grace):
-            self._tick_running.release()
-        else:
-            log.warning("a tick is still running after %.0fs; releasing the lease anyway", self._grace)
+        with self._jobs:
+            settled = self._jobs.wait_for(lambda: self._writing == 0, timeout=self._grace)
+        if not settled:
+            log.warning(
+                "a tick or rebalance pass is still running after %gs: not releasing the Lease (a write may be in "
+                "flight); a standby takes over when it expires",
+                self._grace,
+            )
         if self.elector is not None:
-            self.elector.stop(release=True)
+            self.elector.stop(release=settled)
         self.telemetry.set_leader(False)
         if self._on_stop is not None:
             try:

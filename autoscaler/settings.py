@@ -13,6 +13,7 @@ import contextvars
 import difflib
 import importlib
 import inspect
+import ipaddress
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from pydantic_settings import SettingsError as SourceError
 
 from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range
-from autoscaler.policy import DNS_SUBDOMAIN
+from autoscaler.policy import DNS_LABEL, DNS_SUBDOMAIN
 from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml
 
 ENV_PREFIX = "AUTOSCALER_"
@@ -44,6 +45,15 @@ CONFIG_FILE_ENV = "AUTOSCALER_CONFIG_FILE"
 WILDCARD_ADDRESSES = frozenset({"", "0.0.0.0", "::", "[::]"})
 # A tick reads the whole cluster and Prometheus: more often than this is a busy loop, never a faster controller.
 MIN_TICK_INTERVAL_SECONDS = 1.0
+# The same floor for the other interval jobs (refit, forecast update, rebalance pass): each reads Prometheus or the
+# cluster, and 0.001 s was accepted and ran them in a busy loop.
+MIN_JOB_INTERVAL_SECONDS = 1.0
+# What the API server takes as a namespace (RFC 1123 label) and as a Lease name (RFC 1123 subdomain, 253 characters;
+# a dry-run controller's Lease adds "-dry-run"). Anything else was accepted here and refused on every request.
+NAMESPACE_PATTERN = f"^{DNS_LABEL}$"
+NAMESPACE_MAX = 63
+DRY_RUN_LEASE_SUFFIX = "-dry-run"
+LEASE_NAME_MAX = 253 - len(DRY_RUN_LEASE_SUFFIX)
 # AUTOSCALER_* variables that are not settings but are read elsewhere; every other unknown AUTOSCALER_* name is an
 # error (a typo would otherwise be ignored and the default used).
 NOT_SETTINGS: dict[str, str] = {
@@ -141,11 +151,15 @@ class LeaderElectionSettings(_Group):
     lease_name: str = Field(
         "gpu-autoscaler",
         min_length=1,
+        max_length=LEASE_NAME_MAX,
+        pattern=f"^{DNS_SUBDOMAIN}$",
         description="name of the Lease object (dry-run controllers use <name>-dry-run, never the real one)",
     )
     lease_namespace: str = Field(
         default_factory=_pod_namespace,
         min_length=1,
+        max_length=NAMESPACE_MAX,
+        pattern=NAMESPACE_PATTERN,
         description="namespace of the Lease (default: POD_NAMESPACE, the service-account namespace, or default)",
     )
     identity: str = Field(
@@ -179,12 +193,40 @@ class LeaderElectionSettings(_Group):
         return self
 
 
+_HOST_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.IGNORECASE)
+
+
+def _bind_address(value: str) -> str:
+    """``value`` if a server can bind it: empty (every interface), an IP address (an IPv6 one may be bracketed) or a
+    host name. Anything else failed at start-up ("Name or service not known", exit 1), naming no setting."""
+    text = value.strip()
+    if not text:
+        return value
+    bracketed = text.startswith("[") and text.endswith("]")
+    try:
+        address = ipaddress.ip_address(text[1:-1] if bracketed else text)
+    except ValueError:
+        address = None
+    if address is not None and (not bracketed or address.version == 6):
+        return value
+    if not bracketed and len(text) <= 253 and _HOST_NAME.fullmatch(text) and not text.replace(".", "").isdigit():
+        return value
+    raise ValueError(
+        f"{_echo(value)} is not an IP address or host name (0.0.0.0 listens on every IPv4 interface, :: on every one)"
+    )
+
+
 class HttpSettings(_Group):
     """The controller's own HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``."""
 
     enabled: bool = Field(True, description="serve /metrics, /healthz and /readyz")
     bind_address: str = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0 = any free port, for tests)")
+
+    @field_validator("bind_address")
+    @classmethod
+    def _bindable(cls, value: str) -> str:
+        return _bind_address(value)
 
 
 class SchedulerExtenderSettings(_Group):
@@ -206,6 +248,11 @@ class SchedulerExtenderSettings(_Group):
         "(FGD plus fill fragmentation, quantised; +0.2 points of GPU allocation on openb, benchmarks/bench_fgd.py)",
     )
 
+    @field_validator("bind_address")
+    @classmethod
+    def _bindable(cls, value: str) -> str:
+        return _bind_address(value)
+
 
 class KubernetesSettings(_Group):
     """How to reach the Kubernetes API."""
@@ -217,6 +264,15 @@ class KubernetesSettings(_Group):
     context: str | None = Field(None, description="kubeconfig context (default: its current-context)")
     request_timeout_seconds: float = Field(10.0, gt=0, description="timeout of every API request, seconds")
 
+    @field_validator("kubeconfig", mode="before")
+    @classmethod
+    def _kubeconfig_not_empty(cls, value: Any) -> Any:
+        # Path("") is Path("."): "auto" then took the working directory for a kubeconfig instead of the in-cluster
+        # service account, and start-up failed reading a directory (exit 1, a crash loop naming no setting).
+        if isinstance(value, str | Path) and not str(value).strip():
+            raise ValueError("must not be empty (unset it for $KUBECONFIG, ~/.kube/config or in-cluster)")
+        return value
+
 
 class NodePoolSettings(_Group):
     """Where burst node pools are resized (only used once plans contain node-pool actions)."""
@@ -224,7 +280,13 @@ class NodePoolSettings(_Group):
     provider: Literal["none", "clusterapi"] = Field(
         "none", description="none: node-pool actions are logged, never applied; clusterapi: MachineDeployment scale"
     )
-    namespace: str = Field("default", min_length=1, description="namespace of the Cluster API MachineDeployments")
+    namespace: str = Field(
+        "default",
+        min_length=1,
+        max_length=NAMESPACE_MAX,
+        pattern=NAMESPACE_PATTERN,
+        description="namespace of the Cluster API MachineDeployments",
+    )
     pools: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
         description="node-pool label value -> MachineDeployment name (JSON in env; empty = same name)",
@@ -558,6 +620,13 @@ class ForecastSettings(_Group):
     def _candidates(cls, value: Any) -> Any:
         return _split_namespaces(value)
 
+    @field_validator("update_interval_seconds")
+    @classmethod
+    def _update_minimum(cls, value: float) -> float:
+        if 0 < value < MIN_JOB_INTERVAL_SECONDS:
+            raise ValueError(f"must be 0 (off) or >= {MIN_JOB_INTERVAL_SECONDS:g}")
+        return value
+
     @field_validator("model_params", mode="before")
     @classmethod
     def _params_json(cls, value: Any) -> Any:
@@ -686,7 +755,9 @@ class Settings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
     log_format: Literal["text", "json"] = Field("text", description="text for humans, json for log pipelines")
-    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)  # type: ignore[arg-type]
+    # validated from {} rather than built by a factory: its defaults come from the pod (POD_NAMESPACE, POD_NAME), and
+    # an error in one must name the setting it fills (leader_election.lease_namespace), which a factory's does not
+    leader_election: LeaderElectionSettings = Field(default_factory=dict)  # type: ignore[arg-type]
     http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
     scheduler_extender: SchedulerExtenderSettings = Field(default_factory=SchedulerExtenderSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
@@ -709,11 +780,32 @@ class Settings(BaseSettings):
     def _namespaces(cls, value: Any) -> Any:
         return _split_namespaces(value)
 
+    @field_validator("namespaces")
+    @classmethod
+    def _namespace_names(cls, value: list[str]) -> list[str]:
+        # A name no namespace can have listed nothing (or failed) on every tick: its policies were never seen.
+        bad = [name for name in value if len(name) > NAMESPACE_MAX or not re.fullmatch(DNS_LABEL, name)]
+        if bad:
+            listed = ", ".join(_echo(name) for name in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            verb = "is not a namespace name" if len(bad) == 1 else "are not namespace names"
+            raise ValueError(
+                f"{listed} {verb} (lower-case letters, digits and '-', at most {NAMESPACE_MAX} characters); "
+                "give a comma-separated list or a JSON array"
+            )
+        return value
+
     @field_validator("tick_interval_seconds")
     @classmethod
     def _tick_minimum(cls, value: float) -> float:
         if value < MIN_TICK_INTERVAL_SECONDS:  # after gt=0, whose message (must be > 0) stays for 0 and below
             raise ValueError(f"must be >= {MIN_TICK_INTERVAL_SECONDS:g}")
+        return value
+
+    @field_validator("refit_interval_seconds", "rebalance_interval_seconds")
+    @classmethod
+    def _job_minimum(cls, value: float) -> float:
+        if value < MIN_JOB_INTERVAL_SECONDS:  # after gt=0, as for the tick
+            raise ValueError(f"must be >= {MIN_JOB_INTERVAL_SECONDS:g}")
         return value
 
     @model_validator(mode="after")
@@ -776,6 +868,18 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"{_name('tick_stall_seconds')} ({self.tick_stall_seconds:g}) must be > "
                 f"{_name('tick_interval_seconds')} ({self.tick_interval_seconds:g})"
+            )
+        # A tick waits for one Prometheus query through all its retries before it gives up on the rest: a stall
+        # bound within that failed /healthz (and the livenessProbe restarted the controller) during an outage the
+        # controller is meant to hold through.
+        prometheus = self.prometheus
+        worst = prometheus.timeout_seconds * (1 + prometheus.retries)
+        if self.tick_stall_seconds <= worst:
+            raise ValueError(
+                f"{_name('tick_stall_seconds')} ({self.tick_stall_seconds:g}) must be > "
+                f"{_name('prometheus', 'timeout_seconds')} ({prometheus.timeout_seconds:g}) x (1 + "
+                f"{_name('prometheus', 'retries')} ({prometheus.retries})): a tick waiting on an unanswering "
+                "Prometheus would fail /healthz"
             )
         return self
 

@@ -7,7 +7,9 @@ process without the global registry's duplicate-name errors.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -484,7 +486,11 @@ class HttpServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("http: " + format, *args)
 
-        self._server = ThreadingHTTPServer((bind_address, port), Handler)
+        host = bind_address.strip()
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]  # an IPv6 literal as written in a URL
+        server_class = _Ipv6HttpServer if ":" in host else ThreadingHTTPServer
+        self._server = server_class((host, port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -502,6 +508,18 @@ class HttpServer:
             self._thread.join(timeout=5)
             self._thread = None
         self._server.server_close()
+
+
+class _Ipv6HttpServer(ThreadingHTTPServer):
+    """An IPv6 bind address ("::", "::1"): the stdlib server is IPv4-only and failed on one at start-up ("Address
+    family for hostname not supported"). "::" also takes IPv4, as the settings' clash check assumes."""
+
+    address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
 
 def _check(check: HealthCheck) -> tuple[int, str, bytes]:

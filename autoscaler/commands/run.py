@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -24,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             Run the controller: every tick (default 15 s) read the GPUScalingPolicies, the cluster and Prometheus,
             decide, and act through the Kubernetes API. Several replicas may run: a coordination.k8s.io/v1 Lease
             elects the one that acts. Serves /metrics, /healthz and /readyz. SIGTERM stops acting at once, lets a
-            running tick finish (shutdown_grace_seconds) and releases the Lease so a standby takes over quickly.
+            running tick or rebalance pass finish (shutdown_grace_seconds) and releases the Lease so a standby
+            takes over quickly; one still running after the grace is left behind (the process exits) and the
+            Lease then expires instead of being released, as a write of it may still be in flight.
 
             Every setting comes from (highest first) these flags, AUTOSCALER_* environment variables, the
             config file, then the defaults; 'autoscaler run --list-settings' prints them all.
@@ -133,7 +138,23 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_TICK_FAILED
     if args.once:
         return run_once(runtime)
-    return runtime.run_forever()
+    code = runtime.run_forever()
+    still = runtime.jobs_running()
+    if still:
+        # A job outlived shutdown_grace_seconds (a hung read): it can no longer act, but the interpreter would wait
+        # for its thread at exit, and the pod would stay Terminating until the kubelet's SIGKILL.
+        log.warning("%d job(s) still running after the shutdown grace period: exiting without them", still)
+        exit_now(code)
+    return code
+
+
+def exit_now(code: int) -> None:
+    """End the process at once (no waiting for worker threads), after flushing the logs and the standard streams."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def run_once(runtime: object) -> int:
