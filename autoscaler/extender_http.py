@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
 from autoscaler.core.cluster import ClusterSnapshot, effective_request
@@ -44,6 +44,7 @@ from autoscaler.core.extender import (
     filter_nodes,
     prioritize_nodes,
 )
+from autoscaler.telemetry import http_server
 
 if TYPE_CHECKING:
     from autoscaler.ports import ClusterReader
@@ -489,7 +490,7 @@ class ExtenderServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("extender http: " + format, *args)
 
-        self._server = ThreadingHTTPServer((bind_address, port), Handler)
+        self._server = http_server(bind_address, port, Handler)  # "::" (IPv6-only clusters) failed at start-up
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

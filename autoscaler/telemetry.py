@@ -486,11 +486,7 @@ class HttpServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("http: " + format, *args)
 
-        host = bind_address.strip()
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]  # an IPv6 literal as written in a URL
-        server_class = _Ipv6HttpServer if ":" in host else ThreadingHTTPServer
-        self._server = server_class((host, port), Handler)
+        self._server = http_server(bind_address, port, Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -508,6 +504,15 @@ class HttpServer:
             self._thread.join(timeout=5)
             self._thread = None
         self._server.server_close()
+
+
+def http_server(bind_address: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A threading HTTP server on ``bind_address`` (IPv4, IPv6 bracketed or not, a host name, empty: all IPv4)."""
+    host = bind_address.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # an IPv6 literal as written in a URL
+    server_class = _Ipv6HttpServer if ":" in host else ThreadingHTTPServer
+    return server_class((host, port), handler)
 
 
 class _Ipv6HttpServer(ThreadingHTTPServer):

@@ -269,6 +269,18 @@ class PrometheusSettings(BaseSettings):
             raise ValueError(f"not a Prometheus label name: {value!r}")
         return value
 
+    @field_validator(
+        "bearer_token_file", "basic_auth_password_file", "ca_bundle", "client_cert_file", "client_key_file",
+        mode="before",
+    )  # fmt: skip
+    @classmethod
+    def _file_not_empty(cls, value: Any) -> Any:
+        # Path("") is Path("."): the working directory was taken for the file and every query failed reading it
+        # (each tick held, the error naming no setting)
+        if isinstance(value, str | Path) and not str(value).strip():
+            raise ValueError("must not be empty (unset it instead)")
+        return value
+
     @field_validator("gpu_query", "request_rate_query", "queue_depth_query", "latency_query")
     @classmethod
     def _template(cls, value: str) -> str:

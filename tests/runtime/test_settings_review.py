@@ -384,3 +384,41 @@ def test_a_bind_address_that_cannot_be_bound_is_refused(monkeypatch: pytest.Monk
 def test_bind_addresses_that_can_be_bound_still_load(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("AUTOSCALER_HTTP__BIND_ADDRESS", value)
     assert load_settings().http.bind_address == value
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+@pytest.mark.parametrize(("bind_address", "connect_to"), [("::", "::1"), ("[::1]", "::1"), ("::", "127.0.0.1")])
+def test_the_scheduler_extender_is_served_on_an_ipv6_bind_address(bind_address: str, connect_to: str) -> None:
+    """The extender's server was IPv4-only too: AUTOSCALER_SCHEDULER_EXTENDER__BIND_ADDRESS=:: passed the settings
+    and failed at start-up."""
+    import http.client
+
+    from autoscaler.core.extender import ExtenderConfig
+    from autoscaler.extender_http import Extender, ExtenderServer, LatestSnapshot
+
+    from autoscaler.fakes.cluster import FakeCluster
+
+    server = ExtenderServer(Extender(LatestSnapshot(FakeCluster()).latest, ExtenderConfig(60)), bind_address, 0)
+    server.start()
+    try:
+        conn = http.client.HTTPConnection(connect_to, server.port, timeout=5)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        "AUTOSCALER_PROMETHEUS_BEARER_TOKEN_FILE",
+        "AUTOSCALER_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE",
+        "AUTOSCALER_PROMETHEUS_CA_BUNDLE",
+        "AUTOSCALER_PROMETHEUS_CLIENT_CERT_FILE",
+    ],
+)
+def test_an_empty_prometheus_file_setting_is_refused(monkeypatch: pytest.MonkeyPatch, env: str) -> None:
+    """An empty value became Path("."): the working directory was read as the token or CA file at every query."""
+    key = "prometheus." + env.removeprefix("AUTOSCALER_PROMETHEUS_").lower()
+    assert f"{env} ({key}): must not be empty" in settings_error(monkeypatch, {env: ""})
