@@ -26,9 +26,10 @@ What it models, as Kubernetes does it:
   victim, then the smallest sum of priorities, then the fewest victims, then the most recently started), with no
   notion of gangs or checkpoints.
 - **PodDisruptionBudgets** (``add_pdb``, selecting pods by label: a Deployment's replicas carry ``app=<name>``): the
-  Eviction API (``evict_pod``) refuses an eviction when the budget allows no disruption now (healthy = ready
-  matching pods, as the disruption controller counts them). The scheduler's preemption and node removal ignore them,
-  as the kube-scheduler's DefaultPreemption may and a deleted node does.
+  Eviction API (``evict_pod``) refuses the eviction of a ready pod when the budget allows no disruption now
+  (healthy = ready matching pods, as the disruption controller counts them); a pod not ready goes while the budget
+  is met, a Pending one whatever the budget, as the API server decides. The scheduler's preemption and node
+  removal ignore them, as the kube-scheduler's DefaultPreemption may and a deleted node does.
 - **Node pools**: a scale-up adds nodes that hold no pods until they have booted (``boot_s``); a scale-down removes
   the emptiest nodes, and their pods go back to pending (Deployments) or are lost (training).
 """
@@ -68,6 +69,8 @@ class Scoring(StrEnum):
 
 #: The shipped KubeSchedulerConfiguration's weight of the extender (deploy/overlays/scheduler-extender).
 EXTENDER_WEIGHT = 5
+# DefaultPreemption adds this to every victim's priority before summing them (pickOneNodeForPreemption).
+_PRIORITY_OFFSET = 2**31
 # Unbounded CPU and memory: the simulated nodes have GPUs only (as the extender's view of a snapshot).
 _HOST = 1 << 40
 
@@ -360,6 +363,11 @@ class SimCluster:
 
     def training_gpu_seconds(self) -> tuple[float, float]:
         """(useful GPU-seconds of training kept, GPU-seconds of training lost to stops) so far."""
+        # Progress is brought up to date lazily (at a write, a checkpoint, a pod ready...): bring every running gang's
+        # up to now, or the work since the cluster last changed would be missing.
+        for job in self.jobs.values():
+            if job.admitted and job.finished_at is None:
+                self._accrue(job, self.now)
         kept = sum(job.progress_s * job.gpus for job in self.jobs.values())
         return kept, self.lost_training_gpu_s
 
@@ -546,17 +554,19 @@ class SimCluster:
                 continue
             top = max(v.priority for v in victims)
             earliest_top = min(v.created_at for v in victims if v.priority == top)
-            key = (top, sum(v.priority for v in victims), len(victims), -earliest_top, _desc(node.name))
+            # the sum as the kube-scheduler counts it: MaxInt32 + 1 added to each priority (all >= 0), so that more
+            # victims of a negative priority never sum to less than fewer of them
+            key = (top, sum(v.priority + _PRIORITY_OFFSET for v in victims), len(victims), -earliest_top,
+                   _desc(node.name))  # fmt: skip
             if best is None or key < best[0]:
                 best = (key, node, victims)
         if best is None:
             return None
         _, node, victims = best
-        for victim in victims:
-            self.scheduler_preemptions += 1
-            self._lose_pod(victim)
-            free[node.name] += victim.gpus
-        # the gangs of the victims lost their other pods too: give their GPUs back to this pass
+        self.scheduler_preemptions += len(victims)
+        self._lose_pods(victims)
+        # the gangs of the victims lost their other pods too, and the replacements' own scheduling passes may have
+        # bound pods: this pass's free GPUs as they are now
         for name in free:
             free[name] = self.nodes[name].gpus - sum(p.gpus for p in self.pods.values() if p.node == name)
         return node if self._fits_on(node, pod, free) else None
@@ -564,15 +574,27 @@ class SimCluster:
     def _lose_pod(self, pod: SimPod) -> None:
         """A pod goes (evicted, preempted, its node removed): a training job's gang stops and is recreated by its
         controller; a Deployment's pod is replaced."""
-        job = self.jobs.get(pod.gang) if pod.gang is not None else None
-        if job is not None and job.admitted:
-            self._stop_job(job)
-            if job.finished_at is None:
-                self._admit(job)
-            return
-        self.pods.pop((pod.namespace, pod.name), None)
+        self._lose_pods([pod])
+
+    def _lose_pods(self, pods: list[SimPod]) -> None:
+        """Pods go together (a preemption's victims): each gang stops once, and the Deployments' pods are replaced
+        once all of them are gone (a replacement's scheduling pass must not see, and evict again, a victim still
+        to go). A pod already gone (with its gang) is skipped."""
+        removed = []
+        for pod in pods:
+            if self.pods.get((pod.namespace, pod.name)) is not pod:
+                continue
+            job = self.jobs.get(pod.gang) if pod.gang is not None else None
+            if job is not None and job.admitted:
+                self._stop_job(job)
+                if job.finished_at is None:
+                    self._admit(job)
+                continue
+            del self.pods[(pod.namespace, pod.name)]
+            removed.append(pod)
         self._dirty = True
-        self._removed(pod)
+        for pod in removed:
+            self._removed(pod)
 
     def _score(self, node: SimNode, free: int, request: int) -> float:
         """The GPU part of NodeResourcesFit, 0..1: MostAllocated, or LeastAllocated (also under Fragmentation)."""
@@ -657,15 +679,20 @@ class SimCluster:
     def _disruptions_allowed(self, pdb: SimPdb, now: float) -> int:
         """As the disruption controller counts: healthy (ready) matching pods above what the budget keeps; the
         expected count is the matching pods (a ReplicaSet's replacement counts, unready, until it is ready)."""
+        healthy, desired = self._pdb_health(pdb, now)
+        return max(0, healthy - desired)
+
+    def _pdb_health(self, pdb: SimPdb, now: float) -> tuple[int, int]:
+        """(currentHealthy, desiredHealthy) of the budget, as its status shows them."""
         matching = [
             p for p in self.pods.values()
             if p.namespace == pdb.namespace and all(self._labels_of(p).get(k) == v for k, v in pdb.selector.items())
         ]
         healthy = sum(1 for p in matching if p.ready(now))
         if pdb.min_available is not None:
-            return max(0, healthy - pdb.min_available)
+            return healthy, pdb.min_available
         assert pdb.max_unavailable is not None
-        return max(0, healthy - (len(matching) - pdb.max_unavailable))
+        return healthy, max(0, len(matching) - pdb.max_unavailable)
 
     def _checkpoint_of(self, pod: SimPod) -> float | None:
         job = self.jobs.get(pod.gang) if pod.gang is not None else None
@@ -733,13 +760,23 @@ class SimCluster:
         return EvictionOutcome.EVICTED
 
     def _eviction_blocked(self, pod: SimPod) -> bool:
+        """As the Eviction API decides: a Pending pod is evicted whatever the budget (``canIgnorePDB``); a pod that
+        is not ready is not one of the healthy ones, and goes while the budget is met (currentHealthy >=
+        desiredHealthy > 0: ``unhealthyPodEvictionPolicy: IfHealthyBudget``, the default); a ready one needs a
+        disruption allowed."""
+        if pod.node is None:
+            return False
         labels = self._labels_of(pod)
-        return any(
-            pdb.namespace == pod.namespace
-            and all(labels.get(k) == v for k, v in pdb.selector.items())
-            and self._disruptions_allowed(pdb, self.now) <= 0
-            for pdb in self.pdbs
-        )
+        ready = pod.ready(self.now)
+        for pdb in self.pdbs:
+            if pdb.namespace != pod.namespace or any(labels.get(k) != v for k, v in pdb.selector.items()):
+                continue
+            healthy, desired = self._pdb_health(pdb, self.now)
+            if not ready and 0 < desired <= healthy:
+                continue
+            if healthy - desired <= 0:
+                return True
+        return False
 
     def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
         self.writes.append((self.now, "suspend_workload", (kind, namespace, name)))
@@ -797,6 +834,7 @@ class SimCluster:
         self._dirty = True
         while len(spec.nodes) < wanted:
             self._new_pool_node(spec, ready_at=self.now + spec.boot_s)
+        gone: set[str] = set()
         while len(spec.nodes) > wanted:
             # the named node first (a Machine marked for deletion), then the emptiest (the Cluster Autoscaler's pick)
             if remove_node in spec.nodes:
@@ -804,17 +842,23 @@ class SimCluster:
             else:
                 emptiest = min(spec.nodes, key=lambda n: (self.nodes[n].gpus - self.free_gpus(n), _desc(n)))
             spec.nodes.remove(emptiest)
-            # Node and pods go first, then the ReplicaSets replace the pods: not on this node again.
-            del self.nodes[emptiest]
-            doomed = [p for p in self.pods.values() if p.node == emptiest]
-            gangs = {p.gang for p in doomed if p.gang in self.jobs}
-            removed = [self.pods.pop((p.namespace, p.name)) for p in doomed if p.gang not in gangs]
-            for gang in sorted(g for g in gangs if g is not None):
-                self._stop_job(self.jobs[gang])
-                if self.jobs[gang].finished_at is None:
-                    self._admit(self.jobs[gang])
-            for pod in removed:
-                self._removed(pod)
+            gone.add(emptiest)
+        if not gone:
+            return
+        # The nodes and their pods go first, all together, then the ReplicaSets replace the pods: not on any of these
+        # nodes again (removed one by one, a replacement or a recreated gang bound to the next node to go was lost
+        # twice, and its gang counted as stopped twice).
+        for name in gone:
+            del self.nodes[name]
+        doomed = [p for p in self.pods.values() if p.node in gone]
+        gangs = {p.gang for p in doomed if p.gang in self.jobs}
+        removed = [self.pods.pop((p.namespace, p.name)) for p in doomed if p.gang not in gangs]
+        for gang in sorted(g for g in gangs if g is not None):
+            self._stop_job(self.jobs[gang])
+            if self.jobs[gang].finished_at is None:
+                self._admit(self.jobs[gang])
+        for pod in removed:
+            self._removed(pod)
 
     # ---- internals ------------------------------------------------------------------------------------------------
 

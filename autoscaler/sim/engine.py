@@ -181,13 +181,12 @@ def node_autoscaler_plan(
                 short -= add * pool.gpus_per_node
         unneeded_since.clear()
         return Plan(now, actions=tuple(actions))
-    spare = sum(free[n] for n in ready)
     candidates = set()
     for pool in burst:
         for name in nodes_of[pool.name]:
             gpus = gpus_of[name]
             used = gpus - free[name]
-            if name in ready and used < UNNEEDED_UTILISATION * gpus and used <= spare - free[name]:
+            if name in ready and used < UNNEEDED_UTILISATION * gpus and _fits_elsewhere(snapshot, name, free, ready):
                 candidates.add(name)
                 unneeded_since.setdefault(name, now)
     for name in list(unneeded_since):
@@ -198,12 +197,32 @@ def node_autoscaler_plan(
         due = [n for n in nodes_of[pool.name] if n in candidates and now - unneeded_since[n] >= wait]
         if due:
             count = len(nodes_of[pool.name])
+            # the node found unneeded goes (Cluster Autoscaler deletes that node, not the pool's pick)
+            node = min(due, key=lambda n: (unneeded_since[n], n))
             detail = f"node unneeded for {pool.scale_down_unneeded_seconds:g}s"
-            actions.append(ScaleNodePool(pool.name, count - 1, count, Reason.BURST_SCALE_DOWN, detail))
+            actions.append(ScaleNodePool(pool.name, count - 1, count, Reason.BURST_SCALE_DOWN, detail, node))
             for name in due:
                 unneeded_since.pop(name, None)
             break  # one node per loop, as Cluster Autoscaler removes empty-ish nodes one by one
     return Plan(now, actions=tuple(actions))
+
+
+def _fits_elsewhere(snapshot: ClusterSnapshot, name: str, free: dict[str, int], ready: set[str]) -> bool:
+    """Whether every pod on node ``name`` fits on another ready node, each pod whole on one node (the Cluster
+    Autoscaler simulates their scheduling; free GPUs summed over nodes would count GPUs no pod can use): largest pod
+    first, each on the fitting node with the least room."""
+    room = {n: free[n] for n in ready if n != name}
+    product = {n.name: n.gpu_product for n in snapshot.nodes}
+    for pod in sorted((p for p in snapshot.pods if p.node == name), key=lambda p: -p.gpus):
+        fits = [
+            n for n, left in room.items()
+            if left >= pod.gpus and (pod.gpu_product is None or product.get(n) == pod.gpu_product)
+        ]
+        if not fits:
+            return False
+        target = min(fits, key=lambda n: (room[n], n))
+        room[target] -= pod.gpus
+    return True
 
 
 def build_cluster(
@@ -294,8 +313,9 @@ def simulate(
     within_hist = np.zeros((count, steps), dtype=bool)
     util_hist = np.zeros((count, steps), dtype=np.float64)  # GPU utilisation per ready pod, percent
 
-    steps_per_minute = max(1, round(60.0 / step_s))
-    minute_ok = True
+    # Minutes of the clock from the start (the last one may be partial): a minute is within the SLO when every step
+    # overlapping it was (a step that does not divide a minute spans two of them; a long step spans several).
+    minute_ok = np.ones(max(1, math.ceil(steps * step_s / 60.0 - 1e-9)), dtype=bool)
     reasons = run.reasons
     progress_every = max(1, steps // 200)
 
@@ -340,11 +360,10 @@ def simulate(
                 gpu_seconds = node_counts[name] * gpus_per_node * step_s
                 run.burst_gpu_seconds += gpu_seconds
                 run.burst_cost += gpu_seconds / 3600.0 * price
-        minute_ok = minute_ok and step_ok
-        if (i + 1) % steps_per_minute == 0 or i == steps - 1:
-            run.minutes += 1
-            run.minutes_within_slo += minute_ok
-            minute_ok = True
+        if not step_ok:
+            first = math.floor(i * step_s / 60.0 + 1e-9)
+            last = math.ceil((i + 1) * step_s / 60.0 - 1e-9)
+            minute_ok[first:last] = False
 
         # 3. plan at the end of the step, on the cluster as it is and the metrics of delay ago; apply
         decided_at = now + step_s
@@ -364,6 +383,7 @@ def simulate(
                 float(service.rates[seen]),
                 float(util_hist[s_index, seen]),
                 float(latency_hist[s_index, seen]),
+                step_s,
             )
         plan = policy.plan(i, decided_at, Observation(decided_at, observed), snapshot)
         for decision in plan.decisions:
@@ -410,6 +430,8 @@ def simulate(
         progress(steps % progress_every)
     policy.end()
 
+    if steps > 0:
+        run.minutes, run.minutes_within_slo = int(minute_ok.size), int(minute_ok.sum())
     run.training_gpu_seconds, run.lost_training_gpu_seconds = cluster.training_gpu_seconds()
     run.preemptions = sum(job.stops for job in cluster.jobs.values())
     run.jobs = len(cluster.jobs)
@@ -434,6 +456,7 @@ def _observe(
     seen_rate: float,
     seen_util: float,
     seen_latency: float,
+    step_s: float,
 ) -> ServiceObservation:
     """What the controller sees: the Deployment as it is now, and the metrics of the delayed step for its pods.
 
@@ -448,9 +471,12 @@ def _observe(
         pods = PodMetrics(ready, seen_util / 100.0 * ready, 0, starting)
     elif metric is MetricKind.REQUEST_RATE:
         total = seen_rate
-    else:  # queue depth: mean requests waiting, Little's law on the M/M/c waiting time
+    else:  # queue depth: mean requests waiting, Little's law on the M/M/c waiting time, at most a step's arrivals
+        # (at or over capacity, or with no ready replica, the queue has no steady state: it grows; an infinite depth
+        # is an invalid sample to the controller, which then held exactly when it had to scale up)
         capacity = ready * service.throughput
-        total = math.inf if seen_rate >= capacity else seen_rate * _mean_wait(ready, seen_rate, service.throughput)
+        wait = math.inf if seen_rate >= capacity else _mean_wait(ready, seen_rate, service.throughput)
+        total = 0.0 if seen_rate <= 0 else seen_rate * min(wait, step_s)
     return ServiceObservation(
         key=service.policy.key,
         spec_replicas=spec,
