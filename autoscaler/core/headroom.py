@@ -117,7 +117,10 @@ def _judged(
         detail = f"{scored} of {config.min_scored} live scores: {untrusted}"
         return Headroom(floor_ratio, HeadroomState.LEARNING, detail, 0.0, coverage, scored)
     allowed = max(1.0 - fp.quantile, 1e-9)
-    miss_ratio = max(0.0, 1.0 - coverage) / allowed
+    # rounded: a coverage of exactly 2.5 x (5 x) the allowed misses is full (no) trust as documented, not a hair off
+    # it from the binary fractions (P90's 25 % misses came out 2.5000000000000004 x: "partial", and a window 1e-14 s
+    # longer than the spec's)
+    miss_ratio = round(max(0.0, 1.0 - coverage) / allowed, 9)
     full, none = config.full_trust_miss_ratio, config.no_trust_miss_ratio
     trust = min(1.0, max(0.0, (none - miss_ratio) / (none - full)))
     ratio = floor_ratio + trust * (1.0 - floor_ratio)

@@ -71,7 +71,8 @@ class _ServiceForecasting:
     history: np.ndarray = field(default_factory=lambda: np.empty(256, dtype=np.float64))
     history_len: int = 0
     bucket_sum: float = 0.0
-    bucket_count: int = 0
+    bucket_count: int = 0  # ticks in the bucket being filled
+    bucket_seen: int = 0  # ... of which had a rate (the others are gaps)
     # (target time, model's prediction, baseline's prediction) at the provisioned quantile
     pending_scores: deque[tuple[float, float, float]] = field(default_factory=deque)
     # (time, model's pinball loss, baseline's, |error|, covered) of the values scored in the accountability window,
@@ -120,8 +121,10 @@ class PredictivePolicy(CorePolicy):
 
     def policy_for(self, service: SimService) -> ServicePolicy:
         forecast = service.policy.forecast
-        if forecast is None or forecast.mode is not ForecastMode.ACTIVE:
+        if forecast is None:
             forecast = ForecastPolicy(ForecastMode.ACTIVE, service.forecast_quantile)
+        elif forecast.mode is not ForecastMode.ACTIVE:  # a shadow spec, made active: its own ratePerReplica and ratio
+            forecast = dataclasses.replace(forecast, mode=ForecastMode.ACTIVE)
         return dataclasses.replace(service.policy, forecast=forecast)
 
     def reset(self, services: Sequence[SimService], step_s: float) -> list[int]:
@@ -201,18 +204,31 @@ class PredictivePolicy(CorePolicy):
                 base = baseline.at(target, self.quantiles[index]) if baseline is not None else math.nan
             except ValueError:
                 continue
-            state.pending_scores.append((target, predicted, base))
+            _expect(state.pending_scores, (target, predicted, base))
         return plan
 
+    def _bucket_s(self) -> float:
+        """Seconds of demand one history bucket (one forecast step) holds: ``bucket_steps`` whole ticks, which is
+        ``resolution_s`` only when that is a multiple of the tick. Stamped ``resolution_s`` apart, buckets of another
+        length would put the demand at the wrong times (25 s ticks: 50 s of demand per "60 s" step)."""
+        return self.bucket_steps * self.step_s
+
     def _observe(self, state: _ServiceForecasting, now: float, rate: float | None, quantile: float) -> None:
-        if rate is None or not math.isfinite(rate):
-            return  # a gap: the forecaster's gap filling handles it at the next fit
-        state.bucket_sum += rate
+        # A tick without a rate still takes its place in the bucket: a bucket with none is a gap (NaN) the
+        # forecaster's gap filling handles at the next fit. Skipped, the history before it would be stamped later
+        # than its demand happened by the gap's length.
+        if rate is not None and math.isfinite(rate):
+            state.bucket_sum += rate
+            state.bucket_seen += 1
+        else:
+            rate = None
         state.bucket_count += 1
         if state.bucket_count == self.bucket_steps:
-            keep = int(self.config.history_s / self.config.resolution_s)
-            _append(state, state.bucket_sum / state.bucket_count, keep)
-            state.bucket_sum, state.bucket_count = 0.0, 0
+            keep = int(self.config.history_s / self._bucket_s())
+            _append(state, state.bucket_sum / state.bucket_seen if state.bucket_seen else math.nan, keep)
+            state.bucket_sum, state.bucket_count, state.bucket_seen = 0.0, 0, 0
+        if rate is None:
+            return  # no evidence either way for the forecasts waiting to be scored
         # Score forecasts whose target time has arrived, against the demand observed for that time.
         while state.pending_scores and state.pending_scores[0][0] <= now - self.metrics_delay_s:
             target, predicted, base = state.pending_scores.popleft()
@@ -270,7 +286,8 @@ class PredictivePolicy(CorePolicy):
         if event is None:
             return
         tail = _newest_bucket(state)
-        same = event.history_len == state.history_len and (state.history_len == 0 or event.tail == tail)
+        same_tail = event.tail == tail or (math.isnan(event.tail) and math.isnan(tail))  # a gap bucket is NaN
+        same = event.history_len == state.history_len and (state.history_len == 0 or same_tail)
         if not same:
             raise RuntimeError(
                 f"forecast worker diverged at step {step} (service {index}): it saw {event.history_len} buckets "
@@ -289,18 +306,19 @@ class PredictivePolicy(CorePolicy):
         else the model's and the baseline's forecasts (not yet published)."""
         config = self.config
         history_points = state.history_len
-        if history_points * config.resolution_s < config.min_history_s:
+        bucket_s = self._bucket_s()
+        if history_points * bucket_s < config.min_history_s:
             return
         refit = now - state.last_refit >= config.refit_s or state.estimator is None
         if not refit and now - state.last_update < config.update_s:
             return  # nothing due: the published forecast stands (decided before any work on the history)
-        keep = int(config.history_s / config.resolution_s)
+        keep = int(config.history_s / bucket_s)
         first = history_points - keep if 0 < keep < history_points else 0
         window = state.history[first:history_points]  # a view: the models copy what they keep
         # The history ends at the last complete bucket of demand (seen metrics_delay_s late); the forecast starts
         # right after it.
-        start = now - self.metrics_delay_s - (state.bucket_count * self.step_s) - len(window) * config.resolution_s
-        horizon = math.ceil(config.horizon_s / config.resolution_s)
+        start = now - self.metrics_delay_s - (state.bucket_count * self.step_s) - len(window) * bucket_s
+        horizon = math.ceil(config.horizon_s / bucket_s)
         quantile = self.quantiles[index]
         try:
             if refit:
@@ -316,12 +334,12 @@ class PredictivePolicy(CorePolicy):
                 if state.estimator.levels_independent:
                     state.estimator.set_params(quantiles=tuple(sorted({EXPECTED_LEVEL, quantile})))
                 carry_order_hints(previous, state.estimator)  # only makes the refit cheaper, same forecasts
-                state.estimator.fit(window, start=start, step_s=config.resolution_s)
+                state.estimator.fit(window, start=start, step_s=bucket_s)
                 state.baseline = make_model(BASELINE, quantiles=levels)
                 if state.baseline.levels_independent:
                     state.baseline.set_params(quantiles=(quantile,))  # scored at the service's level only
                 carry_order_hints(previous_baseline, state.baseline)
-                state.baseline.fit(window, start=start, step_s=config.resolution_s)
+                state.baseline.fit(window, start=start, step_s=bucket_s)
                 state.last_refit = state.last_update = now
             else:
                 state.estimator.update(window, start=start)
@@ -385,6 +403,20 @@ def _append(state: _ServiceForecasting, value: float, keep: int) -> None:
             state.history = grown
     state.history[size] = value
     state.history_len = size + 1
+
+
+def _expect(pending: deque[tuple[float, float, float]], entry: tuple[float, float, float]) -> None:
+    """Queue a forecast for scoring in target-time order. The lead grows by a node boot while free GPUs are short
+    and falls back when they are not: a tick's target can come before an earlier tick's, and ``_observe`` scores
+    from the front only, so appended behind it the forecast would wait and be scored on a later time's demand."""
+    target = entry[0]
+    if not pending or pending[-1][0] <= target:
+        pending.append(entry)  # the usual case: targets ascend
+        return
+    index = len(pending) - 1
+    while index > 0 and pending[index - 1][0] > target:
+        index -= 1
+    pending.insert(index, entry)
 
 
 def _add(sums: list[float], entry: tuple[float, float, float, float, int], sign: float) -> None:
