@@ -84,8 +84,8 @@ class ForecastPolicy:
     quantile: float = 0.9  # forecast quantile of the request rate provisioned for
     # requests/s one replica carries; None = the metric target when scaling on request_rate, else no floor
     rate_per_replica: float | None = None
-    # While the forecast has not earned trust (core.headroom), the service runs at this share of its target (and
-    # ratePerReplica): no hotter than an HPA's headroom. 1.0 turns earned headroom off.
+    # While the forecast has not earned trust (core.headroom), the reactive path runs at this share of the metric
+    # target: no hotter than an HPA's headroom (the forecast floor keeps ratePerReplica). 1.0 turns it off.
     untrusted_target_ratio: float = 0.75
 
 

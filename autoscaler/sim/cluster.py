@@ -231,7 +231,10 @@ class SimCluster:
         if warm:
             for pod in self.pods.values():
                 if pod.owner == key and pod.node is not None:
-                    pod.ready_at = self.now
+                    # created one cold start before the run and ready at its start: created_at == ready_at read
+                    # as a 0 s cold start, and the controller then forecast for now + 0 (and held no scale-down over
+                    # a cold start) until the first replica it made itself came up
+                    pod.created_at, pod.ready_at = self.now - pod.cold_start_s, self.now
             self._dirty = True
 
     def add_training_pod(

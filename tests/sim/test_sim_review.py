@@ -119,6 +119,19 @@ def test_scaling_a_pool_down_by_two_nodes_does_not_move_pods_onto_the_second_nod
     assert {p.node for p in cluster.pods.values()} == {None, "pool-2"}
 
 
+def test_a_runs_initial_replicas_show_a_cold_start_not_zero() -> None:
+    """The initial replicas were created and ready at the run's start: the controller read a 0 s cold start, and
+    forecast for now + 0 (holding no scale-down over a cold start) until a replica it made itself came up."""
+    from autoscaler.core.cluster import cold_starts_by_service
+
+    cluster = SimCluster()
+    cluster.add_pool(SimPool("pool", gpus_per_node=8, gpu_product=None, boot_s=0.0), nodes=1)
+    cluster.add_deployment(SimDeployment("ml", "chat", 3, gpus_per_replica=1, cold_start_s=90.0), warm=True)
+    snapshot = cluster.snapshot(0.0)
+    assert all(p.ready for p in snapshot.pods)
+    assert cold_starts_by_service(snapshot) == {"ml/chat": [90.0, 90.0, 90.0]}
+
+
 # ---- what the controller sees: the queue-depth metric is a finite number of requests ----------------------------
 
 
