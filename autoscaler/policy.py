@@ -190,8 +190,8 @@ class ForecastSpec(_Strict):
         ge=MIN_UNTRUSTED_TARGET_RATIO,
         le=1,
         description="active mode: the share of metric.target the reactive path runs at (the forecast floor keeps "
-        "ratePerReplica) while its forecast has not earned trust (too few live scores, stale, unreliable, or its quantile covering too little "
-        "of the demand); trust then raises it to the full target. 1 turns this off",
+        "ratePerReplica) while its forecast has not earned trust (too few live scores, stale, unreliable, or its "
+        "quantile covering too little of the demand); trust then raises it to the full target. 1 turns this off",
     )
 
     def to_policy(self) -> ForecastPolicy | None:

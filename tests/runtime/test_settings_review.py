@@ -395,7 +395,6 @@ def test_the_scheduler_extender_is_served_on_an_ipv6_bind_address(bind_address: 
 
     from autoscaler.core.extender import ExtenderConfig
     from autoscaler.extender_http import Extender, ExtenderServer, LatestSnapshot
-
     from autoscaler.fakes.cluster import FakeCluster
 
     server = ExtenderServer(Extender(LatestSnapshot(FakeCluster()).latest, ExtenderConfig(60)), bind_address, 0)
