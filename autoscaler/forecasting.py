@@ -31,7 +31,7 @@ until enough live scores exist.
 The tick side is the core's (``autoscaler.core.tick.read_forecasts``, called by ``decide_tick``; ``readout`` here
 is the same for callers outside a tick): it turns the published fits into one ``ReplicaFloor`` per forecasting
 service with ``autoscaler.core.predictive.forecast_floor`` at ``now + lead``, where the lead is the p95 of the
-service's observed pod start-to-ready times (else ``coldStartSeconds``), plus ``node_boot_seconds`` when the cluster's
+service's observed pod bind-to-ready times (else ``coldStartSeconds``), plus ``node_boot_seconds`` when the cluster's
 free GPUs do not cover the floor's extra replicas. ``shadow`` floors are reported, not applied.
 
 Timeouts: a fit in a worker process is interrupted by SIGALRM after ``fit_timeout_seconds``; a worker that does not

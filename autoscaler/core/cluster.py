@@ -31,7 +31,10 @@ class PodInfo:
     gang: str | None = None  # gang id (Volcano job, Kueue workload, JobSet, PyTorchJob, or a plain label)
     gang_min_available: int | None = None
     created_at: float | None = None  # Unix seconds
-    ready_at: float | None = None  # Unix seconds; creation to ready is the measured cold start
+    # Unix seconds the scheduler bound it (PodScheduled); bound to ready is the measured cold start (creation when
+    # unknown): waiting for a node is node boot, which the lead adds on its own when GPUs are short
+    scheduled_at: float | None = None
+    ready_at: float | None = None  # Unix seconds
     last_checkpoint_at: float | None = None  # Unix seconds, from an annotation when the job publishes it
     labels: Mapping[str, str] = field(default_factory=dict)
     # the GPU type its own spec selects (nodeSelector nvidia.com/gpu.product); None = any, or not read
@@ -213,14 +216,17 @@ def hpas_targeting(snapshot: ClusterSnapshot, namespace: str, deployment: str) -
 
 
 def cold_starts_by_service(snapshot: ClusterSnapshot) -> dict[str, list[float]]:
-    """Observed creation-to-ready seconds of each Deployment's pods (``namespace/name`` -> seconds)."""
+    """Observed bind-to-ready seconds of each Deployment's pods (``namespace/name`` -> seconds; from creation when
+    the bind time is unknown). A replica that waited for a burst node to boot measured boot + cold start from its
+    creation: with a handful of replicas that one pod was the p95, and the lead then added the node boot again."""
     out: dict[str, list[float]] = {}
     for pod in snapshot.pods:
         if pod.owner_kind != "Deployment" or not pod.owner_name:
             continue
-        if pod.created_at is None or pod.ready_at is None or pod.ready_at < pod.created_at:
+        start = pod.scheduled_at if pod.scheduled_at is not None else pod.created_at
+        if start is None or pod.ready_at is None or pod.ready_at < start:
             continue
-        out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod.ready_at - pod.created_at)
+        out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod.ready_at - start)
     return out
 
 

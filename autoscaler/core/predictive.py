@@ -83,7 +83,7 @@ def lead_time_s(
     needs_new_nodes: bool = False,
     min_observations: int = 5,
 ) -> float:
-    """Seconds between asking for a replica and it serving: the p95 of observed pod start-to-ready times (nearest
+    """Seconds between asking for a replica and it serving: the p95 of observed pod bind-to-ready times (nearest
     rank) once there are ``min_observations`` of them, else the configured estimate; plus node boot when the
     replica needs capacity that is not there yet."""
     cold_start = configured_cold_start_s

@@ -5,7 +5,7 @@ tick gathered -- the observation, the cluster snapshot, the valid policies and t
 forecasting service -- and returns one plan for every service:
 
 1. the forecast readout (``read_forecasts``): per forecasting service, higher priority first, the lead time (p95 of
-   the Deployment's observed start-to-ready times, else ``coldStartSeconds``; plus node boot when the free GPUs left
+   the Deployment's observed bind-to-ready times, else ``coldStartSeconds``; plus node boot when the free GPUs left
    by higher-priority floors do not cover this floor's extra replicas), the demand at ``now + lead`` and the replica
    floor (``core.predictive.forecast_floor``: stale, unreliable or short forecasts are not used, and say why);
 2. the per-service decision (``core.decide.decide``) with those floors.

@@ -100,6 +100,7 @@ class SimPod:
     gpu_product: str | None = None  # node selector on the GPU type; None = any
     node: str | None = None
     ready_at: float | None = None  # set when bound
+    bound_at: float | None = None  # when the scheduler bound it (its cold start runs from here)
 
     def ready(self, now: float) -> bool:
         return self.ready_at is not None and now >= self.ready_at
@@ -235,6 +236,7 @@ class SimCluster:
                     # as a 0 s cold start, and the controller then forecast for now + 0 (and held no scale-down over
                     # a cold start) until the first replica it made itself came up
                     pod.created_at, pod.ready_at = self.now - pod.cold_start_s, self.now
+                    pod.bound_at = pod.created_at
             self._dirty = True
 
     def add_training_pod(
@@ -244,7 +246,7 @@ class SimCluster:
         if node is not None:
             if self.free_gpus(node) < gpus:
                 raise ValueError(f"node {node} has {self.free_gpus(node)} free GPUs, {name} needs {gpus}")
-            pod.node, pod.ready_at = node, self.now
+            pod.node, pod.ready_at, pod.bound_at = node, self.now, self.now
         self.pods[(namespace, name)] = pod
         self._dirty = True
         return pod
@@ -256,6 +258,7 @@ class SimCluster:
             raise ValueError(f"node {node} has {self.free_gpus(node)} free GPUs, {name} needs {pod.gpus}")
         pod.node = node
         pod.ready_at = self.now if ready else self.now + pod.cold_start_s
+        pod.bound_at = self.now - pod.cold_start_s if ready else self.now
         self._dirty = True
 
     def add_pdb(self, pdb: SimPdb) -> None:
@@ -517,6 +520,7 @@ class SimCluster:
     def _bind(self, pod: SimPod, node: SimNode, free: dict[str, int]) -> None:
         pod.node = node.name
         pod.ready_at = self.now + pod.cold_start_s
+        pod.bound_at = self.now
         free[node.name] -= pod.gpus
         self._dirty = True
 
@@ -646,6 +650,7 @@ class SimCluster:
                     owner_name=p.owner.split("/", 1)[1] if p.owner else None,
                     gang=p.gang,
                     created_at=p.created_at,
+                    scheduled_at=p.bound_at,
                     ready_at=p.ready_at if ready else None,
                     last_checkpoint_at=self._checkpoint_of(p),
                     labels=self._labels_of(p),

@@ -62,6 +62,7 @@ def pod(
     created: str = CREATED,
     ready_time: str = "2026-01-01T00:01:30Z",
     init_gpus: int = 0,
+    scheduled_time: str | None = None,
 ) -> JSON:
     container: JSON = {"name": "main", "image": "registry.example/model-server:1"}
     if gpus:
@@ -85,6 +86,8 @@ def pod(
             {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": f"uid-{owner[1]}", "controller": True}
         ]
     conditions = [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": ready_time}]
+    if scheduled_time is not None:
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_time})
     return {
         "apiVersion": "v1",
         "kind": "Pod",

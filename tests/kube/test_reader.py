@@ -11,7 +11,7 @@ from kubernetes import client
 from autoscaler.adapters.kubernetes import KubeClusterReader, KubeUnavailable, ReaderConfig
 from autoscaler.adapters.kubernetes.config import load_api_client
 from autoscaler.adapters.kubernetes.reader import parse_gang, pdb_selector, pod_gpus
-from autoscaler.core.cluster import WorkloadInfo
+from autoscaler.core.cluster import WorkloadInfo, cold_starts_by_service
 from autoscaler.core.victims import TrainingRules, gangs_from_snapshot, pdbs_covering
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
@@ -79,6 +79,19 @@ def test_pod_fields(apiserver: FakeApiServer, api_client: client.ApiClient) -> N
     assert pods["p0"].priority == 7 and pods["p0"].node is None and not pods["p0"].ready
     assert pods["p0"].phase == "Pending" and pods["p0"].ready_at is None
     assert pods["i0"].gpus == 2  # an init container needing more GPUs than the app sets the request
+
+
+def test_the_cold_start_runs_from_the_bind(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    """A replica that waited 5 minutes for a burst node measured 6.5 minutes from its creation: with a handful of
+    replicas it was the p95, and the lead added the node boot on top again. Bound at 00:05, ready at 00:06:30: 90 s."""
+    apiserver.seed(
+        o.deployment_pod("chat", 1, "ml", scheduled_time="2026-01-01T00:05:00Z", ready_time="2026-01-01T00:06:30Z"),
+        o.deployment_pod("chat", 2, "ml"),  # no PodScheduled condition: from its creation, as before
+    )
+    snapshot = reader(api_client).snapshot(NOW)
+    waited = next(p for p in snapshot.pods if p.name.endswith("00001"))
+    assert waited.scheduled_at == 1767225900.0 and waited.created_at == 1767225600.0
+    assert cold_starts_by_service(snapshot) == {"ml/chat": [90.0, 90.0]}
 
 
 def test_gang_membership_from_every_source(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:

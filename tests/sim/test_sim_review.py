@@ -295,3 +295,20 @@ def test_evicting_a_pod_that_is_not_healthy_under_a_pdb(
     target = {"ready": pods[0], "starting": pods[2], "pending": pods[3]}[which]
     assert cluster.evict_pod("ml", target.name) is outcome
     assert (("ml", target.name) in cluster.pods) is (outcome is EvictionOutcome.BLOCKED)
+
+
+def test_a_replica_that_waited_for_a_node_shows_its_cold_start_not_the_wait() -> None:
+    """Bound when the node booted (300 s), ready 90 s later: 90 s of cold start, not 390 s from its creation (the
+    lead adds a node boot by itself when GPUs are short)."""
+    from autoscaler.core.cluster import cold_starts_by_service
+
+    cluster = SimCluster()
+    cluster.add_pool(SimPool("pool", gpus_per_node=1, gpu_product=None, boot_s=300.0), nodes=1)
+    cluster.add_deployment(SimDeployment("ml", "chat", 1, gpus_per_replica=1, cold_start_s=90.0), warm=True)
+    cluster.scale_deployment("ml", "chat", 2)
+    cluster.scale("pool", 2, expected=1)
+    for now in range(15, 421, 15):  # the engine's 15 s steps: bound at 300 s, ready at 390 s
+        cluster.advance(float(now))
+    snapshot = cluster.snapshot(420.0)
+    assert [p.scheduled_at for p in snapshot.pods if p.created_at == 0.0] == [300.0]
+    assert cold_starts_by_service(snapshot) == {"ml/chat": [90.0, 90.0]}

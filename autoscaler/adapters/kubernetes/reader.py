@@ -455,6 +455,8 @@ class KubeClusterReader:
             gang = f"owner/{namespace}/{owner_kind}/{owner_name}"
         ready_cond = _condition(status, "Ready")
         ready = bool(ready_cond and ready_cond.get("status") == "True")
+        scheduled_cond = _condition(status, "PodScheduled")
+        scheduled = bool(scheduled_cond and scheduled_cond.get("status") == "True")
         terminating = bool(meta.get("deletionTimestamp"))
         if terminating and not spec.get("nodeName"):
             # Being deleted before it was ever bound (a finalizer such as Kueue's holds it): it holds no GPUs and
@@ -476,6 +478,7 @@ class KubeClusterReader:
             gang=gang,
             gang_min_available=gang_min,
             created_at=parse_time(meta.get("creationTimestamp")),
+            scheduled_at=parse_time(scheduled_cond.get("lastTransitionTime")) if scheduled and scheduled_cond else None,
             ready_at=parse_time(ready_cond.get("lastTransitionTime")) if ready and ready_cond else None,
             last_checkpoint_at=parse_time(annotations.get(cfg.checkpoint_annotation)),
             labels=dict(labels),
