@@ -31,9 +31,6 @@ class PodInfo:
     gang: str | None = None  # gang id (Volcano job, Kueue workload, JobSet, PyTorchJob, or a plain label)
     gang_min_available: int | None = None
     created_at: float | None = None  # Unix seconds
-    # Unix seconds the scheduler bound it (PodScheduled); bound to ready is the measured cold start (creation when
-    # unknown): waiting for a node is node boot, which the lead adds on its own when GPUs are short
-    scheduled_at: float | None = None
     ready_at: float | None = None  # Unix seconds
     last_checkpoint_at: float | None = None  # Unix seconds, from an annotation when the job publishes it
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -42,6 +39,9 @@ class PodInfo:
     # being deleted (deletionTimestamp set): it still holds its GPUs through its grace period, then frees them
     terminating: bool = False
     uid: str | None = None  # metadata.uid: an eviction names this pod, not a successor with the same name
+    # Unix seconds the scheduler bound it (PodScheduled); bound to ready is the measured cold start (creation when
+    # unknown): waiting for a node is node boot, which the lead adds on its own when GPUs are short
+    scheduled_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
