@@ -240,7 +240,7 @@ class Prometheus(PrometheusServer):
     def query(self, expr: str) -> tuple[int, dict[str, Any]]:
         return self.get("/api/v1/query", query=expr)
 
-    def wait_for(self, expr: str, timeout: float = 20.0) -> None:
+    def wait_for(self, expr: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status, body = self.query(expr)

@@ -330,7 +330,7 @@ def test_per_service_series_come_from_the_leader(prometheus: Prometheus) -> None
 
 
 def test_rules_evaluate_without_errors_and_the_expected_alerts_are_active(prometheus: Prometheus) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # rules evaluate every second: met within a few, unless the machine is loaded
     while True:
         status, body = prometheus.get("/api/v1/rules")
         assert status == 200

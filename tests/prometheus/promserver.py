@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import shutil
 import signal
 import socket
@@ -58,11 +59,55 @@ def scrape_config(exporter_port: int, job: str = "dcgm") -> str:
     )
 
 
-def free_port() -> int:
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+_RNG = random.Random()  # its own: a test seeding the random module must not make two sessions pick alike
+_PORTS_FROM = 20000  # and up to the start of the kernel's ephemeral range
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range is 32768-60999
+
+
+def _bindable(port: int) -> bool:
+    # no SO_REUSEADDR: a port still in TIME_WAIT, or bound on any address, counts as taken
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a server that binds it later, often a process still starting up.
+
+    Not a port from ``bind(("127.0.0.1", 0))``: that one lies in the kernel's ephemeral range, from which the kernel
+    also picks the source port of every outgoing connection, so in the seconds before the server binds it (a
+    Prometheus, an etcd, an ``autoscaler run`` importing its modules) a connection of this machine (the tests poll
+    the apiserver with a new connection per request) can take it, and the server exits with "address already in
+    use". A port below the ephemeral range is only ever taken by an explicit bind. Each port is handed out once per
+    session: two servers never get the same one, and a server restarted on its own port (Prometheus, kube-apiserver)
+    finds it free. Without room below the ephemeral range, the kernel's choice (still never handed out twice)."""
+    end = _ephemeral_start()
+    with _HANDED_OUT_LOCK:
+        if end - _PORTS_FROM >= 2000:
+            for _ in range(500):
+                port = _RNG.randrange(_PORTS_FROM, end)
+                if port not in _HANDED_OUT and _bindable(port):
+                    _HANDED_OUT.add(port)
+                    return port
+        for _ in range(500):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise RuntimeError("no free port on 127.0.0.1")
 
 
 def label_text(labels: dict[str, str]) -> str:
@@ -155,7 +200,9 @@ class PrometheusServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 15.0, extra_args: Sequence[str] = ()) -> PrometheusServer:
+    def start(self, timeout: float = 60.0, extra_args: Sequence[str] = ()) -> PrometheusServer:
+        # 60 s: a start (or a restart replaying its WAL, or loading backfilled blocks) on a loaded 2-core machine;
+        # a ready server returns at once
         config_path = self.data_dir.parent / f"prometheus-{self.port}.yml"
         config_path.write_text(self.config)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -214,8 +261,6 @@ class LoopbackGetServer:
     """A threaded HTTP server on a free 127.0.0.1 port that hands every GET to ``handle`` (canned answers, proxies)."""
 
     def __init__(self, handle: Callable[[BaseHTTPRequestHandler], None]) -> None:
-        self.port = free_port()
-
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 handle(self)
@@ -223,7 +268,9 @@ class LoopbackGetServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        # bound here, on a port the kernel picks: no window in which another socket could take it
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

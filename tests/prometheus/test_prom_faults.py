@@ -57,14 +57,16 @@ def test_prometheus_stopped_mid_test(
 
 
 def test_slow_answers_time_out_once_per_tick(genai: GenaiDataset, proxy: FaultProxy) -> None:
-    proxy.fault = Fault(delay_s=2.0)
-    source = PrometheusMetricsSource(genai_settings(proxy.url, timeout_seconds=0.3, retries=1))
+    # answers 6 s late; two attempts of 1 s and a 0.5 s backoff take 2.5 s (the bound leaves 2 s for a loaded
+    # machine; a 0.3 s timeout, 0.9 s in all, against a 1.5 s bound did not leave enough), waiting for one answer 6 s
+    proxy.fault = Fault(delay_s=6.0)
+    source = PrometheusMetricsSource(genai_settings(proxy.url, timeout_seconds=1.0, retries=1))
     started = time.monotonic()
     obs = source.observe(genai_services(), genai.active_times()[0])
     elapsed = time.monotonic() - started
-    all_stale_with(obs, "did not answer within 0.3s")
+    all_stale_with(obs, "did not answer within 1s")
     assert len(proxy.seen) == 2  # one query, retried once, then the tick gives up on Prometheus
-    assert elapsed < 1.5, elapsed
+    assert elapsed < 4.5, elapsed
 
 
 @pytest.mark.parametrize("status", [500, 502, 503])

@@ -20,7 +20,7 @@ from autoscaler.core.model import Observation, ServiceObservation, ServicePolicy
 pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
-POLL_TIMEOUT_S = 25.0
+POLL_TIMEOUT_S = 60.0
 PODS = ("chat-5c8d7f9b4-x2x4b", "chat-5c8d7f9b4-qz7kd")
 SERVICE = ServicePolicy("ml", "chat", latency_slo_s=1.0)
 

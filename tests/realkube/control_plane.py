@@ -27,7 +27,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from tests.prometheus.promserver import free_port as shared_free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "control-plane.sh"
@@ -155,9 +156,10 @@ def find_kubectl() -> tuple[Path | None, str]:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a component that binds it once started (see ``tests.prometheus.promserver.free_port``: below the
+    kernel's ephemeral range, so no outgoing connection takes it meanwhile, and never handed out twice, so that
+    kube-apiserver restarted on its port finds it free)."""
+    return shared_free_port()
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

@@ -400,7 +400,7 @@ def wait_steady(w: World, n: int, demand: float) -> dict[str, str]:
     assert set(pods.values()) <= set(w.nodes), pods
     w.cp.wait(f"Deployment ready {n}/{n}", lambda: ready(w) == n or None)
     w.exporter.demand = demand
-    w.cp.wait(f"Prometheus to scrape the {n} pods", lambda: prom_pods(w) == set(pods) or None, timeout_s=30)
+    w.cp.wait(f"Prometheus to scrape the {n} pods", lambda: prom_pods(w) == set(pods) or None, timeout_s=60)
     return pods
 
 

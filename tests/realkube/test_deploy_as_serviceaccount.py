@@ -163,10 +163,10 @@ def test_controller_as_the_production_serviceaccount(
         except Exception as exc:
             raise AssertionError(f"{exc}\n{ctrl.log()}") from None
 
-    wait(f"the Lease in {sa_ns}", lambda: lease_holder(w, sa_ns) == pod_name or None, 30)
-    wait("the Deployment scaled 2 -> 4", lambda: spec_replicas(w) == 4 or None, 45)
-    wait("the policy status: current 4", lambda: status_at(w, 4), 20)
-    [up] = wait("Event MetricAboveTarget", lambda: events(w, "MetricAboveTarget") or None, 15)
+    wait(f"the Lease in {sa_ns}", lambda: lease_holder(w, sa_ns) == pod_name or None, 60)
+    wait("the Deployment scaled 2 -> 4", lambda: spec_replicas(w) == 4 or None, 60)
+    wait("the policy status: current 4", lambda: status_at(w, 4), 30)
+    [up] = wait("Event MetricAboveTarget", lambda: events(w, "MetricAboveTarget") or None, 30)
     assert up["reportingInstance"] == pod_name, up
     assert ctrl.stop(signal.SIGTERM) == 0, ctrl.log()  # releases the Lease: an update
     assert lease_holder(w, sa_ns) == "", ctrl.log()

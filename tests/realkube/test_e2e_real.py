@@ -71,7 +71,7 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
     assert set(first.values()) <= set(w.nodes), first
     cp.wait("Deployment ready 2/2", lambda: ready(w) == 2 or None)
     w.exporter.demand = OVERLOADED
-    cp.wait("Prometheus to scrape both pods", lambda: prom_pods(w) == set(first) or None, timeout_s=30)
+    cp.wait("Prometheus to scrape both pods", lambda: prom_pods(w) == set(first) or None, timeout_s=60)
     cp.request("POST", f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{w.namespace}/{PLURAL}", policy())
 
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{w.namespace}/leases/gpu-autoscaler"
@@ -109,22 +109,22 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
 
     try:
         # -- leader election against the real Lease API --
-        wait("the Lease", lambda: cp.get(lease_path)["spec"].get("holderIdentity") == identity or None, 30)
+        wait("the Lease", lambda: cp.get(lease_path)["spec"].get("holderIdentity") == identity or None, 60)
 
         # -- overloaded: 2 pods at 85 % against 50 % -> 4 replicas, through the scale subresource --
-        wait("the Deployment scaled 2 -> 4", lambda: spec_replicas(w) == 4 or None, 45)
+        wait("the Deployment scaled 2 -> 4", lambda: spec_replicas(w) == 4 or None, 60)
         scale_writers = {m for m, sub in managers(get_deployment(w)) if sub == "scale"}
         assert scale_writers == {"gpu-autoscaler"}, managers(get_deployment(w))  # the controller's User-Agent
-        placed = wait("4 pods bound by kube-scheduler", lambda: bound(w, 4), 30)
-        running = wait("4 pods Running", lambda: n_or_none(running_pods(w), 4), 30)
+        placed = wait("4 pods bound by kube-scheduler", lambda: bound(w, 4), 60)
+        running = wait("4 pods Running", lambda: n_or_none(running_pods(w), 4), 60)
         assert set(running.values()) <= set(w.nodes), running
         for pod in placed:
             conds = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
             assert conds.get("PodScheduled") == "True", pod["status"]
             assert pod["spec"].get("schedulerName") == "default-scheduler", pod["spec"]
-        wait("Deployment ready 4/4", lambda: ready(w) == 4 or None, 30)
+        wait("Deployment ready 4/4", lambda: ready(w) == 4 or None, 60)
 
-        status = wait("GPUScalingPolicy status current 4", lambda: status_at(w, 4), 20)
+        status = wait("GPUScalingPolicy status current 4", lambda: status_at(w, 4), 30)
         assert status["desiredReplicas"] == 4, status
         assert status["lastAction"]["reason"] == "metric_above_target", status
         assert (status["lastAction"]["fromReplicas"], status["lastAction"]["toReplicas"]) == (2, 4), status
@@ -133,12 +133,12 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
         status_writers = {m for m, sub in managers(policy_obj(w)) if sub == "status"}
         assert status_writers == {"gpu-autoscaler"}, managers(policy_obj(w))
 
-        [scaled] = wait("Event MetricAboveTarget", lambda: events(w, "MetricAboveTarget") or None, 15)
+        [scaled] = wait("Event MetricAboveTarget", lambda: events(w, "MetricAboveTarget") or None, 30)
         assert scaled["regarding"]["kind"] == "Deployment" and scaled["regarding"]["name"] == DEPLOYMENT, scaled
         assert "from 2 to 4" in scaled["note"] and scaled["type"] == "Normal", scaled
 
         # -- steady: 4 pods at 42.5 % -> ceil(4 x 0.85) = 4, nothing more (no second write, no second Event) --
-        wait("Prometheus to see the 4 pods", lambda: prom_pods(w) == set(running) or None, 20)
+        wait("Prometheus to see the 4 pods", lambda: prom_pods(w) == set(running) or None, 60)
         time.sleep(3)
         assert spec_replicas(w) == 4, ctrl.log()
         assert len(events(w, "MetricAboveTarget")) == 1, events(w, "MetricAboveTarget")
@@ -152,12 +152,12 @@ def test_whole_loop_prometheus_controller_scheduler_kwok(world: World) -> None:
         timeline.watch("GPUScalingPolicy status: current 1", lambda: status_at(w, 1) is not None)
         w.exporter.demand = IDLE
         timeline.mark("metrics say idle")
-        wait("the Deployment scaled 4 -> 1", lambda: spec_replicas(w) == 1 or None, 45)
-        wait("pods down to 1", lambda: (len(all_pods(w)) == 1 and len(running_pods(w)) == 1) or None, 30)
-        down = wait("GPUScalingPolicy status current 1", lambda: status_at(w, 1), 20)
+        wait("the Deployment scaled 4 -> 1", lambda: spec_replicas(w) == 1 or None, 60)
+        wait("pods down to 1", lambda: (len(all_pods(w)) == 1 and len(running_pods(w)) == 1) or None, 60)
+        down = wait("GPUScalingPolicy status current 1", lambda: status_at(w, 1), 30)
         assert down["lastAction"]["reason"] == "metric_below_target", down
         assert (down["lastAction"]["fromReplicas"], down["lastAction"]["toReplicas"]) == (4, 1), down
-        [below] = wait("Event MetricBelowTarget", lambda: events(w, "MetricBelowTarget") or None, 15)
+        [below] = wait("Event MetricBelowTarget", lambda: events(w, "MetricBelowTarget") or None, 30)
         assert "from 4 to 1" in below["note"], below
 
         # -- SIGTERM: clean exit, the Lease released --

@@ -276,7 +276,7 @@ def world(
         cp.wait(f"{PODS} pods Running", lambda: len(exporter.running()) == PODS or None, timeout_s=60)
         path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{DEPLOYMENT}"
         cp.wait(f"Deployment ready {PODS}/{PODS}", lambda: cp.get(path)["status"].get("readyReplicas") == PODS or None)
-        cp.wait("Prometheus to scrape the pods", lambda: w.prometheus_series() == PODS or None, timeout_s=30)
+        cp.wait("Prometheus to scrape the pods", lambda: w.prometheus_series() == PODS or None, timeout_s=60)
         cp.request("POST", f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{namespace}/{PLURAL}", policy())
         yield w
     finally:

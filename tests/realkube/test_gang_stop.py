@@ -52,7 +52,7 @@ def service_deployment(name: str) -> dict[str, Any]:
 # ---- helpers -----------------------------------------------------------------------------------------------------
 
 
-def wait_running(cp: ControlPlane, ns: str, selector: str, count: int, timeout_s: float = 30) -> list[dict[str, Any]]:
+def wait_running(cp: ControlPlane, ns: str, selector: str, count: int, timeout_s: float = 60) -> list[dict[str, Any]]:
     def probe() -> list[dict[str, Any]] | None:
         pods = cp.pods(ns, selector)
         running = [p for p in pods if running_ready(p)]
@@ -88,7 +88,7 @@ def create_pdb(cp: ControlPlane, ns: str, name: str, min_available: int, expecte
         done = st.get("expectedPods") == expected and st.get("disruptionsAllowed") == allowed
         return pdb if fresh and done else None
 
-    return cp.wait(f"PDB {name} disruptionsAllowed={allowed} (disruption controller)", probe, timeout_s=20)
+    return cp.wait(f"PDB {name} disruptionsAllowed={allowed} (disruption controller)", probe, timeout_s=60)
 
 
 def start_gang(cp: ControlPlane, api: client.ApiClient, ns: str, gang: str) -> tuple[str, list[str]]:
@@ -170,7 +170,7 @@ def test_a_gang_whose_budget_allows_it_is_evicted_whole(
     # The guarded pod's eviction spent the budget (the apiserver decremented it; the disruption controller, once the
     # pod is gone, recomputes 0 too): had the dry run spent it, the real eviction would have been refused.
     assert cp.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/guard")["status"]["disruptionsAllowed"] == 0
-    cp.wait("the gang's pods deleted", lambda: cp.pods(ns, "gang=g1") == [], timeout_s=20)
+    cp.wait("the gang's pods deleted", lambda: cp.pods(ns, "gang=g1") == [], timeout_s=60)
     events = our_events(cp, ns)
     on_pods = {e["regarding"]["name"] for e in events if e["regarding"]["kind"] == "Pod"}
     assert on_pods == set(names), events

@@ -54,7 +54,9 @@ from tests.runtime.controller_process import LEASE, Controller
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
 
-SLACK_S = 1.5  # scheduling and request latency on a loaded 2-core machine
+# Scheduling and request latency on a loaded 2-core machine (two controller processes, the whole control plane and
+# Prometheus), on top of the lease timings in the bounds below: 1.5 s of it left a slow moment failing the test.
+SLACK_S = 3.0
 
 
 @pytest.fixture
@@ -106,16 +108,16 @@ def test_two_processes_one_lease(world: World) -> None:
     timeline.mark("both `autoscaler run` started")
     wait = waiter(w, list(ctrls.values()))
     try:
-        holder = wait("a holder of the Lease", lambda: lease_holder(w) or None, 30)
+        holder = wait("a holder of the Lease", lambda: lease_holder(w) or None, 60)
         assert holder in ctrls, holder
         leader, follower = ctrls[holder], ctrls[next(n for n in ctrls if n != holder)]
-        wait("the Deployment scaled 2 -> 4", lambda: spec_replicas(w) == 4 or None, 45)
-        status = wait("the policy status: current 4", lambda: status_at(w, 4), 20)
-        [up] = wait("Event MetricAboveTarget", lambda: events(w, "MetricAboveTarget") or None, 15)
+        wait("the Deployment scaled 2 -> 4", lambda: spec_replicas(w) == 4 or None, 60)
+        status = wait("the policy status: current 4", lambda: status_at(w, 4), 30)
+        [up] = wait("Event MetricAboveTarget", lambda: events(w, "MetricAboveTarget") or None, 30)
         assert up["reportingInstance"] == leader.identity, up
         assert status["lastAction"]["reason"] == "metric_above_target", status
         # both processes report; only the holder says it leads
-        wait("the follower serving /metrics as a standby", lambda: leader_gauge(follower) == 0 or None, 15)
+        wait("the follower serving /metrics as a standby", lambda: leader_gauge(follower) == 0 or None, 30)
         assert leader_gauge(leader) == 1, leader.log()
         assert follower.metric("gpu_autoscaler_ticks_total", result="standby"), follower.log()
         assert not follower.metric("gpu_autoscaler_ticks_total", result="ok"), follower.log()
@@ -126,15 +128,15 @@ def test_two_processes_one_lease(world: World) -> None:
         timeline.mark(f"leader {leader.identity} SIGKILLed")
         timeline.watch(f"Lease taken by {follower.identity}", lambda: lease_holder(w) == follower.identity)
         timeline.watch("Deployment scaled 4 -> 1", lambda: spec_replicas(w) == 1)
-        wait("the follower to take the Lease", lambda: lease_holder(w) == follower.identity or None, 20)
+        wait("the follower to take the Lease", lambda: lease_holder(w) == follower.identity or None, 30)
         taken = time.time()
         # -- the new leader acts on a changed metric: idle -> 1 replica after its takeover grace (the 2 s window) --
         w.exporter.demand = IDLE
         timeline.mark("metrics say idle")
-        wait("the new leader to scale 4 -> 1", lambda: spec_replicas(w) == 1 or None, 45)
-        down = wait("the policy status: current 1", lambda: status_at(w, 1), 20)
+        wait("the new leader to scale 4 -> 1", lambda: spec_replicas(w) == 1 or None, 60)
+        down = wait("the policy status: current 1", lambda: status_at(w, 1), 30)
         assert down["lastAction"]["reason"] == "metric_below_target", down
-        [below] = wait("Event MetricBelowTarget", lambda: events(w, "MetricBelowTarget") or None, 15)
+        [below] = wait("Event MetricBelowTarget", lambda: events(w, "MetricBelowTarget") or None, 30)
         assert below["reportingInstance"] == follower.identity, below
         assert leader_gauge(follower) == 1, follower.log()
         assert follower.stop(signal.SIGTERM) == 0, follower.log()
@@ -197,8 +199,8 @@ def test_apiserver_restart_under_a_running_controller(world: World) -> None:
     timeline.thread.start()
     samples: list[tuple[float, float | None, int]] = []  # (time, leader gauge, healthz status)
     try:
-        wait("the Lease", lambda: lease_holder(w) == ctrl.identity or None, 30)
-        wait("two ticks that read everything", lambda: ticks(ctrl, "ok") >= 2 or None, 30)
+        wait("the Lease", lambda: lease_holder(w) == ctrl.identity or None, 60)
+        wait("two ticks that read everything", lambda: ticks(ctrl, "ok") >= 2 or None, 60)
         assert spec_replicas(w) == 2, ctrl.log()
 
         # -- the outage: kube-apiserver killed; then the metrics say "scale down to 1" --
@@ -219,7 +221,8 @@ def test_apiserver_restart_under_a_running_controller(world: World) -> None:
         assert stepped_down is not None, (samples, ctrl.log())
         # it stops acting at the renew deadline after its last renewal (which was at most a retry period before)
         assert stepped_down <= LEASE["renew"] + LEASE["retry"] + SLACK_S, samples
-        assert all(g == 0 for t, g, _ in samples if t > stepped_down), samples
+        # (None: the gauge could not be read in that sample, which says nothing either way)
+        assert all(g == 0 for t, g, _ in samples if t > stepped_down and g is not None), samples
         assert ticks(ctrl, "ok") == ok_before, ctrl.log()
         assert ticks(ctrl, "hold") > holds_before, ctrl.log()
         assert ticks(ctrl, "standby") >= 1, ctrl.log()
@@ -232,9 +235,9 @@ def test_apiserver_restart_under_a_running_controller(world: World) -> None:
         ready_s = cp.start_apiserver()
         up_at = time.time()
         timeline.mark(f"kube-apiserver ready again ({ready_s:.1f}s to /readyz)")
-        wait("the controller leading again", lambda: leader_gauge(ctrl) == 1 or None, 20)
-        wait("the scale-down 2 -> 1", lambda: spec_replicas(w) == 1 or None, 30)
-        status = wait("the policy status: current 1", lambda: status_at(w, 1), 20)
+        wait("the controller leading again", lambda: leader_gauge(ctrl) == 1 or None, 60)
+        wait("the scale-down 2 -> 1", lambda: spec_replicas(w) == 1 or None, 60)
+        status = wait("the policy status: current 1", lambda: status_at(w, 1), 30)
         assert status["lastAction"]["reason"] == "metric_below_target", status
         assert ctrl.proc.poll() is None, ctrl.log()
         assert ctrl.stop(signal.SIGTERM) == 0, ctrl.log()

@@ -183,7 +183,7 @@ def pass_after_a_tick(w: World) -> Any:
         report = w.runtime.controller.last_report
         return (report is not None and report.time >= started and report.result == "ok") or None
 
-    w.cp.wait("a tick after now", fresh, timeout_s=30)
+    w.cp.wait("a tick after now", fresh, timeout_s=60)
     return w.runtime.controller.rebalance(time.time())
 
 

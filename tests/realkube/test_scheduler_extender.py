@@ -201,7 +201,7 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
 
     # The controller's tick (every second) reads the cluster; the extender answers from what it read.
     started = time.time()
-    cp.wait("a tick that read both pods", lambda: tick_saw(setup, {"big", "half"}, started), timeout_s=30)
+    cp.wait("a tick that read both pods", lambda: tick_saw(setup, {"big", "half"}, started), timeout_s=60)
     snapshot = setup.snapshots.latest()
     assert snapshot is not None
     view = setup.extender.view()
@@ -219,6 +219,17 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
     print(f"  default-scheduler (no extender) placed the same pod on {control_node}")
     cp.request("DELETE", f"/api/v1/namespaces/{ns}/pods/control", params={"gracePeriodSeconds": "0"})
     cp.wait("control pod gone", lambda: not cp.exists(f"/api/v1/namespaces/{ns}/pods/control"))
+    # ... and gone from what the extender answers from: the snapshot of a tick that began after that (the extender
+    # reads no API; with the control pod's GPU still in its snapshot it would advise for a cluster that is not there)
+    gone = time.time()
+
+    def read_without_control() -> bool:
+        snapshot = setup.snapshots.latest()
+        if snapshot is None or snapshot.time < gone:
+            return False
+        return "control" not in {p.name for p in snapshot.pods if p.namespace == ns}
+
+    cp.wait("a tick that read the cluster without the control pod", read_without_control, timeout_s=60)
 
     create_pod(cp, ns, pod_manifest("small", 1, scheduler=setup.scheduler_name))
     placed = wait_bound(cp, ns, "small")
@@ -250,7 +261,10 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
 
     # No snapshot: the extender fails open (every node passes, scores 0) and the pod is still placed.
     setup.runtime.scheduler.pause()  # no more ticks
-    time.sleep(1.5)  # one in flight finishes
+    time.sleep(1.5)  # a tick the scheduler handed to its executor just before has started
+    # ... and every tick in flight has finished: one finishing after the reset would put a snapshot back (a tick
+    # reading the whole cluster can take more than 1.5 s on a loaded machine)
+    cp.wait("the tick in flight finished", lambda: setup.runtime.jobs_running() == 0 or None, timeout_s=60)
     setup.snapshots.set(None)
     create_pod(cp, ns, pod_manifest("blind", 1, scheduler=setup.scheduler_name))
     wait_bound(cp, ns, "blind")

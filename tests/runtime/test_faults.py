@@ -18,8 +18,11 @@ the end of the pytest run.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -127,13 +130,27 @@ class World:
         return [e for e in self.api.objects("events.k8s.io/v1", "Event", NAMESPACE) if e.get("reason") == reason]
 
     def prometheus_sees(self, series: int) -> bool:
-        import json
-        import urllib.parse
-        import urllib.request
-
         query = urllib.parse.urlencode({"query": "DCGM_FI_DEV_GPU_UTIL"})
         with urllib.request.urlopen(f"{self.prometheus.url}/api/v1/query?{query}", timeout=2) as response:
             return len(json.load(response)["data"]["result"]) == series
+
+    def wait_scraped(self) -> None:
+        """Until Prometheus holds a scrape of the exporter that began after now, i.e. of what the test has just set.
+
+        Prometheus and the exporter live for the whole module and the pods have the same names in every case, so until
+        that scrape the controller reads the previous case's values (10 % or 90 % on healthy GPUs): acting on those
+        is a scale-down or scale-up the case forbids. A fixed 1.5 s sleep (one scrape interval and a half) assumed
+        the scrape came in time; on a loaded machine it may not. ``timestamp(up)`` is the start of the newest scrape,
+        failed ones included (a 503 or a garbage body is a scrape too); its samples are committed with it."""
+        after = time.time() + 0.01  # Prometheus may move a scrape's timestamp by up to 2 ms to its grid
+        query = urllib.parse.urlencode({"query": 'timestamp(up{job="dcgm"})'})
+
+        def scraped() -> bool:
+            with urllib.request.urlopen(f"{self.prometheus.url}/api/v1/query?{query}", timeout=10) as response:
+                result = json.load(response)["data"]["result"]
+            return bool(result) and float(result[0]["value"][1]) >= after
+
+        wait_until(scraped, 60, "a scrape of the exporter as the test set it", self.prometheus.log_tail)
 
 
 @pytest.fixture(scope="module")
@@ -263,13 +280,13 @@ def test_metric_fault_holds_then_recovers(world: World, fault: str) -> None:
     apply, event = METRIC_FAULTS[fault]
     apply(world.exporter)
     seed_cluster(world)
-    time.sleep(1.5)  # a scrape of the faulted exporter
+    world.wait_scraped()  # Prometheus has the faulted exporter's answer, not the previous case's healthy one
     ctrl = world.controller()
     wait_for_leader(ctrl)
     during = watch(world, FAULT_WINDOW_S)
     assert set(during) == {PODS}, ctrl.log()
     assert world.scale_writes() == 0, ctrl.log()
-    wait_until(lambda: world.events(event), 10, f"the {event} Event", ctrl.log)
+    wait_until(lambda: world.events(event), 30, f"the {event} Event", ctrl.log)
 
     world.exporter.healthy(10)
     first, took = recover(world, ctrl, 2, 0, "the scale-down on fresh data")
@@ -285,7 +302,7 @@ def test_prometheus_down_holds_then_recovers(world: World) -> None:
     wait_for_leader(ctrl)
     during = watch(world, FAULT_WINDOW_S)
     assert set(during) == {PODS} and world.scale_writes() == 0, ctrl.log()
-    wait_until(lambda: world.conditions().get("MetricsStale") == "True", 10, "MetricsStale=True", ctrl.log)
+    wait_until(lambda: world.conditions().get("MetricsStale") == "True", 30, "MetricsStale=True", ctrl.log)
 
     world.prometheus.start()
     first, took = recover(world, ctrl, 2, 0, "the scale-down once Prometheus is back")
@@ -300,10 +317,10 @@ def test_latency_series_missing_does_not_block_a_scale_up(world: World) -> None:
     world.exporter.healthy(90, latency=None)
     latency = {"sloSeconds": 0.5, "guard": True}
     seed_cluster(world, latency=latency, queries={"latency": f'max({LATENCY_METRIC}{{namespace="{{namespace}}"}})'})
-    time.sleep(1.5)
+    world.wait_scraped()
     started = time.monotonic()
     ctrl = world.controller()
-    wait_until(lambda: world.scale_writes() > 0, 30, "the scale-up", ctrl.log)
+    wait_until(lambda: world.scale_writes() > 0, 60, "the scale-up", ctrl.log)
     took = time.monotonic() - started
     assert world.replicas() == 11, ctrl.log()  # ceil(6 x 90 / 50)
     during = watch(world, 3.0)
@@ -321,7 +338,7 @@ def test_latency_series_missing_does_not_block_a_scale_up(world: World) -> None:
     held = watch(world, FAULT_WINDOW_S)
     assert set(held) == {11} and world.scale_writes() == 1, ctrl.log()
     world.exporter.healthy(10, pods=11, latency="0.1")
-    wait_until(lambda: world.scale_writes() > 1, 30, "the scale-down with latency back", ctrl.log)
+    wait_until(lambda: world.scale_writes() > 1, 60, "the scale-down with latency back", ctrl.log)
     assert world.replicas() < 11
     record("latency series missing, GPUs at 10 % (SLO guard on)", held, f"11 -> {world.replicas()}", None)
 
@@ -331,10 +348,10 @@ def test_unready_pods_on_a_scale_up(world: World) -> None:
     ceil(8 x (6 x 90) / (8 x 50)) = 11: a scale-up, never a scale-down."""
     world.exporter.healthy(90)
     seed_cluster(world, replicas=8, ready=6)
-    time.sleep(1.5)
+    world.wait_scraped()
     started = time.monotonic()
     ctrl = world.controller()
-    wait_until(lambda: world.scale_writes() > 0, 30, "the scale-up", ctrl.log)
+    wait_until(lambda: world.scale_writes() > 0, 60, "the scale-up", ctrl.log)
     took = time.monotonic() - started
     assert world.replicas() == 11, ctrl.log()
     during = watch(world, 3.0)
@@ -348,9 +365,9 @@ def test_unready_pods_on_a_scale_up(world: World) -> None:
 def test_sigkill_after_a_scale_up_and_restart_repeats_no_write(world: World) -> None:
     world.exporter.healthy(90)
     seed_cluster(world)
-    time.sleep(1.5)
+    world.wait_scraped()
     first = world.controller("ctrl-a")
-    wait_until(lambda: world.scale_writes() > 0, 30, "the scale-up", first.log)
+    wait_until(lambda: world.scale_writes() > 0, 60, "the scale-up", first.log)
     first.stop(signal.SIGKILL)
     killed = time.monotonic()
     assert world.replicas() == 11
@@ -367,16 +384,17 @@ def test_a_second_policy_on_the_same_deployment_is_refused(world: World) -> None
     the Deployment (6 on target), the newcomer gets InvalidSpec."""
     world.exporter.healthy(TARGET)
     seed_cluster(world)
+    world.wait_scraped()  # not the previous case's 90 %: a scale-up of the owner's Deployment would be a write
     ctrl = world.controller()
     wait_for_leader(ctrl)
-    wait_until(lambda: world.conditions().get("Ready") == "True", 10, "the owner's Ready condition", ctrl.log)
+    wait_until(lambda: world.conditions().get("Ready") == "True", 30, "the owner's Ready condition", ctrl.log)
     newcomer = policy("a-newcomer", minReplicas=10)
     # Created within the same second as the owner (timestamps have 1 s resolution): age alone cannot tell them apart.
     owner = world.api.get("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy", POLICY, NAMESPACE) or {}
     newcomer["metadata"]["creationTimestamp"] = owner["metadata"]["creationTimestamp"]
     world.api.seed(newcomer)
     wait_until(
-        lambda: world.conditions("a-newcomer").get("InvalidSpec") == "True", 15, "the newcomer refused", ctrl.log
+        lambda: world.conditions("a-newcomer").get("InvalidSpec") == "True", 30, "the newcomer refused", ctrl.log
     )
     during = watch(world, FAULT_WINDOW_S)
     assert set(during) == {PODS} and world.scale_writes() == 0, ctrl.log()

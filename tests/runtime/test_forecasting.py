@@ -601,7 +601,9 @@ def test_a_worker_deaf_to_its_timeout_is_killed_with_its_pool() -> None:
     good = np.array([office_hours(DAY0 + i * STEP) for i in range(1440)])
     bad = good.copy()
     bad[0] = -1.0
-    runner = FitRunner(workers=2, fit_timeout_s=1.0, stuck_grace_s=5.0)  # grace: worker start-up
+    # grace: worker start-up. The pool is new: the "ok" fit must come back within timeout + grace of its submission,
+    # spawn and imports of its worker included, or both are declared stuck; 5 s of it was tight on a loaded machine
+    runner = FitRunner(workers=2, fit_timeout_s=1.0, stuck_grace_s=15.0)
     try:
         results = {
             r.key: r

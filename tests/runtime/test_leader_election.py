@@ -160,23 +160,30 @@ def test_leader_restart_with_same_identity_keeps_the_lease(restart: bool) -> Non
 def test_background_loop_acquires_and_stop_releases() -> None:
     import time
 
+    # A 20 s lease: b could take it by expiry only after 20 s, so a handover within a few seconds (generous on a
+    # loaded machine; the next retry after the release is 0.05 s away) can only be the release.
+    timings = ElectionTimings(lease_duration_s=20.0, renew_deadline_s=10.0, retry_period_s=0.05)
     store = InMemoryLeaseStore()
-    a = LeaderElector(store, "a", ElectionTimings(lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.05))
-    b = LeaderElector(store, "b", ElectionTimings(lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.05))
+    a = LeaderElector(store, "a", timings)
+    b = LeaderElector(store, "b", timings)
     a.start()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while not a.is_leader() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert a.is_leader()
     b.start()
+    deadline = time.monotonic() + 30
+    while b.holder is None and time.monotonic() < deadline:  # b has read the Lease
+        time.sleep(0.01)
     time.sleep(0.3)
-    assert not b.is_leader()
+    assert b.holder == "a" and not b.is_leader()
     started = time.monotonic()
     a.stop(release=True)
+    deadline = started + 30
     while not b.is_leader() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert b.is_leader()
-    assert time.monotonic() - started < 0.5  # well under the 1 s lease duration: released, not expired
+    assert time.monotonic() - started < 5.0  # well under the 20 s lease duration: released, not expired
     b.stop()
 
 

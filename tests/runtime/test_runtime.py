@@ -20,10 +20,14 @@ from autoscaler.core.model import ServicePolicy
 from autoscaler.runtime import Runtime
 from autoscaler.telemetry import Telemetry
 
-FAST = ElectionTimings(lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.05)
+# A fast retry (a released Lease is taken within 0.05 s); a lease and renew deadline long enough that a renewal
+# thread starved for a moment on a loaded machine neither drops the leader nor lets the follower take an "expired"
+# Lease in the middle of a test (no test here waits for an expiry).
+FAST = ElectionTimings(lease_duration_s=5.0, renew_deadline_s=3.0, retry_period_s=0.05)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll until ``condition``; the deadline is generous (a loaded machine), a condition met returns at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -113,17 +117,19 @@ def test_wedged_tick_fails_healthz(runtimes: list[Runtime]) -> None:
     original = cluster.snapshot
 
     def hang(now: float):  # type: ignore[no-untyped-def]
-        release.wait(10)
+        release.wait(120)  # released by the test; the bound only keeps a failed test from hanging
         return original(now)
 
     cluster.snapshot = hang  # type: ignore[method-assign]
     runtime.start()
     runtimes.append(runtime)
     assert runtime.http is not None
-    assert wait_for(lambda: get(runtime.http.port, "/healthz")[0] == 503, timeout=6)  # type: ignore[union-attr]
-    assert "a tick has been running" in get(runtime.http.port, "/healthz")[1]
-    release.set()
-    assert wait_for(lambda: get(runtime.http.port, "/healthz")[0] == 200, timeout=6)  # type: ignore[union-attr]
+    try:
+        assert wait_for(lambda: get(runtime.http.port, "/healthz")[0] == 503)  # type: ignore[union-attr]
+        assert "a tick has been running" in get(runtime.http.port, "/healthz")[1]
+    finally:
+        release.set()
+    assert wait_for(lambda: get(runtime.http.port, "/healthz")[0] == 200)  # type: ignore[union-attr]
 
 
 def test_only_the_leader_acts_and_stopping_it_hands_over(runtimes: list[Runtime]) -> None:
@@ -137,11 +143,15 @@ def test_only_the_leader_acts_and_stopping_it_hands_over(runtimes: list[Runtime]
     b.start()
     runtimes.append(b)
     assert wait_for(lambda: cluster.deployments["ml/chat"][0] == 5)
-    time.sleep(0.3)
+    # b's first ticks and Lease read (a may have reached 5 before b started: a fixed 0.3 s was not always enough)
+    assert wait_for(
+        lambda: bool(b.telemetry.registry.get_sample_value("gpu_autoscaler_ticks_total", {"result": "standby"}))
+    )
+    assert b.http is not None
+    assert wait_for(lambda: b.elector is not None and b.elector.holder == "a" and b.elector.last_attempt_ok)
     assert b.elector is not None and not b.elector.is_leader()
     assert b.telemetry.registry.get_sample_value("gpu_autoscaler_ticks_total", {"result": "standby"})
     assert not b.telemetry.registry.get_sample_value("gpu_autoscaler_ticks_total", {"result": "ok"})
-    assert b.http is not None
     status, body = get(b.http.port, "/readyz")
     assert status == 200 and "standby follower (leader: a)" in body
     assert b.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "b"}) == 0
@@ -149,8 +159,12 @@ def test_only_the_leader_acts_and_stopping_it_hands_over(runtimes: list[Runtime]
     a.stop()
     runtimes.remove(a)
     assert store.record is not None
-    assert wait_for(lambda: b.elector is not None and b.elector.is_leader(), timeout=2)
-    assert b.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "b"}) == 1
+    # released: b takes it at its next retry (0.05 s); an expiry would take the 5 s lease duration
+    assert wait_for(lambda: b.elector is not None and b.elector.is_leader(), timeout=4)
+    # the gauge is set by the on_started_leading callback, which runs just after is_leader() turns True
+    assert wait_for(
+        lambda: b.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "b"}) == 1, timeout=4
+    )
     assert a.telemetry.registry.get_sample_value("gpu_autoscaler_leader", {"identity": "a"}) == 0
     # b acts now: a manual scale-down by someone is corrected upwards by b's ticks (scale-up is never delayed)
     cluster.deployments["ml/chat"] = [2, 2]
@@ -171,7 +185,7 @@ def test_stop_waits_for_the_running_tick_and_writes_nothing_after(runtimes: list
 
     cluster.snapshot = slow  # type: ignore[method-assign]
     runtime.start()
-    assert entered.wait(5)
+    assert entered.wait(30)
     stopper = threading.Thread(target=runtime.stop)
     stopper.start()
     time.sleep(0.2)
@@ -201,21 +215,22 @@ def test_losing_the_lease_during_a_tick_neither_deadlocks_nor_writes() -> None:
 
     def slow(now: float):  # type: ignore[no-untyped-def]
         entered.set()
-        release.wait(5)
+        release.wait(60)  # released by the test: an election thread waiting for this tick would wait a minute
         return original(now)
 
     cluster.snapshot = slow  # type: ignore[method-assign]
     ticker = threading.Thread(target=runtime.tick)
     ticker.start()
-    assert entered.wait(5)
+    assert entered.wait(30)
     assert store.record is not None
     store.update(replace(store.record, holder="b", renew_time=datetime.now(UTC)))  # b won the lease meanwhile
     loser = threading.Thread(target=runtime.elector.try_acquire_or_renew)
     loser.start()
-    loser.join(2)
-    assert not loser.is_alive(), "the election thread waited for the tick"
+    loser.join(20)
+    alive = loser.is_alive()
     release.set()
-    ticker.join(5)
+    assert not alive, "the election thread waited for the tick"
+    ticker.join(30)
     assert not ticker.is_alive()
     assert cluster.writes == []
     assert controller.last_report is not None
@@ -265,10 +280,13 @@ def test_ticks_go_on_when_the_wall_clock_steps_back(runtimes: list[Runtime], mon
     assert wait_for(lambda: metrics.calls >= 3)
     STEP[0] = -120.0  # the wall clock steps back two minutes
     time.sleep(0.3)
-    before = metrics.calls
-    time.sleep(1.5)
-    ticks = metrics.calls - before
-    assert 5 <= ticks <= 17, f"{ticks} ticks in 1.5 s at a 0.1 s interval"  # neither stopped nor doubled
+    before, started = metrics.calls, time.monotonic()
+    time.sleep(3.0)
+    ticks, elapsed = metrics.calls - before, time.monotonic() - started
+    # Neither stopped (without the clock watch: no tick for 120 s) nor doubled (twice elapsed / 0.1 s). The bounds
+    # are on the ticks of the time that really passed (a sleep on a loaded machine overruns), and the lower one
+    # leaves room for a few delayed ticks, which apscheduler coalesces.
+    assert 5 <= ticks <= elapsed / 0.1 * 1.25 + 2, f"{ticks} ticks in {elapsed:.2f} s at a 0.1 s interval"
     assert runtime.healthz() == (True, "tick loop alive")
 
 
