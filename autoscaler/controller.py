@@ -300,6 +300,7 @@ class Controller:
 
     def _hold(self, report: TickReport, component: str, exc: Exception) -> TickReport:
         report.result = "hold"
+        report.held_by = component
         report.held_because = f"{component}: {type(exc).__name__}: {exc}"
         report.errors.append(report.held_because)
         self.telemetry.error(component)
@@ -373,6 +374,7 @@ class Controller:
             self.reporter.statuses(objects, policies, plan, report, now)
         if metrics_error is not None:
             report.result = "hold"
+            report.held_by = "metrics_read"
             report.held_because = f"metrics_read: {metrics_error}"
         return report
 

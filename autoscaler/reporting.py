@@ -57,6 +57,8 @@ class TickReport:
     plan: Plan
     result: str = "ok"  # ok | hold | error | standby
     held_because: str | None = None
+    # the read that held the tick: policy_read | cluster_read (before anything else was read) | metrics_read
+    held_by: str | None = None
     results: list[ActionResult] = field(default_factory=list)
     stale: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> reasons
     partial: dict[str, tuple[str, ...]] = field(default_factory=dict)  # service key -> why no scale-down

@@ -37,7 +37,7 @@ CLOCK_STEP_S = 1.0  # a wall clock that moved this much less than the monotonic 
 # the scheduler may be running it right now: rescheduling it then could run it twice).
 _DUE_MARGIN_S = 1.0
 # A tick held before it read the policies and the cluster (``Controller._hold``): nothing for a refit to fit.
-_READ_HOLDS = ("policy_read:", "cluster_read:")
+_READ_HOLDS = ("policy_read", "cluster_read")
 
 
 class Runtime:
@@ -165,7 +165,7 @@ class Runtime:
                 report = self.controller.last_report
                 if report is not None and report.result == "ok":
                     self._ok_ticks += 1
-                if report is not None and (report.held_because or "").startswith("policy_read"):
+                if report is not None and report.held_by == "policy_read":
                     # held before it read the cluster: the scheduler extender still needs a fresh snapshot (the
                     # cluster may read fine while the GPUScalingPolicies do not)
                     self._refresh_extender_snapshot()
@@ -366,7 +366,7 @@ def read_the_policies(report: TickReport) -> bool:
     tick that went through, or held on its metrics only."""
     if report.result == "ok":
         return True
-    return report.result == "hold" and not (report.held_because or "").startswith(_READ_HOLDS)
+    return report.result == "hold" and report.held_by not in _READ_HOLDS
 
 
 # ---- Logging ---------------------------------------------------------------------------------------------------------
