@@ -169,6 +169,14 @@ def run(args: argparse.Namespace) -> int:
 
     step = float(series.step_s)
     horizon_steps = max(1, math.ceil(args.horizon / step - 1e-9))
+    if series.rates.size <= horizon_steps:
+        # Bad input, not a failed run: without this the baseline's backtest raised and it was reported as exit 1.
+        print(
+            f"autoscaler backtest: error: {args.trace}: {series.rates.size} steps of {step:g} s is too short for a"
+            f" {horizon_steps * step:g} s horizon (--horizon) plus at least one step of history",
+            file=sys.stderr,
+        )
+        return 2
     every_steps = max(1, round((args.origin_every or horizon_steps * step) / step))
     window_steps = None if args.train_window is None else max(1, round(args.train_window / step))
     if args.baseline not in names:

@@ -20,6 +20,16 @@ from typing import Any
 from autoscaler.core.model import MetricKind, Observation, ServiceObservation, ServicePolicy
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)", except where there is no X to show: the connection options default to the
+    AUTOSCALER_PROMETHEUS_* settings, and their help says so."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default == [] or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "observe",
@@ -30,9 +40,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "pods (from dcgm-exporter's pod mapping) are shown with the default policy. Connection settings come "
             "from AUTOSCALER_PROMETHEUS_* environment variables; the flags below override them."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
-    parser.add_argument("--prometheus-url", metavar="URL", help="Prometheus base URL (AUTOSCALER_PROMETHEUS_URL)")
+    parser.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="Prometheus base URL (AUTOSCALER_PROMETHEUS_URL, default http://prometheus:9090)",
+    )
     parser.add_argument(
         "--policy",
         action="append",
@@ -40,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="FILE.yaml",
         help="GPUScalingPolicy manifest(s) naming the services to observe (repeatable; multi-document YAML and "
-        "kind: List are accepted)",
+        "kind: List are accepted; default: the Deployments that own GPU pods, with the default policy)",
     )
     parser.add_argument(
         "--time",
@@ -48,9 +62,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="evaluation time: Unix seconds or ISO 8601 (e.g. 2026-01-31T12:00:00Z); default: now",
     )
     parser.add_argument("--output", choices=("table", "json"), default="table", help="output format")
-    parser.add_argument("--bearer-token-file", type=Path, metavar="FILE", help="bearer token file")
-    parser.add_argument("--insecure-skip-verify", action="store_true", default=None, help="skip TLS verification")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="timeout of each request, seconds")
+    parser.add_argument(
+        "--bearer-token-file",
+        type=Path,
+        metavar="FILE",
+        help="bearer token file (AUTOSCALER_PROMETHEUS_BEARER_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--insecure-skip-verify",
+        action="store_true",
+        default=None,
+        help="skip TLS verification (AUTOSCALER_PROMETHEUS_INSECURE_SKIP_VERIFY)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="timeout of each request, seconds (AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS, default 10)",
+    )
     parser.add_argument(
         "--max-gpus", type=int, default=50, metavar="N", help="GPU rows in the table (0 = none, -1 = all)"
     )

@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes: 0 ok; 1 the --once tick could not read what it needed, or the Kubernetes API could not "
-        "be reached to take the Lease; 2 invalid settings; 3 --once and another replica holds the Lease",
+        "be reached to take the Lease; 2 invalid settings or no cluster configuration; 3 --once and another replica "
+        "holds the Lease",
     )
     parser.add_argument(
         "--config",
@@ -131,9 +132,14 @@ def main(args: argparse.Namespace) -> int:
         settings.leader_election.lease_name,
         settings.leader_election.identity,
     )
+    from autoscaler.adapters.kubernetes import KubeConfigError
+
     try:
         runtime = build_runtime(settings, http=not args.once)
-    except Exception as exc:  # startup errors (kubeconfig, unreachable Prometheus...) get one readable line
+    except KubeConfigError as exc:  # no cluster configuration: a setting that will not fix itself (as for plan)
+        log.error("cannot start: %s", exc)
+        return EXIT_SETTINGS
+    except Exception as exc:  # other startup errors get one readable line
         log.error("cannot start: %s", exc)
         return EXIT_TICK_FAILED
     if args.once:
