@@ -193,6 +193,18 @@ def a_write_in_flight(store: InMemoryLeaseStore, seconds: float) -> tuple[object
     return job, entered, holders
 
 
+def lead_then_run_the_rebalance(runtime: Runtime, entered: threading.Event) -> None:
+    """Start ``runtime``, wait until it leads, run its rebalance job now and wait until the job's write began."""
+    runtime.start()
+    assert runtime.elector is not None
+    deadline = time.monotonic() + 5
+    while not runtime.elector.is_leader() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runtime.elector.is_leader()
+    runtime.scheduler.modify_job("rebalance", next_run_time=datetime.now(UTC))
+    assert entered.wait(5)
+
+
 def test_stop_waits_for_a_rebalance_write_before_releasing_the_lease() -> None:
     """stop() waited for the tick only: a rebalance pass's eviction in flight landed after the Lease was released,
     when a standby may already have been acting."""
@@ -200,15 +212,8 @@ def test_stop_waits_for_a_rebalance_write_before_releasing_the_lease() -> None:
     runtime, store = leader_runtime(grace=3.0, rebalance=lambda now: job_box[0](now))  # type: ignore[operator]
     job, entered, holders = a_write_in_flight(store, 0.5)
     job_box.append(job)
-    runtime.start()
     try:
-        assert runtime.elector is not None
-        deadline = time.monotonic() + 5
-        while not runtime.elector.is_leader() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert runtime.elector.is_leader()
-        runtime.scheduler.modify_job("rebalance", next_run_time=datetime.now(UTC))
-        assert entered.wait(5)
+        lead_then_run_the_rebalance(runtime, entered)
     finally:
         runtime.stop()
     assert holders == ["a"], "the Lease was released while the rebalance write was in flight"
@@ -223,15 +228,8 @@ def test_a_job_that_outlives_the_grace_leaves_the_lease_to_expire() -> None:
     runtime, store = leader_runtime(grace=0.2, rebalance=lambda now: job_box[0](now))  # type: ignore[operator]
     job, entered, holders = a_write_in_flight(store, 1.0)
     job_box.append(job)
-    runtime.start()
     try:
-        assert runtime.elector is not None
-        deadline = time.monotonic() + 5
-        while not runtime.elector.is_leader() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert runtime.elector.is_leader()
-        runtime.scheduler.modify_job("rebalance", next_run_time=datetime.now(UTC))
-        assert entered.wait(5)
+        lead_then_run_the_rebalance(runtime, entered)
     finally:
         started = time.monotonic()
         runtime.stop()

@@ -84,44 +84,25 @@ class MachineDeploymentNodePools:
         self.api_calls += 1
         return call_json(what, fn, *args, timeout_s=self.request_timeout_s, **kwargs)
 
-    def _get(self, what: str, name: str) -> JSON:
+    def _read(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        """One read of the Cluster API group, retried like every read of the adapters."""
         return with_read_retries(
             what,
-            lambda: self._call(
-                what,
-                self._custom.get_namespaced_custom_object,
-                CAPI_GROUP,
-                CAPI_VERSION,
-                self.namespace,
-                CAPI_PLURAL,
-                name,
-            ),
+            lambda: self._call(what, fn, CAPI_GROUP, CAPI_VERSION, self.namespace, *args, **kwargs),
             retries=self.read_retries,
             backoff_s=0.2,
             max_backoff_s=2.0,
             sleep=self._sleep,
         )
 
+    def _get(self, what: str, name: str) -> JSON:
+        return self._read(what, self._custom.get_namespaced_custom_object, CAPI_PLURAL, name)
+
     def node_count(self, pool: str) -> int:
         """The pool's desired size (``spec.replicas``): what was asked for, booted or not."""
         name = self._md_name(pool)
         what = f"read MachineDeployment {self.namespace}/{name}"
-        scale = with_read_retries(
-            what,
-            lambda: self._call(
-                what,
-                self._custom.get_namespaced_custom_object_scale,
-                CAPI_GROUP,
-                CAPI_VERSION,
-                self.namespace,
-                CAPI_PLURAL,
-                name,
-            ),
-            retries=self.read_retries,
-            backoff_s=0.2,
-            max_backoff_s=2.0,
-            sleep=self._sleep,
-        )
+        scale = self._read(what, self._custom.get_namespaced_custom_object_scale, CAPI_PLURAL, name)
         return int((scale.get("spec") or {}).get("replicas") or 0)
 
     def bounds(self, pool: str) -> tuple[int | None, int | None]:
@@ -134,22 +115,10 @@ class MachineDeploymentNodePools:
         ``MachineNotFoundError`` when there is none, or when it is already being deleted."""
         name = self._md_name(pool)
         what = f"list Machines of MachineDeployment {self.namespace}/{name}"
-        listed = with_read_retries(
-            what,
-            lambda: self._call(
-                what,
-                self._custom.list_namespaced_custom_object,
-                CAPI_GROUP,
-                CAPI_VERSION,
-                self.namespace,
-                MACHINE_PLURAL,
-                label_selector=f"{DEPLOYMENT_NAME_LABEL}={name}",
-            ),
-            retries=self.read_retries,
-            backoff_s=0.2,
-            max_backoff_s=2.0,
-            sleep=self._sleep,
-        )
+        listed = self._read(
+            what, self._custom.list_namespaced_custom_object, MACHINE_PLURAL,
+            label_selector=f"{DEPLOYMENT_NAME_LABEL}={name}",
+        )  # fmt: skip
         for machine in listed.get("items") or []:
             if ((machine.get("status") or {}).get("nodeRef") or {}).get("name") != node:
                 continue
