@@ -306,7 +306,12 @@ class Actuator:
             raise RuntimeError("no node-pool scaler is configured")
         # the size the plan counted: a pool resized since (or counted from its registered nodes because its size could
         # not be read) is not written over (``ChangedSinceRead``: skipped)
-        self.node_pools.scale(action.pool, action.nodes, expected=action.previous_nodes, remove_node=action.remove_node)
+        if action.remove_node is None:  # a scale-up: the call a provider plug-in written before remove_node knows
+            self.node_pools.scale(action.pool, action.nodes, expected=action.previous_nodes)
+        else:
+            self.node_pools.scale(
+                action.pool, action.nodes, expected=action.previous_nodes, remove_node=action.remove_node
+            )
         return "applied"
 
     def event_for(self, action: Action, message: str, dedupe: bool) -> None:

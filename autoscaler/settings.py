@@ -744,7 +744,7 @@ class Settings(BaseSettings):
         120.0, gt=0, description="/healthz fails when the tick loop has not finished an iteration for this many s"
     )
     shutdown_grace_seconds: float = Field(
-        10.0, ge=0, description="seconds to let a running tick finish on SIGTERM before exiting"
+        10.0, ge=0, description="seconds to let a running tick or rebalance pass finish on SIGTERM before exiting"
     )
     dry_run: bool = Field(
         False, description="compute and report every plan (log, metrics, Events marked dry run); write nothing else"
@@ -869,17 +869,18 @@ class Settings(BaseSettings):
                 f"{_name('tick_stall_seconds')} ({self.tick_stall_seconds:g}) must be > "
                 f"{_name('tick_interval_seconds')} ({self.tick_interval_seconds:g})"
             )
-        # A tick waits for one Prometheus query through all its retries before it gives up on the rest: a stall
-        # bound within that failed /healthz (and the livenessProbe restarted the controller) during an outage the
-        # controller is meant to hold through.
+        # A tick waits for one Prometheus query through all its retries before it gives up on the rest: each try
+        # up to the timeout, and before each retry a sleep (the backoff, or a Retry-After) also capped at the timeout.
+        # A stall bound within that failed /healthz (and the livenessProbe restarted the controller) during an outage
+        # the controller is meant to hold through.
         prometheus = self.prometheus
-        worst = prometheus.timeout_seconds * (1 + prometheus.retries)
+        worst = prometheus.timeout_seconds * (1 + 2 * prometheus.retries)
         if self.tick_stall_seconds <= worst:
             raise ValueError(
                 f"{_name('tick_stall_seconds')} ({self.tick_stall_seconds:g}) must be > "
-                f"{_name('prometheus', 'timeout_seconds')} ({prometheus.timeout_seconds:g}) x (1 + "
+                f"{_name('prometheus', 'timeout_seconds')} ({prometheus.timeout_seconds:g}) x (1 + 2 x "
                 f"{_name('prometheus', 'retries')} ({prometheus.retries})): a tick waiting on an unanswering "
-                "Prometheus would fail /healthz"
+                "Prometheus (every try timing out, every retry after its longest sleep) would fail /healthz"
             )
         return self
 

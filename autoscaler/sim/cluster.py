@@ -31,7 +31,8 @@ What it models, as Kubernetes does it:
   is met, a Pending one whatever the budget, as the API server decides. The scheduler's preemption and node
   removal ignore them, as the kube-scheduler's DefaultPreemption may and a deleted node does.
 - **Node pools**: a scale-up adds nodes that hold no pods until they have booted (``boot_s``); a scale-down removes
-  the emptiest nodes, and their pods go back to pending (Deployments) or are lost (training).
+  the node it names (a Machine marked for deletion), then the emptiest nodes, all at once, and their pods go back to
+  pending (Deployments) or are lost (training).
 """
 
 from __future__ import annotations

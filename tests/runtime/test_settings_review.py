@@ -78,7 +78,12 @@ def settings_error(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> str:
         (
             {"AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "60"},
             "AUTOSCALER_TICK_STALL_SECONDS (tick_stall_seconds) (120) must be > AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS "
-            "(prometheus.timeout_seconds) (60) x (1 + AUTOSCALER_PROMETHEUS_RETRIES (prometheus.retries) (2))",
+            "(prometheus.timeout_seconds) (60) x (1 + 2 x AUTOSCALER_PROMETHEUS_RETRIES (prometheus.retries) (2))",
+        ),
+        # the sleeps between retries count too: 3 tries of 30 s fit in 120 s, with two sleeps of up to 30 s not
+        (
+            {"AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "30"},
+            "AUTOSCALER_TICK_STALL_SECONDS (tick_stall_seconds) (120) must be > AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS",
         ),
         (
             {"AUTOSCALER_PROMETHEUS_RETRIES": "10", "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "11"},
@@ -120,8 +125,8 @@ def test_values_that_fail_at_run_time_are_refused_at_load(
         {"AUTOSCALER_REFIT_INTERVAL_SECONDS": "1", "AUTOSCALER_REBALANCE_INTERVAL_SECONDS": "1"},
         {"AUTOSCALER_FORECAST__UPDATE_INTERVAL_SECONDS": "0"},
         {"AUTOSCALER_FORECAST__UPDATE_INTERVAL_SECONDS": "1.5"},
-        {"AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "60", "AUTOSCALER_TICK_STALL_SECONDS": "181"},
-        {"AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "39"},
+        {"AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "60", "AUTOSCALER_TICK_STALL_SECONDS": "301"},
+        {"AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS": "23"},
     ],
     ids=lambda env: ",".join(f"{k.removeprefix('AUTOSCALER_')}={v[:20]}" for k, v in env.items()),
 )

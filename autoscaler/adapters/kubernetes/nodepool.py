@@ -19,7 +19,14 @@ from typing import Any
 
 from kubernetes import client
 
-from autoscaler.adapters.kubernetes._api import JSON, ConflictError, call_json, with_read_retries
+from autoscaler.adapters.kubernetes._api import (
+    JSON,
+    ConflictError,
+    KubeApiError,
+    KubeUnavailable,
+    call_json,
+    with_read_retries,
+)
 from autoscaler.ports import NodePoolScaler, PortError, refuse_pool_size_changed
 
 log = logging.getLogger(__name__)
@@ -160,6 +167,7 @@ class MachineDeploymentNodePools:
         name = self._md_name(pool)
         what = f"scale MachineDeployment {self.namespace}/{name} to {nodes}"
         marked: JSON | None = None
+        shrink_sent: int | None = None  # the size a write sent while the Machine was marked asked for
         try:
             for attempt in range(self.conflict_retries + 1):
                 md = self._get(what, name)
@@ -182,8 +190,10 @@ class MachineDeploymentNodePools:
                 if target < live and remove_node is not None and marked is None:
                     machine = self.machine_of(pool, remove_node)
                     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    marked = machine  # first: a mark that lands but whose answer is lost is taken back too
                     self._annotate_machine(machine, f"gpu-autoscaler {stamp}")
-                    marked = machine
+                if marked is not None and target < live:
+                    shrink_sent = target
                 # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
                 body = {
                     "metadata": {"resourceVersion": md["metadata"]["resourceVersion"]},
@@ -204,22 +214,44 @@ class MachineDeploymentNodePools:
                 except ConflictError:
                     log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.conflict_retries)
                     continue
-                removing = f", removing node {remove_node}" if marked is not None else ""
+                except (KubeUnavailable, KubeApiError) as exc:
+                    # No answer (or a 5xx): the write may have been applied, or may still be; without the mark the
+                    # MachineSet would then delete a Machine of its own choosing. The mark stays.
+                    if marked is not None and (isinstance(exc, KubeUnavailable) or exc.status >= 500):
+                        log.warning("%s: outcome unknown (%s): the delete-machine mark stays", what, exc)
+                        marked = None
+                    raise
+                removing = f", removing node {remove_node}" if marked is not None and target < live else ""
                 log.info(
                     "scaled node pool %s (MachineDeployment %s/%s) to %d%s", pool, self.namespace, name, target,
                     removing,
                 )  # fmt: skip
-                marked = None  # the MachineSet deletes it now: the annotation stays
+                if target < live:
+                    marked = None  # the MachineSet deletes it now: the annotation stays
                 return
             raise ConflictError(what, 409, "Conflict", f"still conflicting after {self.conflict_retries} retries")
         finally:
             if marked is not None:
-                # The size was not lowered: a mark left behind would make the next scale-down by anyone (the
-                # Cluster Autoscaler, a person) remove this node, which may be busy by then.
-                try:
-                    self._annotate_machine(marked, None)
-                except PortError as exc:
-                    log.error("%s: could not take back the delete-machine annotation: %s", what, exc)
+                self._take_back_mark(what, name, marked, shrink_sent)
+
+    def _take_back_mark(self, what: str, name: str, marked: JSON, shrink_sent: int | None) -> None:
+        """After a scale-down that did not go through, take the delete-machine mark back: left behind, it makes the
+        next scale-down by anyone (the Cluster Autoscaler, a person) remove this node, busy or not by then. Unless
+        the size fell meanwhile (another writer): the MachineSet then deletes a Machine now, and without the mark one
+        of its own choosing; when the size cannot be read, the mark stays too."""
+        if shrink_sent is not None:
+            try:
+                size = int((self._get(what, name).get("spec") or {}).get("replicas") or 0)
+            except PortError as exc:
+                log.error("%s: could not tell whether the size fell: the delete-machine mark stays: %s", what, exc)
+                return
+            if size <= shrink_sent:
+                log.warning("%s: the size fell to %d meanwhile: the delete-machine mark stays", what, size)
+                return
+        try:
+            self._annotate_machine(marked, None)
+        except PortError as exc:
+            log.error("%s: could not take back the delete-machine annotation: %s", what, exc)
 
 
 def _bounds(md: JSON) -> tuple[int | None, int | None]:
