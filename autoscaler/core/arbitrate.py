@@ -207,7 +207,7 @@ def _live_gpu_pods(snapshot: ClusterSnapshot, node: str) -> list[PodInfo]:
     return [p for p in snapshot.pods if p.node == node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")]
 
 
-def _fits_typed(
+def fits_typed(
     free: Mapping[str, int],
     pods: Sequence[PodInfo],
     node_types: Mapping[str, str | None],
@@ -660,7 +660,7 @@ def _give_back(
         # Its pods must fit, each on one node of the GPU type it runs on, with the forecast's reserve left free:
         # a sum of free GPUs over every other node (any type, however scattered) would give back a node whose
         # replicas then wait, and the next short tick would buy it again.
-        after = _fits_typed(
+        after = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
             node_types, gpu_types,
         ) if mine else None  # fmt: skip
@@ -712,7 +712,7 @@ def _give_back(
             actions.extend(_stop_actions(victim, workloads, detail, service))
         actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest))
         unneeded.pop(pool.name, None)
-        moved = _fits_typed(
+        moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
             node_types, gpu_types,
         )  # fmt: skip

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoscaler.actuator import Actuator, GuardContext
+from autoscaler.core.arbitrate import fits_typed
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import (
     MetricKind,
@@ -208,21 +209,12 @@ def node_autoscaler_plan(
 
 
 def _fits_elsewhere(snapshot: ClusterSnapshot, name: str, free: dict[str, int], ready: set[str]) -> bool:
-    """Whether every pod on node ``name`` fits on another ready node, each pod whole on one node (the Cluster
-    Autoscaler simulates their scheduling; free GPUs summed over nodes would count GPUs no pod can use): largest pod
-    first, each on the fitting node with the least room."""
+    """Whether every pod on node ``name`` fits on another ready node, each pod whole on one node of its GPU type (the
+    Cluster Autoscaler simulates their scheduling; free GPUs summed over nodes would count GPUs no pod can use): the
+    capacity arbitration's own fit test (largest pod first, best fit)."""
     room = {n: free[n] for n in ready if n != name}
     product = {n.name: n.gpu_product for n in snapshot.nodes}
-    for pod in sorted((p for p in snapshot.pods if p.node == name), key=lambda p: -p.gpus):
-        fits = [
-            n for n, left in room.items()
-            if left >= pod.gpus and (pod.gpu_product is None or product.get(n) == pod.gpu_product)
-        ]
-        if not fits:
-            return False
-        target = min(fits, key=lambda n: (room[n], n))
-        room[target] -= pod.gpus
-    return True
+    return fits_typed(room, [p for p in snapshot.pods if p.node == name], product, {}) is not None
 
 
 def build_cluster(

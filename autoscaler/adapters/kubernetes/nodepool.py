@@ -88,14 +88,17 @@ class MachineDeploymentNodePools:
             raise UnknownPoolError(f"node pool {pool!r} is not configured (known: {sorted(self.pools)})") from None
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        """One request of the Cluster API group in this namespace: ``fn(group, version, namespace, *args)``."""
         self.api_calls += 1
-        return call_json(what, fn, *args, timeout_s=self.request_timeout_s, **kwargs)
+        return call_json(
+            what, fn, CAPI_GROUP, CAPI_VERSION, self.namespace, *args, timeout_s=self.request_timeout_s, **kwargs
+        )
 
     def _read(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
-        """One read of the Cluster API group, retried like every read of the adapters."""
+        """One read (``_call``), retried like every read of the adapters."""
         return with_read_retries(
             what,
-            lambda: self._call(what, fn, CAPI_GROUP, CAPI_VERSION, self.namespace, *args, **kwargs),
+            lambda: self._call(what, fn, *args, **kwargs),
             retries=self.read_retries,
             backoff_s=0.2,
             max_backoff_s=2.0,
@@ -147,9 +150,6 @@ class MachineDeploymentNodePools:
         self._call(
             f"{verb} Machine {self.namespace}/{machine_name} for deletion",
             self._custom.patch_namespaced_custom_object,
-            CAPI_GROUP,
-            CAPI_VERSION,
-            self.namespace,
             MACHINE_PLURAL,
             machine_name,
             {"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: value}}},
@@ -203,9 +203,6 @@ class MachineDeploymentNodePools:
                     self._call(
                         what,
                         self._custom.patch_namespaced_custom_object_scale,
-                        CAPI_GROUP,
-                        CAPI_VERSION,
-                        self.namespace,
                         CAPI_PLURAL,
                         name,
                         body,
