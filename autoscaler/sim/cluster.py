@@ -859,15 +859,7 @@ class SimCluster:
         # twice, and its gang counted as stopped twice).
         for name in gone:
             del self.nodes[name]
-        doomed = [p for p in self.pods.values() if p.node in gone]
-        gangs = {p.gang for p in doomed if p.gang in self.jobs}
-        removed = [self.pods.pop((p.namespace, p.name)) for p in doomed if p.gang not in gangs]
-        for gang in sorted(g for g in gangs if g is not None):
-            self._stop_job(self.jobs[gang])
-            if self.jobs[gang].finished_at is None:
-                self._admit(self.jobs[gang])
-        for pod in removed:
-            self._removed(pod)
+        self._lose_pods([p for p in self.pods.values() if p.node in gone])
 
     # ---- internals ------------------------------------------------------------------------------------------------
 
