@@ -30,7 +30,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
-from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range
+from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range, path_not_empty
 from autoscaler.policy import DNS_LABEL, DNS_SUBDOMAIN
 from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml
 
@@ -267,11 +267,9 @@ class KubernetesSettings(_Group):
     @field_validator("kubeconfig", mode="before")
     @classmethod
     def _kubeconfig_not_empty(cls, value: Any) -> Any:
-        # Path("") is Path("."): "auto" then took the working directory for a kubeconfig instead of the in-cluster
-        # service account, and start-up failed reading a directory (exit 1, a crash loop naming no setting).
-        if isinstance(value, str | Path) and not str(value).strip():
-            raise ValueError("must not be empty (unset it for $KUBECONFIG, ~/.kube/config or in-cluster)")
-        return value
+        # as an empty path, "auto" took the working directory for a kubeconfig instead of the in-cluster service
+        # account, and start-up failed reading a directory (exit 1, a crash loop naming no setting)
+        return path_not_empty(value, "unset it for $KUBECONFIG, ~/.kube/config or in-cluster")
 
 
 class NodePoolSettings(_Group):

@@ -44,6 +44,14 @@ def duration_in_range(value: Any, field_name: str | None) -> Any:
     return value
 
 
+def path_not_empty(value: Any, instead: str = "unset it instead") -> Any:
+    """``value``, or ValueError when a file-path setting is given empty: ``Path("")`` is ``Path(".")``, and the
+    working directory was then read as the file (at every request, the error naming no setting)."""
+    if isinstance(value, str | Path) and not str(value).strip():
+        raise ValueError(f"must not be empty ({instead})")
+    return value
+
+
 class PrometheusSettings(BaseSettings):
     """How to reach Prometheus and what to ask it."""
 
@@ -275,11 +283,7 @@ class PrometheusSettings(BaseSettings):
     )  # fmt: skip
     @classmethod
     def _file_not_empty(cls, value: Any) -> Any:
-        # Path("") is Path("."): the working directory was taken for the file and every query failed reading it
-        # (each tick held, the error naming no setting)
-        if isinstance(value, str | Path) and not str(value).strip():
-            raise ValueError("must not be empty (unset it instead)")
-        return value
+        return path_not_empty(value)
 
     @field_validator("gpu_query", "request_rate_query", "queue_depth_query", "latency_query")
     @classmethod
