@@ -64,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--output", choices=("table", "json"), default="table", help="output format")
     parser.add_argument(
         "--bearer-token-file",
-        type=Path,
+        # a string, not a Path: Path("") is Path("."), which the settings' empty-path check could no longer refuse
+        type=str,
         metavar="FILE",
         help="bearer token file (AUTOSCALER_PROMETHEUS_BEARER_TOKEN_FILE)",
     )

@@ -76,3 +76,12 @@ def test_observe_help_states_no_default_of_none(capsys: pytest.CaptureFixture[st
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: None)" not in text and "(default: [])" not in text
     assert "AUTOSCALER_PROMETHEUS_TIMEOUT_SECONDS" in text and "default: table" in text and "default: 50" in text
+
+
+def test_observe_refuses_an_empty_bearer_token_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--bearer-token-file ""`` was parsed to ``Path(".")`` before the settings' empty-path check could see it, so
+    the working directory was read as the token file at the first request, the error naming no option."""
+    assert main(["observe", "--prometheus-url", "http://127.0.0.1:9", "--bearer-token-file", ""]) == 2
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "bearer_token_file" in text and "must not be empty" in text, text
