@@ -456,6 +456,13 @@ class RebalanceSettings(_Group):
                 f"{_name('rebalance', 'max_moves_per_pass')} ({self.max_moves_per_pass}) must be <= "
                 f"{_name('rebalance', 'max_moves_per_hour')} ({self.max_moves_per_hour})"
             )
+        if self.enabled and self.max_moves_per_pass == 0:
+            # Every pass would plan, hold the controller's lock and move nothing; a plan without moves is what
+            # dry_run (or autoscaler plan) is for.
+            raise ValueError(
+                f"{_name('rebalance', 'enabled')} with {_name('rebalance', 'max_moves_per_pass')} (0) can move no "
+                f"pod: raise it, or turn the rebalancer off (dry_run shows the moves it would make)"
+            )
         return self
 
     def to_config(self, interval_seconds: float, burst_pools: Iterable[str]) -> Any:

@@ -325,6 +325,15 @@ def test_a_binary_config_file_exits_2_without_a_traceback(tmp_path: Path) -> Non
             "(rebalance.max_moves_per_pass) (2) must be <= AUTOSCALER_REBALANCE__MAX_MOVES_PER_HOUR",
         ),
         (
+            {"AUTOSCALER_REBALANCE__ENABLED": "true", "AUTOSCALER_REBALANCE__MAX_MOVES_PER_PASS": "0"},
+            "AUTOSCALER_REBALANCE__ENABLED (rebalance.enabled) with AUTOSCALER_REBALANCE__MAX_MOVES_PER_PASS "
+            "(rebalance.max_moves_per_pass) (0) can move no pod",
+        ),
+        (
+            {"AUTOSCALER_REBALANCE__ENABLED": "true", "AUTOSCALER_REBALANCE__MAX_MOVES_PER_HOUR": "0"},
+            "(rebalance.max_moves_per_pass) (2) must be <= AUTOSCALER_REBALANCE__MAX_MOVES_PER_HOUR",
+        ),
+        (
             {"AUTOSCALER_CAPACITY__BURST_POOLS": '{"p": {"min_nodes": 5, "max_nodes": 1}}'},
             "AUTOSCALER_CAPACITY__BURST_POOLS__P (capacity.burst_pools.p): min_nodes (5) must be <= max_nodes (1)",
         ),
