@@ -592,7 +592,10 @@ class ForecastSettings(_Group):
         "multiple of the seasonal-naive baseline's on the same values (ratio)",
     )
     min_scored_samples: int = Field(
-        30, ge=1, description="scored forecast values needed before a forecast is trusted (count)"
+        30,
+        ge=1,
+        description="scored forecast values needed before a forecast is trusted (count); its coverage also waits for "
+        "1 / (1 - quantile) of them, the scores in which the quantile allows one miss (100 for a P99)",
     )
     accountability_window_seconds: float = Field(
         21_600.0, gt=0, description="forecast error is judged on values that arrived in this window, seconds"

@@ -5,8 +5,10 @@ the headroom the target leaves out. A new service has no history to forecast fro
 has gone bad has none it can trust: both would run hot on a reactive path that is a cold start late. So the target
 is earned, per service:
 
-- until the forecast has ``min_scored`` live scores (``LEARNING``), when it is stale or judged unreliable, or when it
-  is not used at all: the service runs at ``untrusted ratio x target`` (0.75 by default: the packaged spec's 3.2
+- until the forecast has enough live scores to judge its quantile (``LEARNING``: ``min_scored``, and at least
+  1 / (1 - quantile), the scores in which the quantile allows one miss: 100 for a P99, whose coverage 30 scores
+  cannot tell, since one miss in them is already 3.3 x the allowed), when it is stale or judged unreliable, or
+  when it is not used at all: the service runs at ``untrusted ratio x target`` (0.75 by default: the packaged spec's 3.2
   req/s becomes 2.4, about 69 % of the replica's 3.5 req/s saturation, the headroom of an HPA at its customary
   70 % utilisation);
 - with enough scores, the trust is how well the forecast's provisioned quantile *covered* the demand that then
@@ -47,7 +49,8 @@ class HeadroomConfig:
     The defaults were chosen on the packaged ServeGen scenario (14 days): 1.5 / 3 kept 99.82 % of requests within
     SLO at 1.362x the oracle's GPU-hours, 2.5 / 5 kept 99.74 % at 1.311x (the HPA: 99.29 % at 1.323x)."""
 
-    min_scored: int = 30  # live scored forecasts needed before coverage is judged, count
+    # live scored forecasts needed before coverage is judged, count (and at least 1 / (1 - quantile), see _judged)
+    min_scored: int = 30
     # Without trust, a scale-down also waits as long as an HPA's does by default (its 300 s window), seconds
     untrusted_down_window_s: float = 300.0
     full_trust_miss_ratio: float = 2.5  # at or below this many times the allowed misses: full trust, ratio
@@ -113,10 +116,13 @@ def _judged(
     untrusted = f"target x {floor_ratio:g} until the forecast earns trust"
     if not usable:
         return Headroom(floor_ratio, HeadroomState.UNTRUSTED, f"{why_unusable}: {untrusted}", 0.0, coverage, scored)
-    if coverage is None or not math.isfinite(coverage) or scored < config.min_scored:
-        detail = f"{scored} of {config.min_scored} live scores: {untrusted}"
-        return Headroom(floor_ratio, HeadroomState.LEARNING, detail, 0.0, coverage, scored)
     allowed = max(1.0 - fp.quantile, 1e-9)
+    # A quantile's coverage says nothing before it allows one miss: 30 scores of a P99 expect 0.3 misses, and the
+    # first one (3.3 x the allowed) swung a new service from the full target to the untrusted one within minutes.
+    needed = max(config.min_scored, math.ceil(1.0 / allowed - 1e-9))
+    if coverage is None or not math.isfinite(coverage) or scored < needed:
+        detail = f"{scored} of {needed} live scores: {untrusted}"
+        return Headroom(floor_ratio, HeadroomState.LEARNING, detail, 0.0, coverage, scored)
     # rounded: a coverage of exactly 2.5 x (5 x) the allowed misses is full (no) trust as documented, not a hair off
     # it from the binary fractions (P90's 25 % misses came out 2.5000000000000004 x: "partial", and a window 1e-14 s
     # longer than the spec's)

@@ -73,6 +73,27 @@ def test_the_miss_allowance_scales_with_the_quantile() -> None:
     assert earned_headroom(POLICY, coverage=0.80, scored=100, usable=True).state is HeadroomState.DEGRADED
 
 
+@pytest.mark.parametrize(
+    ("quantile", "scored", "state"),
+    [
+        (0.99, 30, HeadroomState.LEARNING),  # 30 scores of a P99 expect 0.3 misses: no judgement yet
+        (0.99, 99, HeadroomState.LEARNING),
+        (0.99, 100, HeadroomState.EARNED),  # one allowed miss
+        (0.999, 999, HeadroomState.LEARNING),
+        (0.999, 1000, HeadroomState.EARNED),
+        (0.9, 30, HeadroomState.EARNED),  # min_scored (30) is the larger: P90 allows 3 misses in 30
+        (0.9, 29, HeadroomState.LEARNING),
+    ],
+)
+def test_coverage_is_judged_only_on_scores_in_which_the_quantile_allows_a_miss(
+    quantile: float, scored: int, state: HeadroomState
+) -> None:
+    """A P99 judged on 30 scores swung a new service between the full target and the untrusted one: a single miss in
+    them is 3.3 x the allowed misses. The coverage is judged once the quantile allows one miss (1 / (1 - q) scores)."""
+    policy = dataclasses.replace(POLICY, forecast=ForecastPolicy(ForecastMode.ACTIVE, quantile))
+    assert earned_headroom(policy, coverage=1.0, scored=scored, usable=True).state is state
+
+
 def test_ratio_one_turns_it_off_and_a_config_must_be_ordered() -> None:
     off = dataclasses.replace(POLICY, forecast=dataclasses.replace(P99, untrusted_target_ratio=1.0))
     assert earned_headroom(off, coverage=None, scored=0, usable=False).ratio == 1.0
