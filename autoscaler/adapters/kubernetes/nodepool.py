@@ -8,6 +8,14 @@ A scale-down names the node the plan emptied. The MachineSet deletes a Machine o
 policy: Random by default) unless one carries the ``cluster.x-k8s.io/delete-machine`` annotation, so the node's
 Machine is annotated first, then the size lowered, as the Cluster Autoscaler's Cluster API provider does; a node
 whose Machine cannot be found is not removed by chance: nothing is written.
+
+Every marked Machine ranks first, so the size falls only when no more Machines of the MachineDeployment carry the
+annotation (and are not already being deleted) than it falls by: a mark left by the Cluster Autoscaler, a person, or
+by us after a size write whose outcome was unknown could otherwise make the MachineSet delete that node (busy by
+now) instead of the one the plan emptied. ``OtherMachinesMarkedError`` then, nothing written. Our own marks carry a
+second annotation recording when we placed them (``gpuautoscaler.dev/delete-machine-by``); one left behind is cleared
+by a later scale-down once it can no longer matter: older than any in-flight size write and the MachineDeployment
+settled (``status.replicas == spec.replicas``, generation observed) with the Machine still there.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from autoscaler.adapters.kubernetes._api import (
     KubeApiError,
     KubeUnavailable,
     call_json,
+    format_time,
+    parse_time,
     with_read_retries,
 )
 from autoscaler.ports import NodePoolScaler, PortError, refuse_pool_size_changed
@@ -39,6 +49,10 @@ MACHINE_PLURAL = "machines"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 # a MachineSet scaling down deletes Machines with this annotation first, whatever its delete policy
 DELETE_MACHINE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
+# Written with (and removed with) every delete-machine mark of ours, with the same value ("gpu-autoscaler <RFC 3339
+# UTC>"): a mark is ours only while both agree (the Cluster Autoscaler re-marking the Machine rewrites the value).
+MARKED_BY_ANNOTATION = "gpuautoscaler.dev/delete-machine-by"
+MARK_PREFIX = "gpu-autoscaler "
 MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 MERGE_PATCH = "application/merge-patch+json"
@@ -50,6 +64,23 @@ class UnknownPoolError(PortError):
 
 class MachineNotFoundError(PortError):
     """The node to remove has no Machine of the pool's MachineDeployment (or its Machine is already going)."""
+
+
+class OtherMachinesMarkedError(PortError):
+    """Not scaled down, nothing written: more Machines of the MachineDeployment carry the delete-machine annotation
+    (and are not being deleted) than the size would fall by, so the MachineSet might delete one of them instead of
+    the node the plan emptied. ``machines``: the other marked Machines, ``namespace/name``, sorted."""
+
+    def __init__(self, message: str, machines: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.machines = machines
+
+
+MarkLeft = Callable[[str, str], None]
+"""Told of every delete-machine mark a scale-down leaves on a Machine after it did not go through, with the Machine
+(``namespace/name``) and why: ``outcome_unknown`` (no answer or a 5xx to the size write), ``size_fell`` (another
+writer lowered the size meanwhile), ``size_unreadable`` (could not tell), ``unmark_failed``. Such a mark makes the
+next scale-down by anyone remove that node: the hook for a metric or an Event."""
 
 
 class MachineDeploymentNodePools:
@@ -69,6 +100,9 @@ class MachineDeploymentNodePools:
         conflict_retries: int = 5,
         read_retries: int = 2,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        stale_mark_grace_s: float = 300.0,
+        on_mark_left: MarkLeft | None = None,
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
         self.namespace = namespace
@@ -77,6 +111,12 @@ class MachineDeploymentNodePools:
         self.conflict_retries = conflict_retries
         self.read_retries = read_retries
         self._sleep = sleep
+        self._clock = clock
+        # How old a mark of ours must be before it is taken for stale: a size write whose answer was lost may still
+        # be applied for a while (the apiserver's request timeout is 60 s by default); cleared before it lands, the
+        # MachineSet would delete a Machine of its own choosing.
+        self.stale_mark_grace_s = stale_mark_grace_s
+        self._on_mark_left = on_mark_left
         self.api_calls = 0
 
     def _md_name(self, pool: str) -> str:
@@ -120,16 +160,23 @@ class MachineDeploymentNodePools:
         md = self._get(f"read MachineDeployment {self._md_name(pool)}", self._md_name(pool))
         return _bounds(md)
 
-    def machine_of(self, pool: str, node: str) -> JSON:
-        """The Machine of ``pool``'s MachineDeployment whose Node is ``node`` (``status.nodeRef.name``); raises
-        ``MachineNotFoundError`` when there is none, or when it is already being deleted."""
-        name = self._md_name(pool)
+    def _machines(self, name: str) -> list[JSON]:
+        """The Machines of MachineDeployment ``name`` (every MachineSet of it)."""
         what = f"list Machines of MachineDeployment {self.namespace}/{name}"
         listed = self._read(
             what, self._custom.list_namespaced_custom_object, MACHINE_PLURAL,
             label_selector=f"{DEPLOYMENT_NAME_LABEL}={name}",
         )  # fmt: skip
-        for machine in listed.get("items") or []:
+        return list(listed.get("items") or [])
+
+    def machine_of(self, pool: str, node: str) -> JSON:
+        """The Machine of ``pool``'s MachineDeployment whose Node is ``node`` (``status.nodeRef.name``); raises
+        ``MachineNotFoundError`` when there is none, or when it is already being deleted."""
+        name = self._md_name(pool)
+        return self._find_machine(name, self._machines(name), node)
+
+    def _find_machine(self, name: str, machines: list[JSON], node: str) -> JSON:
+        for machine in machines:
             if ((machine.get("status") or {}).get("nodeRef") or {}).get("name") != node:
                 continue
             if (machine.get("metadata") or {}).get("deletionTimestamp"):
@@ -143,30 +190,91 @@ class MachineDeploymentNodePools:
             "status.nodeRef): not scaled down, the MachineSet would remove a node of its own choosing"
         )
 
-    def _annotate_machine(self, machine: JSON, value: str | None) -> None:
-        """Set (or with None remove) the delete-machine annotation: a merge patch of that one key."""
+    def _annotate_machine(self, machine: JSON, value: str | None, *, precondition: bool = False) -> None:
+        """Set (or with None remove) the delete-machine annotation and our record of it: a merge patch of those two
+        keys. ``precondition``: only if the Machine is still as listed (its resourceVersion; 409 otherwise)."""
         machine_name = machine["metadata"]["name"]
         verb = "mark" if value is not None else "unmark"
+        metadata: JSON = {"annotations": {DELETE_MACHINE_ANNOTATION: value, MARKED_BY_ANNOTATION: value}}
+        if precondition:
+            metadata["resourceVersion"] = machine["metadata"]["resourceVersion"]
         self._call(
             f"{verb} Machine {self.namespace}/{machine_name} for deletion",
             self._custom.patch_namespaced_custom_object,
             MACHINE_PLURAL,
             machine_name,
-            {"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: value}}},
+            {"metadata": metadata},
             _content_type=MERGE_PATCH,
+        )
+
+    def _mark_left(self, what: str, machine: JSON, why: str) -> None:
+        if self._on_mark_left is None:
+            return
+        try:
+            self._on_mark_left(f"{self.namespace}/{machine['metadata']['name']}", why)
+        except Exception:  # a reporting hook never turns a scale-down's outcome into another
+            log.exception("%s: the mark-left hook failed", what)
+
+    def _check_other_marks(self, what: str, md: JSON, machines: list[JSON], ours: JSON, node: str, fall: int) -> None:
+        """Raise ``OtherMachinesMarkedError`` when, with ``ours`` marked, more Machines would carry the delete-machine
+        annotation (and not be going already) than the size falls by. Marks of ours that can no longer matter (older
+        than the grace, the MachineDeployment settled) are cleared first instead of counted."""
+        others = [
+            m for m in machines
+            if m["metadata"]["name"] != ours["metadata"]["name"]
+            and DELETE_MACHINE_ANNOTATION in (m["metadata"].get("annotations") or {})
+            and not m["metadata"].get("deletionTimestamp")
+        ]  # fmt: skip
+        if not others:
+            return
+        settled = _settled(md)
+        now = self._clock()
+        blocking: list[tuple[str, str]] = []
+        for machine in others:
+            full = f"{self.namespace}/{machine['metadata']['name']}"
+            at = _our_mark_time(machine)
+            if at is not None and settled and now - at >= self.stale_mark_grace_s:
+                log.warning(
+                    "%s: clearing our stale delete-machine mark on Machine %s (placed %s; the MachineDeployment has "
+                    "settled at %s replicas without deleting it)", what, full, format_time(at),
+                    (md.get("spec") or {}).get("replicas"),
+                )  # fmt: skip
+                # only if nobody re-marked it since the list (a 409 fails this scale-down, the next tick looks again)
+                self._annotate_machine(machine, None, precondition=True)
+                continue
+            if at is None:
+                why = f"marked by someone else: {machine['metadata']['annotations'][DELETE_MACHINE_ANNOTATION]!r}"
+            elif not settled:
+                why = f"ours, since {format_time(at)}; the MachineDeployment is still scaling"
+            else:
+                why = f"ours, since {format_time(at)}; a size write of ours may still land"
+            blocking.append((full, f"{full} ({why})"))
+        if len(blocking) + 1 <= fall:
+            return
+        names = tuple(sorted(full for full, _ in blocking))
+        details = "; ".join(detail for _, detail in sorted(blocking))
+        raise OtherMachinesMarkedError(
+            f"{what}: not scaled down: other Machines carry {DELETE_MACHINE_ANNOTATION} and are not being deleted: "
+            f"{', '.join(names)}. The MachineSet deletes marked Machines first: lowering the size by {fall} could "
+            f"delete one of them instead of node {node}'s Machine {self.namespace}/{ours['metadata']['name']}. "
+            f"Nothing written; remove the annotation from them (or let their scale-down finish) to go on. {details}",
+            names,
         )
 
     def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
         """Set the pool's size (idempotent), clamped to its min/max annotations. ``expected``: the size the plan
         was made from; a different live size raises ``ChangedSinceRead`` and writes nothing. ``remove_node``: on a
         scale-down, the node to remove: its Machine is annotated for deletion before the size is lowered (and the
-        annotation taken back when the size write fails); ``MachineNotFoundError`` and nothing written when the
-        node has no Machine in the pool."""
+        annotation taken back when the size write fails; a mark found there already is left as found);
+        ``MachineNotFoundError`` and nothing written when the node has no Machine in the pool,
+        ``OtherMachinesMarkedError`` and nothing written when other Machines of the pool carry the annotation
+        (more than the size falls by, ours included), our own stale marks cleared first."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
         name = self._md_name(pool)
         what = f"scale MachineDeployment {self.namespace}/{name} to {nodes}"
-        marked: JSON | None = None
+        marked: JSON | None = None  # the Machine this call marked (and so may take back)
+        found_marked = False  # the node's Machine carried the annotation already: left as found
         shrink_sent: int | None = None  # the size a write sent while the Machine was marked asked for
         try:
             for attempt in range(self.conflict_retries + 1):
@@ -187,11 +295,21 @@ class MachineDeploymentNodePools:
                     log.warning("%s: clamped to the pool's min size %d (live %d)", what, low, live)
                 if live == target:
                     return
-                if target < live and remove_node is not None and marked is None:
-                    machine = self.machine_of(pool, remove_node)
-                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                    marked = machine  # first: a mark that lands but whose answer is lost is taken back too
-                    self._annotate_machine(machine, f"gpu-autoscaler {stamp}")
+                if target < live and remove_node is not None:
+                    # every attempt: a conflict's retry may find marks that were not there before
+                    machines = self._machines(name)
+                    machine = self._find_machine(name, machines, remove_node)
+                    self._check_other_marks(what, md, machines, machine, remove_node, live - target)
+                    if marked is None and not found_marked:
+                        if DELETE_MACHINE_ANNOTATION in (machine["metadata"].get("annotations") or {}):
+                            found_marked = True  # not ours to rewrite, nor to take back
+                        else:
+                            marked = machine  # first: a mark that lands but whose answer is lost is taken back too
+                            self._annotate_machine(machine, f"{MARK_PREFIX}{format_time(self._clock())}")
+                            # somebody may have marked another Machine since the list: look again before the size
+                            self._check_other_marks(
+                                what, md, self._machines(name), machine, remove_node, live - target
+                            )
                 if marked is not None and target < live:
                     shrink_sent = target
                 # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
@@ -216,9 +334,10 @@ class MachineDeploymentNodePools:
                     # MachineSet would then delete a Machine of its own choosing. The mark stays.
                     if marked is not None and (isinstance(exc, KubeUnavailable) or exc.status >= 500):
                         log.warning("%s: outcome unknown (%s): the delete-machine mark stays", what, exc)
+                        self._mark_left(what, marked, "outcome_unknown")
                         marked = None
                     raise
-                removing = f", removing node {remove_node}" if marked is not None and target < live else ""
+                removing = f", removing node {remove_node}" if remove_node is not None and target < live else ""
                 log.info(
                     "scaled node pool %s (MachineDeployment %s/%s) to %d%s", pool, self.namespace, name, target,
                     removing,
@@ -241,14 +360,38 @@ class MachineDeploymentNodePools:
                 size = int((self._get(what, name).get("spec") or {}).get("replicas") or 0)
             except PortError as exc:
                 log.error("%s: could not tell whether the size fell: the delete-machine mark stays: %s", what, exc)
+                self._mark_left(what, marked, "size_unreadable")
                 return
             if size <= shrink_sent:
                 log.warning("%s: the size fell to %d meanwhile: the delete-machine mark stays", what, size)
+                self._mark_left(what, marked, "size_fell")
                 return
         try:
             self._annotate_machine(marked, None)
         except PortError as exc:
             log.error("%s: could not take back the delete-machine annotation: %s", what, exc)
+            self._mark_left(what, marked, "unmark_failed")
+
+
+def _our_mark_time(machine: JSON) -> float | None:
+    """When we placed the Machine's delete-machine mark, or None when it is not ours: our record annotation must
+    agree with the mark (a mark written before the record existed, ``gpu-autoscaler <time>`` alone, is ours too)."""
+    annotations = (machine.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(DELETE_MACHINE_ANNOTATION)
+    record = annotations.get(MARKED_BY_ANNOTATION)
+    if not isinstance(value, str) or not value.startswith(MARK_PREFIX) or record not in (None, value):
+        return None
+    return parse_time(value[len(MARK_PREFIX) :])
+
+
+def _settled(md: JSON) -> bool:
+    """The MachineDeployment's controller has seen its latest spec and has as many Machines as it asks for: no
+    scale-down is under way that a delete-machine mark could still steer."""
+    meta, spec, status = md.get("metadata") or {}, md.get("spec") or {}, md.get("status") or {}
+    generation, observed = meta.get("generation"), status.get("observedGeneration")
+    if not isinstance(generation, int) or not isinstance(observed, int) or observed < generation:
+        return False
+    return int(status.get("replicas") or 0) == int(spec.get("replicas") or 0)
 
 
 def _bounds(md: JSON) -> tuple[int | None, int | None]:
