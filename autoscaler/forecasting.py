@@ -52,6 +52,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -308,6 +309,15 @@ def run_fit(job: FitJob) -> FitResult:
 # ---- running fits: in process, or in a pool of worker processes ---------------------------------------------------
 
 
+def _unreturned(job: FitJob, exc: BaseException) -> FitResult:
+    """A fit whose future raised something else than a broken pool: the worker is alive, but the result did not
+    come back (most often a fitted model that cannot be pickled: a forecaster of one's own holding a lock or a
+    client). This series' failure, not a dead worker's: no quarantine, the pool is kept."""
+    error = f"the fit's result could not be sent back from its worker process: {type(exc).__name__}: {exc}"
+    log.error("forecast fit of %s: %s", job.key, error)
+    return FitResult(job.key, "failed", 0.0, model=job.model, error=error)
+
+
 class FitRunner:
     """Runs ``FitJob``s: in this process for 1 worker, else in a persistent ``ProcessPoolExecutor`` (spawned
     processes: forking a process with a scheduler, an HTTP server and API clients running in threads is unsafe).
@@ -319,7 +329,9 @@ class FitRunner:
     A worker process that dies (an OOM kill, a crash in native code) breaks the whole pool, and every fit in flight
     with it; which series killed it cannot be told. Those series are fitted again one at a time, each alone in the
     pool, so only the one that kills its worker again fails; it is then fitted alone for ``QUARANTINE_ROUNDS``
-    rounds, so that it cannot take the other services' fits down with it every round.
+    rounds, so that it cannot take the other services' fits down with it every round. A pool found broken when a
+    round starts (a worker killed while idle) took no fit down: it is replaced. A fit whose result does not come
+    back for another reason (a fitted model that cannot be pickled) is that series' failure; its worker lives on.
     """
 
     QUARANTINE_ROUNDS = 24  # rounds a series that killed its worker is fitted alone (6 h at the 15 min refit)
@@ -367,17 +379,18 @@ class FitRunner:
 
     def _run_together(self, jobs: Iterable[FitJob]) -> tuple[list[FitResult], list[FitJob]]:
         """The fits in parallel; also the jobs a dying worker took down (to be fitted again, alone)."""
-        pool = self._ensure_pool()
         futures: dict[cf.Future[FitResult], FitJob] = {}
         results: list[FitResult] = []
         orphaned: list[FitJob] = []
         for job in jobs:
-            if orphaned:  # the pool is broken: the rest are fitted alone
+            if orphaned:  # the pool broke under this round's fits: the rest are fitted alone
                 orphaned.append(job)
                 continue
             try:
-                futures[pool.submit(run_fit, job)] = job
-            except Exception:  # BrokenProcessPool: a worker died (OOM kill...)
+                # a pool that broke before this round (a worker killed while idle) is replaced: nothing of this
+                # round's went down with it
+                futures[self._submit(job, replace_broken=not futures)] = job
+            except Exception:  # BrokenProcessPool: a worker died (OOM kill...) under this round's fits
                 orphaned.append(job)
         pending = set(futures)
         while pending:
@@ -396,8 +409,10 @@ class FitRunner:
                 job = futures[future]
                 try:
                     results.append(future.result())
-                except Exception:  # a worker process died: this fit went with the pool, whoever caused it
+                except BrokenProcessPool:  # a worker process died: this fit went with the pool, whoever caused it
                     orphaned.append(job)
+                except Exception as exc:  # e.g. a fitted model that cannot be pickled back: this series' failure
+                    results.append(_unreturned(job, exc))
         if orphaned:
             self.close()
         return results, orphaned
@@ -406,14 +421,21 @@ class FitRunner:
         """Each fit alone in the pool: a worker that dies now died of this series (its key is added to ``died``)."""
         results: list[FitResult] = []
         for job in jobs:
-            future = self._ensure_pool().submit(run_fit, job)
+            try:
+                # alone: a pool already broken (a worker killed while idle) is no fault of this series
+                future = self._submit(job, replace_broken=True)
+            except Exception as exc:  # no worker could be started (fork/spawn failed...): fails alone, no quarantine
+                error = f"no forecast worker could take this fit: {type(exc).__name__}: {exc}"
+                results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=error))
+                self.close()
+                continue
             try:
                 results.append(future.result(timeout=self.fit_timeout_s + self.stuck_grace_s))
             except cf.TimeoutError:
                 message = "worker stuck: killed with its pool"
                 results.append(FitResult(job.key, "timeout", self.fit_timeout_s, model=job.model, error=message))
                 self.close()
-            except Exception as exc:  # BrokenProcessPool: this series killed its worker process
+            except BrokenProcessPool as exc:  # this series killed its worker process
                 self._quarantine[job.key] = self.QUARANTINE_ROUNDS
                 died.add(job.key)
                 error = (
@@ -423,7 +445,21 @@ class FitRunner:
                 log.error("forecast fit of %s: %s", job.key, error)
                 results.append(FitResult(job.key, "failed", 0.0, model=job.model, error=error))
                 self.close()
+            except Exception as exc:  # e.g. a fitted model that cannot be pickled back: its worker is fine
+                results.append(_unreturned(job, exc))
         return results
+
+    def _submit(self, job: FitJob, replace_broken: bool) -> cf.Future[FitResult]:
+        """``job`` submitted to the pool. ``replace_broken``: a pool found broken at submission (none of the fits
+        still to come in it can have broken it) is replaced by a new one first, once."""
+        try:
+            return self._ensure_pool().submit(run_fit, job)
+        except BrokenProcessPool:
+            if not replace_broken:
+                raise
+            log.warning("the forecast worker pool was broken (a worker died while idle); starting a new one")
+            self.close()
+            return self._ensure_pool().submit(run_fit, job)
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
@@ -533,13 +569,15 @@ class _ServiceState:
 
 def on_grid(times: Sequence[float], values: Sequence[float], start: float, step: float, n: int) -> np.ndarray:
     """``n`` values at ``start + i * step``: each sample at its nearest grid point (a later sample wins), NaN where
-    there is none or it is not finite."""
+    there is none or it is not finite. A sample half-way between two grid points goes to the later one: always the
+    same way (``np.rint`` rounds ties to even, which sent samples half a step off the grid two by two onto every
+    other grid point, dropping half of them and leaving the others empty)."""
     out = np.full(n, np.nan)
     if not times:
         return out
     t = np.asarray(times, dtype=np.float64)
     v = np.asarray(values, dtype=np.float64)
-    index = np.rint((t - start) / step).astype(np.int64)
+    index = np.floor((t - start) / step + 0.5).astype(np.int64)
     keep = (index >= 0) & (index < n) & np.isfinite(v)
     index, v = index[keep], v[keep]
     last = np.append(index[1:] != index[:-1], True)  # times ascend: the last sample of each grid point
@@ -890,11 +928,14 @@ class ForecastService:
             tail = on_grid(series.times, series.values, tail_start, step, n)
             self._score(state, tail, tail_start, step, now)
             # Overlap: a fresh sample replaces the old value; the rest is appended, the oldest dropped.
+            # tail[UPDATE_OVERLAP_STEPS] is the sample of y[-1]: the overlap is the samples of y that end there
+            # (fewer than UPDATE_OVERLAP_STEPS when the series is shorter: taken from the start of the tail, they
+            # shifted the series by a step and dated its forecast a step late).
             overlap = min(UPDATE_OVERLAP_STEPS, state.y.size)
             old_tail = state.y[state.y.size - overlap :]
-            fresh = tail[1 : overlap + 1]
+            fresh = tail[UPDATE_OVERLAP_STEPS + 1 - overlap : UPDATE_OVERLAP_STEPS + 1]
             merged_overlap = np.where(np.isfinite(fresh), fresh, old_tail) if overlap else old_tail
-            y = np.concatenate([state.y[: state.y.size - overlap], merged_overlap, tail[overlap + 1 :]])
+            y = np.concatenate([state.y[: state.y.size - overlap], merged_overlap, tail[UPDATE_OVERLAP_STEPS + 1 :]])
             y_start = state.y_start
             if y.size > keep:
                 y_start += (y.size - keep) * step
