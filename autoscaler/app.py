@@ -194,6 +194,37 @@ def _move_ledger(settings: Settings, adapters: Adapters) -> MoveLedger | None:
     )
 
 
+# The Kubernetes requests of one rebalance pass besides its cluster read (``Controller._rebalance``), for
+# ``rebalance_stall_seconds``: the move ledger's read, the write that reserves the pass's moves and the write that
+# gives back the refused ones; and per pod moved, a gang's dry-run eviction (``Actuator._apply_gang``), the eviction,
+# its Event on the pod (the pod's uid read, the create) and at most one Event on the moved gang's Deployment (its uid
+# read, the create).
+PASS_LEDGER_REQUESTS = 3
+PASS_REQUESTS_PER_MOVE = 6
+
+
+def rebalance_stall_seconds(settings: Settings) -> float:
+    """How long one rebalance pass may run before /healthz calls it hung.
+
+    tick_stall_seconds + (3 + 6 x rebalance.max_moves_per_pass) x 2 x kubernetes.request_timeout_seconds:
+
+    - the pass's cluster read is the snapshot a tick reads (paged lists, each page with its bounded read retries),
+      which a tick must fit within tick_stall_seconds with the rest of its work: that bound covers it;
+    - every other request of the pass (``PASS_LEDGER_REQUESTS``, ``PASS_REQUESTS_PER_MOVE`` per pod moved) is sent
+      once (the writer never retries a write; the ledger and the uid reads are not retried either), and takes up to
+      twice the request timeout: the API client retries a connection that failed once, a timed-out connect included
+      (``adapters.kubernetes.config._no_auto_retries``), each attempt bounded by the timeout.
+
+    Not counted: an Event that already exists is bumped by a read-modify-write instead (a pod's eviction Event
+    names the pod and the move, so a fresh eviction rarely meets one); the tick's share of the bound leaves room.
+    With the defaults (120 s, 2 moves, 10 s): 120 + 15 x 20 = 420 s. The tick_stall_seconds alone failed /healthz
+    during a pass that was only slow (a tick waits for the pass), and the livenessProbe restarted the controller
+    in a loop under a slow API server."""
+    requests = PASS_LEDGER_REQUESTS + PASS_REQUESTS_PER_MOVE * settings.rebalance.max_moves_per_pass
+    per_request = 2 * settings.kubernetes.request_timeout_seconds
+    return settings.tick_stall_seconds + requests * per_request
+
+
 def lease_name(settings: Settings) -> str:
     """A dry-run controller elects among dry-run replicas only: on the real Lease it could win, act on nothing,
     and keep the real controller from acting at all."""
@@ -282,6 +313,7 @@ def build_runtime(
         refit_interval_s=settings.refit_interval_seconds,
         rebalance_interval_s=settings.rebalance_interval_seconds,
         tick_stall_s=settings.tick_stall_seconds,
+        rebalance_stall_s=rebalance_stall_seconds(settings),
         shutdown_grace_s=settings.shutdown_grace_seconds,
         elector=elector,
         refit=_discard_result(refit),

@@ -52,6 +52,7 @@ class Runtime:
         refit_interval_s: float = 900.0,
         rebalance_interval_s: float = 300.0,
         tick_stall_s: float = 120.0,
+        rebalance_stall_s: float | None = None,
         shutdown_grace_s: float = 10.0,
         elector: LeaderElector | None = None,
         refit: Callable[[float], None] = noop_job,
@@ -71,6 +72,9 @@ class Runtime:
         self._refit_interval = refit_interval_s
         self._rebalance_interval = rebalance_interval_s
         self._stall = tick_stall_s
+        # How long one rebalance pass may run before /healthz calls it hung (None: the tick's bound). A pass sends
+        # many more Kubernetes requests than a tick waits for; ``autoscaler.app.rebalance_stall_seconds`` derives it.
+        self._rebalance_stall = rebalance_stall_s if rebalance_stall_s is not None else tick_stall_s
         self._grace = shutdown_grace_s
         self._refit = refit
         self._on_stop = on_stop
@@ -83,6 +87,12 @@ class Runtime:
         self._clock = clock
         self._stopping = threading.Event()
         self._tick_running = threading.Lock()  # held while a tick runs
+        # The leader's tick (``Controller.run_once``) and the rebalance pass (``Controller.rebalance``) take the
+        # controller's lock for all their reads and writes: one waits for the other. They take this lock first, so
+        # that the wait happens here, before the tick's stall timer starts: a tick waiting for a slow pass is not a
+        # stalled tick (the pass has a bound of its own, ``_rebalance_stall``).
+        self._serial = threading.Lock()
+        self._pass_started: float | None = None  # time.monotonic() when the running rebalance pass started
         # Jobs running now: all of them (interpreter exit would wait for them), and those that write to the cluster
         # (the tick, the rebalance pass), which shutdown waits for before it releases the Lease.
         self._jobs = threading.Condition()
@@ -136,17 +146,43 @@ class Runtime:
     # -- jobs --
 
     @contextlib.contextmanager
-    def _running_job(self, writes: bool) -> Iterator[None]:
+    def _running_job(self) -> Iterator[None]:
         with self._jobs:
             self._running += 1
-            self._writing += writes
         try:
             yield
         finally:
             with self._jobs:
                 self._running -= 1
-                self._writing -= writes
                 self._jobs.notify_all()
+
+    @contextlib.contextmanager
+    def _writing_if_acting(self) -> Iterator[bool]:
+        """Yields ``can_act()``; while it is True the job counts as writing (``stop()`` waits for it).
+
+        The job counts as writing *before* it asks: ``stop()`` sets ``_stopping`` and then reads the count, the job
+        raises the count and then asks ``can_act()`` (which reads ``_stopping``), so either the job hears "no" or
+        ``stop()`` sees it and waits. Asking first would let ``stop()`` release the Lease between a "yes" and the
+        count (harmless only because every write asks again). A job that hears "no" (a standby's tick: a read for
+        the scheduler extender) stops counting at once, so that a hung read does not hold up shutdown."""
+        with self._jobs:
+            self._writing += 1
+        acting = False
+        try:
+            acting = self.can_act()
+        finally:
+            if not acting:
+                self._not_writing()
+        try:
+            yield acting
+        finally:
+            if acting:
+                self._not_writing()
+
+    def _not_writing(self) -> None:
+        with self._jobs:
+            self._writing -= 1
+            self._jobs.notify_all()
 
     def jobs_running(self) -> int:
         """How many jobs are running now (after ``stop()``: the ones that outlived the grace period)."""
@@ -154,32 +190,42 @@ class Runtime:
             return self._running
 
     def tick(self) -> None:
-        with self._running_job(writes=True), self._tick_running:
-            self._tick_started = time.monotonic()
+        with self._running_job(), self._tick_running:
             try:
-                if not self.can_act():
-                    self.telemetry.ticks.labels(result="standby").inc()
-                    self._refresh_extender_snapshot()
-                    return
-                self.controller.run_once(self._clock())
-                report = self.controller.last_report
-                if report is not None and report.result == "ok":
-                    self._ok_ticks += 1
-                if report is not None and report.held_by == "policy_read":
-                    # held before it read the cluster: the scheduler extender still needs a fresh snapshot (the
-                    # cluster may read fine while the GPUScalingPolicies do not)
-                    self._refresh_extender_snapshot()
-                if report is not None and self._refit_after_tick and read_the_policies(report):
-                    # only once a tick has read the policies: a refit brought forward by a tick held on a failed
-                    # policy or cluster read would fit nothing, and the next one is a whole refit interval away
-                    self._refit_after_tick = False
-                    self._bring_forward("refit")
+                with self._writing_if_acting() as acting:
+                    if not acting:
+                        # a standby (or stopping) replica only reads, for the scheduler extender: not a writing job
+                        self._tick_started = time.monotonic()
+                        self.telemetry.ticks.labels(result="standby").inc()
+                        self._refresh_extender_snapshot()
+                        return
+                    # A running rebalance pass holds the controller until it ends: the tick waits for it here,
+                    # before its stall timer starts (the pass has its own bound in healthz()).
+                    with self._serial:
+                        self._tick_started = time.monotonic()
+                        self._leader_tick()
             except Exception:  # run_once never raises; this is the last line of defence for the thread
                 log.exception("tick job failed")
                 self.telemetry.error("decide")
             finally:
-                self._tick_started = None
+                # the heartbeat first: healthz() that sees no tick running then sees this one's end
                 self._heartbeat = time.monotonic()
+                self._tick_started = None
+
+    def _leader_tick(self) -> None:
+        self.controller.run_once(self._clock())
+        report = self.controller.last_report
+        if report is not None and report.result == "ok":
+            self._ok_ticks += 1
+        if report is not None and report.held_by == "policy_read":
+            # held before it read the cluster: the scheduler extender still needs a fresh snapshot (the cluster may
+            # read fine while the GPUScalingPolicies do not)
+            self._refresh_extender_snapshot()
+        if report is not None and self._refit_after_tick and read_the_policies(report):
+            # only once a tick has read the policies: a refit brought forward by a tick held on a failed policy or
+            # cluster read would fit nothing, and the next one is a whole refit interval away
+            self._refit_after_tick = False
+            self._bring_forward("refit")
 
     def _refresh_extender_snapshot(self) -> None:
         if self._extender_snapshots is None or self._stopping.is_set():
@@ -187,15 +233,14 @@ class Runtime:
         try:
             self._extender_snapshots.snapshot(self._clock())
         except Exception as exc:  # the extender fails open once the snapshot it has grows stale
-            log.warning("standby: could not read the cluster for the scheduler extender: %s", exc)
+            log.warning("could not read the cluster for the scheduler extender: %s", exc)
             self.telemetry.error("cluster_read")
 
-    def _job(self, component: str, fn: Callable[[float], None], writes: bool = False) -> Callable[[], None]:
-        """A job that runs on the leader only; ``writes``: it writes to the cluster (shutdown waits for it before
-        releasing the Lease)."""
+    def _job(self, component: str, fn: Callable[[float], None]) -> Callable[[], None]:
+        """A job that runs on the leader only and writes nothing to the cluster (the refit, the forecast update)."""
 
         def run() -> None:
-            with self._running_job(writes):
+            with self._running_job():
                 if not self.can_act():
                     return  # acting jobs run on the leader only
                 try:
@@ -205,6 +250,27 @@ class Runtime:
                     self.telemetry.error(component)
 
         return run
+
+    def rebalance_pass(self) -> None:
+        """The rebalance job: on the leader only, a writing job (shutdown waits for it before releasing the Lease),
+        and never beside a tick (``_serial``). Its time is bounded in ``healthz()`` by the pass's own bound."""
+        with self._running_job(), self._writing_if_acting() as acting:
+            if not acting:
+                return
+            with self._serial:
+                if not self.can_act():
+                    return  # stopping, or no longer the leader, by the time the tick it waited for ended
+                self._pass_started = time.monotonic()
+                try:
+                    self._rebalance(self._clock())
+                except Exception:
+                    log.exception("rebalance job failed")
+                    self.telemetry.error("rebalance")
+                finally:
+                    # the end of a pass is progress of the loop (a tick may have waited for it); the heartbeat
+                    # first: healthz() that sees no pass running then sees this one's end
+                    self._heartbeat = time.monotonic()
+                    self._pass_started = None
 
     # -- the wall clock --
 
@@ -244,15 +310,27 @@ class Runtime:
     # -- health --
 
     def healthz(self) -> tuple[bool, str]:
-        """Alive and not wedged: the tick loop finished an iteration recently and none is stuck."""
+        """Alive and not wedged: the tick loop finished an iteration recently and none is stuck.
+
+        A rebalance pass and the leader's tick run one at a time; a tick waiting for a pass is not running (its
+        stall timer starts once the pass has ended), and a pass has a bound of its own (``rebalance_stall_s``: many
+        more Kubernetes requests than a tick waits for). While a pass runs within it, "no tick for" does not fire;
+        a pass past it fails, since it holds every tick up."""
         now = time.monotonic()
         if self.scheduler is not None and not self.scheduler.running and not self._stopping.is_set():
             return False, "scheduler is not running"
+        rebalancing = self._pass_started
+        if rebalancing is not None and now - rebalancing > self._rebalance_stall:
+            return False, (
+                f"a rebalance pass has been running for {now - rebalancing:.0f}s (> {self._rebalance_stall:g}s)"
+            )
         started = self._tick_started
         if started is not None and now - started > self._stall:
             return False, f"a tick has been running for {now - started:.0f}s (> {self._stall:g}s)"
-        if started is None and now - self._heartbeat > self._stall:
+        if started is None and rebalancing is None and now - self._heartbeat > self._stall:
             return False, f"no tick for {now - self._heartbeat:.0f}s (> {self._stall:g}s)"
+        if rebalancing is not None:
+            return True, f"tick loop alive (a rebalance pass is running: {now - rebalancing:.0f}s)"
         return True, "tick loop alive"
 
     def readyz(self) -> tuple[bool, str]:
@@ -291,10 +369,7 @@ class Runtime:
         # The refit's first run is brought forward by the first tick that reads the policies (see tick()).
         self.scheduler.add_job(self._job("refit", self._refit), "interval", seconds=self._refit_interval, id="refit")
         self.scheduler.add_job(
-            self._job("rebalance", self._rebalance, writes=True),
-            "interval",
-            seconds=self._rebalance_interval,
-            id="rebalance",
+            self.rebalance_pass, "interval", seconds=self._rebalance_interval, id="rebalance"
         )
         if self._forecast_update is not None and self._forecast_update_interval > 0:
             # between refits: re-condition the latest fits on new history (it skips itself while a refit runs)
