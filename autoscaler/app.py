@@ -249,6 +249,12 @@ def build_runtime(
     adapters = adapters if adapters is not None else build_adapters(settings)
     le = settings.leader_election
     telemetry = Telemetry(identity=le.identity if le.enabled else "")
+    if getattr(adapters.node_pools, "on_mark_left", False) is None:
+        # a delete-machine mark a scale-down left behind steers the pool's next scale-down: counted, by why
+        def count_mark_left(machine: str, why: str) -> None:
+            telemetry.delete_marks_left.labels(reason=why).inc()
+
+        adapters.node_pools.on_mark_left = count_mark_left  # type: ignore[union-attr]
     forecasts = None
     if refit is None:
         from autoscaler.forecasting import ForecastService

@@ -360,6 +360,15 @@ class Telemetry:
         )
         for how in ("suspend", "evict"):
             self.gangs_stopped.labels(how=how)
+        self.delete_marks_left = Counter(
+            f"{PREFIX}_node_pool_delete_marks_left",
+            "cluster.x-k8s.io/delete-machine marks a burst scale-down left on a Machine after its size write did not "
+            "go through (the next scale-down of the pool, anyone's, removes that node), by why",
+            ["reason"],
+            registry=r,
+        )
+        for why in ("outcome_unknown", "size_fell", "size_unreadable", "unmark_failed"):
+            self.delete_marks_left.labels(reason=why)
         self.burst_nodes = Gauge(
             f"{PREFIX}_burst_nodes", "Nodes of each burst pool at the latest tick (booting included)", ["pool"],
             registry=r,

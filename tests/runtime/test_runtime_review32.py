@@ -445,3 +445,40 @@ def test_autoscaler_run_with_port_zero_logs_the_ports_it_bound(tmp_path: Path) -
             proc.wait(timeout=10)
         reader.join(10)
     assert proc.returncode == 0, "".join(lines)
+
+
+# ---- 4. a delete-machine mark left behind is counted ---------------------------------------------------------------
+
+
+def test_a_delete_machine_mark_left_behind_is_counted_by_why() -> None:
+    """The Cluster API adapter tells ``on_mark_left`` of every mark a scale-down leaves behind (the pool's next
+    scale-down, anyone's, removes that node); it was only logged. ``build_runtime`` counts it in telemetry."""
+    from kubernetes import client
+
+    from autoscaler.adapters.kubernetes.nodepool import MachineDeploymentNodePools
+
+    settings = Settings(leader_election={"enabled": False}, http={"bind_address": "127.0.0.1", "port": 0})
+    cluster = FakeCluster(deployments={"ml/chat": [1, 1]})
+    pools = MachineDeploymentNodePools(client.ApiClient(), "capi-system")
+    adapters = Adapters(
+        metrics=FakeMetrics(cluster),
+        cluster=cluster,
+        writer=cluster,
+        policies=FakePolicies([policy_object(ServicePolicy("ml", "chat", max_replicas=8))]),
+        status_writer=FakeStatus(),
+        node_pools=pools,
+    )
+    runtime = build_runtime(settings, adapters, refit=lambda now: None, http=False)
+    assert pools.on_mark_left is not None
+    pools.on_mark_left("capi-system/burst-a", "outcome_unknown")
+    pools.on_mark_left("capi-system/burst-b", "outcome_unknown")
+    counted = runtime.telemetry.registry.get_sample_value(
+        "gpu_autoscaler_node_pool_delete_marks_left_total", {"reason": "outcome_unknown"}
+    )
+    assert counted == 2.0
+    assert (
+        runtime.telemetry.registry.get_sample_value(
+            "gpu_autoscaler_node_pool_delete_marks_left_total", {"reason": "unmark_failed"}
+        )
+        == 0.0
+    )

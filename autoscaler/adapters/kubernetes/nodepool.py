@@ -116,7 +116,7 @@ class MachineDeploymentNodePools:
         # be applied for a while (the apiserver's request timeout is 60 s by default); cleared before it lands, the
         # MachineSet would delete a Machine of its own choosing.
         self.stale_mark_grace_s = stale_mark_grace_s
-        self._on_mark_left = on_mark_left
+        self.on_mark_left = on_mark_left
         self.api_calls = 0
 
     def _md_name(self, pool: str) -> str:
@@ -208,10 +208,10 @@ class MachineDeploymentNodePools:
         )
 
     def _mark_left(self, what: str, machine: JSON, why: str) -> None:
-        if self._on_mark_left is None:
+        if self.on_mark_left is None:
             return
         try:
-            self._on_mark_left(f"{self.namespace}/{machine['metadata']['name']}", why)
+            self.on_mark_left(f"{self.namespace}/{machine['metadata']['name']}", why)
         except Exception:  # a reporting hook never turns a scale-down's outcome into another
             log.exception("%s: the mark-left hook failed", what)
 
