@@ -532,12 +532,16 @@ class Controller:
                     f"{STALE_METRICS_UNAVAILABLE}: {metrics_error}" if metrics_error else "no metrics for this service"
                 )
                 seen = ServiceObservation(
-                    key, deployment.spec_replicas, deployment.ready_replicas, stale_reasons=(reason,)
+                    key, deployment.spec_replicas, deployment.ready_replicas, stale_reasons=(reason,),
+                    status_replicas=deployment.status_replicas,
                 )
             elif metrics_error is not None:
                 # Whatever came back from a failed read is not trusted.
                 seen = replace(seen, stale_reasons=(*seen.stale_reasons, STALE_METRICS_UNAVAILABLE))
             merged[key] = replace(
-                seen, spec_replicas=deployment.spec_replicas, ready_replicas=deployment.ready_replicas
+                seen,
+                spec_replicas=deployment.spec_replicas,
+                ready_replicas=deployment.ready_replicas,
+                status_replicas=deployment.status_replicas,
             )
         return Observation(now, merged, observation.gpus)

@@ -15,6 +15,9 @@ class DeploymentInfo:
     ready_replicas: int
     selector: Mapping[str, str] = field(default_factory=dict)
     gpu_product: str | None = None  # the GPU type its pods select (template nodeSelector); None = any
+    # ``status.replicas``: pods created for it and not terminating (the scale subresource's status.replicas, which
+    # the HPA divides a per-pod External/Object metric by); None: not known (taken as ``spec_replicas``)
+    status_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,9 +102,13 @@ def _metric_recommendation(policy: ServicePolicy, obs: ServiceObservation, curre
         average = obs.pods.metric_sum / obs.pods.ready_with_metric
         return replicas, f"{policy.metric.value} {average:.3g} per pod vs target {policy.target:g} (ratio {ratio:.2f})"
     assert obs.metric_total is not None
-    replicas, ratio = hpa.replicas_for_total_metric(current, obs.metric_total, policy.target, tol_up, tol_down)
+    # Upstream's GetExternalPerPodMetricReplicas gets the scale's status.replicas (the pods created), not the spec:
+    # the ratio is over them and, within the tolerance, they are the recommendation. Everything else stays on spec.
+    created = obs.created_replicas
+    replicas, ratio = hpa.replicas_for_total_metric(created, obs.metric_total, policy.target, tol_up, tol_down)
+    over = "" if created == current else f" over {created} created"
     return replicas, (
-        f"{policy.metric.value} {obs.metric_total:.4g} total vs {policy.target:g} per replica (ratio {ratio:.2f})"
+        f"{policy.metric.value} {obs.metric_total:.4g} total vs {policy.target:g} per replica{over} (ratio {ratio:.2f})"
     )
 
 

@@ -95,8 +95,18 @@ def replicas_for_total_metric(
     tolerance_up: float = 0.1,
     tolerance_down: float = 0.1,
 ) -> tuple[int, float]:
-    """``GetExternalPerPodMetricReplicas``: a service-wide total (e.g. request rate) against a per-replica target."""
-    usage_ratio = total / (target_per_replica * status_replicas) if status_replicas > 0 else math.inf
+    """``GetExternalPerPodMetricReplicas`` (and ``GetObjectPerPodMetricReplicas``): a service-wide total (e.g. request
+    rate) against a per-replica target.
+
+    ``status_replicas`` is the scale subresource's ``status.replicas`` (pods created and not terminating), which
+    upstream both divides by and returns inside the tolerance, not ``spec.replicas``. With no pod created upstream's
+    float division gives +Inf (or NaN for a zero total); neither is within the tolerance, so the answer is then
+    ``ceil(total / target)``: the same here, without dividing by zero.
+    """
+    if status_replicas > 0:
+        usage_ratio = total / (target_per_replica * status_replicas)
+    else:
+        usage_ratio = math.inf if total > 0 else math.nan
     if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
         return status_replicas, usage_ratio
     return ceil_replicas(total / target_per_replica), usage_ratio

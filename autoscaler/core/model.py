@@ -161,6 +161,17 @@ class ServiceObservation:
     queue_depth: float | None = None  # requests waiting, whole service
     stale_reasons: tuple[str, ...] = ()
     partial_reasons: tuple[str, ...] = ()
+    # The Deployment's (its scale subresource's) ``status.replicas``: pods created for it and not terminating, ready
+    # or not; during a scale-up it can lag ``spec_replicas`` (pods not yet created), during a rolling update exceed
+    # it (surge pods). The HPA's ``GetExternalPerPodMetricReplicas`` / ``GetObjectPerPodMetricReplicas`` divide a
+    # total metric by it and return it inside the tolerance; everything else works on ``spec_replicas``.
+    # None: not known (taken as ``spec_replicas``).
+    status_replicas: int | None = None
+
+    @property
+    def created_replicas(self) -> int:
+        """``status_replicas``, or ``spec_replicas`` when it is not known."""
+        return self.spec_replicas if self.status_replicas is None else self.status_replicas
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,8 +142,13 @@ class FakeCluster:
         replicas: int,
         ready: int | None = None,
         selector: Mapping[str, str] | None = None,
+        created: int | None = None,
     ) -> DeploymentInfo:
-        dep = DeploymentInfo(namespace, name, replicas, replicas if ready is None else ready, dict(selector or {}))
+        """``created``: its pods that exist and are not terminating (status.replicas); default ``replicas``."""
+        dep = DeploymentInfo(
+            namespace, name, replicas, replicas if ready is None else ready, dict(selector or {}),
+            status_replicas=replicas if created is None else created,
+        )
         with self._lock:
             self.deployments[_key(namespace, name)] = dep
         return dep
@@ -295,7 +300,9 @@ class FakeCluster:
                 raise
             self._may_write("scale_deployment", args, can_write)
             ready = replicas if self.ready_follows_spec else min(dep.ready_replicas, replicas)
-            self.deployments[key] = replace(dep, spec_replicas=replicas, ready_replicas=ready)
+            # the ReplicaSet creates (or deletes) the pods at once; they may take their time to become ready
+            created = None if dep.status_replicas is None else replicas
+            self.deployments[key] = replace(dep, spec_replicas=replicas, ready_replicas=ready, status_replicas=created)
             self._record("scale_deployment", args, "applied")
 
     def evict_pod(

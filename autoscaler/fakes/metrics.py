@@ -49,8 +49,10 @@ class FakeMetricsSource:
         request_rate: float | None = None,
         queue_depth: float | None = None,
         stale_reasons: Sequence[str] = (),
+        status_replicas: int | None = None,
     ) -> None:
-        """Replace everything the service shows (unset signals become unknown)."""
+        """Replace everything the service shows (unset signals become unknown). ``status_replicas``: the
+        Deployment's pods created and not terminating (its status.replicas); None: as many as ``spec_replicas``."""
         self._services[key] = ServiceObservation(
             key=key,
             spec_replicas=spec_replicas,
@@ -61,6 +63,7 @@ class FakeMetricsSource:
             request_rate=request_rate,
             queue_depth=queue_depth,
             stale_reasons=tuple(stale_reasons),
+            status_replicas=status_replicas,
         )
 
     def update_service(self, key: str, **changes: Any) -> None:
@@ -73,7 +76,10 @@ class FakeMetricsSource:
         """Make one service stale: its signals unknown, with these reasons."""
         current = self._services.get(key)
         spec, ready = (current.spec_replicas, current.ready_replicas) if current else (0, 0)
-        self.set_service(key, spec_replicas=spec, ready_replicas=ready, stale_reasons=reasons or ("stale (fake)",))
+        self.set_service(
+            key, spec_replicas=spec, ready_replicas=ready, stale_reasons=reasons or ("stale (fake)",),
+            status_replicas=current.status_replicas if current else None,
+        )
 
     def remove_service(self, key: str) -> None:
         self._services.pop(key, None)
@@ -112,7 +118,8 @@ class FakeMetricsSource:
             current = self._services.get(key)
             if self._outage is not None:
                 spec, ready = (current.spec_replicas, current.ready_replicas) if current else (0, 0)
-                out[key] = ServiceObservation(key, spec, ready, stale_reasons=(self._outage,))
+                status = current.status_replicas if current else None
+                out[key] = ServiceObservation(key, spec, ready, stale_reasons=(self._outage,), status_replicas=status)
             elif current is None:
                 out[key] = ServiceObservation(key, 0, 0, stale_reasons=(NO_DATA,))
             else:

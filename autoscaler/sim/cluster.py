@@ -624,14 +624,17 @@ class SimCluster:
         # One pass over the pods: each Deployment's ready count comes from the same pass (a pass per Deployment
         # made a snapshot O(Deployments x pods): half the run time at 50 services).
         ready_by_owner: dict[str, int] = {}
+        created_by_owner: dict[str, int] = {}  # status.replicas: every pod of the Deployment (none terminates here)
         pod_infos = []
         # A pod's PodInfo is made again only when what it shows changed (most pods are as they were: a snapshot is
         # rebuilt whenever anything in the cluster changed); the cache holds exactly the live pods.
         previous, cache = self._pod_infos, {}
         for key, p in self.pods.items():
             ready = p.ready(now)
-            if ready and p.owner is not None:
-                ready_by_owner[p.owner] = ready_by_owner.get(p.owner, 0) + 1
+            if p.owner is not None:
+                created_by_owner[p.owner] = created_by_owner.get(p.owner, 0) + 1
+                if ready:
+                    ready_by_owner[p.owner] = ready_by_owner.get(p.owner, 0) + 1
             job = self.jobs.get(p.gang) if p.gang is not None else None
             shown = (
                 p.node, ready, p.ready_at, p.priority,
@@ -664,7 +667,8 @@ class SimCluster:
         pods = tuple(pod_infos)
         deployments = [
             DeploymentInfo(
-                dep.namespace, dep.name, dep.replicas, ready_by_owner.get(key, 0), gpu_product=dep.gpu_product
+                dep.namespace, dep.name, dep.replicas, ready_by_owner.get(key, 0), gpu_product=dep.gpu_product,
+                status_replicas=created_by_owner.get(key, 0),
             )
             for key, dep in self.deployments.items()
         ]

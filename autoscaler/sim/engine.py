@@ -365,7 +365,7 @@ def simulate(
         observed = {}
         for s_index, service in enumerate(services):
             key = keys[s_index]
-            ready, bound, _ = counts[key]
+            ready, bound, pending = counts[key]
             observed[key] = _observe(
                 service,
                 policy.metric(s_index),
@@ -376,6 +376,7 @@ def simulate(
                 float(util_hist[s_index, seen]),
                 float(latency_hist[s_index, seen]),
                 step_s,
+                created=bound + pending,
             )
         plan = policy.plan(i, decided_at, Observation(decided_at, observed), snapshot)
         for decision in plan.decisions:
@@ -449,8 +450,12 @@ def _observe(
     seen_util: float,
     seen_latency: float,
     step_s: float,
+    created: int | None = None,
 ) -> ServiceObservation:
     """What the controller sees: the Deployment as it is now, and the metrics of the delayed step for its pods.
+
+    ``created``: the Deployment's pods that exist (bound or pending; the simulator has no terminating pods), its
+    ``status.replicas``; None: as many as ``spec``.
 
     GPU utilisation per ready pod is 100 * min(1, lambda / (c * mu)): the GPU is busy in proportion to the load it
     carries. Pods still starting report no usable sample (unready, as the HPA treats them).
@@ -477,6 +482,7 @@ def _observe(
         metric_total=total,
         latency_s=seen_latency,
         request_rate=seen_rate,
+        status_replicas=spec if created is None else created,
     )
 
 

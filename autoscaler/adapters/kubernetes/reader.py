@@ -392,6 +392,9 @@ class KubeClusterReader:
             ready_replicas=_int(status.get("readyReplicas")),
             selector=dict(((spec.get("selector") or {}).get("matchLabels")) or {}),
             gpu_product=product if isinstance(product, str) and product else None,
+            # pods created and not terminating: what the scale subresource's status.replicas shows (it is this
+            # field); the API omits a zero, and the HPA reads a missing one as 0 too
+            status_replicas=_int(status.get("replicas")),
         )
 
     def _gang(
