@@ -1,7 +1,8 @@
 """``autoscaler plan``: one dry-run tick against a live cluster, printed with the reason of every decision and action.
 
 It reads exactly what ``autoscaler run`` reads and decides with the same code, but writes nothing at all: no
-scaling, no Events, no status, no Lease.
+scaling, no Events, no status, no Lease. With forecasting policies it also runs the refit job once (the request-rate
+history from Prometheus, fitted at the plan's time), so that they are decided with a fit, as in a running controller.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=textwrap.dedent(
             """\
             Read the GPUScalingPolicies, the cluster and Prometheus once, decide with the controller's own code,
-            and print what it would do and why. Nothing is written to the cluster (no scaling, Events, status or
-            Lease). Settings come from these flags, AUTOSCALER_* environment variables and the config file, as
-            for 'autoscaler run'.
+            and print what it would do and why. Policies with spec.forecast are decided with a forecast fitted
+            from their Prometheus history at that time, as the controller's refit job fits it. Nothing is
+            written to the cluster (no scaling, Events, status or Lease). Settings come from these flags,
+            AUTOSCALER_* environment variables and the config file, as for 'autoscaler run'.
             """
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -166,31 +168,66 @@ def main(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"autoscaler plan: cannot connect: {exc}", file=sys.stderr)
         return EXIT_SETTINGS
-    writer = ReadOnlyWriter()
-    controller = Controller(
-        metrics=adapters.metrics,
-        cluster=adapters.cluster,
-        writer=writer,
-        policies=adapters.policies,
-        status_writer=None,
-        node_pools=None,
-        telemetry=Telemetry(),
-        dry_run=True,
-        capacity=settings.capacity.to_config(),
-        rebalance=settings.rebalance.to_config(settings.rebalance_interval_seconds, settings.capacity.burst_pools),
-    )
     now = args.time if args.time is not None else time.time()
+
+    def controller_for(writer: ReadOnlyWriter, forecasts: Any = None) -> Controller:
+        return Controller(
+            metrics=adapters.metrics,
+            cluster=adapters.cluster,
+            writer=writer,
+            policies=adapters.policies,
+            status_writer=None,
+            node_pools=None,
+            telemetry=Telemetry(),
+            dry_run=True,
+            forecasts=forecasts,
+            capacity=settings.capacity.to_config(),
+            rebalance=settings.rebalance.to_config(settings.rebalance_interval_seconds, settings.capacity.burst_pools),
+        )
+
+    writer = ReadOnlyWriter()
+    controller = controller_for(writer)
     controller.run_once(now)
     report = controller.last_report
     assert report is not None
-    rebalance = controller.rebalance(now)  # None unless rebalance.enabled; dry run: the moves it would make
+    forecasts = None
+    if report.result == "ok" and any(p.forecast is not None for p in controller.policies_seen):
+        # The controller decides a forecasting service with the latest fit of its refit job, which runs once a
+        # tick has read the policies (and handed their PromQL overrides to the metrics source). The plan does the
+        # same: this first tick read them, the refit fits at ``now``, and a fresh controller -- no stabilisation
+        # history, no Events remembered from the first tick -- decides with the fits.
+        from autoscaler.forecasting import ForecastService
+
+        seen = controller.policies_seen
+        forecasts = ForecastService(
+            settings.forecast,
+            adapters.metrics,
+            lambda: seen,
+            refit_interval_s=settings.refit_interval_seconds,
+            tick_interval_s=settings.tick_interval_seconds,
+            update_interval_s=settings.forecast.update_interval_seconds,
+        )
+    try:
+        if forecasts is not None:
+            forecasts.refit(now)
+            writer = ReadOnlyWriter()
+            controller = controller_for(writer, forecasts)
+            controller.run_once(now)
+            report = controller.last_report
+            assert report is not None
+        rebalance = controller.rebalance(now)  # None unless rebalance.enabled; dry run: the moves it would make
+    finally:
+        if forecasts is not None:
+            forecasts.close()
     document = plan_document(report, writer.events, rebalance)
     if args.output == "json":
         json.dump(document, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
     else:
         print_table(document, sys.stdout)
-    return EXIT_OK if report.result == "ok" else EXIT_HOLD
+    # A read that failed holds the tick, or the rebalance pass (its own cluster read): exit 1 either way.
+    fresh = report.result == "ok" and (rebalance is None or rebalance.result == "ok")
+    return EXIT_OK if fresh else EXIT_HOLD
 
 
 def plan_document(report: Any, events: Sequence[dict[str, str]] = (), rebalance: Any = None) -> dict[str, Any]:

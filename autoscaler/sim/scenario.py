@@ -115,6 +115,29 @@ class NodePool(_Strict):
             )
         return max_nodes
 
+    @field_validator("boot_seconds", "scale_down_unneeded_seconds")
+    @classmethod
+    def _node_changes_only_for_burst(cls, seconds: float, info: ValidationInfo) -> float:
+        # Run only when given: a pool that does not burst never adds or removes a node, so a boot time or a
+        # scale-down delay on it would be silently ignored (as maxNodes would be).
+        if info.data.get("burst") is False:
+            raise ValueError(
+                f"{seconds:g} has no effect without burst: true (a pool that does not burst never adds or removes a "
+                f"node): set burst: true or remove {_ALIASES.get(info.field_name or '', 'it')}"
+            )
+        return seconds
+
+    @field_validator("price_per_gpu_hour")
+    @classmethod
+    def _price_only_for_burst(cls, price: float, info: ValidationInfo) -> float:
+        # The report's costs count burst GPU-hours only: a price on a pool that does not burst cost nothing.
+        if price > 0 and info.data.get("burst") is False:
+            raise ValueError(
+                f"{price:g} has no effect without burst: true (the report counts the money of burst nodes only; a "
+                "pool that does not burst costs nothing): set burst: true, or remove pricePerGpuHour or make it 0"
+            )
+        return price
+
     @model_validator(mode="after")
     def _burst_bounds(self) -> NodePool:
         if self.max_nodes is not None and self.max_nodes < self.nodes:
@@ -126,6 +149,9 @@ class NodePool(_Strict):
         if not self.burst:
             return self.nodes
         return self.max_nodes if self.max_nodes is not None else self.nodes
+
+
+_ALIASES = {"boot_seconds": "bootSeconds", "scale_down_unneeded_seconds": "scaleDownUnneededSeconds"}
 
 
 class ServiceSimulation(_Strict):
@@ -155,7 +181,8 @@ class Metadata(_Strict):
 
 
 class ServiceEntry(_Strict):
-    api_version: str = Field(f"{API_GROUP}/{API_VERSION}", alias="apiVersion")
+    # the version the controller reads (the CRD serves no other): a typo is refused, as a wrong kind is
+    api_version: Literal["gpuautoscaler.dev/v1alpha1"] = Field(f"{API_GROUP}/{API_VERSION}", alias="apiVersion")
     kind: Literal["GPUScalingPolicy"] = KIND
     metadata: Metadata
     spec: GPUScalingPolicySpec
@@ -384,6 +411,12 @@ class TrainingGenerator(_Strict):
                 raise ValueError("podsWeights: one weight per entry of pods")
             if any(w < 0 for w in self.pods_weights) or sum(self.pods_weights) <= 0:
                 raise ValueError("podsWeights: weights are >= 0 and not all 0")
+            if not math.isfinite(sum(self.pods_weights)):
+                # each weight is finite, but their sum is not: every weight / sum would be 0 and no size drawn
+                raise ValueError(
+                    "podsWeights: the weights add up to more than the largest finite number: give them as smaller "
+                    "numbers in the same proportions (e.g. shares that add up to 1)"
+                )
         if any(p < 1 or p > 1024 for p in self.pods):
             raise ValueError("pods: gang sizes are 1 to 1024")
         return self
