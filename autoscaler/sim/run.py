@@ -52,13 +52,26 @@ def resolve_trace(reference: str, base_dir: Path) -> Path:
     """A scenario's trace reference as a file: ``builtin:NAME`` is a trace packaged in ``autoscaler/data``."""
     if reference.startswith(BUILTIN_PREFIX):
         name = reference.removeprefix(BUILTIN_PREFIX)
-        matches = sorted(DATA_DIR.glob(f"{name}*.csv*")) if _BUILTIN_NAME.fullmatch(name) else []
+        # a packaged trace's whole name, with or without its span-and-step suffix (servegen-m-large or
+        # servegen-m-large-14d-60s): a prefix ("builtin:s") must not pick a trace by chance
+        files = sorted(DATA_DIR.glob("*.csv*"))
+        matches = [p for p in files if name in _builtin_names(p)] if _BUILTIN_NAME.fullmatch(name) else []
         if len(matches) != 1:
-            known = sorted({p.name.split(".")[0] for p in DATA_DIR.glob("*.csv*")})
+            known = sorted({min(_builtin_names(p), key=len) for p in files})
             raise ScenarioError(f"trace {reference!r}: no packaged trace of that name (packaged: {', '.join(known)})")
         return matches[0]
     path = Path(reference)
     return path if path.is_absolute() else base_dir / path
+
+
+_SPAN_AND_STEP = re.compile(r"-(\d+d-\d+s|\d+)$")  # "-14d-60s" (span and step), "-2000" (rows)
+
+
+def _builtin_names(path: Path) -> set[str]:
+    """The names ``builtin:`` accepts for a packaged trace file: its stem, and its stem without the span-and-step
+    or row-count suffix (``servegen-m-large-14d-60s.csv.gz``: ``servegen-m-large-14d-60s``, ``servegen-m-large``)."""
+    stem = path.name.split(".")[0]
+    return {stem, _SPAN_AND_STEP.sub("", stem)}
 
 
 def _shown(path: Path) -> str:

@@ -128,3 +128,26 @@ def test_the_accepted_api_version_is_the_controllers() -> None:
     data = scenario_dict("trace.csv")
     data["services"][0]["apiVersion"] = f"{API_GROUP}/{API_VERSION}"
     parse_scenario(data)
+
+
+@pytest.mark.parametrize(
+    ("name", "file"),
+    [
+        ("servegen-m-large", "servegen-m-large-14d-60s.csv.gz"),
+        ("servegen-m-large-14d-60s", "servegen-m-large-14d-60s.csv.gz"),
+        ("philly-runtimes", "philly-runtimes-2000.csv.gz"),
+        ("azure-llm-2023-conv", "azure-llm-2023-conv.csv.gz"),
+        ("s", None),  # a prefix picked the servegen trace by chance
+        ("servegen", None),
+        ("azure-llm-2023-c", None),
+        ("servegen-m-large-14d", None),
+    ],
+)
+def test_a_builtin_trace_is_named_whole_not_by_a_prefix(name: str, file: str | None) -> None:
+    from autoscaler.sim.run import resolve_trace
+
+    if file is None:
+        with pytest.raises(ScenarioError, match="no packaged trace of that name"):
+            resolve_trace(f"builtin:{name}", Path("."))
+    else:
+        assert resolve_trace(f"builtin:{name}", Path(".")).name == file
