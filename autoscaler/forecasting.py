@@ -28,6 +28,16 @@ numbers). So that a restarted controller or a new service does not wait for live
 also backtests the model against the baseline on its own history (``bootstrap_origins`` origins); that verdict stands
 until enough live scores exist.
 
+What a service's memory is of. The state kept per service (history, fit, forecasts waiting to be scored, scores,
+verdict, coverage) is of one series at one quantile: ``ForecastService.series_of`` (the query the metrics source reads
+the history with: a ``spec.queries.requestRate`` override, else the default) and ``spec.forecast.quantile``. A policy
+re-created for the same Deployment with another override has another series under the same key: from the next tick
+its old fit is withheld from the tick (``published``), and the next update or refit drops its state, so that it
+starts learning again (bootstrap backtest included). A quantile change leaves the fit readable until the next refit
+(a level inside the fit's is interpolated, but no headroom is earned on a coverage measured at another level:
+``core.tick._earned``); that refit starts the service afresh at the new level. Bounds, target, metric and
+``ratePerReplica`` change what the floor does with the forecast, not what it forecasts: the state is kept.
+
 The tick side is the core's (``autoscaler.core.tick.read_forecasts``, called by ``decide_tick``; ``readout`` here
 is the same for callers outside a tick): it turns the published fits into one ``ReplicaFloor`` per forecasting
 service with ``autoscaler.core.predictive.forecast_floor`` at ``now + lead``, where the lead is the p95 of the
@@ -559,6 +569,7 @@ class _ServiceState:
     selected: str | None = None  # auto: the model chosen
     selected_at: float = -math.inf
     quantile: float | None = None  # the provisioned level the scores are for
+    series: str | None = None  # what the history is a series of (``ForecastService.series_of``)
     baseline_label: str = BASELINE  # the baseline forecasts' own name, e.g. SeasonalNaive(1d)
     # the update job's material: the latest fit's model and baseline, and the series they were last conditioned on
     fitted: tuple[Any, Any] | None = None
@@ -608,7 +619,11 @@ class ForecastService:
         self.tick_interval_s = tick_interval_s
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.runner = runner if runner is not None else FitRunner(settings.workers, settings.fit_timeout_seconds)
-        self._published: Mapping[str, PublishedForecast] = MappingProxyType({})
+        # the hand-off, one atomic swap: the published fits, and what each fit's series is of (``series_of``)
+        self._hand_off: tuple[Mapping[str, PublishedForecast], Mapping[str, str | None]] = (
+            MappingProxyType({}),
+            MappingProxyType({}),
+        )
         self._state: dict[str, _ServiceState] = {}
         self._leads: dict[str, float] = {}  # latest lead time the tick used, per service (scores those leads)
         self._refit_lock = threading.Lock()
@@ -618,8 +633,38 @@ class ForecastService:
 
     @property
     def published(self) -> Mapping[str, PublishedForecast]:
-        """The latest fits, one immutable mapping (replaced, never changed, by each refit)."""
-        return self._published
+        """The latest fits, one immutable mapping (replaced, never changed, by each refit and update), as the tick
+        may read them: without the fit of a service whose series has changed since it was fitted (its policy
+        re-created with another ``spec.queries.requestRate``, see ``series_of``). That fit forecast another quantity
+        and its scores were of it: the service has no forecast, and earns nothing, until the next refit fits the
+        series it has now (the refit, or the update job before it, also drops the service's state)."""
+        published, series = self._hand_off
+        if not published or getattr(self.metrics, "history_query", None) is None:
+            return published
+        changed = {
+            p.key
+            for p in self.policies()
+            if p.forecast is not None and p.key in published and series.get(p.key) != self.series_of(p)
+        }
+        if not changed:
+            return published
+        return MappingProxyType({k: v for k, v in published.items() if k not in changed})
+
+    def series_of(self, policy: ServicePolicy) -> str | None:
+        """What a service's history is a series *of*: the query the metrics source reads it with
+        (``history_query`` of the Prometheus adapter: ``spec.queries.requestRate`` when the policy overrides it,
+        else the default request-rate query of the Deployment's pods). A service's state (history, fit, scores,
+        coverage, verdict) is kept only while this and its quantile stay the same: a policy deleted and re-created
+        with another override has another series under the same key, and starts learning again. What the floor
+        does with the forecast (min/max replicas, target, metric, ratePerReplica) changes neither: the forecast is
+        always of the request rate. None: the source cannot tell (every series is taken to be the same)."""
+        describe = getattr(self.metrics, "history_query", None)
+        if describe is None:
+            return None
+        try:
+            return str(describe(policy, SIGNAL))
+        except Exception as exc:  # a query that cannot be rendered: its history cannot be read either
+            return f"unreadable: {type(exc).__name__}: {exc}"
 
     def close(self) -> None:
         self.runner.close()
@@ -657,10 +702,18 @@ class ForecastService:
         s = self.settings
         wanted = {p.key: p for p in self.policies() if p.forecast is not None}
         report.services = len(wanted)
+        # taken before any history is read: an override changed in between is then seen as a change by the next
+        # tick (the fit is withheld), never a new series taken for the old one
+        series = {key: self.series_of(policy) for key, policy in wanted.items()}
+        before, before_series = self._hand_off
         for key in list(self._state):
             policy = wanted.get(key)
-            if policy is None or policy.forecast is None or policy.forecast.quantile != self._state[key].quantile:
+            state = self._state[key]
+            if policy is None or policy.forecast is None or policy.forecast.quantile != state.quantile:
                 del self._state[key]  # gone, or scored at another quantile: start afresh
+            elif state.series != series[key]:
+                log.info("forecast of %s: its series changed (%s -> %s): afresh", key, state.series, series[key])
+                del self._state[key]
         for key in list(self._leads):  # list(): one C-level copy, safe while the tick thread adds a key
             if key not in wanted:
                 self._leads.pop(key, None)
@@ -669,7 +722,9 @@ class ForecastService:
         def jobs() -> Iterator[FitJob]:
             for key, policy in wanted.items():
                 assert policy.forecast is not None
-                state = self._state.setdefault(key, _ServiceState(quantile=policy.forecast.quantile))
+                state = self._state.setdefault(
+                    key, _ServiceState(quantile=policy.forecast.quantile, series=series[key])
+                )
                 job = self._prepare(now, policy, state, report)
                 if job is not None:
                     yield job
@@ -679,7 +734,8 @@ class ForecastService:
         for key, policy in wanted.items():
             assert policy.forecast is not None
             state = self._state[key]
-            previous = self._published.get(key)
+            # the fit published before is kept on a failure only while it is of the same series
+            previous = before.get(key) if before_series.get(key) == series[key] else None
             result = results.get(key)
             latest: ForecastInput | None = previous.latest if previous is not None else None
             model_name = previous.model if previous is not None else s.model
@@ -726,7 +782,8 @@ class ForecastService:
                 coverage[0] if coverage is not None else None,
                 coverage[1] if coverage is not None else 0,
             )
-        self._published = MappingProxyType(published)  # the hand-off: one atomic swap
+        # the hand-off: one atomic swap
+        self._hand_off = (MappingProxyType(published), MappingProxyType({key: series[key] for key in published}))
 
     def _prepare(
         self,
@@ -878,7 +935,8 @@ class ForecastService:
         """Re-condition every service's latest fit on the history that arrived since (``model.update``: parameters
         fixed, the cheap step the simulator takes between refits too), score, judge and publish. Reads only the new
         tail of the history. Skipped while a refit runs (that refit publishes fresher fits anyway). Never raises; a
-        service whose tail cannot be read or whose update fails keeps its published forecast."""
+        service whose tail cannot be read or whose update fails keeps its published forecast; one whose series has
+        changed (``series_of``) loses its forecast and its state until the next refit."""
         report = UpdateReport(now)
         if not self._refit_lock.acquire(blocking=False):
             report.skipped = True
@@ -904,10 +962,19 @@ class ForecastService:
         step = s.step_seconds
         horizon = max(1, math.ceil(s.horizon_seconds / step))
         keep = max(2, int(s.history_seconds // step))
-        published = dict(self._published)
+        before, before_series = self._hand_off
+        published, series_for = dict(before), dict(before_series)
         for policy in self.policies():
             key = policy.key
             state = self._state.get(key)
+            if policy.forecast is not None and state is not None and state.series != self.series_of(policy):
+                # another series under this key (a policy re-created with another query): its fit, history and
+                # scores are of the old one; the next refit starts it afresh
+                log.info("forecast of %s: its series changed: dropped until the next refit", key)
+                del self._state[key]
+                published.pop(key, None)
+                series_for.pop(key, None)
+                continue
             previous = published.get(key)
             if policy.forecast is None or state is None or state.fitted is None or state.y is None or previous is None:
                 continue
@@ -970,7 +1037,7 @@ class ForecastService:
                 coverage_samples=coverage[1] if coverage is not None else 0,
             )
             report.ok.append(key)
-        self._published = MappingProxyType(published)  # the hand-off: one atomic swap
+        self._hand_off = (MappingProxyType(published), MappingProxyType(series_for))  # the hand-off: one atomic swap
 
     # -- the tick side -----------------------------------------------------------------------------------------------
 
@@ -1002,7 +1069,7 @@ class ForecastService:
     ) -> ForecastReadout:
         """A floor per forecasting service from the latest published fits, as the tick reads them
         (``core.tick.read_forecasts``). Reads only: no fitting, no I/O."""
-        tick = TickInput(now, observation, snapshot, policies, self._published)
+        tick = TickInput(now, observation, snapshot, policies, self.published)
         views = read_forecasts(tick, self.read_config())
         self.record_leads(views)
         floors = {k: v.floor for k, v in views.items() if v.floor is not None}
