@@ -438,6 +438,22 @@ class Training(_Strict):
         "(when it checkpointed within rebalance.checkpointMaxAgeSeconds)",
     )
 
+    @model_validator(mode="after")
+    def _unique_names(self) -> Training:
+        # At load, naming the job: the check after the runtime trace was read named none.
+        seen: set[str] = set()
+        generated = {f"gen-{i:04d}" for i in range(self.generate.count)} if self.generate is not None else set()
+        for index, job in enumerate(self.jobs):
+            if job.name in seen:
+                raise ValueError(f"jobs.{index}.name: {job.name!r} is the name of an earlier job: job names are unique")
+            if job.name in generated:
+                raise ValueError(
+                    f"jobs.{index}.name: {job.name!r} is the name of a generated job (generate.count "
+                    f"{self.generate.count if self.generate else 0} names gen-0000 onwards): job names are unique"
+                )
+            seen.add(job.name)
+        return self
+
 
 class Capacity(_Strict):
     """The controller's capacity arbitration settings (the controller's --capacity-* settings)."""

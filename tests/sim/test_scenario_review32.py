@@ -151,3 +151,31 @@ def test_a_builtin_trace_is_named_whole_not_by_a_prefix(name: str, file: str | N
             resolve_trace(f"builtin:{name}", Path("."))
     else:
         assert resolve_trace(f"builtin:{name}", Path(".")).name == file
+
+
+@pytest.mark.parametrize(
+    ("training", "expected"),
+    [
+        (
+            {
+                "jobs": [
+                    {"name": "a", "workSeconds": 60}, {"name": "b", "workSeconds": 60}, {"name": "a", "workSeconds": 9}
+                ]
+            },
+            "jobs.2.name: 'a' is the name of an earlier job",
+        ),
+        (
+            {"jobs": [{"name": "gen-0001", "workSeconds": 60}], "generate": {"runtimes": "builtin:philly-runtimes",
+                                                                          "count": 3}},
+            "jobs.0.name: 'gen-0001' is the name of a generated job",
+        ),
+    ],
+)
+def test_duplicate_training_job_names_are_refused_at_load_naming_the_job(
+    training: dict[str, Any], expected: str
+) -> None:
+    """Duplicate names were refused only after the runtime trace was read, with no job named."""
+    data = scenario_dict("trace.csv")
+    data["training"] = training
+    with pytest.raises(ScenarioError, match=expected):
+        parse_scenario(data)

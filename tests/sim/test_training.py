@@ -166,9 +166,8 @@ def test_duplicate_job_names_and_bad_runtime_files_are_refused(tmp_path) -> None
     from autoscaler.sim.scenario import ScenarioError, load_scenario
 
     jobs = [{"name": "gen-0000", "workSeconds": 60}]
-    scenario, base = load_scenario(_mixed(tmp_path, jobs=jobs))
-    with pytest.raises(ScenarioError, match="job names must be unique"):
-        run_scenario(scenario, base, ("predictive",))
+    with pytest.raises(ScenarioError, match="job names are unique"):  # at load, naming the job
+        load_scenario(_mixed(tmp_path, jobs=jobs))
     (tmp_path / "runtimes.csv").write_text("runtime_seconds\n100\nten\n")
     generate = {"runtimes": "runtimes.csv", "count": 3}
     scenario, base = load_scenario(_mixed(tmp_path, generate=generate))
