@@ -9,8 +9,9 @@ For every action of a plan, in order:
    stabilisation history);
 2. **dry-run**: nothing is written but an Event marked ``[dry-run]`` (deduplicated: recommend-only plans repeat);
 3. **leadership**: asked before every single action, so a Lease lost in the middle of a tick stops the rest, and
-   handed to the writer as its ``can_write`` guard, which asks it again immediately before every request that
-   changes something (the reads before a write may retry for longer than the Lease lasts): ``not_leader``;
+   handed to the writer and to the node-pool scaler as their ``can_write`` guard, which asks it again immediately
+   before every request that changes something (the reads before a write may retry for longer than the Lease
+   lasts): ``not_leader``;
 4. **apply** through ``ClusterWriter`` / ``NodePoolScaler``; a failed write is reported, never raised (the next tick
    re-decides on fresh data); a PodDisruptionBudget's 429 is ``blocked``; a scale carries the replicas it was
    decided from (``expected_replicas``), and a Deployment somebody else scaled in the meantime is not written:
@@ -20,9 +21,11 @@ For every action of a plan, in order:
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from autoscaler.core.model import (
     Action,
@@ -66,6 +69,20 @@ def event_reason(reason: Reason | str) -> str:
     """Event reasons are CamelCase by Kubernetes convention: ``metric_above_target`` -> ``MetricAboveTarget``."""
     value = reason.value if isinstance(reason, Reason) else reason
     return "".join(part.capitalize() for part in value.split("_"))
+
+
+def takes_keyword(fn: Callable[..., object], name: str) -> bool:
+    """Whether ``fn`` accepts the keyword argument ``name`` (a parameter of that name, or ``**kwargs``): a port's
+    optional keyword added later is passed only to implementations that take it (provider plug-ins written
+    before it keep working). A callable without a readable signature is called the old way."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if name in parameters:
+        return parameters[name].kind in keyword
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def action_kind(action: Action) -> str:
@@ -306,12 +323,15 @@ class Actuator:
             raise RuntimeError("no node-pool scaler is configured")
         # the size the plan counted: a pool resized since (or counted from its registered nodes because its size could
         # not be read) is not written over (``ChangedSinceRead``: skipped)
-        if action.remove_node is None:  # a scale-up: the call a provider plug-in written before remove_node knows
-            self.node_pools.scale(action.pool, action.nodes, expected=action.previous_nodes)
-        else:
-            self.node_pools.scale(
-                action.pool, action.nodes, expected=action.previous_nodes, remove_node=action.remove_node
-            )
+        options: dict[str, Any] = {"expected": action.previous_nodes}
+        if action.remove_node is not None:
+            # a scale-down only: a scale-up stays the call a provider plug-in written before remove_node knows
+            options["remove_node"] = action.remove_node
+        if takes_keyword(self.node_pools.scale, "can_write"):
+            # asked by the provider before each of its requests (a resize reads, marks, re-lists, writes the size...)
+            options["can_write"] = guard
+        # else: a provider plug-in written before the guard; ``apply_one`` asked ``can_act`` right before this call
+        self.node_pools.scale(action.pool, action.nodes, **options)
         return "applied"
 
     def event_for(self, action: Action, message: str, dedupe: bool) -> None:

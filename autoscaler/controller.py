@@ -9,8 +9,8 @@ through the ``Actuator`` and reports (``autoscaler.reporting``). The rules it ke
 - **A failed write is retried by the next tick**, which re-decides on fresh data (the failed action's scale event is
   taken out of the state so that the rate policies do not count a change that never happened). Nothing propagates
   out of ``run_once``: the loop survives every error, counts it and logs it.
-- **Only the leader acts**, and it asks before every single write, so a Lease lost in the middle of a tick stops the
-  rest of that tick's writes.
+- **Only the leader acts**, and it asks before every single write (node-pool resizes and the rebalancer's move ledger
+  included), so a Lease lost in the middle of a tick stops the rest of that tick's writes.
 - **Dry-run writes nothing but Events** (marked ``[dry-run]``); the plan is still logged and counted.
 """
 
@@ -248,6 +248,12 @@ class Controller:
             # Recorded before they go out: a crash between the evictions and the record must not forget them. A
             # ledger that cannot be written (or was written by another process since it was read) moves nothing.
             reserved = self.rebalance_state.move_times + (now,) * len(plan.actions)
+            if not self.can_act():
+                # The ledger is a write like any other: a replica that lost the Lease during the pass (its reads may
+                # take longer than the Lease lasts) records nothing, and so moves nothing. Not an error.
+                return self._rebalance_held(
+                    now, "not the leader any more: the move ledger was not written and nothing was moved"
+                )
             try:
                 ledger.write(reserved)
             except Exception as exc:
@@ -273,12 +279,16 @@ class Controller:
         self.rebalance_state = record_pass(self.rebalance_state, state, plan, now, applied)
         if plan.actions and ledger is not None and len(applied) < len(plan.actions):
             # Evictions refused (a PodDisruptionBudget, a pod gone) moved nothing: give their budget back. If this
-            # write fails the reservation stands, which only over-counts.
-            try:
-                ledger.write(self.rebalance_state.move_times)
-            except Exception as exc:
-                self.telemetry.error("rebalance")
-                log.warning("rebalance: could not correct the move ledger (it over-counts this pass): %s", exc)
+            # write fails the reservation stands, which only over-counts; so does a replica that lost the Lease
+            # meanwhile, which writes nothing more (the new leader's own ledger writes are the ones that count).
+            if not self.can_act():
+                log.warning("rebalance: not the leader any more: the move ledger keeps this pass's reservation")
+            else:
+                try:
+                    ledger.write(self.rebalance_state.move_times)
+                except Exception as exc:
+                    self.telemetry.error("rebalance")
+                    log.warning("rebalance: could not correct the move ledger (it over-counts this pass): %s", exc)
         self.telemetry.rebalance_passes.labels(result="ok").inc()
         if plan.ran:
             self.telemetry.stranded_gpus.set(plan.stranded_gpus)

@@ -70,7 +70,9 @@ class ClusterReader(Protocol):
 WriteGuard = Callable[[], bool]
 """Asked by a writer immediately before every request that changes the cluster (each PATCH, PUT, POST, eviction,
 including those of a conflict retry); False means "do not send it": the writer raises ``WriteNotAllowed``. The
-actuator passes the leadership check (``LeaderElector.is_leader``: held *and* renewed within the renew deadline)."""
+actuator passes the leadership check (the runtime's ``can_act``: ``LeaderElector.may_write``, the Lease held and
+renewed recently enough for a request sent now to land before a follower may take over). ``ClusterWriter``,
+``PolicyStatusWriter`` and ``NodePoolScaler.scale`` take it."""
 
 
 class ChangedSinceRead(PortError):
@@ -165,12 +167,24 @@ class NodePoolScaler(Protocol):
 
     def node_count(self, pool: str) -> int: ...
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
+    def scale(
+        self,
+        pool: str,
+        nodes: int,
+        expected: int | None = None,
+        remove_node: str | None = None,
+        *,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         """Resize the pool to ``nodes``. ``expected``: the size the plan counted; when the live size differs (and
         is not ``nodes`` already), nothing is written and ``ChangedSinceRead`` is raised: an absolute write over a
         size the plan did not see could shrink a pool a scale-up meant to grow. ``remove_node``: on a scale-down,
         the node to remove; an implementation that cannot make the provider remove that node writes nothing and
-        raises ``PortError`` (a node the provider picks may be busy)."""
+        raises ``PortError`` (a node the provider picks may be busy). ``can_write``: asked immediately before every
+        request that changes something (a resize may read for longer than the Lease lasts); when it says no,
+        nothing more is sent and ``WriteNotAllowed`` is raised. An implementation with nobody else writing and no
+        Lease to lose (the simulated cluster) may ignore it; a provider plug-in whose ``scale`` does not take it is
+        still called (the actuator asks the guard right before the call instead)."""
         ...
 
 
@@ -181,7 +195,9 @@ class MoveLedger(Protocol):
     """Where the rebalancer records when it evicted pods, so that its hourly bound holds across a restart or a change
     of leader: a new leader that started from an empty history could spend a second hour's budget within the same
     hour. Writes use optimistic concurrency: a ``write`` after another process wrote since this one's last ``read`` or
-    ``write`` raises ``PortError`` and changes nothing."""
+    ``write`` raises ``PortError`` and changes nothing. A ``write`` is one request with nothing read before it: the
+    controller asks its leadership check (``can_act``) immediately before every call, and a replica that may not
+    write does not call it."""
 
     def read(self) -> tuple[float, ...]:
         """Unix seconds of the recorded evictions (oldest first; empty when nothing was ever recorded). Raises

@@ -15,7 +15,8 @@ Faults on demand: ``fail("evict_pod", times=2)`` makes the next two evictions ra
 
 The writes take the real writer's optional keywords: ``expected_replicas`` (a Deployment whose replicas are not
 those any more is not written: ``ChangedSinceRead``, outcome ``changed``) and ``can_write`` (asked just before the
-change; False: ``WriteNotAllowed``, outcome ``not_allowed``, nothing changed).
+change; False: ``WriteNotAllowed``, outcome ``not_allowed``, nothing changed); a node-pool ``scale`` takes
+``expected`` and ``can_write`` the same way.
 """
 
 from __future__ import annotations
@@ -452,7 +453,15 @@ class FakeCluster:
             self._check_fault("node_count")
             return self._pool(pool).size
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
+    def scale(
+        self,
+        pool: str,
+        nodes: int,
+        expected: int | None = None,
+        remove_node: str | None = None,
+        *,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         with self._lock:
             args = (pool, nodes)
             try:
@@ -475,11 +484,12 @@ class FakeCluster:
             if target == state.size:
                 self._record("scale", args, "unchanged")
                 return
+            if target < state.size and remove_node is not None and remove_node not in state.nodes:
+                # as the Cluster API adapter: a node it cannot name to the provider is not removed by chance
+                self._record("scale", args, "failed")
+                raise PortError(f"scale pool {pool} to {nodes}: node {remove_node!r} is not in the pool")
+            self._may_write("scale", args, can_write)
             if target < state.size and remove_node is not None:
-                if remove_node not in state.nodes:
-                    # as the Cluster API adapter: a node it cannot name to the provider is not removed by chance
-                    self._record("scale", args, "failed")
-                    raise PortError(f"scale pool {pool} to {nodes}: node {remove_node!r} is not in the pool")
                 state.nodes.remove(remove_node)
                 state.nodes.append(remove_node)  # _resize removes from the end
             self._resize(pool, state, target, boot=True)

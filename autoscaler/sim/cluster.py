@@ -836,7 +836,15 @@ class SimCluster:
     def node_count(self, pool: str) -> int:
         return len(self._pool(pool).nodes)
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
+    def scale(
+        self,
+        pool: str,
+        nodes: int,
+        expected: int | None = None,
+        remove_node: str | None = None,
+        *,
+        can_write: WriteGuard | None = None,  # one writer, no Lease (see the ClusterWriter section): accepted, unused
+    ) -> None:
         spec = self._pool(pool)
         if len(spec.nodes) != nodes:  # already there is fine whatever the plan saw
             refuse_pool_size_changed(f"scale pool {pool} to {nodes}", len(spec.nodes), expected)

@@ -16,6 +16,15 @@ now) instead of the one the plan emptied. ``OtherMachinesMarkedError`` then, not
 second annotation recording when we placed them (``gpuautoscaler.dev/delete-machine-by``); one left behind is cleared
 by a later scale-down once it can no longer matter: older than any in-flight size write and the MachineDeployment
 settled (``status.replicas == spec.replicas``, generation observed) with the Machine still there.
+
+Leadership: ``scale`` asks its ``can_write`` guard (the leader's ``can_act``) immediately before every request it
+sends, reads included (each exists only to decide this resize's writes, and they retry for longer than a Lease may
+last); when it says no, nothing more is sent and ``WriteNotAllowed`` is raised. A delete-machine mark this call already
+placed then stays: taking it back is a write too, and a replica that may not write sends nothing. Left, it is ours
+(recorded with its time), reported (``on_mark_left``: ``not_leader``) and cleared by the leader's next scale-down once
+it can no longer matter; taken back by a replica that no longer leads, it could be removed under the new leader's own
+scale-down of that very node (it found the mark and lowered the size), and the MachineSet would delete a Machine of
+its own choosing.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from autoscaler.adapters.kubernetes._api import (
     parse_time,
     with_read_retries,
 )
-from autoscaler.ports import NodePoolScaler, PortError, refuse_pool_size_changed
+from autoscaler.ports import NodePoolScaler, PortError, WriteGuard, WriteNotAllowed, refuse_pool_size_changed
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +88,9 @@ class OtherMachinesMarkedError(PortError):
 MarkLeft = Callable[[str, str], None]
 """Told of every delete-machine mark a scale-down leaves on a Machine after it did not go through, with the Machine
 (``namespace/name``) and why: ``outcome_unknown`` (no answer or a 5xx to the size write), ``size_fell`` (another
-writer lowered the size meanwhile), ``size_unreadable`` (could not tell), ``unmark_failed``. Such a mark makes the
-next scale-down by anyone remove that node: the hook for a metric or an Event."""
+writer lowered the size meanwhile), ``size_unreadable`` (could not tell), ``unmark_failed``, ``not_leader`` (the
+write guard refused before the size write or the take-back: this replica may write nothing more). Such a mark makes
+the next scale-down by anyone remove that node: the hook for a metric or an Event."""
 
 
 class MachineDeploymentNodePools:
@@ -127,26 +137,42 @@ class MachineDeploymentNodePools:
         except KeyError:
             raise UnknownPoolError(f"node pool {pool!r} is not configured (known: {sorted(self.pools)})") from None
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
-        """One request of the Cluster API group in this namespace: ``fn(group, version, namespace, *args)``."""
+    @staticmethod
+    def _may_write(what: str, can_write: WriteGuard | None) -> None:
+        """Ask the guard immediately before a request; raise instead of sending it (as ``KubeClusterWriter``)."""
+        if can_write is not None and not can_write():
+            log.info("%s: not sent: the write guard refused (not the leader any more?)", what)
+            raise WriteNotAllowed(
+                f"{what}: not written: not the leader any more (the write guard refused just before the request)"
+            )
+
+    def _call(
+        self, what: str, fn: Callable[..., Any], *args: Any, can_write: WriteGuard | None = None, **kwargs: Any
+    ) -> JSON:
+        """One request of the Cluster API group in this namespace: ``fn(group, version, namespace, *args)``;
+        ``can_write`` asked immediately before it (``WriteNotAllowed``, nothing sent, when it says no)."""
+        self._may_write(what, can_write)
         self.api_calls += 1
         return call_json(
             what, fn, CAPI_GROUP, CAPI_VERSION, self.namespace, *args, timeout_s=self.request_timeout_s, **kwargs
         )
 
-    def _read(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
-        """One read (``_call``), retried like every read of the adapters."""
+    def _read(
+        self, what: str, fn: Callable[..., Any], *args: Any, can_write: WriteGuard | None = None, **kwargs: Any
+    ) -> JSON:
+        """One read (``_call``), retried like every read of the adapters; ``can_write`` asked before every attempt
+        (a read of a resize: its retries may outlast the Lease)."""
         return with_read_retries(
             what,
-            lambda: self._call(what, fn, *args, **kwargs),
+            lambda: self._call(what, fn, *args, can_write=can_write, **kwargs),
             retries=self.read_retries,
             backoff_s=0.2,
             max_backoff_s=2.0,
             sleep=self._sleep,
         )
 
-    def _get(self, what: str, name: str) -> JSON:
-        return self._read(what, self._custom.get_namespaced_custom_object, CAPI_PLURAL, name)
+    def _get(self, what: str, name: str, can_write: WriteGuard | None = None) -> JSON:
+        return self._read(what, self._custom.get_namespaced_custom_object, CAPI_PLURAL, name, can_write=can_write)
 
     def node_count(self, pool: str) -> int:
         """The pool's desired size (``spec.replicas``): what was asked for, booted or not."""
@@ -160,12 +186,12 @@ class MachineDeploymentNodePools:
         md = self._get(f"read MachineDeployment {self._md_name(pool)}", self._md_name(pool))
         return _bounds(md)
 
-    def _machines(self, name: str) -> list[JSON]:
+    def _machines(self, name: str, can_write: WriteGuard | None = None) -> list[JSON]:
         """The Machines of MachineDeployment ``name`` (every MachineSet of it)."""
         what = f"list Machines of MachineDeployment {self.namespace}/{name}"
         listed = self._read(
             what, self._custom.list_namespaced_custom_object, MACHINE_PLURAL,
-            label_selector=f"{DEPLOYMENT_NAME_LABEL}={name}",
+            label_selector=f"{DEPLOYMENT_NAME_LABEL}={name}", can_write=can_write,
         )  # fmt: skip
         return list(listed.get("items") or [])
 
@@ -190,9 +216,17 @@ class MachineDeploymentNodePools:
             "status.nodeRef): not scaled down, the MachineSet would remove a node of its own choosing"
         )
 
-    def _annotate_machine(self, machine: JSON, value: str | None, *, precondition: bool = False) -> None:
+    def _annotate_machine(
+        self,
+        machine: JSON,
+        value: str | None,
+        *,
+        precondition: bool = False,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         """Set (or with None remove) the delete-machine annotation and our record of it: a merge patch of those two
-        keys. ``precondition``: only if the Machine is still as listed (its resourceVersion; 409 otherwise)."""
+        keys. ``precondition``: only if the Machine is still as listed (its resourceVersion; 409 otherwise).
+        ``can_write``: asked immediately before the PATCH."""
         machine_name = machine["metadata"]["name"]
         verb = "mark" if value is not None else "unmark"
         metadata: JSON = {"annotations": {DELETE_MACHINE_ANNOTATION: value, MARKED_BY_ANNOTATION: value}}
@@ -205,6 +239,7 @@ class MachineDeploymentNodePools:
             machine_name,
             {"metadata": metadata},
             _content_type=MERGE_PATCH,
+            can_write=can_write,
         )
 
     def _mark_left(self, what: str, machine: JSON, why: str) -> None:
@@ -215,10 +250,20 @@ class MachineDeploymentNodePools:
         except Exception:  # a reporting hook never turns a scale-down's outcome into another
             log.exception("%s: the mark-left hook failed", what)
 
-    def _check_other_marks(self, what: str, md: JSON, machines: list[JSON], ours: JSON, node: str, fall: int) -> None:
+    def _check_other_marks(
+        self,
+        what: str,
+        md: JSON,
+        machines: list[JSON],
+        ours: JSON,
+        node: str,
+        fall: int,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         """Raise ``OtherMachinesMarkedError`` when, with ``ours`` marked, more Machines would carry the delete-machine
         annotation (and not be going already) than the size falls by. Marks of ours that can no longer matter (older
-        than the grace, the MachineDeployment settled) are cleared first instead of counted."""
+        than the grace, the MachineDeployment settled) are cleared first instead of counted (``can_write`` asked
+        before each)."""
         others = [
             m for m in machines
             if m["metadata"]["name"] != ours["metadata"]["name"]
@@ -240,7 +285,7 @@ class MachineDeploymentNodePools:
                     (md.get("spec") or {}).get("replicas"),
                 )  # fmt: skip
                 # only if nobody re-marked it since the list (a 409 fails this scale-down, the next tick looks again)
-                self._annotate_machine(machine, None, precondition=True)
+                self._annotate_machine(machine, None, precondition=True, can_write=can_write)
                 continue
             if at is None:
                 why = f"marked by someone else: {machine['metadata']['annotations'][DELETE_MACHINE_ANNOTATION]!r}"
@@ -261,14 +306,24 @@ class MachineDeploymentNodePools:
             names,
         )
 
-    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None) -> None:
+    def scale(
+        self,
+        pool: str,
+        nodes: int,
+        expected: int | None = None,
+        remove_node: str | None = None,
+        *,
+        can_write: WriteGuard | None = None,
+    ) -> None:
         """Set the pool's size (idempotent), clamped to its min/max annotations. ``expected``: the size the plan
         was made from; a different live size raises ``ChangedSinceRead`` and writes nothing. ``remove_node``: on a
         scale-down, the node to remove: its Machine is annotated for deletion before the size is lowered (and the
         annotation taken back when the size write fails; a mark found there already is left as found);
         ``MachineNotFoundError`` and nothing written when the node has no Machine in the pool,
         ``OtherMachinesMarkedError`` and nothing written when other Machines of the pool carry the annotation
-        (more than the size falls by, ours included), our own stale marks cleared first."""
+        (more than the size falls by, ours included), our own stale marks cleared first. ``can_write``: asked
+        immediately before every request (reads included, conflict rounds and the take-back too); when it says no,
+        ``WriteNotAllowed`` and nothing more is sent: a mark this call placed stays, reported as ``not_leader``."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
         name = self._md_name(pool)
@@ -276,9 +331,10 @@ class MachineDeploymentNodePools:
         marked: JSON | None = None  # the Machine this call marked (and so may take back)
         found_marked = False  # the node's Machine carried the annotation already: left as found
         shrink_sent: int | None = None  # the size a write sent while the Machine was marked asked for
+        refused = False  # the guard said no: this replica sends nothing more, not even the take-back of its mark
         try:
             for attempt in range(self.conflict_retries + 1):
-                md = self._get(what, name)
+                md = self._get(what, name, can_write)
                 live = int((md.get("spec") or {}).get("replicas") or 0)
                 if live != nodes:  # already there is fine whatever the plan saw
                     refuse_pool_size_changed(what, live, expected)
@@ -297,19 +353,23 @@ class MachineDeploymentNodePools:
                     return
                 if target < live and remove_node is not None:
                     # every attempt: a conflict's retry may find marks that were not there before
-                    machines = self._machines(name)
+                    machines = self._machines(name, can_write)
                     machine = self._find_machine(name, machines, remove_node)
-                    self._check_other_marks(what, md, machines, machine, remove_node, live - target)
+                    self._check_other_marks(what, md, machines, machine, remove_node, live - target, can_write)
                     if marked is None and not found_marked:
                         if DELETE_MACHINE_ANNOTATION in (machine["metadata"].get("annotations") or {}):
                             found_marked = True  # not ours to rewrite, nor to take back
                         else:
+                            # asked before ``marked`` is set: a refusal here has placed nothing to leave behind
+                            self._may_write(f"mark Machine {self.namespace}/{machine['metadata']['name']}", can_write)
                             marked = machine  # first: a mark that lands but whose answer is lost is taken back too
+                            # the guard was asked just above, nothing sent since
                             self._annotate_machine(machine, f"{MARK_PREFIX}{format_time(self._clock())}")
                             # somebody may have marked another Machine since the list: look again before the size
                             self._check_other_marks(
-                                what, md, self._machines(name), machine, remove_node, live - target
-                            )
+                                what, md, self._machines(name, can_write), machine, remove_node, live - target,
+                                can_write,
+                            )  # fmt: skip
                 if marked is not None and target < live:
                     shrink_sent = target
                 # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
@@ -325,6 +385,7 @@ class MachineDeploymentNodePools:
                         name,
                         body,
                         _content_type=MERGE_PATCH,
+                        can_write=can_write,
                     )
                 except ConflictError:
                     log.info("%s: conflict, re-reading (%d/%d)", what, attempt + 1, self.conflict_retries)
@@ -346,18 +407,42 @@ class MachineDeploymentNodePools:
                     marked = None  # the MachineSet deletes it now: the annotation stays
                 return
             raise ConflictError(what, 409, "Conflict", f"still conflicting after {self.conflict_retries} retries")
+        except WriteNotAllowed:
+            refused = True
+            raise
         finally:
             if marked is not None:
-                self._take_back_mark(what, name, marked, shrink_sent)
+                if refused:
+                    self._leave_mark(what, marked)
+                else:
+                    self._take_back_mark(what, name, marked, shrink_sent, can_write)
 
-    def _take_back_mark(self, what: str, name: str, marked: JSON, shrink_sent: int | None) -> None:
+    def _leave_mark(self, what: str, marked: JSON) -> None:
+        """The guard refused after this call marked a Machine: the mark stays (taking it back is a write, and a replica
+        that may not write sends nothing). It is ours, recorded with its time: the leader's next scale-down of the
+        pool clears it once it can no longer matter, or keeps it when it removes that very node."""
+        log.warning(
+            "%s: not the leader any more: the delete-machine mark on Machine %s/%s stays (taking it back would be a "
+            "write); the leader's next scale-down clears it once stale", what, self.namespace,
+            marked["metadata"]["name"],
+        )  # fmt: skip
+        self._mark_left(what, marked, "not_leader")
+
+    def _take_back_mark(
+        self, what: str, name: str, marked: JSON, shrink_sent: int | None, can_write: WriteGuard | None = None
+    ) -> None:
         """After a scale-down that did not go through, take the delete-machine mark back: left behind, it makes the
         next scale-down by anyone (the Cluster Autoscaler, a person) remove this node, busy or not by then. Unless
         the size fell meanwhile (another writer): the MachineSet then deletes a Machine now, and without the mark one
-        of its own choosing; when the size cannot be read, the mark stays too."""
+        of its own choosing; when the size cannot be read, the mark stays too. ``can_write`` asked before the read
+        and the PATCH: refused, the mark stays (``_leave_mark``); the size write's own error is what the caller
+        gets either way."""
         if shrink_sent is not None:
             try:
-                size = int((self._get(what, name).get("spec") or {}).get("replicas") or 0)
+                size = int((self._get(what, name, can_write).get("spec") or {}).get("replicas") or 0)
+            except WriteNotAllowed:
+                self._leave_mark(what, marked)
+                return
             except PortError as exc:
                 log.error("%s: could not tell whether the size fell: the delete-machine mark stays: %s", what, exc)
                 self._mark_left(what, marked, "size_unreadable")
@@ -367,7 +452,9 @@ class MachineDeploymentNodePools:
                 self._mark_left(what, marked, "size_fell")
                 return
         try:
-            self._annotate_machine(marked, None)
+            self._annotate_machine(marked, None, can_write=can_write)
+        except WriteNotAllowed:
+            self._leave_mark(what, marked)
         except PortError as exc:
             log.error("%s: could not take back the delete-machine annotation: %s", what, exc)
             self._mark_left(what, marked, "unmark_failed")
