@@ -367,7 +367,7 @@ class Telemetry:
             ["reason"],
             registry=r,
         )
-        for why in ("outcome_unknown", "size_fell", "size_unreadable", "unmark_failed"):
+        for why in ("outcome_unknown", "size_fell", "size_unreadable", "unmark_failed", "not_leader"):
             self.delete_marks_left.labels(reason=why)
         self.burst_nodes = Gauge(
             f"{PREFIX}_burst_nodes", "Nodes of each burst pool at the latest tick (booting included)", ["pool"],
