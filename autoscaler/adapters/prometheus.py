@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -183,7 +184,7 @@ def parse_vector(raw: object, family: Family, now: float, staleness_s: float) ->
         out.error = f"unexpected answer: result is {type(raw).__name__}, not a vector"
         return out
     samples = out.samples
-    oldest = now - staleness_s
+    oldest, newest = now - staleness_s, now + staleness_s
     for entry in raw:
         labels = entry.get("metric") if type(entry) is dict else None
         if type(labels) is not dict:
@@ -208,6 +209,10 @@ def parse_vector(raw: object, family: Family, now: float, staleness_s: float) ->
             elif ts < oldest:
                 # Prometheus answers at the time we ask for; an older answer is a cache or a proxy ignoring ?time=.
                 value, problem = None, f"answer evaluated {now - ts:.0f}s before the tick (> {staleness_s:g}s)"
+            elif ts > newest:
+                # The same proxy when the tick is in the past (`plan --time`, `observe --time`): an answer about a
+                # later time than the one asked for is not the tick's either.
+                value, problem = None, f"answer evaluated {ts - now:.0f}s after the time asked for (> {staleness_s:g}s)"
         samples.append(_Sample(labels, value, problem))
     return out
 
@@ -642,10 +647,16 @@ class PrometheusMetricsSource:
             )
             if response.status_code == 200:
                 body = response.json()
-                return _Answer(result=body["data"]["result"], warnings=_warnings_of(body))
-            status = response.status_code
-            # the client's wording, which the reasons (and their readers) know
-            problem = f"Prometheus query failed: HTTP Status Code {status} ({_short_body(response.content)!r})"
+                if isinstance(body, dict) and body.get("status") == "success":
+                    return _Answer(result=body["data"]["result"], warnings=_warnings_of(body))
+                # A 200 whose body says "error" (a proxy or query frontend passing on a failed evaluation, maybe
+                # with a half-built "data") is a failed query, whatever else it carries.
+                status = response.status_code
+                problem = f"Prometheus query failed: {_api_error(body)}"
+            else:
+                status = response.status_code
+                # the client's wording, which the reasons (and their readers) know
+                problem = f"Prometheus query failed: HTTP Status Code {status} ({_short_body(response.content)!r})"
         except requests.exceptions.Timeout:
             unreachable = slow
         except requests.exceptions.ConnectionError as exc:
@@ -743,10 +754,15 @@ class PrometheusMetricsSource:
         gpus: dict[tuple[str, str, str, str, str], _GpuAcc] = {}
 
         def key_of(labels: Mapping[str, str]) -> tuple[str, str, str, str, str]:
-            # A GPU is (node, UUID or index, MIG instance); the pod is part of the key because a shared GPU
-            # (time-slicing, MIG) legitimately has one series per pod. The same key twice is a duplicate.
+            # A GPU is (its UUID, else node and index; MIG instance); the pod is part of the key because a shared
+            # GPU (time-slicing, MIG) legitimately has one series per pod. The same key twice is a duplicate. The
+            # UUID alone names a GPU: two exporters reading one GPU may name the node differently (dcgm-exporter
+            # without NODE_NAME says its own pod's name), and counted as two GPUs it would weigh twice in its pod's
+            # mean and stand in for a GPU of that pod that did not report.
             get = labels.get
-            return (get(node_l, ""), get(uuid_l) or get(gpu_l, ""), get(mig_l, ""), get(ns_l, ""), get(pod_l, ""))
+            uuid = get(uuid_l)
+            node = "" if uuid else get(node_l, "")
+            return (node, uuid or get(gpu_l, ""), get(mig_l, ""), get(ns_l, ""), get(pod_l, ""))
 
         for family in GPU_FAMILIES:
             result = results[family]
@@ -766,7 +782,7 @@ class PrometheusMetricsSource:
                 if acc is None:
                     labels = first.labels
                     acc = gpus[key] = _GpuAcc(
-                        node=key[0],
+                        node=labels.get(node_l, ""),
                         gpu=labels.get(gpu_l, ""),
                         uuid=labels.get(uuid_l, ""),
                         model=labels.get(model_l, ""),
@@ -1174,11 +1190,15 @@ def _differing_labels(samples: Sequence[_Sample]) -> str:
 
 
 def _batches(parts: list[tuple[str, str]], max_chars: int) -> list[list[tuple[str, str]]]:
+    """``parts`` joined by `` or `` into batches of at most ``max_chars`` characters *as sent*: URL-encoded, the
+    form a proxy's URL limit counts (quotes, braces, parentheses and commas take 3 characters each there, so raw
+    PromQL of 8,000 characters made a URL of 12 kB and more, refused with 414 and re-asked one override at a time).
+    """
     batches: list[list[tuple[str, str]]] = []
     current: list[tuple[str, str]] = []
     size = 0
     for item in parts:
-        extra = len(item[1]) + 4
+        extra = len(quote_plus(item[1])) + len("+or+")
         if current and size + extra > max_chars:
             batches.append(current)
             current, size = [], 0
@@ -1225,13 +1245,33 @@ def _status_of(exc: PrometheusApiClientException) -> int | None:
 _CAUSE = re.compile(r"\[Errno -?\d+\] [^'\")]+|Read timed out|Connection refused|Name or service not known")
 
 
+# PromQL's info annotations ("metric might not be a counter", "histogram_quantile needed to be fixed for
+# monotonicity") may be false positives by design and say nothing about missing data. Prometheus 2.47-2.53 and
+# Thanos send them under "warnings" (Prometheus >= 2.54 under "infos"); read as a partial answer they would forbid
+# every scale-down of a service whose counter lacks "_total" (Triton) or whose latency buckets need that fix.
+_INFO_PREFIX = "PromQL info:"
+
+
 def _warnings_of(body: Any) -> list[str]:
-    """The ``warnings`` of a query API answer (status success, but maybe partial), as short strings."""
+    """The ``warnings`` of a query API answer (status success, but maybe partial), as short strings; PromQL
+    info annotations left out."""
     found = body.get("warnings") if isinstance(body, dict) else None
     if not found:
         return []
     items = found if isinstance(found, list) else [found]
-    return [" ".join(str(w).split())[:200] for w in items[:_MAX_EXAMPLES]]
+    texts = (" ".join(str(w).split()) for w in items)
+    return [w[:200] for w in texts if not w.startswith(_INFO_PREFIX)][:_MAX_EXAMPLES]
+
+
+def _api_error(body: Any) -> str:
+    """What a query API answer that is not a success says about itself (``errorType: error``), shortened."""
+    if not isinstance(body, dict):
+        return f"answer is a JSON {type(body).__name__}, not the query API's object"
+    kind, error = body.get("errorType"), body.get("error")
+    if not error:
+        return f"answer has status {str(body.get('status'))[:40]!r} and no error"
+    text = " ".join(f"{kind}: {error}".split()) if kind else " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _warning_reasons(what: str, warnings: Sequence[str]) -> list[str]:

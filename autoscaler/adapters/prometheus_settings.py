@@ -145,8 +145,9 @@ class PrometheusSettings(BaseSettings):
     max_query_length: int = Field(
         8000,
         ge=500,
-        description="longest PromQL text sent in one request, characters; per-service query overrides are "
-        "batched into as few queries as fit (URLs longer than ~8 kB are cut by many proxies)",
+        description="longest PromQL text sent in one request, URL-encoded characters (as a proxy's URL limit "
+        "counts them); per-service query overrides are batched into as few queries as fit (URLs longer than ~8 kB "
+        "are cut by many proxies)",
     )
 
     # ---- metric names (dcgm-exporter and vLLM defaults) ---------------------------------------------------------
