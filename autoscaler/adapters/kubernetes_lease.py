@@ -8,9 +8,11 @@ Two halves:
 
 Safety argument (why two replicas never act at once, given clocks that tick at the same rate):
 - a follower only takes over after it has seen the same Lease record unchanged for ``lease_duration`` on its *own*
-  monotonic clock (no wall-clock comparison across machines, as in client-go);
+  monotonic clock (no wall-clock comparison across machines, as in client-go), counted from when its GET returned;
 - the leader stops acting as soon as ``renew_deadline`` (< ``lease_duration``) has passed since its last successful
-  renewal, and at once when a renewal shows that somebody else holds the Lease or wins the write race (409).
+  renewal (counted from before the renewal was sent), and at once when a renewal shows that somebody else holds the
+  Lease or wins the write race (a 409 after which a fresh read names another holder; a 409 on a Lease still ours is
+  a change of its metadata, and the renewal is retried on the fresh read).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from typing import Protocol
 from autoscaler.ports import PortError
 
 log = logging.getLogger(__name__)
+
+# A renewal that meets a 409 on a Lease a fresh read still shows as ours is tried again this many times.
+_RENEW_CONFLICT_RETRIES = 3
 
 
 class LeaseConflict(Exception):
@@ -80,10 +85,15 @@ class KubernetesLeaseStore:
         self._name = name
         # The timeout must stay well below the renew deadline, or one hung request would eat the whole deadline.
         self._timeout = request_timeout_s
+        # The metadata of the Lease last read or written: an update is a PUT, which replaces the whole object, so
+        # it carries the labels, annotations, owner references and finalizers somebody else put on the Lease (as
+        # client-go's LeaseLock updates the object it read) instead of dropping them.
+        self._last_metadata: object | None = None
 
     def _record(self, lease: object) -> LeaseRecord:
         spec = lease.spec  # type: ignore[attr-defined]
         metadata = lease.metadata  # type: ignore[attr-defined]
+        self._last_metadata = metadata
         return LeaseRecord(
             holder=(spec.holder_identity or "") if spec else "",
             lease_duration_s=float((spec.lease_duration_seconds if spec else None) or 0),
@@ -95,12 +105,16 @@ class KubernetesLeaseStore:
 
     def _body(self, record: LeaseRecord) -> object:
         c = self._client
+        metadata = c.V1ObjectMeta(name=self._name, namespace=self._namespace, resource_version=record.resource_version)
+        last = self._last_metadata
+        if record.resource_version is not None and getattr(last, "resource_version", None) == record.resource_version:
+            # the object this update is based on: keep what others wrote into its metadata
+            for field in ("labels", "annotations", "owner_references", "finalizers"):
+                setattr(metadata, field, getattr(last, field, None))
         return c.V1Lease(
             api_version="coordination.k8s.io/v1",
             kind="Lease",
-            metadata=c.V1ObjectMeta(
-                name=self._name, namespace=self._namespace, resource_version=record.resource_version
-            ),
+            metadata=metadata,
             spec=c.V1LeaseSpec(
                 holder_identity=record.holder,
                 # The API field is whole seconds; round up so that followers never wait less than configured.
@@ -343,26 +357,47 @@ class LeaderElector:
                     self.last_attempt_ok = True
                     self._set_leader(True)
                     return True
-                self._observe(current, now)
+                # The record was seen when the GET returned, not when it was sent: a GET in flight while the holder
+                # renewed returns the new record, and stamping it with the time it was sent would let this replica
+                # take over up to one request latency before the holder's writes stop (client-go stamps it after
+                # the GET too). The expiry check below keeps ``now``, the earlier time: the conservative side.
+                self._observe(current, self._monotonic())
                 self.last_attempt_ok = True
-                mine = current.holder == self.identity
-                if not mine and current.holder and now - self._observed_at < current.lease_duration_s:
-                    # Somebody else holds a lease that has not expired by our own clock.
-                    self._set_leader(False)
-                    return False
-                wanted = LeaseRecord(
-                    holder=self.identity,
-                    lease_duration_s=duration,
-                    acquire_time=current.acquire_time if mine else wall,
-                    renew_time=wall,
-                    transitions=current.transitions if mine else current.transitions + 1,
-                    resource_version=current.resource_version,
-                )
-                written = self._store.update(wanted)
-                self._observe(written, now)
-                self._last_renew = now
-                self._set_leader(True)
-                return True
+                for conflicts in range(_RENEW_CONFLICT_RETRIES + 1):
+                    mine = current.holder == self.identity
+                    if not mine and current.holder and now - self._observed_at < current.lease_duration_s:
+                        # Somebody else holds a lease that has not expired by our own clock.
+                        self._set_leader(False)
+                        return False
+                    wanted = LeaseRecord(
+                        holder=self.identity,
+                        lease_duration_s=duration,
+                        acquire_time=current.acquire_time if mine else wall,
+                        renew_time=wall,
+                        transitions=current.transitions if mine else current.transitions + 1,
+                        resource_version=current.resource_version,
+                    )
+                    try:
+                        written = self._store.update(wanted)
+                    except LeaseConflict:
+                        if not mine or conflicts >= _RENEW_CONFLICT_RETRIES:
+                            raise
+                        # Our own Lease changed under the renewal: somebody took it over, or only touched it (a
+                        # label, an annotation). A fresh read tells: still ours -> renew on it; else stop at once.
+                        try:
+                            reread = self._store.get()
+                        except Exception as exc:  # cannot tell who won: stop at once, as before
+                            raise LeaseConflict(f"renewal conflict, then the re-read failed: {exc}") from exc
+                        if reread is None or reread.holder != self.identity:
+                            raise
+                        self._observe(reread, self._monotonic())
+                        current = reread
+                        continue
+                    self._observe(written, now)
+                    self._last_renew = now
+                    self._set_leader(True)
+                    return True
+                raise AssertionError("unreachable")  # pragma: no cover
             except LeaseConflict:
                 # Somebody else wrote first: they are the leader now. Stop acting at once, not at the deadline.
                 self.last_attempt_ok = True

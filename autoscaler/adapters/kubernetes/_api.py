@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -58,7 +59,9 @@ class KubeApiError(PortError):
             try:
                 retry_after = float(value)
             except ValueError:
-                retry_after = None
+                retry_after = None  # an HTTP-date (the apiserver sends seconds): our own backoff instead
+            if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
+                retry_after = None  # "-5", "nan": no duration; handed to time.sleep it raised ValueError
         error_cls = ConflictError if exc.status == 409 else cls
         return error_cls(what, int(exc.status or 0), reason, message, retry_after)
 

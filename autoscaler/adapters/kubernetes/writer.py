@@ -431,7 +431,9 @@ class KubeClusterWriter:
         digest = hashlib.sha256("\x00".join((kind, namespace, name, reason, message, event_type)).encode()).hexdigest()[
             :16
         ]
-        event_name = f"{name[:200]}.{digest}"
+        # An RFC 1123 subdomain: a name cut at 200 characters can end in "-" or ".", and "x-.digest" or "x..digest"
+        # is refused (422) on every Event of that object. Object names start with an alphanumeric character.
+        event_name = f"{name[:200].rstrip('-.')}.{digest}"
         ref: JSON = {"apiVersion": api_version, "kind": kind, "name": name}
         if namespaced:
             ref["namespace"] = namespace
@@ -473,14 +475,23 @@ class KubeClusterWriter:
                 "count": 1,
             }
             create_fn = self._core.create_namespaced_event
-        self._may_write(what, can_write)
-        try:
-            self._call(what, create_fn, event_ns, body)
-            return
-        except ConflictError as exc:
-            if exc.reason != "AlreadyExists":
-                raise
-        self._bump_event(what, event_ns, event_name, now, can_write)
+        for attempt in range(2):
+            self._may_write(what, can_write)
+            try:
+                self._call(what, create_fn, event_ns, body)
+                return
+            except ConflictError as exc:
+                if exc.reason != "AlreadyExists":
+                    raise
+            try:
+                self._bump_event(what, event_ns, event_name, now, can_write)
+                return
+            except KubeApiError as exc:
+                # 404: the Event went away between the 409 and the bump (the API server's Event TTL, a cleanup);
+                # this occurrence starts a new one (once: a second disappearance is left to the next call)
+                if exc.status != 404 or attempt > 0:
+                    raise
+                log.info("%s: the Event went away before its count was bumped: creating it again", what)
 
     def _bump_event(
         self, what: str, namespace: str, name: str, now: float, can_write: WriteGuard | None = None
@@ -558,7 +569,8 @@ class KubeClusterWriter:
         ``observedGeneration`` (default: the generation read now). Conditions keep their ``lastTransitionTime``
         unless their status flips. The write is a PUT carrying the resourceVersion just read, so a concurrent writer
         makes it 409 and it is recomputed from a fresh read. ``can_write``: asked immediately before every PUT
-        (``WriteNotAllowed`` when it says no).
+        (``WriteNotAllowed`` when it says no). A policy deleted since the tick listed it (404) is False: nothing to
+        write, no error.
         """
         when = self._clock() if now is None else now
         what = f"update status of {KIND} {namespace}/{name}"
@@ -590,4 +602,17 @@ class KubeClusterWriter:
                 body,
             )
 
-        return self._read_modify_write(what, read, decide, write, can_write)
+        try:
+            return self._read_modify_write(what, read, decide, write, can_write)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            # Deleted since the tick listed it (a 404 of the read, or of the PUT after it): no status left to write.
+            # A 404 of the status subresource of a live object (a CRD without it) is still an error: ask again.
+            try:
+                read()
+            except KubeApiError as again:
+                if again.status == 404:
+                    log.info("%s: the policy is gone: no status to write", what)
+                    return False
+            raise
