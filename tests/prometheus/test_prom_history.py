@@ -221,7 +221,7 @@ def test_history_is_chunked_and_matches_the_trace(genai: GenaiDataset, genai_pro
     start, end, step = genai.grid[11], genai.end, 57.0  # steps on the trace grid
     whole = PrometheusMetricsSource(genai_settings(genai_prometheus.url))
     chunked = PrometheusMetricsSource(genai_settings(genai_prometheus.url, max_points_per_series=100))
-    with mock.patch.object(chunked._pc, "custom_query_range", wraps=chunked._pc.custom_query_range) as spy:
+    with mock.patch.object(chunked, "_range", wraps=chunked._range) as spy:
         series = chunked.history(service, "gpu_utilization", start, end, step)
     expected_points = int((end - start) // step) + 1
     assert spy.call_count == math.ceil(expected_points / 100)

@@ -287,3 +287,59 @@ def test_override_batches_fit_the_url_limit_they_are_sized_for() -> None:
         assert len(overrides) < 10  # batched, not one per service
     finally:
         server.stop()
+
+
+# ---- history range queries: a partial or failed answer is no history ------------------------------------------------
+
+
+def _matrix(points: list[tuple[float, str]], **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[t, v] for t, v in points]}]},
+    }
+    body.update(extra)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        # Thanos with a store down: part of the demand; fitted, the forecast came out too low
+        (Answer(_matrix([(NOW - 120, "3"), (NOW - 60, "3")], warnings=[THANOS_PARTIAL])), "may be partial"),
+        # a proxy passing a failed evaluation on under HTTP 200, with a half-built result
+        (
+            Answer({"status": "error", "errorType": "timeout", "error": "query timed out",
+                    "data": {"resultType": "matrix", "result": []}}),
+            "timeout: query timed out",
+        ),
+        (Answer(b"<html>bad gateway</html>", status=502), "HTTP Status Code 502"),
+        (Answer(b"{not json"), "not the query API's JSON"),
+    ],
+)
+def test_a_partial_or_failed_range_answer_is_no_history(
+    canned: CannedPrometheus, answer: Answer, expected: str
+) -> None:
+    """``history`` went through the client's custom_query_range, which returns only ``data.result``: an answer
+    flagged partial, or a 200 whose body says error, was fitted as the service's whole history."""
+    from autoscaler.ports import PortError
+
+    canned.answers = {"rate": answer}
+    source = PrometheusMetricsSource(PrometheusSettings(url=canned.url, retries=0, timeout_seconds=5))
+    policy = ServicePolicy("ml", "chat", metric=MetricKind.REQUEST_RATE, target=3.0)
+    try:
+        with pytest.raises(PortError, match=expected):
+            source.history(policy, "request_rate", NOW - 120, NOW - 60, 60.0)
+    finally:
+        source.close()
+
+
+def test_a_range_answer_with_only_infos_is_history(canned: CannedPrometheus) -> None:
+    canned.answers = {"rate": Answer(_matrix([(NOW - 120, "3"), (NOW - 60, "4")], infos=[INFO_COUNTER],
+                                             warnings=[INFO_COUNTER]))}  # fmt: skip
+    source = PrometheusMetricsSource(PrometheusSettings(url=canned.url, retries=0, timeout_seconds=5))
+    policy = ServicePolicy("ml", "chat", metric=MetricKind.REQUEST_RATE, target=3.0)
+    try:
+        series = source.history(policy, "request_rate", NOW - 120, NOW - 60, 60.0)
+    finally:
+        source.close()
+    assert series.times == (NOW - 120, NOW - 60) and series.values == (3.0, 4.0)
