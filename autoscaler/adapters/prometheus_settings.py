@@ -120,7 +120,7 @@ class PrometheusSettings(BaseSettings):
     # ---- what counts as fresh -----------------------------------------------------------------------------------
     staleness_seconds: float = Field(
         120.0,
-        gt=0,
+        ge=0.001,  # the smallest PromQL duration (1ms): below it the query said "0ms", which Prometheus refuses
         description="a GPU sample older than this at the tick's time is stale (held, never read as zero), seconds; "
         "keep it above dcgm-exporter's collect interval (30 s) plus the scrape interval",
     )
@@ -130,7 +130,9 @@ class PrometheusSettings(BaseSettings):
         "exact for plain selectors, a no-op for aggregated gpu_query templates",
     )
     rate_window_seconds: float = Field(
-        120.0, gt=0, description="range of rate() in application queries, seconds (at least 4 scrape intervals)"
+        120.0,
+        ge=0.001,  # the smallest PromQL duration (1ms): below it the query said "0ms", which Prometheus refuses
+        description="range of rate() in application queries, seconds (at least 4 scrape intervals)",
     )
     latency_quantile: float = Field(
         0.95, gt=0, lt=1, description="latency quantile computed with histogram_quantile (0.95 = P95), ratio"

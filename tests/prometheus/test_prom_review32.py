@@ -343,3 +343,14 @@ def test_a_range_answer_with_only_infos_is_history(canned: CannedPrometheus) -> 
     finally:
         source.close()
     assert series.times == (NOW - 120, NOW - 60) and series.values == (3.0, 4.0)
+
+
+@pytest.mark.parametrize("field", ["rate_window_seconds", "staleness_seconds"])
+def test_a_duration_below_a_millisecond_is_refused_not_rendered_as_0ms(field: str) -> None:
+    """PromQL has no duration below 1ms: 0.0004 s was rendered "0ms" into every query, which Prometheus refused at
+    each tick with an error naming no setting."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=field):
+        PrometheusSettings(url="http://127.0.0.1:9", **{field: 0.0004})
+    assert PrometheusSettings(url="http://127.0.0.1:9", **{field: 0.001}).template_values()
