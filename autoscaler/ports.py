@@ -243,12 +243,16 @@ class PolicyStatusWriter(Protocol):
         now: float,
         generation: int | None = None,
         can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> object:
         """Merge ``update`` into the object's status subresource (``merge_status``: conditions keep their
         transition time); idempotent. ``generation``: the ``metadata.generation`` the update was decided from,
         written as ``observedGeneration`` (None: the object's generation read by the writer). ``can_write``: asked
         immediately before every request that changes the status (``WriteNotAllowed`` when it says no, nothing
-        sent). Raises PortError when it cannot."""
+        sent). ``uid``: the ``metadata.uid`` of the object the update was decided for; an object of that name with
+        another uid (deleted and created again since the read) is not written, and that is no error (the next tick
+        reads the new object and writes its own status); None: whatever object has the name. Raises PortError when
+        it cannot."""
         ...
 
 

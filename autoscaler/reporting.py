@@ -296,6 +296,8 @@ class TickReporter:
                 # can_write: the writer reads the object before its PUT (with retries); the Lease may be lost
                 # meanwhile, so it asks again right before the PUT, as every other write does. generation: the spec
                 # this tick decided on is the one observedGeneration reports, not a newer one read by the writer.
+                # uid: the object this tick read; one deleted and re-created under its name since is not written
+                # (skipped, no error: the next tick lists the new object, forgets this memo and writes its status).
                 self.status_writer.update_policy_status(
                     obj.namespace,
                     obj.name,
@@ -303,6 +305,7 @@ class TickReporter:
                     now=now,
                     generation=obj.generation,
                     can_write=self.actuator.can_act,
+                    uid=obj.uid,
                 )
             except WriteNotAllowed as exc:
                 log.info("not the leader any more: status of %s %s/%s not written: %s", POLICY_KIND, *ident, exc)

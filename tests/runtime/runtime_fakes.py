@@ -137,13 +137,24 @@ class FakePolicies:
 
 
 class FakeStatus:
-    """Status subresources, merged like the real writer does (``merge_status``)."""
+    """Status subresources, merged like the real writer does (``merge_status``).
+
+    ``uids``: the metadata.uid of the object stored under a name, when a test sets one (``recreate`` does); a write
+    that names another uid (meant for a deleted incarnation) is skipped like the real writer skips it: nothing
+    written, no error, counted in ``skipped``. Without an entry, or without a ``uid`` argument: written as always."""
 
     def __init__(self) -> None:
         self.status: dict[tuple[str, str], dict[str, Any]] = {}
+        self.uids: dict[tuple[str, str], str] = {}
         self.writes = 0
         self.refused = 0  # writes the guard refused (nothing written)
+        self.skipped = 0  # writes meant for another incarnation of the object (its uid differs): nothing written
         self.fail = False
+
+    def recreate(self, namespace: str, name: str, uid: str) -> None:
+        """The object deleted and created again under its name: a new uid and an empty status."""
+        self.status.pop((namespace, name), None)
+        self.uids[(namespace, name)] = uid
 
     def update_policy_status(
         self,
@@ -154,9 +165,14 @@ class FakeStatus:
         now: float,
         generation: int | None = None,
         can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> None:
         if self.fail:
             raise PortError("status: HTTP 500")
+        live_uid = self.uids.get((namespace, name))
+        if uid is not None and live_uid is not None and live_uid != uid:
+            self.skipped += 1
+            return
         if can_write is not None and not can_write():
             self.refused += 1
             raise WriteNotAllowed(f"status of {namespace}/{name}: not written: the write guard refused")

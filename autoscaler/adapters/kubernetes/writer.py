@@ -562,6 +562,7 @@ class KubeClusterWriter:
         generation: int | None = None,
         now: float | None = None,
         can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> bool:
         """Merge ``update`` into the policy's status through the status subresource; False when nothing changed.
 
@@ -571,9 +572,24 @@ class KubeClusterWriter:
         makes it 409 and it is recomputed from a fresh read. ``can_write``: asked immediately before every PUT
         (``WriteNotAllowed`` when it says no). A policy deleted since the tick listed it (404) is False: nothing to
         write, no error.
+
+        ``uid``: the ``metadata.uid`` of the object the update was decided for. A policy deleted and created again
+        under its name since then is another object: a read (the first, or a conflict retry's) that finds another
+        uid writes nothing and returns False, no error (the next tick reads the new object and writes its own
+        status). The PUT carries the uid in its metadata, which the apiserver checks as a precondition (409
+        "Precondition failed: UID in precondition" when the object was re-created after the read; the retry's read
+        then sees the new uid). None: whatever object has the name, as before.
         """
         when = self._clock() if now is None else now
         what = f"update status of {KIND} {namespace}/{name}"
+        found: list[str] = []  # the uid a read found instead of ``uid`` (the object was re-created)
+
+        def replaced(obj: JSON) -> bool:
+            live = (obj.get("metadata") or {}).get("uid")
+            if uid is None or not live or live == uid:
+                return False
+            found.append(str(live))
+            return True
 
         def read() -> JSON:
             obj = self._read(
@@ -583,12 +599,17 @@ class KubeClusterWriter:
             return obj
 
         def decide(obj: JSON) -> JSON | None:
+            if replaced(obj):
+                return None
             current = obj.get("status") or {}
             observed = generation if generation is not None else (obj.get("metadata") or {}).get("generation")
             status = merge_status(current, update, generation=observed, now=when)
             if status == current:
                 return None
-            return dict(obj, status=status)
+            body = dict(obj, status=status)
+            if uid is not None:
+                body["metadata"] = dict(obj.get("metadata") or {}, uid=uid)  # the apiserver's uid precondition
+            return body
 
         def write(body: JSON) -> JSON:
             return self._call(
@@ -603,16 +624,33 @@ class KubeClusterWriter:
             )
 
         try:
-            return self._read_modify_write(what, read, decide, write, can_write)
+            written = self._read_modify_write(what, read, decide, write, can_write)
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
             # Deleted since the tick listed it (a 404 of the read, or of the PUT after it): no status left to write.
             # A 404 of the status subresource of a live object (a CRD without it) is still an error: ask again.
             try:
-                read()
+                live = read()
             except KubeApiError as again:
                 if again.status == 404:
                     log.info("%s: the policy is gone: no status to write", what)
                     return False
+            else:
+                if replaced(live):  # deleted before the PUT and created again since: the object meant is gone
+                    self._log_replaced(what, uid, found[-1])
+                    return False
             raise
+        if found:
+            self._log_replaced(what, uid, found[-1])
+        return written
+
+    @staticmethod
+    def _log_replaced(what: str, uid: str | None, live: str) -> None:
+        log.info(
+            "%s: not written: the policy was deleted and created again since it was read (uid %s, now %s); the next "
+            "tick reads the new object and writes its status",
+            what,
+            uid,
+            live,
+        )
