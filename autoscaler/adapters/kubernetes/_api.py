@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.ports import PortError
+from autoscaler.ports import PortError, WriteGuard, WriteNotAllowed
 
 log = logging.getLogger(__name__)
 
@@ -223,3 +223,13 @@ def format_time(seconds: float) -> str:
 def format_micro_time(seconds: float) -> str:
     """Unix seconds -> ``metav1.MicroTime`` (what events.k8s.io/v1 ``eventTime`` requires)."""
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def may_write(what: str, can_write: WriteGuard | None) -> None:
+    """Ask the write guard immediately before a request that changes something (or that only serves one); raise
+    ``WriteNotAllowed`` instead of sending it: a replica that may have lost the Lease sends nothing more."""
+    if can_write is not None and not can_write():
+        log.info("%s: not sent: the write guard refused (not the leader any more?)", what)
+        raise WriteNotAllowed(
+            f"{what}: not written: not the leader any more (the write guard refused just before the request)"
+        )

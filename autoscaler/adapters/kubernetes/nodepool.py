@@ -43,6 +43,7 @@ from autoscaler.adapters.kubernetes._api import (
     KubeUnavailable,
     call_json,
     format_time,
+    may_write,
     parse_time,
     with_read_retries,
 )
@@ -137,21 +138,12 @@ class MachineDeploymentNodePools:
         except KeyError:
             raise UnknownPoolError(f"node pool {pool!r} is not configured (known: {sorted(self.pools)})") from None
 
-    @staticmethod
-    def _may_write(what: str, can_write: WriteGuard | None) -> None:
-        """Ask the guard immediately before a request; raise instead of sending it (as ``KubeClusterWriter``)."""
-        if can_write is not None and not can_write():
-            log.info("%s: not sent: the write guard refused (not the leader any more?)", what)
-            raise WriteNotAllowed(
-                f"{what}: not written: not the leader any more (the write guard refused just before the request)"
-            )
-
     def _call(
         self, what: str, fn: Callable[..., Any], *args: Any, can_write: WriteGuard | None = None, **kwargs: Any
     ) -> JSON:
         """One request of the Cluster API group in this namespace: ``fn(group, version, namespace, *args)``;
         ``can_write`` asked immediately before it (``WriteNotAllowed``, nothing sent, when it says no)."""
-        self._may_write(what, can_write)
+        may_write(what, can_write)
         self.api_calls += 1
         return call_json(
             what, fn, CAPI_GROUP, CAPI_VERSION, self.namespace, *args, timeout_s=self.request_timeout_s, **kwargs
@@ -361,7 +353,7 @@ class MachineDeploymentNodePools:
                             found_marked = True  # not ours to rewrite, nor to take back
                         else:
                             # asked before ``marked`` is set: a refusal here has placed nothing to leave behind
-                            self._may_write(f"mark Machine {self.namespace}/{machine['metadata']['name']}", can_write)
+                            may_write(f"mark Machine {self.namespace}/{machine['metadata']['name']}", can_write)
                             marked = machine  # first: a mark that lands but whose answer is lost is taken back too
                             # the guard was asked just above, nothing sent since
                             self._annotate_machine(machine, f"{MARK_PREFIX}{format_time(self._clock())}")

@@ -37,6 +37,7 @@ from autoscaler.adapters.kubernetes._api import (
     call_json,
     format_micro_time,
     format_time,
+    may_write,
     with_read_retries,
 )
 from autoscaler.adapters.kubernetes.reader import suspended_by_us_at
@@ -51,7 +52,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     WorkloadKind,
 )
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
-from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, WriteNotAllowed, refuse_replicas_changed
+from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, refuse_replicas_changed
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +151,6 @@ class KubeClusterWriter:
             sleep=self._sleep,
         )
 
-    @staticmethod
-    def _may_write(what: str, can_write: WriteGuard | None) -> None:
-        """Ask the guard immediately before a request that changes something; raise instead of sending it."""
-        if can_write is not None and not can_write():
-            log.info("%s: not written: the write guard refused (not the leader any more?)", what)
-            raise WriteNotAllowed(
-                f"{what}: not written: not the leader any more (the write guard refused just before the request)"
-            )
-
     def _remember_uid(self, kind: str, namespace: str, name: str, obj: JSON) -> None:
         uid = (obj.get("metadata") or {}).get("uid")
         if uid:
@@ -193,7 +185,7 @@ class KubeClusterWriter:
             body = decide(current)
             if body is None:
                 return False
-            self._may_write(what, can_write)
+            may_write(what, can_write)
             try:
                 write(body)
                 return True
@@ -268,7 +260,7 @@ class KubeClusterWriter:
         if options:
             body["deleteOptions"] = options
         what = f"evict pod {namespace}/{name}" + (" (dry run)" if dry_run else "")
-        self._may_write(what, can_write)
+        may_write(what, can_write)
         try:
             self._call(what, self._core.create_namespaced_pod_eviction, name, namespace, body)
         except KubeApiError as exc:
@@ -476,7 +468,7 @@ class KubeClusterWriter:
             }
             create_fn = self._core.create_namespaced_event
         for attempt in range(2):
-            self._may_write(what, can_write)
+            may_write(what, can_write)
             try:
                 self._call(what, create_fn, event_ns, body)
                 return
