@@ -3,7 +3,10 @@ these add the knobs the runtime tests need: failing reads and writes, call logs)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,3 +188,22 @@ class FakeStatus:
 
 def policy_object(policy: ServicePolicy, name: str | None = None) -> PolicyObject:
     return PolicyObject(policy.namespace, name or f"{policy.name}-policy", policy, generation=1)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll until ``condition``; the deadline is generous (a loaded machine), a condition met returns at once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def get(port: int, path: str, timeout: float = 10.0) -> tuple[int, str]:
+    """GET ``path`` on 127.0.0.1:``port``: (status, body), an HTTP error status included."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()

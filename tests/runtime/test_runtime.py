@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import apscheduler.schedulers.base as apscheduler_base
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
-from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
+from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, get, policy_object, wait_for
 
 from autoscaler.adapters.kubernetes_lease import ElectionTimings, InMemoryLeaseStore, LeaderElector
 from autoscaler.controller import Controller
@@ -24,24 +22,6 @@ from autoscaler.telemetry import Telemetry
 # thread starved for a moment on a loaded machine neither drops the leader nor lets the follower take an "expired"
 # Lease in the middle of a test (no test here waits for an expiry).
 FAST = ElectionTimings(lease_duration_s=5.0, renew_deadline_s=3.0, retry_period_s=0.05)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Poll until ``condition``; the deadline is generous (a loaded machine), a condition met returns at once."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def build(

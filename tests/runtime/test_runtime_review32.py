@@ -15,14 +15,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
+from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, get, policy_object, wait_for
 
 from autoscaler.app import Adapters, build_runtime, rebalance_stall_seconds
 from autoscaler.controller import Controller
@@ -35,23 +33,6 @@ from autoscaler.telemetry import Telemetry
 from tests.kube.fake_apiserver import write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def make_controller(cluster: FakeCluster) -> tuple[Controller, FakeMetrics, Telemetry]:
