@@ -36,6 +36,9 @@ Semantics implemented (each checked against the upstream apiserver behaviour):
   (the only patch type the adapters send; 415 for the others), delete;
 - ``resourceVersion`` bumped on every real write and left alone by no-op writes; a ``resourceVersion`` in a PUT or
   PATCH body is a precondition (409 Conflict when stale); custom resources refuse unconditional PUT (422);
+- a ``metadata.uid`` in a PUT body (main resource, status or scale) is a precondition: another object's uid is 409
+  "Precondition failed: UID in precondition", checked before the resourceVersion; a merge patch of the main resource
+  that changes the uid is 422 (field is immutable), a status or scale patch ignores it (as the real server does);
 - ``metadata.generation`` bumped on spec changes; status subresources (main-resource writes keep status, status
   writes keep everything else); scale subresources (``autoscaling/v1`` Scale) for Deployments, StatefulSets and
   custom resources that declare one (Cluster API MachineDeployment);
@@ -175,6 +178,51 @@ def _conflict(rt: ResourceType, name: str) -> ApiError:
         "please apply your changes to the latest version and try again",
         rt.details(name),
     )
+
+
+def _storage_key(rt: ResourceType, ns: str, name: str) -> str:
+    """The object's etcd key, as the real apiserver names it in a storage error: custom resources under
+    ``/registry/<group>/<plural>``, built-in kinds under their resource's own prefix (the few that differ listed)."""
+    prefixes = {
+        ("", "nodes"): "minions",
+        ("", "services"): "services/specs",
+        ("apiextensions.k8s.io", "customresourcedefinitions"): "apiextensions.k8s.io/customresourcedefinitions",
+    }
+    prefix = f"{rt.group}/{rt.plural}" if rt.custom else prefixes.get(rt.key, rt.plural)
+    return f"/registry/{prefix}/{ns}/{name}" if rt.namespaced else f"/registry/{prefix}/{name}"
+
+
+def _uid_precondition_failed(rt: ResourceType, ns: str, name: str, sent: str, stored: str) -> ApiError:
+    """409 for a PUT whose ``metadata.uid`` is not the stored object's: the real apiserver takes a uid in an update's
+    body as a precondition (``rest.DefaultUpdatedObjectInfo``), checked by the storage layer before the
+    resourceVersion (so it wins over a stale one, and over the 422 of a custom resource's missing resourceVersion).
+    Body as kube-apiserver writes it (checked in tests/realkube/test_review32_real.py)."""
+    details = rt.details(name)
+    if not rt.group:
+        details.pop("group")  # StatusDetails.group is omitempty
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {rt.resource_name} "{name}": StorageError: invalid object, Code: 4, '
+        f"Key: {_storage_key(rt, ns, name)}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: "
+        f"UID in precondition: {sent}, UID in object meta: {stored}",
+        details,
+    )
+
+
+def _uid_immutable(rt: ResourceType, name: str, sent: str) -> ApiError:
+    """422 for a patch of the main resource that changes ``metadata.uid``: a patch carries no precondition (its
+    updated-object info has no object to take one from), the uid is only validated as immutable. The real apiserver
+    names the field twice for a custom resource (the object-meta and the custom-resource validation both report it),
+    once for a built-in kind. Status and scale patches ignore the uid (their strategies keep the stored metadata).
+    Body as kube-apiserver writes it (checked in tests/realkube/test_review32_real.py)."""
+    message = f'Invalid value: "{sent}": field is immutable'
+    cause = {"reason": "FieldValueInvalid", "message": message, "field": "metadata.uid"}
+    qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    details: JSON = {"name": name, "group": rt.group, "kind": rt.kind, "causes": [cause] * (2 if rt.custom else 1)}
+    if not rt.group:
+        details.pop("group")
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: metadata.uid: {message}', details)
 
 
 def _invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiError:
@@ -1139,8 +1187,11 @@ class FakeApiServer:
         if body_name and body_name != name:
             raise _bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
         rv = (body.get("metadata") or {}).get("resourceVersion")
+        uid = (body.get("metadata") or {}).get("uid")
         with self._lock:
             cur = self._current(rt, ns, name)
+            if uid and uid != cur["metadata"].get("uid"):
+                raise _uid_precondition_failed(rt, ns, name, str(uid), str(cur["metadata"].get("uid")))
             if not rv and rt.custom:
                 raise _invalid(
                     rt, name, [("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")]
@@ -1175,6 +1226,9 @@ class FakeApiServer:
             rv = (new.get("metadata") or {}).get("resourceVersion")
             if rv != cur["metadata"]["resourceVersion"]:
                 raise _conflict(rt, name)  # a resourceVersion in the patch is a precondition
+            uid = (new.get("metadata") or {}).get("uid")
+            if sub is None and uid and uid != cur["metadata"].get("uid"):
+                raise _uid_immutable(rt, name, str(uid))  # no precondition: a 422 (status patches ignore it)
             if (new.get("metadata") or {}).get("name") != name:
                 raise _bad_request("the name of the object cannot be changed by a patch")
             return 200, self._commit(rt, cur, new, sub)
@@ -1236,6 +1290,9 @@ class FakeApiServer:
                 if not isinstance(payload, dict):
                     raise _bad_request("the body of the request must be an object")
                 new_scale = payload
+                uid = (payload.get("metadata") or {}).get("uid")
+                if uid and uid != cur["metadata"].get("uid"):  # a PUT of the Scale: the parent's uid, a precondition
+                    raise _uid_precondition_failed(rt, ns, name, str(uid), str(cur["metadata"].get("uid")))
             rv = (new_scale.get("metadata") or {}).get("resourceVersion")
             if rv and rv != cur["metadata"]["resourceVersion"]:
                 raise _conflict(rt, name)
