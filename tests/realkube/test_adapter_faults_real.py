@@ -141,8 +141,20 @@ def settled(cp: ControlPlane, ns: str, name: str = "chat") -> None:
 
 @contextlib.contextmanager
 def crd(cp: ControlPlane, body: dict[str, Any]) -> Iterator[None]:
-    """A CustomResourceDefinition for one test, Established, deleted afterwards."""
+    """A CustomResourceDefinition for one test, Established, deleted afterwards.
+
+    Created once a previous test's copy has finished terminating: created while it is, the 409 was swallowed and
+    the CRD vanished under the test."""
     name = body["metadata"]["name"]
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+    def not_terminating() -> bool | None:
+        try:
+            return not cp.get(path)["metadata"].get("deletionTimestamp") or None
+        except ApiError as exc:
+            return exc.status == 404 or None
+
+    cp.wait(f"CRD {name} not terminating", not_terminating, timeout_s=60)
     with contextlib.suppress(ApiError):
         cp.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
     spec = body["spec"]

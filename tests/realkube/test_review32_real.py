@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -51,7 +50,7 @@ from autoscaler.policy import API_GROUP, API_VERSION, PLURAL
 from autoscaler.ports import WriteNotAllowed
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
-from tests.realkube.control_plane import REPO, ApiError, ControlPlane
+from tests.realkube.control_plane import REPO, ControlPlane
 from tests.realkube.fault_proxy import FaultProxy
 from tests.realkube.test_adapter_faults_real import crd
 from tests.realkube.test_faults_real import install_crd
@@ -87,23 +86,6 @@ def recreate(cp: ControlPlane, ns: str, name: str = "chat") -> dict[str, Any]:
     cp.request("DELETE", f"{path}/{name}")
     cp.wait(f"policy {ns}/{name} gone", lambda: not cp.exists(f"{path}/{name}") or None, timeout_s=30)
     return dict(cp.request("POST", path, policy(name, maxReplicas=4)))
-
-
-@contextlib.contextmanager
-def served_crd(cp: ControlPlane, body: dict[str, Any]) -> Iterator[None]:
-    """``crd`` (test_adapter_faults_real: created, Established, deleted afterwards), once a previous test's copy has
-    finished terminating: created again while it is, the 409 is swallowed and the CRD vanishes under the test."""
-    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{body['metadata']['name']}"
-
-    def not_terminating() -> bool | None:
-        try:
-            return not cp.get(path)["metadata"].get("deletionTimestamp") or None
-        except ApiError as exc:
-            return exc.status == 404 or None
-
-    cp.wait(f"CRD {body['metadata']['name']} not terminating", not_terminating, timeout_s=60)
-    with crd(cp, body):
-        yield
 
 
 def uid_conflict_body(resource: str, name: str, key: str, sent: str, stored: str, group: str) -> dict[str, Any]:
@@ -289,7 +271,7 @@ def test_the_fake_answers_a_uid_in_a_put_or_a_patch_as_the_real_apiserver_does(
     cp, ns = control_plane, namespace
     install_crd(cp)
     real_ssl = cp._ssl()
-    with served_crd(cp, o.machine_deployment_crd()), served_crd(cp, o.machine_crd()):
+    with crd(cp, o.machine_deployment_crd()), crd(cp, o.machine_crd()):
         real = uid_cases(lambda m, p, b, t: _call(cp.server, m, p, b, t, cp.tokens["admin"], real_ssl), ns)
     with FakeApiServer() as fake:
         for body in (yaml.safe_load(CRD_FILE.read_text()), o.machine_deployment_crd(), o.machine_crd()):
@@ -454,7 +436,7 @@ def test_a_machine_marked_by_someone_else_blocks_the_scale_down_and_a_refusing_g
 ) -> None:
     cp, ns = control_plane, namespace
     group = CAPI.format(ns=ns)
-    with served_crd(cp, o.machine_deployment_crd()), served_crd(cp, o.machine_crd()):
+    with crd(cp, o.machine_deployment_crd()), crd(cp, o.machine_crd()):
         body = o.machine_deployment("b", ns, replicas=2)
         status = body.pop("status")
         cp.request("POST", f"{group}/machinedeployments", body)
