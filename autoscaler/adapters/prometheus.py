@@ -3,9 +3,12 @@
 One tick asks a fixed number of instant queries, whatever the cluster size: one per DCGM family (utilisation,
 engine activity, framebuffer used, framebuffer free) and one per application family (request rate, queue depth,
 latency quantile), each aggregated by labels; per-service query overrides are batched with ``or`` into as few
-queries as fit ``max_query_length``. Results are mapped to services here, in Python: a Deployment's pods are named
-``<deployment>-<template-hash>-<random>``, and when the caller passes the cluster snapshot its pod owner references
-and readiness are used instead (the HPA's own view: ready pods, missing samples, unready pods).
+queries as fit ``max_query_length``, and so is, with the default latency query, the latency of each Deployment whose
+pods' names the API server may cut to 63 characters (a name of more than 46 characters: its Deployment cannot be
+read back from the pod name, so it is asked over its own pods). Results are mapped to services here, in Python: a
+Deployment's pods are named ``<deployment>-<template-hash>-<random>``, and when the caller passes the cluster
+snapshot its pod owner references and readiness are used instead (the HPA's own view: ready pods, missing samples,
+unready pods).
 
 Validation happens at this boundary. An empty result, NaN, ±Inf, a value out of its range, two series for one GPU,
 a sample older than ``staleness_seconds``, a failed or timed-out query: each makes the affected value ``None`` and
@@ -19,6 +22,7 @@ comment, one line), so that none can leave its ``label_replace`` wrapper and tag
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -39,15 +43,22 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from autoscaler.adapters.prometheus_settings import SERVICE_PLACEHOLDERS, TEMPLATE_PLACEHOLDERS, PrometheusSettings
+from autoscaler.adapters.prometheus_settings import (
+    DEFAULT_LATENCY_QUERY,
+    SERVICE_LATENCY_QUERY,
+    SERVICE_PLACEHOLDERS,
+    TEMPLATE_PLACEHOLDERS,
+    PrometheusSettings,
+)
 from autoscaler.adapters.promql import (
-    POD_NAME_SUFFIX_RE,
+    POD_NAME_MAX_LENGTH,
     POD_TO_DEPLOYMENT_RE,
     PromQLError,
     check_self_contained,
     check_template,
-    escape_regex,
+    deployment_pods_re,
     matcher,
+    pod_names_may_be_cut,
     render,
     selector,
     string_literal,
@@ -65,7 +76,7 @@ AGE_TAG = "autoscaler_sample_age"
 
 _POD_RE = re.compile(POD_TO_DEPLOYMENT_RE)
 # generateName keeps at most 58 characters of "<replicaset>-" and appends 5 random ones (names are <= 63).
-_TRUNCATED_POD_NAME_LENGTH = 63
+_TRUNCATED_POD_NAME_LENGTH = POD_NAME_MAX_LENGTH
 _MAX_EXAMPLES = 3  # pods named in one stale reason; the rest are counted
 _MAX_REASON_CHARS = 500  # reasons end up in Events and logs
 # HTTP statuses of an overloaded or absent backend: retried, and never a reason to re-ask query by query
@@ -225,6 +236,12 @@ def deployment_of_pod(pod: str) -> str | None:
     return m.group(1) if m else None
 
 
+@functools.lru_cache(maxsize=4096)
+def _deployment_pods(deployment: str) -> re.Pattern[str]:
+    """The names generateName can give the pods of ``deployment`` (see ``deployment_pods_re``), compiled."""
+    return re.compile(deployment_pods_re(deployment))
+
+
 def _owning_deployment(pod: PodInfo) -> str | None:
     """The Deployment a pod belongs to, from its controller owner.
 
@@ -245,8 +262,9 @@ class PodMapper:
     """Which managed service a pod belongs to, and which of its pods the cluster says are ready.
 
     With a cluster snapshot, a pod's owner ReplicaSet (``<deployment>-<hash>``) names its Deployment and the pod's
-    readiness is known. Without one, the pod name is parsed; names cut to 63 characters by ``generateName`` (long
-    Deployment names) fall back to the longest managed Deployment name that prefixes them.
+    readiness is known. Without one, the pod name is parsed; a name cut to 63 characters by ``generateName`` (a
+    Deployment name of more than 46 characters) goes to the longest managed long name whose pods can be named so
+    (``deployment_pods_re``), not to any name that merely prefixes it.
     """
 
     def __init__(self, services: Sequence[ServicePolicy], cluster: ClusterSnapshot | None = None) -> None:
@@ -299,7 +317,8 @@ class PodMapper:
             deployment = deployment_of_pod(pod)
             key = names.get(deployment) if deployment else None
             if key is None and len(pod) == _TRUNCATED_POD_NAME_LENGTH:
-                best = max((n for n in names if pod.startswith(n + "-")), key=len, default=None)
+                cut = (n for n in names if pod_names_may_be_cut(n) and _deployment_pods(n).fullmatch(pod))
+                best = max(cut, key=lambda n: (len(n), n), default=None)
                 key = names[best] if best else None
         self._cache[cache_key] = key
         return key
@@ -504,16 +523,21 @@ class PrometheusMetricsSource:
         # another (at 40,000 GPUs on 2 cores: 12.6 s -> about 9 s per tick).
         results = {Family.GPU_UTIL: self._family_query(Family.GPU_UTIL, tick)}
         rest = [f for f in (*GPU_FAMILIES, *APP_FAMILIES) if f is not Family.GPU_UTIL and f is not Family.LATENCY]
-        # One latency query per quantile the services' SLOs apply to (spec.latency.quantile); usually one.
+        # Services whose pods' names may be cut have their latency asked over their own pods (batched as well).
+        own = [s for s in services if self._asks_own_latency(s)]
+        own_keys = {s.key for s in own}
+        # One latency query per quantile the other services' SLOs apply to (spec.latency.quantile); usually one.
         default_q = self.settings.latency_quantile
-        quantiles = sorted({s.latency_quantile or default_q for s in services}) or [default_q]
+        quantiles = sorted({s.latency_quantile or default_q for s in services if s.key not in own_keys}) or [default_q]
         with ThreadPoolExecutor(self.settings.max_concurrent_queries, thread_name_prefix="prometheus") as pool:
             pending = {family: pool.submit(self._family_query, family, tick) for family in rest}
             pending_q = {q: pool.submit(self._family_query, Family.LATENCY, tick, q) for q in quantiles}
             pending_overrides = {f: pool.submit(self._override_results, f, services, tick) for f in APP_FAMILIES}
+            pending_own = pool.submit(self._own_latency_results, own, tick) if own else None
             results.update({family: future.result() for family, future in pending.items()})
             latency_results = {q: future.result() for q, future in pending_q.items()}
             overrides = {family: future.result() for family, future in pending_overrides.items()}
+            own_latency = pending_own.result() if pending_own is not None else {}
 
         gpus = self._assemble_gpus(results)
         by_service: dict[str, dict[str, list[_GpuAcc]]] = defaultdict(lambda: defaultdict(list))
@@ -531,8 +555,8 @@ class PrometheusMetricsSource:
             reasons: list[str] = []
             rate = self._additive_signal(Family.REQUEST_RATE, service, app, overrides, mapper)
             queue = self._additive_signal(Family.QUEUE_DEPTH, service, app, overrides, mapper)
-            latency_data = latency_by_q[service.latency_quantile or default_q]
-            latency = self._latency_signal(service, latency_data, overrides, rate, queue)
+            latency_data = latency_by_q.get(service.latency_quantile or default_q) or _AppFamily()
+            latency = self._latency_signal(service, latency_data, overrides, own_latency, rate, queue)
             pods: PodMetrics | None = None
             total: float | None = None
             scaling = _SCALING_FAMILY[service.metric]
@@ -706,10 +730,50 @@ class PrometheusMetricsSource:
             self._run_override_batch(family, batch, tick, out)
         return out
 
+    def _asks_own_latency(self, service: ServicePolicy) -> bool:
+        """True when the latency of ``service`` is asked by :meth:`service_latency_query` rather than read from the
+        batched ``latency_query``: the latter is the default, which derives the Deployment from the pod name, the
+        names of this Deployment's pods may be cut (more than 46 characters), and the policy has no latency
+        override. An operator's own ``latency_query`` is used for every service, as documented."""
+        if self.settings.latency_query != DEFAULT_LATENCY_QUERY or not pod_names_may_be_cut(service.name):
+            return False
+        spec = self._service_queries.get(service.key)
+        return not (spec is not None and getattr(spec, _OVERRIDE_FIELDS[Family.LATENCY], None))
+
+    def service_latency_query(self, service: ServicePolicy) -> str:
+        """The latency quantile of one Deployment over its own pods' buckets (one series, no labels)."""
+        s = self.settings
+        values = self._template_values(service.latency_quantile)
+        values.update(
+            metric=s.latency_bucket_metric,
+            selector=selector(self._own_pods(service, Family.LATENCY), s.app_matchers),
+            namespace_label=s.app_namespace_label,
+            pod_label=s.app_pod_label,
+        )
+        return render(SERVICE_LATENCY_QUERY, values)
+
+    def _own_latency_results(self, services: Sequence[ServicePolicy], tick: _Tick) -> dict[str, _Signal]:
+        """:meth:`service_latency_query` of each service, tagged and batched as the overrides are."""
+        parts = []
+        for service in services:
+            tag = string_literal(service.key)
+            query = self.service_latency_query(service)
+            parts.append((service.key, f'label_replace(({query}), "{SERVICE_TAG}", {tag}, "", "")'))
+        out: dict[str, _Signal] = {}
+        for batch in _batches(parts, self.settings.max_query_length):
+            self._run_override_batch(Family.LATENCY, batch, tick, out, what="latency")
+        return out
+
     def _run_override_batch(
-        self, family: Family, batch: list[tuple[str, str]], tick: _Tick, out: dict[str, _Signal]
+        self,
+        family: Family,
+        batch: list[tuple[str, str]],
+        tick: _Tick,
+        out: dict[str, _Signal],
+        what: str | None = None,
     ) -> None:
-        attr = _camel(_OVERRIDE_FIELDS[family])
+        """Ask one batch of tagged per-service queries; ``what`` names them in reasons (default: the override)."""
+        name = what or f"spec.queries.{_camel(_OVERRIDE_FIELDS[family])}"
         answer = self._instant(" or ".join(part for _, part in batch), tick)
         error = answer.error
         failed_alone = answer.status is not None and answer.status not in _OUTAGE_STATUSES
@@ -718,16 +782,16 @@ class PrometheusMetricsSource:
             # blind its neighbours: find it by asking one at a time. An outage (429/502/503/504, no answer) is not
             # the override's fault: asking again one by one would only load a struggling server further.
             for item in batch:
-                self._run_override_batch(family, [item], tick, out)
+                self._run_override_batch(family, [item], tick, out, what)
             return
         if error is not None:
             for key, _ in batch:
-                out[key] = _Signal(None, [f"spec.queries.{attr}: {error}"])
+                out[key] = _Signal(None, [f"{name}: {error}"])
             return
         result = parse_vector(answer.result, family, tick.now, self.settings.staleness_seconds)
         if result.error:
             for key, _ in batch:
-                out[key] = _Signal(None, [f"spec.queries.{attr}: {result.error}"])
+                out[key] = _Signal(None, [f"{name}: {result.error}"])
             return
         found: dict[str, list[_Sample]] = defaultdict(list)
         for sample in result.samples:
@@ -735,14 +799,14 @@ class PrometheusMetricsSource:
         for key, _ in batch:
             samples = found.get(key, [])
             if not samples:
-                out[key] = _Signal(None, [f"spec.queries.{attr} returned no series"])
+                out[key] = _Signal(None, [f"{name} returned no series"])
             elif len(samples) > 1:
-                out[key] = _Signal(None, [f"spec.queries.{attr} returned {len(samples)} series, expected 1"])
+                out[key] = _Signal(None, [f"{name} returned {len(samples)} series, expected 1"])
             elif samples[0].problem:
-                out[key] = _Signal(None, [f"spec.queries.{attr}: {samples[0].problem}"])
+                out[key] = _Signal(None, [f"{name}: {samples[0].problem}"])
             else:
                 out[key] = _Signal(samples[0].value, [])
-            out[key].partial.extend(_warning_reasons(f"spec.queries.{attr}", answer.warnings))
+            out[key].partial.extend(_warning_reasons(name, answer.warnings))
 
     # -- assembling ---------------------------------------------------------------------------------------------
 
@@ -970,13 +1034,17 @@ class PrometheusMetricsSource:
         service: ServicePolicy,
         data: _AppFamily,
         overrides: Mapping[Family, Mapping[str, _Signal]],
+        own: Mapping[str, _Signal],
         rate: _Signal,
         queue: _Signal,
     ) -> _Signal:
-        """``data``: the latency query's answer at the service's own quantile."""
+        """``data``: the latency query's answer at the service's own quantile; ``own``: the answers of
+        :meth:`service_latency_query` (services whose pods' names may be cut), which come first."""
         key = service.key
         if key in overrides[Family.LATENCY]:
             signal = overrides[Family.LATENCY][key]
+        elif key in own:
+            signal = own[key]
         else:
             if data.error is not None:
                 return _Signal(None, [f"latency: {data.error}"])
@@ -1009,21 +1077,29 @@ class PrometheusMetricsSource:
             if template:
                 values = self._template_values(service.latency_quantile)
                 return render(template, values, {"namespace": service.namespace, "name": service.name})
+        if family is Family.LATENCY and self._asks_own_latency(service):
+            return self.service_latency_query(service)
         if family in GPU_FAMILIES:
             ns_label, pod_label = s.dcgm_namespace_label, s.dcgm_pod_label
         else:
             ns_label, pod_label = s.app_namespace_label, s.app_pod_label
-        own = [
-            matcher(ns_label, "=", service.namespace),
-            matcher(pod_label, "=~", escape_regex(service.name) + POD_NAME_SUFFIX_RE),
-        ]
-        query = self.family_query(family, own, quantile=service.latency_quantile)
+        query = self.family_query(family, self._own_pods(service, family), quantile=service.latency_quantile)
         if family in GPU_FAMILIES:
             # The same quantity as PodMetrics.metric_sum: each pod's mean over its GPUs, summed over pods.
             return f"sum(avg by ({ns_label}, {pod_label}) ({query}))"
         if family is Family.LATENCY:
             return query
         return f"sum({query})"
+
+    def _own_pods(self, service: ServicePolicy, family: Family) -> list[str]:
+        """Matchers selecting the series of the service's pods in ``family``: its namespace, and every name the
+        API server's generateName can give its pods, cut to 63 characters or not (``deployment_pods_re``)."""
+        s = self.settings
+        if family in GPU_FAMILIES:
+            ns_label, pod_label = s.dcgm_namespace_label, s.dcgm_pod_label
+        else:
+            ns_label, pod_label = s.app_namespace_label, s.app_pod_label
+        return [matcher(ns_label, "=", service.namespace), matcher(pod_label, "=~", deployment_pods_re(service.name))]
 
     def history(self, service: ServicePolicy, signal: str, start: float, end: float, step_s: float) -> Series:
         """Range query of one signal, split so that no request exceeds ``max_points_per_series`` points.

@@ -25,10 +25,22 @@ TEMPLATE_PLACEHOLDERS: dict[str, str] = {
     "namespace_label": "the namespace label of the family (dcgm_namespace_label or app_namespace_label)",
     "pod_label": "the pod label of the family (dcgm_pod_label or app_pod_label)",
     "deployment_label": "deployment_label",
-    "pod_regex": "RE2 regex capturing the Deployment name from a pod name (<deployment>-<hash>-<suffix>)",
+    "pod_regex": "RE2 regex capturing the Deployment name from a pod name (<deployment>-<hash>-<suffix>); names "
+    "cut to 63 characters by generateName (Deployment names of more than 46 characters) do not match it",
 }
 # Per-service overrides (GPUScalingPolicy spec.queries) may also use these, escaped by the adapter.
 SERVICE_PLACEHOLDERS: tuple[str, ...] = ("namespace", "name")
+
+# The default latency query: one batched query, the Deployment derived from each pod's name.
+DEFAULT_LATENCY_QUERY = (
+    "histogram_quantile({quantile}, sum by ({namespace_label}, {deployment_label}, le) (label_replace("
+    'rate({metric}{selector}[{window}]), "{deployment_label}", "$1", "{pod_label}", "{pod_regex}")))'
+)
+# With the default, a Deployment whose pods' names generateName may cut (a name of more than 46 characters: no
+# regex can read the Deployment back from such a pod name) is asked on its own: the quantile over the buckets of
+# its own pods, {selector} holding its namespace and its pods' name regex (promql.deployment_pods_re). These
+# per-service queries are batched with ``or`` like the per-service overrides.
+SERVICE_LATENCY_QUERY = "histogram_quantile({quantile}, sum by (le) (rate({metric}{selector}[{window}])))"
 
 
 # The longest duration a ``*_seconds`` setting may have: longer is a mistake, and 1e300 s breaks at run time as inf
@@ -216,10 +228,11 @@ class PrometheusSettings(BaseSettings):
         "samples older than staleness_seconds",
     )
     latency_query: str = Field(
-        "histogram_quantile({quantile}, sum by ({namespace_label}, {deployment_label}, le) (label_replace("
-        'rate({metric}{selector}[{window}]), "{deployment_label}", "$1", "{pod_label}", "{pod_regex}")))',
+        DEFAULT_LATENCY_QUERY,
         description="latency quantile per Deployment, seconds: one series per service, labelled with namespace "
-        "and the deployment label (the default derives it from the pod name)",
+        "and the deployment label (the default derives it from the pod name; while it is the default, a "
+        "Deployment whose name is longer than 46 characters, whose pods' names may be cut to 63 characters, is "
+        "asked on its own over its own pods instead: histogram_quantile of sum by (le))",
     )
 
     @field_validator("url")

@@ -22,7 +22,50 @@ from collections.abc import Iterable, Mapping
 POD_HASH_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 POD_NAME_SUFFIX_RE = f"-[{POD_HASH_ALPHABET}]{{1,10}}-[{POD_HASH_ALPHABET}]{{5}}"
 # RE2 and Python agree on this syntax; Prometheus anchors label regexes on both ends, Python needs fullmatch.
+# Names cut by generateName (see below) do not match it: their Deployment cannot be read from them.
 POD_TO_DEPLOYMENT_RE = f"(.+){POD_NAME_SUFFIX_RE}"
+
+# generateName (k8s.io/apiserver/pkg/storage/names, SimpleNameGenerator) cuts the base "<deployment>-<hash>-" to
+# 58 characters and appends 5 random ones: a name stays within 63. With the longest hash (10 characters) a
+# Deployment name of up to 46 characters is never cut; from 47 on its pods may be named <first 58 characters of
+# "<deployment>-<hash>-"><random>, exactly 63 characters: the hash cut short and no dash before the random part,
+# and from 58 characters on the Deployment name itself cut.
+POD_NAME_MAX_LENGTH = 63
+POD_RANDOM_LENGTH = 5
+POD_GENERATED_BASE_LENGTH = POD_NAME_MAX_LENGTH - POD_RANDOM_LENGTH  # 58
+POD_HASH_MAX_LENGTH = 10
+LONGEST_UNCUT_DEPLOYMENT_NAME = POD_GENERATED_BASE_LENGTH - POD_HASH_MAX_LENGTH - 2  # 46
+
+
+def pod_names_may_be_cut(deployment: str) -> bool:
+    """True when generateName may cut the names of this Deployment's pods (a name of more than 46 characters)."""
+    return len(deployment) > LONGEST_UNCUT_DEPLOYMENT_NAME
+
+
+def deployment_pods_re(deployment: str) -> str:
+    """RE2 matching (anchored, as Prometheus anchors label regexes) every name generateName can give the pods of
+    ``deployment``, cut or not, and no other name of at most 63 characters, except the pods of a Deployment whose
+    pods' names are cut to the same form (the only ambiguity, inherent to the names):
+
+    * up to 46 characters: ``<name>-<hash of 1-10>-<5>`` (never cut; :data:`POD_NAME_SUFFIX_RE`);
+    * 47 to 56: ``<name>-<hash of 1..56-n>-<5>`` when the hash fits, else ``<name>-<62-n characters>`` (63 in all);
+      a Deployment ``<name>-<s>`` whose ``s`` starts with enough hash-alphabet characters (56-n or more, no dash)
+      has pods named alike;
+    * 57 and more: ``<first 58 characters of "<name>-"><5>`` (63 in all); any Deployment with the same first 58
+      characters of ``<name>-`` has pods named alike.
+    """
+    chars = f"[{POD_HASH_ALPHABET}]"
+    n = len(deployment)
+    if n <= LONGEST_UNCUT_DEPLOYMENT_NAME:
+        return escape_regex(deployment) + POD_NAME_SUFFIX_RE
+    if n + 1 >= POD_GENERATED_BASE_LENGTH:  # the cut falls at or before the dash after the name
+        return escape_regex((deployment + "-")[:POD_GENERATED_BASE_LENGTH]) + f"{chars}{{{POD_RANDOM_LENGTH}}}"
+    cut = f"{chars}{{{POD_NAME_MAX_LENGTH - n - 1}}}"  # the hash's first characters and the random ones
+    longest_hash = POD_GENERATED_BASE_LENGTH - n - 2  # the longest hash that fits with both dashes
+    if longest_hash < 1:
+        return f"{escape_regex(deployment)}-{cut}"
+    whole = f"{chars}{{1,{longest_hash}}}-{chars}{{{POD_RANDOM_LENGTH}}}"
+    return f"{escape_regex(deployment)}-(?:{whole}|{cut})"
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
