@@ -138,7 +138,8 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
     """Effective GPU request as kube-scheduler counts it (``core.cluster.effective_request``: sidecar init containers
     add to everything started after them).
 
-    Extended resources have requests == limits; when only limits are set the request defaults to them.
+    Extended resources have requests == limits; when only limits are set the request defaults to them. The pod's
+    overhead (``spec.overhead``, from its RuntimeClass) is added on top, as ``resourcehelper.PodRequests`` does.
     """
 
     def amount(container: Mapping[str, Any]) -> int:
@@ -149,7 +150,33 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
 
     app = [amount(c) for c in spec.get("containers") or []]
     init = [(amount(c), c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or []]
-    return effective_request(app, init)
+    overhead = spec.get("overhead")
+    extra = _int(overhead.get(resource)) if isinstance(overhead, Mapping) else 0
+    return effective_request(app, init) + extra
+
+
+def pinned_product(pod_spec: Mapping[str, Any], label: str) -> str | None:
+    """The one GPU type a pod (or pod template) can be placed on, as kube-scheduler's NodeAffinity filter allows it:
+    its ``nodeSelector`` entry, else a required node affinity every term of which (terms are ORed) admits only that
+    type through an ``In`` on the label. None when it accepts any type, or several."""
+    selected = _map(pod_spec.get("nodeSelector")).get(label)
+    if isinstance(selected, str) and selected:
+        return selected
+    node_affinity = _map(_map(pod_spec.get("affinity")).get("nodeAffinity"))
+    terms = _list(_map(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
+    allowed: set[str] = set()
+    for term in terms:
+        term_allowed: set[str] | None = None
+        for raw_expr in _list(_map(term).get("matchExpressions")):
+            expr = _map(raw_expr)
+            values = _list(expr.get("values"))
+            if expr.get("key") != label or expr.get("operator") != "In" or not all(isinstance(v, str) for v in values):
+                continue
+            term_allowed = set(values) if term_allowed is None else term_allowed & set(values)
+        if term_allowed is None:
+            return None  # this term lets any type through
+        allowed |= term_allowed
+    return next(iter(allowed)) if len(allowed) == 1 else None
 
 
 def pdb_selector(raw: object) -> dict[str, str | LabelTest]:
@@ -225,11 +252,15 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _job_pods(job_spec: Mapping[str, Any]) -> int:
-    """Pods a Job runs at once: ``parallelism`` (default 1), at most ``completions`` when set."""
+def _job_pods(job_spec: Mapping[str, Any], job_status: Mapping[str, Any] | None = None) -> int:
+    """Pods a Job runs at once: ``parallelism`` (default 1), at most the ``completions`` still to do when set (the Job
+    controller's ``min(parallelism, completions - succeeded)``: a resumed Job does not run its finished pods again)."""
     pods = _int(job_spec.get("parallelism"), 1)
     completions = job_spec.get("completions")
-    return min(pods, _int(completions, pods)) if completions is not None else pods
+    if completions is None:
+        return pods
+    done = _int(_map(job_status).get("succeeded"), 0)
+    return max(0, min(pods, _int(completions, pods) - max(0, done)))
 
 
 def _seconds(value: Any) -> float | None:
@@ -375,7 +406,9 @@ class KubeClusterReader:
     def _priority_classes(self) -> tuple[dict[str, int], int]:
         items = self._pager.items("list priorityclasses", self._scheduling.list_priority_class)
         classes = {pc["metadata"]["name"]: _int(pc.get("value")) for pc in items}
-        default = next((_int(pc.get("value")) for pc in items if pc.get("globalDefault")), 0)
+        # Two global defaults can exist (created in a race validation cannot see): the Priority admission plugin then
+        # gives a pod without a class the lowest of their values.
+        default = min((_int(pc.get("value")) for pc in items if pc.get("globalDefault")), default=0)
         return classes, default
 
     @staticmethod
@@ -383,15 +416,14 @@ class KubeClusterReader:
         meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
         replicas = spec.get("replicas")
         pod_spec = ((spec.get("template") or {}).get("spec")) or {}
-        selector = pod_spec.get("nodeSelector") or {}
-        product = selector.get(gpu_product_label) if isinstance(selector, dict) else None
+        product = pinned_product(_map(pod_spec), gpu_product_label)
         return DeploymentInfo(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
             spec_replicas=1 if replicas is None else _int(replicas),  # the API's default when unset
             ready_replicas=_int(status.get("readyReplicas")),
             selector=dict(((spec.get("selector") or {}).get("matchLabels")) or {}),
-            gpu_product=product if isinstance(product, str) and product else None,
+            gpu_product=product,
             # pods created and not terminating: what the scale subresource's status.replicas shows (it is this
             # field); the API omits a zero, and the HPA reads a missing one as 0 too
             status_replicas=_int(status.get("replicas")),
@@ -465,8 +497,7 @@ class KubeClusterReader:
             # Being deleted before it was ever bound (a finalizer such as Kueue's holds it): it holds no GPUs and
             # the scheduler will never place it, so it is no work waiting for GPUs either.
             return None
-        node_selector = spec.get("nodeSelector") or {}
-        product = node_selector.get(cfg.gpu_product_label) if isinstance(node_selector, dict) else None
+        product = pinned_product(spec, cfg.gpu_product_label)
         return PodInfo(
             namespace=namespace,
             name=meta.get("name", ""),
@@ -485,7 +516,7 @@ class KubeClusterReader:
             ready_at=parse_time(ready_cond.get("lastTransitionTime")) if ready and ready_cond else None,
             last_checkpoint_at=parse_time(annotations.get(cfg.checkpoint_annotation)),
             labels=dict(labels),
-            gpu_product=product if isinstance(product, str) and product else None,
+            gpu_product=product,
             terminating=terminating,
             uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
         )
@@ -590,9 +621,14 @@ class KubeClusterReader:
             parent = found.pop(owner_key, None)
             if parent is not None:
                 info = found[key]
+                # Kueue suspends the Job it manages until the Workload is admitted, and the Workload stays active
+                # meanwhile: the owner suspended under an active Workload is training waiting in its queue.
+                waiting = parent.suspended and not info.suspended
                 found[key] = replace(
                     info,
                     gang=parent.gang,
+                    suspended=info.suspended or waiting,
+                    queued=info.queued or waiting,
                     pod_gpus=info.pod_gpus or parent.pod_gpus,
                     gpu_product=info.gpu_product or parent.gpu_product,
                     min_runtime_s=info.min_runtime_s if info.min_runtime_s is not None else parent.min_runtime_s,
@@ -619,7 +655,7 @@ class KubeClusterReader:
         # (custom resources are only as well-formed as their CRD's schema: anything not a mapping counts as empty)
         templates: list[tuple[Mapping[str, Any], int]] = []
         if kind == "Job":
-            templates.append((_map(spec.get("template")), _job_pods(spec)))
+            templates.append((_map(spec.get("template")), _job_pods(spec, _map(status))))
         elif kind == "JobSet":
             for rjob in _list(spec.get("replicatedJobs")):
                 job_spec = _map(_map(_map(rjob).get("template")).get("spec"))
@@ -668,7 +704,7 @@ class KubeClusterReader:
                 else priority_classes.get(pod_spec.get("priorityClassName") or "", default_priority)
             )
             if product is None:
-                product = _map(pod_spec.get("nodeSelector")).get(cfg.gpu_product_label) or None
+                product = pinned_product(pod_spec, cfg.gpu_product_label)
         priority = max(priorities, default=default_priority)
         if kind == "Workload" and spec.get("priority") is not None:
             priority = _int(spec.get("priority"), priority)
@@ -754,14 +790,16 @@ class KubeClusterReader:
             isinstance(t, dict) and t.get("key") in cfg.leaving_taints and t.get("effect") in _LEAVING_EFFECTS
             for t in taints
         )
+        deleting = bool(meta.get("deletionTimestamp"))  # held by a finalizer while its instance goes
         return NodeInfo(
             name=meta.get("name", ""),
             allocatable_gpus=gpus,
             gpu_product=labels.get(cfg.gpu_product_label),
             pool=pool,
             # Cluster Autoscaler's rule: a GPU node is not ready until its GPUs are allocatable. A cordoned node, or
-            # one an autoscaler is removing, takes no new pods, so it is no capacity for a scale-up either.
-            ready=ready and gpus > 0 and not spec.get("unschedulable", False) and not leaving,
+            # one an autoscaler is removing (or already being deleted), takes no new pods, so it is no capacity for
+            # a scale-up either.
+            ready=ready and gpus > 0 and not spec.get("unschedulable", False) and not leaving and not deleting,
             labels=dict(labels),
         )
 
@@ -775,10 +813,12 @@ class KubeClusterReader:
             # A budget whose pods we cannot tell must still hold the planner back: it covers the whole namespace.
             log.warning("PodDisruptionBudget %s/%s: %s; taken to cover its whole namespace", namespace, name, exc)
             selector = selector_matching_every_pod()
+        # No status yet means the disruption controller has not looked at it: assume no budget. Nor while its status
+        # is older than its spec: the Eviction API refuses every eviction until the controller has caught up.
+        stale = _int(status.get("observedGeneration"), 0) < _int(meta.get("generation"), 0)
         return PodDisruptionBudgetInfo(
             namespace=namespace,
             name=name,
             selector=selector,
-            # No status yet means the disruption controller has not looked at it: assume no budget.
-            disruptions_allowed=_int(status.get("disruptionsAllowed")),
+            disruptions_allowed=0 if stale else _int(status.get("disruptionsAllowed")),
         )
