@@ -185,13 +185,15 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
 def _free_by_node(
     snapshot: ClusterSnapshot, burst_pools: Set[str], node_types: dict[str, str | None]
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows. Any other
-    node that is not ready (an on-prem node whose kubelet died, one cordoned or being removed) is no capacity on
-    its way: counting it would hide a shortfall for as long as it stays broken. ``node_types`` (node -> GPU type)
-    gains the type of every entry it adds."""
+    """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows, and not
+    leaving. Any other node that is not ready (an on-prem node whose kubelet died; any node cordoned, tainted for
+    removal or being deleted, a burst node given back included) is no capacity on its way: counting it would hide a
+    shortfall for as long as it stays. ``node_types`` (node -> GPU type) gains the type of every entry it adds."""
     free = free_gpus_per_node(snapshot)
     ready = {n.name: free[n.name] for n in snapshot.nodes if n.ready}
-    booting = {n.name: free[n.name] for n in snapshot.nodes if not n.ready and n.pool in burst_pools}
+    booting = {
+        n.name: free[n.name] for n in snapshot.nodes if not n.ready and not n.leaving and n.pool in burst_pools
+    }
     # GPUs of terminating pods on ready nodes are on their way back too (a gang stopped by an earlier tick, a
     # replica scaled down): counted as coming, so that a tick in their grace period does not stop a second gang
     # for the same shortfall.

@@ -55,6 +55,9 @@ class NodeInfo:
     pool: str | None
     ready: bool  # a GPU node is ready only when Ready and its allocatable GPUs are above 0
     labels: Mapping[str, str] = field(default_factory=dict)
+    # cordoned, tainted for removal by an autoscaler, or being deleted: not ready, and not on its way either (a burst
+    # node that is not ready otherwise counts as booting capacity)
+    leaving: bool = False
 
 
 @dataclass(frozen=True, slots=True)

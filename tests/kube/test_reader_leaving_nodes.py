@@ -29,3 +29,25 @@ def test_a_node_being_removed_is_no_free_capacity(
     assert nodes["cordoned"] is False  # cordoned: no capacity (passes)
     assert nodes["going"] is False  # being deleted: no new pod will ever land there either
     assert free_gpus(snap) == 0
+
+
+def test_cordoned_tainted_and_deleted_nodes_are_leaving_not_booting(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """``NodeInfo.leaving`` tells a node that will not become ready (cordoned, tainted for removal, being deleted)
+    from one that is booting: a burst node of either kind is not ready, and only a booting one is capacity on its
+    way (``core.arbitrate``)."""
+    tainted = o.node("tainted")
+    tainted["spec"]["taints"] = [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}]
+    deleting = o.node("deleting")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    deleting["metadata"]["finalizers"] = ["example.com/instance"]
+    apiserver.seed(o.node("plain"), o.node("cordoned", unschedulable=True), tainted, deleting)
+    snap = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW)
+    leaving = {n.name: (n.leaving, n.ready) for n in snap.nodes}
+    assert leaving == {
+        "plain": (False, True),
+        "cordoned": (True, False),
+        "tainted": (True, False),
+        "deleting": (True, False),
+    }

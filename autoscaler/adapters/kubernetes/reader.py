@@ -801,6 +801,7 @@ class KubeClusterReader:
             # a scale-up either.
             ready=ready and gpus > 0 and not spec.get("unschedulable", False) and not leaving and not deleting,
             labels=dict(labels),
+            leaving=bool(spec.get("unschedulable", False)) or leaving or deleting,
         )
 
     @staticmethod
