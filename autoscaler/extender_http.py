@@ -187,8 +187,9 @@ def _required_products(spec: Mapping[str, Any]) -> frozenset[str] | None:
 
 def parse_pod(pod: Any) -> PodRequest:
     """The extender's view of a ``v1.Pod`` (JSON): its effective ``nvidia.com/gpu`` request (as kube-scheduler counts
-    it: ``core.cluster.effective_request``), the GPU types its ``nodeSelector`` and required node affinity accept,
-    its priority. ValueError, naming the field, when it cannot be read (a field of the wrong JSON type)."""
+    it: ``core.cluster.effective_request``, plus ``spec.overhead``), the GPU types its ``nodeSelector`` and required
+    node affinity accept, its priority. ValueError, naming the field, when it cannot be read (a field of the wrong
+    JSON type)."""
     if not isinstance(pod, Mapping):
         raise ValueError("the pod is not an object")
     meta = _object(pod.get("metadata"), "metadata")
@@ -205,7 +206,10 @@ def parse_pod(pod: Any) -> PodRequest:
     for i, c in enumerate(init):
         where = f"spec.initContainers[{i}]"
         init_requests.append((_container_gpus(c, where), _object(c, where).get("restartPolicy") == "Always"))
-    gpus = effective_request(app, init_requests)
+    overhead = _object(spec.get("overhead"), "spec.overhead")
+    # the RuntimeClass's overhead is added on top, as kube-scheduler's resourcehelper.PodRequests does
+    extra = _quantity_int(overhead[GPU_RESOURCE], "spec.overhead") if GPU_RESOURCE in overhead else 0
+    gpus = effective_request(app, init_requests) + extra
     selector = _object(spec.get("nodeSelector"), "spec.nodeSelector").get(GPU_PRODUCT_LABEL)
     if selector is not None and not isinstance(selector, str):
         raise ValueError(f"spec.nodeSelector[{GPU_PRODUCT_LABEL}] must be a string, got {type(selector).__name__}")

@@ -1,6 +1,8 @@
 """Extender answers for valid kube-scheduler requests the snapshot cannot judge yet, and sidecar GPUs."""
 import json
 
+import pytest
+
 from autoscaler.adapters.kubernetes.reader import pod_gpus
 from autoscaler.core.cluster import ClusterSnapshot, NodeInfo
 from autoscaler.extender_http import Extender, parse_pod
@@ -95,3 +97,19 @@ def test_pods_a_rebalance_pass_evicts_leave_the_extenders_view_before_the_evicti
     view = latest.latest()
     assert view is not None and [p.name for p in view.pods] == ["b"] and view.time == NOW
     assert [p.name for p in latest.snapshot(NOW).pods] == ["a", "b"]  # the next read is the cluster as it is
+
+
+def test_the_pod_overhead_counts_as_the_reader_and_the_scheduler_count_it() -> None:
+    """kube-scheduler adds ``spec.overhead`` (a RuntimeClass's) to the pod's request; the reader does, and the
+    extender answered for one GPU fewer, scoring nodes that could not hold the pod."""
+    from autoscaler.adapters.kubernetes.reader import pod_gpus
+
+    spec = {
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+        "overhead": {"nvidia.com/gpu": "1", "cpu": "250m"},
+    }
+    assert parse_pod({"metadata": {"name": "p", "namespace": "ml"}, "spec": spec}).gpus == 3 == pod_gpus(
+        spec, "nvidia.com/gpu"
+    )
+    with pytest.raises(ValueError, match=r"spec\.overhead"):
+        parse_pod({"metadata": {"name": "p", "namespace": "ml"}, "spec": {**spec, "overhead": "1"}})
