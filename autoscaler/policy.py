@@ -7,9 +7,10 @@ The same YAML objects configure the controller (as custom resources in the clust
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from autoscaler.core.model import (
     ForecastMode,
@@ -45,6 +46,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
 
+def _json_integer(value: Any) -> Any:
+    # pydantic's lax mode reads "5" and true as 5 and 1; the CRD's ``integer`` type refuses both (an integral float,
+    # 5.0, it accepts, and so does pydantic). The model must refuse what the apiserver refuses, or a scenario or
+    # --policy file runs that ``kubectl apply`` rejects.
+    if isinstance(value, (str, bool)):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, (str, bool)):  # as the CRD's ``number`` type (see _json_integer)
+        raise PydanticCustomError("float_type", "Input should be a valid number")
+    return value
+
+
+#: An ``integer`` of the CRD: a JSON number without a fraction, not a string or a boolean.
+Integer = Annotated[int, BeforeValidator(_json_integer)]
+#: A ``number`` of the CRD: a JSON number, not a string or a boolean.
+Number = Annotated[float, BeforeValidator(_json_number)]
+#: A ``boolean`` of the CRD: true or false, not "true", 0 or "yes".
+Boolean = Annotated[bool, Strict()]
+
+
 # A Kubernetes object name (RFC 1123 subdomain: lower-case labels of letters, digits and '-', joined by dots).
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # a namespace's characters (at most 63 of them)
 DNS_SUBDOMAIN = rf"{DNS_LABEL}(\.{DNS_LABEL})*"
@@ -77,7 +101,7 @@ class MetricTarget(_Strict):
         description="per-replica scaling signal: gpu_utilization (percent 0-100), engine_active (ratio 0-1), "
         "request_rate (requests/s), queue_depth (requests)",
     )
-    target: float = Field(
+    target: Number = Field(
         70.0,
         ge=MIN_PER_REPLICA,
         description=f"average value per ready replica, in the signal's unit, at least {MIN_PER_REPLICA:g} (the "
@@ -96,15 +120,15 @@ class MetricTarget(_Strict):
 
 class RatePolicySpec(_Strict):
     type: Literal["Pods", "Percent"] = Field(description="Pods: absolute pods; Percent: percent of replicas")
-    value: int = Field(gt=0, le=INT32_MAX, description="pods or percent allowed per period")
-    period_seconds: float = Field(alias="periodSeconds", gt=0, le=1800, description="period, seconds")
+    value: Integer = Field(gt=0, le=INT32_MAX, description="pods or percent allowed per period")
+    period_seconds: Number = Field(alias="periodSeconds", gt=0, le=1800, description="period, seconds")
 
 
 class ScalingRulesSpec(_Strict):
     stabilization_window_seconds: float | None = Field(
         None, alias="stabilizationWindowSeconds", ge=0, le=3600, description="stabilisation window, seconds"
     )
-    tolerance: float = Field(0.1, ge=0, lt=1, description="no change while |metric/target - 1| <= tolerance (ratio)")
+    tolerance: Number = Field(0.1, ge=0, lt=1, description="no change while |metric/target - 1| <= tolerance (ratio)")
     select_policy: Literal["Max", "Min", "Disabled"] = Field("Max", alias="selectPolicy")
     policies: list[RatePolicySpec] | None = Field(
         None,
@@ -112,6 +136,9 @@ class ScalingRulesSpec(_Strict):
         "in this direction)",
         json_schema_extra={"minItems": 1},
     )
+
+    # an Optional constrained field: the Number alias would take its bounds off the schema (see _json_integer)
+    _window_is_a_number = field_validator("stabilization_window_seconds", mode="before")(_json_number)
 
     @field_validator("policies")
     @classmethod
@@ -136,7 +163,7 @@ class ScalingRulesSpec(_Strict):
 class BehaviorSpec(_Strict):
     scale_up: ScalingRulesSpec = Field(default_factory=ScalingRulesSpec, alias="scaleUp")
     scale_down: ScalingRulesSpec = Field(default_factory=ScalingRulesSpec, alias="scaleDown")
-    hpa_without_behavior: bool = Field(
+    hpa_without_behavior: Boolean = Field(
         False,
         alias="hpaWithoutBehavior",
         description="behave as an HPA with no behavior block (what autoscaler import-hpa writes for one): "
@@ -156,9 +183,9 @@ class BehaviorSpec(_Strict):
 
 
 class LatencySpec(_Strict):
-    slo_seconds: float = Field(alias="sloSeconds", gt=0, description="latency objective, seconds")
-    quantile: float = Field(0.95, gt=0, lt=1, description="the latency quantile the SLO applies to")
-    guard: bool = Field(True, description="scale up when latency > SLO even if the metric is on target")
+    slo_seconds: Number = Field(alias="sloSeconds", gt=0, description="latency objective, seconds")
+    quantile: Number = Field(0.95, gt=0, lt=1, description="the latency quantile the SLO applies to")
+    guard: Boolean = Field(True, description="scale up when latency > SLO even if the metric is on target")
 
 
 class QueriesSpec(_Strict):
@@ -176,7 +203,7 @@ class ForecastSpec(_Strict):
         description="off: reactive only; shadow: report what the forecast would do; active: forecast raises "
         "the replica floor ahead of demand",
     )
-    quantile: float = Field(0.9, gt=0, lt=1, description="forecast quantile provisioned for")
+    quantile: Number = Field(0.9, gt=0, lt=1, description="forecast quantile provisioned for")
     rate_per_replica: float | None = Field(
         None,
         alias="ratePerReplica",
@@ -184,7 +211,7 @@ class ForecastSpec(_Strict):
         description="requests/s one replica serves, to turn the request-rate forecast into replicas (default: "
         "metric.target when metric.type is request_rate; other metrics get no forecast floor without it)",
     )
-    untrusted_target_ratio: float = Field(
+    untrusted_target_ratio: Number = Field(
         0.75,
         alias="untrustedTargetRatio",
         ge=MIN_UNTRUSTED_TARGET_RATIO,
@@ -193,6 +220,8 @@ class ForecastSpec(_Strict):
         "ratePerReplica) while its forecast has not earned trust (too few live scores, stale, unreliable, or its "
         "quantile covering too little of the demand); trust then raises it to the full target. 1 turns this off",
     )
+
+    _rate_is_a_number = field_validator("rate_per_replica", mode="before")(_json_number)  # see ScalingRulesSpec
 
     def to_policy(self) -> ForecastPolicy | None:
         if self.mode == "off":
@@ -204,20 +233,20 @@ class ForecastSpec(_Strict):
 
 class GPUScalingPolicySpec(_Strict):
     target_ref: TargetRef = Field(alias="targetRef")
-    gpus_per_replica: int = Field(1, alias="gpusPerReplica", ge=1, le=64, description="nvidia.com/gpu per replica")
-    min_replicas: int = Field(1, alias="minReplicas", ge=0, le=INT32_MAX)
-    max_replicas: int = Field(10, alias="maxReplicas", ge=1, le=INT32_MAX)
+    gpus_per_replica: Integer = Field(1, alias="gpusPerReplica", ge=1, le=64, description="nvidia.com/gpu per replica")
+    min_replicas: Integer = Field(1, alias="minReplicas", ge=0, le=INT32_MAX)
+    max_replicas: Integer = Field(10, alias="maxReplicas", ge=1, le=INT32_MAX)
     metric: MetricTarget = Field(default_factory=MetricTarget)
     latency: LatencySpec | None = None
     queries: QueriesSpec = Field(default_factory=QueriesSpec)
-    priority: int = Field(
+    priority: Integer = Field(
         0,
         ge=INT32_MIN,
         le=INT32_MAX,
         description="higher wins GPUs; compared with training PriorityClass values (int32, as they are; user-defined "
         f"classes are at most {USER_PRIORITY_MAX:,})",
     )
-    cold_start_seconds: float = Field(
+    cold_start_seconds: Number = Field(
         90.0, alias="coldStartSeconds", ge=0, le=3600, description="pod creation to ready (image pull + model load), s"
     )
     mode: Mode = Field(Mode.ACTIVE, description="active: act; recommend-only: report the plan, write nothing")

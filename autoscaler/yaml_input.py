@@ -17,6 +17,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key given twice in one mapping is an error (not: the last one wins)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):
+            # `!!map [1]`, `!!set x`: the base class refuses it with its position (iterating it as key-value pairs
+            # raised a TypeError, or a ValueError without a position)
+            return super().construct_mapping(node, deep=deep)
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":

@@ -3,9 +3,11 @@
 An invalid object never stops the others: it is set aside with the field at fault, and ``report`` gives it an
 ``InvalidSpec`` condition (``Ready=False``) and one Warning Event naming the field. When it is fixed the condition
 flips back. Two policies that scale the same Deployment: the established one keeps it and the other is invalid.
-Established means, in this order: the owner at this loader's previous load; a policy whose status says the controller
-has been acting on it (``Ready=True``, no ``InvalidSpec``), which survives a controller restart; the older object.
-A newcomer never takes a Deployment over by its name or by a tie on the creation second.
+Established means, in this order: the owner of that Deployment at this loader's previous load (owning another one
+does not count); a policy whose status says the controller has been acting on its current spec (``Ready=True`` observed
+at its generation, no ``InvalidSpec``), which survives a controller restart; the older object. A newcomer -- also a
+policy retargeted onto a Deployment another one scales -- never takes a Deployment over by its name or by a tie on
+the creation second. ``report`` writes to the object that was read (its uid) at the generation that was validated.
 """
 
 from __future__ import annotations
@@ -129,10 +131,21 @@ def validate_policy(obj: Mapping[str, Any]) -> LoadedPolicy | InvalidPolicy:
     return LoadedPolicy(spec=parsed, service=to_service_policy(namespace, name, parsed), **common)
 
 
-def _acted_on(status: Mapping[str, Any] | None) -> bool:
-    """The controller has been scaling for this policy: its status says Ready and not InvalidSpec."""
+def _incarnation(policy: LoadedPolicy | InvalidPolicy) -> dict[str, Any]:
+    """The status write's precondition: the object that was read (its uid), at the generation that was validated
+    (``observedGeneration``). A policy deleted and created again under its name since the read is left alone."""
+    return {"uid": policy.uid or None, "generation": policy.generation or None}
+
+
+def _acted_on(status: Mapping[str, Any] | None, generation: int) -> bool:
+    """The controller has been scaling for this policy: its status says Ready and not InvalidSpec, of this generation
+    of the spec (a Ready condition observed at another generation speaks of an earlier spec, which may have targeted
+    another Deployment; one without observedGeneration is taken at its word)."""
     ready, invalid = condition(status, READY), condition(status, INVALID_SPEC)
-    return bool(ready and ready.get("status") == "True" and not (invalid and invalid.get("status") == "True"))
+    if not (ready and ready.get("status") == "True") or (invalid and invalid.get("status") == "True"):
+        return False
+    observed = ready.get("observedGeneration")
+    return observed is None or not generation or observed == generation
 
 
 class PolicyLoader:
@@ -149,7 +162,8 @@ class PolicyLoader:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
-        self.namespaces = tuple(namespaces)
+        # each namespace once: listed twice, every policy in it came twice and its copy contested its own Deployment
+        self.namespaces = tuple(dict.fromkeys(namespaces))
         self._owners: dict[str, str] = {}  # service key -> uid of the policy that scaled it at the previous load
         self.api_calls = 0
         self._pager = Pager(
@@ -187,25 +201,33 @@ class PolicyLoader:
     def load(self) -> PolicySet:
         """Read and validate every policy (reads only; ``report`` writes the verdicts)."""
         objects = self.list_objects()
-        previous = set(self._owners.values())
-
-        def precedence(obj: Mapping[str, Any]) -> tuple[bool, bool, float, str, str]:
-            meta = obj.get("metadata") or {}
-            return (
-                meta.get("uid") not in previous,
-                not _acted_on(obj.get("status")),
-                parse_time(meta.get("creationTimestamp")) or 0.0,
-                meta.get("namespace", ""),
-                meta.get("name", ""),
-            )
+        owners_before = self._owners
+        seen: set[str] = set()
+        results: list[tuple[tuple[bool, bool, float, str, str], LoadedPolicy | InvalidPolicy]] = []
+        for obj in objects:
+            result = validate_policy(obj)
+            if result.uid:
+                if result.uid in seen:
+                    continue  # the same object twice (listed by two overlapping reads): it is one policy
+                seen.add(result.uid)
+            meta = obj.get("metadata")
+            created = parse_time(meta.get("creationTimestamp")) if isinstance(meta, Mapping) else None
+            if isinstance(result, LoadedPolicy):
+                # Established for *this* Deployment: its owner at the previous load (owning another one does not
+                # count: a policy retargeted onto a Deployment another policy scales is a newcomer to it), else
+                # a status that says the controller has been acting on this generation of the spec.
+                newcomer = owners_before.get(result.service.key) != result.uid
+                acted = _acted_on(result.status, result.generation)
+            else:
+                newcomer, acted = True, False
+            results.append(((newcomer, not acted, created or 0.0, result.namespace, result.name), result))
 
         # Established owners first, so that they keep a contested Deployment.
-        objects.sort(key=precedence)
+        results.sort(key=lambda item: item[0])
         valid: list[LoadedPolicy] = []
         invalid: list[InvalidPolicy] = []
         owners: dict[str, str] = {}
-        for obj in objects:
-            result = validate_policy(obj)
+        for _, result in results:
             if isinstance(result, InvalidPolicy):
                 invalid.append(result)
                 continue
@@ -247,7 +269,7 @@ class PolicyLoader:
             if not new_problem and not stale_generation:
                 continue
             try:
-                writer.update_policy_status(
+                written = writer.update_policy_status(
                     bad.namespace,
                     bad.name,
                     StatusUpdate(
@@ -257,8 +279,11 @@ class PolicyLoader:
                         )
                     ),
                     now=now,
+                    **_incarnation(bad),
                 )
-                if new_problem:
+                # Not written: the object is gone, or is another one now (deleted and created again since the read),
+                # or its status already says so: no Event about a spec that object may not have.
+                if written and new_problem:
                     writer.emit_event(
                         KIND,
                         bad.namespace,
@@ -280,6 +305,7 @@ class PolicyLoader:
                     good.name,
                     StatusUpdate(conditions=(ConditionUpdate(INVALID_SPEC, False, VALID_REASON, "the spec is valid"),)),
                     now=now,
+                    **_incarnation(good),
                 )
             except PortError as exc:
                 errors.append(exc)
