@@ -200,7 +200,8 @@ def test_a_conflict_on_the_same_incarnation_is_still_retried(
 
 
 def test_without_a_uid_the_writer_behaves_as_before(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
-    """Old callers (``PolicyLoader.report``) pass no uid: whatever object has the name is written."""
+    """A caller that passes no uid (a status port plug-in written before it): whatever object has the name is
+    written."""
     seed_old(apiserver)
     new_uid = recreate(apiserver)
     w = writer(api_client)
