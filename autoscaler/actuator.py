@@ -16,7 +16,12 @@ For every action of a plan, in order:
    re-decides on fresh data); a PodDisruptionBudget's 429 is ``blocked``; a scale carries the replicas it was
    decided from (``expected_replicas``), and a Deployment somebody else scaled in the meantime is not written:
    ``skipped`` (never a conflict turning a scale-up into a scale-down);
-5. **record**: one ``ActionResult`` per action, and a Normal Event on the object for every applied change.
+5. **record**: one ``ActionResult`` per action, in the plan's order, and a Normal Event on the object for every
+   applied change.
+
+The plan itself is checked first: an action repeating an earlier one on the same object is applied once, actions
+doing different things to one object (a suspension and a resumption of a workload) none of them (``skipped``); a
+node the plan gives back after stopping gangs for its replicas is given back only once those stops were made.
 """
 
 from __future__ import annotations
@@ -146,6 +151,60 @@ def guard(action: Action, context: GuardContext) -> str | None:
     return None
 
 
+def _effect(action: Action) -> tuple[tuple[str, ...], object]:
+    """What an action writes to, and what it does to it (two actions alike do the same). A resize is keyed by the
+    size it was decided from too: two resizes from different sizes are a sequence the writer's precondition orders
+    (the second is written only over the size it expects), not a contradiction."""
+    if isinstance(action, EvictPod):
+        return ("pod", action.namespace, action.name), "evict"
+    if isinstance(action, SuspendWorkload | ResumeWorkload):
+        return ("workload", action.kind, action.namespace, action.name), action_kind(action)
+    if isinstance(action, ScaleDeployment):
+        return ("deployment", action.namespace, action.name, str(action.previous_replicas)), action.replicas
+    return ("pool", action.pool, str(action.previous_nodes)), (action.nodes, action.remove_node)
+
+
+def _contradictions(actions: Sequence[Action]) -> dict[int, str]:
+    """The actions of a plan that are not applied because of the plan itself, by index, with why (``skipped``):
+
+    - an action on an object an earlier one already does the same to (a pod evicted twice, a workload suspended
+      twice, the same scale twice): applied once. The second would be reported applied for nothing written (a pod
+      the first eviction removed answers 404), with a second Event and its lost work counted twice;
+    - actions that do different things to the same object (a suspension and a resumption of a workload, a
+      Deployment or a pool resized two ways from the same size): none of them. The plan contradicts itself --
+      suspended then resumed, a training loses its pods and the work since its checkpoint for nothing; a scale-up
+      that fails and a scale-down that goes through is a scale-down caused by an API error -- and the next tick
+      re-plans on fresh data."""
+    effects: dict[tuple[str, ...], set[object]] = {}
+    for action in actions:
+        target, effect = _effect(action)
+        effects.setdefault(target, set()).add(effect)
+    out: dict[int, str] = {}
+    seen: dict[tuple[str, ...], int] = {}
+    for index, action in enumerate(actions):
+        target, _ = _effect(action)
+        if len(effects[target]) > 1:
+            if isinstance(action, SuspendWorkload | ResumeWorkload):
+                what = f"both suspends and resumes {action_target(action)}"
+            else:
+                what = f"changes {action_target(action)} in {len(effects[target])} different ways"
+            out[index] = f"the plan {what}: none of it is applied (the next tick re-plans on fresh data)"
+        elif target in seen:
+            out[index] = f"the plan names {describe_action(action)} twice: applied once (action {seen[target] + 1})"
+        else:
+            seen[target] = index
+    return out
+
+
+def _move_stops(action: Action, actions: Sequence[Action]) -> list[Action]:
+    """The stops a node-pool scale-down was planned on: ``core.arbitrate``'s consolidation stops the gangs whose GPUs
+    take the node's replicas and gives the node back in the same plan, the stops and the resize sharing their
+    ``detail``. Given back without them, the node's replicas would have nowhere to go."""
+    if not isinstance(action, ScaleNodePool) or action.nodes >= action.previous_nodes:
+        return []
+    return [a for a in actions if isinstance(a, EvictPod | SuspendWorkload) and a.detail == action.detail]
+
+
 def forget_unapplied(
     state: ControllerState, previous: ControllerState, results: Sequence[ActionResult], now: float
 ) -> ControllerState:
@@ -232,28 +291,66 @@ class Actuator:
                    "Normal", topic=None)
 
     def apply(self, actions: Sequence[Action], context: GuardContext) -> list[ActionResult]:
-        results: list[ActionResult] = []
-        index = 0
-        while index < len(actions):
-            action = actions[index]
-            if isinstance(action, EvictPod) and action.gang:
-                end = index
-                while end < len(actions) and isinstance(actions[end], EvictPod) and actions[end].gang == action.gang:
-                    end += 1
-                results.extend(self._apply_gang([a for a in actions[index:end] if isinstance(a, EvictPod)], context))
-                index = end
+        """One result per action, in the plan's order. A gang's evictions are applied together (whole or not at
+        all) where its first one stands, wherever the others are in the plan, and its first eviction not made
+        leaves it running; an action that repeats an earlier one on the same object, and actions that do different
+        things to one object (a suspension and a resumption...), are ``skipped`` (``_contradictions``); a
+        consolidation's node-pool scale-down goes after the stops it was planned on, ``skipped`` unless they were
+        made (``_move_stops``)."""
+        results: list[ActionResult | None] = [None] * len(actions)
+        for index, why in _contradictions(actions).items():
+            results[index] = ActionResult(actions[index], "skipped", why)
+        # a node given back by a consolidation goes after the stops it was planned on, and only if they were made
+        dependent = {i: stops for i, a in enumerate(actions) if (stops := _move_stops(a, actions))}
+        for index, action in enumerate(actions):
+            if results[index] is not None:
                 continue
-            results.append(self.apply_one(action, context))
-            index += 1
+            if index in dependent:
+                # in its place once its stops are done (core.arbitrate puts them first): a scale-down moved after the
+                # plan's other writes would remove a node that a replica scaled up meanwhile may just have landed on
+                if all(results[i] is not None for i, a in enumerate(actions) if a in dependent[index]):
+                    results[index] = self._after_stops(action, dependent[index], results, context)
+                continue
+            if isinstance(action, EvictPod) and action.gang:
+                members = [
+                    i
+                    for i in range(index, len(actions))
+                    if results[i] is None and isinstance(actions[i], EvictPod) and actions[i].gang == action.gang
+                ]
+                gang = self._apply_gang([a for a in (actions[i] for i in members) if isinstance(a, EvictPod)], context)
+                for i, result in zip(members, gang, strict=True):
+                    results[i] = result
+                continue
+            results[index] = self.apply_one(action, context)
+        for index, stops in dependent.items():
+            if results[index] is None:  # a stop it needs came after it in the plan
+                results[index] = self._after_stops(actions[index], stops, results, context)
+        done = [r for r in results if r is not None]
         told: set[str] = set()
-        for result in results:
+        for result in done:
             action = result.action
             if not isinstance(action, EvictPod) or result.result != "applied":
                 continue
             if action.service and action.gang and action.gang not in told:
                 told.add(action.gang)
                 self.service_event(action.service, action, f"evicted gang {action.gang}: {action.detail}")
-        return results
+        return done
+
+    def _after_stops(
+        self,
+        action: Action,
+        stops: Sequence[Action],
+        results: Sequence[ActionResult | None],
+        context: GuardContext,
+    ) -> ActionResult:
+        """A node-pool scale-down planned on stops (``_move_stops``): applied only when all of them were made."""
+        made = {action_target(r.action) for r in results if r is not None and r.result in ("applied", "dry_run")}
+        missing = sorted({action_target(a) for a in stops} - made)
+        if missing and guard(action, context) is None:
+            why = f"not given back: the stops its move needs were not made ({', '.join(missing)})"
+            log.warning("skipped: %s: %s", describe_action(action), why)
+            return ActionResult(action, "skipped", why)
+        return self.apply_one(action, context)
 
     def _apply_gang(self, evictions: Sequence[EvictPod], context: GuardContext) -> list[ActionResult]:
         """A gang's evictions, whole or not at all: each is first asked as a dry run (the API server checks the
@@ -287,7 +384,23 @@ class Actuator:
                 )
                 log.info("%s", message)
                 return [ActionResult(a, "blocked", message) for a in evictions]
-        results = [self.apply_one(a, context) for a in evictions]
+        results: list[ActionResult] = []
+        for position, action in enumerate(evictions):
+            result = self.apply_one(action, context)
+            results.append(result)
+            if result.result != "applied" and len(results) == 1:
+                # Nothing is stopped yet and the first eviction was not made (an API error, a budget spent since
+                # the dry run, the Lease lost): the gang is still whole, so it stays running (an API error never
+                # causes a preemption, nor breaks a gang). The others are not sent.
+                message = (
+                    f"gang {gang} left running: the eviction of {action.namespace}/{action.name} was not made "
+                    f"({result.result}): {result.message}"
+                )
+                log.warning("%s", message)
+                result.message = message
+                return results + [
+                    ActionResult(a, result.result, message, result.component) for a in evictions[position + 1 :]
+                ]
         stopped = sum(1 for r in results if r.result == "applied")
         if 0 < stopped < len(results):
             # A budget changed between the dry run and the eviction: the gang is broken either way; the next
