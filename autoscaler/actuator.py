@@ -197,12 +197,12 @@ def _contradictions(actions: Sequence[Action]) -> dict[int, str]:
 
 
 def _move_stops(action: Action, actions: Sequence[Action]) -> list[Action]:
-    """The stops a node-pool scale-down was planned on: ``core.arbitrate``'s consolidation stops the gangs whose GPUs
-    take the node's replicas and gives the node back in the same plan, the stops and the resize sharing their
-    ``detail``. Given back without them, the node's replicas would have nowhere to go."""
+    """The stops a node-pool scale-down was planned on (``ScaleNodePool.needs``: ``core.arbitrate``'s consolidation
+    stops the gangs whose GPUs take the node's replicas and gives the node back in the same plan). Given back without
+    them, the node's replicas would have nowhere to go."""
     if not isinstance(action, ScaleNodePool) or action.nodes >= action.previous_nodes:
         return []
-    return [a for a in actions if isinstance(a, EvictPod | SuspendWorkload) and a.detail == action.detail]
+    return list(action.needs)
 
 
 def forget_unapplied(

@@ -705,14 +705,21 @@ def _give_back(
         detail = f"{detail}, for {now - since:.0f}s"
         stopped = {v.gang for v in victims}
         candidates = [c for c in candidates if c.gang not in stopped]
+        stops: list[Action] = []
         for victim in victims:
             for budget, covered, _ in victim.pdb_use:
                 pdb_spent[budget] = pdb_spent.get(budget, 0) + covered
             for node, gpus in victim.gpus_by_node.items():
                 if node in free:
                     free[node] += gpus
-            actions.extend(_stop_actions(victim, workloads, detail, service))
-        actions.append(ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest))
+            stops.extend(_stop_actions(victim, workloads, detail, service))
+        actions.extend(stops)
+        actions.append(
+            ScaleNodePool(
+                pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest,
+                needs=tuple(a for a in stops if isinstance(a, EvictPod | SuspendWorkload)),
+            )
+        )  # fmt: skip
         unneeded.pop(pool.name, None)
         moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),

@@ -299,6 +299,9 @@ class ScaleNodePool:
     reason: Reason
     detail: str
     remove_node: str | None = None
+    # the stops (of the same plan, before it) this give-back was planned on: the gangs whose GPUs take the node's
+    # replicas (a consolidation); given back without them, those replicas would have nowhere to go
+    needs: tuple[EvictPod | SuspendWorkload, ...] = ()
 
 
 Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool

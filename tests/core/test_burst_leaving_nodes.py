@@ -25,3 +25,4 @@ def test_only_a_burst_node_that_is_not_leaving_is_booting(node: NodeInfo, bootin
     assert coming == booting
     assert ready == ({node.name: 8} if node.ready else {})
 
+

@@ -253,3 +253,7 @@ def test_two_pools_consolidated_in_one_tick(on_b: int, budget: int, stopped: lis
         actions, report, state = arbitrate(arb, state, config)
     assert [a.name for a in actions if not isinstance(a, ScaleNodePool)] == stopped, (actions, report.notes)
     assert [a.pool for a in actions if isinstance(a, ScaleNodePool)] == shrunk, (actions, report.notes)
+    # each give-back names the stops its move needs (the actuator gives the node back only once they are made), and
+    # every stop is needed by exactly one give-back
+    needs = [stop for a in actions if isinstance(a, ScaleNodePool) for stop in a.needs]
+    assert sorted(needs, key=repr) == sorted((a for a in actions if not isinstance(a, ScaleNodePool)), key=repr)

@@ -207,10 +207,12 @@ MOVE = "burst-a: give back burst-1, its 2 replica(s) fit once train/g1 is stoppe
 
 def consolidation(c: FakeCluster) -> list[Action]:
     """``core.arbitrate``'s consolidation: stop the gangs whose GPUs take the node's replicas, give the node back
-    (the stops and the resize share their ``detail``)."""
+    (the resize names the stops it needs)."""
     c.add_pool("burst-a", 2)
-    stops: list[Action] = [replace(evict(n), detail=MOVE) for n in ("w-0", "w-1")]
-    give_back = ScaleNodePool("burst-a", 1, 2, Reason.BURST_SCALE_DOWN, MOVE, remove_node="burst-a-1")
+    stops = [replace(evict(n), detail=MOVE) for n in ("w-0", "w-1")]
+    give_back = ScaleNodePool(
+        "burst-a", 1, 2, Reason.BURST_SCALE_DOWN, MOVE, remove_node="burst-a-1", needs=tuple(stops)
+    )
     return [*stops, give_back]
 
 
@@ -230,7 +232,9 @@ def test_a_burst_node_is_not_given_back_when_the_suspension_its_move_needs_faile
     c.add_pool("burst-a", 2)
     c.fail("suspend_workload")
     suspend = SuspendWorkload("Job", NS, "train-a", PREEMPT, MOVE, "ml/chat", 7200.0)
-    give_back = ScaleNodePool("burst-a", 1, 2, Reason.BURST_SCALE_DOWN, MOVE, remove_node="burst-a-1")
+    give_back = ScaleNodePool(
+        "burst-a", 1, 2, Reason.BURST_SCALE_DOWN, MOVE, remove_node="burst-a-1", needs=(suspend,)
+    )
     other = ScaleNodePool("burst-b", 3, 2, Reason.BURST_SCALE_UP, "short")
     c.add_pool("burst-b", 2)
     results = Actuator(c, c).apply([suspend, give_back, other], context())
