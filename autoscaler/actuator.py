@@ -196,7 +196,7 @@ def _contradictions(actions: Sequence[Action]) -> dict[int, str]:
     return out
 
 
-def _move_stops(action: Action, actions: Sequence[Action]) -> list[Action]:
+def _move_stops(action: Action) -> list[Action]:
     """The stops a node-pool scale-down was planned on (``ScaleNodePool.needs``: ``core.arbitrate``'s consolidation
     stops the gangs whose GPUs take the node's replicas and gives the node back in the same plan). Given back without
     them, the node's replicas would have nowhere to go."""
@@ -301,7 +301,7 @@ class Actuator:
         for index, why in _contradictions(actions).items():
             results[index] = ActionResult(actions[index], "skipped", why)
         # a node given back by a consolidation goes after the stops it was planned on, and only if they were made
-        dependent = {i: stops for i, a in enumerate(actions) if (stops := _move_stops(a, actions))}
+        dependent = {i: stops for i, a in enumerate(actions) if (stops := _move_stops(a))}
         for index, action in enumerate(actions):
             if results[index] is not None:
                 continue
