@@ -542,8 +542,7 @@ class Controller:
                     f"{STALE_METRICS_UNAVAILABLE}: {metrics_error}" if metrics_error else "no metrics for this service"
                 )
                 seen = ServiceObservation(
-                    key, deployment.spec_replicas, deployment.ready_replicas, stale_reasons=(reason,),
-                    status_replicas=deployment.status_replicas,
+                    key, deployment.spec_replicas, deployment.ready_replicas, stale_reasons=(reason,)
                 )
             elif metrics_error is not None:
                 # Whatever came back from a failed read is not trusted.

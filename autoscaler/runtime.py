@@ -86,7 +86,8 @@ class Runtime:
         self._forecast_update_interval = forecast_update_interval_s
         self._clock = clock
         self._stopping = threading.Event()
-        self._tick_running = threading.Lock()  # held while a tick runs
+        # one tick at a time, also when tick() is called beside the scheduler's job (its stall timer is one field)
+        self._tick_running = threading.Lock()
         # The leader's tick (``Controller.run_once``) and the rebalance pass (``Controller.rebalance``) take the
         # controller's lock for all their reads and writes: one waits for the other. They take this lock first, so
         # that the wait happens here, before the tick's stall timer starts: a tick waiting for a slow pass is not a

@@ -25,7 +25,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
@@ -193,7 +202,7 @@ class LeaderElectionSettings(_Group):
         return self
 
 
-_HOST_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.IGNORECASE)
+_HOST_NAME = re.compile(DNS_SUBDOMAIN, re.IGNORECASE)
 
 
 def _bind_address(value: str) -> str:
@@ -216,17 +225,15 @@ def _bind_address(value: str) -> str:
     )
 
 
+BindAddress = Annotated[str, AfterValidator(_bind_address)]
+
+
 class HttpSettings(_Group):
     """The controller's own HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``."""
 
     enabled: bool = Field(True, description="serve /metrics, /healthz and /readyz")
-    bind_address: str = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
+    bind_address: BindAddress = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0 = any free port, for tests)")
-
-    @field_validator("bind_address")
-    @classmethod
-    def _bindable(cls, value: str) -> str:
-        return _bind_address(value)
 
 
 class SchedulerExtenderSettings(_Group):
@@ -234,7 +241,7 @@ class SchedulerExtenderSettings(_Group):
     answered from the latest cluster snapshot on a port of its own (deploy/overlays/scheduler-extender)."""
 
     enabled: bool = Field(False, description="serve the kube-scheduler extender (filter, prioritize)")
-    bind_address: str = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
+    bind_address: BindAddress = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
     port: int = Field(8081, ge=0, le=65535, description="TCP port of the extender (0 = any free port, for tests)")
     max_snapshot_age_seconds: float = Field(
         60.0,
@@ -247,11 +254,6 @@ class SchedulerExtenderSettings(_Group):
         description="how prioritize ranks nodes: fgd (the published fragmentation gradient descent) or fgd-plus "
         "(FGD plus fill fragmentation, quantised; +0.2 points of GPU allocation on openb, benchmarks/bench_fgd.py)",
     )
-
-    @field_validator("bind_address")
-    @classmethod
-    def _bindable(cls, value: str) -> str:
-        return _bind_address(value)
 
 
 class KubernetesSettings(_Group):
