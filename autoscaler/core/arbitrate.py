@@ -295,9 +295,27 @@ def _budgets_left(candidates: Sequence[GangCandidate], spent: Mapping[str, int])
     return out
 
 
+def _take_victim(
+    victim: GangCandidate,
+    free: dict[str, int],
+    pdb_spent: dict[str, int],
+    workloads: Mapping[str, WorkloadInfo],
+    detail: str,
+    service: str,
+) -> list[EvictPod | SuspendWorkload]:
+    """Stop ``victim`` for ``service``: its disruptions spent from the tick's budgets, its GPUs back in ``free``, and
+    the actions that stop it."""
+    for budget, covered, _ in victim.pdb_use:
+        pdb_spent[budget] = pdb_spent.get(budget, 0) + covered
+    for node, gpus in victim.gpus_by_node.items():
+        if node in free:
+            free[node] += gpus
+    return _stop_actions(victim, workloads, detail, service)
+
+
 def _stop_actions(
     victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str, service: str
-) -> list[Action]:
+) -> list[EvictPod | SuspendWorkload]:
     workload = workloads.get(victim.gang)
     lost = victim.lost_work_gpu_s
     if workload is not None and workload.kind in SUSPENDABLE_KINDS and not workload.suspended:
@@ -453,12 +471,7 @@ def arbitrate(
         if pick_preempt and choice is not None:
             for victim in choice.victims:
                 taken.add(victim.gang)
-                for budget, covered, _ in victim.pdb_use:
-                    pdb_spent[budget] = pdb_spent.get(budget, 0) + covered
-                for node, gpus in victim.gpus_by_node.items():
-                    if node in free:
-                        free[node] += gpus
-                actions.extend(_stop_actions(victim, workloads, text, key))
+                actions.extend(_take_victim(victim, free, pdb_spent, workloads, text, key))
             _place(free, short, g, gpu_type, node_types)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
@@ -705,21 +718,13 @@ def _give_back(
         detail = f"{detail}, for {now - since:.0f}s"
         stopped = {v.gang for v in victims}
         candidates = [c for c in candidates if c.gang not in stopped]
-        stops: list[Action] = []
-        for victim in victims:
-            for budget, covered, _ in victim.pdb_use:
-                pdb_spent[budget] = pdb_spent.get(budget, 0) + covered
-            for node, gpus in victim.gpus_by_node.items():
-                if node in free:
-                    free[node] += gpus
-            stops.extend(_stop_actions(victim, workloads, detail, service))
+        stops = [a for victim in victims for a in _take_victim(victim, free, pdb_spent, workloads, detail, service)]
         actions.extend(stops)
         actions.append(
             ScaleNodePool(
-                pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest,
-                needs=tuple(a for a in stops if isinstance(a, EvictPod | SuspendWorkload)),
+                pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest, needs=tuple(stops)
             )
-        )  # fmt: skip
+        )
         unneeded.pop(pool.name, None)
         moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
