@@ -42,7 +42,7 @@ import numpy as np
 
 from autoscaler.actuator import Actuator, GuardContext
 from autoscaler.core.arbitrate import fits_typed
-from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.cluster import ClusterSnapshot, PodInfo
 from autoscaler.core.model import (
     MetricKind,
     Observation,
@@ -156,6 +156,7 @@ def node_autoscaler_plan(
     free = dict(gpus_of)
     ready = {n.name for n in snapshot.nodes if n.ready}
     pending = 0
+    on_node: dict[str, list[PodInfo]] = {}
     for pod in snapshot.pods:
         if pod.node is None:
             # Only inference tolerates the burst pools' taint: pending training does not make them grow.
@@ -163,6 +164,7 @@ def node_autoscaler_plan(
                 pending += pod.gpus
         elif pod.node in free:
             free[pod.node] -= pod.gpus
+            on_node.setdefault(pod.node, []).append(pod)
     nodes_of: dict[str, list[str]] = {p.name: [] for p in burst}
     for node in snapshot.nodes:
         if node.pool in nodes_of:
@@ -183,11 +185,16 @@ def node_autoscaler_plan(
         unneeded_since.clear()
         return Plan(now, actions=tuple(actions))
     candidates = set()
+    product = {n.name: n.gpu_product for n in snapshot.nodes}
     for pool in burst:
         for name in nodes_of[pool.name]:
             gpus = gpus_of[name]
             used = gpus - free[name]
-            if name in ready and used < UNNEEDED_UTILISATION * gpus and _fits_elsewhere(snapshot, name, free, ready):
+            if (
+                name in ready
+                and used < UNNEEDED_UTILISATION * gpus
+                and _fits_elsewhere(name, on_node.get(name, []), free, ready, product)
+            ):
                 candidates.add(name)
                 unneeded_since.setdefault(name, now)
     for name in list(unneeded_since):
@@ -208,13 +215,14 @@ def node_autoscaler_plan(
     return Plan(now, actions=tuple(actions))
 
 
-def _fits_elsewhere(snapshot: ClusterSnapshot, name: str, free: dict[str, int], ready: set[str]) -> bool:
-    """Whether every pod on node ``name`` fits on another ready node, each pod whole on one node of its GPU type (the
-    Cluster Autoscaler simulates their scheduling; free GPUs summed over nodes would count GPUs no pod can use): the
-    capacity arbitration's own fit test (largest pod first, best fit)."""
+def _fits_elsewhere(
+    name: str, pods: list[PodInfo], free: dict[str, int], ready: set[str], product: dict[str, str | None]
+) -> bool:
+    """Whether every pod on node ``name`` (``pods``) fits on another ready node, each pod whole on one node of its GPU
+    type (the Cluster Autoscaler simulates their scheduling; free GPUs summed over nodes would count GPUs no pod can
+    use): the capacity arbitration's own fit test (largest pod first, best fit)."""
     room = {n: free[n] for n in ready if n != name}
-    product = {n.name: n.gpu_product for n in snapshot.nodes}
-    return fits_typed(room, [p for p in snapshot.pods if p.node == name], product, {}) is not None
+    return fits_typed(room, pods, product, {}) is not None
 
 
 def build_cluster(
