@@ -123,7 +123,7 @@ class NodePool(_Strict):
         if info.data.get("burst") is False:
             raise ValueError(
                 f"{seconds:g} has no effect without burst: true (a pool that does not burst never adds or removes a "
-                f"node): set burst: true or remove {_ALIASES.get(info.field_name or '', 'it')}"
+                f"node): set burst: true or remove {cls.model_fields[info.field_name or ''].alias}"
             )
         return seconds
 
@@ -149,9 +149,6 @@ class NodePool(_Strict):
         if not self.burst:
             return self.nodes
         return self.max_nodes if self.max_nodes is not None else self.nodes
-
-
-_ALIASES = {"boot_seconds": "bootSeconds", "scale_down_unneeded_seconds": "scaleDownUnneededSeconds"}
 
 
 class ServiceSimulation(_Strict):
@@ -422,6 +419,11 @@ class TrainingGenerator(_Strict):
         return self
 
 
+def generated_job_name(index: int) -> str:
+    """The name of the ``index``-th job drawn by ``training.generate``."""
+    return f"gen-{index:04d}"
+
+
 class Training(_Strict):
     """Training sharing the cluster with inference (issue 12): jobs listed, generated, or both."""
 
@@ -442,7 +444,7 @@ class Training(_Strict):
     def _unique_names(self) -> Training:
         # At load, naming the job: the check after the runtime trace was read named none.
         seen: set[str] = set()
-        generated = {f"gen-{i:04d}" for i in range(self.generate.count)} if self.generate is not None else set()
+        generated = {generated_job_name(i) for i in range(self.generate.count)} if self.generate is not None else set()
         for index, job in enumerate(self.jobs):
             if job.name in seen:
                 raise ValueError(f"jobs.{index}.name: {job.name!r} is the name of an earlier job: job names are unique")

@@ -15,7 +15,7 @@ from autoscaler.core.burst import BurstPool
 from autoscaler.core.rebalance import RebalanceConfig
 from autoscaler.core.victims import TrainingRules
 from autoscaler.sim.cluster import SimJob
-from autoscaler.sim.scenario import NodePool, Scenario, ScenarioError
+from autoscaler.sim.scenario import NodePool, Scenario, ScenarioError, generated_job_name
 
 # Runtimes in a runtimes file, at most (the packaged Philly sample has 2,000).
 MAX_RUNTIMES = 1_000_000
@@ -71,7 +71,7 @@ def build_jobs(scenario: Scenario, base_dir: Path, start: float, runtimes_path: 
             pods = int(rng.choice(generator.pods, p=weights / weights.sum()))
             jobs.append(
                 SimJob(
-                    training.namespace, f"gen-{index:04d}", pods, generator.gpus_per_pod, generator.priority,
+                    training.namespace, generated_job_name(index), pods, generator.gpus_per_pod, generator.priority,
                     max(work, 1.0), generator.checkpoint_seconds, submit, training.min_runtime_seconds, True,
                     generator.restart_seconds,
                 )
@@ -81,7 +81,7 @@ def build_jobs(scenario: Scenario, base_dir: Path, start: float, runtimes_path: 
         for job in jobs:
             job.rebalance_allowed = True
     names = [job.name for job in jobs]
-    if len(set(names)) != len(names):
+    if len(set(names)) != len(names):  # refused at load already (Training._unique_names); a scenario built in code
         raise ScenarioError("training.jobs: job names must be unique (generated jobs are named gen-NNNN)")
     return jobs
 
