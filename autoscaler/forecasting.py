@@ -619,11 +619,7 @@ class ForecastService:
         self.tick_interval_s = tick_interval_s
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.runner = runner if runner is not None else FitRunner(settings.workers, settings.fit_timeout_seconds)
-        # the hand-off, one atomic swap: the published fits, and what each fit's series is of (``series_of``)
-        self._hand_off: tuple[Mapping[str, PublishedForecast], Mapping[str, str | None]] = (
-            MappingProxyType({}),
-            MappingProxyType({}),
-        )
+        self._published: Mapping[str, PublishedForecast] = MappingProxyType({})  # the hand-off, one atomic swap
         self._state: dict[str, _ServiceState] = {}
         self._leads: dict[str, float] = {}  # latest lead time the tick used, per service (scores those leads)
         self._refit_lock = threading.Lock()
@@ -638,13 +634,13 @@ class ForecastService:
         re-created with another ``spec.queries.requestRate``, see ``series_of``). That fit forecast another quantity
         and its scores were of it: the service has no forecast, and earns nothing, until the next refit fits the
         series it has now (the refit, or the update job before it, also drops the service's state)."""
-        published, series = self._hand_off
+        published = self._published
         if not published or getattr(self.metrics, "history_query", None) is None:
             return published
         changed = {
             p.key
             for p in self.policies()
-            if p.forecast is not None and p.key in published and series.get(p.key) != self.series_of(p)
+            if p.forecast is not None and p.key in published and published[p.key].series != self.series_of(p)
         }
         if not changed:
             return published
@@ -705,7 +701,7 @@ class ForecastService:
         # taken before any history is read: an override changed in between is then seen as a change by the next
         # tick (the fit is withheld), never a new series taken for the old one
         series = {key: self.series_of(policy) for key, policy in wanted.items()}
-        before, before_series = self._hand_off
+        before = self._published
         for key in list(self._state):
             policy = wanted.get(key)
             state = self._state[key]
@@ -735,7 +731,9 @@ class ForecastService:
             assert policy.forecast is not None
             state = self._state[key]
             # the fit published before is kept on a failure only while it is of the same series
-            previous = before.get(key) if before_series.get(key) == series[key] else None
+            previous = before.get(key)
+            if previous is not None and previous.series != series[key]:
+                previous = None
             result = results.get(key)
             latest: ForecastInput | None = previous.latest if previous is not None else None
             model_name = previous.model if previous is not None else s.model
@@ -781,9 +779,9 @@ class ForecastService:
                 scored,
                 coverage[0] if coverage is not None else None,
                 coverage[1] if coverage is not None else 0,
+                series[key],
             )
-        # the hand-off: one atomic swap
-        self._hand_off = (MappingProxyType(published), MappingProxyType({key: series[key] for key in published}))
+        self._published = MappingProxyType(published)  # the hand-off: one atomic swap
 
     def _prepare(
         self,
@@ -962,8 +960,7 @@ class ForecastService:
         step = s.step_seconds
         horizon = max(1, math.ceil(s.horizon_seconds / step))
         keep = max(2, int(s.history_seconds // step))
-        before, before_series = self._hand_off
-        published, series_for = dict(before), dict(before_series)
+        published = dict(self._published)
         for policy in self.policies():
             key = policy.key
             state = self._state.get(key)
@@ -973,7 +970,6 @@ class ForecastService:
                 log.info("forecast of %s: its series changed: dropped until the next refit", key)
                 del self._state[key]
                 published.pop(key, None)
-                series_for.pop(key, None)
                 continue
             previous = published.get(key)
             if policy.forecast is None or state is None or state.fitted is None or state.y is None or previous is None:
@@ -1037,7 +1033,7 @@ class ForecastService:
                 coverage_samples=coverage[1] if coverage is not None else 0,
             )
             report.ok.append(key)
-        self._hand_off = (MappingProxyType(published), MappingProxyType(series_for))  # the hand-off: one atomic swap
+        self._published = MappingProxyType(published)  # the hand-off: one atomic swap
 
     # -- the tick side -----------------------------------------------------------------------------------------------
 

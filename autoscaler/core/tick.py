@@ -63,6 +63,7 @@ class PublishedForecast:
     # share of the scored demand at or below the provisioned quantile (None: nothing scored yet); earns headroom
     coverage: float | None = None
     coverage_samples: int = 0  # values behind ``coverage`` (live scores, or the bootstrap backtest's)
+    series: str | None = None  # what the fitted history is a series of (the source's query); None: it cannot tell
 
 
 @dataclass(frozen=True, slots=True)
