@@ -207,9 +207,8 @@ def parse_pod(pod: Any) -> PodRequest:
         where = f"spec.initContainers[{i}]"
         init_requests.append((_container_gpus(c, where), _object(c, where).get("restartPolicy") == "Always"))
     overhead = _object(spec.get("overhead"), "spec.overhead")
-    # the RuntimeClass's overhead is added on top, as kube-scheduler's resourcehelper.PodRequests does
     extra = _quantity_int(overhead[GPU_RESOURCE], "spec.overhead") if GPU_RESOURCE in overhead else 0
-    gpus = effective_request(app, init_requests) + extra
+    gpus = effective_request(app, init_requests, extra)
     selector = _object(spec.get("nodeSelector"), "spec.nodeSelector").get(GPU_PRODUCT_LABEL)
     if selector is not None and not isinstance(selector, str):
         raise ValueError(f"spec.nodeSelector[{GPU_PRODUCT_LABEL}] must be a string, got {type(selector).__name__}")

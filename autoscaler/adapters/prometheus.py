@@ -1079,14 +1079,10 @@ class PrometheusMetricsSource:
                 return render(template, values, {"namespace": service.namespace, "name": service.name})
         if family is Family.LATENCY and self._asks_own_latency(service):
             return self.service_latency_query(service)
-        if family in GPU_FAMILIES:
-            ns_label, pod_label = s.dcgm_namespace_label, s.dcgm_pod_label
-        else:
-            ns_label, pod_label = s.app_namespace_label, s.app_pod_label
         query = self.family_query(family, self._own_pods(service, family), quantile=service.latency_quantile)
         if family in GPU_FAMILIES:
             # The same quantity as PodMetrics.metric_sum: each pod's mean over its GPUs, summed over pods.
-            return f"sum(avg by ({ns_label}, {pod_label}) ({query}))"
+            return f"sum(avg by ({s.dcgm_namespace_label}, {s.dcgm_pod_label}) ({query}))"
         if family is Family.LATENCY:
             return query
         return f"sum({query})"

@@ -195,12 +195,12 @@ class ClusterSnapshot:
     workloads: tuple[WorkloadInfo, ...] = ()
 
 
-def effective_request(app: Sequence[int], init: Sequence[tuple[int, bool]]) -> int:
+def effective_request(app: Sequence[int], init: Sequence[tuple[int, bool]], overhead: int = 0) -> int:
     """A pod's effective request of one resource as kube-scheduler counts it (``resourcehelper.PodRequests``,
     KEP-753): ``app`` the app containers' requests, ``init`` each init container's request and whether it is a
-    sidecar (``restartPolicy: Always``), in order. Sidecars run beside everything started after them: a plain init
-    container needs its own request plus the sidecars started before it; the app containers need theirs plus all
-    sidecars."""
+    sidecar (``restartPolicy: Always``), in order, ``overhead`` the pod's ``spec.overhead`` (its RuntimeClass's),
+    added on top. Sidecars run beside everything started after them: a plain init container needs its own request
+    plus the sidecars started before it; the app containers need theirs plus all sidecars."""
     sidecars = 0
     init_peak = 0
     for amount, sidecar in init:
@@ -209,7 +209,7 @@ def effective_request(app: Sequence[int], init: Sequence[tuple[int, bool]]) -> i
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, amount + sidecars)
-    return max(sum(app) + sidecars, init_peak)
+    return max(sum(app) + sidecars, init_peak) + overhead
 
 
 def hpas_targeting(snapshot: ClusterSnapshot, namespace: str, deployment: str) -> tuple[HpaInfo, ...]:

@@ -187,12 +187,6 @@ class MachineDeploymentNodePools:
         )  # fmt: skip
         return list(listed.get("items") or [])
 
-    def machine_of(self, pool: str, node: str) -> JSON:
-        """The Machine of ``pool``'s MachineDeployment whose Node is ``node`` (``status.nodeRef.name``); raises
-        ``MachineNotFoundError`` when there is none, or when it is already being deleted."""
-        name = self._md_name(pool)
-        return self._find_machine(name, self._machines(name), node)
-
     def _find_machine(self, name: str, machines: list[JSON], node: str) -> JSON:
         for machine in machines:
             if ((machine.get("status") or {}).get("nodeRef") or {}).get("name") != node:

@@ -152,7 +152,7 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
     init = [(amount(c), c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or []]
     overhead = spec.get("overhead")
     extra = _int(overhead.get(resource)) if isinstance(overhead, Mapping) else 0
-    return effective_request(app, init) + extra
+    return effective_request(app, init, extra)
 
 
 def pinned_product(pod_spec: Mapping[str, Any], label: str) -> str | None:
@@ -791,6 +791,7 @@ class KubeClusterReader:
             for t in taints
         )
         deleting = bool(meta.get("deletionTimestamp"))  # held by a finalizer while its instance goes
+        away = bool(spec.get("unschedulable", False)) or leaving or deleting  # cordoned, being removed, or going
         return NodeInfo(
             name=meta.get("name", ""),
             allocatable_gpus=gpus,
@@ -799,9 +800,9 @@ class KubeClusterReader:
             # Cluster Autoscaler's rule: a GPU node is not ready until its GPUs are allocatable. A cordoned node, or
             # one an autoscaler is removing (or already being deleted), takes no new pods, so it is no capacity for
             # a scale-up either.
-            ready=ready and gpus > 0 and not spec.get("unschedulable", False) and not leaving and not deleting,
+            ready=ready and gpus > 0 and not away,
             labels=dict(labels),
-            leaving=bool(spec.get("unschedulable", False)) or leaving or deleting,
+            leaving=away,
         )
 
     @staticmethod
