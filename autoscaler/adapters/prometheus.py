@@ -724,8 +724,7 @@ class PrometheusMetricsSource:
             except PromQLError as exc:
                 out[service.key] = _Signal(None, [f"spec.queries.{_camel(attr)}: {exc}"])
                 continue
-            tag = string_literal(service.key)
-            parts.append((service.key, f'label_replace(({rendered}), "{SERVICE_TAG}", {tag}, "", "")'))
+            parts.append(_tagged(service.key, rendered))
         for batch in _batches(parts, self.settings.max_query_length):
             self._run_override_batch(family, batch, tick, out)
         return out
@@ -754,11 +753,7 @@ class PrometheusMetricsSource:
 
     def _own_latency_results(self, services: Sequence[ServicePolicy], tick: _Tick) -> dict[str, _Signal]:
         """:meth:`service_latency_query` of each service, tagged and batched as the overrides are."""
-        parts = []
-        for service in services:
-            tag = string_literal(service.key)
-            query = self.service_latency_query(service)
-            parts.append((service.key, f'label_replace(({query}), "{SERVICE_TAG}", {tag}, "", "")'))
+        parts = [_tagged(service.key, self.service_latency_query(service)) for service in services]
         out: dict[str, _Signal] = {}
         for batch in _batches(parts, self.settings.max_query_length):
             self._run_override_batch(Family.LATENCY, batch, tick, out, what="latency")
@@ -1085,6 +1080,8 @@ class PrometheusMetricsSource:
             return f"sum(avg by ({s.dcgm_namespace_label}, {s.dcgm_pod_label}) ({query}))"
         if family is Family.LATENCY:
             return query
+        # The tick's per-pod series (each pod's copies already counted once, scrape_copy_labels), summed as
+        # _additive_signal sums them.
         return f"sum({query})"
 
     def _own_pods(self, service: ServicePolicy, family: Family) -> list[str]:
@@ -1304,6 +1301,12 @@ def _batches(parts: list[tuple[str, str]], max_chars: int) -> list[list[tuple[st
     if current:
         batches.append(current)
     return batches
+
+
+def _tagged(key: str, query: str) -> tuple[str, str]:
+    """``(key, query)`` with the query's series labelled ``SERVICE_TAG="<key>"``, to be batched with ``or`` and read
+    back per service; ``query`` must be self-contained (``check_self_contained``), or it could leave the wrapper."""
+    return key, f'label_replace(({query}), "{SERVICE_TAG}", {string_literal(key)}, "", "")'
 
 
 def _override_items(spec: QueriesSpec) -> list[tuple[str, str]]:

@@ -25,13 +25,34 @@ TEMPLATE_PLACEHOLDERS: dict[str, str] = {
     "namespace_label": "the namespace label of the family (dcgm_namespace_label or app_namespace_label)",
     "pod_label": "the pod label of the family (dcgm_pod_label or app_pod_label)",
     "deployment_label": "deployment_label",
+    "scrape_copy_labels": "scrape_copy_labels, label names joined by ', ' (may be empty)",
     "pod_regex": "RE2 regex capturing the Deployment name from a pod name (<deployment>-<hash>-<suffix>); names "
     "cut to 63 characters by generateName (Deployment names of more than 46 characters) do not match it",
 }
 # Per-service overrides (GPUScalingPolicy spec.queries) may also use these, escaped by the adapter.
 SERVICE_PLACEHOLDERS: tuple[str, ...] = ("namespace", "name")
 
-# The default latency query: one batched query, the Deployment derived from each pod's name.
+# A pod's metrics are often collected more than once: a PodMonitor beside a ServiceMonitor, the prometheus.io/scrape
+# job beside either, two Prometheus replicas read through a Thanos querier that does not deduplicate. Each copy then
+# carries every series of the pod, and a plain sum per pod counted the pod once per copy (twice the replicas). So
+# each copy is summed on its own (a pod's own series, vLLM's finished_reason or model_name, all add up) and the
+# largest copy counts: max rather than avg, because a copy that missed scrapes or began within the window reads low.
+# The copies are told apart by the labels of the scrape configuration and of the Prometheus that collected them, not
+# by the target's (instance, endpoint): two targets of one pod in one job are two sources whose counts add, and the
+# query stays right with the Deployment label in place of the pod label (one copy then spans the Deployment's pods).
+DEFAULT_SCRAPE_COPY_LABELS = "job, service, prometheus, prometheus_replica"
+DEFAULT_REQUEST_RATE_QUERY = (
+    "max by ({namespace_label}, {pod_label}) (sum by ({namespace_label}, {pod_label}, {scrape_copy_labels}) "
+    "(rate({metric}{selector}[{window}])))"
+)
+DEFAULT_QUEUE_DEPTH_QUERY = (
+    "max by ({namespace_label}, {pod_label}) (sum by ({namespace_label}, {pod_label}, {scrape_copy_labels}) "
+    "(last_over_time({metric}{selector}[{staleness}])))"
+)
+
+# The default latency query: one batched query, the Deployment derived from each pod's name. Copies need no care
+# here: with every pod collected as often as its siblings, each bucket is multiplied alike, which leaves the quantile
+# where it was (a pod collected more often than the others would only weigh more in it).
 DEFAULT_LATENCY_QUERY = (
     "histogram_quantile({quantile}, sum by ({namespace_label}, {deployment_label}, le) (label_replace("
     'rate({metric}{selector}[{window}]), "{deployment_label}", "$1", "{pod_label}", "{pod_regex}")))'
@@ -205,6 +226,15 @@ class PrometheusSettings(BaseSettings):
         description="label that names the Deployment in aggregated application results (the default latency "
         "query derives it from the pod name with label_replace)",
     )
+    scrape_copy_labels: str = Field(
+        DEFAULT_SCRAPE_COPY_LABELS,
+        description="label names, comma-separated: the labels in which copies of one pod's application series "
+        "differ when the pod is collected more than once (a PodMonitor beside a ServiceMonitor: job, service; the "
+        "prometheus.io/scrape job: job; one ServiceMonitor selecting two Services of the pod: service; Prometheus "
+        "replicas behind Thanos without deduplication: prometheus_replica; two Prometheus servers: prometheus); "
+        "the default queries sum each copy and count the largest. Not a target's labels (instance, endpoint): two "
+        "targets of one pod in one job add up. Empty: every copy is summed",
+    )
 
     # ---- extra matchers (trusted PromQL) ------------------------------------------------------------------------
     dcgm_matchers: str = Field(
@@ -219,13 +249,15 @@ class PrometheusSettings(BaseSettings):
         + ", ".join("{" + k + "}" for k in TEMPLATE_PLACEHOLDERS),
     )
     request_rate_query: str = Field(
-        "sum by ({namespace_label}, {pod_label}) (rate({metric}{selector}[{window}]))",
-        description="requests per second per pod (or per Deployment, with the deployment label); summed per service",
+        DEFAULT_REQUEST_RATE_QUERY,
+        description="requests per second per pod (or per Deployment: the deployment label in place of the pod "
+        "label); summed per service; each copy of a pod collected more than once summed on its own and the "
+        "largest counted (scrape_copy_labels)",
     )
     queue_depth_query: str = Field(
-        "sum by ({namespace_label}, {pod_label}) (last_over_time({metric}{selector}[{staleness}]))",
-        description="requests waiting per pod (or per Deployment); summed per service; last_over_time drops "
-        "samples older than staleness_seconds",
+        DEFAULT_QUEUE_DEPTH_QUERY,
+        description="requests waiting per pod (or per Deployment); summed per service; copies as in "
+        "request_rate_query; last_over_time drops samples older than staleness_seconds",
     )
     latency_query: str = Field(
         DEFAULT_LATENCY_QUERY,
@@ -293,6 +325,21 @@ class PrometheusSettings(BaseSettings):
             raise ValueError(f"not a Prometheus label name: {value!r}")
         return value
 
+    @field_validator("scrape_copy_labels", mode="before")
+    @classmethod
+    def _label_list(cls, value: Any) -> Any:
+        # A settings file naturally holds a list, the environment comma-separated text; either is stored as the
+        # text a PromQL grouping clause takes.
+        if isinstance(value, str):
+            value = value.split(",")
+        if not isinstance(value, list | tuple):
+            return value  # pydantic's type error says what is wrong
+        names = [str(name).strip() for name in value if str(name).strip()]
+        bad = [name for name in names if not LABEL_NAME.match(name)]
+        if bad:
+            raise ValueError(f"not a Prometheus label name: {bad[0]!r} (give label names, comma-separated)")
+        return ", ".join(names)
+
     @field_validator(
         "bearer_token_file", "basic_auth_password_file", "ca_bundle", "client_cert_file", "client_key_file",
         mode="before",
@@ -330,6 +377,7 @@ class PrometheusSettings(BaseSettings):
             "staleness": duration(self.staleness_seconds),
             "quantile": repr(self.latency_quantile),
             "deployment_label": self.deployment_label,
+            "scrape_copy_labels": self.scrape_copy_labels,
             "pod_regex": POD_TO_DEPLOYMENT_RE,
         }
 
