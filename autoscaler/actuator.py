@@ -238,15 +238,23 @@ class Actuator:
         dry_run: bool = False,
         can_act: Callable[[], bool] = lambda: True,
         on_error: Callable[[str], None] = lambda component: None,
+        can_finish: Callable[[], bool] | None = None,
     ) -> None:
         self.writer = writer
         self.node_pools = node_pools
         self.dry_run = dry_run
         self.can_act = can_act
+        # Asked instead of can_act for the evictions that complete a gang whose first pod is evicted: a shutdown must
+        # not leave it half-evicted (its work is lost already, and the pods left running hold their GPUs for a job
+        # that cannot progress); only the Lease may stop them. None: can_act.
+        self.can_finish = can_finish if can_finish is not None else can_act
         self.on_error = on_error  # counts an error of a component (the controller's telemetry)
         self.reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
 
-    def apply_one(self, action: Action, context: GuardContext) -> ActionResult:
+    def apply_one(
+        self, action: Action, context: GuardContext, *, may_write: Callable[[], bool] | None = None
+    ) -> ActionResult:
+        allowed = may_write if may_write is not None else self.can_act
         text = f"{describe_action(action)}: {action.reason.text} ({action.detail})"
         blocked = guard(action, context)
         if blocked is not None:
@@ -256,11 +264,11 @@ class Actuator:
             log.info("%s%s", DRY_RUN_MARK, text)
             self.event_for(action, f"{DRY_RUN_MARK}would {text}", dedupe=True)
             return ActionResult(action, "dry_run", text)
-        if not self.can_act():
+        if not allowed():
             log.warning("not the leader any more: not applying %s", describe_action(action))
             return ActionResult(action, "not_leader", "lost the lease during the tick")
         try:
-            result = self._write(action)
+            result = self._write(action, allowed)
         except WriteNotAllowed as exc:
             # The writer asked can_act() again right before its request (after reads that may have retried for
             # longer than the Lease lasts) and was told no: nothing was sent.
@@ -386,7 +394,8 @@ class Actuator:
                 return [ActionResult(a, "blocked", message) for a in evictions]
         results: list[ActionResult] = []
         for position, action in enumerate(evictions):
-            result = self.apply_one(action, context)
+            # past the first eviction the gang is broken: the rest go while the Lease allows, stopping or not
+            result = self.apply_one(action, context, may_write=self.can_finish if position else None)
             results.append(result)
             if result.result != "applied" and len(results) == 1:
                 # Nothing is stopped yet and the first eviction was not made (an API error, a budget spent since
@@ -411,8 +420,7 @@ class Actuator:
                     r.message = f"gang {gang} partly stopped ({stopped} of {len(results)} pods): {r.message}"
         return results
 
-    def _write(self, action: Action) -> str:
-        guard = self.can_act
+    def _write(self, action: Action, guard: Callable[[], bool]) -> str:
         if isinstance(action, ScaleDeployment):
             self.writer.scale_deployment(
                 action.namespace,

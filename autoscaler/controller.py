@@ -123,9 +123,16 @@ class Controller:
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.dry_run = dry_run
         self.can_act = can_act  # replaced by the Runtime (leadership); the actuator asks it before every write
+        # replaced by the Runtime: leadership without the shutdown, asked to finish a gang whose first pod is evicted
+        self.can_finish: Callable[[], bool] = lambda: self.can_act()
         self.forecasts = forecasts
         self.actuator = Actuator(
-            writer, node_pools, dry_run=dry_run, can_act=lambda: self.can_act(), on_error=self.telemetry.error
+            writer,
+            node_pools,
+            dry_run=dry_run,
+            can_act=lambda: self.can_act(),
+            on_error=self.telemetry.error,
+            can_finish=lambda: self.can_finish(),
         )
         self.reporter = TickReporter(self.telemetry, self.actuator, status_writer, dry_run=dry_run)
         self._decide: TickDecider = decide_tick

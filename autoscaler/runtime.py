@@ -101,7 +101,6 @@ class Runtime:
         self._writing = 0
         self._heartbeat = time.monotonic()
         self._tick_started: float | None = None
-        self._ok_ticks = 0
         self.scheduler: Any = None
         self._clock_check_s = min(1.0, max(0.05, tick_interval_s / 2))
         self._clock_watch: threading.Thread | None = None
@@ -113,6 +112,7 @@ class Runtime:
         self.extender = extender
         self._extender_snapshots = extender_snapshots
         controller.can_act = self.can_act
+        controller.can_finish = self.can_finish
         if elector is None:
             telemetry.set_leader(True)
 
@@ -123,6 +123,11 @@ class Runtime:
         follower could take over (``LeaderElector.may_write``; the writer asks this before every request)."""
         if self._stopping.is_set():
             return False
+        return self.elector is None or self.elector.may_write()
+
+    def can_finish(self) -> bool:
+        """``can_act()`` without the shutdown, for the writes that complete one already made (a gang's remaining
+        evictions): ``stop()`` waits for the writing job within its grace and releases the Lease only after it."""
         return self.elector is None or self.elector.may_write()
 
     def on_started_leading(self) -> None:
@@ -216,8 +221,6 @@ class Runtime:
     def _leader_tick(self) -> None:
         self.controller.run_once(self._clock())
         report = self.controller.last_report
-        if report is not None and report.result == "ok":
-            self._ok_ticks += 1
         if report is not None and report.held_by == "policy_read":
             # held before it read the cluster: the scheduler extender still needs a fresh snapshot (the cluster may
             # read fine while the GPUScalingPolicies do not)
@@ -335,15 +338,37 @@ class Runtime:
         return True, "tick loop alive"
 
     def readyz(self) -> tuple[bool, str]:
-        """Ready once settings are loaded (they are, if this object exists) and either a tick succeeded or this
-        replica is a standby follower that can reach the Lease."""
+        """Whether this replica does its part now (the standby watches the Lease, the leader ticks); when it does
+        not, the probe's body says what stops it.
+
+        Judged on the latest tick, not on whether one ever succeeded: that gate kept a leader Ready through any
+        failure after its first good tick, and left one that took over during an outage NotReady until it ended
+        (while its predecessor in the same outage was Ready). A tick held on its metrics alone, or services holding on
+        stale ones, is the controller riding a Prometheus outage out as designed, which the metrics and alerts show:
+        still Ready, with the cause in the body."""
         if self._stopping.is_set():
             return False, "shutting down"
-        if self._ok_ticks > 0:
-            return True, "ticking"
-        if self.elector is not None and not self.elector.is_leader() and self.elector.last_attempt_ok:
-            return True, f"standby follower (leader: {self.elector.holder or 'none'})"
-        return False, "no successful tick yet"
+        elector = self.elector
+        if elector is not None and not elector.is_leader():
+            if elector.last_attempt_ok:
+                return True, f"standby follower (leader: {elector.holder or 'none'})"
+            if elector.last_error is not None:
+                return False, f"cannot read the Lease: {elector.last_error}"
+            return False, "no Lease read yet"
+        report = self.controller.last_report
+        if report is None:
+            return False, "no successful tick yet"
+        why = report.held_because or "; ".join(report.errors) or report.result
+        if not read_the_policies(report):
+            return False, f"the latest tick could not read what it acts on: {why}"
+        if report.result != "ok":
+            return True, f"ticking, holding: {why}"
+        if report.stale:
+            # the Prometheus adapter turns an outage into stale services, not into a failed read
+            key, reasons = next(iter(report.stale.items()))
+            stale = len(report.stale)
+            return True, f"ticking, {stale} service(s) held on stale data (first: {key}: {reasons[0]})"
+        return True, "ticking"
 
     # -- lifecycle --
 
