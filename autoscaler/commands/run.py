@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             """\
             Run the controller: every tick (default 15 s) read the GPUScalingPolicies, the cluster and Prometheus,
             decide, and act through the Kubernetes API. Several replicas may run: a coordination.k8s.io/v1 Lease
-            elects the one that acts. Serves /metrics, /healthz and /readyz. SIGTERM stops acting at once, lets a
+            elects the one that acts. Serves /metrics, /healthz and /readyz. SIGTERM stops acting at once (but for
+            the remaining evictions of a gang whose first pod is evicted, made while the Lease allows), lets a
             running tick or rebalance pass finish (shutdown_grace_seconds) and releases the Lease so a standby
             takes over quickly; one still running after the grace is left behind (the process exits) and the
             Lease then expires instead of being released, as a write of it may still be in flight.

@@ -233,3 +233,20 @@ def test_validate_policy_never_raises_on_odd_metadata(obj: dict[str, Any], field
         assert isinstance(result, LoadedPolicy)
     else:
         assert isinstance(result, InvalidPolicy) and result.field == field
+
+
+@pytest.mark.parametrize("namespaces", [(), ("ml",)])
+def test_a_missing_crd_is_named_in_the_list_error(
+    apiserver: FakeApiServer, api_client: client.ApiClient, namespaces: tuple[str, ...]
+) -> None:
+    """The API server's 404 for a resource it does not serve says only that it could not find it: the controller's
+    log and /readyz should say what to check (operators met it as "HTTP 404 NotFound" and nothing else)."""
+    from autoscaler.adapters.kubernetes._api import KubeApiError
+
+    loader = PolicyLoader(api_client, namespaces=namespaces)
+    with pytest.raises(KubeApiError) as caught:
+        loader.load()
+    assert caught.value.status == 404
+    assert "is the GPUScalingPolicy CRD installed? kubectl get crd gpuscalingpolicies.gpuautoscaler.dev" in str(
+        caught.value
+    )

@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from pydantic import ValidationError
 
-from autoscaler.adapters.kubernetes._api import Pager, parse_time
+from autoscaler.adapters.kubernetes._api import KubeApiError, Pager, parse_time
 from autoscaler.adapters.kubernetes.status import INVALID_SPEC, READY, ConditionUpdate, StatusUpdate, condition
 from autoscaler.adapters.kubernetes.writer import KubeClusterWriter
 from autoscaler.core.model import ServicePolicy
@@ -180,6 +180,22 @@ class PolicyLoader:
         self.api_calls += 1
 
     def list_objects(self) -> list[dict[str, Any]]:
+        try:
+            return self._list_objects()
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            # The API server's 404 for a resource it does not serve reads "the server could not find the requested
+            # resource", which does not say that the usual cause is a missing CRD.
+            raise KubeApiError(
+                exc.what,
+                exc.status,
+                exc.reason,
+                f"{exc.message} (is the GPUScalingPolicy CRD installed? kubectl get crd {PLURAL}.{API_GROUP}; "
+                "deploy/base/crd-gpuscalingpolicies.yaml)",
+            ) from exc
+
+    def _list_objects(self) -> list[dict[str, Any]]:
         if not self.namespaces:
             return self._pager.items(
                 f"list {PLURAL}", self._custom.list_cluster_custom_object, API_GROUP, API_VERSION, PLURAL
