@@ -91,6 +91,14 @@ GPU_UTILIZATION_TARGET_MESSAGE = "target: gpu_utilization is a percentage, must 
 ENGINE_ACTIVE_TARGET_MESSAGE = (
     "target: engine_active is a ratio, must be <= 1 (metric.target defaults to 70, a gpu_utilization percentage)"
 )
+#: The signals read as one total for the whole service: they still have a value with no pod running, so they alone
+#: can bring a service back from zero replicas (upstream's HPA: an Object or External metric).
+WHOLE_SERVICE_METRICS = (MetricKind.REQUEST_RATE, MetricKind.QUEUE_DEPTH)
+#: ``{metric}``: the per-pod metric the policy scales on (the CRD's CEL rule fills it in the same way).
+MIN_REPLICAS_ZERO_MESSAGE = (
+    "minReplicas 0 needs a whole-service metric (request_rate or queue_depth): a per-pod metric ({metric}) has no "
+    "samples with no pod, so the service would never scale back up"
+)
 HPA_WITHOUT_BEHAVIOR_MESSAGE = "{direction}: policies and selectPolicy have no effect with hpaWithoutBehavior: true"
 HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE = "scaleUp.stabilizationWindowSeconds has no effect with hpaWithoutBehavior: true"
 
@@ -234,8 +242,17 @@ class ForecastSpec(_Strict):
 class GPUScalingPolicySpec(_Strict):
     target_ref: TargetRef = Field(alias="targetRef")
     gpus_per_replica: Integer = Field(1, alias="gpusPerReplica", ge=1, le=64, description="nvidia.com/gpu per replica")
-    min_replicas: Integer = Field(1, alias="minReplicas", ge=0, le=INT32_MAX)
-    max_replicas: Integer = Field(10, alias="maxReplicas", ge=1, le=INT32_MAX)
+    min_replicas: Integer = Field(
+        1,
+        alias="minReplicas",
+        ge=0,
+        le=INT32_MAX,
+        description="fewest replicas; 0 (scale to zero) only with a whole-service metric.type (request_rate or "
+        "queue_depth)",
+    )
+    max_replicas: Integer = Field(
+        10, alias="maxReplicas", ge=1, le=INT32_MAX, description="most replicas (at least minReplicas)"
+    )
     metric: MetricTarget = Field(default_factory=MetricTarget)
     latency: LatencySpec | None = None
     queries: QueriesSpec = Field(default_factory=QueriesSpec)
@@ -265,6 +282,15 @@ class GPUScalingPolicySpec(_Strict):
     def _bounds(self) -> GPUScalingPolicySpec:
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})")
+        return self
+
+    @model_validator(mode="after")
+    def _scale_to_zero_needs_a_whole_service_metric(self) -> GPUScalingPolicySpec:
+        # Scaled to zero, a per-pod metric has no pod to sample: the core reads that as stale and holds at zero for
+        # good. A query override (queries.requestRate ...) changes where a signal is read, not which one scales.
+        # The CRD carries the same rule as CEL (adapters/kubernetes/crd.py SPEC_VALIDATIONS): keep them alike.
+        if self.min_replicas == 0 and self.metric.type not in WHOLE_SERVICE_METRICS:
+            raise ValueError(MIN_REPLICAS_ZERO_MESSAGE.format(metric=self.metric.type.value))
         return self
 
 

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel
 
 from autoscaler.adapters.kubernetes.status import GPUScalingPolicyStatus
+from autoscaler.core.model import MetricKind
 from autoscaler.policy import (
     API_GROUP,
     API_VERSION,
@@ -25,7 +26,9 @@ from autoscaler.policy import (
     HPA_WITHOUT_BEHAVIOR_MESSAGE,
     HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE,
     KIND,
+    MIN_REPLICAS_ZERO_MESSAGE,
     PLURAL,
+    WHOLE_SERVICE_METRICS,
     GPUScalingPolicySpec,
 )
 
@@ -57,6 +60,10 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
+_SPEC_METRIC_TYPE = "(has(self.metric) && has(self.metric.type) ? self.metric.type : 'gpu_utilization')"
+_WHOLE_SERVICE = ", ".join(f"'{kind.value}'" for kind in WHOLE_SERVICE_METRICS)
+_BEFORE_METRIC, _AFTER_METRIC = MIN_REPLICAS_ZERO_MESSAGE.split("{metric}")
+
 # Cross-field rules the apiserver can enforce at admission (CEL), the same as the pydantic validators of
 # autoscaler/policy.py (with their messages): what the apiserver stores, its defaults applied, the controller accepts.
 # The controller still re-checks everything and reports what slips through (an object stored before a rule existed)
@@ -66,7 +73,18 @@ SPEC_VALIDATIONS = [
         "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
         "message": "minReplicas must be <= maxReplicas",
         "fieldPath": ".minReplicas",
-    }
+    },
+    # GPUScalingPolicySpec._scale_to_zero_needs_a_whole_service_metric. An absent minReplicas is 1 and an absent
+    # metric (or metric.type) gpu_utilization, as the parser reads them.
+    {
+        "rule": f"!has(self.minReplicas) || self.minReplicas != 0 || {_SPEC_METRIC_TYPE} in [{_WHOLE_SERVICE}]",
+        # the parser's message names the metric; the static one is what the apiserver says if the expression fails
+        "messageExpression": f"'{_BEFORE_METRIC}' + {_SPEC_METRIC_TYPE} + '{_AFTER_METRIC}'",
+        "message": MIN_REPLICAS_ZERO_MESSAGE.format(
+            metric=" or ".join(kind.value for kind in MetricKind if kind not in WHOLE_SERVICE_METRICS)
+        ),
+        "fieldPath": ".minReplicas",
+    },
 ]
 
 _METRIC_TYPE = "(has(self.type) ? self.type : 'gpu_utilization')"
