@@ -10,6 +10,7 @@ settings: ``build_adapters`` (Kubernetes and Prometheus) and ``build_runtime``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from autoscaler.ports import (
     PolicySource,
     PolicyStatusWriter,
 )
-from autoscaler.runtime import Runtime, noop_job
+from autoscaler.runtime import LeaderPodLabel, Runtime, noop_job
 from autoscaler.telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -225,6 +226,33 @@ def rebalance_stall_seconds(settings: Settings) -> float:
     return settings.tick_stall_seconds + requests * per_request
 
 
+def _leader_pod_label(settings: Settings, adapters: Adapters, serving: bool) -> LeaderPodLabel | None:
+    """The leader's pod label (``leader_election.label_leader_pod``), on the pod the downward API names; None when
+    off, when the process serves nothing (``run --once``: a Service pointed at it would find no server), or without
+    a Kubernetes API (adapters built for tests). Refuses to start without POD_NAME: the Service that selects the
+    label would otherwise never have an endpoint, and nothing but the scheduler's skipped calls would say so."""
+    le = settings.leader_election
+    if not le.label_leader_pod or not serving or adapters.api_client is None:
+        return None
+    pod = os.environ.get("POD_NAME", "").strip()
+    if not pod:
+        raise ValueError(
+            "AUTOSCALER_LEADER_ELECTION__LABEL_LEADER_POD (leader_election.label_leader_pod) is on, but POD_NAME is "
+            "not set: give the container its pod's name (env valueFrom fieldRef metadata.name, as "
+            "deploy/base/deployment.yaml does)"
+        )
+    from autoscaler.adapters.kubernetes.leader_label import KubernetesLeaderPodLabel
+
+    return KubernetesLeaderPodLabel(
+        adapters.api_client,
+        os.environ.get("POD_NAMESPACE", "").strip() or le.lease_namespace,
+        pod,
+        lease_name(settings),
+        # as the Lease's release: stop() removes the label after it, within the pod's termination grace period
+        request_timeout_s=min(settings.kubernetes.request_timeout_seconds, le.renew_deadline_seconds / 2),
+    )
+
+
 def lease_name(settings: Settings) -> str:
     """A dry-run controller elects among dry-run replicas only: on the real Lease it could win, act on nothing,
     and keep the real controller from acting at all."""
@@ -247,6 +275,7 @@ def build_runtime(
     from autoscaler.adapters.kubernetes_lease import ElectionTimings, KubernetesLeaseStore, LeaderElector
 
     adapters = adapters if adapters is not None else build_adapters(settings)
+    leader_label = _leader_pod_label(settings, adapters, serving=http)  # first: it may refuse to start
     le = settings.leader_election
     telemetry = Telemetry(identity=le.identity if le.enabled else "")
     if getattr(adapters.node_pools, "on_mark_left", False) is None:
@@ -330,6 +359,7 @@ def build_runtime(
         on_stop=forecasts.close if forecasts is not None else None,
         extender=extender,
         extender_snapshots=extender_snapshots,
+        leader_label=leader_label,
     )
     runtime_ref.append(runtime)
     return runtime

@@ -1,5 +1,6 @@
-"""The process around the controller: apscheduler jobs (tick, refit, rebalance), leader election, the HTTP
-``/metrics``, ``/healthz`` and ``/readyz`` endpoints, signals and a clean shutdown; and the log format.
+"""The process around the controller: apscheduler jobs (tick, refit, rebalance), leader election (and the leader's
+pod label), the HTTP ``/metrics``, ``/healthz`` and ``/readyz`` endpoints, signals and a clean shutdown; and the log
+format.
 
 ``Runtime`` runs ``Controller.run_once`` as its tick job, only while this replica leads (it hands the controller its
 ``can_act``, asked before every write); ``autoscaler.app.build_runtime`` builds one from settings.
@@ -8,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import signal
@@ -16,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autoscaler.controller import Controller, TickReport
+from autoscaler.ports import WriteGuard, WriteNotAllowed
 from autoscaler.telemetry import HttpServer, Telemetry
 
 if TYPE_CHECKING:
@@ -38,6 +41,19 @@ CLOCK_STEP_S = 1.0  # a wall clock that moved this much less than the monotonic 
 _DUE_MARGIN_S = 1.0
 # A tick held before it read the policies and the cluster (``Controller._hold``): nothing for a refit to fit.
 _READ_HOLDS = ("policy_read", "cluster_read")
+
+
+class LeaderPodLabel(Protocol):
+    """The leader's label on its own pod (``adapters.kubernetes.leader_label``): a Service selecting it reaches the
+    leader alone. Both raise ``PortError`` when a request fails."""
+
+    def mark_leader(self, can_write: WriteGuard) -> None:
+        """Label this replica's pod, then take the label off every other pod carrying it (each write guarded)."""
+        ...
+
+    def unmark(self) -> None:
+        """Take the label off this replica's pod only."""
+        ...
 
 
 class Runtime:
@@ -64,6 +80,7 @@ class Runtime:
         on_stop: Callable[[], None] | None = None,
         extender: ExtenderServer | None = None,
         extender_snapshots: LatestSnapshot | None = None,
+        leader_label: LeaderPodLabel | None = None,
     ) -> None:
         self.controller = controller
         self.telemetry = telemetry
@@ -108,9 +125,20 @@ class Runtime:
         if http is not None:
             self.http = HttpServer(telemetry, self.healthz, self.readyz, bind_address=http[0], port=http[1])
         # The scheduler extender (its own port) answers from the snapshot the tick reads through extender_snapshots;
-        # a standby replica, which does not tick, reads one per tick interval for it (the Service reaches both).
+        # a standby replica, which does not tick, reads one per tick interval for it (a Service may reach both; one
+        # that selects the leader's pod label reaches the standby only once it leads, with a snapshot at hand).
         self.extender = extender
         self._extender_snapshots = extender_snapshots
+        # The leader's pod label (leader_election.label_leader_pod), brought to what the replica's role wants by the
+        # ticks (the leader's labels, a standby's unlabels) and by stop(); the elector's callbacks only note the
+        # change, since a request there would hold up the Lease renewals. ``_label_synced`` is (leadership epoch,
+        # labelled) of the last write that succeeded: nothing is written while it matches, and every change of
+        # leadership starts a new epoch (a label written before may have been taken away by another leader since).
+        self._leader_label = leader_label
+        self._label_lock = threading.Lock()  # one label write at a time: stop()'s unlabel after a tick's label
+        self._epochs = itertools.count(1)
+        self._leadership_epoch = 0
+        self._label_synced: tuple[int, bool] | None = None  # None: unknown (a restarted container's pod may have it)
         controller.can_act = self.can_act
         controller.can_finish = self.can_finish
         if elector is None:
@@ -131,11 +159,13 @@ class Runtime:
         return self.elector is None or self.elector.may_write()
 
     def on_started_leading(self) -> None:
+        self._leadership_epoch = next(self._epochs)
         self.telemetry.set_leader(True)
         self.controller.start_acting(self._clock())
         self._refit_after_tick = True
         # Act now rather than at the next interval: after a handover the service has been unattended already.
         self._bring_forward("tick")
+        self._label_now()
 
     def _bring_forward(self, job: str) -> None:
         """Run a scheduled job now rather than at its next interval."""
@@ -146,8 +176,60 @@ class Runtime:
                 log.debug("could not bring the %s job forward", job, exc_info=True)
 
     def on_stopped_leading(self) -> None:
+        self._leadership_epoch = next(self._epochs)
         self.telemetry.set_leader(False)
         self.controller.stop_acting()
+
+    def _label_now(self) -> None:
+        """Label the pod in a job of its own, now: the tick brought forward waits for a standby tick still running
+        (a snapshot read for the extender, seconds on a large cluster), and apscheduler then skips it to the next
+        interval, while the leader-only Service has no endpoint. The ticks label it too if this fails."""
+        if self._leader_label is None or self.scheduler is None or not self.scheduler.running:
+            return
+        try:
+            self.scheduler.add_job(self._label_job, id="leader_label", replace_existing=True)  # once, at once
+        except Exception:  # the scheduler may be shutting down
+            log.debug("could not start the leader label job", exc_info=True)
+
+    def _label_job(self) -> None:
+        # a writing job: stop() waits for it before releasing the Lease, as for a tick's writes
+        with self._running_job(), self._writing_if_acting() as acting:
+            if acting:
+                self._sync_leader_label(leading=True)
+
+    def _sync_leader_label(self, leading: bool) -> None:
+        """Label this replica's pod as the leader's (``leading``) or unlabel it, unless the last write that succeeded
+        in this leadership epoch did so already. Never raises: a failure is logged and counted, and the next tick
+        tries again; the controller acts all the same."""
+        label = self._leader_label
+        if label is None:
+            return
+        with self._label_lock:
+            epoch = self._leadership_epoch
+            if self._label_synced == (epoch, leading):
+                return
+            try:
+                if leading:
+                    label.mark_leader(self.can_act)
+                else:
+                    label.unmark()
+            except WriteNotAllowed:
+                return  # no longer the leader: a standby tick unlabels the pod
+            except Exception as exc:
+                undone = "written" if leading else "removed"
+                log.warning("leader pod label not %s (tried again at the next tick): %s", undone, exc)
+                self.telemetry.error("leader_election")
+                return
+            self._label_synced = (epoch, leading)
+            log.info("leader pod label %s", "written: this replica's pod is the leader's" if leading else "removed")
+
+    def _unlabel_unless_leading(self) -> None:
+        """A standby's tick: the label off its pod (it may have led before, or its container restarted in a pod
+        that did). Not while stopping (``stop()`` does it), nor while the Lease is still held (``can_act`` may
+        say no for a moment before a renewal: the label stays with the leader)."""
+        if self._stopping.is_set() or self.elector is None or self.elector.is_leader():
+            return
+        self._sync_leader_label(leading=False)
 
     # -- jobs --
 
@@ -203,8 +285,11 @@ class Runtime:
                         # a standby (or stopping) replica only reads, for the scheduler extender: not a writing job
                         self._tick_started = time.monotonic()
                         self.telemetry.ticks.labels(result="standby").inc()
+                        self._unlabel_unless_leading()
                         self._refresh_extender_snapshot()
                         return
+                    # before the tick's reads: a Service that selects the leader's label has no endpoint until then
+                    self._sync_leader_label(leading=True)
                     # A running rebalance pass holds the controller until it ends: the tick waits for it here,
                     # before its stall timer starts (the pass has its own bound in healthz()).
                     with self._serial:
@@ -431,6 +516,8 @@ class Runtime:
             )
         if self.elector is not None:
             self.elector.stop(release=settled)
+        # after the release: the standby takes the Lease and labels its own pod while this one's label comes off
+        self._sync_leader_label(leading=False)
         self.telemetry.set_leader(False)
         if self._on_stop is not None:
             try:

@@ -63,6 +63,7 @@ NAMESPACE_PATTERN = f"^{DNS_LABEL}$"
 NAMESPACE_MAX = 63
 DRY_RUN_LEASE_SUFFIX = "-dry-run"
 LEASE_NAME_MAX = 253 - len(DRY_RUN_LEASE_SUFFIX)
+LABEL_VALUE_MAX = 63  # characters of a Kubernetes label value (leader_election.label_leader_pod writes the Lease name)
 # AUTOSCALER_* variables that are not settings but are read elsewhere; every other unknown AUTOSCALER_* name is an
 # error (a typo would otherwise be ignored and the default used).
 NOT_SETTINGS: dict[str, str] = {
@@ -183,6 +184,12 @@ class LeaderElectionSettings(_Group):
         10.0, gt=0, description="seconds the leader keeps acting without a successful renewal; then it stops"
     )
     retry_period_seconds: float = Field(2.0, gt=0, description="seconds between acquire/renew attempts")
+    label_leader_pod: bool = Field(
+        False,
+        description="the leader labels its own pod (POD_NAME in POD_NAMESPACE) gpuautoscaler.dev/leader=<lease name> "
+        "and takes the label off any other pod of that namespace, so that a Service can select the leader alone "
+        "(deploy/overlays/scheduler-extender); needs list and patch of pods in that namespace",
+    )
 
     @model_validator(mode="after")
     def _ordering(self) -> LeaderElectionSettings:
@@ -840,6 +847,20 @@ class Settings(BaseSettings):
                 f"{_name('leader_election', 'retry_period_seconds')} ({le.retry_period_seconds:g}) must be < "
                 f"{_name('leader_election', 'lease_duration_seconds')} ({le.lease_duration_seconds:g}): "
                 "the leader stops writing a request timeout before its Lease could pass to another replica"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _lease_name_fits_a_label(self) -> Settings:
+        # The leader's pod label carries the Lease name (the dry-run one included) as its value, which Kubernetes
+        # limits to 63 characters: a longer name would fail every label write, silently but for a counter.
+        le = self.leader_election
+        lease = le.lease_name + (DRY_RUN_LEASE_SUFFIX if self.dry_run else "")
+        if le.label_leader_pod and len(lease) > LABEL_VALUE_MAX:
+            raise ValueError(
+                f"{_name('leader_election', 'label_leader_pod')} is on, and the Lease name {lease!r} "
+                f"({_name('leader_election', 'lease_name')}{', with the dry-run suffix' if self.dry_run else ''}) "
+                f"is {len(lease)} characters: the leader's pod label carries it, at most {LABEL_VALUE_MAX}"
             )
         return self
 

@@ -1,4 +1,5 @@
-"""Kubernetes adapters over the official ``kubernetes`` client: reader, writer, policies, node pools, CRD.
+"""Kubernetes adapters over the official ``kubernetes`` client: reader, writer, policies, node pools, CRD, the
+leader's pod label.
 
 Typical wiring::
 
@@ -16,6 +17,7 @@ from autoscaler.adapters.kubernetes._api import (
     UnsupportedWorkloadError,
 )
 from autoscaler.adapters.kubernetes.config import KubeConfigError, load_api_client
+from autoscaler.adapters.kubernetes.leader_label import LEADER_LABEL, KubernetesLeaderPodLabel
 from autoscaler.adapters.kubernetes.nodepool import (
     MachineDeploymentNodePools,
     make_node_pool_scaler,
@@ -38,6 +40,7 @@ from autoscaler.adapters.kubernetes.writer import KubeClusterWriter, WriterConfi
 __all__ = [
     "AT_MAX_REPLICAS",
     "INVALID_SPEC",
+    "LEADER_LABEL",
     "METRICS_STALE",
     "READY",
     "ConditionUpdate",
@@ -49,6 +52,7 @@ __all__ = [
     "KubeClusterWriter",
     "KubeConfigError",
     "KubeUnavailable",
+    "KubernetesLeaderPodLabel",
     "LastAction",
     "LoadedPolicy",
     "MachineDeploymentNodePools",
