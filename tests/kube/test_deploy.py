@@ -515,6 +515,21 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
 
 
 @pytest.mark.parametrize("overlay", ["base", "overlays/dry-run", "overlays/production", "overlays/scheduler-extender"])
+def test_every_namespace_used_is_rendered(overlay: str) -> None:
+    """`kubectl apply -k` of an overlay creates the namespaces its objects go to (kube-system aside, which every
+    cluster has): the scheduler-extender overlay's gpu-placement as well as gpu-autoscaler. A kustomization-wide
+    ``namespace:`` in an overlay would also move the objects that must stay elsewhere (the scheduler's own namespace,
+    its kube-system RoleBinding): the expected namespaces are checked by name."""
+    docs = kustomize(DEPLOY / overlay)
+    namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
+    used = {d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]}
+    assert used - {"kube-system"} <= namespaces
+    expected = {"gpu-autoscaler", "gpu-placement"} if overlay.endswith("scheduler-extender") else {"gpu-autoscaler"}
+    assert namespaces == expected
+    assert used == expected | ({"kube-system"} if overlay.endswith("scheduler-extender") else set())
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/dry-run", "overlays/production", "overlays/scheduler-extender"])
 def test_the_rendered_controller_environment_is_settings_the_controller_accepts(
     overlay: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

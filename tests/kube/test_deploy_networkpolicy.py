@@ -7,7 +7,8 @@
 - Prometheus: the controller reaches it and it scrapes the controller, in the namespace settings.env's URL names, and
   an install whose Prometheus lives elsewhere changes that in the production overlay's ready patch;
 - nothing else opens up (other ports, other namespaces), the API server stays reachable, and the gpu-placement
-  scheduler of the scheduler-extender overlay can call the extender and is itself not isolated.
+  scheduler of the scheduler-extender overlay can call the extender from its own namespace (gpu-placement) and is
+  itself not isolated, while a pod labelled like it anywhere else cannot.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.kube.test_deploy import DEPLOY, PRODUCTION, _k8s_validate, find, kust
 
 OVERLAYS = ("base", "overlays/dry-run", "overlays/production", "overlays/scheduler-extender")
 NAMESPACE = "gpu-autoscaler"
+SCHEDULER_NAMESPACE = "gpu-placement"  # the scheduler-extender overlay's scheduler: not the controller's namespace
 CONTROLLER = {"app.kubernetes.io/name": "gpu-autoscaler", "app.kubernetes.io/component": "controller"}
 SCHEDULER = {"app.kubernetes.io/name": "gpu-placement-scheduler", "app.kubernetes.io/component": "scheduler"}
 
@@ -165,6 +167,15 @@ def test_the_evaluator() -> None:
     assert not allows([policy], "Egress", me, Peer("10.2.0.1", "db", {"tier": "x"}), 80, "TCP")  # own namespace only
     assert allows([policy], "Egress", Peer("10.0.0.2", "ns", {"app": "b"}), Peer("1.1.1.1"), 80, "TCP")  # not isolated
     assert allows([policy], "Ingress", me, Peer("1.1.1.1"), 80, "TCP")  # Egress-only policy
+    # both selectors in one peer: that namespace's pods with those labels (two peers would be either)
+    both = {"namespaceSelector": {"matchLabels": _namespace_labels("s")}, "podSelector": {"matchLabels": {"app": "x"}}}
+    ingress = {
+        "metadata": {"namespace": "ns"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [both]}]},
+    }
+    assert allows([ingress], "Ingress", me, Peer("10.3.0.1", "s", {"app": "x"}), 80, "TCP")
+    assert not allows([ingress], "Ingress", me, Peer("10.3.0.1", "s", {"app": "y"}), 80, "TCP")
+    assert not allows([ingress], "Ingress", me, Peer("10.3.0.1", "ns", {"app": "x"}), 80, "TCP")
 
 
 # ---- DNS -----------------------------------------------------------------------------------------------------------
@@ -311,17 +322,31 @@ def test_a_prometheus_elsewhere_is_one_edit_of_the_production_overlay(tmp_path: 
 def test_the_gpu_placement_scheduler_reaches_the_extender_and_is_not_isolated(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
-    """The gpu-placement scheduler calls http://gpu-autoscaler.gpu-autoscaler.svc:8081 (DNS, then the controller's
-    pod port 8081), watches the API server and is probed by the kubelet: no policy of the overlay isolates its pods,
-    and the controller's admits it on 8081 only."""
+    """The gpu-placement scheduler calls http://gpu-autoscaler-extender.gpu-autoscaler.svc:8081 (DNS, then the
+    controller's pod port 8081) from its own namespace, watches the API server and is probed by the kubelet: no
+    policy of the overlay isolates its pods, and the controller's admits it on 8081 only."""
     docs = rendered["overlays/scheduler-extender"]
-    scheduler = Peer("10.0.8.8", NAMESPACE, SCHEDULER)
-    labels = find(docs, "Deployment", "gpu-placement-scheduler")["spec"]["template"]["metadata"]["labels"]
+    dep = find(docs, "Deployment", "gpu-placement-scheduler")
+    assert dep["metadata"]["namespace"] == SCHEDULER_NAMESPACE
+    scheduler = Peer("10.0.8.8", SCHEDULER_NAMESPACE, SCHEDULER)
+    labels = dep["spec"]["template"]["metadata"]["labels"]
     assert labels.items() >= SCHEDULER.items()
     assert not [p for p in policies(docs) if _selects(p["spec"]["podSelector"], labels)]
     assert controller_may_receive(docs, scheduler, 8081)
-    assert not controller_may_receive(docs, Peer("10.0.8.9", "default", SCHEDULER), 8081)  # another namespace's
+    assert not controller_may_receive(docs, scheduler, 8080)
     for overlay in ("base", "overlays/production"):
         assert not controller_may_receive(rendered[overlay], scheduler, 8081)  # no extender there
     for port, protocol in [(53, "UDP"), (53, "TCP"), (443, "TCP"), (8081, "TCP")]:
         assert allows(policies(docs), "Egress", scheduler, Peer("169.254.20.10"), port, protocol)
+
+
+@pytest.mark.parametrize("namespace", [NAMESPACE, "default", "team-a"])
+def test_a_pod_labelled_like_the_scheduler_elsewhere_is_not_admitted(
+    namespace: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    """The rule admits the scheduler's labels in the scheduler's namespace only: anyone may label a pod of their own
+    namespace gpu-placement-scheduler, and the controller's namespace holds no scheduler (its pods' images are
+    writable by the controller's Role); nor does another pod of gpu-placement get in."""
+    docs = rendered["overlays/scheduler-extender"]
+    assert not controller_may_receive(docs, Peer("10.0.8.9", namespace, SCHEDULER), 8081)
+    assert not controller_may_receive(docs, Peer("10.0.8.10", SCHEDULER_NAMESPACE, {"app": "other"}), 8081)

@@ -1,8 +1,9 @@
 """deploy/ as a platform engineer meets it: what the rendered overlays do on a real cluster beyond validating.
 
 - the dry-run overlay writes nothing but Events and its own Lease (no ConfigMap: a dry run never keeps a move ledger);
-- the Lease rules name the Lease the rendered controller uses (not every Lease of the namespace, such as the
-  gpu-placement scheduler's, which the scheduler-extender overlay puts there);
+- the Lease rules name the Lease the rendered controller uses (not every Lease of the namespace), and the
+  scheduler-extender overlay's gpu-placement scheduler keeps its own Lease in its own namespace, out of the reach
+  of the controller's Roles;
 - the PodDisruptionBudget never blocks a node drain on a replica that is not Ready anyway;
 - the two replicas never share a node when another one can take them, and a rollout cannot deadlock on that rule;
 - the memory request and limit cover what README.md and benchmarks/README.md document.
@@ -15,6 +16,7 @@ import re
 from typing import Any
 
 import pytest
+import yaml
 
 from autoscaler.app import lease_name
 from autoscaler.settings import DRY_RUN_LEASE_SUFFIX, ForecastSettings, LeaderElectionSettings, Settings, load_settings
@@ -84,8 +86,9 @@ def test_lease_reads_and_updates_name_the_controllers_lease(
     overlay: str, rendered: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """get/update of Leases are limited to the Lease the rendered controller uses (create cannot be limited by
-    name): otherwise the controller may take over any Lease of its namespace -- the scheduler-extender overlay puts
-    the gpu-placement scheduler's own Lease there."""
+    name): otherwise the controller may take over any Lease of its namespace. The scheduler-extender overlay's
+    gpu-placement scheduler elects on a Lease of its own namespace, where no Role of the controller's applies (not
+    even create: it could take the name before the scheduler does)."""
     docs = rendered[overlay]
     lease = expected_lease(docs, monkeypatch)
     assert lease.endswith(DRY_RUN_LEASE_SUFFIX) == (overlay == "overlays/dry-run")
@@ -97,8 +100,17 @@ def test_lease_reads_and_updates_name_the_controllers_lease(
     assert {("get", (lease,)), ("update", (lease,)), ("create", None)} <= granted
     if overlay == "overlays/scheduler-extender":
         sched = find(docs, "ConfigMap")  # the scheduler's configuration names its Lease
-        assert "gpu-placement-scheduler" in sched["data"]["kube-scheduler-config.yaml"]
-        assert lease != "gpu-placement-scheduler"
+        election = yaml.safe_load(sched["data"]["kube-scheduler-config.yaml"])["leaderElection"]
+        assert election["resourceName"] == "gpu-placement-scheduler" != lease
+        assert election["resourceNamespace"] == sched["metadata"]["namespace"]
+        controller_roles = {
+            d["metadata"]["namespace"]
+            for d in docs
+            if d["kind"] == "RoleBinding"
+            and {"kind": "ServiceAccount", "name": "gpu-autoscaler", "namespace": "gpu-autoscaler"} in d["subjects"]
+        }
+        assert controller_roles == {"gpu-autoscaler"}
+        assert election["resourceNamespace"] not in controller_roles
 
 
 def test_the_default_lease_name_is_what_the_roles_name() -> None:

@@ -11,6 +11,11 @@ those two objects fail ("ensure CRDs are installed first") and everything else i
 minimal stand-in CRDs for ``monitoring.coreos.com/v1`` (kind and plural, schema open) so that the overlays apply
 whole as shipped: they show that the two objects are accepted by the API machinery, not that the operator would load
 them (the rules themselves are checked by promtool in tests/observability).
+
+The scheduler-extender overlay is applied too: its gpu-placement scheduler's pod passes PodSecurity ``restricted`` in
+its own namespace, and the real authorizer (``kubectl auth can-i``, a SubjectAccessReview) lets the controller's
+ServiceAccount patch pods in gpu-autoscaler (the leader's label) but not touch the scheduler's pods, Deployment or
+ServiceAccount tokens in gpu-placement, while the scheduler's ServiceAccount may renew its Lease there.
 """
 
 from __future__ import annotations
@@ -139,12 +144,15 @@ def versions(kubectl: Kubectl, overlay: Path) -> dict[tuple[str, str, str], str]
     return {key(i): str(i["metadata"].get("generation") or i["metadata"]["resourceVersion"]) for i in items}
 
 
-def uninstall(kubectl: Kubectl, overlay: Path) -> None:
+def uninstall(kubectl: Kubectl, overlay: Path, namespaces: tuple[str, ...] = (NAMESPACE,)) -> None:
     kubectl.run("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true", "--timeout=180s", check=False)
     wait_for(
-        f"namespace {NAMESPACE} and the CRD gone",
+        f"namespaces {', '.join(namespaces)} and the CRD gone",
         lambda: (
-            not kubectl.run("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name").stdout.strip()
+            not any(
+                kubectl.run("get", "namespace", ns, "--ignore-not-found", "-o", "name").stdout.strip()
+                for ns in namespaces
+            )
             and not kubectl.run("get", "crd", CRD, "--ignore-not-found", "-o", "name").stdout.strip()
         ),
         timeout_s=180,
@@ -273,4 +281,74 @@ def test_apply_and_delete_dry_run(control_plane: ControlPlane, kubectl: Kubectl,
             assert done.stdout.strip() == allowed, (verb, resource, done.stdout, done.stderr)
     finally:
         uninstall(kubectl, overlay)
+    assert present(kubectl, docs) == set()
+
+
+def can_i(kubectl: Kubectl, user: str, verb: str, resource: str, namespace: str) -> bool:
+    """The real authorizer's answer (`kubectl auth can-i` sends a SubjectAccessReview) for `user` in `namespace`;
+    `resource` may name a subresource (pods/ephemeralcontainers) and an object (leases/name)."""
+    args = ["auth", "can-i", verb, resource, "--as", user, "-n", namespace]
+    if "/" in resource:
+        kind, rest = resource.split("/", 1)
+        args[3:4] = [kind, f"--subresource={rest}"] if rest in ("ephemeralcontainers", "token") else [resource]
+    done = kubectl.run(*args, check=False)
+    answer = done.stdout.strip()
+    assert answer in ("yes", "no"), (args, done.stdout, done.stderr)
+    return answer == "yes"
+
+
+def test_apply_and_delete_scheduler_extender(
+    control_plane: ControlPlane, kubectl: Kubectl, monitoring_crds: None
+) -> None:
+    overlay = OVERLAYS / "scheduler-extender"
+    docs = kubectl.render(overlay)
+    scheduler = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpu-placement-scheduler"
+    )
+    sched_ns = scheduler["metadata"]["namespace"]
+    sched_account = scheduler["spec"]["template"]["spec"]["serviceAccountName"]
+    namespaces = tuple(d["metadata"]["name"] for d in docs if d["kind"] == "Namespace")
+    assert set(namespaces) == {NAMESPACE, sched_ns}
+    try:
+        applied = kubectl.run("apply", "-k", str(overlay))
+        assert applied.stdout.count(" created") == len(docs), applied.stdout
+        check_installed(kubectl, overlay, docs)
+        # the scheduler's pod: admitted under PodSecurity "restricted" in its own namespace, scheduled, Ready
+        labels = kubectl.json("get", "namespace", sched_ns)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+        kubectl.run("rollout", "status", "deployment/gpu-placement-scheduler", "-n", sched_ns, "--timeout=180s",
+                    timeout=200)  # fmt: skip
+        pods = kubectl.json("get", "pods", "-n", sched_ns, "-l", "app.kubernetes.io/name=gpu-placement-scheduler")
+        assert [p["spec"]["serviceAccountName"] for p in pods["items"]] == [sched_account]
+
+        # The controller's ServiceAccount: its pod label in its own namespace, and nothing that reaches the scheduler
+        # (a pod's image is mutable: patching the scheduler's pod would run code as system:kube-scheduler).
+        controller = f"system:serviceaccount:{NAMESPACE}:gpu-autoscaler"
+        assert can_i(kubectl, controller, "patch", "pods", NAMESPACE)
+        assert can_i(kubectl, controller, "list", "pods", NAMESPACE)
+        for verb, resource in (
+            ("patch", "pods"),
+            ("update", "pods"),
+            ("create", "pods"),
+            ("patch", "pods/ephemeralcontainers"),
+            ("patch", "deployments.apps"),
+            ("patch", "replicasets.apps"),
+            ("patch", "configmaps"),
+            ("create", "serviceaccounts/token"),
+            ("create", "secrets"),
+            ("update", "leases.coordination.k8s.io/gpu-placement-scheduler"),
+        ):
+            assert not can_i(kubectl, controller, verb, resource, sched_ns), (verb, resource, sched_ns)
+        # The scheduler's ServiceAccount kept what it needs after the move: its Lease in its namespace, and binding
+        # pods anywhere (system:kube-scheduler, bound to the ServiceAccount of its new namespace).
+        sched_user = f"system:serviceaccount:{sched_ns}:{sched_account}"
+        assert can_i(kubectl, sched_user, "update", "leases.coordination.k8s.io/gpu-placement-scheduler", sched_ns)
+        assert can_i(kubectl, sched_user, "create", "leases.coordination.k8s.io", sched_ns)
+        assert not can_i(kubectl, sched_user, "update", "leases.coordination.k8s.io/gpu-placement-scheduler",
+                         NAMESPACE)  # fmt: skip
+        done = kubectl.run("auth", "can-i", "create", "pods", "--subresource=binding", "--as", sched_user, "-A",
+                           check=False)  # fmt: skip
+        assert done.stdout.strip() == "yes", done.stdout + done.stderr
+    finally:
+        uninstall(kubectl, overlay, namespaces)
     assert present(kubectl, docs) == set()
