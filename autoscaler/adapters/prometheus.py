@@ -17,7 +17,9 @@ the scaling metric usable but incomplete (ready pods without a sample while othe
 than the Deployment's ready replicas; an answer carrying ``warnings``, Thanos/Mimir's partial response; the SLO
 guard's latency missing, or NaN while requests wait) goes to ``partial_reasons`` instead: the core then forbids a
 scale-down but not a scale-up. Per-service overrides must be self-contained expressions (balanced brackets, no
-comment, one line), so that none can leave its ``label_replace`` wrapper and tag series as another service.
+comment, one line), so that none can leave its ``label_replace`` wrapper and tag series as another service, and
+(``confine_overrides_to_namespace``) must select only their own namespace's series, so that no tenant reads
+another's with the controller's credentials.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from autoscaler.adapters.promql import (
     POD_NAME_MAX_LENGTH,
     POD_TO_DEPLOYMENT_RE,
     PromQLError,
+    check_confined,
     check_self_contained,
     check_template,
     deployment_pods_re,
@@ -721,6 +724,7 @@ class PrometheusMetricsSource:
                 # label_replace((...)) joined with others by ``or``: one that could close the wrapper could tag
                 # series as another service (which would then read this tenant's numbers).
                 check_self_contained(rendered)
+                self._check_confined(rendered, service)
             except PromQLError as exc:
                 out[service.key] = _Signal(None, [f"spec.queries.{_camel(attr)}: {exc}"])
                 continue
@@ -728,6 +732,13 @@ class PrometheusMetricsSource:
         for batch in _batches(parts, self.settings.max_query_length):
             self._run_override_batch(family, batch, tick, out)
         return out
+
+    def _check_confined(self, rendered: str, service: ServicePolicy) -> None:
+        """Raise ``PromQLError`` unless the rendered override of ``service`` reads only its namespace's series (when
+        ``confine_overrides_to_namespace``): it runs with the controller's credentials, and what it reads reaches the
+        policy's status, its Events and the controller's metrics."""
+        if self.settings.confine_overrides_to_namespace:
+            check_confined(rendered, self.settings.app_namespace_label, service.namespace)
 
     def _asks_own_latency(self, service: ServicePolicy) -> bool:
         """True when the latency of ``service`` is asked by :meth:`service_latency_query` rather than read from the
@@ -1061,7 +1072,8 @@ class PrometheusMetricsSource:
     # -- history ------------------------------------------------------------------------------------------------
 
     def history_query(self, service: ServicePolicy, signal: str) -> str:
-        """PromQL of one service's signal over time (one series); see :data:`HISTORY_SIGNALS`."""
+        """PromQL of one service's signal over time (one series); see :data:`HISTORY_SIGNALS`. ``PromQLError`` for an
+        override refused as the tick refuses it (``confine_overrides_to_namespace``): it is never asked either."""
         family = HISTORY_SIGNALS.get(str(getattr(signal, "value", signal)))
         if family is None:
             raise ValueError(f"unknown signal {signal!r}; one of {', '.join(HISTORY_SIGNALS)}")
@@ -1071,7 +1083,12 @@ class PrometheusMetricsSource:
             template = getattr(spec, _OVERRIDE_FIELDS[family], None) if spec is not None else None
             if template:
                 values = self._template_values(service.latency_quantile)
-                return render(template, values, {"namespace": service.namespace, "name": service.name})
+                rendered = render(template, values, {"namespace": service.namespace, "name": service.name})
+                try:
+                    self._check_confined(rendered, service)
+                except PromQLError as exc:
+                    raise PromQLError(f"spec.queries.{_camel(_OVERRIDE_FIELDS[family])}: {exc}") from None
+                return rendered
         if family is Family.LATENCY and self._asks_own_latency(service):
             return self.service_latency_query(service)
         query = self.family_query(family, self._own_pods(service, family), quantile=service.latency_quantile)

@@ -236,6 +236,17 @@ class PrometheusSettings(BaseSettings):
         "targets of one pod in one job add up. Empty: every copy is summed",
     )
 
+    # ---- per-service overrides (untrusted PromQL) ---------------------------------------------------------------
+    confine_overrides_to_namespace: bool = Field(
+        True,
+        description="on/off: run a GPUScalingPolicy's spec.queries override (tick and forecast history) only when "
+        'every selector in it carries an exact <app_namespace_label>="<the policy\'s namespace>" matcher, as '
+        "prom-label-proxy confines a tenant; an override that does not is never sent and its service holds on "
+        "stale data with the reason. false lets any policy read any namespace's series with the controller's "
+        "Prometheus credentials: only for single-tenant clusters whose overrides read series without that label "
+        "(recording rules, external exporters)",
+    )
+
     # ---- extra matchers (trusted PromQL) ------------------------------------------------------------------------
     dcgm_matchers: str = Field(
         "", description='extra label matchers for every DCGM query, PromQL, e.g. cluster="prod",job="dcgm-exporter"'

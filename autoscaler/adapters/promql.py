@@ -9,12 +9,19 @@ Two kinds of values reach a query:
 
 Placeholders are ``{identifier}`` tokens. PromQL's own braces (``up{job="x"}``) never look like that, so templates
 need no doubled braces, unlike ``str.format``.
+
+A tenant's rendered override is also checked for what it *reads* (``check_confined``): the controller runs it with
+its own Prometheus credentials, so every selector must be pinned to the tenant's namespace, as prom-label-proxy pins
+a dashboard's queries.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+
+import promql_parser
 
 # Kubernetes pod names of a Deployment: <deployment>-<pod-template-hash>-<random>. Both suffixes use the alphabet of
 # k8s.io/apimachinery's rand.SafeEncodeString (no vowels, no 0/1/3, so that no words or look-alikes appear); the hash
@@ -250,3 +257,154 @@ def check_self_contained(query: str) -> None:
         raise PromQLError("unterminated string literal")
     if stack:
         raise PromQLError(f"unclosed {stack[-1]!r}: parentheses, brackets and braces must balance")
+
+
+# promql-parser recurses on the native stack and takes time quadratic in the depth of the tree: 20,000 nested
+# parentheses (40 kB, far less than a Kubernetes object may hold) killed the process with SIGSEGV, and 5,000 unary
+# minus signs took 2 s. Every node of the tree takes at least one character outside string literals, so bounding
+# those characters bounds the depth (1,000: about 0.1 s at worst, nine times the longest example's), while a
+# long regex in a literal costs nothing. The total bounds what the verdict cache holds.
+MAX_CONFINED_CODE_CHARS = 1000
+MAX_CONFINED_QUERY_CHARS = 16_384
+_MATCH_OPS = (  # pairs: MatchOp is not hashable
+    (promql_parser.MatchOp.Equal, "="),
+    (promql_parser.MatchOp.NotEqual, "!="),
+    (promql_parser.MatchOp.Re, "=~"),
+    (promql_parser.MatchOp.NotRe, "!~"),
+)
+_SHOWN_SELECTOR_CHARS = 200  # the adapter cuts a reason at 500 characters: leave room for the hint after it
+
+
+def check_confined(query: str, namespace_label: str, namespace: str) -> None:
+    """Raise ``PromQLError`` unless every series ``query`` reads is in ``namespace``: every vector selector (matrix
+    selectors and subqueries included) carries the exact matcher ``<namespace_label>="<namespace>"`` -- in each of
+    its ``or`` alternatives, if it has some. Other matchers on that label are ANDed with it, so they can only narrow
+    the selection. A query without selectors (``vector(3)``) reads nothing and passes.
+
+    Only checks: the query runs as its author wrote it, so the check and Prometheus must read the same text. It is
+    parsed by promql-parser (Prometheus 2.45's grammar), whose string literals decode as Go's, as Prometheus's do;
+    newer syntax it does not know is refused, never guessed at.
+    """
+    problem = _confinement_problem(query, namespace_label, namespace)
+    if problem is not None:
+        raise PromQLError(problem)
+
+
+@functools.lru_cache(maxsize=1024)
+def _confinement_problem(query: str, namespace_label: str, namespace: str) -> str | None:
+    # Cached: a rendered override is the same text every tick, and the worst query allowed costs 0.1 s to parse.
+    if len(query) > MAX_CONFINED_QUERY_CHARS:
+        return f"too long to check: {len(query)} characters, at most {MAX_CONFINED_QUERY_CHARS}"
+    code = _code_chars(query)
+    if code > MAX_CONFINED_CODE_CHARS:
+        return f"too complex to check: {code} characters besides string literals, at most {MAX_CONFINED_CODE_CHARS}"
+    try:
+        expr = promql_parser.parse(query)
+    except ValueError as exc:
+        return f"not valid PromQL: {exc}"
+    except BaseException as exc:
+        # A Rust panic arrives as pyo3's PanicException, a BaseException that the tick's ``except Exception``
+        # would let through: a tenant's text must not stop the controller.
+        if type(exc).__name__ != "PanicException":
+            raise
+        return f"not valid PromQL: the parser failed ({exc})"
+    wanted = promql_parser.Matcher(promql_parser.MatchOp.Equal, namespace_label, namespace)
+    try:
+        for found in _selectors(expr):
+            # promql-parser puts every matcher of {a="1", b="2" or c="3"} in the alternatives; were there both,
+            # requiring the pin in each is right whether they are ANDed or ORed.
+            plain, groups = found.matchers.matchers, found.matchers.or_matchers
+            alternatives = [*groups, plain] if plain or not groups else groups
+            if all(_pins(matchers, wanted) for matchers in alternatives):
+                continue
+            pin = f"{namespace_label}={string_literal(namespace)}"
+            return (
+                f"selector {_shown(found)} does not select {pin}: an override may read only its own namespace "
+                f'(add {namespace_label}="{{namespace}}" to every selector)'
+            )
+    except PromQLError as exc:
+        return str(exc)
+    return None
+
+
+def _pins(matchers: Iterable[promql_parser.Matcher], wanted: promql_parser.Matcher) -> bool:
+    return any(m.op == wanted.op and m.name == wanted.name and m.value == wanted.value for m in matchers)
+
+
+def _selectors(expr: promql_parser.Expr) -> Iterator[promql_parser.VectorSelector]:
+    """Every vector selector of ``expr``, in the order they are written.
+
+    Not ``promql_parser.walk``: it copies each subtree into Python at every level (7 s for a chain of 400
+    additions, cubic in the depth); reading each child once is linear. A kind of node this does not know
+    (a later promql-parser) is refused rather than skipped, since its children could hold a selector.
+    """
+    p = promql_parser
+    stack: list[object] = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, p.VectorSelector):
+            yield node
+        elif isinstance(node, p.MatrixSelector):
+            stack.append(node.vector_selector)
+        elif isinstance(node, p.BinaryExpr):
+            stack += [node.rhs, node.lhs]
+        elif isinstance(node, p.ParenExpr | p.UnaryExpr | p.SubqueryExpr):
+            stack.append(node.expr)
+        elif isinstance(node, p.AggregateExpr):
+            # topk(scalar(x), y): the parameter is an expression too
+            stack += [node.expr] if node.param is None else [node.expr, node.param]
+        elif isinstance(node, p.Call):
+            if node.func.name == "info":
+                # Prometheus 3's info() joins in target_info series by their job and instance alone.
+                raise PromQLError(
+                    "info() may not be used in an override: it reads series (target_info) that no selector of the "
+                    "query names"
+                )
+            stack += reversed(node.args)
+        elif not isinstance(node, p.NumberLiteral | p.StringLiteral):
+            raise PromQLError(f"cannot check a {type(node).__name__} in an override")
+
+
+def _shown(found: promql_parser.VectorSelector) -> str:
+    """A selector as a reason names it: its metric name and matchers, values escaped (``str()`` does not)."""
+
+    def joined(matchers: Iterable[promql_parser.Matcher]) -> str:
+        return ",".join(f"{m.name}{_match_op(m.op)}{string_literal(m.value)}" for m in matchers)
+
+    groups = found.matchers.or_matchers
+    inside = " or ".join(joined(g) for g in groups) if groups else joined(found.matchers.matchers)
+    shown = (found.name or "") + (f"{{{inside}}}" if inside or not found.name else "")
+    return shown if len(shown) <= _SHOWN_SELECTOR_CHARS else shown[: _SHOWN_SELECTOR_CHARS - 3] + "..."
+
+
+def _match_op(op: promql_parser.MatchOp) -> str:
+    return next((text for known, text in _MATCH_OPS if op == known), "?")
+
+
+def _code_chars(query: str) -> int:
+    """Characters of ``query`` outside string literals, counting generously where unsure (quotes, comments,
+    escapes): an overcount only refuses a query, an undercount would let a deep one reach the parser."""
+    count = 0
+    quote: str | None = None
+    i, n = 0, len(query)
+    while i < n:
+        ch = query[i]
+        if quote is None:
+            count += 1
+            if ch in ('"', "'", "`"):
+                quote = ch
+            elif ch == "#":  # a comment runs to the end of the line; quotes in it open nothing
+                end = query.find("\n", i)
+                end = n if end < 0 else end
+                count += end - i - 1
+                i = end
+                continue
+        elif ch == quote or (ch == "\n" and quote != "`"):
+            # A line break ends no literal in PromQL except a raw one; counting on from it never undercounts.
+            count += 1
+            quote = None
+        elif ch == "\\" and quote != "`":
+            i += 2
+            continue
+        i += 1
+    return count

@@ -183,7 +183,10 @@ def test_per_service_overrides_are_batched_and_isolated(
         ),
         f"{NAMESPACE}/sd-lora": QueriesSpec(requestRate="sum(rate(no_such_metric[1m])) +"),  # a parse error
     }
-    source = PrometheusMetricsSource(genai_settings(genai_prometheus.url), service_queries=queries)
+    # Off: the parse error must reach Prometheus (its 400 is what this test is about); on, the confinement check
+    # would refuse it before it is sent (tests/prometheus/test_prom_override_confinement.py).
+    settings = genai_settings(genai_prometheus.url, confine_overrides_to_namespace=False)
+    source = PrometheusMetricsSource(settings, service_queries=queries)
     services = genai_services(metric=MetricKind.REQUEST_RATE, target=0.1, latency_slo_s=30.0)
     obs = source.observe(services, t)
     xl, turbo, lora = (obs.services[s.key] for s in services)

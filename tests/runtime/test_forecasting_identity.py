@@ -253,7 +253,7 @@ def test_with_the_prometheus_adapter_the_series_is_the_history_query() -> None:
     service = ForecastService(settings, source, lambda: policies, refit_interval_s=REFIT)
     assert service.refit(JUMP - REFIT).ok == [KEY]
     assert KEY in service.published
-    source.set_service_queries({KEY: queries("sum(rate(tokens_total[2m]))")})
+    source.set_service_queries({KEY: queries(TOKENS)})
     assert KEY not in service.published
     assert service.refit(JUMP).ok == [KEY]
     assert service.published[KEY].latest.forecast.at(JUMP + 60, 0.9) == pytest.approx(40.0 * 25.0)
