@@ -10,6 +10,7 @@ actuator, whose memo keeps recommend-only and dry-run plans from repeating them 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -336,6 +337,21 @@ def log_decision(decision: ScaleDecision) -> None:
 
 
 # Stale reasons are free text (they name pods, URLs, ages); the metric label is one of these bounded categories.
+STALE_QUERY_REFUSED = "query_refused"
+# A policy's override the Prometheus adapter refused before sending it: "spec.queries.<field>: " then a refusal of
+# promql.render, check_self_contained or check_confined. Only the start of the refusal identifies it: the rest
+# quotes the tenant's query (info( holds "inf", a selector may hold "no "), and the same prefix also comes before
+# Prometheus's own answer to an override that was sent ("spec.queries.<field>: Prometheus query failed: ...").
+_OVERRIDE_REFUSED = re.compile(
+    r"spec\.queries\.[A-Za-z]+: (?:"
+    # render
+    r"unknown placeholder |placeholder \{|value for \{|unterminated string literal"
+    # check_self_contained
+    r"|the query must be on one line|comments \(#\) are not allowed|unbalanced |unclosed "
+    # check_confined
+    r"|too long to check: |too complex to check: |not valid PromQL: |selector .* does not select "
+    r"|info\(\) may not be used|cannot check a )"
+)
 _STALE_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (STALE_DEPLOYMENT_MISSING, (STALE_DEPLOYMENT_MISSING,)),
     (STALE_METRICS_UNAVAILABLE, (STALE_METRICS_UNAVAILABLE, "unreachable", "did not answer", "timed out")),
@@ -345,10 +361,14 @@ _STALE_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("no_data", ("no ", "empty", "without a valid sample", "missing")),
     ("duplicate_series", (" series", "duplicate")),  # "pod x: 2 series (differing ...)"
 )
+# Every value the label takes: the alert's runbook explains each one.
+STALE_CATEGORY_NAMES: tuple[str, ...] = (STALE_QUERY_REFUSED, *(c for c, _ in _STALE_CATEGORIES), "other")
 
 
 def stale_category(reason: str) -> str:
     """The bounded ``reason`` label of ``gpu_autoscaler_stale_services`` for a free-text stale reason."""
+    if _OVERRIDE_REFUSED.match(reason):
+        return STALE_QUERY_REFUSED
     text = reason.lower()
     for category, needles in _STALE_CATEGORIES:
         if any(needle in text for needle in needles):

@@ -47,9 +47,9 @@ from urllib3.util.retry import Retry
 
 from autoscaler.adapters.prometheus_settings import (
     DEFAULT_LATENCY_QUERY,
+    OVERRIDE_PLACEHOLDERS,
     SERVICE_LATENCY_QUERY,
     SERVICE_PLACEHOLDERS,
-    TEMPLATE_PLACEHOLDERS,
     PrometheusSettings,
 )
 from autoscaler.adapters.promql import (
@@ -425,11 +425,20 @@ class PrometheusMetricsSource:
     # -- configuration ------------------------------------------------------------------------------------------
 
     def set_service_queries(self, service_queries: Mapping[str, QueriesSpec]) -> None:
-        """Replace the per-service query overrides (call when GPUScalingPolicies change)."""
+        """Replace the per-service query overrides (call when GPUScalingPolicies change); ``ValueError`` naming the
+        service first (``<namespace>/<name>: spec.queries.<field>: <why>``) for one that a tick would refuse, so
+        that its policy is InvalidSpec from the start rather than its service held on stale data at every tick.
+
+        Checked as the tick checks it, rendered for its service, but with the settings' ``{quantile}``: the
+        policy's own is not handed over, and it changes only the length of the text (``too complex``).
+        """
+        trusted = self._template_values()
         for key, spec in service_queries.items():
+            namespace, _, service = key.partition("/")
             for name, query in _override_items(spec):
                 try:
                     validate_service_query(query)
+                    self._rendered_override(query, trusted, namespace, service)
                 except PromQLError as exc:
                     raise ValueError(f"{key}: spec.queries.{name}: {exc}") from None
         self._service_queries = dict(service_queries)
@@ -719,12 +728,9 @@ class PrometheusMetricsSource:
                     service.latency_quantile
                 )
             try:
-                rendered = render(template, trusted, {"namespace": service.namespace, "name": service.name})
-                # Also checked when the policy is loaded; checked again here because the override goes inside
-                # label_replace((...)) joined with others by ``or``: one that could close the wrapper could tag
-                # series as another service (which would then read this tenant's numbers).
-                check_self_contained(rendered)
-                self._check_confined(rendered, service)
+                # Also checked when the policy is loaded, but the constructor takes overrides unchecked, and the
+                # service's own {quantile} is known only here.
+                rendered = self._rendered_override(template, trusted, service.namespace, service.name)
             except PromQLError as exc:
                 out[service.key] = _Signal(None, [f"spec.queries.{_camel(attr)}: {exc}"])
                 continue
@@ -733,12 +739,22 @@ class PrometheusMetricsSource:
             self._run_override_batch(family, batch, tick, out)
         return out
 
-    def _check_confined(self, rendered: str, service: ServicePolicy) -> None:
-        """Raise ``PromQLError`` unless the rendered override of ``service`` reads only its namespace's series (when
-        ``confine_overrides_to_namespace``): it runs with the controller's credentials, and what it reads reaches the
-        policy's status, its Events and the controller's metrics."""
+    def _rendered_override(self, template: str, trusted: Mapping[str, str], namespace: str, name: str) -> str:
+        """The override ``template`` of the service ``namespace/name`` as a tick sends it, or ``PromQLError`` for
+        one never to send."""
+        rendered = render(template, trusted, {"namespace": namespace, "name": name})
+        # The override goes inside label_replace((...)) joined with others by ``or``: one that could close the
+        # wrapper could tag series as another service (which would then read this tenant's numbers).
+        check_self_contained(rendered)
+        self._check_confined(rendered, namespace)
+        return rendered
+
+    def _check_confined(self, rendered: str, namespace: str) -> None:
+        """Raise ``PromQLError`` unless a rendered override of a service in ``namespace`` reads only that
+        namespace's series (when ``confine_overrides_to_namespace``): it runs with the controller's credentials, and
+        what it reads reaches the policy's status, its Events and the controller's metrics."""
         if self.settings.confine_overrides_to_namespace:
-            check_confined(rendered, self.settings.app_namespace_label, service.namespace)
+            check_confined(rendered, self.settings.app_namespace_label, namespace)
 
     def _asks_own_latency(self, service: ServicePolicy) -> bool:
         """True when the latency of ``service`` is asked by :meth:`service_latency_query` rather than read from the
@@ -1085,7 +1101,7 @@ class PrometheusMetricsSource:
                 values = self._template_values(service.latency_quantile)
                 rendered = render(template, values, {"namespace": service.namespace, "name": service.name})
                 try:
-                    self._check_confined(rendered, service)
+                    self._check_confined(rendered, service.namespace)
                 except PromQLError as exc:
                     raise PromQLError(f"spec.queries.{_camel(_OVERRIDE_FIELDS[family])}: {exc}") from None
                 return rendered
@@ -1242,8 +1258,14 @@ def connect(
 
 
 def validate_service_query(query: str) -> None:
-    """Raise ``PromQLError`` unless ``query`` is a usable per-service override (call when a policy is loaded)."""
-    check_template(query, TEMPLATE_PLACEHOLDERS, SERVICE_PLACEHOLDERS)
+    """Raise ``PromQLError`` unless ``query`` is a usable per-service override (call when a policy is loaded).
+
+    Its placeholders are those an override is rendered with (``OVERRIDE_PLACEHOLDERS``), not every template's:
+    ``{metric}``, ``{selector}``, ``{namespace_label}`` and ``{pod_label}`` belong to one family's default query.
+    What it reads (``confine_overrides_to_namespace``) depends on the settings and the policy's namespace:
+    :meth:`PrometheusMetricsSource.set_service_queries` checks that too.
+    """
+    check_template(query, OVERRIDE_PLACEHOLDERS, SERVICE_PLACEHOLDERS)
     check_self_contained(query)
 
 

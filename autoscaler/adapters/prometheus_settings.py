@@ -7,6 +7,7 @@ template can be changed, so the adapter also works with Triton, TGI, a relabelle
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,6 +32,19 @@ TEMPLATE_PLACEHOLDERS: dict[str, str] = {
 }
 # Per-service overrides (GPUScalingPolicy spec.queries) may also use these, escaped by the adapter.
 SERVICE_PLACEHOLDERS: tuple[str, ...] = ("namespace", "name")
+# The trusted values every query shares, and so the only ones an override is rendered with: the others (metric,
+# selector, namespace_label, pod_label) are one family's. The load-time check of an override
+# (OVERRIDE_PLACEHOLDERS) and its rendering (PrometheusSettings.template_values) both read this table: an
+# override the load lets through must never be refused for an unknown placeholder at every tick.
+_SHARED_VALUES: dict[str, Callable[[PrometheusSettings], str]] = {
+    "window": lambda s: duration(s.rate_window_seconds),
+    "staleness": lambda s: duration(s.staleness_seconds),
+    "quantile": lambda s: repr(s.latency_quantile),
+    "deployment_label": lambda s: s.deployment_label,
+    "scrape_copy_labels": lambda s: s.scrape_copy_labels,
+    "pod_regex": lambda s: POD_TO_DEPLOYMENT_RE,
+}
+OVERRIDE_PLACEHOLDERS: tuple[str, ...] = tuple(_SHARED_VALUES)
 
 # A pod's metrics are often collected more than once: a PodMonitor beside a ServiceMonitor, the prometheus.io/scrape
 # job beside either, two Prometheus replicas read through a Thanos querier that does not deduplicate. Each copy then
@@ -241,10 +255,11 @@ class PrometheusSettings(BaseSettings):
         True,
         description="on/off: run a GPUScalingPolicy's spec.queries override (tick and forecast history) only when "
         'every selector in it carries an exact <app_namespace_label>="<the policy\'s namespace>" matcher, as '
-        "prom-label-proxy confines a tenant; an override that does not is never sent and its service holds on "
-        "stale data with the reason. false lets any policy read any namespace's series with the controller's "
-        "Prometheus credentials: only for single-tenant clusters whose overrides read series without that label "
-        "(recording rules, external exporters)",
+        "prom-label-proxy confines a tenant; an override that does not is never sent: its policy is InvalidSpec "
+        "when loaded (one that reaches a tick all the same holds its service on stale data with the reason). "
+        "false lets any policy read any namespace's series with the controller's Prometheus credentials: only for "
+        "single-tenant clusters whose overrides read series without that label (recording rules, external "
+        "exporters)",
     )
 
     # ---- extra matchers (trusted PromQL) ------------------------------------------------------------------------
@@ -382,15 +397,9 @@ class PrometheusSettings(BaseSettings):
         return self
 
     def template_values(self) -> dict[str, str]:
-        """The trusted placeholder values common to every query (``selector``/labels are filled per family)."""
-        return {
-            "window": duration(self.rate_window_seconds),
-            "staleness": duration(self.staleness_seconds),
-            "quantile": repr(self.latency_quantile),
-            "deployment_label": self.deployment_label,
-            "scrape_copy_labels": self.scrape_copy_labels,
-            "pod_regex": POD_TO_DEPLOYMENT_RE,
-        }
+        """The trusted placeholder values common to every query (``selector``/labels are filled per family), all a
+        per-service override is rendered with (:data:`OVERRIDE_PLACEHOLDERS`)."""
+        return {name: value(self) for name, value in _SHARED_VALUES.items()}
 
 
 def duration(seconds: float) -> str:

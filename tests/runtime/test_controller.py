@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 from runtime_fakes import FakeCluster, FakeMetrics, FakePolicies, FakeStatus, policy_object
@@ -345,12 +346,115 @@ def test_condition_transition_time_only_moves_on_flip() -> None:
         ("deployment_not_found", "deployment_not_found"),
         ("pod chat-x: 2 series (UUID differs)", "duplicate_series"),
         ("something new", "other"),
+        # an override the adapter refused before sending it; the messages quote the tenant's text, so none of it
+        # may pick the category ("info" holds "inf", "no " is in many a selector)
+        (
+            "spec.queries.requestRate: info() may not be used in an override: it reads series (target_info) that no "
+            "selector of the query names",
+            "query_refused",
+        ),
+        (
+            'spec.queries.requestRate: selector inference_requests_total{job="no older than"} does not select '
+            'namespace="ml": an override may read only its own namespace (add namespace="{namespace}" to every '
+            "selector)",
+            "query_refused",
+        ),
+        ("spec.queries.queueDepth: the query must be on one line (no line breaks)", "query_refused"),
+        ("spec.queries.latency: not valid PromQL: unexpected end of input", "query_refused"),
+        (
+            "spec.queries.requestRate: unknown placeholder {pod_label} in query template "
+            "'sum(x{namespace=\"{namespace}\"}) by ({pod_label})' (known: {name}, {namespace}, {window})",
+            "query_refused",
+        ),
+        # Prometheus's answer to an override that was sent: the same prefix, not a refusal
+        (
+            'spec.queries.requestRate: Prometheus query failed: HTTP Status Code 400 (b\'{"status":"error",'
+            '"errorType":"bad_data","error":"1:1: parse error: unclosed left parenthesis"}\')',
+            "query_failed",
+        ),
+        (
+            'spec.queries.requestRate: Prometheus query failed: bad_data: unknown function with name "info"',
+            "query_failed",
+        ),
+        ("spec.queries.requestRate: 2 series for one service (differing in pod)", "duplicate_series"),
+        ("spec.queries.queueDepth: value is NaN", "invalid_value"),
     ],
 )
 def test_stale_reason_label_is_bounded(text: str, category: str) -> None:
     from autoscaler.reporting import stale_category
 
     assert stale_category(text) == category
+
+
+def _override_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every message with which the Prometheus adapter refuses an override at a tick, produced by the functions
+    that refuse it (render, check_self_contained, check_confined), so that a new or reworded one is tried too."""
+    from autoscaler.adapters import promql
+
+    def refusal(check: Callable[[], object]) -> str:
+        with pytest.raises(promql.PromQLError) as caught:
+            check()
+        return str(caught.value)
+
+    ns = "ml"
+    confined = promql.check_confined
+    found = [
+        refusal(lambda: promql.render("x{a}", {"window": "1m"}, {"namespace": ns})),
+        refusal(lambda: promql.render("x{{namespace}}", {}, {"namespace": ns})),
+        refusal(lambda: promql.render('x{a="b}', {}, {"namespace": ns})),
+        refusal(lambda: promql.render("x{a=`{namespace}`}", {}, {"namespace": "a`b"})),
+        refusal(lambda: promql.check_self_contained("x\nor y")),
+        refusal(lambda: promql.check_self_contained("x # y")),
+        refusal(lambda: promql.check_self_contained("x)")),
+        refusal(lambda: promql.check_self_contained("(x")),
+        refusal(lambda: promql.check_self_contained('x{a="b}')),
+        refusal(lambda: confined('x{a="' + "b" * promql.MAX_CONFINED_QUERY_CHARS + '"}', "namespace", ns)),
+        refusal(lambda: confined("-" * promql.MAX_CONFINED_CODE_CHARS + "x", "namespace", ns)),
+        refusal(lambda: confined("sum(", "namespace", ns)),
+        refusal(lambda: confined('inf_total{job="infra"}', "namespace", ns)),
+        refusal(lambda: confined('info(x{namespace="ml"})', "namespace", ns)),
+    ]
+
+    class PanicException(BaseException):  # the name pyo3 gives a Rust panic
+        pass
+
+    def panic(_: str) -> None:
+        raise PanicException("index out of bounds")
+
+    promql._confinement_problem.cache_clear()
+    monkeypatch.setattr(promql.promql_parser, "parse", panic)
+    found.append(refusal(lambda: confined("x", "namespace", "panics")))
+    monkeypatch.setattr(promql.promql_parser, "parse", lambda _: object())  # a kind of node the check does not know
+    found.append(refusal(lambda: confined("x", "namespace", "unknown-node")))
+    promql._confinement_problem.cache_clear()
+    return found
+
+
+def test_every_refusal_of_an_override_is_query_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoscaler.reporting import stale_category
+
+    refusals = _override_refusals(monkeypatch)
+    assert len(set(refusals)) == len(refusals) == 16, refusals
+    for field in ("requestRate", "queueDepth", "latency"):
+        for message in refusals:
+            reason = f"spec.queries.{field}: {message}"
+            assert stale_category(reason) == "query_refused", reason
+            # cut as the adapter cuts a reason (500 characters), it is the same refusal
+            assert stale_category(reason[:497] + "...") == "query_refused", reason
+            # the same text anywhere else is not a refusal of this override
+            assert stale_category(f"spec.queries.{field}: Prometheus query failed: {message}") == "query_failed"
+
+
+def test_the_runbook_explains_every_stale_reason_label() -> None:
+    """The ``reason`` values of gpu_autoscaler_stale_services are the rows of the alert's runbook table."""
+    import re
+    from pathlib import Path
+
+    from autoscaler.reporting import STALE_CATEGORY_NAMES
+
+    runbook = Path(__file__).resolve().parents[2] / "deploy/runbooks/GPUAutoscalerServiceMetricsStale.md"
+    rows = re.findall(r"^\| `([a-z_]+)` \|", runbook.read_text(), flags=re.M)
+    assert sorted(rows) == sorted(STALE_CATEGORY_NAMES)
 
 
 def test_no_eviction_or_suspension_on_a_tick_with_stale_metrics() -> None:
