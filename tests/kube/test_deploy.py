@@ -178,6 +178,7 @@ def test_base_renders_and_every_document_validates(base: list[dict[str, Any]]) -
             "Role",
             "RoleBinding",
             "Deployment",
+            "ResourceQuota",
             "Service",
             "PodDisruptionBudget",
             "NetworkPolicy",

@@ -275,7 +275,7 @@ def test_the_scheduler_lives_in_its_own_namespace(overlay: list[dict[str, Any]])
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         ["ServiceAccount", "ClusterRoleBinding", "ClusterRoleBinding", "RoleBinding", "Role", "RoleBinding",
-         "ConfigMap", "Deployment"]
+         "ConfigMap", "ResourceQuota", "Deployment"]
     )  # fmt: skip
     subject = {"kind": "ServiceAccount", "name": dep["spec"]["template"]["spec"]["serviceAccountName"],
                "namespace": namespace}  # fmt: skip

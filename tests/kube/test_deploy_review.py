@@ -224,3 +224,37 @@ def test_the_grace_period_covers_the_controllers_shutdown(
     servers = 5.0 * (1 + settings.scheduler_extender.enabled)
     budget = settings.shutdown_grace_seconds + release + servers
     assert controller_pod(rendered[overlay])["terminationGracePeriodSeconds"] >= budget
+
+
+CRITICAL_CLASSES = ("system-cluster-critical", "system-node-critical")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_critical_pods_have_a_quota_that_admits_them(overlay: str, rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """GKE (and any cluster whose ResourceQuota admission lists the system-*-critical classes as limitedResources)
+    admits a pod of those classes only in a namespace holding a quota scoped to its class: without one the
+    ReplicaSet's creations are refused and the Deployment never starts. The quota must hold a rollout: the replicas,
+    the surge pods, and the old replicas while they terminate."""
+    deployments = [d for d in rendered[overlay] if d.get("kind") == "Deployment"]
+    critical = [d for d in deployments if d["spec"]["template"]["spec"].get("priorityClassName") in CRITICAL_CLASSES]
+    assert critical, "the controller runs at a system-*-critical class"
+    for dep in critical:
+        namespace = dep["metadata"].get("namespace")
+        cls = dep["spec"]["template"]["spec"]["priorityClassName"]
+        quotas = [
+            q
+            for q in rendered[overlay]
+            if q.get("kind") == "ResourceQuota"
+            and q["metadata"].get("namespace") == namespace
+            and any(
+                e.get("scopeName") == "PriorityClass" and e.get("operator") == "In" and cls in e.get("values", [])
+                for e in (q["spec"].get("scopeSelector") or {}).get("matchExpressions", [])
+            )
+        ]
+        assert quotas, f"{overlay}: no ResourceQuota in {namespace} scoped to {cls} for Deployment {dep['metadata']['name']}"
+        replicas = int(dep["spec"].get("replicas", 1))
+        surge = (dep["spec"].get("strategy") or {}).get("rollingUpdate", {}).get("maxSurge", "25%")
+        surge = -(-replicas * int(surge[:-1]) // 100) if isinstance(surge, str) else int(surge)
+        for quota in quotas:
+            _k8s_validate(quota)
+            assert int(quota["spec"]["hard"]["pods"]) >= 2 * replicas + surge
