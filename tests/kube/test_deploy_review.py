@@ -251,7 +251,8 @@ def test_critical_pods_have_a_quota_that_admits_them(overlay: str, rendered: dic
                 for e in (q["spec"].get("scopeSelector") or {}).get("matchExpressions", [])
             )
         ]
-        assert quotas, f"{overlay}: no ResourceQuota in {namespace} scoped to {cls} for Deployment {dep['metadata']['name']}"
+        name = dep["metadata"]["name"]
+        assert quotas, f"{overlay}: no ResourceQuota in {namespace} scoped to {cls} for Deployment {name}"
         replicas = int(dep["spec"].get("replicas", 1))
         surge = (dep["spec"].get("strategy") or {}).get("rollingUpdate", {}).get("maxSurge", "25%")
         surge = -(-replicas * int(surge[:-1]) // 100) if isinstance(surge, str) else int(surge)
