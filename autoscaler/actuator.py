@@ -252,9 +252,9 @@ class Actuator:
         self.reported: dict[tuple[str, str], str] = {}  # (object, topic) -> last event key, to not repeat events
 
     def apply_one(
-        self, action: Action, context: GuardContext, *, may_write: Callable[[], bool] | None = None
+        self, action: Action, context: GuardContext, *, write_guard: Callable[[], bool] | None = None
     ) -> ActionResult:
-        allowed = may_write if may_write is not None else self.can_act
+        allowed = write_guard if write_guard is not None else self.can_act
         text = f"{describe_action(action)}: {action.reason.text} ({action.detail})"
         blocked = guard(action, context)
         if blocked is not None:
@@ -395,7 +395,7 @@ class Actuator:
         results: list[ActionResult] = []
         for position, action in enumerate(evictions):
             # past the first eviction the gang is broken: the rest go while the Lease allows, stopping or not
-            result = self.apply_one(action, context, may_write=self.can_finish if position else None)
+            result = self.apply_one(action, context, write_guard=self.can_finish if position else None)
             results.append(result)
             if result.result != "applied" and len(results) == 1:
                 # Nothing is stopped yet and the first eviction was not made (an API error, a budget spent since
