@@ -91,9 +91,19 @@ GPU_UTILIZATION_TARGET_MESSAGE = "target: gpu_utilization is a percentage, must 
 ENGINE_ACTIVE_TARGET_MESSAGE = (
     "target: engine_active is a ratio, must be <= 1 (metric.target defaults to 70, a gpu_utilization percentage)"
 )
-#: The signals read as one total for the whole service: they still have a value with no pod running, so they alone
-#: can bring a service back from zero replicas (upstream's HPA: an Object or External metric).
+#: The signals read as one total for the whole service, the only ones that *can* have a value with no pod running
+#: (upstream's HPA: an Object or External metric). Necessary, not sufficient: the default queries read the pods' own
+#: series, which end with the last pod ("no series": stale, held at zero), so a service scaled to zero comes back
+#: only when its signal is read in front of the pods, by the policy's override (a gateway's or a queue's series).
 WHOLE_SERVICE_METRICS = (MetricKind.REQUEST_RATE, MetricKind.QUEUE_DEPTH)
+#: The spec.queries override (its alias) that reads each whole-service metric.
+SCALE_FROM_ZERO_QUERY = {MetricKind.REQUEST_RATE: "requestRate", MetricKind.QUEUE_DEPTH: "queueDepth"}
+#: ``{metric}``, ``{query}``: the whole-service metric and the override that must read it in front of the pods.
+MIN_REPLICAS_ZERO_QUERY_MESSAGE = (
+    "minReplicas 0 with metric {metric} needs spec.queries.{query} reading it in front of the pods (the series of a "
+    "gateway or a queue): the default query reads the series of the pods themselves, which end with the last pod, "
+    "so the service would never scale back up"
+)
 #: ``{metric}``: the per-pod metric the policy scales on (the CRD's CEL rule fills it in the same way).
 MIN_REPLICAS_ZERO_MESSAGE = (
     "minReplicas 0 needs a whole-service metric (request_rate or queue_depth): a per-pod metric ({metric}) has no "
@@ -291,6 +301,10 @@ class GPUScalingPolicySpec(_Strict):
         # The CRD carries the same rule as CEL (adapters/kubernetes/crd.py SPEC_VALIDATIONS): keep them alike.
         if self.min_replicas == 0 and self.metric.type not in WHOLE_SERVICE_METRICS:
             raise ValueError(MIN_REPLICAS_ZERO_MESSAGE.format(metric=self.metric.type.value))
+        if self.min_replicas == 0:
+            query = SCALE_FROM_ZERO_QUERY[self.metric.type]
+            if not self.queries.model_dump(by_alias=True).get(query):
+                raise ValueError(MIN_REPLICAS_ZERO_QUERY_MESSAGE.format(metric=self.metric.type.value, query=query))
         return self
 
 

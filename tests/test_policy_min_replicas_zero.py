@@ -1,9 +1,11 @@
-"""minReplicas 0 only with a whole-service metric (request_rate, queue_depth).
+"""minReplicas 0 only with a whole-service metric (request_rate, queue_depth) read in front of the pods.
 
 A per-pod metric (gpu_utilization, engine_active) is an average over ready pods: scaled to zero there is no pod, so
-no sample, and the core holds the service at zero for good ("no samples" is stale). A whole-service total still has
-a value with no pod, and ``replicas_for_total_metric`` brings the service back. Upstream's HPA refuses the same
-(HPAScaleToZero: minReplicas 0 needs an Object or External metric).
+no sample, and the core holds the service at zero for good ("no samples" is stale). A whole-service total can have a
+value with no pod, and ``replicas_for_total_metric`` brings the service back -- but only when it is read in front of
+the pods: the default queries read the pods' own series, which end with the last pod ("no series": stale, held at
+zero). So the policy's override for its metric (queries.requestRate, queries.queueDepth) must be there. Upstream's
+HPA refuses the first half the same way (HPAScaleToZero: minReplicas 0 needs an Object or External metric).
 """
 
 from __future__ import annotations
@@ -15,22 +17,56 @@ from pydantic import ValidationError
 
 from autoscaler.adapters.kubernetes.crd import SPEC_VALIDATIONS
 from autoscaler.adapters.kubernetes.policies import InvalidPolicy, LoadedPolicy, validate_policy
-from autoscaler.policy import MIN_REPLICAS_ZERO_MESSAGE, GPUScalingPolicySpec
+from autoscaler.policy import MIN_REPLICAS_ZERO_MESSAGE, MIN_REPLICAS_ZERO_QUERY_MESSAGE, GPUScalingPolicySpec
 
 TARGET_REF = {"name": "chat"}
 
-# (spec without targetRef, the metric the refusal names, or None when the spec is accepted)
+
+def _per_pod(metric: str) -> str:
+    return MIN_REPLICAS_ZERO_MESSAGE.format(metric=metric)
+
+
+def _no_query(metric: str, query: str) -> str:
+    return MIN_REPLICAS_ZERO_QUERY_MESSAGE.format(metric=metric, query=query)
+
+
+GATEWAY_RATE = 'sum(rate(gateway_requests_total{namespace="{namespace}", service="{name}"}[1m]))'
+GATEWAY_QUEUE = 'sum(gateway_queue_length{namespace="{namespace}", service="{name}"})'
+
+# (spec without targetRef, the refusal's message, or None when the spec is accepted)
 CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "zero-gpu_utilization": (
         {"minReplicas": 0, "metric": {"type": "gpu_utilization", "target": 60}},
-        "gpu_utilization",
+        _per_pod("gpu_utilization"),
     ),
-    "zero-engine_active": ({"minReplicas": 0, "metric": {"type": "engine_active", "target": 0.7}}, "engine_active"),
+    "zero-engine_active": (
+        {"minReplicas": 0, "metric": {"type": "engine_active", "target": 0.7}},
+        _per_pod("engine_active"),
+    ),
     # metric.type defaults to gpu_utilization: a per-pod metric nobody wrote down
-    "zero-metric-without-type": ({"minReplicas": 0, "metric": {"target": 60}}, "gpu_utilization"),
-    "zero-no-metric": ({"minReplicas": 0}, "gpu_utilization"),
-    "zero-request_rate": ({"minReplicas": 0, "metric": {"type": "request_rate", "target": 5}}, None),
-    "zero-queue_depth": ({"minReplicas": 0, "metric": {"type": "queue_depth", "target": 2}}, None),
+    "zero-metric-without-type": ({"minReplicas": 0, "metric": {"target": 60}}, _per_pod("gpu_utilization")),
+    "zero-no-metric": ({"minReplicas": 0}, _per_pod("gpu_utilization")),
+    # the default queries read the pods' own series: nothing to read with no pod
+    "zero-request_rate": (
+        {"minReplicas": 0, "metric": {"type": "request_rate", "target": 5}},
+        _no_query("request_rate", "requestRate"),
+    ),
+    "zero-queue_depth": (
+        {"minReplicas": 0, "metric": {"type": "queue_depth", "target": 2}},
+        _no_query("queue_depth", "queueDepth"),
+    ),
+    "zero-request_rate-with-the-other-query": (
+        {"minReplicas": 0, "metric": {"type": "request_rate", "target": 5}, "queries": {"queueDepth": GATEWAY_QUEUE}},
+        _no_query("request_rate", "requestRate"),
+    ),
+    "zero-request_rate-with-an-empty-query": (
+        {"minReplicas": 0, "metric": {"type": "request_rate", "target": 5}, "queries": {"requestRate": ""}},
+        _no_query("request_rate", "requestRate"),
+    ),
+    "zero-queue_depth-with-queueDepth-query": (
+        {"minReplicas": 0, "metric": {"type": "queue_depth", "target": 2}, "queries": {"queueDepth": GATEWAY_QUEUE}},
+        None,
+    ),
     # a query override changes where a whole-service signal is read, not which signal is scaled on
     "zero-gpu_utilization-with-requestRate-query": (
         {
@@ -38,14 +74,14 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
             "metric": {"type": "gpu_utilization", "target": 60},
             "queries": {"requestRate": 'sum(rate(http_requests_total{namespace="{namespace}"}[1m]))'},
         },
-        "gpu_utilization",
+        _per_pod("gpu_utilization"),
     ),
     "zero-engine_active-with-queueDepth-query": (
         {"minReplicas": 0, "metric": {"type": "engine_active", "target": 0.5}, "queries": {"queueDepth": "q"}},
-        "engine_active",
+        _per_pod("engine_active"),
     ),
     "zero-request_rate-with-requestRate-query": (
-        {"minReplicas": 0, "metric": {"type": "request_rate", "target": 5}, "queries": {"requestRate": "r"}},
+        {"minReplicas": 0, "metric": {"type": "request_rate", "target": 5}, "queries": {"requestRate": GATEWAY_RATE}},
         None,
     ),
     "one-gpu_utilization": ({"minReplicas": 1, "metric": {"type": "gpu_utilization", "target": 60}}, None),
@@ -60,31 +96,31 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_min_replicas_zero_needs_a_whole_service_metric(case: str) -> None:
-    spec, refused_metric = CASES[case]
+    spec, refusal = CASES[case]
     body = {"targetRef": TARGET_REF, **spec}
-    if refused_metric is None:
+    if refusal is None:
         parsed = GPUScalingPolicySpec.model_validate(body)
         assert parsed.min_replicas == spec.get("minReplicas", 1)
         return
     with pytest.raises(ValidationError) as err:
         GPUScalingPolicySpec.model_validate(body)
     message = err.value.errors()[0]["msg"]
-    assert MIN_REPLICAS_ZERO_MESSAGE.format(metric=refused_metric) in message
+    assert refusal in message
     # the user reads which field to change, and which metric makes it wrong
-    assert "minReplicas 0" in message and f"({refused_metric})" in message
+    assert message.startswith("Value error, minReplicas 0")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_controller_reports_the_refusal_as_an_invalid_spec(case: str) -> None:
-    spec, refused_metric = CASES[case]
+    spec, refusal = CASES[case]
     obj = {"metadata": {"namespace": "ml", "name": "p"}, "spec": {"targetRef": TARGET_REF, **spec}}
     result = validate_policy(obj)
-    if refused_metric is None:
+    if refusal is None:
         assert isinstance(result, LoadedPolicy), result
         return
     assert isinstance(result, InvalidPolicy)
     assert result.field == "spec"
-    assert result.message == MIN_REPLICAS_ZERO_MESSAGE.format(metric=refused_metric)
+    assert result.message == refusal
 
 
 def test_the_message_names_the_field_and_both_whole_service_metrics() -> None:
@@ -98,7 +134,7 @@ def test_the_message_names_the_field_and_both_whole_service_metrics() -> None:
 def test_the_crd_carries_the_rule_on_min_replicas() -> None:
     """The rule's CEL is run by the real apiserver in tests/realkube/test_min_replicas_zero_real.py; here, that the
     CRD carries it on the field the parser's message names, with the parser's message."""
-    rules = [r for r in SPEC_VALIDATIONS if "queue_depth" in r["rule"]]
+    rules = [r for r in SPEC_VALIDATIONS if "queue_depth" in r["rule"] and "queries" not in r["rule"]]
     assert len(rules) == 1
     rule = rules[0]
     assert rule["fieldPath"] == ".minReplicas"
@@ -111,3 +147,16 @@ def test_the_crd_carries_the_rule_on_min_replicas() -> None:
     assert rule["messageExpression"].startswith(f"'{before}' + ")
     assert rule["messageExpression"].endswith(f" + '{after}'")
     assert "'" not in MIN_REPLICAS_ZERO_MESSAGE  # it is spliced into CEL string literals as it is
+
+
+def test_the_crd_carries_the_override_rule_on_min_replicas() -> None:
+    """The second half: a whole-service metric needs its override; run by the real apiserver in
+    tests/realkube/test_min_replicas_zero_real.py."""
+    rules = [r for r in SPEC_VALIDATIONS if "self.queries.requestRate" in r["rule"]]
+    assert len(rules) == 1
+    rule = rules[0]
+    assert rule["fieldPath"] == ".minReplicas"
+    assert "self.queries.queueDepth" in rule["rule"] and "has(self.queries)" in rule["rule"]
+    assert "'" not in MIN_REPLICAS_ZERO_QUERY_MESSAGE  # spliced into CEL string literals as it is
+    first = MIN_REPLICAS_ZERO_QUERY_MESSAGE.split("{metric}")[0]
+    assert rule["messageExpression"].startswith(f"'{first}' + ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from typing import Any
 
 import yaml
@@ -27,7 +28,9 @@ from autoscaler.policy import (
     HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE,
     KIND,
     MIN_REPLICAS_ZERO_MESSAGE,
+    MIN_REPLICAS_ZERO_QUERY_MESSAGE,
     PLURAL,
+    SCALE_FROM_ZERO_QUERY,
     WHOLE_SERVICE_METRICS,
     GPUScalingPolicySpec,
 )
@@ -63,6 +66,15 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 _SPEC_METRIC_TYPE = "(has(self.metric) && has(self.metric.type) ? self.metric.type : 'gpu_utilization')"
 _WHOLE_SERVICE = ", ".join(f"'{kind.value}'" for kind in WHOLE_SERVICE_METRICS)
 _BEFORE_METRIC, _AFTER_METRIC = MIN_REPLICAS_ZERO_MESSAGE.split("{metric}")
+# The override each whole-service metric needs to come back from zero, as a CEL expression of the metric's type.
+_SPEC_ZERO_QUERY = "".join(
+    f"({_SPEC_METRIC_TYPE} == '{kind.value}' ? '{query}' : " for kind, query in SCALE_FROM_ZERO_QUERY.items()
+) + "''" + ")" * len(SCALE_FROM_ZERO_QUERY)
+_HAS_ZERO_QUERY = " || ".join(
+    f"({_SPEC_METRIC_TYPE} == '{kind.value}' && has(self.queries.{query}) && self.queries.{query} != '')"
+    for kind, query in SCALE_FROM_ZERO_QUERY.items()
+)
+_QUERY_PARTS = re.split(r"\{metric\}|\{query\}", MIN_REPLICAS_ZERO_QUERY_MESSAGE)
 
 # Cross-field rules the apiserver can enforce at admission (CEL), the same as the pydantic validators of
 # autoscaler/policy.py (with their messages): what the apiserver stores, its defaults applied, the controller accepts.
@@ -82,6 +94,18 @@ SPEC_VALIDATIONS = [
         "messageExpression": f"'{_BEFORE_METRIC}' + {_SPEC_METRIC_TYPE} + '{_AFTER_METRIC}'",
         "message": MIN_REPLICAS_ZERO_MESSAGE.format(
             metric=" or ".join(kind.value for kind in MetricKind if kind not in WHOLE_SERVICE_METRICS)
+        ),
+        "fieldPath": ".minReplicas",
+    },
+    # the second half of the same validator: a whole-service metric is read in front of the pods by its override
+    {
+        "rule": f"!has(self.minReplicas) || self.minReplicas != 0 || !({_SPEC_METRIC_TYPE} in [{_WHOLE_SERVICE}]) "
+        f"|| (has(self.queries) && ({_HAS_ZERO_QUERY}))",
+        "messageExpression": f"'{_QUERY_PARTS[0]}' + {_SPEC_METRIC_TYPE} + '{_QUERY_PARTS[1]}' + {_SPEC_ZERO_QUERY} "
+        f"+ '{_QUERY_PARTS[2]}'",
+        "message": MIN_REPLICAS_ZERO_QUERY_MESSAGE.format(
+            metric=" or ".join(kind.value for kind in SCALE_FROM_ZERO_QUERY),
+            query=" or ".join(SCALE_FROM_ZERO_QUERY.values()),
         ),
         "fieldPath": ".minReplicas",
     },
