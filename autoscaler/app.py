@@ -236,7 +236,9 @@ def _leader_pod_label(settings: Settings, adapters: Adapters, serving: bool) -> 
         return None
     pod = os.environ.get("POD_NAME", "").strip()
     if not pod:
-        raise ValueError(
+        from autoscaler.settings import SettingsError
+
+        raise SettingsError(
             "AUTOSCALER_LEADER_ELECTION__LABEL_LEADER_POD (leader_election.label_leader_pod) is on, but POD_NAME is "
             "not set: give the container its pod's name (env valueFrom fieldRef metadata.name, as "
             "deploy/base/deployment.yaml does)"

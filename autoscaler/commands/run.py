@@ -137,7 +137,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         runtime = build_runtime(settings, http=not args.once)
-    except KubeConfigError as exc:  # no cluster configuration: a setting that will not fix itself (as for plan)
+    except (KubeConfigError, SettingsError) as exc:
+        # no cluster configuration, or settings that need what the environment lacks (POD_NAME for the leader pod
+        # label): configuration that will not fix itself, as for plan
         log.error("cannot start: %s", exc)
         return EXIT_SETTINGS
     except Exception as exc:  # other startup errors get one readable line

@@ -100,3 +100,28 @@ def test_lease_held_by_another_replica_exits_3(apiserver: FakeApiServer, tmp_pat
     assert "another replica holds the Lease (other-replica)" in result.stderr, result.stderr
     held = apiserver.get("coordination.k8s.io/v1", "Lease", LEASE, "default")
     assert held is not None and held["spec"]["holderIdentity"] == "other-replica"  # not taken, not released
+
+
+def test_leader_pod_label_without_pod_name_exits_2(apiserver: FakeApiServer, tmp_path: Path) -> None:
+    """The leader pod label on and no POD_NAME is configuration that will not fix itself: exit 2, as invalid settings
+    do (it was 1, the code of a failed read, which a restart might cure)."""
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALER_", "KUBERNETES_", "KUBECONFIG"))}
+    env.pop("POD_NAME", None)
+    env.update(
+        {
+            "PYTHONPATH": str(REPO),
+            "POD_NAMESPACE": "default",
+            "AUTOSCALER_KUBERNETES__CONFIG_MODE": "kubeconfig",
+            "AUTOSCALER_KUBERNETES__KUBECONFIG": str(kubeconfig),
+            "AUTOSCALER_PROMETHEUS_URL": f"http://127.0.0.1:{closed_port()}",
+            "AUTOSCALER_LEADER_ELECTION__LABEL_LEADER_POD": "true",
+            "AUTOSCALER_HTTP__PORT": "0",
+            "AUTOSCALER_FORECAST__WORKERS": "1",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler.cli", "run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "POD_NAME is not set" in done.stdout + done.stderr
