@@ -72,6 +72,7 @@ Boolean = Annotated[bool, Strict()]
 # A Kubernetes object name (RFC 1123 subdomain: lower-case labels of letters, digits and '-', joined by dots).
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # a namespace's characters (at most 63 of them)
 DNS_SUBDOMAIN = rf"{DNS_LABEL}(\.{DNS_LABEL})*"
+LABEL_VALUE_MAX = 63  # characters of a Kubernetes label value
 
 
 class TargetRef(_Strict):

@@ -40,7 +40,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from pydantic_settings import SettingsError as SourceError
 
 from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range, path_not_empty
-from autoscaler.policy import DNS_LABEL, DNS_SUBDOMAIN
+from autoscaler.policy import DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE_MAX
 from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml
 
 ENV_PREFIX = "AUTOSCALER_"
@@ -63,7 +63,6 @@ NAMESPACE_PATTERN = f"^{DNS_LABEL}$"
 NAMESPACE_MAX = 63
 DRY_RUN_LEASE_SUFFIX = "-dry-run"
 LEASE_NAME_MAX = 253 - len(DRY_RUN_LEASE_SUFFIX)
-LABEL_VALUE_MAX = 63  # characters of a Kubernetes label value (leader_election.label_leader_pod writes the Lease name)
 # AUTOSCALER_* variables that are not settings but are read elsewhere; every other unknown AUTOSCALER_* name is an
 # error (a typo would otherwise be ignored and the default used).
 NOT_SETTINGS: dict[str, str] = {

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 T = TypeVar("T")
 
+# The content type of a JSON merge patch (RFC 7386): what every partial write of these adapters sends.
+MERGE_PATCH = "application/merge-patch+json"
+
 # Statuses worth retrying for a read: throttling (APF 429) and server-side trouble. 4xx otherwise mean the request
 # itself is wrong and retrying cannot help.
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})

@@ -24,14 +24,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from autoscaler.adapters.kubernetes._api import JSON, KubeApiError, call_json, may_write
+from autoscaler.adapters.kubernetes._api import JSON, MERGE_PATCH, KubeApiError, call_json, may_write
+from autoscaler.policy import LABEL_VALUE_MAX
 from autoscaler.ports import WriteGuard
 
 log = logging.getLogger(__name__)
 
 LEADER_LABEL = "gpuautoscaler.dev/leader"
-LABEL_VALUE_MAX = 63  # a label value's length limit, characters
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubernetesLeaderPodLabel:

@@ -38,6 +38,7 @@ from kubernetes import client
 
 from autoscaler.adapters.kubernetes._api import (
     JSON,
+    MERGE_PATCH,
     ConflictError,
     KubeApiError,
     KubeUnavailable,
@@ -65,7 +66,6 @@ MARKED_BY_ANNOTATION = "gpuautoscaler.dev/delete-machine-by"
 MARK_PREFIX = "gpu-autoscaler "
 MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class UnknownPoolError(PortError):

@@ -31,6 +31,7 @@ from kubernetes import client
 
 from autoscaler.adapters.kubernetes._api import (
     JSON,
+    MERGE_PATCH,
     ConflictError,
     KubeApiError,
     UnsupportedWorkloadError,
@@ -56,7 +57,6 @@ from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, refuse_repl
 
 log = logging.getLogger(__name__)
 
-MERGE_PATCH = "application/merge-patch+json"
 NOTE_LIMIT = 1024  # events.k8s.io/v1 rejects longer notes
 
 
