@@ -10,9 +10,10 @@ Deployment's pods are named ``<deployment>-<template-hash>-<random>``, and when 
 snapshot its pod owner references and readiness are used instead (the HPA's own view: ready pods, missing samples,
 unready pods).
 
-Validation happens at this boundary. An empty result, NaN, ±Inf, a value out of its range, two series for one GPU,
-a sample older than ``staleness_seconds``, a failed or timed-out query: each makes the affected value ``None`` and
-adds a human reason to ``stale_reasons``; nothing is ever read as zero, and ``observe`` never raises. What leaves
+Validation happens at this boundary. An empty result, NaN, ±Inf, a value out of its range, a sample older than
+``staleness_seconds``, a failed or timed-out query: each makes the affected value ``None`` and adds a human reason to
+``stale_reasons``; nothing is ever read as zero, and ``observe`` never raises. Several series for one GPU (one
+dcgm-exporter scraped more than once) are copies of one reading: read as one GPU (see ``_COPY_CHOICE``). What leaves
 the scaling metric usable but incomplete (ready pods without a sample while others have one; fewer pods reporting
 than the Deployment's ready replicas; an answer carrying ``warnings``, Thanos/Mimir's partial response; the SLO
 guard's latency missing, or NaN while requests wait) goes to ``partial_reasons`` instead: the core then forbids a
@@ -32,7 +33,7 @@ import re
 import threading
 import time as _time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -82,6 +83,7 @@ _POD_RE = re.compile(POD_TO_DEPLOYMENT_RE)
 _TRUNCATED_POD_NAME_LENGTH = POD_NAME_MAX_LENGTH
 _MAX_EXAMPLES = 3  # pods named in one stale reason; the rest are counted
 _MAX_REASON_CHARS = 500  # reasons end up in Events and logs
+_MAX_COPY_LABEL_SETS = 16  # sets of labels in which copies of DCGM series differ, each logged once
 # HTTP statuses of an overloaded or absent backend: retried, and never a reason to re-ask query by query
 _OUTAGE_STATUSES = (429, 502, 503, 504)
 
@@ -103,6 +105,21 @@ APP_FAMILIES = (Family.REQUEST_RATE, Family.QUEUE_DEPTH, Family.LATENCY)
 # Families every dcgm-exporter exports by default; a GPU without one of them is a partial answer. Engine activity
 # needs DCGM profiling (not on every GPU, off in some setups), so its absence is not a fault.
 _REQUIRED_GPU_FAMILIES = (Family.GPU_UTIL, Family.FB_USED, Family.FB_FREE)
+# dcgm-exporter scraped more than once (a ServiceMonitor beside a PodMonitor, the prometheus.io/scrape job beside
+# either, Prometheus replicas behind a Thanos querier that does not deduplicate) answers every DCGM family with one
+# series per GPU per scrape, differing only in the scrape's labels (job, service, endpoint, prometheus_replica...).
+# They are copies of one device-level reading (the key names the GPU, its MIG instance and the pod), sampled at other
+# instants; they are read as one GPU with the copy that never scales down by accident:
+_COPY_CHOICE: dict[Family, Callable[[list[float]], float]] = {
+    # the scaling signals (PodMetrics.metric_sum / target): the largest copy asks for the most replicas, so a copy
+    # scraped before a burst, reading low, is never the reason for a scale-down
+    Family.GPU_UTIL: max,
+    Family.ENGINE_ACTIVE: max,
+    # memory scales nothing in the core (GpuSample only: `autoscaler observe`, whoever packs by memory): the most
+    # used and the least free promise no room the GPU may not have
+    Family.FB_USED: max,
+    Family.FB_FREE: min,
+}
 _RANGES: dict[Family, tuple[float, float]] = {
     Family.GPU_UTIL: (0.0, 100.0),
     Family.ENGINE_ACTIVE: (0.0, 1.0),
@@ -355,6 +372,8 @@ class _GpuAcc:
     pod: str | None
     values: dict[Family, float] = field(default_factory=dict)
     problems: dict[Family, list[str]] = field(default_factory=dict)
+    # a value read from the valid copies of its series while another copy was invalid: usable, but no scale-down
+    notes: dict[Family, str] = field(default_factory=dict)
 
     def problem(self, family: Family, text: str) -> None:
         self.problems.setdefault(family, []).append(text)
@@ -421,6 +440,8 @@ class PrometheusMetricsSource:
             timeout=settings.timeout_seconds,  # seconds; requests accepts floats
         )
         self.last_stats = TickStats(0, 0, 0, 0.0)
+        # the sets of labels in which copies of one GPU's DCGM series were seen to differ, each logged once
+        self._copy_labels_logged: set[tuple[str, ...]] = set()
 
     # -- configuration ------------------------------------------------------------------------------------------
 
@@ -840,10 +861,11 @@ class PrometheusMetricsSource:
 
         def key_of(labels: Mapping[str, str]) -> tuple[str, str, str, str, str]:
             # A GPU is (its UUID, else node and index; MIG instance); the pod is part of the key because a shared
-            # GPU (time-slicing, MIG) legitimately has one series per pod. The same key twice is a duplicate. The
-            # UUID alone names a GPU: two exporters reading one GPU may name the node differently (dcgm-exporter
-            # without NODE_NAME says its own pod's name), and counted as two GPUs it would weigh twice in its pod's
-            # mean and stand in for a GPU of that pod that did not report.
+            # GPU (time-slicing, MIG) legitimately has one series per pod. The same key twice is a copy of the same
+            # reading (the exporter scraped more than once; see _COPY_CHOICE). The UUID alone names a GPU: two
+            # exporters reading one GPU may name the node differently (dcgm-exporter without NODE_NAME says its own
+            # pod's name), and counted as two GPUs it would weigh twice in its pod's mean and stand in for a GPU of
+            # that pod that did not report.
             get = labels.get
             uuid = get(uuid_l)
             node = "" if uuid else get(node_l, "")
@@ -854,6 +876,10 @@ class PrometheusMetricsSource:
             if result.error:
                 continue
             groups: dict[tuple[str, str, str, str, str], list[_Sample]] = {}
+            # the series older than the bound, by GPU key (asked with the family: empty in the healthy case)
+            aged: dict[tuple[str, str, str, str, str], list[tuple[dict[str, str], float]]] = defaultdict(list)
+            for labels, age in result.ages:
+                aged[key_of(labels)].append((labels, age))
             for sample in result.samples:
                 key = key_of(sample.labels)
                 found = groups.get(key)
@@ -876,23 +902,92 @@ class PrometheusMetricsSource:
                     )
                 elif not acc.model:
                     acc.model = first.labels.get(model_l, "")
-                if len(samples) > 1:
-                    acc.problem(family, f"{len(samples)} series for one GPU{_differing_labels(samples)}")
-                elif first.problem:
-                    acc.problem(family, first.problem)
-                elif first.value is not None:
-                    acc.values[family] = first.value
-            for labels, age in result.ages:
-                acc = gpus.get(key_of(labels))
-                if acc is not None and family in acc.values:
-                    del acc.values[family]
-                    acc.problem(family, f"last sample {age:.0f}s old (> staleness_seconds {s.staleness_seconds:g})")
+                if len(samples) == 1 and key not in aged:  # the common case, kept cheap
+                    if first.problem:
+                        acc.problem(family, first.problem)
+                    elif first.value is not None:
+                        acc.values[family] = first.value
+                else:
+                    self._read_copies(acc, family, samples, aged.get(key, []))
         required = [f for f in _REQUIRED_GPU_FAMILIES if results[f].error is None]
         for acc in gpus.values():
             for family in required:
                 if family not in acc.values and family not in acc.problems:
                     acc.problem(family, "no sample (partial answer)")
         return list(gpus.values())
+
+    def _read_copies(
+        self, acc: _GpuAcc, family: Family, samples: list[_Sample], ages: list[tuple[dict[str, str], float]]
+    ) -> None:
+        """The value of one GPU in ``family`` from its series: one older than the bound, or copies of one reading.
+
+        A copy older than ``staleness_seconds`` gives way to a fresh one: it is an earlier reading of the same GPU,
+        superseded (a Prometheus replica down behind Thanos leaves its copy in the lookback, older and older). The
+        GPU is stale only when no copy is fresh and valid, and then says why, with the youngest age.
+
+        A copy with an invalid value (NaN, ±Inf, out of range) beside a valid one is not dropped silently: copies
+        of one exporter read alike, so it may be the GPU's newer reading or another, broken exporter's. The valid
+        copies' value is used (the service is not held: it can still scale up) and the invalid copy is noted: a
+        partial reason for the service (no scale-down on it) and a reason on the GPU.
+        """
+        bound = self.settings.staleness_seconds
+        age_of: list[float | None] = [None] * len(samples)
+        if ages:
+            exact = {_without_name(labels): age for labels, age in ages}
+            names = [_without_name(sample.labels) for sample in samples]
+            age_of = [exact.get(name) for name in names]
+            unmatched = [age for name, age in exact.items() if name not in names]
+            if unmatched:
+                # an age naming no copy exactly (a template's own labels): it may be any copy's, so that of each
+                # copy without its own (with one series: what the key alone said before there were copies)
+                age_of = [min(unmatched) if a is None else a for a in age_of]
+        valid: list[float] = []
+        invalid: list[str] = []
+        problems: list[str] = []  # of the copies without a usable value, in their order ("": too old)
+        old: list[float] = []
+        for sample, age in zip(samples, age_of, strict=True):
+            if sample.problem is not None or sample.value is None:
+                text = sample.problem or "no value"
+                invalid.append(text)
+                problems.append(text)
+            elif age is not None:
+                old.append(age)
+                problems.append("")
+            else:
+                valid.append(sample.value)
+        if len(samples) > 1:
+            self._log_copies(acc, samples)
+        if valid:
+            acc.values[family] = valid[0] if len(valid) == 1 else _COPY_CHOICE[family](valid)
+            if invalid:
+                acc.notes[family] = (
+                    f"{len(invalid)} of {len(samples)} copies of its series{_differing_labels(samples)}: "
+                    f"{'; '.join(dict.fromkeys(invalid))}; the valid copies' value used"
+                )
+            return
+        too_old = f"last sample {min(old):.0f}s old (> staleness_seconds {bound:g})" if old else ""
+        for text in dict.fromkeys(p or too_old for p in problems):
+            acc.problem(family, text)
+
+    def _log_copies(self, acc: _GpuAcc, samples: Sequence[_Sample]) -> None:
+        """Say once per set of differing labels that the exporter is scraped more than once: read as one GPU, the
+        copies are no fault, but they cost Prometheus twice the series and the operator may want to drop one."""
+        first = samples[0].labels.items()
+        names = tuple(sorted({name for other in samples[1:] for name, _ in first ^ other.labels.items()}))
+        if names in self._copy_labels_logged or len(self._copy_labels_logged) >= _MAX_COPY_LABEL_SETS:
+            return
+        self._copy_labels_logged.add(names)
+        log.warning(
+            "dcgm-exporter is scraped more than once: %d series for %s (%s/%s), differing in %s; each GPU is read "
+            "once (largest utilisation, engine activity and memory used, least memory free). Drop one of the "
+            "scrapes (a ServiceMonitor beside a PodMonitor, the prometheus.io/scrape job) or deduplicate the "
+            "Prometheus replicas (Thanos --query.replica-label)",
+            len(samples),
+            acc.describe(),
+            acc.namespace or "-",
+            acc.pod or "-",
+            ", ".join(names) or "nothing",
+        )
 
     def _gpu_sample(self, acc: _GpuAcc, results: Mapping[Family, _FamilyResult]) -> GpuSample:
         reasons: list[str] = []
@@ -902,6 +997,7 @@ class PrometheusMetricsSource:
                 reasons.append(f"{self._metric_name(family)}: {error}")
         for family, problems in acc.problems.items():
             reasons += [f"{self._metric_name(family)}: {p}" for p in problems]
+        reasons += [f"{self._metric_name(family)}: {note}" for family, note in acc.notes.items()]
         values = acc.values
         return GpuSample(
             node=acc.node,
@@ -932,11 +1028,14 @@ class PrometheusMetricsSource:
             return None, [f"{metric}: {error}"]
         values: dict[str, float] = {}
         problems: dict[str, str] = {}
+        noted: dict[str, str] = {}  # pods valued from the valid copies of a GPU's series, another copy invalid
         for pod, accs in pods.items():
             pod_values = []
             for acc in accs:
                 if family in acc.values:
                     pod_values.append(acc.values[family])
+                    if family in acc.notes and pod not in noted:
+                        noted[pod] = f"{acc.describe()}: {acc.notes[family]}"
                 else:
                     found = acc.problems.get(family)
                     text = found[0] if found else "no sample"
@@ -972,6 +1071,14 @@ class PrometheusMetricsSource:
             more = f" and {len(missing) - _MAX_EXAMPLES} more" if len(missing) > _MAX_EXAMPLES else ""
             reasons.append(
                 f"{metric}: {len(missing)} of {len(ready)} ready pods without a valid sample: {examples}{more}"
+            )
+        doubted = sorted(pod for pod in with_metric if pod in noted)
+        if doubted:
+            examples = ", ".join(f"{pod} ({noted[pod]})" for pod in doubted[:_MAX_EXAMPLES])
+            more = f" and {len(doubted) - _MAX_EXAMPLES} more" if len(doubted) > _MAX_EXAMPLES else ""
+            reasons.append(
+                f"{metric}: {len(doubted)} of {len(ready)} ready pods read from valid copies only (dcgm-exporter "
+                f"scraped more than once, a copy invalid): {examples}{more}"
             )
         if not with_metric:
             return None, reasons  # nothing usable: no PodMetrics whose zero sum could be mistaken for idle
@@ -1315,6 +1422,11 @@ def _too_few_reporting(what: str, reporting: int, mapper: PodMapper, key: str) -
     if reporting >= ready_replicas:
         return []
     return [f"{what}: {reporting} of {ready_replicas} ready replicas reporting (the others have no pod or series)"]
+
+
+def _without_name(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """A series' labels as a key, without the metric name (``timestamp()`` drops it from the age series)."""
+    return frozenset(item for item in labels.items() if item[0] != "__name__")
 
 
 def _differing_labels(samples: Sequence[_Sample]) -> str:
