@@ -7,9 +7,12 @@ The same YAML objects configure the controller (as custom resources in the clust
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from types import NoneType
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from autoscaler.core.model import (
@@ -41,15 +44,36 @@ MIN_PER_REPLICA = 1e-6
 MIN_UNTRUSTED_TARGET_RATIO = 0.01
 
 
+def _nullable(field: FieldInfo) -> bool:
+    """An ``Optional`` field: ``nullable: true`` in the CRD, where the apiserver keeps an explicit null."""
+    return field.annotation is NoneType or NoneType in get_args(field.annotation)
+
+
 class _Strict(BaseModel):
     # NaN and infinity pass a one-sided bound (target > 0): refused, as JSON (the API server) cannot carry them anyway
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        # The apiserver prunes an explicit null of a field its schema does not mark nullable (every field that is not
+        # Optional here: ``minReplicas: null``, ``metric: null``, YAML's ``guard:`` with no value), then applies the
+        # default; a required one is then missing. Read such a null as the apiserver stores it: as absent. An
+        # Optional field's null (``latency: null``) it keeps, and None is what the model makes of it.
+        if not isinstance(data, Mapping):
+            return data
+        absent = {
+            key for name, field in cls.model_fields.items() if not _nullable(field) for key in (name, field.alias)
+        }
+        return {key: value for key, value in data.items() if value is not None or key not in absent}
+
 
 def _json_integer(value: Any) -> Any:
-    # pydantic's lax mode reads "5" and true as 5 and 1; the CRD's ``integer`` type refuses both (an integral float,
-    # 5.0, it accepts, and so does pydantic). The model must refuse what the apiserver refuses, or a scenario or
-    # --policy file runs that ``kubectl apply`` rejects.
+    # pydantic's lax mode reads "5" and true as 5 and 1; the CRD's ``integer`` type refuses both. The model must
+    # refuse what the apiserver refuses, or a scenario or --policy file runs that ``kubectl apply`` rejects. An
+    # integral float, 5.0, pydantic reads as 5, as ``kubectl apply`` does (YAML's 5.0 reaches the apiserver as 5); sent
+    # as JSON ``5.0`` the schema takes it too, but a CEL rule that reads the field (minReplicas, maxReplicas) fails
+    # on it: an expected difference of tests/realkube/test_crd_parity_real.py.
     if isinstance(value, (str, bool)):
         raise PydanticCustomError("int_type", "Input should be a valid integer")
     return value
@@ -75,8 +99,15 @@ DNS_SUBDOMAIN = rf"{DNS_LABEL}(\.{DNS_LABEL})*"
 LABEL_VALUE_MAX = 63  # characters of a Kubernetes label value
 
 
+#: The API version of the only kind a policy scales (Deployment): the controller reads and scales Deployments through
+#: apps/v1 whatever targetRef says, so another value (``extensions/v1beta1``, ``apps/v1beta2``, ``foo``) names nothing.
+TARGET_API_VERSION: Final = "apps/v1"
+
+
 class TargetRef(_Strict):
-    api_version: str = Field("apps/v1", alias="apiVersion", description="API version of the scaled workload")
+    api_version: Literal["apps/v1"] = Field(
+        TARGET_API_VERSION, alias="apiVersion", description="API version of the scaled workload: apps/v1"
+    )
     kind: Literal["Deployment"] = Field("Deployment", description="kind of the scaled workload")
     name: str = Field(
         min_length=1,
@@ -137,15 +168,27 @@ class MetricTarget(_Strict):
         return self
 
 
+#: The HPA's bounds on its behavior (k8s.io/kubernetes pkg/apis/autoscaling/validation: MaxPeriodSeconds,
+#: MaxStabilizationWindowSeconds), both whole seconds (int32) there as here.
+MAX_PERIOD_SECONDS = 1800
+MAX_STABILIZATION_WINDOW_SECONDS = 3600
+
+
 class RatePolicySpec(_Strict):
     type: Literal["Pods", "Percent"] = Field(description="Pods: absolute pods; Percent: percent of replicas")
     value: Integer = Field(gt=0, le=INT32_MAX, description="pods or percent allowed per period")
-    period_seconds: Number = Field(alias="periodSeconds", gt=0, le=1800, description="period, seconds")
+    period_seconds: Integer = Field(
+        alias="periodSeconds", ge=1, le=MAX_PERIOD_SECONDS, description="period, whole seconds (1-1800, as the HPA)"
+    )
 
 
 class ScalingRulesSpec(_Strict):
-    stabilization_window_seconds: float | None = Field(
-        None, alias="stabilizationWindowSeconds", ge=0, le=3600, description="stabilisation window, seconds"
+    stabilization_window_seconds: int | None = Field(
+        None,
+        alias="stabilizationWindowSeconds",
+        ge=0,
+        le=MAX_STABILIZATION_WINDOW_SECONDS,
+        description="stabilisation window, whole seconds (0-3600, as the HPA)",
     )
     tolerance: Number = Field(0.1, ge=0, lt=1, description="no change while |metric/target - 1| <= tolerance (ratio)")
     select_policy: Literal["Max", "Min", "Disabled"] = Field("Max", alias="selectPolicy")
@@ -156,8 +199,8 @@ class ScalingRulesSpec(_Strict):
         json_schema_extra={"minItems": 1},
     )
 
-    # an Optional constrained field: the Number alias would take its bounds off the schema (see _json_integer)
-    _window_is_a_number = field_validator("stabilization_window_seconds", mode="before")(_json_number)
+    # an Optional constrained field: the Integer alias would take its bounds off the schema (see _json_integer)
+    _window_is_an_integer = field_validator("stabilization_window_seconds", mode="before")(_json_integer)
 
     @field_validator("policies")
     @classmethod
@@ -171,7 +214,7 @@ class ScalingRulesSpec(_Strict):
         policies = default.policies
         if self.policies is not None:
             policies = tuple(RatePolicy(RateKind(p.type), p.value, p.period_seconds) for p in self.policies)
-        window = self.stabilization_window_seconds
+        window: float | None = self.stabilization_window_seconds
         if window is None:
             window = default.stabilisation_s
         return ScalingRules(
@@ -284,6 +327,8 @@ class GPUScalingPolicySpec(_Strict):
         None,
         alias="adoptHpa",
         min_length=1,
+        max_length=253,
+        pattern=f"^{DNS_SUBDOMAIN}$",  # an HPA's name is a DNS-1123 subdomain: another string names no HPA
         description="name of the HorizontalPodAutoscaler (same namespace) that scales the Deployment today: while "
         "it exists this policy only recommends (autoscaler plan shows both), and deleting it hands the Deployment "
         "over. Without this field an HPA on the same Deployment is a conflict: the policy recommends only and warns",

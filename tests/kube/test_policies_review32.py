@@ -202,7 +202,7 @@ def test_a_mapping_tag_on_another_node_is_a_yaml_problem_with_its_position(text:
         (
             {"behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": "15"}]}}},
             "spec.behavior.scaleUp.policies[0].periodSeconds",
-            "valid number",
+            "valid integer",  # whole seconds, as the HPA's
         ),
         ({"metric": {"type": "request_rate", "target": "70"}}, "spec.metric.target", "valid number (got '70')"),
         ({"metric": {"type": "request_rate", "target": True}}, "spec.metric.target", "valid number"),

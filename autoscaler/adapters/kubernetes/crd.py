@@ -67,9 +67,11 @@ _SPEC_METRIC_TYPE = "(has(self.metric) && has(self.metric.type) ? self.metric.ty
 _WHOLE_SERVICE = ", ".join(f"'{kind.value}'" for kind in WHOLE_SERVICE_METRICS)
 _BEFORE_METRIC, _AFTER_METRIC = MIN_REPLICAS_ZERO_MESSAGE.split("{metric}")
 # The override each whole-service metric needs to come back from zero, as a CEL expression of the metric's type.
-_SPEC_ZERO_QUERY = "".join(
-    f"({_SPEC_METRIC_TYPE} == '{kind.value}' ? '{query}' : " for kind, query in SCALE_FROM_ZERO_QUERY.items()
-) + "''" + ")" * len(SCALE_FROM_ZERO_QUERY)
+_SPEC_ZERO_QUERY = (
+    "".join(f"({_SPEC_METRIC_TYPE} == '{kind.value}' ? '{query}' : " for kind, query in SCALE_FROM_ZERO_QUERY.items())
+    + "''"
+    + ")" * len(SCALE_FROM_ZERO_QUERY)
+)
 _HAS_ZERO_QUERY = " || ".join(
     f"({_SPEC_METRIC_TYPE} == '{kind.value}' && has(self.queries.{query}) && self.queries.{query} != '')"
     for kind, query in SCALE_FROM_ZERO_QUERY.items()
@@ -130,10 +132,7 @@ METRIC_VALIDATIONS = [
 def _default_rules(direction: str) -> str:
     """CEL: ``self.<direction>`` (a ScalingRulesSpec) has no rate policies and selectPolicy Max."""
     rules = f"self.{direction}"
-    return (
-        f"!has({rules}) || (!has({rules}.policies) && "
-        f"(!has({rules}.selectPolicy) || {rules}.selectPolicy == 'Max'))"
-    )
+    return f"!has({rules}) || (!has({rules}.policies) && (!has({rules}.selectPolicy) || {rules}.selectPolicy == 'Max'))"
 
 
 _WITHOUT_BEHAVIOR = "has(self.hpaWithoutBehavior) && self.hpaWithoutBehavior"
@@ -149,7 +148,7 @@ BEHAVIOR_VALIDATIONS = [
     ),
     {
         "rule": f"!({_WITHOUT_BEHAVIOR}) || !has(self.scaleUp) || !has(self.scaleUp.stabilizationWindowSeconds) || "
-        "self.scaleUp.stabilizationWindowSeconds == 0.0",
+        "self.scaleUp.stabilizationWindowSeconds == 0",  # an integer (as the HPA's): CEL has no int == double
         "message": HPA_WITHOUT_BEHAVIOR_WINDOW_MESSAGE,
         "fieldPath": ".scaleUp.stabilizationWindowSeconds",
     },
