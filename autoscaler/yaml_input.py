@@ -4,6 +4,7 @@ and every way a text can fail to be YAML turned into one ``YamlProblem`` with wh
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,6 +37,18 @@ class UniqueKeyLoader(yaml.SafeLoader):
                     "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+# Numbers as kubectl and the API server read them (sigs.k8s.io/yaml: any scalar Go's ParseInt(s, 0, 64) or the
+# YAML 1.2 float pattern takes), where PyYAML's YAML 1.1 resolvers read a string: an exponent without a dot or a
+# sign (`1e-6`, `1e3`, `2.5e3`) and a `0o` octal. Otherwise a scenario or `--policy` file and `kubectl apply` of the
+# same text would disagree (`target: 1e-6` refused here, `name: 1e3` a name here but a number to kubectl).
+UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?0o[0-7_]+$"), list("-+0"))
 
 
 @dataclass(frozen=True)
