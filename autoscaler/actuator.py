@@ -15,9 +15,14 @@ For every action of a plan, in order:
 4. **apply** through ``ClusterWriter`` / ``NodePoolScaler``; a failed write is reported, never raised (the next tick
    re-decides on fresh data); a PodDisruptionBudget's 429 is ``blocked``; a scale carries the replicas it was
    decided from (``expected_replicas``), and a Deployment somebody else scaled in the meantime is not written:
-   ``skipped`` (never a conflict turning a scale-up into a scale-down);
+   ``skipped`` (never a conflict turning a scale-up into a scale-down); the writer says what it did, and a write
+   that found its object already as wanted (a scale to the replicas it has, a suspension of a suspended workload, a
+   resume of a running one, a pool at its size) is ``unchanged``, one whose object is not there any more (an
+   eviction answered 404, or refused by its uid precondition because a new pod holds the name; a deleted
+   workload) is ``gone``: nothing was written either way;
 5. **record**: one ``ActionResult`` per action, in the plan's order, and a Normal Event on the object for every
-   applied change.
+   ``applied`` change -- only those: an ``unchanged`` or ``gone`` action gets none (an Event naming a gone pod
+   would land on its successor of the same name), and an eviction's Event carries the evicted pod's uid.
 
 The plan itself is checked first: an action repeating an earlier one on the same object is applied once, actions
 doing different things to one object (a suspension and a resumption of a workload) none of them (``skipped``); a
@@ -44,17 +49,32 @@ from autoscaler.core.model import (
     SuspendWorkload,
 )
 from autoscaler.core.reasons import Reason
-from autoscaler.ports import ChangedSinceRead, ClusterWriter, EvictionOutcome, NodePoolScaler, WriteNotAllowed
+from autoscaler.ports import (
+    ChangedSinceRead,
+    ClusterWriter,
+    EvictionOutcome,
+    NodePoolScaler,
+    WriteNotAllowed,
+    WriteOutcome,
+)
 
 log = logging.getLogger("autoscaler")
 
 DRY_RUN_MARK = "[dry-run] "
 
 
+RESULTS = ("applied", "unchanged", "gone", "failed", "blocked", "held", "not_leader", "skipped", "dry_run")
+"""Every ``ActionResult.result`` (and ``actions_total{result}``). Only ``applied`` wrote the change; ``unchanged`` (the
+object was already as wanted) and ``gone`` (the object is not there any more, or another object holds its name)
+wrote nothing, though what the action was for holds: ``DONE``."""
+DONE = frozenset({"applied", "unchanged", "gone"})
+
+
 @dataclass(slots=True)
 class ActionResult:
     action: Action
-    result: str  # applied | failed | blocked | held | not_leader | skipped | dry_run
+    # applied | unchanged | gone | failed | blocked | held | not_leader | skipped | dry_run (``RESULTS``)
+    result: str
     message: str = ""
     component: str | None = None  # for a failed write: cluster_write | node_pool
 
@@ -126,6 +146,38 @@ def is_destructive(action: Action) -> bool:
         return action.nodes < action.previous_nodes
     # Evictions and suspensions take capacity; a resume gives GPUs to training and takes none the forecast needs.
     return not isinstance(action, ResumeWorkload)
+
+
+def _nothing_written(action: Action, result: str) -> str:
+    """Why an ``unchanged`` or ``gone`` action wrote nothing, for its result and log."""
+    if result == "gone":
+        if isinstance(action, EvictPod):
+            return (
+                "the pod is gone already, or a new pod holds its name (not the uid the plan was made from); "
+                "no Event names it"
+            )
+        if isinstance(action, SuspendWorkload | ResumeWorkload):
+            return f"the {action.kind} does not exist"
+        return f"the {'node pool' if isinstance(action, ScaleNodePool) else 'Deployment'} does not exist"
+    if isinstance(action, ScaleDeployment):
+        return f"the Deployment already has {action.replicas} replicas"
+    if isinstance(action, SuspendWorkload):
+        return f"the {action.kind} is already suspended (not by this action: not marked as ours)"
+    if isinstance(action, ResumeWorkload):
+        return f"the {action.kind} is already running"
+    if isinstance(action, ScaleNodePool):
+        return f"the pool is already at {action.nodes} nodes, or at the min/max bound it is clamped to"
+    return "already done"
+
+
+def _result_of(outcome: WriteOutcome | None) -> str:
+    """The result of a write that says what it did; None (a writer that does not say: a node-pool provider plug-in
+    written before ``WriteOutcome``, a test double): taken as written, as before."""
+    if outcome is WriteOutcome.ALREADY:
+        return "unchanged"
+    if outcome is WriteOutcome.GONE:
+        return "gone"
+    return "applied"
 
 
 def guard(action: Action, context: GuardContext) -> str | None:
@@ -210,7 +262,13 @@ def forget_unapplied(
 ) -> ControllerState:
     """Take the scale events of actions that were not applied back out of the state: the rate policies must count
     only changes that happened (a failed write is retried next tick at full allowance). ``decide`` records this
-    tick's change as an event stamped ``now``."""
+    tick's change as an event stamped ``now``.
+
+    ``unchanged`` is not applied either: nothing was written, the Deployment already had the replicas (somebody else
+    put it there between the tick's read and the write, or a plan repeated a scale). The rate policies bound this
+    controller's own changes, as the HPA's scale events record only the HPA's: a change somebody else made is seen by
+    the next tick's read as the current replicas, the base of the next allowance (as for ``skipped``, a change to
+    other replicas); counting it as ours would also throttle the next real change for a write that never was."""
     unapplied = {
         f"{r.action.namespace}/{r.action.name}"
         for r in results
@@ -285,6 +343,11 @@ class Actuator:
             message = f"{type(exc).__name__}: {exc}"
             log.error("write failed (retried next tick): %s: %s", describe_action(action), message)
             return ActionResult(action, "failed", message, component)
+        if result in ("unchanged", "gone"):
+            # nothing written: no Event (the object may be another one of that name now), not counted as a change
+            message = f"{describe_action(action)}: nothing written: {_nothing_written(action, result)}"
+            log.info("%s: %s", result, message)
+            return ActionResult(action, result, message)
         log.info("%s: %s", result, text)
         if result == "applied":
             self.event_for(action, text[0].upper() + text[1:], dedupe=False)
@@ -351,8 +414,10 @@ class Actuator:
         results: Sequence[ActionResult | None],
         context: GuardContext,
     ) -> ActionResult:
-        """A node-pool scale-down planned on stops (``_move_stops``): applied only when all of them were made."""
-        made = {action_target(r.action) for r in results if r is not None and r.result in ("applied", "dry_run")}
+        """A node-pool scale-down planned on stops (``_move_stops``): applied only when all of them were made. A stop
+        found done already (a pod ``gone``, a workload ``unchanged``: suspended by someone else) counts as made: its
+        GPUs are free either way."""
+        made = {action_target(r.action) for r in results if r is not None and r.result in DONE | {"dry_run"}}
         missing = sorted({action_target(a) for a in stops} - made)
         if missing and guard(action, context) is None:
             why = f"not given back: the stops its move needs were not made ({', '.join(missing)})"
@@ -362,7 +427,9 @@ class Actuator:
 
     def _apply_gang(self, evictions: Sequence[EvictPod], context: GuardContext) -> list[ActionResult]:
         """A gang's evictions, whole or not at all: each is first asked as a dry run (the API server checks the
-        PodDisruptionBudgets and changes nothing); one refused, or one the guard holds, and none is made."""
+        PodDisruptionBudgets and changes nothing); one refused, or one the guard holds, and none is made. A pod of
+        the gang already gone (``gone``: 404, or a successor holds its name) is done, not a failure: the others are
+        evicted, and the gang counts as stopped whole once every pod is ``applied`` or ``gone``."""
         gang = evictions[0].gang
         held = next((why for why in (guard(a, context) for a in evictions) if why is not None), None)
         if held is not None:
@@ -393,14 +460,17 @@ class Actuator:
                 log.info("%s", message)
                 return [ActionResult(a, "blocked", message) for a in evictions]
         results: list[ActionResult] = []
+        stopped = 0  # evictions made (``applied``); a pod found gone was not stopped by us
         for position, action in enumerate(evictions):
-            # past the first eviction the gang is broken: the rest go while the Lease allows, stopping or not
-            result = self.apply_one(action, context, write_guard=self.can_finish if position else None)
+            # past the first eviction made the gang is broken: the rest go while the Lease allows, stopping or not
+            result = self.apply_one(action, context, write_guard=self.can_finish if stopped else None)
             results.append(result)
-            if result.result != "applied" and len(results) == 1:
-                # Nothing is stopped yet and the first eviction was not made (an API error, a budget spent since
-                # the dry run, the Lease lost): the gang is still whole, so it stays running (an API error never
-                # causes a preemption, nor breaks a gang). The others are not sent.
+            if result.result == "applied":
+                stopped += 1
+            elif result.result != "gone" and not stopped:
+                # Nothing is stopped yet (the pods before it, if any, were gone already) and this eviction was not
+                # made (an API error, a budget spent since the dry run, the Lease lost): the gang is as it was, so it
+                # stays running (an API error never causes a preemption, nor breaks a gang). The others are not sent.
                 message = (
                     f"gang {gang} left running: the eviction of {action.namespace}/{action.name} was not made "
                     f"({result.result}): {result.message}"
@@ -410,36 +480,37 @@ class Actuator:
                 return results + [
                     ActionResult(a, result.result, message, result.component) for a in evictions[position + 1 :]
                 ]
-        stopped = sum(1 for r in results if r.result == "applied")
-        if 0 < stopped < len(results):
+        done = sum(1 for r in results if r.result in ("applied", "gone"))
+        if stopped and done < len(results):
             # A budget changed between the dry run and the eviction: the gang is broken either way; the next
             # tick's plan sees the pods left and stops them (its work is already lost).
             log.warning("gang %s partly stopped: %d of %d pods evicted", gang, stopped, len(results))
             for r in results:
-                if r.result != "applied":
+                if r.result not in ("applied", "gone"):
                     r.message = f"gang {gang} partly stopped ({stopped} of {len(results)} pods): {r.message}"
         return results
 
     def _write(self, action: Action, guard: Callable[[], bool]) -> str:
+        """The write, and its result: ``applied``, or what the writer says it found instead (``_result_of``)."""
         if isinstance(action, ScaleDeployment):
-            self.writer.scale_deployment(
-                action.namespace,
-                action.name,
-                action.replicas,
-                expected_replicas=action.previous_replicas,
-                can_write=guard,
+            return _result_of(
+                self.writer.scale_deployment(
+                    action.namespace,
+                    action.name,
+                    action.replicas,
+                    expected_replicas=action.previous_replicas,
+                    can_write=guard,
+                )
             )
-            return "applied"
         if isinstance(action, EvictPod):
             outcome = self.writer.evict_pod(action.namespace, action.name, can_write=guard, uid=action.uid)
-            # 429 from a PodDisruptionBudget means "not now": the next tick re-plans.
-            return "blocked" if outcome is EvictionOutcome.BLOCKED else "applied"
+            if outcome is EvictionOutcome.BLOCKED:
+                return "blocked"  # 429 from a PodDisruptionBudget means "not now": the next tick re-plans
+            return "gone" if outcome is EvictionOutcome.GONE else "applied"
         if isinstance(action, SuspendWorkload):
-            self.writer.suspend_workload(action.kind, action.namespace, action.name, can_write=guard)
-            return "applied"
+            return _result_of(self.writer.suspend_workload(action.kind, action.namespace, action.name, can_write=guard))
         if isinstance(action, ResumeWorkload):
-            self.writer.resume_workload(action.kind, action.namespace, action.name, can_write=guard)
-            return "applied"
+            return _result_of(self.writer.resume_workload(action.kind, action.namespace, action.name, can_write=guard))
         if self.node_pools is None:
             raise RuntimeError("no node-pool scaler is configured")
         # the size the plan counted: a pool resized since (or counted from its registered nodes because its size could
@@ -452,23 +523,34 @@ class Actuator:
             # asked by the provider before each of its requests (a resize reads, marks, re-lists, writes the size...)
             options["can_write"] = guard
         # else: a provider plug-in written before the guard; ``apply_one`` asked ``can_act`` right before this call
-        self.node_pools.scale(action.pool, action.nodes, **options)
-        return "applied"
+        return _result_of(self.node_pools.scale(action.pool, action.nodes, **options))
 
     def event_for(self, action: Action, message: str, dedupe: bool) -> None:
+        uid = None
         if isinstance(action, ScaleDeployment):
             obj = ("Deployment", action.namespace, action.name)
         elif isinstance(action, EvictPod):
             obj = ("Pod", action.namespace, action.name)
+            uid = action.uid  # the pod the plan meant: the Event never lands on a successor of the same name
         elif isinstance(action, SuspendWorkload | ResumeWorkload):
             obj = (action.kind, action.namespace, action.name)
         else:
             return  # node pools are cluster-scoped provider objects: log and metric only
-        self.event(obj, event_reason(action.reason), message, "Normal", topic="action" if dedupe else None)
+        self.event(obj, event_reason(action.reason), message, "Normal", topic="action" if dedupe else None, uid=uid)
 
-    def event(self, obj: tuple[str, str, str], reason: str, message: str, event_type: str, topic: str | None) -> None:
+    def event(
+        self,
+        obj: tuple[str, str, str],
+        reason: str,
+        message: str,
+        event_type: str,
+        topic: str | None,
+        *,
+        uid: str | None = None,
+    ) -> None:
         """Emit an Event; with a ``topic``, only when it differs from the last one of that topic on that object
-        (dry-run and recommend-only plans repeat every tick and would flood the API)."""
+        (dry-run and recommend-only plans repeat every tick and would flood the API). ``uid``: the object's uid the
+        Event is about (passed to the writer only when known)."""
         if not self.can_act():
             # An Event is a write like any other: a replica that is not sure it leads (the Lease lost or not renewed
             # within the deadline mid-tick) writes none. Not remembered as written: the leader's next tick writes it.
@@ -479,8 +561,11 @@ class Actuator:
             if self.reported.get(memo) == f"{reason}|{message}":
                 return
             self.reported[memo] = f"{reason}|{message}"
+        options: dict[str, Any] = {"uid": uid} if uid else {}
         try:
-            self.writer.emit_event(obj[0], obj[1], obj[2], reason, message, event_type, can_write=self.can_act)
+            self.writer.emit_event(
+                obj[0], obj[1], obj[2], reason, message, event_type, can_write=self.can_act, **options
+            )
         except WriteNotAllowed:
             log.info("not the leader any more: Event %s on %s %s/%s not written", reason, *obj)
             if memo is not None:

@@ -58,9 +58,21 @@ class MetricsSource(Protocol):
 
 
 class EvictionOutcome(StrEnum):
-    EVICTED = "evicted"
+    EVICTED = "evicted"  # the pod is being evicted (a dry run: it would be)
     BLOCKED = "blocked"  # 429: a PodDisruptionBudget says not now
-    GONE = "gone"  # 404: already gone, which is what we wanted
+    # Not evicted, nothing written: the pod meant is no longer there -- 404 (already gone), or a pod of that name with
+    # another uid (a StatefulSet/JobSet successor; the uid precondition's 409). Its goal is met, but no eviction of
+    # ours made it: no Event may name the pod (the name may be the successor's).
+    GONE = "gone"
+
+
+class WriteOutcome(StrEnum):
+    """What a scale, suspend or resume (``ClusterWriter``) or a resize (``NodePoolScaler.scale``) did: the writer
+    says whether it wrote, so that Events, metrics and the rate policies count only the changes it made."""
+
+    WROTE = "wrote"  # the change was written
+    ALREADY = "already"  # the object was already as wanted (replicas, suspended, running, size): nothing written
+    GONE = "gone"  # the object does not exist (404), or another object holds its name now: nothing written
 
 
 class ClusterReader(Protocol):
@@ -107,7 +119,9 @@ class WriteNotAllowed(PortError):
 
 
 class ClusterWriter(Protocol):
-    """Idempotent writes: applying the same action twice leaves the cluster as applying it once.
+    """Idempotent writes: applying the same action twice leaves the cluster as applying it once. Every write says
+    what it did (``WriteOutcome``, ``EvictionOutcome``): a repeated one answers ``ALREADY`` (an eviction ``GONE``),
+    and only a ``WROTE``/``EVICTED`` is reported as applied, with an Event.
 
     The actuator passes ``expected_replicas`` and ``can_write`` to every write; a writer with nobody else writing
     and no Lease to lose (the simulated cluster, ``autoscaler plan``'s writer that writes nothing) may ignore them."""
@@ -120,10 +134,12 @@ class ClusterWriter(Protocol):
         *,
         expected_replicas: int | None = None,
         can_write: WriteGuard | None = None,
-    ) -> None:
-        """Set the Deployment's replicas to ``replicas``; already there: nothing written. ``expected_replicas``: the
-        replicas the decision was made from; when the live value differs, nothing is written and
-        ``ChangedSinceRead`` is raised (a scale-up never lowers, a scale-down never raises, a concurrent change)."""
+    ) -> WriteOutcome:
+        """Set the Deployment's replicas to ``replicas``: ``WROTE``; already there (on the read, or on the re-read
+        after a conflict): nothing written, ``ALREADY``; no such Deployment (deleted since the read): ``GONE``.
+        ``expected_replicas``: the replicas the decision was made
+        from; when the live value differs (and is not ``replicas``), nothing is written and ``ChangedSinceRead`` is
+        raised (a scale-up never lowers, a scale-down never raises, a concurrent change)."""
         ...
 
     def evict_pod(
@@ -138,15 +154,23 @@ class ClusterWriter(Protocol):
         """POST an Eviction (PodDisruptionBudgets decide); ``dry_run``: ask whether it would be allowed, change
         nothing (the API's ``dryRun: All``), so that a gang is stopped whole or not at all. ``uid``: the pod the
         plan was made from; a pod of that name with another uid (recreated since the read) is not evicted:
-        ``GONE``, the one meant has gone."""
+        ``GONE``, the one meant has gone. No pod of that name: ``GONE``."""
         ...
 
     def suspend_workload(
         self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
-    ) -> None: ...
+    ) -> WriteOutcome:
+        """Suspend the workload (``spec.suspend: true``; a Kueue Workload ``spec.active: false``) and mark it as
+        ours: ``WROTE``. Already suspended (by anyone; not marked then): ``ALREADY``. No such workload: ``GONE``."""
+        ...
 
-    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
-        """Undo ``suspend_workload`` (``spec.suspend: false``; a Kueue Workload ``spec.active: true``)."""
+    def resume_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
+        """Undo ``suspend_workload`` (``spec.suspend: false``; a Kueue Workload ``spec.active: true``): ``WROTE``.
+        Already running: ``ALREADY`` (a stale mark of ours may still be removed). No such workload: ``GONE``.
+        Suspended, but not by us (now): nothing written, ``ChangedSinceRead`` (the decision was made from an older
+        read)."""
         ...
 
     def emit_event(
@@ -159,7 +183,11 @@ class ClusterWriter(Protocol):
         event_type: str = "Normal",
         *,
         can_write: WriteGuard | None = None,
-    ) -> None: ...
+        uid: str | None = None,
+    ) -> None:
+        """An Event on the object. ``uid``: the object's ``metadata.uid`` the Event is about (the pod a plan
+        evicted), so that it never attaches to another object of the same name; None: the writer's best effort."""
+        ...
 
 
 class NodePoolScaler(Protocol):
@@ -175,8 +203,10 @@ class NodePoolScaler(Protocol):
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,
-    ) -> None:
-        """Resize the pool to ``nodes``. ``expected``: the size the plan counted; when the live size differs (and
+    ) -> WriteOutcome | None:
+        """Resize the pool to ``nodes``: ``WROTE``; already there (or at the min/max bound it is clamped to): nothing
+        written, ``ALREADY``; None from a provider plug-in written before ``WriteOutcome``: taken as written.
+        ``expected``: the size the plan counted; when the live size differs (and
         is not ``nodes`` already), nothing is written and ``ChangedSinceRead`` is raised: an absolute write over a
         size the plan did not see could shrink a pool a scale-up meant to grow. ``remove_node``: on a scale-down,
         the node to remove; an implementation that cannot make the provider remove that node writes nothing and

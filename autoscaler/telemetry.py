@@ -267,7 +267,9 @@ class Telemetry:
         )
         self.actions = Counter(
             f"{PREFIX}_actions",
-            "Actions of the plans, by kind, reason, dry_run and result (applied, failed, blocked, skipped)",
+            "Actions of the plans, by kind, reason, dry_run and result (applied: written; unchanged: already so, "
+            "gone: the object is not there any more, nothing written either; failed, blocked, held, not_leader, "
+            "skipped, dry_run)",
             ["kind", "reason", "dry_run", "result"],
             registry=r,
         )

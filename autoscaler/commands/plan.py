@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from autoscaler.ports import EvictionOutcome, WriteGuard
+from autoscaler.ports import EvictionOutcome, WriteGuard, WriteOutcome
 
 EXIT_OK = 0
 EXIT_HOLD = 1
@@ -99,7 +99,7 @@ class ReadOnlyWriter:
         *,
         expected_replicas: int | None = None,
         can_write: WriteGuard | None = None,
-    ) -> None:
+    ) -> WriteOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 
     def evict_pod(
@@ -113,10 +113,14 @@ class ReadOnlyWriter:
     ) -> EvictionOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 
-    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
+    def suspend_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 
-    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
+    def resume_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 
     def emit_event(
@@ -129,6 +133,7 @@ class ReadOnlyWriter:
         event_type: str = "Normal",
         *,
         can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> None:
         self.events.append(
             {"object": f"{kind}/{namespace}/{name}", "type": event_type, "reason": reason, "message": message}

@@ -7,7 +7,14 @@ idempotent (same target twice = once); suspending a workload removes its pods (r
 there is no Job controller here; add the new pods yourself); node pools grow and shrink by whole nodes within their
 bounds, and new nodes can take a boot time before they count as ready. Workloads added with ``add_workload`` are
 listed in the snapshot and follow suspend / resume (``suspended``, ``suspended_by_us_at``), as the real reader shows
-them from the objects' spec and our annotations.
+them from the objects' spec and our annotations; one suspended by someone else (``suspended`` without
+``suspended_by_us_at``) is not resumed (``ChangedSinceRead``, as the real writer). A workload never added is taken to
+exist (suspend and resume work on it); one removed with ``delete_workload`` is gone (404).
+
+Every write says what it did, as the real writer: ``WriteOutcome.WROTE`` / ``EvictionOutcome.EVICTED`` for a change,
+``ALREADY`` for an object already as wanted (the same target twice), ``GONE`` for an object that is not there (a
+missing Deployment or pod, or a pod of that name with another uid; a deleted workload). Events keep the uid they were
+given (``FakeEvent.uid``).
 
 Faults on demand: ``fail("evict_pod", times=2)`` makes the next two evictions raise ``PortError``;
 ``block_evictions(...)`` makes evictions BLOCKED whatever the budgets say. Everything written is in ``writes`` and
@@ -41,6 +48,7 @@ from autoscaler.ports import (
     PortError,
     WriteGuard,
     WriteNotAllowed,
+    WriteOutcome,
     refuse_pool_size_changed,
     refuse_replicas_changed,
 )
@@ -73,6 +81,7 @@ class FakeEvent:
     message: str
     type: str = "Normal"
     count: int = 1  # repeats of the same event are counted, like the real writer's event series
+    uid: str | None = None  # the object's uid the writer was given (part of the Event's identity, as in the real one)
 
 
 @dataclass(slots=True)
@@ -125,6 +134,7 @@ class FakeCluster:
         self._node_ready_at: dict[str, float] = {}
         self.suspended: set[tuple[str, str, str]] = set()
         self.workloads: dict[tuple[str, str, str], WorkloadInfo] = {}
+        self.deleted_workloads: set[tuple[str, str, str]] = set()  # suspend / resume of these: GONE
         self._last_snapshot = 0.0
         self.writes: list[FakeWrite] = []
         self.events: list[FakeEvent] = []
@@ -174,12 +184,29 @@ class FakeCluster:
         """A suspendable workload (Job, JobSet...), listed in the snapshot; ``suspended`` as given."""
         key = (workload.kind, workload.namespace, workload.name)
         with self._lock:
+            self.deleted_workloads.discard(key)
             self.workloads[key] = workload
             if workload.suspended:
                 self.suspended.add(key)
             else:
                 self.suspended.discard(key)
         return workload
+
+    def delete_workload(self, kind: str, namespace: str, name: str) -> None:
+        """The workload is deleted (its pods with it): a suspend or resume of it is ``GONE``."""
+        key = (kind, namespace, name)
+        with self._lock:
+            self.workloads.pop(key, None)
+            self.suspended.discard(key)
+            self.deleted_workloads.add(key)
+            for pod_key, pod in list(self.pods.items()):
+                if pod.namespace == namespace and self._owned_by(pod, kind, name):
+                    del self.pods[pod_key]
+
+    @staticmethod
+    def _owned_by(pod: PodInfo, kind: str, name: str) -> bool:
+        in_gang = pod.gang is not None and pod.gang.rsplit("/", 2)[-2:] == [pod.namespace, name]
+        return (pod.owner_kind == kind and pod.owner_name == name) or in_gang
 
     def add_pool(
         self,
@@ -278,7 +305,7 @@ class FakeCluster:
         *,
         expected_replicas: int | None = None,
         can_write: WriteGuard | None = None,
-    ) -> None:
+    ) -> WriteOutcome:
         with self._lock:
             args = (namespace, name, replicas)
             try:
@@ -289,11 +316,11 @@ class FakeCluster:
             key = _key(namespace, name)
             dep = self.deployments.get(key)
             if dep is None:
-                self._record("scale_deployment", args, "failed")
-                raise PortError(f"scale deployment {key}: HTTP 404 NotFound")
+                self._record("scale_deployment", args, "gone")  # as the real writer: 404, nothing to scale
+                return WriteOutcome.GONE
             if dep.spec_replicas == replicas:
                 self._record("scale_deployment", args, "unchanged")
-                return
+                return WriteOutcome.ALREADY
             try:
                 refuse_replicas_changed(f"scale deployment {key} to {replicas}", dep.spec_replicas, expected_replicas)
             except ChangedSinceRead:
@@ -305,6 +332,7 @@ class FakeCluster:
             created = None if dep.status_replicas is None else replicas
             self.deployments[key] = replace(dep, spec_replicas=replicas, ready_replicas=ready, status_replicas=created)
             self._record("scale_deployment", args, "applied")
+            return WriteOutcome.WROTE
 
     def evict_pod(
         self,
@@ -362,7 +390,9 @@ class FakeCluster:
             self._record("evict_pod", args, "evicted")
             return EvictionOutcome.EVICTED
 
-    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
+    def suspend_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
         with self._lock:
             args = (kind, namespace, name)
             try:
@@ -373,9 +403,12 @@ class FakeCluster:
             if kind not in SUSPENDABLE_KINDS:
                 self._record("suspend_workload", args, "failed")
                 raise PortError(f"suspend {kind} {namespace}/{name}: not suspendable through its spec")
+            if (kind, namespace, name) in self.deleted_workloads:
+                self._record("suspend_workload", args, "gone")
+                return WriteOutcome.GONE
             if (kind, namespace, name) in self.suspended:
                 self._record("suspend_workload", args, "unchanged")
-                return
+                return WriteOutcome.ALREADY
             self._may_write("suspend_workload", args, can_write)
             self.suspended.add((kind, namespace, name))
             workload = self.workloads.get((kind, namespace, name))
@@ -385,16 +418,16 @@ class FakeCluster:
                 self.workloads[(kind, namespace, name)] = replace(workload, suspended=True, suspended_by_us_at=at)
             # The workload's controller deletes its pods when suspended.
             for key, pod in list(self.pods.items()):
-                if pod.namespace != namespace:
-                    continue
-                owned = pod.owner_kind == kind and pod.owner_name == name
-                in_gang = pod.gang is not None and pod.gang.rsplit("/", 2)[-2:] == [namespace, name]
-                if owned or in_gang:
+                if pod.namespace == namespace and self._owned_by(pod, kind, name):
                     del self.pods[key]
             self._record("suspend_workload", args, "applied")
+            return WriteOutcome.WROTE
 
-    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
-        """Undo ``suspend_workload``: no longer suspended, our mark removed. Its pods are not recreated here."""
+    def resume_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
+        """Undo ``suspend_workload``: no longer suspended, our mark removed. Its pods are not recreated here. A
+        workload added as suspended by someone else is not resumed (``ChangedSinceRead``, outcome ``changed``)."""
         with self._lock:
             args = (kind, namespace, name)
             try:
@@ -406,16 +439,29 @@ class FakeCluster:
                 self._record("resume_workload", args, "failed")
                 raise PortError(f"resume {kind} {namespace}/{name}: not suspendable through its spec")
             key = (kind, namespace, name)
+            if key in self.deleted_workloads:
+                self._record("resume_workload", args, "gone")
+                return WriteOutcome.GONE
             workload = self.workloads.get(key)
             marked = workload is not None and workload.suspended_by_us_at is not None
-            if key not in self.suspended and not marked:
+            if key not in self.suspended:
+                # running: a stale mark of ours is removed (as the real writer does), the resume itself changed nothing
+                if workload is not None and marked:
+                    self._may_write("resume_workload", args, can_write)
+                    self.workloads[key] = replace(workload, suspended=False, suspended_by_us_at=None)
                 self._record("resume_workload", args, "unchanged")
-                return
+                return WriteOutcome.ALREADY
+            if workload is not None and not marked:
+                self._record("resume_workload", args, "changed")
+                raise ChangedSinceRead(
+                    f"resume {kind} {namespace}/{name}: not resumed: it is suspended, not by this controller now"
+                )
             self._may_write("resume_workload", args, can_write)
             self.suspended.discard(key)
             if workload is not None:
                 self.workloads[key] = replace(workload, suspended=False, suspended_by_us_at=None)
             self._record("resume_workload", args, "applied")
+            return WriteOutcome.WROTE
 
     def emit_event(
         self,
@@ -427,6 +473,7 @@ class FakeCluster:
         event_type: str = "Normal",
         *,
         can_write: WriteGuard | None = None,
+        uid: str | None = None,
         **_: Any,  # accepts the real writer's keyword extras (action=...)
     ) -> None:
         with self._lock:
@@ -434,17 +481,18 @@ class FakeCluster:
             if can_write is not None and not can_write():
                 raise WriteNotAllowed(f"event {reason} on {kind} {namespace}/{name}: not written: the guard refused")
             for event in self.events:
-                if (event.kind, event.namespace, event.name, event.reason, event.message, event.type) == (
+                if (event.kind, event.namespace, event.name, event.reason, event.message, event.type, event.uid) == (
                     kind,
                     namespace,
                     name,
                     reason,
                     message,
                     event_type,
+                    uid,
                 ):
                     event.count += 1
                     return
-            self.events.append(FakeEvent(kind, namespace, name, reason, message, event_type))
+            self.events.append(FakeEvent(kind, namespace, name, reason, message, event_type, uid=uid))
 
     # ---- NodePoolScaler -------------------------------------------------------------------------------------------
 
@@ -461,7 +509,7 @@ class FakeCluster:
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,
-    ) -> None:
+    ) -> WriteOutcome:
         with self._lock:
             args = (pool, nodes)
             try:
@@ -483,7 +531,7 @@ class FakeCluster:
                 target = max(target, state.min_size)
             if target == state.size:
                 self._record("scale", args, "unchanged")
-                return
+                return WriteOutcome.ALREADY
             if target < state.size and remove_node is not None and remove_node not in state.nodes:
                 # as the Cluster API adapter: a node it cannot name to the provider is not removed by chance
                 self._record("scale", args, "failed")
@@ -494,6 +542,7 @@ class FakeCluster:
                 state.nodes.append(remove_node)  # _resize removes from the end
             self._resize(pool, state, target, boot=True)
             self._record("scale", args, "applied")
+            return WriteOutcome.WROTE
 
     def _pool(self, pool: str) -> NodePool:
         try:

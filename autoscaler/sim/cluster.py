@@ -54,7 +54,7 @@ from autoscaler.core.extender import MAX_EXTENDER_PRIORITY, fgd_scores_per_node,
 from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix
 from autoscaler.core.rebalance import REBALANCE_LABEL
 from autoscaler.core.victims import TrainingRules
-from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, refuse_pool_size_changed
+from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, WriteOutcome, refuse_pool_size_changed
 
 PREEMPTIBLE_LABEL = TrainingRules().non_preemptible_label
 APP_LABEL = "app"  # a Deployment's replicas carry app=<deployment name> (what a PodDisruptionBudget selects)
@@ -734,7 +734,7 @@ class SimCluster:
         *,
         expected_replicas: int | None = None,
         can_write: WriteGuard | None = None,
-    ) -> None:
+    ) -> WriteOutcome:
         key = f"{namespace}/{name}"
         dep = self.deployments.get(key)
         if dep is None:
@@ -742,9 +742,11 @@ class SimCluster:
         if replicas < 0:
             raise PortError(f"scale deployment {key}: replicas {replicas} < 0")
         self.writes.append((self.now, "scale_deployment", (namespace, name, replicas)))
-        if dep.replicas != replicas:
-            dep.replicas = replicas
-            self._reconcile(dep)
+        if dep.replicas == replicas:
+            return WriteOutcome.ALREADY
+        dep.replicas = replicas
+        self._reconcile(dep)
+        return WriteOutcome.WROTE
 
     def evict_pod(
         self,
@@ -791,32 +793,44 @@ class SimCluster:
                 return True
         return False
 
-    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
+    def suspend_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
+        """A Job: suspended (``ALREADY`` when it is, or has finished). Another kind is a gang of pods whose
+        suspension removes them (``ALREADY`` when none is left)."""
         self.writes.append((self.now, "suspend_workload", (kind, namespace, name)))
         job = self.jobs.get(f"job/{namespace}/{name}") if kind == "Job" else None
         if job is not None:
-            if job.suspended_at is None and job.finished_at is None:
-                if job.admitted:
-                    self._stop_job(job)
-                if job.finished_at is None:
-                    job.suspended_at = self.now
-                self._dirty = True
-            return
+            if job.suspended_at is not None or job.finished_at is not None:
+                return WriteOutcome.ALREADY
+            if job.admitted:
+                self._stop_job(job)
+            if job.finished_at is None:
+                job.suspended_at = self.now
+            self._dirty = True
+            return WriteOutcome.WROTE
+        outcome = WriteOutcome.ALREADY
         for key, pod in list(self.pods.items()):
             if pod.gang is not None and pod.gang.rsplit("/", 2)[-2:] == [namespace, name]:
                 del self.pods[key]
                 self._dirty = True
                 self._removed(pod)
+                outcome = WriteOutcome.WROTE
+        return outcome
 
-    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
+    def resume_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
         self.writes.append((self.now, "resume_workload", (kind, namespace, name)))
         job = self.jobs.get(f"job/{namespace}/{name}") if kind == "Job" else None
         if job is None:
             raise PortError(f"resume {kind} {namespace}/{name}: not found")
-        if job.suspended_at is not None:
-            job.suspended_at = None
-            if job.finished_at is None and not job.admitted:
-                self._admit(job)
+        if job.suspended_at is None:
+            return WriteOutcome.ALREADY
+        job.suspended_at = None
+        if job.finished_at is None and not job.admitted:
+            self._admit(job)
+        return WriteOutcome.WROTE
 
     def emit_event(
         self,
@@ -828,6 +842,7 @@ class SimCluster:
         event_type: str = "Normal",
         *,
         can_write: WriteGuard | None = None,
+        uid: str | None = None,  # simulated pods carry none
     ) -> None:
         self.events.append((self.now, kind, namespace, name, reason, message, event_type))
 
@@ -844,7 +859,7 @@ class SimCluster:
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,  # one writer, no Lease (see the ClusterWriter section): accepted, unused
-    ) -> None:
+    ) -> WriteOutcome:
         spec = self._pool(pool)
         if len(spec.nodes) != nodes:  # already there is fine whatever the plan saw
             refuse_pool_size_changed(f"scale pool {pool} to {nodes}", len(spec.nodes), expected)
@@ -852,6 +867,8 @@ class SimCluster:
         if wanted < len(spec.nodes) and remove_node is not None and remove_node not in spec.nodes:
             raise PortError(f"scale pool {pool} to {nodes}: node {remove_node!r} is not in the pool")
         self.writes.append((self.now, "scale", (pool, wanted)))
+        if wanted == len(spec.nodes):
+            return WriteOutcome.ALREADY
         self._dirty = True
         while len(spec.nodes) < wanted:
             self._new_pool_node(spec, ready_at=self.now + spec.boot_s)
@@ -865,13 +882,14 @@ class SimCluster:
             spec.nodes.remove(emptiest)
             gone.add(emptiest)
         if not gone:
-            return
+            return WriteOutcome.WROTE
         # The nodes and their pods go first, all together, then the ReplicaSets replace the pods: not on any of these
         # nodes again (removed one by one, a replacement or a recreated gang bound to the next node to go was lost
         # twice, and its gang counted as stopped twice).
         for name in gone:
             del self.nodes[name]
         self._lose_pods([p for p in self.pods.values() if p.node in gone])
+        return WriteOutcome.WROTE
 
     # ---- internals ------------------------------------------------------------------------------------------------
 

@@ -228,7 +228,7 @@ def test_the_fake_cluster_asks_the_guard_before_changing_anything() -> None:
         (5, 3, 4, "skipped", 5),
         (3, 3, 4, "applied", 4),  # the plan saw the live size
         (6, 4, 3, "skipped", 6),  # a scale-down planned from 4 while another writer (Cluster Autoscaler) grew it
-        (4, 5, 4, "applied", 4),  # already what the plan wants: nothing to write, not an error
+        (4, 5, 4, "unchanged", 4),  # already what the plan wants: nothing to write, not an error
     ],
 )
 def test_a_pool_resize_from_a_size_the_plan_did_not_see_is_skipped(

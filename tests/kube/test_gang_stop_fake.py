@@ -107,6 +107,9 @@ def test_a_worker_recreated_since_the_read_is_not_evicted_in_its_predecessors_pl
         for n in NAMES
     ]
     results = actuator.apply(actions, GuardContext(time.time(), {}))
-    assert [r.result for r in results] == ["applied"] * 3, results  # the one meant is gone: nothing left to do
+    # the one meant is gone: nothing left to do for it, nothing written, and the rest of the gang still goes
+    assert [r.result for r in results] == ["gone", "applied", "applied"], results
+    events = apiserver.objects("events.k8s.io/v1", "Event", NS)
+    assert not [e for e in events if e["regarding"]["name"] == NAMES[0]], events  # no Event names the successor
     assert apiserver.get("v1", "Pod", NAMES[0], NS)["metadata"]["uid"] == successor  # spared
     assert [apiserver.get("v1", "Pod", n, NS) for n in NAMES[1:]] == [None, None]

@@ -1,9 +1,11 @@
 """resume_workload decides on its fresh read only from 'suspended?' and 'any of our annotations?': it resumes a
 workload whose suspension the reader itself says is NOT ours (stale mark: the generation moved on since our
 suspension, i.e. somebody resumed and suspended it again by hand), or one with no mark at all."""
+import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes import KubeClusterReader, KubeClusterWriter, ReaderConfig, WriterConfig
+from autoscaler.ports import ChangedSinceRead
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -25,7 +27,8 @@ def test_a_hand_resuspended_job_is_not_resumed(apiserver: FakeApiServer, api_cli
     apiserver.seed(job)
     (w,) = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW).workloads
     assert w.suspended and w.suspended_by_us_at is None  # the reader: not ours
-    _writer(api_client).resume_workload("Job", "ml", "train")  # e.g. the tick decided on a read from before
+    with pytest.raises(ChangedSinceRead):  # not written; the tick decided on a read from before (``skipped``)
+        _writer(api_client).resume_workload("Job", "ml", "train")
     assert apiserver.get("batch/v1", "Job", "train", "ml")["spec"]["suspend"] is True
 
 
@@ -33,5 +36,6 @@ def test_a_job_suspended_by_someone_else_is_not_resumed(apiserver: FakeApiServer
     # Counterpart of test_a_workload_suspended_by_someone_else_is_not_marked_as_ours: suspend leaves it alone,
     # resume does not.
     apiserver.seed(o.job("queued", "ml", suspend=True, gpus=1))
-    _writer(api_client).resume_workload("Job", "ml", "queued")
+    with pytest.raises(ChangedSinceRead):  # not written (``skipped``), not reported as a resume
+        _writer(api_client).resume_workload("Job", "ml", "queued")
     assert apiserver.get("batch/v1", "Job", "queued", "ml")["spec"]["suspend"] is True

@@ -15,7 +15,6 @@ from autoscaler.adapters.kubernetes import (
     INVALID_SPEC,
     READY,
     ConditionUpdate,
-    KubeApiError,
     KubeClusterWriter,
     LastAction,
     StatusUpdate,
@@ -24,7 +23,7 @@ from autoscaler.adapters.kubernetes import (
 )
 from autoscaler.core.model import ScaleDeployment
 from autoscaler.core.reasons import Reason
-from autoscaler.ports import ChangedSinceRead, EvictionOutcome, WriteNotAllowed
+from autoscaler.ports import ChangedSinceRead, EvictionOutcome, WriteNotAllowed, WriteOutcome
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -284,10 +283,10 @@ def test_scale_conflict_that_resolves_itself_writes_nothing(
     assert [r.status for r in apiserver.requests if r.method == "PATCH"] == [409]  # fresh read: already 6
 
 
-def test_scale_missing_deployment_is_a_port_error(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
-    with pytest.raises(KubeApiError) as exc:
-        writer(api_client).scale_deployment("ml", "nope", 2)
-    assert exc.value.status == 404
+def test_scale_missing_deployment_is_gone(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    # 404: deleted since the tick read it; nothing to scale, nothing written, no error (``gone``)
+    assert writer(api_client).scale_deployment("ml", "nope", 2) is WriteOutcome.GONE
+    assert not [r for r in apiserver.requests if r.method == "PATCH"]
 
 
 # ---- evictions ----------------------------------------------------------------------------------------------------

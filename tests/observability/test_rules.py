@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from autoscaler.actuator import RESULTS
 from autoscaler.adapters.promql import POD_TO_DEPLOYMENT_RE
 from autoscaler.core import model
 from autoscaler.core.reasons import Reason
@@ -32,7 +33,7 @@ from tests.observability.common import (
 
 SEVERITIES = {"critical", "warning", "info"}
 TICK_RESULTS = {"ok", "hold", "error", "standby"}
-ACTION_RESULTS = {"applied", "failed", "blocked", "held", "skipped", "dry_run", "not_leader"}  # autoscaler/actuator.py
+ACTION_RESULTS = set(RESULTS)
 MATCHER = re.compile(r'\b([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 
 

@@ -82,8 +82,10 @@ def test_suspend_emits_events_on_the_workload_and_the_service_and_counts_lost_wo
         ("Job", "train"), ("Deployment", "chat")]
     text = telemetry.render().decode()
     assert 'gpu_autoscaler_training_gangs_stopped_total{how="suspend"} 1.0' in text
-    # 2 GPU-hours for the suspension; the evicted pods were gone already (GONE is applied: their share counts)
-    assert "gpu_autoscaler_training_gpu_hours_lost_total 4.0" in text
+    # 2 GPU-hours for the suspension; the evicted pods were gone already (``gone``: no eviction of ours lost their
+    # work, so their share does not count, and no Event names them)
+    assert "gpu_autoscaler_training_gpu_hours_lost_total 2.0" in text
+    assert [r.result for r in results] == ["applied", "gone", "gone"]
 
 
 def test_capacity_settings_build_the_core_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,7 +48,14 @@ from autoscaler.adapters.kubernetes._api import (
     parse_time,
     with_read_retries,
 )
-from autoscaler.ports import NodePoolScaler, PortError, WriteGuard, WriteNotAllowed, refuse_pool_size_changed
+from autoscaler.ports import (
+    NodePoolScaler,
+    PortError,
+    WriteGuard,
+    WriteNotAllowed,
+    WriteOutcome,
+    refuse_pool_size_changed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -300,8 +307,9 @@ class MachineDeploymentNodePools:
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,
-    ) -> None:
-        """Set the pool's size (idempotent), clamped to its min/max annotations. ``expected``: the size the plan
+    ) -> WriteOutcome:
+        """Set the pool's size (idempotent), clamped to its min/max annotations: ``WROTE``; ``ALREADY`` when the live
+        size is the target already (or the bound it is clamped to): nothing written. ``expected``: the size the plan
         was made from; a different live size raises ``ChangedSinceRead`` and writes nothing. ``remove_node``: on a
         scale-down, the node to remove: its Machine is annotated for deletion before the size is lowered (and the
         annotation taken back when the size write fails; a mark found there already is left as found);
@@ -336,7 +344,8 @@ class MachineDeploymentNodePools:
                     target = min(low, live)
                     log.warning("%s: clamped to the pool's min size %d (live %d)", what, low, live)
                 if live == target:
-                    return
+                    log.info("%s: already at %d nodes: nothing written", what, live)
+                    return WriteOutcome.ALREADY
                 if target < live and remove_node is not None:
                     # every attempt: a conflict's retry may find marks that were not there before
                     machines = self._machines(name, can_write)
@@ -391,7 +400,7 @@ class MachineDeploymentNodePools:
                 )  # fmt: skip
                 if target < live:
                     marked = None  # the MachineSet deletes it now: the annotation stays
-                return
+                return WriteOutcome.WROTE
             raise ConflictError(what, 409, "Conflict", f"still conflicting after {self.conflict_retries} retries")
         except WriteNotAllowed:
             refused = True

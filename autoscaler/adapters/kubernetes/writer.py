@@ -1,7 +1,9 @@
 """ClusterWriter over the Kubernetes API, plus status updates of GPUScalingPolicy objects.
 
-Every write is idempotent and optimistic:
-- read the object fresh, stop if it is already as wanted (no write, no resourceVersion bump);
+Every write is idempotent and optimistic, and says what it did (``WriteOutcome``, ``EvictionOutcome``):
+- read the object fresh, stop if it is already as wanted (no write, no resourceVersion bump): ``ALREADY``; an
+  object that does not exist (404; for a pod, one of its name with another uid) is ``GONE``, also nothing written;
+  only a change sent and accepted is ``WROTE`` / ``EVICTED``, and only that one gets an Event from the actuator;
 - a scale carries the replicas its decision was made from (``expected_replicas``): when the live value differs,
   somebody else changed it since the tick read it, and nothing is written (``ChangedSinceRead``; the next tick
   decides on fresh data), so a conflict can never turn a scale-up into a scale-down or the reverse;
@@ -53,7 +55,14 @@ from autoscaler.adapters.kubernetes.workloads import (
     WorkloadKind,
 )
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
-from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, refuse_replicas_changed
+from autoscaler.ports import (
+    ChangedSinceRead,
+    EvictionOutcome,
+    PortError,
+    WriteGuard,
+    WriteOutcome,
+    refuse_replicas_changed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +212,10 @@ class KubeClusterWriter:
         *,
         expected_replicas: int | None = None,
         can_write: WriteGuard | None = None,
-    ) -> None:
-        """Set ``spec.replicas`` through the scale subresource (what ``kubectl scale`` and the HPA use).
+    ) -> WriteOutcome:
+        """Set ``spec.replicas`` through the scale subresource (what ``kubectl scale`` and the HPA use): ``WROTE``;
+        ``ALREADY`` when a fresh read (the first, or the one after a 409) already shows ``replicas``: nothing written;
+        ``GONE`` when the Deployment does not exist (404: deleted since the tick read it).
 
         ``expected_replicas``: the replicas the decision was made from. Every fresh read (the first one and the one
         after each 409) must still show them, or nothing is written and ``ChangedSinceRead`` is raised: a concurrent
@@ -234,8 +245,19 @@ class KubeClusterWriter:
                 what, self._apps.patch_namespaced_deployment_scale, name, namespace, body, _content_type=MERGE_PATCH
             )
 
-        if self._read_modify_write(what, read, decide, write, can_write):
-            log.info("scaled deployment %s/%s to %d replicas", namespace, name, replicas)
+        try:
+            written = self._read_modify_write(what, read, decide, write, can_write)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            log.info("%s: no such Deployment: nothing written", what)
+            self._forget_uid("Deployment", namespace, name)
+            return WriteOutcome.GONE
+        if not written:
+            log.info("%s: already at %d replicas: nothing written", what, replicas)
+            return WriteOutcome.ALREADY
+        log.info("scaled deployment %s/%s to %d replicas", namespace, name, replicas)
+        return WriteOutcome.WROTE
 
     def evict_pod(
         self,
@@ -248,7 +270,12 @@ class KubeClusterWriter:
     ) -> EvictionOutcome:
         """POST a policy/v1 Eviction: PodDisruptionBudgets are enforced by the API server, not by us. ``dry_run``:
         the API server checks the budgets and changes nothing (``deleteOptions.dryRun: [All]``). ``can_write``:
-        asked immediately before the POST (``WriteNotAllowed`` when it says no)."""
+        asked immediately before the POST (``WriteNotAllowed`` when it says no).
+
+        ``uid``: sent as the eviction's uid precondition. A pod of that name with another uid (a StatefulSet, JobSet
+        or PyTorchJob successor) makes the API server answer 409 Conflict ("the UID in the precondition ... does not
+        match the UID in record"): the pod is read to tell that from any other conflict, and a successor (or no pod
+        at all by then) is ``GONE``; the same uid is an error. 404: ``GONE``, already gone."""
         body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         options: JSON = {}
         if self.config.eviction_grace_period_s is not None:
@@ -273,15 +300,32 @@ class KubeClusterWriter:
             if exc.status == 404:
                 return EvictionOutcome.GONE  # already gone: what we wanted, and why a repeated eviction is safe
             if exc.status == 409 and uid:
-                # the uid precondition failed: the pod meant has gone, a successor holds its name
-                log.info("eviction of %s/%s skipped: a new pod of that name (not uid %s)", namespace, name, uid)
-                return EvictionOutcome.GONE
+                live = self._live_pod_uid(what, namespace, name)
+                if live != uid:
+                    # the uid precondition failed: the pod meant has gone, a successor holds its name (or none)
+                    log.info(
+                        "eviction of %s/%s not made: the pod of uid %s is gone (%s)", namespace, name, uid,
+                        f"a new pod of that name has uid {live}" if live else "no pod of that name now",
+                    )  # fmt: skip
+                    return EvictionOutcome.GONE
             raise
         if dry_run:
             return EvictionOutcome.EVICTED  # it would be: nothing changed
         # The pod is going: an Event on it must not cost a GET that can only answer 404 (no uid, no describe).
         self._forget_uid("Pod", namespace, name)
         return EvictionOutcome.EVICTED
+
+    def _live_pod_uid(self, what: str, namespace: str, name: str) -> str | None:
+        """The uid of the pod of that name now (remembered for its Events), or None when there is none."""
+        try:
+            pod = self._read(f"{what}: read the pod after a conflict", self._core.read_namespaced_pod, name, namespace)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            self._forget_uid("Pod", namespace, name)
+            return None
+        self._remember_uid("Pod", namespace, name, pod)
+        return (pod.get("metadata") or {}).get("uid") or None
 
     def _workload_kind(self, verb: str, kind: str, namespace: str, name: str) -> WorkloadKind:
         spec = WORKLOAD_KINDS.get(kind)
@@ -300,9 +344,10 @@ class KubeClusterWriter:
         name: str,
         decide: Callable[[JSON], JSON | None],
         can_write: WriteGuard | None = None,
-    ) -> bool:
-        """Read-modify-write of a workload's spec by merge patch (resourceVersion precondition, 409 -> again);
-        404 is done (a deleted workload uses no GPUs). True when something was written."""
+    ) -> WriteOutcome:
+        """Read-modify-write of a workload's spec by merge patch (resourceVersion precondition, 409 -> again):
+        ``WROTE``, or ``ALREADY`` when ``decide`` finds nothing to write; 404 is ``GONE`` (a deleted workload uses no
+        GPUs, and there is nothing to suspend or resume)."""
         spec = WORKLOAD_KINDS[kind]
 
         def read() -> JSON:
@@ -339,19 +384,22 @@ class KubeClusterWriter:
             )
 
         try:
-            return self._read_modify_write(what, read, decide, patch, can_write)
+            written = self._read_modify_write(what, read, decide, patch, can_write)
         except KubeApiError as exc:
             if exc.status != 404:
                 raise
-            log.info("%s: already gone", what)  # a deleted workload uses no GPUs: the goal is met
-            return False
+            log.info("%s: no such workload: nothing written", what)  # a deleted workload uses no GPUs
+            return WriteOutcome.GONE
+        return WriteOutcome.WROTE if written else WriteOutcome.ALREADY
 
-    def suspend_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
-        """Suspend a Job / JobSet / PyTorchJob / TFJob (``suspend: true``) or deactivate a Kueue Workload.
+    def suspend_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
+        """Suspend a Job / JobSet / PyTorchJob / TFJob (``suspend: true``) or deactivate a Kueue Workload: ``WROTE``.
 
         The same merge patch marks it as ours (``gpuautoscaler.dev/suspended-by``, ``-at``, ``-generation``): only
         a workload so marked is ever resumed by this controller. One already suspended (by anyone) is left as it is,
-        unmarked: we did not suspend it."""
+        unmarked: we did not suspend it (``ALREADY``). No such workload: ``GONE``."""
         spec = self._workload_kind("suspend", kind, namespace, name)
 
         def decide(obj: JSON) -> JSON | None:
@@ -371,13 +419,24 @@ class KubeClusterWriter:
             body["metadata"] = {"resourceVersion": meta["resourceVersion"], "annotations": annotations}
             return body
 
-        if self._write_workload(f"suspend {kind} {namespace}/{name}", kind, namespace, name, decide, can_write):
+        what = f"suspend {kind} {namespace}/{name}"
+        outcome = self._write_workload(what, kind, namespace, name, decide, can_write)
+        if outcome is WriteOutcome.WROTE:
             log.info("suspended %s %s/%s", kind, namespace, name)
+        elif outcome is WriteOutcome.ALREADY:
+            log.info("%s: already suspended: nothing written", what)
+        return outcome
 
-    def resume_workload(self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None) -> None:
+    def resume_workload(
+        self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
+    ) -> WriteOutcome:
         """Undo ``suspend_workload``: ``suspend: false`` (Kueue: ``active: true``) and our annotations removed, in
-        one merge patch. Idempotent: a running workload without our annotations is not written."""
+        one merge patch: ``WROTE``. Idempotent: a running workload is ``ALREADY`` (not written, unless a stale mark
+        of ours is still on it: that is removed, and it is still ``ALREADY``: the resume changed nothing). No such
+        workload: ``GONE``. Suspended, but not by us now: nothing written, ``ChangedSinceRead``."""
         spec = self._workload_kind("resume", kind, namespace, name)
+        what = f"resume {kind} {namespace}/{name}"
+        cleanup_only = [False]  # what the last decide wrote: only our stale mark off a running workload
 
         def decide(obj: JSON) -> JSON | None:
             meta = obj.get("metadata") or {}
@@ -390,16 +449,26 @@ class KubeClusterWriter:
                 # Suspended, but not (or no longer) by us: without a mark (a queue such as Kueue, a person), or with
                 # one older than its spec (resumed and suspended again by hand since). As suspend leaves a workload
                 # somebody else suspended alone, resume does: the tick decided from an older read.
-                log.warning("%s %s/%s is suspended, not by this controller now: not resumed", kind, namespace, name)
-                return None
+                raise ChangedSinceRead(
+                    f"{what}: not resumed: it is suspended, not by this controller now (unmarked, or suspended again "
+                    "since our suspension); the next tick decides on fresh data"
+                )
+            cleanup_only[:] = [not suspended]
             body: JSON = _nested(spec.path, spec.resumed_value) if suspended else {}
             body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
             if ours:
                 body["metadata"]["annotations"] = dict.fromkeys(ours)  # merge patch: null removes the key
             return body
 
-        if self._write_workload(f"resume {kind} {namespace}/{name}", kind, namespace, name, decide, can_write):
+        outcome = self._write_workload(what, kind, namespace, name, decide, can_write)
+        if outcome is WriteOutcome.WROTE and cleanup_only[0]:
+            log.info("%s: already running: only our stale suspension mark was removed", what)
+            return WriteOutcome.ALREADY
+        if outcome is WriteOutcome.WROTE:
             log.info("resumed %s %s/%s", kind, namespace, name)
+        elif outcome is WriteOutcome.ALREADY:
+            log.info("%s: already running: nothing written", what)
+        return outcome
 
     def emit_event(
         self,
@@ -412,17 +481,21 @@ class KubeClusterWriter:
         *,
         action: str | None = None,
         can_write: WriteGuard | None = None,
+        uid: str | None = None,
     ) -> None:
         """An Event on the object, deduplicated: the same (object, reason, message, type) bumps the existing Event's
         series count instead of creating another, like client-go's recorder. ``can_write``: asked immediately
-        before the POST and before the PATCH of a bump (``WriteNotAllowed`` when it says no)."""
+        before the POST and before the PATCH of a bump (``WriteNotAllowed`` when it says no). ``uid``: the uid of
+        the object meant (the pod a plan evicted): written into ``regarding``/``involvedObject`` as given, so the
+        Event never attaches to another object of that name (a successor pod); part of the Event's identity, so a
+        successor's own Event is another series. None: the uid looked up by name (best effort)."""
         api_version, _, namespaced = EVENT_TARGETS.get(kind, ("v1", "", True))
         event_ns = namespace if namespaced and namespace else "default"  # cluster-scoped objects: "default"
-        uid = self._uid(kind, namespace if namespaced else "", name)
+        identity = (kind, namespace, name, reason, message, event_type) + ((uid,) if uid else ())
+        if not uid:
+            uid = self._uid(kind, namespace if namespaced else "", name)
         now = self._clock()
-        digest = hashlib.sha256("\x00".join((kind, namespace, name, reason, message, event_type)).encode()).hexdigest()[
-            :16
-        ]
+        digest = hashlib.sha256("\x00".join(identity).encode()).hexdigest()[:16]
         # An RFC 1123 subdomain: a name cut at 200 characters can end in "-" or ".", and "x-.digest" or "x..digest"
         # is refused (422) on every Event of that object. Object names start with an alphanumeric character.
         event_name = f"{name[:200].rstrip('-.')}.{digest}"
