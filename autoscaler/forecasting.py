@@ -25,8 +25,13 @@ the same time. Over the last ``accountability_window_seconds``, ``forecast.asses
 pinball loss is above ``reliability_max_ratio`` x the baseline's, or that has fewer than ``min_scored_samples``
 scored values, is *unreliable* and the core scales the service reactively (reason ``forecast_unreliable``, with the
 numbers). So that a restarted controller or a new service does not wait for live scores, the first fit of a service
-also backtests the model against the baseline on its own history (``bootstrap_origins`` origins); that verdict stands
-until enough live scores exist.
+also backtests the model against the baseline on its own history (``bootstrap_origins`` origins, more when the
+provisioned quantile needs more scored values to be judged: 100 for a P99, see ``core.headroom.scores_needed``); that
+verdict, and its coverage on the distinct values it scored, stand while there are too few live scores, for an
+accountability window: older, the next refit backtests again. Until the first refit of this process and of each
+leadership term has run (it just started, or took over: ``start_term``), a service without a usable forecast holds
+(``ForecastReadConfig.headroom.hold_unfitted``, ``core.headroom.earned_headroom``): the previous leader's replicas
+are neither scaled up for want of trust nor given back before the forecasts are fitted.
 
 What a service's memory is of. The state kept per service (history, fit, forecasts waiting to be scored, scores,
 verdict, coverage) is of one series at one quantile: ``ForecastService.series_of`` (the query the metrics source reads
@@ -71,7 +76,7 @@ import numpy as np
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import ReplicaFloor
-from autoscaler.core.headroom import DEFAULT_HEADROOM
+from autoscaler.core.headroom import DEFAULT_HEADROOM, scores_needed
 from autoscaler.core.model import Observation, ServicePolicy
 from autoscaler.core.predictive import ForecastInput
 from autoscaler.core.tick import (
@@ -97,6 +102,9 @@ AUTO = "auto"
 BASE_LEVELS = BAND_LEVELS  # always fitted beside the provisioned quantile: the median scores MAE
 # Bootstrap backtest origins are spread over the latest day at most this far apart (different times of day).
 BOOTSTRAP_SPACING_S = 6 * 3600.0
+# A high quantile needs more scored values than ``bootstrap_origins`` give (a P99: 100); the bootstrap backtest takes
+# as many origins as that needs, up to this many (each origin is one more fit of the model).
+MAX_BOOTSTRAP_ORIGINS = 24
 # A history whose newest valid sample is more than this many steps old is not fitted: the service's metric is gone.
 MAX_HISTORY_LAG_STEPS = 5
 # The parent waits this much beyond the fit timeout before it declares the workers stuck (worker start-up included).
@@ -144,6 +152,7 @@ class FitResult:
     verdict: tuple[bool, str, float | None] | None = None  # backtest: reliable, reason, pinball ratio
     # backtest: share of actuals at or below the provisioned quantile (earns headroom until live scores do)
     coverage: float | None = None
+    coverage_samples: int = 0  # backtest: the distinct values behind ``coverage``
     # the fitted model and baseline themselves (pickled back from the worker): the update job re-conditions them
     fitted: tuple[Any, Any] | None = None
     error: str = ""
@@ -222,19 +231,30 @@ def _origin_spacing(n: int, horizon: int, origins: int, step_s: float) -> int:
     return max(1, min(round(BOOTSTRAP_SPACING_S / step_s), span // max(1, origins - 1)))
 
 
-def _verdict(job: FitJob, model_bt: Any, base_bt: Any) -> tuple[tuple[bool, str, float | None], float | None]:
-    """(reliable, reason, pinball ratio) and the coverage of the provisioned quantile, from the backtests."""
+def _distinct_scored(result: Any) -> int:
+    """The distinct time steps a backtest scored (a finite actual): on a short history the origins' horizons overlap,
+    and one actual scored by several origins is one value of evidence, not several."""
+    scored: set[int] = set()
+    for origin, actuals in zip(result.origins, result.actuals, strict=True):
+        scored.update(int(origin) + int(i) for i in np.flatnonzero(np.isfinite(actuals)))
+    return len(scored)
+
+
+def _verdict(job: FitJob, model_bt: Any, base_bt: Any) -> tuple[tuple[bool, str, float | None], float | None, int]:
+    """(reliable, reason, pinball ratio), the coverage of the provisioned quantile and the distinct values behind
+    it, from the backtests."""
     model_q, base_q = _quality_at(model_bt, job.quantile), _quality_at(base_bt, job.quantile)
     reliable, reason = assess_reliability(model_q, base_q, max_ratio=job.max_ratio, min_samples=job.min_samples)
     coverage = model_q.upper_coverage if math.isfinite(model_q.upper_coverage) else None
-    return (reliable, f"backtest: {reason}", _ratio(model_q, base_q)), coverage
+    samples = min(model_q.n, _distinct_scored(model_bt)) if coverage is not None else 0
+    return (reliable, f"backtest: {reason}", _ratio(model_q, base_q)), coverage, samples
 
 
 def _fit(job: FitJob) -> FitResult:
     from forecast.backtest import rolling_origin_backtest
 
     started = time.perf_counter()
-    name, selected, verdict, coverage = job.model, False, None, None
+    name, selected, verdict, coverage, samples = job.model, False, None, None, 0
     h_bt = max(1, min(job.backtest_horizon_steps, job.horizon_steps))
     n_origins = max(1, job.backtest_origins)
 
@@ -264,7 +284,7 @@ def _fit(job: FitJob) -> FitResult:
             name = BASELINE  # too short to backtest: the baseline until a selection succeeds
         else:
             name, selected = selection.best, True
-            verdict, coverage = _verdict(job, selection.results[name], selection.results[BASELINE])
+            verdict, coverage, samples = _verdict(job, selection.results[name], selection.results[BASELINE])
     elif job.backtest_origins > 0:
         try:
             every = _origin_spacing(job.y.size, h_bt, n_origins, job.step_s)
@@ -277,7 +297,7 @@ def _fit(job: FitJob) -> FitResult:
             }
             model_bt = rolling_origin_backtest(candidate(name), job.y, **kw)
             base_bt = model_bt if name == BASELINE else rolling_origin_backtest(candidate(BASELINE), job.y, **kw)
-            verdict, coverage = _verdict(job, model_bt, base_bt)
+            verdict, coverage, samples = _verdict(job, model_bt, base_bt)
         except ValueError:
             verdict = None  # too short to backtest: trust has to come from live scores
 
@@ -298,6 +318,7 @@ def _fit(job: FitJob) -> FitResult:
         baseline=baseline.to_dict(),
         verdict=verdict,
         coverage=coverage,
+        coverage_samples=samples,
         fitted=(model, base_model),
     )
 
@@ -566,6 +587,9 @@ class _ServiceState:
     scores: deque[_Score] = field(default_factory=deque)
     verdict: tuple[bool, str, float | None] | None = None  # from the bootstrap backtest / the selection
     verdict_coverage: float | None = None  # the backtest's coverage of the provisioned quantile
+    verdict_samples: int = 0  # the distinct values the backtest scored
+    # when the verdict was made: it speaks for ``accountability_window_seconds``, as a live score does
+    verdict_at: float = -math.inf
     selected: str | None = None  # auto: the model chosen
     selected_at: float = -math.inf
     quantile: float | None = None  # the provisioned level the scores are for
@@ -624,6 +648,10 @@ class ForecastService:
         self._leads: dict[str, float] = {}  # latest lead time the tick used, per service (scores those leads)
         self._refit_lock = threading.Lock()
         self.last_refit: RefitReport | None = None
+        # leadership terms started (start_term) and the term of the latest refit that began within one: until they
+        # agree, services without a usable forecast hold (ForecastReadConfig.headroom.hold_unfitted)
+        self._term = 0
+        self._refitted_term = -1
 
     # -- the hand-off ------------------------------------------------------------------------------------------------
 
@@ -670,6 +698,7 @@ class ForecastService:
     def refit(self, now: float) -> RefitReport:
         """One refit round at ``now`` (Unix seconds). Never raises; see the module docstring."""
         with self._refit_lock:
+            term = self._term  # a refit that began before a new term does not end that term's hold
             started = time.perf_counter()
             report = RefitReport(now)
             try:
@@ -680,6 +709,7 @@ class ForecastService:
             report.seconds = time.perf_counter() - started
             self.telemetry.forecast_refit_duration.set(report.seconds)
             self.last_refit = report
+            self._refitted_term = term
             failures = {**report.failed, **report.no_data}
             if failures:
                 shown = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:_LOGGED_FAILURES])
@@ -747,6 +777,7 @@ class ForecastService:
                         state.selected, state.selected_at = result.model, now
                     if result.verdict is not None:
                         state.verdict, state.verdict_coverage = result.verdict, result.coverage
+                        state.verdict_samples, state.verdict_at = result.coverage_samples, now
                     state.fitted = result.fitted
                     if state.job_y is not None:
                         state.y, state.y_start = state.job_y
@@ -832,7 +863,19 @@ class ForecastService:
                 model = BASELINE
             else:
                 model = state.selected
-        needs_bootstrap = not candidates and state.verdict is None and live < s.min_scored_samples
+        # A bootstrap verdict speaks for the accountability window, as a live score does: one older than that (the
+        # service's first fit, days ago) is backtested again when the live scores are too few to judge -- here one
+        # that would expire before the next refit, so that the updates in between are not left without a verdict.
+        lasts = self._verdict_fresh(state, now + self.refit_interval_s)
+        needs_bootstrap = not candidates and not lasts and live < s.min_scored_samples
+        h_bt = max(1, math.ceil((self.refit_interval_s + lead) / step))
+        horizon_steps = max(1, math.ceil(s.horizon_seconds / step))
+        origins = s.bootstrap_origins
+        if origins > 0:
+            # enough scored values for the provisioned quantile's coverage to be judged (``scores_needed``), plus
+            # one origin's worth for the gaps
+            needed = scores_needed(quantile, s.min_scored_samples)
+            origins = max(origins, min(MAX_BOOTSTRAP_ORIGINS, math.ceil(needed / min(h_bt, horizon_steps)) + 1))
         return FitJob(
             key=key,
             model=model,
@@ -840,13 +883,13 @@ class ForecastService:
             y=y,
             start=grid_start + first * step - step,  # the sample at T measures the interval [T - step, T)
             step_s=step,
-            horizon_steps=max(1, math.ceil(s.horizon_seconds / step)),
+            horizon_steps=horizon_steps,
             levels=levels,
             quantile=quantile,
             timeout_s=s.fit_timeout_seconds,
             candidates=candidates,
-            backtest_origins=s.bootstrap_origins if (candidates or needs_bootstrap) else 0,
-            backtest_horizon_steps=max(1, math.ceil((self.refit_interval_s + lead) / step)),
+            backtest_origins=origins if (candidates or needs_bootstrap) else 0,
+            backtest_horizon_steps=h_bt,
             max_ratio=s.reliability_max_ratio,
             min_samples=s.min_scored_samples,
         )
@@ -896,9 +939,10 @@ class ForecastService:
         self, state: _ServiceState, quantile: float, label: str, now: float
     ) -> tuple[bool, str, float | None, float | None, int, tuple[float, int] | None]:
         """reliable, reason, pinball ratio, relative MAE, live values scored, and (coverage of the provisioned
-        quantile, values behind it). Until there are enough live scores the bootstrap backtest speaks: its verdict,
-        and its coverage counted as the scores needed (the backtest scored at least that many), so a restarted
-        controller need not earn its headroom again from nothing."""
+        quantile, values behind it). Until there are enough live scores the bootstrap backtest speaks, for an
+        accountability window after it was made: its verdict, and its coverage with the distinct values it scored, so
+        a restarted controller need not earn its headroom again from nothing. Older, it says nothing (the next refit
+        backtests again): the live path judges the few scores there are (unreliable below ``min_scored_samples``)."""
         s = self.settings
         scores = [sc for sc in state.scores if sc.time >= now - s.accountability_window_seconds]
         relative = None
@@ -906,9 +950,10 @@ class ForecastService:
             mean_actual = sum(sc.actual for sc in scores) / len(scores)
             mae = sum(abs(sc.actual - sc.model_median) for sc in scores) / len(scores)
             relative = mae / mean_actual if mean_actual > 0 else None
-        if len(scores) < s.min_scored_samples and state.verdict is not None:
+        if len(scores) < s.min_scored_samples and self._verdict_fresh(state, now):
+            assert state.verdict is not None
             reliable, reason, ratio = state.verdict
-            backtest = (state.verdict_coverage, s.min_scored_samples) if state.verdict_coverage is not None else None
+            backtest = (state.verdict_coverage, state.verdict_samples) if state.verdict_coverage is not None else None
             return reliable, reason, ratio, relative, len(scores), backtest
         actuals = [sc.actual for sc in scores]
         model_q = ForecastQuality.from_observations(label, actuals, {quantile: [sc.model_q for sc in scores]})
@@ -920,6 +965,10 @@ class ForecastService:
         )
         coverage = (sum(1 for sc in scores if sc.actual <= sc.model_q) / len(scores), len(scores)) if scores else None
         return reliable, f"live: {reason}", _ratio(model_q, base_q), relative, len(scores), coverage
+
+    def _verdict_fresh(self, state: _ServiceState, now: float) -> bool:
+        """Whether the backtest's verdict still speaks: made within the accountability window."""
+        return state.verdict is not None and now - state.verdict_at <= self.settings.accountability_window_seconds
 
     def _used_for_s(self) -> float:
         """How long the tick reads one published forecast: until the next update, else the next refit."""
@@ -982,6 +1031,14 @@ class ForecastService:
             if end <= last_sample:
                 continue
             tail_start = last_sample - UPDATE_OVERLAP_STEPS * step  # late samples of the last minutes count too
+            if end - tail_start > keep * step:
+                # the series it knew ended more than a training window ago (this replica took the Lease back after
+                # days): reading all that is the refit's job, and its fit replaces this one anyway
+                report.no_data[key] = (
+                    f"its history ends {end - last_sample:.0f}s ago, more than the {keep * step:.0f}s training "
+                    "window: left to the next refit"
+                )
+                continue
             n = round((end - tail_start) / step) + 1
             try:
                 series = self.metrics.history(policy, SIGNAL, tail_start, end, step)
@@ -1046,9 +1103,22 @@ class ForecastService:
             node_boot_s=s.node_boot_seconds,
             tick_interval_s=self.tick_interval_s,
             contended_hold_s=s.contended_hold_seconds,
-            # a forecast is LEARNING until it has as many scores as the reliability verdict needs
-            headroom=replace(DEFAULT_HEADROOM, min_scored=s.min_scored_samples),
+            # a forecast is LEARNING until it has as many scores as the reliability verdict needs; the window holds
+            # one live score per forecast step at most; until the first refit of this leadership term, nothing is judged
+            headroom=replace(
+                DEFAULT_HEADROOM,
+                min_scored=s.min_scored_samples,
+                hold_unfitted=self._refitted_term != self._term,
+                max_scored=int(s.accountability_window_seconds // s.step_seconds) + 1,
+            ),
         )
+
+    def start_term(self) -> None:
+        """A new leadership term (the controller calls it as the term's first tick starts): the fits may have gone
+        stale while another replica led, and that first tick always runs before the term's first refit, so until
+        that refit a service without a usable forecast holds, as in a process that has not refitted yet. A service
+        whose fit is still fresh reads it as before."""
+        self._term += 1
 
     def record_leads(self, views: Mapping[str, ServiceForecastView]) -> None:
         """The leads the tick read each forecast at: the refit scores later forecasts on those leads."""

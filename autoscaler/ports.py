@@ -301,6 +301,11 @@ class ForecastReader(Protocol):
         """How the tick reads these forecasts (refit period, staleness, node boot, tick interval)."""
         ...
 
+    def start_term(self) -> None:
+        """This replica starts leading (again): until a refit of the new term has run, a service without a usable
+        forecast is held (its fits may have gone stale while another replica led)."""
+        ...
+
     def record_leads(self, views: Mapping[str, ServiceForecastView]) -> None:
         """The lead time the tick read each forecast at (the refit scores later forecasts on those leads)."""
         ...

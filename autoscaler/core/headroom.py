@@ -17,6 +17,11 @@ is earned, per service:
   the target is interpolated (``PARTIAL``). The coverage is over the accountability window (6 hours by default),
   so the target loosens again within hours when a forecast degrades, and the service earns it back the same way.
 
+A controller that has not run its first refit yet (it just started, or took the Lease over: its first tick always
+runs before its first refit) does not know how much trust a service had earned; it *holds* a service without a usable
+forecast (``HeadroomConfig.hold_unfitted``): the spec's target and no scale-down until that refit has run, instead of
+reading every earned service as untrusted and scaling it up by a third at each rollout.
+
 The ratio applies to the *reactive* path only (``ReplicaFloor.target_ratio``, read by ``core.decide``): the forecast
 floor keeps turning demand into replicas at the full target. A floor that under-covers is what the reactive path's
 extra headroom makes up for; scaling the floor too would count the same doubt twice.
@@ -55,15 +60,30 @@ class HeadroomConfig:
     untrusted_down_window_s: float = 300.0
     full_trust_miss_ratio: float = 2.5  # at or below this many times the allowed misses: full trust, ratio
     no_trust_miss_ratio: float = 5.0  # at or above: no trust, ratio
+    # True while the controller has not run its first refit (it just started, or took the Lease over): a service
+    # without a usable forecast then *holds* (see ``earned_headroom``) rather than being read as untrusted
+    hold_unfitted: bool = False
+    # the most live scores the accountability window can hold (one per forecast step), count; None: no bound known
+    max_scored: int | None = None
 
     def __post_init__(self) -> None:
         if self.min_scored < 1:
             raise ValueError("min_scored must be at least 1")
         if not 0.0 < self.full_trust_miss_ratio < self.no_trust_miss_ratio:
             raise ValueError("need 0 < full_trust_miss_ratio < no_trust_miss_ratio")
+        if self.max_scored is not None and self.max_scored < 0:
+            raise ValueError("max_scored must be None or at least 0")
 
 
 DEFAULT_HEADROOM = HeadroomConfig()
+
+
+def scores_needed(quantile: float, min_scored: int) -> int:
+    """Scored values before the coverage of ``quantile`` is judged: ``min_scored``, and at least 1 / (1 - quantile),
+    the values in which the quantile allows one miss (30 scores of a P99 expect 0.3 misses: the first one, 3.3 x the
+    allowed, swung a new service from the full target to the untrusted one within minutes)."""
+    allowed = max(1.0 - quantile, 1e-9)
+    return max(min_scored, math.ceil(1.0 / allowed - 1e-9))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +137,16 @@ def _judged(
     if not usable:
         return Headroom(floor_ratio, HeadroomState.UNTRUSTED, f"{why_unusable}: {untrusted}", 0.0, coverage, scored)
     allowed = max(1.0 - fp.quantile, 1e-9)
-    # A quantile's coverage says nothing before it allows one miss: 30 scores of a P99 expect 0.3 misses, and the
-    # first one (3.3 x the allowed) swung a new service from the full target to the untrusted one within minutes.
-    needed = max(config.min_scored, math.ceil(1.0 / allowed - 1e-9))
+    needed = scores_needed(fp.quantile, config.min_scored)
     if coverage is None or not math.isfinite(coverage) or scored < needed:
         detail = f"{scored} of {needed} live scores: {untrusted}"
+        if config.max_scored is not None and needed > config.max_scored:
+            # one score per forecast step: the window can never hold what the quantile needs
+            detail = (
+                f"P{fp.quantile * 100:g} needs {needed} scored values and the accountability window holds at most "
+                f"{config.max_scored} (forecast.accountability_window_seconds / forecast.step_seconds): it can never "
+                f"earn trust; lengthen that window or lower spec.forecast.quantile; {detail}"
+            )
         return Headroom(floor_ratio, HeadroomState.LEARNING, detail, 0.0, coverage, scored)
     # rounded: a coverage of exactly 2.5 x (5 x) the allowed misses is full (no) trust as documented, not a hair off
     # it from the binary fractions (P90's 25 % misses came out 2.5000000000000004 x: "partial", and a window 1e-14 s
@@ -150,7 +175,19 @@ def earned_headroom(
 ) -> Headroom:
     """The headroom of one ACTIVE forecasting service. ``usable``: the latest fit is fresh and judged reliable.
     Without full trust the scale-down window also grows, towards ``untrusted_down_window_s`` as trust falls: a new
-    service starts no tighter than an HPA, in target and in how soon it gives replicas back."""
+    service starts no tighter than an HPA, in target and in how soon it gives replicas back.
+
+    ``config.hold_unfitted`` (a controller that has not run its first refit: it just started or took the Lease over)
+    makes a service without a usable forecast *hold*: the spec's target and no scale-down (an unbounded scale-down
+    window) until that refit has run. Its replicas were sized by the previous leader on a trust this one has not
+    judged yet; reading it as untrusted scaled every earned service up by a third at each restart or change of
+    leader, and gave the replicas back once the refit had restored the trust."""
+    if config.hold_unfitted and not usable:
+        detail = (
+            f"{why_unusable}: the controller has not run its first refit since it started (or took over): the "
+            "replicas are held (the spec's target, no scale-down) until it has"
+        )
+        return Headroom(1.0, HeadroomState.UNTRUSTED, detail, 0.0, coverage, scored, math.inf)
     headroom = _trust(
         policy, coverage=coverage, scored=scored, usable=usable, why_unusable=why_unusable, config=config
     )

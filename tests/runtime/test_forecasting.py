@@ -789,11 +789,11 @@ def test_plan_prints_the_earned_headroom_of_each_forecasting_service() -> None:
     from autoscaler.commands.plan import plan_document, print_table
 
     world = World()
-    world.tick(JUMP - 1200)  # no fit yet: the untrusted target
+    world.tick(JUMP - 1200)  # no refit yet: held at the spec's target until the first one (review 34)
     doc = plan_document(world.controller.last_report)
     headroom = doc["decisions"][0]["headroom"]
-    assert headroom["state"] == "untrusted" and headroom["targetRatio"] == 0.75
-    assert "no forecast fitted yet" in headroom["detail"]
+    assert headroom["state"] == "untrusted" and headroom["targetRatio"] == 1.0
+    assert "no forecast fitted yet" in headroom["detail"] and "first refit" in headroom["detail"]
     world.service.refit(JUMP - 1200)
     world.tick(JUMP - 1200 + TICK)
     doc = plan_document(world.controller.last_report)
