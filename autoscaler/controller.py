@@ -27,7 +27,15 @@ from typing import Any
 from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, GuardContext, forget_unapplied
 from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot, hpas_targeting
-from autoscaler.core.model import ControllerState, Mode, Observation, Plan, ServiceObservation, ServicePolicy
+from autoscaler.core.model import (
+    ControllerState,
+    Mode,
+    Observation,
+    Plan,
+    ScaleNodePool,
+    ServiceObservation,
+    ServicePolicy,
+)
 from autoscaler.core.rebalance import (
     RebalanceConfig,
     RebalancePlan,
@@ -83,6 +91,18 @@ class RebalanceReport:
 def protected_owners(tick: TickReport) -> frozenset[str]:
     """The Deployments the latest tick says a rebalance move must not touch (``core.rebalance.protected_owners``)."""
     return core_protected_owners(tick.plan.decisions, set(tick.stale) | set(tick.partial))
+
+
+def given_back(plan: Plan) -> frozenset[str]:
+    """The nodes a tick's burst scale-downs name (``ScaleNodePool.remove_node``): on their way out, though the
+    snapshot shows them ready until their drain cordons them (a provider that deletes the instance without a drain
+    never does). Whatever the outcome of the write: a give-back not made yet is tried again at the next tick."""
+    return frozenset(
+        a.remove_node
+        for a in plan.actions
+        if isinstance(a, ScaleNodePool) and a.remove_node is not None and a.nodes < a.previous_nodes
+    )
+
 
 TickDecider = Callable[[TickInput, ControllerState, TickConfig], tuple[Plan, ControllerState]]
 
@@ -141,6 +161,7 @@ class Controller:
         self.state = ControllerState()
         self.acting_since: float | None = None  # when this process started acting (took the lease)
         self.last_report: TickReport | None = None
+        self._tick_before_term: TickReport | None = None  # ``last_report`` when leadership last changed
         self._policy_owners: dict[str, tuple[str, str]] = {}  # service key -> (namespace, name) of its policy
         self._lock = threading.Lock()
         self._pending_reset: tuple[str, float | None] | None = None
@@ -168,6 +189,8 @@ class Controller:
         self.reporter.reset()
         self.actuator.reported.clear()
         self.acting_since = pending[1]
+        # a rebalance pass waits for a tick of the new term (``_rebalance``)
+        self._tick_before_term = self.last_report
 
     # -- the tick --
 
@@ -227,6 +250,10 @@ class Controller:
             why = f"the latest tick did not read everything ({tick.held_because or tick.result})"
         elif now - tick.time > 4 * config.interval_s:
             why = f"the latest tick is {now - tick.time:.0f}s old"
+        elif tick is self._tick_before_term:
+            # A replica that took the Lease (back) still has the tick of its previous term: the services it protected,
+            # managed and saw stale are those of before the takeover, not now's. The tick brought forward comes first.
+            why = "no tick since this replica started acting (it took the Lease)"
         if why is not None or tick is None:
             return self._rebalance_held(now, why or "no tick yet")
         try:
@@ -249,7 +276,9 @@ class Controller:
         due = replace(self.rebalance_state, last_pass_at=None)
         # only the services a valid policy scaled at the latest tick: a move is an eviction
         managed = managed_services(tick.plan.decisions)
-        plan, state = plan_rebalance(snapshot, now, config, due, protected=protected, managed=managed)
+        plan, state = plan_rebalance(
+            snapshot, now, config, due, protected=protected, managed=managed, leaving=given_back(tick.plan)
+        )
         results: list[ActionResult] = []
         if plan.actions and ledger is not None:
             # Recorded before they go out: a crash between the evictions and the record must not forget them. A

@@ -15,14 +15,19 @@ Rules:
   ``gpuautoscaler.dev/rebalance=allowed``: a service whose GPUScalingPolicy is invalid this tick, or that has none
   and did not opt in, keeps its replicas where they are; a training gang only when
   its pods carry ``gpuautoscaler.dev/rebalance=allowed`` and its last checkpoint is recent (``checkpoint_max_age_s``:
-  moving it throws that work away), and then the whole gang. Nothing on a NotReady node, nothing not ready, no pod of
-  any other owner (a bare pod is not recreated; a StatefulSet's identity and volumes are its own).
+  moving it throws that work away), and then the whole gang. Nothing on a NotReady node (nor on a node the caller
+  says is leaving: ``leaving``), nothing not ready, no pod of any other owner (a bare pod is not recreated; a
+  StatefulSet's identity and volumes are its own; a DaemonSet's or a static pod comes back on the same node). A
+  service that is only recommended for (``recommend-only``) is not managed (``managed_services``).
 - **What a move is for** (targets, in order): (1) *waiting work*: pending GPU pods (a gang counts whole: all its
-  pods or nothing) and the training this controller suspended, higher priority first, larger first, that do not fit
-  in the free GPUs as they are but would after moving some movable pods off the nodes of their GPU type -- pods the
-  destination nodes can hold without the target nodes; (2) *burst nodes*: a node of a burst pool under
-  ``burst_empty_below`` of its GPUs in use whose pods all fit on the other nodes (the on-prem ones first) is emptied,
-  so that the give-back removes an empty node instead of restarting its pods at once.
+  pods or nothing; not a DaemonSet's pod, which may only run on its own node) and the training this controller
+  suspended, higher priority first, larger first, that do not fit in the free GPUs as they are but would after
+  moving some movable pods off the nodes of their GPU type -- pods the destination nodes can hold without the target
+  nodes. The GPUs of pods being deleted count as free here (a gang
+  the tick preempted, in its grace period): a pod that only waits for them is not moved for. (2) *burst nodes*: a
+  node of a burst pool under ``burst_empty_below`` of its GPUs in use whose pods all fit on the other nodes (the
+  on-prem ones first) is emptied, so that the give-back removes an empty node instead of restarting its pods at once;
+  its DaemonSet and static pods, and pods already being deleted, go with the node and need no move.
 - **Worth it**: the gain of a target (GPUs made usable for the waiting pods; a burst node's GPUs) divided by the pods
   it moves must reach ``min_gain_per_move``.
 - **Bounded**: at most ``max_moves_per_pass`` pods per pass and ``max_moves_per_hour`` over the last hour (the state
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.core.cluster import SERVING_OWNER_KINDS, ClusterSnapshot, PodInfo, free_gpus_per_node
 from autoscaler.core.model import EvictPod, ScaleDecision
@@ -48,6 +53,11 @@ from autoscaler.core.victims import pdbs_covering, unevictable_under_budgets
 REBALANCE_LABEL = "gpuautoscaler.dev/rebalance"
 HOUR_S = 3600.0
 _DEPLOYMENT = "deployment/"  # owner prefix of a Deployment's replicas: "deployment/<namespace>/<name>"
+# Controllers of pods that are part of their node: a DaemonSet's pod, and a static pod (the kubelet runs it from a
+# file; its mirror pod's controller is the Node). Evicted, either comes back on the same node; on a node being
+# emptied neither needs to move (it goes with the node).
+_NODE_BOUND_KINDS = frozenset({"DaemonSet", "Node"})
+_NOT_RESTARTED_ELSEWHERE = SERVING_OWNER_KINDS | _NODE_BOUND_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,17 +126,20 @@ class _Unit:
     pdb_use: tuple[tuple[str, int, int], ...]
     gpu_type: str | None
     training: bool
+    # computed once (``_unit``): the search asks it of every unit for every node it weighs
+    gpus_by_node: Mapping[str, int]
+    pod_gpus: tuple[int, ...]
+    gpus: int
 
-    @property
-    def gpus_by_node(self) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for p in self.pods:
-            out[p.node or ""] += p.gpus
-        return dict(out)
 
-    @property
-    def pod_gpus(self) -> list[int]:
-        return [p.gpus for p in self.pods]
+def _unit(
+    pods: Sequence[PodInfo], owner: str, pdb_use: tuple[tuple[str, int, int], ...], gpu_type: str | None, training: bool
+) -> _Unit:
+    by_node: dict[str, int] = defaultdict(int)
+    for p in pods:
+        by_node[p.node or ""] += p.gpus
+    pod_gpus = tuple(p.gpus for p in pods)
+    return _Unit(tuple(pods), owner, pdb_use, gpu_type, training, dict(by_node), pod_gpus, sum(pod_gpus))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +151,41 @@ class _Target:
     training: bool  # may not use the training-excluded pools
 
 
+class _Budgets:
+    """``pdbs_covering`` of one pod without trying every PodDisruptionBudget of the cluster on every replica (with a
+    budget per service that was minutes per pass on a large cluster): each budget is filed under its namespace and
+    one ``matchLabels`` entry a pod must carry, and tried only on pods that carry it."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self._pdbs = snapshot.pdbs
+        self._by_label: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+        self._by_namespace: dict[str, list[int]] = defaultdict(list)  # no plain matchLabels entry: tried on every pod
+        for i, pdb in enumerate(snapshot.pdbs):
+            if not pdb.selector:
+                continue  # selects no pod
+            entry = next(((k, v) for k, v in pdb.selector.items() if isinstance(v, str)), None)
+            if entry is None:
+                self._by_namespace[pdb.namespace].append(i)
+            else:
+                self._by_label[(pdb.namespace, *entry)].append(i)
+
+    def covering(self, pod: PodInfo) -> tuple[tuple[str, int, int], ...]:
+        """(budget "namespace/name", 1, its disruptions allowed) for each budget that selects ``pod``, in the
+        snapshot's order (as ``pdbs_covering`` answers for the pod alone)."""
+        found = set(self._by_namespace.get(pod.namespace, ()))
+        for key, value in pod.labels.items():
+            found.update(self._by_label.get((pod.namespace, key, value), ()))
+        out = []
+        for i in sorted(found):
+            pdb = self._pdbs[i]
+            if pdb.selects(pod):
+                out.append((f"{pdb.namespace}/{pdb.name}", 1, pdb.disruptions_allowed))
+        return tuple(out)
+
+
 def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfig) -> tuple[list[_Unit], list[str]]:
     ready_nodes = {n.name for n in snapshot.nodes if n.ready}
+    budgets_of = _Budgets(snapshot)
     deployments = {(d.namespace, d.name): d for d in snapshot.deployments}
     types = {(w.gang): w.gpu_product for w in snapshot.workloads}
     units: list[_Unit] = []
@@ -163,18 +209,18 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
             if pod.node in ready_nodes and pod.ready:
                 gpu_type = pod.gpu_product or dep.gpu_product
                 owner = f"deployment/{key[0]}/{key[1]}"
-                budgets = pdbs_covering(snapshot, [pod])
+                budgets = budgets_of.covering(pod)
                 if len(budgets) > 1:
                     continue  # unevictable_under_budgets, on the budgets at hand: the Eviction API refuses the pod
-                units.append(_Unit((pod,), owner, budgets, gpu_type, False))
+                units.append(_unit((pod,), owner, budgets, gpu_type, False))
     for gang, pods in sorted(gangs.items()):
         if not all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods):
             continue
-        odd = next((p for p in pods if p.owner_kind is None or p.owner_kind in SERVING_OWNER_KINDS), None)
+        odd = next((p for p in pods if p.owner_kind is None or p.owner_kind in _NOT_RESTARTED_ELSEWHERE), None)
         if odd is not None:
             # Only a training controller (a Job, a JobSet, a PyTorchJob...) starts an evicted pod again elsewhere:
             # a bare pod is not recreated, a StatefulSet's pod keeps its identity and volumes, a DaemonSet's comes
-            # back on the same node.
+            # back on the same node, and so does a static pod (its mirror pod's controller is the Node).
             notes.append(
                 f"gang {gang}: allowed to move but {odd.namespace}/{odd.name} is "
                 f"{'a bare pod' if odd.owner_kind is None else f'owned by a {odd.owner_kind}'}: not moved"
@@ -193,7 +239,7 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
             )
             continue
         gpu_type = next((p.gpu_product for p in pods if p.gpu_product), None) or types.get(gang)
-        units.append(_Unit(tuple(pods), gang, pdbs_covering(snapshot, pods), gpu_type, True))
+        units.append(_unit(tuple(pods), gang, pdbs_covering(snapshot, pods), gpu_type, True))
     return units, notes
 
 
@@ -205,6 +251,8 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
     for pod in snapshot.pods:
         if pod.node is not None or pod.gpus <= 0 or pod.phase != "Pending":
             continue
+        if pod.owner_kind in _NODE_BOUND_KINDS:
+            continue  # a DaemonSet's pod runs on the node it was made for: room made elsewhere is of no use to it
         if pod.owner_kind == "Deployment" and pod.owner_name:
             dep = deployments.get((pod.namespace, pod.owner_name))
             gpu_type = pod.gpu_product or (dep.gpu_product if dep is not None else None)
@@ -212,9 +260,7 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
         elif pod.gang:
             gangs[pod.gang].append(pod)
         else:
-            targets.append(
-                _Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), pod.gpu_product, True)
-            )
+            targets.append(_Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), pod.gpu_product, True))
     for gang, pods in gangs.items():
         gpus = tuple(p.gpus for p in pods)
         gpu_type = next((p.gpu_product for p in pods if p.gpu_product), None) or types.get(gang)
@@ -235,6 +281,13 @@ class _Cluster:
         free = free_gpus_per_node(snapshot)
         self.nodes = {n.name: n for n in snapshot.nodes if n.ready}
         self.free = {name: free[name] for name in self.nodes}
+        # ... once the pods being deleted there have gone (a gang the tick preempted, in its grace period; a replica
+        # scaled down): what the pass plans with, so that a pod that only waits for them is not moved for
+        staying: dict[str, int] = defaultdict(int)
+        for pod in snapshot.pods:
+            if pod.node in self.nodes and not pod.terminating and pod.phase not in ("Succeeded", "Failed"):
+                staying[pod.node] += pod.gpus
+        self.soon = {name: max(0, n.allocatable_gpus - staying[name]) for name, n in self.nodes.items()}
         self.config = config
 
     def allowed(self, node: str, gpu_type: str | None, training: bool) -> bool:
@@ -300,6 +353,7 @@ def plan_rebalance(
     *,
     protected: frozenset[str] = frozenset(),
     managed: Collection[str] | None = None,
+    leaving: Collection[str] = (),
 ) -> tuple[RebalancePlan, RebalanceState]:
     """The moves of this pass (none when a pass is not due), and the state for the next.
 
@@ -310,9 +364,17 @@ def plan_rebalance(
     ``managed``: the service keys (``namespace/name``) of the Deployments a valid policy scales this tick
     (``managed_services``); only their replicas may move (a move is an eviction: a service whose policy is invalid,
     or that has none, is left alone). None: every Deployment's replicas may move (a caller that vetted the snapshot's
-    Deployments itself, as the placement benchmarks do)."""
+    Deployments itself, as the placement benchmarks do).
+
+    ``leaving``: nodes on their way out that the snapshot may still show ready -- the controller passes the burst
+    nodes its latest tick gave back (their Machine is being deleted; the node is cordoned only when its drain
+    starts): no move lands there or makes room there, and their pods are left to the node's drain."""
     if state.last_pass_at is not None and now - state.last_pass_at < config.interval_s:
         return RebalancePlan(ran=False), state
+    if leaving:
+        going = frozenset(leaving)
+        nodes = tuple(replace(n, ready=False, leaving=True) if n.name in going else n for n in snapshot.nodes)
+        snapshot = replace(snapshot, nodes=nodes)
     recent = tuple(t for t in state.move_times if now - t < HOUR_S)
     budget = min(config.max_moves_per_pass, config.max_moves_per_hour - len(recent))
     cluster = _Cluster(snapshot, config)
@@ -324,7 +386,7 @@ def plan_rebalance(
         allowed = frozenset(f"{_DEPLOYMENT}{key}" for key in managed)
         # a Deployment no valid policy scales moves only when its owner opted it in, on every pod
         units = [u for u in units if u.training or u.owner in allowed or _opted_in(u.pods)]
-    free = dict(cluster.free)
+    free = dict(cluster.soon)
     pdb_used: dict[str, int] = defaultdict(int)
     moved_owners: set[str] = set()
     served: set[str] = set()  # targets the moves make room for (they hold their GPUs in ``free`` from then on)
@@ -347,7 +409,7 @@ def plan_rebalance(
             moves.append(
                 Move(
                     tuple((p.namespace, p.name) for p in unit.pods),
-                    unit.gpus_by_node,
+                    dict(unit.gpus_by_node),
                     dest,
                     unit.owner,
                     unit.owner if unit.training else None,
@@ -417,11 +479,19 @@ def plan_rebalance(
             notes.append(f"burst node {node.name}: this pass's moves land on it, not emptied")
             continue
         on_node = [u for u in units if node.name in u.gpus_by_node]
+        # what must leave for the node to be empty: not a DaemonSet's or a static pod (part of the node, they go
+        # with it), nor a pod already being deleted
         here = {
             (p.namespace, p.name)
             for p in snapshot.pods
-            if p.node == node.name and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")
+            if p.node == node.name
+            and p.gpus > 0
+            and p.phase not in ("Succeeded", "Failed")
+            and not p.terminating
+            and p.owner_kind not in _NODE_BOUND_KINDS
         }
+        if not here:
+            continue  # nothing to move: as empty as the rebalancer can make it
         # Every pod on it must move (a set, not a count: a gang's pods elsewhere would stand in for one that
         # may not move, and the node would not be emptied after all)
         movable_here = {(p.namespace, p.name) for u in on_node for p in u.pods if p.node == node.name}
@@ -493,6 +563,14 @@ def _make_room(
     homes: set[str] = set()
     chosen: list[tuple[_Unit, dict[str, int]]] = []
     taken: set[str] = set()
+    # the units wholly on each node, largest first (in ``units``' order among equals), gathered once: scanning every
+    # unit for every node made a pass quadratic in the cluster's size (minutes on a thousand nodes)
+    on_one_node: dict[str, list[_Unit]] = defaultdict(list)
+    for unit in units:
+        if len(unit.gpus_by_node) == 1:
+            on_one_node[next(iter(unit.gpus_by_node))].append(unit)
+    for listed in on_one_node.values():
+        listed.sort(key=lambda u: (-u.gpus, u.owner))
     for gpus in sorted(target.pod_gpus, reverse=True):
         chosen_units = [u for u, _ in chosen]
         best: tuple[tuple[int, int, str], list[tuple[_Unit, dict[str, int]]], dict[str, int], str] | None = None
@@ -502,12 +580,9 @@ def _make_room(
             if work[node] >= gpus:
                 best = ((0, 0, node), [], dict(work), node)
                 break
-            here = sorted(
-                (u for u in units if u.owner not in taken and set(u.gpus_by_node) == {node}),
-                key=lambda u: (-sum(u.pod_gpus), u.owner),
-            )
             need = gpus - work[node]
-            if sum(sum(u.pod_gpus) for u in here) < need:
+            here = [u for u in on_one_node.get(node, ()) if u.owner not in taken]
+            if sum(u.gpus for u in here) < need:
                 continue
             picked: list[_Unit] = []
             freed = 0
@@ -518,14 +593,14 @@ def _make_room(
                 if not _admissible([*chosen_units, *picked, unit], pdb_used):
                     continue
                 picked.append(unit)
-                freed += sum(unit.pod_gpus)
+                freed += unit.gpus
             if freed < need:
                 continue
             # minimal: drop the smallest while the rest still frees enough
-            for unit in sorted(picked, key=lambda u: sum(u.pod_gpus)):
-                if freed - sum(unit.pod_gpus) >= need:
+            for unit in sorted(picked, key=lambda u: u.gpus):
+                if freed - unit.gpus >= need:
                     picked.remove(unit)
-                    freed -= sum(unit.pod_gpus)
+                    freed -= unit.gpus
             moves = sum(len(u.pods) for u in picked)
             if moves + sum(len(u.pods) for u, _ in chosen) > budget:
                 continue
@@ -622,8 +697,10 @@ def _opted_in(pods: Sequence[PodInfo]) -> bool:
 
 
 def managed_services(decisions: Iterable[ScaleDecision]) -> frozenset[str]:
-    """The services (``namespace/name``) a valid policy scaled this tick -- the ``managed`` of ``plan_rebalance``."""
-    return frozenset(decision.key for decision in decisions)
+    """The services (``namespace/name``) a valid policy scaled this tick -- the ``managed`` of ``plan_rebalance``.
+    Not one that is only recommended for (``recommend-only`` mode, or an HPA also scaling it): this controller does
+    not act on it, and a move is an eviction (its owner may still opt its pods in with the label)."""
+    return frozenset(decision.key for decision in decisions if not decision.recommend_only)
 
 
 _BUSY = frozenset({Reason.SLO_BREACH, Reason.AT_MAX_REPLICAS})
