@@ -191,6 +191,10 @@ class Controller:
         self.acting_since = pending[1]
         # a rebalance pass waits for a tick of the new term (``_rebalance``)
         self._tick_before_term = self.last_report
+        if pending[0] == "start" and self.forecasts is not None:
+            # the fits may have gone stale while another replica led, and this tick runs before the term's first
+            # refit: a service without a usable forecast holds until that refit (ForecastReader.start_term)
+            self.forecasts.start_term()
 
     # -- the tick --
 

@@ -172,6 +172,9 @@ def test_forecasts_that_cannot_be_read_leave_the_tick_reactive() -> None:
         def record_leads(self, views: object) -> None:
             self.leads_recorded = True
 
+        def start_term(self) -> None:
+            pass
+
     c, cluster, _, _, _ = make(replicas=2, util=140.0)
     broken = BrokenForecasts()
     c.forecasts = broken  # type: ignore[assignment]

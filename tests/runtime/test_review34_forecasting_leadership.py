@@ -1,6 +1,6 @@
-"""Review 34: what the forecasting path's fixes could not reach from ``autoscaler/forecasting.py`` and
-``autoscaler/core/headroom.py`` alone, recorded as strict xfails (each names the file the fix needs).
-"""
+"""Review 34: what the forecasting path's fixes needed beyond ``autoscaler/forecasting.py`` and
+``autoscaler/core/headroom.py``: the hold of a new leadership term (``Controller`` calls ``ForecastReader.start_term``)
+and the settings' bound on the accountability window. Both were strict xfails until fixed."""
 
 from __future__ import annotations
 
@@ -29,11 +29,6 @@ class Scheduler:
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs autoscaler/runtime.py (or controller.py): a replica that takes the Lease back must tell its "
-    "ForecastService, which then holds (as before a first refit) until the refit of the new term has run",
-)
 def test_a_replica_that_takes_the_lease_back_holds_until_its_next_refit() -> None:
     """A fresh process holds the services it has no forecast for until its first refit (review 34). A replica that
     led, lost the Lease for longer than ``stale_after_periods`` refit intervals and takes it back still has its old
