@@ -36,7 +36,16 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from autoscaler.core.burst import BurstOption, BurstPool, choose_burst, worth_a_node
-from autoscaler.core.cluster import SUSPENDABLE_KINDS, ClusterSnapshot, PodInfo, WorkloadInfo, free_gpus_per_node
+from autoscaler.core.cluster import (
+    SUSPENDABLE_KINDS,
+    ClusterSnapshot,
+    DeploymentInfo,
+    PodInfo,
+    WorkloadInfo,
+    free_gpus_per_node,
+    replica_gpus,
+    schedulable_on,
+)
 from autoscaler.core.model import (
     Action,
     CapacityState,
@@ -50,7 +59,14 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.predictive import rate_per_replica
 from autoscaler.core.reasons import Reason
-from autoscaler.core.victims import GangCandidate, GpuNeed, TrainingRules, choose_victims, gangs_from_snapshot
+from autoscaler.core.victims import (
+    GangCandidate,
+    GpuNeed,
+    TrainingRules,
+    choose_victims,
+    gangs_from_snapshot,
+    suspended_gangs,
+)
 from forecast.types import Forecast
 
 # The forecast level read as a service's expected demand (consolidation: can it spare replicas for a cold start?).
@@ -121,6 +137,7 @@ class CapacityReport:
     def spend_per_hour(self) -> float:
         return sum(p.nodes * p.gpus_per_node * p.price_per_gpu_hour for p in self.pools)
 
+
 @dataclass(frozen=True, slots=True)
 class ArbitrationInput:
     """What the arbitration reads, gathered by ``core.tick.decide_tick``."""
@@ -173,6 +190,41 @@ def _place(
     return placed
 
 
+def _barred(snapshot: ClusterSnapshot, deployment: DeploymentInfo | None) -> frozenset[str]:
+    """The nodes the Deployment's pods cannot be scheduled on (a nodeSelector label the node lacks, a taint they do
+    not tolerate): their free GPUs are no room for its replicas, and stopping training there frees nothing for them."""
+    if deployment is None:
+        return frozenset()
+    return frozenset(n.name for n in snapshot.nodes if not schedulable_on(deployment, n))
+
+
+def _usable(key: str, barred: Set[str]) -> bool:
+    """Whether an entry of the free or booting GPUs (a node, "<node> (terminating pods)", "<pool> (requested...)")
+    is on a node the pods may use. Node and pool names hold no space."""
+    return not barred or key.split(" ", 1)[0] not in barred
+
+
+def _only_usable(room: Mapping[str, int], barred: Set[str]) -> dict[str, int]:
+    return {k: v for k, v in room.items() if _usable(k, barred)} if barred else dict(room)
+
+
+def _place_usable(
+    room: dict[str, int],
+    barred: Set[str],
+    replicas: int,
+    gpus: int,
+    gpu_type: str | None,
+    node_types: Mapping[str, str | None],
+) -> int:
+    """``_place`` on the entries of ``room`` the pods may use, consuming ``room``."""
+    if not barred:
+        return _place(room, replicas, gpus, gpu_type, node_types)
+    view = _only_usable(room, barred)
+    placed = _place(view, replicas, gpus, gpu_type, node_types)
+    room.update(view)
+    return placed
+
+
 def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | None:
     """``free`` after placing every pod (largest first, each by ``_place``), or None when one does not fit."""
     left = dict(free)
@@ -183,22 +235,55 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
 
 
 def _free_by_node(
-    snapshot: ClusterSnapshot, burst_pools: Set[str], node_types: dict[str, str | None]
+    snapshot: ClusterSnapshot,
+    burst_pools: Set[str],
+    node_types: dict[str, str | None],
+    pools: Sequence[BurstPool] = (),
+    pool_nodes: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows, and not
     leaving. Any other node that is not ready (an on-prem node whose kubelet died; any node cordoned, tainted for
     removal or being deleted, a burst node given back included) is no capacity on its way: counting it would hide a
-    shortfall for as long as it stays. ``node_types`` (node -> GPU type) gains the type of every entry it adds."""
+    shortfall for as long as it stays. ``node_types`` (node -> GPU type) gains the type of every entry it adds.
+
+    A burst node is on its way from the request on: a booting node whose device plugin has not reported its GPUs yet
+    (allocatable 0) brings its pool's ``gpus_per_node`` (``pools``), and the nodes the provider counts
+    (``pool_nodes``: the pool's requested size) beyond those registered and not leaving are booting nodes without a
+    Node object yet.
+    Counted as nothing, each tick of the boot would buy another node (or stop training) for the same shortfall."""
     free = free_gpus_per_node(snapshot)
+    burst = {p.name: p for p in pools}
+    burst.update({name: BurstPool(name, 0, None, 0.0, 0.0) for name in burst_pools if name not in burst})
     ready = {n.name: free[n.name] for n in snapshot.nodes if n.ready}
-    booting = {
-        n.name: free[n.name] for n in snapshot.nodes if not n.ready and not n.leaving and n.pool in burst_pools
-    }
-    # GPUs of terminating pods on ready nodes are on their way back too (a gang stopped by an earlier tick, a
-    # replica scaled down): counted as coming, so that a tick in their grace period does not stop a second gang
-    # for the same shortfall.
+    used: dict[str, int] = {}
     for pod in snapshot.pods:
-        if pod.terminating and pod.node in ready and pod.gpus > 0 and pod.phase not in ("Succeeded", "Failed"):
+        if pod.node and pod.phase not in ("Succeeded", "Failed"):
+            used[pod.node] = used.get(pod.node, 0) + pod.gpus
+    booting: dict[str, int] = {}
+    registered: dict[str, int] = {}
+    for n in snapshot.nodes:
+        pool = burst.get(n.pool) if n.pool is not None else None
+        if pool is None or n.leaving:
+            continue
+        registered[pool.name] = registered.get(pool.name, 0) + 1
+        if not n.ready:
+            gpus = n.allocatable_gpus if n.allocatable_gpus > 0 else pool.gpus_per_node
+            booting[n.name] = max(0, gpus - used.get(n.name, 0))
+            if node_types.get(n.name) is None:
+                node_types[n.name] = pool.gpu_type
+    for name, pool in burst.items():
+        requested = (pool_nodes or {}).get(name)
+        for k in range(max(0, (requested or 0) - registered.get(name, 0)) if pool.gpus_per_node > 0 else 0):
+            key = f"{name} (requested, not registered {k + 1})"
+            booting[key] = pool.gpus_per_node
+            node_types[key] = pool.gpu_type
+    # GPUs of terminating pods on ready nodes are on their way back too (a gang stopped by an earlier tick, a
+    # replica scaled down), and so are those of a gang whose workload is suspended (its controller deletes its pods):
+    # counted as coming, so that a tick in their grace period does not stop a second gang for the same shortfall.
+    stopping = suspended_gangs(snapshot)
+    for pod in snapshot.pods:
+        leaving = pod.terminating or (pod.gang is not None and pod.gang in stopping)
+        if leaving and pod.node in ready and pod.gpus > 0 and pod.phase not in ("Succeeded", "Failed"):
             key = f"{pod.node} (terminating pods)"
             booting[key] = booting.get(key, 0) + pod.gpus
             node_types[key] = node_types.get(pod.node)
@@ -214,13 +299,16 @@ def fits_typed(
     pods: Sequence[PodInfo],
     node_types: Mapping[str, str | None],
     deployment_types: Mapping[str, str | None],
+    barred: Mapping[str, Set[str]] | None = None,
 ) -> dict[str, int] | None:
     """``free`` after placing every pod (largest first, best fit) on a node of the GPU type it runs on (its own
-    selector, else its Deployment's; None: any), or None when one does not fit."""
+    selector, else its Deployment's; None: any) that its Deployment's pods may use (``barred``: Deployment
+    "namespace/name" -> nodes its pods cannot be scheduled on), or None when one does not fit."""
     left = dict(free)
     for pod in sorted(pods, key=lambda p: -p.gpus):
-        wanted = pod.gpu_product or deployment_types.get(f"{pod.namespace}/{pod.owner_name}")
-        if _place(left, 1, pod.gpus, wanted, node_types) == 0:
+        key = f"{pod.namespace}/{pod.owner_name}"
+        wanted = pod.gpu_product or deployment_types.get(key)
+        if _place_usable(left, (barred or {}).get(key, frozenset()), 1, pod.gpus, wanted, node_types) == 0:
             return None
     return left
 
@@ -245,9 +333,9 @@ def _needed_replicas(
     return min(max(math.ceil(max(demand, 0.0) / rate - 1e-9), policy.min_replicas), policy.max_replicas)
 
 
-def _duration(arb: ArbitrationInput, key: str, policy: ServicePolicy, capacity: int, config: CapacityConfig) -> tuple[
-    float, str
-]:
+def _duration(
+    arb: ArbitrationInput, key: str, policy: ServicePolicy, capacity: int, config: CapacityConfig
+) -> tuple[float, str]:
     """How long the service stays short of ``capacity`` replicas: the forecast's first fit, else assumed."""
     entry = arb.forecasts.get(key)
     if entry is None:
@@ -338,7 +426,7 @@ def arbitrate(
     """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next."""
     now, snapshot = arb.now, arb.snapshot
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
-    free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types)
+    free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types, config.pools, arb.pool_nodes)
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
@@ -349,6 +437,7 @@ def arbitrate(
     spend = sum(p.nodes * p.gpus_per_node * p.price_per_gpu_hour for p in pools)
     desired = {d.key: d for d in arb.decisions}
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in snapshot.deployments}
+    deployments = {f"{d.namespace}/{d.name}": d for d in snapshot.deployments}
 
     actions: list[Action] = []
     shortfalls: list[Shortfall] = []
@@ -368,10 +457,13 @@ def arbitrate(
         unplaced = max(0, decision.desired_replicas - _bound_replicas(snapshot, policy))
         if unplaced == 0:
             continue
-        g = policy.gpus_per_replica
+        # a replica's GPUs are what its pods request (a policy may leave gpusPerReplica at its default of 1)
+        g = replica_gpus(policy.gpus_per_replica, deployments.get(key))
         gpu_type = gpu_types.get(key)
-        unplaced -= _place(free, unplaced, g, gpu_type, node_types)
-        on_booting = _place(booting, unplaced, g, gpu_type, node_types)
+        # only the nodes its pods may be scheduled on are room for them (nodeSelector, taints)
+        barred = _barred(snapshot, deployments.get(key))
+        unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types)
+        on_booting = _place_usable(booting, barred, unplaced, g, gpu_type, node_types)
         short = unplaced - on_booting
         if short <= 0:
             continue
@@ -391,7 +483,10 @@ def arbitrate(
             # A replica asked for now serves after its cold start: the forecast says the need is gone by then.
             options.append(
                 CapacityOption(
-                    key, "wait", 0.0, True,
+                    key,
+                    "wait",
+                    0.0,
+                    True,
                     f"{key}: {short} replica(s) short for ~{duration:.0f}s (forecast), over before a replica "
                     f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
                 )
@@ -406,7 +501,7 @@ def arbitrate(
             )
         lower = _budgets_left([c for c in candidates if c.gang not in taken and c.priority < preemptor], pdb_spent)
         need = GpuNeed(short, g, gpu_type)
-        choice = choose_victims(need, free, lower, node_types) if config.preempt else None
+        choice = choose_victims(need, _only_usable(free, barred), lower, node_types) if config.preempt else None
         preempt_cost = None
         if choice is not None and choice.met and choice.victims:
             victim_gpus = sum(v.gpus for v in choice.victims)
@@ -416,16 +511,22 @@ def arbitrate(
             for c in lower
             if c.why_not is None
             for node, gpus in c.gpus_by_node.items()
-            if gpu_type is None or node_types.get(node) == gpu_type
+            if (gpu_type is None or node_types.get(node) == gpu_type) and _usable(node, barred)
         )
         current_pools = [replace(p, nodes=p.nodes + added_nodes.get(p.name, 0)) for p in pools]
+        # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
+        # its nodes do not meet, as its registered nodes show) would boot nodes that host none of its replicas
+        closed = sorted({n.pool for n in snapshot.nodes if n.name in barred and n.pool is not None})
+        usable_pools = [p for p in current_pools if p.name not in closed]
         burst = (
-            choose_burst(current_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
-            if config.burst and pools
+            choose_burst(usable_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
+            if config.burst and usable_pools
             else None
         )
         burst_cost = None
         burst_why = "no burst pool configured" if not pools else "burst disabled"
+        if pools and config.burst and not usable_pools:
+            burst_why = f"its pods do not tolerate (or select) the nodes of {', '.join(closed)}"
         if burst is not None:
             burst_seen.extend(burst.options)
             if burst.chosen is None:
@@ -472,7 +573,7 @@ def arbitrate(
             for victim in choice.victims:
                 taken.add(victim.gang)
                 actions.extend(_take_victim(victim, free, pdb_spent, workloads, text, key))
-            _place(free, short, g, gpu_type, node_types)
+            _place_usable(free, barred, short, g, gpu_type, node_types)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool
@@ -483,7 +584,7 @@ def arbitrate(
                 name = f"{pool.name} (requested {added_nodes[pool.name] - k})"
                 booting[name] = pool.gpus_per_node
                 node_types[name] = pool.gpu_type
-            _place(booting, short, g, gpu_type, node_types)
+            _place_usable(booting, barred, short, g, gpu_type, node_types)
             # One write per pool and tick: the size the pool had when the tick read it (the writer's precondition)
             # plus every service's nodes, with every service's reason.
             merged = [a for a in actions if isinstance(a, ScaleNodePool) and a.pool == pool.name]
@@ -565,7 +666,11 @@ def _consolidation(
     # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's
     # extra demand over a boot must fit too, as for a spare node.
     need = GpuNeed(len(pods) + math.ceil(reserve / gpus_per_replica), gpus_per_replica, pool.gpu_type)
-    elsewhere = {n: left for n, left in free.items() if n != node}
+    # only the nodes every moved replica may be scheduled on (nodeSelector, taints): training stopped elsewhere frees
+    # nothing for them
+    deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
+    barred = frozenset().union(*(_barred(arb.snapshot, deployments.get(p.key)) for p in policies))
+    elsewhere = {n: left for n, left in free.items() if n != node and _usable(n, barred)}
     lower = [c for c in candidates if c.priority < priority and node not in c.gpus_by_node]
     choice = choose_victims(need, elsewhere, lower, node_types)
     if not choice.met:
@@ -611,11 +716,12 @@ def preemptor_priority(policy: ServicePolicy, runs_at: Mapping[str, int]) -> int
 def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
     """GPUs the forecasting services need beyond their current replicas at their peak over the next ``window_s``."""
     wanted = {d.key: d.desired_replicas for d in arb.decisions}
+    deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
     total = 0
     for key, policy in arb.policies.items():
         need = _needed_replicas(arb, key, policy, arb.now, arb.now + window_s)
         if need is not None:
-            total += max(0, need - wanted.get(key, 0)) * policy.gpus_per_replica
+            total += max(0, need - wanted.get(key, 0)) * replica_gpus(policy.gpus_per_replica, deployments.get(key))
     return total
 
 
@@ -648,6 +754,8 @@ def _give_back(
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
+    # the nodes each Deployment's pods cannot be scheduled on: no room for the pods of a node given back
+    barred = {f"{d.namespace}/{d.name}": _barred(arb.snapshot, d) for d in arb.snapshot.deployments}
     burst_names = {pool.name for pool in pools}
     burst_left = False
     # Nodes the pods of a node given back earlier in this tick were counted onto: their own pods are no longer all
@@ -677,7 +785,7 @@ def _give_back(
         # replicas then wait, and the next short tick would buy it again.
         after = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
-            node_types, gpu_types,
+            node_types, gpu_types, barred,
         ) if mine else None  # fmt: skip
         if (
             used_on_node < config.burst_unneeded_utilisation * pool.gpus_per_node
@@ -728,7 +836,7 @@ def _give_back(
         unneeded.pop(pool.name, None)
         moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
-            node_types, gpu_types,
+            node_types, gpu_types, barred,
         )  # fmt: skip
         received |= _node_given_back(free, emptiest, moved or {})
     suspended = sorted(
@@ -783,4 +891,3 @@ def _give_back(
         )
         actions.append(ResumeWorkload(workload.kind, workload.namespace, workload.name, Reason.RESUME_TRAINING, detail))
     return actions
-

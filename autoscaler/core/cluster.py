@@ -8,6 +8,36 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint that keeps pods off (``NoSchedule`` / ``NoExecute``; ``PreferNoSchedule`` is no filter)."""
+
+    key: str
+    value: str | None = None
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod's toleration, as ``v1.Toleration``: ``key`` None (empty) with ``Exists`` tolerates every taint; ``effect``
+    None tolerates every effect; ``operator`` ``Equal`` (the default) compares the value."""
+
+    key: str | None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """``v1.Toleration.ToleratesTaint``."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.key is not None and (self.value or "") == (taint.value or "")
+
+
+@dataclass(frozen=True, slots=True)
 class DeploymentInfo:
     namespace: str
     name: str
@@ -18,6 +48,11 @@ class DeploymentInfo:
     # ``status.replicas``: pods created for it and not terminating (the scale subresource's status.replicas, which
     # the HPA divides a per-pod External/Object metric by); None: not known (taken as ``spec_replicas``)
     status_replicas: int | None = None
+    # where its pods may be scheduled (the pod template): its nodeSelector and its tolerations
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    # GPUs one of its pods requests (the pod template, as kube-scheduler counts it); None: not read
+    gpus_per_pod: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +93,30 @@ class NodeInfo:
     # cordoned, tainted for removal by an autoscaler, or being deleted: not ready, and not on its way either (a burst
     # node that is not ready otherwise counts as booting capacity)
     leaving: bool = False
+    # its NoSchedule / NoExecute taints other than the transient node-condition ones (not-ready, uninitialized...):
+    # a pod that does not tolerate one is never scheduled there
+    taints: tuple[Taint, ...] = ()
+
+
+def schedulable_on(deployment: DeploymentInfo, node: NodeInfo) -> bool:
+    """Whether the Deployment's pods may be scheduled on the node as kube-scheduler's NodeAffinity (nodeSelector)
+    and TaintToleration filters judge it (GPUs and the GPU type aside: the callers count those). A node that is not
+    ready is judged on its taints alone: a booting node gets some labels (GPU feature discovery's) only once up."""
+    if node.ready and any(node.labels.get(key) != value for key, value in deployment.node_selector.items()):
+        return False
+    return all(
+        any(t.tolerates(taint) for t in deployment.tolerations)
+        for taint in node.taints
+        if taint.effect in ("NoSchedule", "NoExecute")
+    )
+
+
+def replica_gpus(policy_gpus: int, deployment: DeploymentInfo | None) -> int:
+    """GPUs one replica needs on one node: what its pod template requests when read (that is what the scheduler
+    places), else the policy's ``gpusPerReplica``."""
+    if deployment is not None and deployment.gpus_per_pod is not None and deployment.gpus_per_pod > 0:
+        return deployment.gpus_per_pod
+    return policy_gpus
 
 
 @dataclass(frozen=True, slots=True)

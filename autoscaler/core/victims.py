@@ -80,8 +80,6 @@ class VictimChoice:
         return sum(v.lost_work_gpu_s for v in self.victims)
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class TrainingRules:
     """What may be preempted. Units: priorities are PriorityClass values, times are seconds.
@@ -125,6 +123,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         members[_gang_id(pod)].append(pod)
     # a workload's own minimum runtime (its annotation) outranks the rules' default, as it does for resuming
     own_runtime = {w.gang: w.min_runtime_s for w in snapshot.workloads if w.min_runtime_s is not None}
+    suspended = suspended_gangs(snapshot)
     out = []
     for gang, pods in sorted(members.items()):
         min_runtime_s = own_runtime.get(gang, rules.min_runtime_s)
@@ -163,6 +162,10 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
             # stopping already (an eviction or suspension of an earlier tick, or its own end): its GPUs are on
             # their way back (``core.arbitrate`` counts them so), and taking it again stops nothing
             why_not = "already stopping: its pods are terminating"
+        elif gang in suspended:
+            # suspended through its spec (by an earlier tick, or anyone), its controller not yet done deleting the
+            # pods: its GPUs are on their way back (``core.arbitrate`` counts them so); taking it again stops nothing
+            why_not = "already stopping: its workload is suspended"
         elif now - started < min_runtime_s:
             why_not = f"running {now - started:.0f}s < minimum runtime {min_runtime_s:g}s"
         else:
@@ -183,6 +186,12 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
             )
         )
     return out
+
+
+def suspended_gangs(snapshot: ClusterSnapshot) -> frozenset[str]:
+    """Gangs whose workload is suspended (Kueue: deactivated) through its spec: pods of theirs still running are
+    being deleted by their controller."""
+    return frozenset(w.gang for w in snapshot.workloads if w.suspended)
 
 
 def _serving_owner(pods: Sequence[PodInfo], rules: TrainingRules) -> str | None:
@@ -230,8 +239,10 @@ def unevictable_under_budgets(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]
         covering = pdbs_covering(snapshot, (pod,))
         if len(covering) > 1:
             names = ", ".join(key for key, _, _ in covering)
-            return f"pod {pod.namespace}/{pod.name} is covered by {len(covering)} PodDisruptionBudgets ({names}): " \
+            return (
+                f"pod {pod.namespace}/{pod.name} is covered by {len(covering)} PodDisruptionBudgets ({names}): "
                 "the Eviction API refuses it"
+            )
     return None
 
 
@@ -389,7 +400,6 @@ def _freed(free: Mapping[str, int], victims: Iterable[GangCandidate]) -> dict[st
             if node in out:
                 out[node] += gpus
     return out
-
 
 
 def _minimal(

@@ -39,6 +39,8 @@ from autoscaler.core.cluster import (
     NodeInfo,
     PodDisruptionBudgetInfo,
     PodInfo,
+    Taint,
+    Toleration,
     WorkloadInfo,
     effective_request,
     selector_matching_every_pod,
@@ -112,6 +114,52 @@ class ReaderConfig:
 
 
 _LEAVING_EFFECTS = ("NoSchedule", "NoExecute")
+# Taints the node lifecycle and cloud controllers put on and take off by themselves (not-ready, unreachable, booting
+# and uninitialized nodes...): a booting burst node carries them until it is up, and pods tolerate the NoExecute ones
+# by default. Not a statement about which pods may run there.
+_TRANSIENT_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+
+
+def node_taints(raw: Any, ignore: tuple[str, ...] = ()) -> tuple[Taint, ...]:
+    """A node's ``spec.taints`` that keep pods off (NoSchedule, NoExecute), without the transient node-condition
+    taints and the ``ignore`` keys (those already read as "leaving")."""
+    out = []
+    for t in _list(raw):
+        t = _map(t)
+        key, effect, value = t.get("key"), t.get("effect"), t.get("value")
+        if not isinstance(key, str) or not key or effect not in _LEAVING_EFFECTS or key in ignore:
+            continue
+        if key.startswith(_TRANSIENT_TAINT_PREFIXES):
+            continue
+        out.append(Taint(key, value if isinstance(value, str) else None, str(effect)))
+    return tuple(out)
+
+
+def _template_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
+    """GPUs a pod of this template requests, None when it cannot be read (containers that are not objects)."""
+    try:
+        return pod_gpus(pod_spec, resource)
+    except (AttributeError, TypeError):
+        return None
+
+
+def pod_tolerations(pod_spec: Mapping[str, Any], gpu_resource: str) -> tuple[Toleration, ...]:
+    """A pod (template) spec's tolerations, plus the one the ExtendedResourceToleration admission plugin gives every
+    pod requesting ``gpu_resource`` (a taint keyed by the GPU resource, the usual ``nvidia.com/gpu:NoSchedule``, is
+    tolerated by the pods themselves even when their template does not say so)."""
+    out = [Toleration(gpu_resource, "Exists", None, None)]
+    for t in _list(pod_spec.get("tolerations")):
+        t = _map(t)
+        key, operator, value, effect = t.get("key"), t.get("operator") or "Equal", t.get("value"), t.get("effect")
+        out.append(
+            Toleration(
+                key if isinstance(key, str) and key else None,
+                str(operator),
+                value if isinstance(value, str) else None,
+                effect if isinstance(effect, str) and effect else None,
+            )
+        )
+    return tuple(out)
 
 
 def parse_gang(gang: str) -> tuple[str, str, str]:
@@ -324,6 +372,9 @@ class KubeClusterReader:
         self._podgroups_missing_logged = False
         self._hpas_missing_logged = False
         self._workloads_forbidden_logged: set[str] = set()
+        # the workload kinds the last read was refused (403): a Job Kueue manages is then not suspended directly
+        self._workloads_forbidden: frozenset[str] = frozenset()
+        self._kueue_unreadable_logged = False
         self._autoscaling = client.AutoscalingV2Api(api_client)
         self.last_stats = ReadStats()
         cfg = self.config
@@ -375,7 +426,9 @@ class KubeClusterReader:
         nodes = [n for n in (self._node(raw) for raw in raw_nodes) if n is not None]
         snapshot = ClusterSnapshot(
             time=now,
-            deployments=tuple(self._deployment(d, self.config.gpu_product_label) for d in deployments),
+            deployments=tuple(
+                self._deployment(d, self.config.gpu_product_label, self.config.gpu_resource) for d in deployments
+            ),
             pods=tuple(pods),
             nodes=tuple(nodes),
             priority_classes=priority_classes,
@@ -412,11 +465,19 @@ class KubeClusterReader:
         return classes, default
 
     @staticmethod
-    def _deployment(raw: JSON, gpu_product_label: str = "nvidia.com/gpu.product") -> DeploymentInfo:
+    def _deployment(
+        raw: JSON, gpu_product_label: str = "nvidia.com/gpu.product", gpu_resource: str = "nvidia.com/gpu"
+    ) -> DeploymentInfo:
         meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
         replicas = spec.get("replicas")
         pod_spec = ((spec.get("template") or {}).get("spec")) or {}
         product = pinned_product(_map(pod_spec), gpu_product_label)
+        # the GPU type is ``gpu_product`` (matched on the pool's type for a node not labelled yet): not repeated here
+        selector = {
+            k: v
+            for k, v in _map(_map(pod_spec).get("nodeSelector")).items()
+            if isinstance(v, str) and k != gpu_product_label
+        }
         return DeploymentInfo(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
@@ -427,6 +488,9 @@ class KubeClusterReader:
             # pods created and not terminating: what the scale subresource's status.replicas shows (it is this
             # field); the API omits a zero, and the HPA reads a missing one as 0 too
             status_replicas=_int(status.get("replicas")),
+            node_selector=selector,
+            tolerations=pod_tolerations(_map(pod_spec), gpu_resource),
+            gpus_per_pod=_template_gpus(_map(pod_spec), gpu_resource),
         )
 
     def _gang(
@@ -565,9 +629,11 @@ class KubeClusterReader:
         """Every object of each suspendable kind (kind -> items). A CRD that is not installed (404) is skipped
         silently; a kind RBAC does not let us list (403) is said once and skipped: its gangs are then evicted pod by
         pod instead of suspended, and what we suspended is not resumed."""
+        self._workloads_forbidden = frozenset()
         if not self.config.read_workloads:
             return {}
         out: dict[str, list[JSON]] = {}
+        forbidden: set[str] = set()
         for kind, spec in WORKLOAD_KINDS.items():
             what = f"list {spec.plural}.{spec.group}"
             try:
@@ -583,6 +649,7 @@ class KubeClusterReader:
                     continue
                 if exc.status != 403:
                     raise
+                forbidden.add(kind)
                 if kind not in self._workloads_forbidden_logged:
                     log.warning(
                         "%s not readable (%s): their gangs are evicted pod by pod instead of suspended, and those "
@@ -595,6 +662,7 @@ class KubeClusterReader:
                     self._workloads_forbidden_logged.add(kind)
                 continue
             out[kind] = items
+        self._workloads_forbidden = frozenset(forbidden)
         return out
 
     def _workloads(
@@ -604,15 +672,38 @@ class KubeClusterReader:
 
         A Kueue Workload owned by one of the other kinds (what Kueue creates for a queued Job or JobSet) stands for
         its owner: it takes the owner's gang and the owner is dropped, because Kueue would undo a suspension of an
-        admitted Job through the Job's own spec; deactivating the Workload is how it is stopped."""
+        admitted Job through the Job's own spec; deactivating the Workload is how it is stopped.
+
+        When the Workloads cannot be read (403) while their owners can, a running object Kueue manages (labelled
+        ``kueue.x-k8s.io/queue-name``) is left out too: suspended through its own spec, Kueue would start it again
+        (its Workload is still admitted) and the preemption would free nothing, tick after tick. Its gang is then
+        stopped as any gang without a readable workload is: its pods evicted through the Eviction API (PDBs hold,
+        Kueue does not undo an eviction). One waiting in its queue (suspended) is kept: waiting work, nothing to stop.
+        """
         found: dict[tuple[str, str, str], WorkloadInfo] = {}
         owned_by: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        kueue_unreadable = "Workload" in self._workloads_forbidden
         for kind, items in raw.items():
             for obj in items:
                 converted = self._workload(kind, obj, priority_classes, default_priority)
                 if converted is None:
                     continue
                 info, owner = converted
+                if (
+                    kueue_unreadable
+                    and kind != "Workload"
+                    and not info.suspended
+                    and _map(_map(obj.get("metadata")).get("labels")).get(KUEUE_QUEUE_LABEL)
+                ):
+                    if not self._kueue_unreadable_logged:
+                        log.warning(
+                            "%s %s/%s (and any other object labelled %s) is managed by Kueue and Kueue Workloads are "
+                            "not readable: not suspended through its spec (Kueue would undo it), its pods are evicted "
+                            "if it is preempted; grant list on workloads.kueue.x-k8s.io",
+                            kind, info.namespace, info.name, KUEUE_QUEUE_LABEL,
+                        )  # fmt: skip
+                        self._kueue_unreadable_logged = True
+                    continue
                 key = (kind, info.namespace, info.name)
                 found[key] = info
                 if kind == "Workload" and owner is not None and owner[0] in WORKLOAD_KINDS and owner[0] != "Workload":
@@ -710,11 +801,16 @@ class KubeClusterReader:
             priority = _int(spec.get("priority"), priority)
         suspended = is_suspended(obj, kind)
         own = meta.get("annotations") or {}
+        # The controller owner, when it is one of the workload kinds in its own API group: a Workload owned by
+        # another group's kind of the same name (Volcano's batch.volcano.sh "Job") does not stand for a batch/v1 Job.
         owner = next(
             (
                 (ref.get("kind", ""), ref.get("name", ""))
                 for ref in meta.get("ownerReferences") or []
-                if ref.get("controller")
+                if isinstance(ref, Mapping)
+                and ref.get("controller")
+                and ref.get("kind") in WORKLOAD_KINDS
+                and str(ref.get("apiVersion") or "").rpartition("/")[0] == WORKLOAD_KINDS[ref["kind"]].group
             ),
             None,
         )
@@ -803,6 +899,7 @@ class KubeClusterReader:
             ready=ready and gpus > 0 and not away,
             labels=dict(labels),
             leaving=away,
+            taints=node_taints(taints, cfg.leaving_taints),
         )
 
     @staticmethod
