@@ -647,6 +647,8 @@ def _consolidation(
         return None
     policies: list[ServicePolicy] = []
     for pod in pods:
+        if pod.do_not_disrupt:  # as the Cluster Autoscaler and Karpenter leave such a node alone
+            return f"{node} runs {pod.namespace}/{pod.name}, annotated not to be disrupted: not emptied"
         policy = arb.policies.get(f"{pod.namespace}/{pod.owner_name}") if pod.owner_kind == "Deployment" else None
         if policy is None:
             return f"{node} also runs {pod.namespace}/{pod.name}, not a managed replica: not emptied"

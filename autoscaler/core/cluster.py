@@ -80,6 +80,13 @@ class PodInfo:
     # Unix seconds the scheduler bound it (PodScheduled); bound to ready is the measured cold start (creation when
     # unknown): waiting for a node is node boot, which the lead adds on its own when GPUs are short
     scheduled_at: float | None = None
+    # annotated not to be disrupted (cluster-autoscaler.kubernetes.io/safe-to-evict: "false", karpenter.sh/
+    # do-not-disrupt: "true"): no voluntary move evicts it, and a node it runs on is not emptied
+    do_not_disrupt: bool = False
+    # where it may be scheduled (its own spec): its nodeSelector and its tolerations; a move lands only where both
+    # allow (None: not read -- anywhere its GPU type allows)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +109,22 @@ def schedulable_on(deployment: DeploymentInfo, node: NodeInfo) -> bool:
     """Whether the Deployment's pods may be scheduled on the node as kube-scheduler's NodeAffinity (nodeSelector)
     and TaintToleration filters judge it (GPUs and the GPU type aside: the callers count those). A node that is not
     ready is judged on its taints alone: a booting node gets some labels (GPU feature discovery's) only once up."""
-    if node.ready and any(node.labels.get(key) != value for key, value in deployment.node_selector.items()):
+    return _admits(node, deployment.node_selector, deployment.tolerations)
+
+
+def pod_schedulable_on(pod: PodInfo, node: NodeInfo) -> bool:
+    """``schedulable_on`` for one pod, on its own spec's nodeSelector and tolerations (a pod whose tolerations were
+    not read is taken to fit wherever its GPU type does, as before they were read)."""
+    if pod.tolerations is None:
+        return True
+    return _admits(node, pod.node_selector, pod.tolerations)
+
+
+def _admits(node: NodeInfo, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> bool:
+    if node.ready and any(node.labels.get(key) != value for key, value in node_selector.items()):
         return False
     return all(
-        any(t.tolerates(taint) for t in deployment.tolerations)
+        any(t.tolerates(taint) for t in tolerations)
         for taint in node.taints
         if taint.effect in ("NoSchedule", "NoExecute")
     )

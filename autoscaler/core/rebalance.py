@@ -43,7 +43,13 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from autoscaler.core.cluster import SERVING_OWNER_KINDS, ClusterSnapshot, PodInfo, free_gpus_per_node
+from autoscaler.core.cluster import (
+    SERVING_OWNER_KINDS,
+    ClusterSnapshot,
+    PodInfo,
+    free_gpus_per_node,
+    pod_schedulable_on,
+)
 from autoscaler.core.model import EvictPod, ScaleDecision
 from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import pdbs_covering, unevictable_under_budgets
@@ -149,6 +155,8 @@ class _Target:
     pod_gpus: tuple[int, ...]
     gpu_type: str | None
     training: bool  # may not use the training-excluded pools
+    # the waiting pods themselves (none for a suspended workload): their home must admit them (nodeSelector, taints)
+    pods: tuple[PodInfo, ...] = ()
 
 
 class _Budgets:
@@ -206,6 +214,8 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
         if len(pods) < 2:
             continue  # its only replica: a move is an outage however short
         for pod in sorted(pods, key=lambda p: p.name):
+            if pod.do_not_disrupt:
+                continue  # its owner said no autoscaler evicts it (safe-to-evict "false", do-not-disrupt "true")
             if pod.node in ready_nodes and pod.ready:
                 gpu_type = pod.gpu_product or dep.gpu_product
                 owner = f"deployment/{key[0]}/{key[1]}"
@@ -225,6 +235,10 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
                 f"gang {gang}: allowed to move but {odd.namespace}/{odd.name} is "
                 f"{'a bare pod' if odd.owner_kind is None else f'owned by a {odd.owner_kind}'}: not moved"
             )
+            continue
+        guarded = next((p for p in pods if p.do_not_disrupt), None)
+        if guarded is not None:
+            notes.append(f"gang {gang}: {guarded.namespace}/{guarded.name} is annotated not to be disrupted: not moved")
             continue
         unevictable = unevictable_under_budgets(snapshot, pods)
         if unevictable is not None:
@@ -256,15 +270,19 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
         if pod.owner_kind == "Deployment" and pod.owner_name:
             dep = deployments.get((pod.namespace, pod.owner_name))
             gpu_type = pod.gpu_product or (dep.gpu_product if dep is not None else None)
-            targets.append(_Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), gpu_type, False))
+            targets.append(
+                _Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), gpu_type, False, (pod,))
+            )
         elif pod.gang:
             gangs[pod.gang].append(pod)
         else:
-            targets.append(_Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), pod.gpu_product, True))
+            targets.append(
+                _Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), pod.gpu_product, True, (pod,))
+            )
     for gang, pods in gangs.items():
         gpus = tuple(p.gpus for p in pods)
         gpu_type = next((p.gpu_product for p in pods if p.gpu_product), None) or types.get(gang)
-        targets.append(_Target(f"gang {gang}", min(p.priority for p in pods), gpus, gpu_type, True))
+        targets.append(_Target(f"gang {gang}", min(p.priority for p in pods), gpus, gpu_type, True, tuple(pods)))
     for w in snapshot.workloads:
         if w.suspended and w.suspended_by_us_at is not None and w.pod_gpus:
             targets.append(
@@ -290,11 +308,16 @@ class _Cluster:
         self.soon = {name: max(0, n.allocatable_gpus - staying[name]) for name, n in self.nodes.items()}
         self.config = config
 
-    def allowed(self, node: str, gpu_type: str | None, training: bool) -> bool:
+    def allowed(self, node: str, gpu_type: str | None, training: bool, pods: Sequence[PodInfo] = ()) -> bool:
+        """Whether ``pods`` (of that GPU type; training or not) may run on ``node``: its GPU type, its pool, and
+        what each pod's own nodeSelector and tolerations admit (a node tainted for maintenance is no destination
+        for a pod that does not tolerate it: the pod's replacement would land elsewhere, or wait)."""
         info = self.nodes[node]
         if gpu_type is not None and info.gpu_product != gpu_type:
             return False
-        return not (training and info.pool in self.config.training_excluded_pools)
+        if training and info.pool in self.config.training_excluded_pools:
+            return False
+        return all(pod_schedulable_on(pod, info) for pod in pods)
 
     def place(
         self,
@@ -303,6 +326,7 @@ class _Cluster:
         gpu_type: str | None,
         training: bool,
         exclude: frozenset[str] = frozenset(),
+        pods: Sequence[PodInfo] = (),
     ) -> dict[str, int] | None:
         """Best fit, largest pod first: node -> GPUs taken, consuming ``free``; None (and ``free`` untouched) when
         one pod does not fit. The burst nodes are the last resort: a move onto one keeps it alive."""
@@ -312,7 +336,7 @@ class _Cluster:
             fits = [
                 (self.nodes[n].pool in self.config.burst_pools, left, n)
                 for n, left in trial.items()
-                if left >= gpus and n not in exclude and self.allowed(n, gpu_type, training)
+                if left >= gpus and n not in exclude and self.allowed(n, gpu_type, training, pods)
             ]
             if not fits:
                 return None
@@ -339,7 +363,7 @@ def _stranded(cluster: _Cluster, targets: Sequence[_Target], free: Mapping[str, 
         if left <= 0:
             continue
         # GPUs of a type (or pool) no waiting pod may use are idle, not fragmented: they do not count
-        allowed = [t for t in targets if cluster.allowed(node, t.gpu_type, t.training)]
+        allowed = [t for t in targets if cluster.allowed(node, t.gpu_type, t.training, t.pods)]
         if allowed and not any(g <= left for t in allowed for g in t.pod_gpus):
             stranded += left
     return stranded
@@ -435,7 +459,7 @@ def plan_rebalance(
             )
             break
         trial = dict(free)
-        if cluster.place(trial, target.pod_gpus, target.gpu_type, target.training) is not None:
+        if cluster.place(trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods) is not None:
             # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
             # first (targets come highest priority first): a lower target's moves must not count on it.
             free = trial
@@ -519,7 +543,7 @@ def plan_rebalance(
         for unit in on_node:
             for n, g in unit.gpus_by_node.items():
                 trial[n] = trial.get(n, 0) + g
-            dest = cluster.place(trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=emptier)
+            dest = cluster.place(trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=emptier, pods=unit.pods)
             if dest is None:
                 break
             drain.append((unit, dest))
@@ -575,7 +599,7 @@ def _make_room(
         chosen_units = [u for u, _ in chosen]
         best: tuple[tuple[int, int, str], list[tuple[_Unit, dict[str, int]]], dict[str, int], str] | None = None
         for node in sorted(work):
-            if node in homes or not cluster.allowed(node, target.gpu_type, target.training):
+            if node in homes or not cluster.allowed(node, target.gpu_type, target.training, target.pods):
                 continue
             if work[node] >= gpus:
                 best = ((0, 0, node), [], dict(work), node)
@@ -609,7 +633,9 @@ def _make_room(
             dests = []
             exclude = frozenset(homes | {node})
             for unit in picked:
-                dest = cluster.place(trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=exclude)
+                dest = cluster.place(
+                    trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=exclude, pods=unit.pods
+                )
                 if dest is None:
                     break
                 dests.append((unit, dest))

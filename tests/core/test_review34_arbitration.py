@@ -370,3 +370,19 @@ def test_a_busy_burst_node_is_not_consolidated_onto_a_node_its_replicas_do_not_t
     assert [m for m, _ in _give_back_over(open_nodes, config, 12)] == [10, 10]
     dedicated = tuple(replace(n, taints=DEDICATED) if n.name == "n2" else n for n in open_nodes.nodes)
     assert _give_back_over(replace(open_nodes, nodes=dedicated), config, 12) == []
+
+
+def test_a_busy_burst_node_running_a_pod_annotated_not_to_be_disrupted_is_not_consolidated() -> None:
+    """cluster-autoscaler.kubernetes.io/safe-to-evict: "false" / karpenter.sh/do-not-disrupt: "true" (read into
+    ``PodInfo.do_not_disrupt``): as those autoscalers leave such a node alone, so does the give-back."""
+    from tests.core.test_arbitrate import BUSY_POOL, _busy_burst, _give_back_over
+
+    config = CapacityConfig(pools=(BUSY_POOL,), burst_idle_cooldown_s=600.0, consolidate_horizon_s=1800.0)
+    busy = replace(_busy_burst(checkpoint_age=225.0), deployments=(CHAT_DEPLOYMENT,))
+    assert [m for m, _ in _give_back_over(busy, config, 12)] == [10, 10]  # the premise: emptied at minute 10
+    burst_nodes = {n.name for n in busy.nodes if n.pool == BUSY_POOL.name}
+    guarded = tuple(
+        replace(p, do_not_disrupt=True) if p.node in burst_nodes and p.owner_kind == "Deployment" else p
+        for p in busy.pods
+    )
+    assert _give_back_over(replace(busy, pods=guarded), config, 12) == []

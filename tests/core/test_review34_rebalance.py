@@ -35,6 +35,8 @@ from autoscaler.core.cluster import (
     NodeInfo,
     PodDisruptionBudgetInfo,
     PodInfo,
+    Taint,
+    Toleration,
     selector_matching_every_pod,
 )
 from autoscaler.core.model import ScaleDecision
@@ -410,3 +412,51 @@ def test_the_budget_index_answers_as_pdbs_covering(data: st.DataObject) -> None:
     index = _Budgets(snapshot)
     for pod in pods:
         assert index.covering(pod) == pdbs_covering(snapshot, [pod])
+
+
+# ---- what a pod's owner says and where it may run (stop 34, after the reader reads them) ---------------------------
+
+
+def test_a_burst_node_running_a_pod_annotated_not_to_be_disrupted_is_not_emptied() -> None:
+    # as the Cluster Autoscaler and Karpenter leave such a node alone; without the annotation the same node is emptied
+    nodes = (node("n1"), node("b1", pool="burst"))
+    pods = (job("t", "n1", 4), rep("chat", 0, "n1"), rep("chat", 1, "b1"))
+    plan, _ = plan_rebalance(ClusterSnapshot(NOW, deps("chat"), pods, nodes), NOW, CONFIG, RebalanceState())
+    assert evicted(plan) == ["inf/chat-1"]
+    guarded = (*pods[:2], replace(pods[2], do_not_disrupt=True))
+    plan, _ = plan_rebalance(ClusterSnapshot(NOW, deps("chat"), guarded, nodes), NOW, CONFIG, RebalanceState())
+    assert plan.actions == (), plan.moves
+    assert any("b1" in n and "may not move" in n for n in plan.notes), plan.notes
+
+
+def test_a_gang_with_a_pod_annotated_not_to_be_disrupted_is_not_moved() -> None:
+    nodes = (node("n1"), node("n2"), node("n3"))
+    gang = tuple(
+        replace(job("t", "n1", 2), name=f"t-{i}", labels=ALLOWED, last_checkpoint_at=NOW - 60) for i in range(2)
+    )
+    pods = (*gang, job("other", "n2", 6), job("x", "n3", 4), job("wait", None, 8))
+    plan, _ = plan_rebalance(ClusterSnapshot(NOW, (), pods, nodes), NOW, CONFIG, RebalanceState())
+    assert evicted(plan) == ["ml/t-0", "ml/t-1"], plan.notes  # the premise: the gang moves to make room
+    guarded = (gang[0], replace(gang[1], do_not_disrupt=True), *pods[2:])
+    plan, _ = plan_rebalance(ClusterSnapshot(NOW, (), guarded, nodes), NOW, CONFIG, RebalanceState())
+    assert plan.actions == ()
+    assert any("annotated not to be disrupted" in n for n in plan.notes), plan.notes
+
+
+def test_a_waiting_pod_gets_no_home_on_a_node_it_does_not_tolerate() -> None:
+    # n2 is the only node a move could empty for the 8-GPU pod, but it is tainted for maintenance: no move
+    maintenance = Taint("maintenance", "true", "NoSchedule")
+    nodes = (node("n1"), replace(node("n2"), taints=(maintenance,)), node("n3"))
+    pods = (
+        job("fixed", "n1", 7),
+        rep("chat", 0, "n1"),
+        rep("chat", 1, "n2"),
+        job("big", "n3", 4),
+        job("wait", None, 8),
+    )
+    tolerant = replace(pods[4], tolerations=(Toleration("maintenance", "Exists"),))
+    untolerant = replace(pods[4], tolerations=())
+    for waiting, expected in ((tolerant, ["inf/chat-1"]), (untolerant, [])):
+        snapshot = ClusterSnapshot(NOW, deps("chat"), (*pods[:4], waiting), nodes)
+        plan, _ = plan_rebalance(snapshot, NOW, CONFIG, RebalanceState())
+        assert evicted(plan) == expected, (waiting.tolerations, plan.notes)

@@ -6,9 +6,10 @@
 - A node the latest tick gave back (a burst scale-down that named it) was a destination of the pass's moves: the
   moved replica lands on a node that is being deleted and starts a third time.
 
-Two more need what the Kubernetes reader does not read yet (``strict`` xfails; see the report of review 34): a pod
-annotated ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`` or ``karpenter.sh/do-not-disrupt: "true"`` is
-evicted all the same, and a node tainted ``NoSchedule`` with a taint the moved pod does not tolerate is a destination.
+Two more needed what the Kubernetes reader did not read (strict xfails until fixed, read through the reader here):
+a pod annotated ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`` or ``karpenter.sh/do-not-disrupt:
+"true"`` was evicted all the same, and a node tainted ``NoSchedule`` with a taint the moved pod does not tolerate was a
+destination.
 """
 
 from __future__ import annotations
@@ -173,11 +174,6 @@ def moved(snapshot: object) -> list[str]:
     return [a.name for a in plan.actions]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PodInfo carries no annotations: the reader (adapters/kubernetes/reader.py) must read these two and the "
-    "planner then refuses the pod (see the review 34 report)",
-)
 @pytest.mark.parametrize(
     "annotation",
     [
@@ -190,11 +186,6 @@ def test_a_pod_annotated_not_to_be_disrupted_is_not_moved(annotation: dict[str, 
     assert moved(read(*cluster_objects(chat_1_annotations=annotation))) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NodeInfo carries no taints and PodInfo no tolerations: the reader must read them and the planner place "
-    "a moved pod only where it tolerates the node's NoSchedule/NoExecute taints (see the review 34 report)",
-)
 def test_a_node_tainted_no_schedule_is_no_destination_for_a_pod_that_does_not_tolerate_it() -> None:
     # gpu-1 is full (a 7-GPU job beside chat's first replica): the only room for chat's second replica, once off
     # gpu-2, is gpu-3 -- tainted for maintenance. Its replacement cannot land there: it goes back to gpu-2.

@@ -162,6 +162,21 @@ def pod_tolerations(pod_spec: Mapping[str, Any], gpu_resource: str) -> tuple[Tol
     return tuple(out)
 
 
+# The annotations with which a pod's owner says no autoscaler may evict it voluntarily (the Cluster Autoscaler's,
+# Karpenter's): honoured by the rebalancer's moves and by emptying a node, as those autoscalers honour them.
+DO_NOT_DISRUPT_ANNOTATIONS = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+
+
+def _do_not_disrupt(annotations: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(annotations.get(key), str) and annotations[key].strip().lower() == value
+        for key, value in DO_NOT_DISRUPT_ANNOTATIONS.items()
+    )
+
+
 def parse_gang(gang: str) -> tuple[str, str, str]:
     """``"jobset/ml/train-1"`` -> ``("jobset", "ml", "train-1")``: source, namespace, workload name."""
     source, namespace, name = gang.split("/", 2)
@@ -583,6 +598,11 @@ class KubeClusterReader:
             gpu_product=product,
             terminating=terminating,
             uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
+            do_not_disrupt=_do_not_disrupt(annotations),
+            node_selector={
+                k: v for k, v in _map(spec.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)
+            },
+            tolerations=pod_tolerations(spec, cfg.gpu_resource),
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
