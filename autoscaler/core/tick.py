@@ -27,6 +27,7 @@ from autoscaler.core.cluster import (
     free_gpus,
     node_room,
     preemptible_gpus,
+    replica_gpus,
     replicas_before_a_hole,
     waiting_gpu_work,
 )
@@ -191,10 +192,13 @@ def read_forecasts(
     waiting = facts.waiting if config.contended_hold_s > 0 else ()
     room = facts.room() if waiting else None
     free_ready = sum(room.free.values()) if room is not None else 0
+    deployments = {(d.namespace, d.name): d for d in tick.snapshot.deployments}
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         fp = policy.forecast
         if fp is None:
             continue
+        # what one replica takes on a node: its pod template's request when read (capacity arbitration counts it so)
+        gpus_per_replica = replica_gpus(policy.gpus_per_replica, deployments.get((policy.namespace, policy.name)))
         pub = tick.forecasts.get(key)
         observed = cold_starts.get(key, ())
         lead = lead_time_s(policy.cold_start_s, observed)
@@ -228,7 +232,7 @@ def read_forecasts(
             continue
         lower = [w for w in waiting if w.priority < policy.priority]
         hole_after = (
-            replicas_before_a_hole(room, key, policy.gpus_per_replica, lower) if lower and room is not None else None
+            replicas_before_a_hole(room, key, gpus_per_replica, lower) if lower and room is not None else None
         )
         settings = PredictiveSettings(
             rate_per_replica=rate,
@@ -244,17 +248,17 @@ def read_forecasts(
             seen = tick.observation.services.get(key)
             current = seen.spec_replicas if seen is not None else 0
             if floor is not None and floor.usable and config.node_boot_s > 0:
-                extra = max(0, floor.replicas - current) * policy.gpus_per_replica
+                extra = max(0, floor.replicas - current) * gpus_per_replica
                 if extra > free:
                     lead = lead_time_s(policy.cold_start_s, observed, config.node_boot_s, needs_new_nodes=True)
                     floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
                 if floor is not None and floor.usable and not floor.shadow:
-                    free -= min(free, max(0, floor.replicas - current) * policy.gpus_per_replica)
+                    free -= min(free, max(0, floor.replicas - current) * gpus_per_replica)
             if floor is not None and hole_after is not None and floor.contended_hold > floor.hold:
                 # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
                 # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window.
                 smallest = min(w.gpus for w in lower)
-                comeback = (floor.contended_hold - current) * policy.gpus_per_replica
+                comeback = (floor.contended_hold - current) * gpus_per_replica
                 if smallest + comeback > free_ready:
                     # A scale-down of fewer than ``hole_after`` replicas frees no node enough for the waiting work:
                     # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.

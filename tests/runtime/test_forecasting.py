@@ -869,3 +869,19 @@ def test_the_headroom_learns_for_as_many_scores_as_the_verdict_needs(samples: in
     world = World(min_scored_samples=samples)
     assert world.service.read_config().headroom is not None
     assert world.service.read_config().headroom.min_scored == samples
+
+
+def test_the_gpus_a_replica_takes_come_from_its_pod_template_when_read() -> None:
+    """A tensor-parallel server's template asks 2 GPUs while its policy leaves gpusPerReplica at 1: its 5 forecast
+    replicas need 10 GPUs, more than the 8 free, so its lead includes node boot (capacity arbitration counts a
+    replica so too, ``core.cluster.replica_gpus``); with the policy's 1 GPU the same replicas fit."""
+    from dataclasses import replace as _replace
+
+    world = World([policy("high", priority=100)], gpus=8, node_boot_seconds=300.0)
+    world.service.refit(JUMP - 600)
+    snapshot = world.cluster.snapshot(JUMP - 100)
+    observation = Observation(JUMP, {})
+    policies = {p.key: p for p in world.policies}
+    assert world.service.readout(JUMP - 100, policies, snapshot, observation).views["ml/high"].lead_s == 90.0
+    wide = _replace(snapshot, deployments=tuple(_replace(d, gpus_per_pod=2) for d in snapshot.deployments))
+    assert world.service.readout(JUMP - 100, policies, wide, observation).views["ml/high"].lead_s == 390.0
