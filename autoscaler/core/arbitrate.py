@@ -516,7 +516,12 @@ def arbitrate(
         current_pools = [replace(p, nodes=p.nodes + added_nodes.get(p.name, 0)) for p in pools]
         # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
         # its nodes do not meet, as its registered nodes show) would boot nodes that host none of its replicas
-        closed = sorted({n.pool for n in snapshot.nodes if n.name in barred and n.pool is not None})
+        # (every ready one of them: one node tainted by hand, or a booting node's start-up taint, closes nothing)
+        closed = sorted(
+            name
+            for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
+            if all(n.name in barred for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
+        )
         usable_pools = [p for p in current_pools if p.name not in closed]
         burst = (
             choose_burst(usable_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
@@ -789,6 +794,22 @@ def _give_back(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
             node_types, gpu_types, barred,
         ) if mine else None  # fmt: skip
+        guarded = next(
+            (
+                p
+                for p in arb.snapshot.pods
+                if p.node == emptiest and p.do_not_disrupt and p.phase not in ("Succeeded", "Failed")
+            ),
+            None,
+        )
+        if guarded is not None and mine:
+            # as the Cluster Autoscaler and Karpenter leave such a node alone
+            notes.append(
+                f"{pool.name}: {emptiest} runs {guarded.namespace}/{guarded.name}, annotated not to be disrupted: "
+                "not given back"
+            )
+            unneeded.pop(pool.name, None)
+            continue
         if (
             used_on_node < config.burst_unneeded_utilisation * pool.gpus_per_node
             and after is not None

@@ -386,3 +386,61 @@ def test_a_busy_burst_node_running_a_pod_annotated_not_to_be_disrupted_is_not_co
         for p in busy.pods
     )
     assert _give_back_over(replace(busy, pods=guarded), config, 12) == []
+
+
+# -- the read-only review at the end of stop 34 ----------------------------------------------------------------------
+
+
+def test_an_idle_burst_node_running_a_pod_annotated_not_to_be_disrupted_is_not_given_back() -> None:
+    """The idle give-back (a burst node under the utilisation threshold whose pods fit elsewhere) removed the node
+    with its do-not-disrupt pod; the Cluster Autoscaler and Karpenter leave such a node alone."""
+    from tests.core.test_arbitrate import _burst_snapshot, run
+
+    config = CapacityConfig(pools=(POOL,), burst_idle_cooldown_s=600.0)
+
+    def shrinks(snapshot: ClusterSnapshot) -> list[tuple[int, int]]:
+        state, out = CapacityState(), []
+        for minute in range(12):
+            now = NOW + 60 * minute
+            actions, _, state = run(replace(snapshot, time=now), 6, config, state, now=now)
+            out += [(minute, a.nodes) for a in actions if isinstance(a, ScaleNodePool)]
+        return out
+
+    idle = _burst_snapshot(2)
+    assert shrinks(idle) == [(10, 0)]  # the premise: given back once the cooldown is over
+    guarded = tuple(replace(p, do_not_disrupt=True) if p.node == "b0" else p for p in idle.pods)
+    assert shrinks(replace(idle, pods=guarded)) == []
+
+
+def test_one_node_of_a_pool_tainted_by_hand_does_not_close_the_pool() -> None:
+    """A pool was closed to a service when any of its nodes barred it: one node tainted for maintenance (or a booting
+    node's start-up taint) stopped every burst for it, and training could be stopped instead. Closed only when every
+    ready node of the pool bars it."""
+    maintenance = Taint("maintenance", "true", "NoSchedule")
+    tainted = NodeInfo("burst-a", 8, "A100", "burst", True, taints=(maintenance,))
+    usable = NodeInfo("burst-b", 8, "A100", "burst", True)
+    filler = [
+        PodInfo("other", f"o-{i}-{n.name}", n.name, 1, 1000, "Running", True, "Deployment", "o")
+        for n in (tainted, usable)
+        for i in range(8)
+    ]
+    pool = replace(POOL, nodes=2)
+    snapshot = replace(full(tainted, usable), deployments=(CHAT_DEPLOYMENT,), pods=(*full().pods, *filler))
+    actions, _, _ = tick(snapshot, {"burst": 2}, replace(LONG, pools=(pool,)))
+    assert len(scale_ups(actions)) == 1
+    # every ready node of the pool barred: closed, as before
+    both = replace(snapshot, nodes=(onprem(), tainted, replace(usable, taints=(maintenance,))))
+    actions, report, _ = tick(both, {"burst": 2}, replace(LONG, pools=(pool,)))
+    assert scale_ups(actions) == [] and any("tolerate" in o.detail for o in report.options if o.kind == "burst")
+
+
+def test_start_up_taints_of_node_provisioners_are_transient() -> None:
+    from autoscaler.adapters.kubernetes.reader import node_taints
+
+    raw = [
+        {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"},
+        {"key": "node.cilium.io/agent-not-ready", "value": "true", "effect": "NoSchedule"},
+        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+        {"key": "dedicated", "value": "training", "effect": "NoSchedule"},
+    ]
+    assert node_taints(raw) == (Taint("dedicated", "training", "NoSchedule"),)

@@ -118,6 +118,11 @@ _LEAVING_EFFECTS = ("NoSchedule", "NoExecute")
 # and uninitialized nodes...): a booting burst node carries them until it is up, and pods tolerate the NoExecute ones
 # by default. Not a statement about which pods may run there.
 _TRANSIENT_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+# ... and the start-up taints node provisioners put on a new node until its agents are up (Cluster API's
+# uninitialized, Cilium's agent-not-ready, Karpenter's unregistered): a booting node is no less room on its way
+_TRANSIENT_TAINT_KEYS = frozenset(
+    {"node.cluster.x-k8s.io/uninitialized", "node.cilium.io/agent-not-ready", "karpenter.sh/unregistered"}
+)
 
 
 def node_taints(raw: Any, ignore: tuple[str, ...] = ()) -> tuple[Taint, ...]:
@@ -129,7 +134,7 @@ def node_taints(raw: Any, ignore: tuple[str, ...] = ()) -> tuple[Taint, ...]:
         key, effect, value = t.get("key"), t.get("effect"), t.get("value")
         if not isinstance(key, str) or not key or effect not in _LEAVING_EFFECTS or key in ignore:
             continue
-        if key.startswith(_TRANSIENT_TAINT_PREFIXES):
+        if key.startswith(_TRANSIENT_TAINT_PREFIXES) or key in _TRANSIENT_TAINT_KEYS:
             continue
         out.append(Taint(key, value if isinstance(value, str) else None, str(effect)))
     return tuple(out)
