@@ -647,7 +647,7 @@ def _consolidation(
     horizon_s = config.consolidate_horizon_s
     if horizon_s <= 0 or not config.preempt:
         return None
-    pods = [p for p in arb.snapshot.pods if p.node == node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")]
+    pods = _live_gpu_pods(arb.snapshot, node)
     if not pods:
         return None
     policies: list[ServicePolicy] = []
