@@ -350,6 +350,14 @@ class CapacitySettings(_Group):
     burst_idle_cooldown_seconds: float = Field(
         600.0, ge=0, description="a spare burst node is given back after this long, seconds"
     )
+    provision_timeout_seconds: float = Field(
+        900.0,
+        gt=0,
+        le=86400.0,
+        description="a burst node the provider counts but that has not registered as a Node after this long (or "
+        "twice its pool's bootSeconds, if longer) is not coming: no capacity on its way, its pool not grown again "
+        "until it registers (Cluster Autoscaler's --max-node-provision-time), seconds",
+    )
     resume_after_seconds: float = Field(
         300.0, ge=0, description="a suspended gang's GPUs are free this long before it is resumed, seconds"
     )
@@ -416,6 +424,7 @@ class CapacitySettings(_Group):
             slo_risk_per_gpu_hour=self.slo_risk_per_gpu_hour,
             assumed_shortfall_s=self.assumed_shortfall_seconds,
             burst_idle_cooldown_s=self.burst_idle_cooldown_seconds,
+            provision_timeout_s=self.provision_timeout_seconds,
             resume_after_s=self.resume_after_seconds,
             resume_horizon_s=self.resume_horizon_seconds,
             consolidate_horizon_s=self.consolidate_horizon_seconds,

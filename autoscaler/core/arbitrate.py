@@ -100,6 +100,10 @@ class CapacityConfig:
     # lower-priority training on the cluster's own nodes to make room for its pods costs less than keeping the node
     # over this many seconds (0: never; the node is then given back only once it is under half used)
     consolidate_horizon_s: float = 1800.0
+    # a burst node the provider counts but that has not registered as a Node this long (or twice its pool's boot
+    # time, whichever is longer) is not coming: it is no capacity on its way, and its pool is not grown again until
+    # it registers (Cluster Autoscaler's --max-node-provision-time), seconds
+    provision_timeout_s: float = 900.0
     preempt: bool = True  # False: never stop training (burst only)
     burst: bool = True  # False: never add nodes (preempt only)
 
@@ -192,9 +196,26 @@ def _place(
 
 def _barred(snapshot: ClusterSnapshot, deployment: DeploymentInfo | None) -> frozenset[str]:
     """The nodes the Deployment's pods cannot be scheduled on (a nodeSelector label the node lacks, a taint they do
-    not tolerate): their free GPUs are no room for its replicas, and stopping training there frees nothing for them."""
+    not tolerate): their free GPUs are no room for its replicas, and stopping training there frees nothing for them.
+
+    Its tolerations are the template's and those its running pods carry: a mutating webhook (or an admission plugin)
+    adds tolerations at admission that the template never shows -- the pods already running on a tainted node are
+    the proof -- and the next replica gets them too."""
     if deployment is None:
         return frozenset()
+    admitted = {
+        t
+        for p in snapshot.pods
+        if p.owner_kind == "Deployment"
+        and p.owner_name == deployment.name
+        and p.namespace == deployment.namespace
+        and p.tolerations
+        for t in p.tolerations
+    }
+    extra = admitted - set(deployment.tolerations)
+    if extra:
+        ordered = sorted(extra, key=lambda t: (t.key or "", t.operator, t.value or "", t.effect or ""))
+        deployment = replace(deployment, tolerations=(*deployment.tolerations, *ordered))
     return frozenset(n.name for n in snapshot.nodes if not schedulable_on(deployment, n))
 
 
@@ -234,12 +255,65 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
     return left
 
 
+def _registered(snapshot: ClusterSnapshot, pool_names: Set[str]) -> dict[str, int]:
+    """Nodes of each pool its provider still counts among those listed: all but a node being removed (an
+    autoscaler's removal taint, or deleting: the provider's size has already, or is about to, let it go). A node
+    cordoned by hand (or by a drain) is still the provider's node: left out, it would read as a node requested and
+    not registered, capacity on its way that never comes, hiding a shortfall for as long as it stays cordoned."""
+    out: dict[str, int] = {}
+    for n in snapshot.nodes:
+        if n.pool is not None and n.pool in pool_names and (not n.leaving or n.cordoned):
+            out[n.pool] = out.get(n.pool, 0) + 1
+    return out
+
+
+def _unregistered(
+    snapshot: ClusterSnapshot, pools: Sequence[BurstPool], pool_nodes: Mapping[str, int] | None
+) -> dict[str, int]:
+    """Per burst pool, the nodes its provider counts beyond those registered as Nodes (requested, booting, or never
+    coming); pools without any, or whose size the provider did not give, are left out."""
+    if not pool_nodes:
+        return {}
+    registered = _registered(snapshot, {p.name for p in pools})
+    out = {}
+    for pool in pools:
+        missing = pool_nodes.get(pool.name, 0) - registered.get(pool.name, 0)
+        if missing > 0 and pool.gpus_per_node > 0:
+            out[pool.name] = missing
+    return out
+
+
+def _provision_overdue(
+    unregistered: Mapping[str, int],
+    state: CapacityState,
+    config: CapacityConfig,
+    now: float,
+) -> tuple[dict[str, int], dict[str, tuple[float, int]]]:
+    """The pools whose unregistered nodes are past the provision timeout (pool -> how many), and the timers for
+    the next tick. A timer starts when a pool's unregistered count first rises (a new request) and stands while
+    the count holds or falls (some registered); at 0 it is dropped. After a restart it starts again from the first
+    tick: a node requested before it gets up to a whole timeout more."""
+    by_name = {p.name: p for p in config.pools}
+    timers: dict[str, tuple[float, int]] = {}
+    overdue: dict[str, int] = {}
+    for name, count in unregistered.items():
+        prev = state.unregistered_since.get(name)
+        since = now if prev is None or count > prev[1] else prev[0]
+        timers[name] = (since, count)
+        pool = by_name.get(name)
+        limit = max(config.provision_timeout_s, 2.0 * pool.boot_s) if pool is not None else config.provision_timeout_s
+        if now - since >= limit:
+            overdue[name] = count
+    return overdue, timers
+
+
 def _free_by_node(
     snapshot: ClusterSnapshot,
     burst_pools: Set[str],
     node_types: dict[str, str | None],
     pools: Sequence[BurstPool] = (),
     pool_nodes: Mapping[str, int] | None = None,
+    overdue: Set[str] = frozenset(),
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows, and not
     leaving. Any other node that is not ready (an on-prem node whose kubelet died; any node cordoned, tainted for
@@ -248,8 +322,8 @@ def _free_by_node(
 
     A burst node is on its way from the request on: a booting node whose device plugin has not reported its GPUs yet
     (allocatable 0) brings its pool's ``gpus_per_node`` (``pools``), and the nodes the provider counts
-    (``pool_nodes``: the pool's requested size) beyond those registered and not leaving are booting nodes without a
-    Node object yet.
+    (``pool_nodes``: the pool's requested size) beyond those registered (``_registered``) are booting nodes without a
+    Node object yet -- except in the ``overdue`` pools, whose requested nodes are past the provision timeout.
     Counted as nothing, each tick of the boot would buy another node (or stop training) for the same shortfall."""
     free = free_gpus_per_node(snapshot)
     burst = {p.name: p for p in pools}
@@ -260,19 +334,18 @@ def _free_by_node(
         if pod.node and pod.phase not in ("Succeeded", "Failed"):
             used[pod.node] = used.get(pod.node, 0) + pod.gpus
     booting: dict[str, int] = {}
-    registered: dict[str, int] = {}
+    registered = _registered(snapshot, set(burst))
     for n in snapshot.nodes:
         pool = burst.get(n.pool) if n.pool is not None else None
         if pool is None or n.leaving:
             continue
-        registered[pool.name] = registered.get(pool.name, 0) + 1
         if not n.ready:
             gpus = n.allocatable_gpus if n.allocatable_gpus > 0 else pool.gpus_per_node
             booting[n.name] = max(0, gpus - used.get(n.name, 0))
             if node_types.get(n.name) is None:
                 node_types[n.name] = pool.gpu_type
     for name, pool in burst.items():
-        requested = (pool_nodes or {}).get(name)
+        requested = (pool_nodes or {}).get(name) if name not in overdue else None
         for k in range(max(0, (requested or 0) - registered.get(name, 0)) if pool.gpus_per_node > 0 else 0):
             key = f"{name} (requested, not registered {k + 1})"
             booting[key] = pool.gpus_per_node
@@ -426,7 +499,12 @@ def arbitrate(
     """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next."""
     now, snapshot = arb.now, arb.snapshot
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
-    free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types, config.pools, arb.pool_nodes)
+    overdue, unregistered_since = _provision_overdue(
+        _unregistered(snapshot, config.pools, arb.pool_nodes), state, config, now
+    )
+    free, booting = _free_by_node(
+        snapshot, {p.name for p in config.pools}, node_types, config.pools, arb.pool_nodes, frozenset(overdue)
+    )
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
@@ -522,7 +600,9 @@ def arbitrate(
             for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
             if all(n.name in barred for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
         )
-        usable_pools = [p for p in current_pools if p.name not in closed]
+        # a pool whose requested nodes never registered is not grown again until they do (a quota, a stock-out, a
+        # broken machine template: more requests would not come either)
+        usable_pools = [p for p in current_pools if p.name not in closed and p.name not in overdue]
         burst = (
             choose_burst(usable_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
             if config.burst and usable_pools
@@ -531,7 +611,12 @@ def arbitrate(
         burst_cost = None
         burst_why = "no burst pool configured" if not pools else "burst disabled"
         if pools and config.burst and not usable_pools:
-            burst_why = f"its pods do not tolerate (or select) the nodes of {', '.join(closed)}"
+            why = []
+            if closed:
+                why.append(f"its pods do not tolerate (or select) the nodes of {', '.join(closed)}")
+            if overdue:
+                why.append(f"{', '.join(sorted(overdue))}: requested nodes never registered")
+            burst_why = "; ".join(why)
         if burst is not None:
             burst_seen.extend(burst.options)
             if burst.chosen is None:
@@ -601,6 +686,13 @@ def arbitrate(
             )
 
     notes: list[str] = [*stale_holds, *priority_notes]
+    for name, count in sorted(overdue.items()):
+        since = unregistered_since[name][0]
+        notes.append(
+            f"{name}: {count} node(s) the provider counts have not registered for {now - since:.0f}s (provision "
+            "timeout): counted as no capacity, and the pool is not grown again until they register (check the "
+            "provider: quota, stock-out, machine template)"
+        )
     short_since = state.short_since
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
@@ -621,7 +713,7 @@ def arbitrate(
     report = CapacityReport(
         tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes), tuple(pools)
     )
-    return actions, report, CapacityState(short_since, free_since, unneeded, resumable)
+    return actions, report, CapacityState(short_since, free_since, unneeded, resumable, unregistered_since)
 
 
 def _consolidation(

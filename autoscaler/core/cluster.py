@@ -100,6 +100,9 @@ class NodeInfo:
     # cordoned, tainted for removal by an autoscaler, or being deleted: not ready, and not on its way either (a burst
     # node that is not ready otherwise counts as booting capacity)
     leaving: bool = False
+    # leaving only because cordoned (spec.unschedulable, by hand or by a drain), with no removal taint and not being
+    # deleted: its provider still counts it, so it is no room but is no node "requested, not registered" either
+    cordoned: bool = False
     # its NoSchedule / NoExecute taints other than the transient node-condition ones (not-ready, uninitialized...):
     # a pod that does not tolerate one is never scheduled there
     taints: tuple[Taint, ...] = ()

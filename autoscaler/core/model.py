@@ -217,6 +217,9 @@ class CapacityState:
     burst_unneeded_since: Mapping[str, float] = field(default_factory=dict)  # burst pool -> since when a node is spare
     # suspended workload "kind/namespace/name" -> since when its GPUs have been free (resume hysteresis)
     resumable_since: Mapping[str, float] = field(default_factory=dict)
+    # burst pool -> (since when, how many) nodes the provider counts have not registered as Nodes: past the
+    # provision timeout they are no longer capacity on its way
+    unregistered_since: Mapping[str, tuple[float, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

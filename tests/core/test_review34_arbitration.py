@@ -444,3 +444,24 @@ def test_start_up_taints_of_node_provisioners_are_transient() -> None:
         {"key": "dedicated", "value": "training", "effect": "NoSchedule"},
     ]
     assert node_taints(raw) == (Taint("dedicated", "training", "NoSchedule"),)
+
+
+# -- tolerations a webhook adds at admission ----------------------------------------------------------------------
+#
+# A mutating webhook (or an admission plugin) can give every pod a toleration its Deployment's template never shows;
+# the barred nodes were judged on the template alone, so the tainted node the running replicas prove they can use
+# was no room for the next one, and training elsewhere was stopped instead.
+
+
+def test_tolerations_the_running_replicas_carry_count_as_the_deployments() -> None:
+    tainted = replace(onprem("n2"), taints=DEDICATED)
+    snapshot = two_gangs(tainted, onprem("n3"), CHAT_DEPLOYMENT)
+    admitted = (Toleration("dedicated", "Equal", "training", "NoSchedule"),)
+    pods = tuple(
+        replace(p, tolerations=admitted) if p.owner_kind == "Deployment" and p.owner_name == "chat" else p
+        for p in snapshot.pods
+    )
+    assert stopped(tick(replace(snapshot, pods=pods), None, NO_POOL)[0]) == {"cheap"}
+    # another Deployment's pods prove nothing for chat
+    other = replace(replica(0, "n1"), name="other-0", owner_name="other", gpus=0, tolerations=admitted)
+    assert stopped(tick(replace(snapshot, pods=(*snapshot.pods, other)), None, NO_POOL)[0]) == {"dear"}

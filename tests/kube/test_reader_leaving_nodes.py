@@ -51,3 +51,23 @@ def test_cordoned_tainted_and_deleted_nodes_are_leaving_not_booting(
         "tainted": (True, False),
         "deleting": (True, False),
     }
+
+
+def test_only_a_node_cordoned_and_nothing_else_reads_as_cordoned(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """``NodeInfo.cordoned``: its provider still counts it (the arbitration must not read the pool's size as a node
+    requested and not registered); a node also tainted for removal or being deleted is the provider's no longer."""
+    both = o.node("cordoned-and-tainted", unschedulable=True)
+    both["spec"]["taints"] = [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}]
+    deleting = o.node("cordoned-and-deleting", unschedulable=True)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    deleting["metadata"]["finalizers"] = ["example.com/instance"]
+    apiserver.seed(o.node("plain"), o.node("cordoned", unschedulable=True), both, deleting)
+    snap = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW)
+    assert {n.name: n.cordoned for n in snap.nodes} == {
+        "plain": False,
+        "cordoned": True,
+        "cordoned-and-tainted": False,
+        "cordoned-and-deleting": False,
+    }

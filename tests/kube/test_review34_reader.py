@@ -123,6 +123,11 @@ def test_gpu_pods_tolerate_the_gpu_resource_taint_as_admission_gives_them() -> N
     team = NodeInfo("n", 8, "A100", None, True, taints=(Taint("team", "a", "NoExecute"),))
     assert schedulable_on(DeploymentInfo("ns", "d", 1, 1, tolerations=tolerations), team)
     assert Toleration(None, "Exists").tolerates(Taint("anything", "x", "NoExecute"))
+    # ExtendedResourceToleration adds {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}: not NoExecute
+    evicting = NodeInfo("n", 8, "A100", None, True, taints=(Taint("nvidia.com/gpu", None, "NoExecute"),))
+    assert not schedulable_on(DeploymentInfo("ns", "d", 1, 1, tolerations=tolerations), evicting)
+    own = pod_tolerations({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}, "nvidia.com/gpu")
+    assert schedulable_on(DeploymentInfo("ns", "d", 1, 1, tolerations=own), evicting)
     assert not Toleration("team", "Equal", "b").tolerates(Taint("team", "a", "NoSchedule"))
 
 

@@ -151,8 +151,10 @@ def _template_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
 def pod_tolerations(pod_spec: Mapping[str, Any], gpu_resource: str) -> tuple[Toleration, ...]:
     """A pod (template) spec's tolerations, plus the one the ExtendedResourceToleration admission plugin gives every
     pod requesting ``gpu_resource`` (a taint keyed by the GPU resource, the usual ``nvidia.com/gpu:NoSchedule``, is
-    tolerated by the pods themselves even when their template does not say so)."""
-    out = [Toleration(gpu_resource, "Exists", None, None)]
+    tolerated by the pods themselves even when their template does not say so). The plugin's toleration has effect
+    NoSchedule only: a ``NoExecute`` taint on the GPU resource still keeps pods off that do not tolerate it
+    themselves."""
+    out = [Toleration(gpu_resource, "Exists", None, "NoSchedule")]
     for t in _list(pod_spec.get("tolerations")):
         t = _map(t)
         key, operator, value, effect = t.get("key"), t.get("operator") or "Equal", t.get("value"), t.get("effect")
@@ -924,6 +926,7 @@ class KubeClusterReader:
             ready=ready and gpus > 0 and not away,
             labels=dict(labels),
             leaving=away,
+            cordoned=bool(spec.get("unschedulable", False)) and not leaving and not deleting,
             taints=node_taints(taints, cfg.leaving_taints),
         )
 

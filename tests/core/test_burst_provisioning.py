@@ -1,0 +1,159 @@
+"""Burst nodes the provider counts but that are not registered: a cordoned node is not one of them, and one that
+never registers stops counting as capacity on its way after the provision timeout.
+
+Before: a burst node cordoned by hand (``kubectl cordon``, or a drain in progress) was left out of the pool's
+registered nodes, so the provider's count read as one node "requested, not registered" -- capacity on its way that
+never came, hiding a real shortfall for as long as the node stayed cordoned. And a node the provider never delivered
+(a quota, a stock-out, a broken machine template) counted as coming for ever: the shortfall was never met, by
+another pool or by preemption."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
+from autoscaler.core.burst import BurstPool
+from autoscaler.core.cluster import ClusterSnapshot, NodeInfo, PodInfo, WorkloadInfo
+from autoscaler.core.model import CapacityState, EvictPod, ScaleDecision, ScaleNodePool, ServicePolicy, SuspendWorkload
+from autoscaler.core.reasons import Reason
+
+NOW = 100_000.0
+CHAT = ServicePolicy("inference", "chat", max_replicas=40, priority=1000)
+POOL = BurstPool("burst", 8, "A100", boot_s=300.0, price_per_gpu_hour=0.5, nodes=0, min_nodes=0, max_nodes=4)
+SPARE = BurstPool("spare", 8, "A100", boot_s=300.0, price_per_gpu_hour=0.9, nodes=0, min_nodes=0, max_nodes=4)
+LONG = CapacityConfig(pools=(POOL,), assumed_shortfall_s=8 * 3600)
+
+
+def replica(index: int, node: str | None) -> PodInfo:
+    return PodInfo(
+        "inference", f"chat-{index}", node, 1, 1000, "Running", True, "Deployment", "chat", created_at=NOW - 3600
+    )
+
+
+def full(*extra_nodes: NodeInfo, extra_pods: tuple[PodInfo, ...] = (), workloads=()) -> ClusterSnapshot:  # type: ignore[no-untyped-def]
+    """chat holds every GPU of n1 (8 replicas) and wants 12."""
+    pods = (*(replica(i, "n1") for i in range(8)), *extra_pods)
+    nodes = (NodeInfo("n1", 8, "A100", "onprem", True), *extra_nodes)
+    return ClusterSnapshot(NOW, pods=pods, nodes=nodes, workloads=tuple(workloads))
+
+
+def tick(
+    snapshot: ClusterSnapshot,
+    pool_nodes: dict[str, int] | None,
+    config: CapacityConfig = LONG,
+    state: CapacityState | None = None,
+    now: float = NOW,
+):  # type: ignore[no-untyped-def]
+    decision = ScaleDecision(CHAT.key, 8, 12, Reason.METRIC_ABOVE_TARGET, "")
+    arb = ArbitrationInput(now, replace(snapshot, time=now), {CHAT.key: CHAT}, [decision], {}, pool_nodes=pool_nodes)
+    return arbitrate(arb, state or CapacityState(), config)
+
+
+def scale_ups(actions) -> list[ScaleNodePool]:  # type: ignore[no-untyped-def]
+    return [a for a in actions if isinstance(a, ScaleNodePool) and a.reason is Reason.BURST_SCALE_UP]
+
+
+def cordoned(name: str = "burst-a") -> NodeInfo:
+    """A burst node cordoned by hand: ready=False and leaving as the reader reads it, no removal taint."""
+    return NodeInfo(name, 8, "A100", "burst", False, leaving=True, cordoned=True)
+
+
+# -- a cordoned node is still the provider's ------------------------------------------------------------------------
+
+
+def test_a_cordoned_burst_node_is_no_capacity_and_no_phantom_node_on_its_way() -> None:
+    """The provider counts 1 node, which is the cordoned one: nothing is on its way, the shortfall is real."""
+    actions, report, _ = tick(full(cordoned()), {"burst": 1})
+    (up,) = scale_ups(actions)
+    assert (up.previous_nodes, up.nodes) == (1, 2)
+    assert [s.covered_by_booting for s in report.shortfalls] == [0]
+
+
+def test_a_cordoned_node_beside_a_requested_one_leaves_the_requested_one_on_its_way() -> None:
+    """Two counted by the provider, one cordoned, one not registered yet: the one booting covers 4 replicas."""
+    actions, report, _ = tick(full(cordoned()), {"burst": 2})
+    assert scale_ups(actions) == []
+    assert report.shortfalls == ()  # the booting node's 8 GPUs cover the 4 replicas short
+
+
+def test_a_node_being_removed_is_not_counted_by_the_provider() -> None:
+    """A removal taint or a deletionTimestamp (leaving, not merely cordoned): the provider's size has let it go, so
+    the count of 1 is a new node on its way."""
+    removing = NodeInfo("burst-old", 8, "A100", "burst", False, leaving=True)
+    actions, report, _ = tick(full(removing), {"burst": 1})
+    assert scale_ups(actions) == []
+    assert report.shortfalls == ()  # the booting node's 8 GPUs cover the 4 replicas short
+
+
+# -- the provision timeout ------------------------------------------------------------------------------------------
+
+
+def run(snapshot: ClusterSnapshot, pool_nodes: dict[str, int], seconds: float, config: CapacityConfig = LONG):  # type: ignore[no-untyped-def]
+    """Ticks every 15 s for ``seconds``, the provider's count fixed; the last tick's (actions, report, state)."""
+    state = CapacityState()
+    t = NOW
+    out = None
+    while t <= NOW + seconds:
+        out = tick(snapshot, pool_nodes, config, state, t)
+        state = out[2]
+        t += 15.0
+    assert out is not None
+    return out
+
+
+def test_a_requested_node_counts_as_coming_within_the_provision_timeout() -> None:
+    actions, report, state = run(full(), {"burst": 1}, 885.0)
+    assert scale_ups(actions) == []
+    assert report.shortfalls == ()  # the booting node's 8 GPUs cover the 4 replicas short
+    assert state.unregistered_since == {"burst": (NOW, 1)}
+
+
+def test_a_node_never_registered_stops_counting_after_the_provision_timeout() -> None:
+    """Past 900 s the shortfall is met another way (here: another pool), and the stuck pool is not grown again."""
+    config = replace(LONG, pools=(POOL, SPARE))
+    actions, report, _ = run(full(), {"burst": 1, "spare": 0}, 900.0, config)
+    (up,) = scale_ups(actions)
+    assert up.pool == "spare"
+    assert [s.covered_by_booting for s in report.shortfalls] == [0]
+    assert any("burst: 1 node(s)" in n and "not registered for 900s" in n for n in report.notes)
+
+
+def test_after_the_timeout_training_is_stopped_when_the_only_pool_never_delivers() -> None:
+    job = WorkloadInfo("Job", "ml", "train", "job/ml/train", False, 100, (8,), None, None)
+    gang = PodInfo(
+        "ml", "train-0", "n2", 8, 100, "Running", True, "Job", "train", gang="job/ml/train",
+        created_at=NOW - 7200, ready_at=NOW - 7000, last_checkpoint_at=NOW - 600,
+    )  # fmt: skip
+    snapshot = full(NodeInfo("n2", 8, "A100", "onprem", True), extra_pods=(gang,), workloads=(job,))
+    before, _, _ = run(snapshot, {"burst": 1}, 600.0)
+    assert before == []  # the requested node covers the shortfall while it may still come
+    actions, report, _ = run(snapshot, {"burst": 1}, 900.0)
+    assert scale_ups(actions) == []  # the pool that never delivered is not grown again
+    assert any(isinstance(a, (SuspendWorkload, EvictPod)) for a in actions)
+    burst = next(o for o in report.options if o.kind == "burst")
+    assert "requested nodes never registered" in burst.detail
+
+
+def test_the_timeout_is_at_least_twice_the_pools_boot_time() -> None:
+    slow = replace(POOL, boot_s=1200.0)
+    config = replace(LONG, pools=(slow,))
+    actions, _, _ = run(full(), {"burst": 1}, 2385.0, config)
+    assert scale_ups(actions) == []
+    actions, _, _ = run(full(), {"burst": 1}, 2400.0, config)
+    assert scale_ups(actions) == []  # overdue, and the only pool is stuck: nothing bought from it
+    _, report, _ = run(full(), {"burst": 1}, 2400.0, config)
+    assert report.shortfalls[0].covered_by_booting == 0
+
+
+def test_a_new_request_restarts_the_timer_and_a_registration_drops_it() -> None:
+    state = CapacityState(unregistered_since={"burst": (NOW - 800.0, 1)})
+    # the pool grew to 2: a new request, a new timer
+    _, _, after = tick(full(), {"burst": 2}, state=state, now=NOW)
+    assert after.unregistered_since == {"burst": (NOW, 2)}
+    # one registered (booting): the timer stands for the other
+    booting = NodeInfo("burst-a", 0, "A100", "burst", False)
+    _, _, after2 = tick(full(booting), {"burst": 2}, state=after, now=NOW + 60)
+    assert after2.unregistered_since == {"burst": (NOW, 1)}
+    # both registered: no timer
+    _, _, after3 = tick(full(booting, replace(booting, name="burst-b")), {"burst": 2}, state=after2, now=NOW + 120)
+    assert after3.unregistered_since == {}
