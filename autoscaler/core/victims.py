@@ -158,6 +158,16 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 if protected_label
                 else f"priority {priority} >= {rules.preemptible_below_priority}"
             )
+        elif any(p.do_not_disrupt for p in pods) and not all(
+            p.labels.get(rules.non_preemptible_label) == "true" for p in pods
+        ):
+            # A pod annotated against voluntary disruption (cluster-autoscaler.kubernetes.io/safe-to-evict: "false",
+            # karpenter.sh/do-not-disrupt: "true") -- commonly a long training run -- is not stopped by this
+            # autoscaler either, unless its team opted in to this controller's preemption by label.
+            why_not = (
+                "a pod is annotated do-not-disrupt (safe-to-evict=false or karpenter.sh/do-not-disrupt); label every "
+                f'pod {rules.non_preemptible_label}="true" to allow its preemption'
+            )
         elif any(p.terminating for p in pods):
             # stopping already (an eviction or suspension of an earlier tick, or its own end): its GPUs are on
             # their way back (``core.arbitrate`` counts them so), and taking it again stops nothing
