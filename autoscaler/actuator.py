@@ -257,6 +257,37 @@ def _move_stops(action: Action) -> list[Action]:
     return list(action.needs)
 
 
+def _for_a_scale_up(
+    action: Action,
+    actions: Sequence[Action],
+    results: Sequence[ActionResult | None],
+    scale_ups: Mapping[str, int],
+) -> str | None:
+    """Why a stop (a preemption for a service) or a burst pool's growth must not go out: the scale-up of the
+    service(s) it was planned for was not made (the write failed, was refused, held or skipped because the
+    Deployment changed since the read). Stopping training or buying nodes for replicas that do not exist would be an
+    API error causing a preemption; the next tick plans again from what is. None: it may go (no scale-up of its
+    service in the plan -- its replicas were asked for earlier and wait for room -- or the scale-up was made or found
+    made, or this is a dry run)."""
+    if isinstance(action, EvictPod | SuspendWorkload):
+        services: tuple[str, ...] = (action.service,) if action.service else ()
+    elif isinstance(action, ScaleNodePool) and action.nodes > action.previous_nodes:
+        services = action.services
+    else:
+        return None
+    indices = [scale_ups[s] for s in services if s in scale_ups]
+    if not indices:
+        return None
+    outcomes = [results[i] for i in indices]
+    if any(r is None or r.result in ("applied", "unchanged", "dry_run") for r in outcomes):
+        return None  # one service's replicas are real (or the scale is later in the plan: not gated)
+    first = next(r for r in outcomes if r is not None)
+    return (
+        f"the scale-up of {', '.join(s for s in services if s in scale_ups)} it was planned for was not made "
+        f"({first.result}: {first.message}): nothing stopped or bought for replicas that do not exist"
+    )
+
+
 def forget_unapplied(
     state: ControllerState, previous: ControllerState, results: Sequence[ActionResult], now: float
 ) -> ControllerState:
@@ -268,11 +299,18 @@ def forget_unapplied(
     put it there between the tick's read and the write, or a plan repeated a scale). The rate policies bound this
     controller's own changes, as the HPA's scale events record only the HPA's: a change somebody else made is seen by
     the next tick's read as the current replicas, the base of the next allowance (as for ``skipped``, a change to
-    other replicas); counting it as ours would also throttle the next real change for a write that never was."""
+    other replicas); counting it as ours would also throttle the next real change for a write that never was.
+    A scale-down that ``failed`` is the exception: its outcome is unknown, so it stays counted."""
     unapplied = {
         f"{r.action.namespace}/{r.action.name}"
         for r in results
-        if r.result != "applied" and isinstance(r.action, ScaleDeployment)
+        if r.result != "applied"
+        and isinstance(r.action, ScaleDeployment)
+        # A scale-down whose write failed may have been committed all the same (a timeout, a connection lost after
+        # the request went out): it stays counted. Counted once too often only slows the next scale-down; forgotten
+        # while committed, the next tick's allowance would double the configured rate. A failed scale-up is
+        # forgotten: retried at full allowance, as the SLO wants.
+        and not (r.result == "failed" and r.action.replicas < r.action.previous_replicas)
     }
     if not unapplied:
         return state
@@ -371,10 +409,29 @@ class Actuator:
         results: list[ActionResult | None] = [None] * len(actions)
         for index, why in _contradictions(actions).items():
             results[index] = ActionResult(actions[index], "skipped", why)
+        # the plan's scale-ups, by service: the stops and node-pool growth planned for a service's new replicas go
+        # out only once its scale-up was made (``_for_a_scale_up``)
+        scale_ups = {
+            f"{a.namespace}/{a.name}": i
+            for i, a in enumerate(actions)
+            if isinstance(a, ScaleDeployment) and a.replicas > a.previous_replicas
+        }
         # a node given back by a consolidation goes after the stops it was planned on, and only if they were made
         dependent = {i: stops for i, a in enumerate(actions) if (stops := _move_stops(a))}
         for index, action in enumerate(actions):
             if results[index] is not None:
+                continue
+            why_not = _for_a_scale_up(action, actions, results, scale_ups)
+            if why_not is not None:
+                if isinstance(action, EvictPod) and action.gang:
+                    # the gang's other evictions wherever they are in the plan: whole or not at all
+                    for i in range(index, len(actions)):
+                        other = actions[i]
+                        if results[i] is None and isinstance(other, EvictPod) and other.gang == action.gang:
+                            results[i] = ActionResult(other, "skipped", why_not)
+                else:
+                    results[index] = ActionResult(action, "skipped", why_not)
+                log.warning("skipped: %s: %s", describe_action(action), why_not)
                 continue
             if index in dependent:
                 # in its place once its stops are done (core.arbitrate puts them first): a scale-down moved after the

@@ -204,6 +204,27 @@ PASS_LEDGER_REQUESTS = 3
 PASS_REQUESTS_PER_MOVE = 6
 
 
+# Tries of the tick's first read, the GPUScalingPolicy list (``PolicyLoader``'s default: 1 + 2 retries), each up to
+# twice the request timeout (the API client's connect retry), with backoff sleeps of at most 2 s between them.
+POLICY_READ_TRIES = 3
+POLICY_READ_MAX_BACKOFF_S = 2.0
+
+
+def tick_stall_seconds(settings: Settings) -> float:
+    """How long a tick may run before /healthz calls the loop hung: ``tick_stall_seconds``, or longer when a tick
+    held on an unanswering Kubernetes API takes longer -- its policy read through all its tries, plus a tick
+    interval. The settings check the Prometheus worst case only; with a long ``kubernetes.request_timeout_seconds``
+    (60 s: 3 x 120 s) the configured bound failed /healthz during an API outage, and the livenessProbe restarted
+    the controller through it. With the defaults (10 s, 15 s ticks): 3 x 20 + 2 x 2 + 15 = 79 s, the 120 s stand."""
+    per_try = 2 * settings.kubernetes.request_timeout_seconds
+    held = (
+        POLICY_READ_TRIES * per_try
+        + (POLICY_READ_TRIES - 1) * POLICY_READ_MAX_BACKOFF_S
+        + settings.tick_interval_seconds
+    )
+    return max(settings.tick_stall_seconds, held)
+
+
 def rebalance_stall_seconds(settings: Settings) -> float:
     """How long one rebalance pass may run before /healthz calls it hung.
 
@@ -223,7 +244,7 @@ def rebalance_stall_seconds(settings: Settings) -> float:
     in a loop under a slow API server."""
     requests = PASS_LEDGER_REQUESTS + PASS_REQUESTS_PER_MOVE * settings.rebalance.max_moves_per_pass
     per_request = 2 * settings.kubernetes.request_timeout_seconds
-    return settings.tick_stall_seconds + requests * per_request
+    return tick_stall_seconds(settings) + requests * per_request
 
 
 def _leader_pod_label(settings: Settings, adapters: Adapters, serving: bool) -> LeaderPodLabel | None:
@@ -349,7 +370,7 @@ def build_runtime(
         tick_interval_s=settings.tick_interval_seconds,
         refit_interval_s=settings.refit_interval_seconds,
         rebalance_interval_s=settings.rebalance_interval_seconds,
-        tick_stall_s=settings.tick_stall_seconds,
+        tick_stall_s=tick_stall_seconds(settings),
         rebalance_stall_s=rebalance_stall_seconds(settings),
         shutdown_grace_s=settings.shutdown_grace_seconds,
         elector=elector,

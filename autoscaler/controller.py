@@ -27,6 +27,7 @@ from typing import Any
 from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, GuardContext, forget_unapplied
 from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot, hpas_targeting
+from autoscaler.core.headroom import DEFAULT_HEADROOM
 from autoscaler.core.model import (
     ControllerState,
     Mode,
@@ -46,7 +47,7 @@ from autoscaler.core.rebalance import (
     record_pass,
 )
 from autoscaler.core.rebalance import protected_owners as core_protected_owners
-from autoscaler.core.tick import TickConfig, TickInput, decide_tick
+from autoscaler.core.tick import ForecastReadConfig, TickConfig, TickInput, decide_tick
 from autoscaler.ports import (
     POLICY_KIND,
     ClusterReader,
@@ -179,6 +180,16 @@ class Controller:
 
     def stop_acting(self) -> None:
         self._pending_reset = ("stop", None)
+
+    def clock_stepped_forward(self, now: float) -> None:
+        """The wall clock stepped forward (the runtime compares it with the monotonic clock): every window and timer
+        of the state aged by the step at once. While acting, start over as a fresh leader does (no history, the
+        takeover grace from ``now``): no scale-down or give-back on the strength of a window the step emptied."""
+        pending = self._pending_reset
+        if pending is not None and pending[0] == "stop":
+            return  # leadership lost meanwhile: the reset to come forgets everything anyway
+        if self.acting_since is not None or pending is not None:
+            self._pending_reset = ("start", now)
 
     def _apply_pending_reset(self) -> None:
         pending, self._pending_reset = self._pending_reset, None
@@ -438,10 +449,15 @@ class Controller:
             plan, new_state = self._decide(replace(tick, forecasts=self.forecasts.published), state, config)
             self.forecasts.record_leads(plan.forecasts)
         except Exception as exc:
-            log.exception("reading the forecasts failed; reactive scaling only this tick")
+            log.exception("reading the forecasts failed; forecasting services hold this tick, the others scale")
             self.telemetry.error("decide")
             report.errors.append(f"forecast_read: {type(exc).__name__}: {exc}")
-            return self._decide(tick, state, TickConfig(capacity=self.capacity))
+            # Without its fits, a forecasting service would read as "no forecast fitted yet" and run at the untrusted
+            # share of its target: every earned service scaled up by a third (preempting training, buying nodes for
+            # it) and back down once the read works. It holds instead, as before a term's first refit: the spec's
+            # target, no scale-down. Reactive services are not concerned.
+            holding = ForecastReadConfig(headroom=replace(DEFAULT_HEADROOM, hold_unfitted=True))
+            return self._decide(tick, state, TickConfig(forecast=holding, capacity=self.capacity))
         report.forecasts = plan.forecasts
         report.floors = MappingProxyType({k: v.floor for k, v in plan.forecasts.items() if v.floor is not None})
         return plan, new_state

@@ -35,6 +35,10 @@ def noop_job(now: float) -> None:
     """Placeholder job (the rebalance job lands in a later issue)."""
 
 
+# A wall clock that moved this much more than the monotonic clock between two leader ticks stepped forward (an NTP
+# step, a VM resumed): every window the core measures on it aged by the step at once. Smaller steps age them by less
+# than two ticks.
+CLOCK_STEP_FORWARD_S = 30.0
 CLOCK_STEP_S = 1.0  # a wall clock that moved this much less than the monotonic clock since the last check stepped back
 # A job due this soon is left to run as scheduled when the clock steps back (it runs within this margin anyway, and
 # the scheduler may be running it right now: rescheduling it then could run it twice).
@@ -120,6 +124,7 @@ class Runtime:
         self._tick_started: float | None = None
         self.scheduler: Any = None
         self._clock_check_s = min(1.0, max(0.05, tick_interval_s / 2))
+        self._last_leader_tick: tuple[float, float] | None = None  # (wall, monotonic) clocks of the last leader tick
         self._clock_watch: threading.Thread | None = None
         self.http: HttpServer | None = None
         if http is not None:
@@ -179,6 +184,10 @@ class Runtime:
         self._leadership_epoch = next(self._epochs)
         self.telemetry.set_leader(False)
         self.controller.stop_acting()
+        if self.extender is not None:
+            # kube-scheduler's kept-alive connections stay on this endpoint whatever the leader-only Service
+            # selects now: closed, its next call reconnects through the Service, to the new leader
+            self.extender.close_connections()
 
     def _label_now(self) -> None:
         """Label the pod in a job of its own, now: the tick brought forward waits for a standby tick still running
@@ -304,7 +313,20 @@ class Runtime:
                 self._tick_started = None
 
     def _leader_tick(self) -> None:
-        self.controller.run_once(self._clock())
+        now, mono = self._clock(), time.monotonic()
+        last, self._last_leader_tick = self._last_leader_tick, (now, mono)
+        if last is not None and (now - last[0]) - (mono - last[1]) > CLOCK_STEP_FORWARD_S:
+            # The stabilisation windows, rate policies, grace periods and capacity timers are measured on the wall
+            # clock: a step forward would expire them all at once (a scale-down on one sample, a burst node given
+            # back at once). The controller starts over as a new leader would: no history, the takeover grace.
+            step = (now - last[0]) - (mono - last[1])
+            log.warning(
+                "the wall clock stepped forward %.0fs: the controller forgets its history and starts the takeover "
+                "grace, as after a change of leader",
+                step,
+            )
+            self.controller.clock_stepped_forward(now)
+        self.controller.run_once(now)
         report = self.controller.last_report
         if report is not None and report.held_by == "policy_read":
             # held before it read the cluster: the scheduler extender still needs a fresh snapshot (the cluster may

@@ -681,8 +681,16 @@ def arbitrate(
             actions = [a for a in actions if a not in merged]
             before = next((p.nodes for p in pools if p.name == pool.name), pool.nodes)
             detail = "; ".join([*(a.detail for a in merged), btext])
+            services = tuple(dict.fromkeys([*(s for a in merged for s in a.services), key]))
             actions.append(
-                ScaleNodePool(pool.name, before + added_nodes[pool.name], before, Reason.BURST_SCALE_UP, detail)
+                ScaleNodePool(
+                    pool.name,
+                    before + added_nodes[pool.name],
+                    before,
+                    Reason.BURST_SCALE_UP,
+                    detail,
+                    services=services,
+                )
             )
 
     notes: list[str] = [*stale_holds, *priority_notes]

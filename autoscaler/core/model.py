@@ -305,6 +305,9 @@ class ScaleNodePool:
     # the stops (of the same plan, before it) this give-back was planned on: the gangs whose GPUs take the node's
     # replicas (a consolidation); given back without them, those replicas would have nowhere to go
     needs: tuple[EvictPod | SuspendWorkload, ...] = ()
+    # a burst scale-up: the services ("namespace/name") whose replicas the nodes are for; the growth goes out only if
+    # the scale-up of one of them (same plan) was made
+    services: tuple[str, ...] = ()
 
 
 Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool
