@@ -7,8 +7,8 @@ they are spelled and reads them case-insensitively):
 - request ``ExtenderArgs``: ``{"Pod": <v1.Pod>, "Nodes": <v1.NodeList> | null, "NodeNames": [<name>] | null}``
   (``NodeNames`` when the extender is configured ``nodeCacheCapable: true``, as ``deploy/`` does);
 - filter answer ``ExtenderFilterResult``: ``{"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes",
-  "Error"}`` -- the nodes that pass in the form they came in (a ``nodeCacheCapable`` answer without ``NodeNames``
-  would filter out every node), the rejected ones with a reason;
+  "Error"}`` -- every node passes, in the form it came in (a ``nodeCacheCapable`` answer without ``NodeNames``
+  would filter out every node); ``deploy/`` does not configure the verb (``autoscaler.core.extender``);
 - prioritize answer ``HostPriorityList``: ``[{"Host": <name>, "Score": 0..10}]``.
 
 A request that is not the protocol (not JSON, nested too deeply, no node list) gets HTTP 400 with the reason in
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -353,20 +354,12 @@ class Extender:
         if verb == FILTER_VERB:
             outcome = filter_nodes(view, pod, names, now, self.config)
             self._note(verb, outcome.fail_open, view, now)
-            if self._telemetry is not None:
-                for reason in outcome.failed.values():
-                    self._telemetry.extender_filtered_nodes.labels(reason=reason.value).inc()
-            # Resolvable, not unresolvable: the snapshot may be older than the scheduler's cache (a GPU back from
-            # unhealthy, a relabelled node), and an unresolvable answer parks the pod and keeps preemption off the
-            # node. The scheduler's own fit and affinity checks, on its newer cache, stay the final word.
-            failed = {name: reason.text for name, reason in outcome.failed.items()}
+            # Every node passes, in the form it came in (core.extender: the scheduler's own filters, on its newer
+            # cache, already said what our snapshot could say, and the snapshot could only be behind).
             passed: dict[str, Any] = {"NodeNames": list(outcome.passed), "Nodes": None}
-            if items is not None and item_names is not None:
-                keep = set(outcome.passed)
-                # A node whose name could not be read passes as it came: failing open, never silently dropped.
-                kept = [i for i, n in zip(items, item_names, strict=True) if n is None or n in keep]
-                passed = {"NodeNames": None, "Nodes": {"items": kept}}
-            payload = {**passed, "FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
+            if items is not None:
+                passed = {"NodeNames": None, "Nodes": {"items": list(items)}}
+            payload = {**passed, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
             return 200, payload, "ok" if outcome.fail_open is None else "fail_open"
         if verb == PRIORITIZE_VERB:
             scored = prioritize_nodes(view, pod, names, now, self.config, self._scorer)
@@ -419,6 +412,14 @@ class ExtenderServer:
             raise ValueError("read_timeout_s must be > 0")
         self.extender = extender
         routes = {f"{prefix.rstrip('/')}/{verb}": verb for verb in (FILTER_VERB, PRIORITIZE_VERB)}
+        # The open connections (the scheduler keeps its connections alive), to close them when this replica stops
+        # leading or stops: kube-proxy keeps an established connection on the endpoint it chose, so the leader-only
+        # Service alone would leave a former leader advising on it. And a stopping server answers nothing more.
+        self._connections: set[socket.socket] = set()
+        self._closing: set[socket.socket] = set()  # answer the request being read (if any), then close
+        self._connections_lock = threading.Lock()
+        self._stopping = threading.Event()
+        server_ref = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive: the scheduler's client reuses its connections
@@ -431,14 +432,42 @@ class ExtenderServer:
             # stops coming in the 408 below.
             timeout = read_timeout_s
 
+            def setup(self) -> None:
+                super().setup()
+                with server_ref._connections_lock:
+                    server_ref._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server_ref._connections_lock:
+                    server_ref._connections.discard(self.connection)
+                    server_ref._closing.discard(self.connection)
+                super().finish()
+
+            def _closing(self) -> bool:
+                with server_ref._connections_lock:
+                    return self.connection in server_ref._closing
+
             def do_POST(self) -> None:
                 verb = routes.get(self.path.split("?", 1)[0])
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
                     length = -1
+                if server_ref._stopping.is_set():
+                    self.close_connection = True  # its body is not read: the connection ends with this answer
+                    self._reply(503, b'{"Error":"stopping: ask the leader\'s Service again"}')
+                    return
+                if self._closing():
+                    # a request that came in as the connection was being closed: answered, and the connection ends
+                    self.close_connection = True
                 if verb is None:
+                    self.close_connection = True  # its body is not read: left there, it would be the next request
                     self._reply(404, b'{"Error":"not found"}')
+                    return
+                if self.headers.get("Transfer-Encoding"):
+                    # kube-scheduler sends a Content-Length; a chunked body is not read, so the connection ends here
+                    self.close_connection = True
+                    self._reply(411, json.dumps({"Error": "a Content-Length is required"}).encode())
                     return
                 if not 0 <= length <= MAX_BODY_BYTES:
                     self.close_connection = True
@@ -485,6 +514,8 @@ class ExtenderServer:
 
             def _reply(self, status: int, body: bytes) -> None:
                 self.send_response(status)
+                if self.close_connection:
+                    self.send_header("Connection", "close")  # the client must not send another request on it
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -507,9 +538,25 @@ class ExtenderServer:
         )
         self._thread.start()
 
+    def close_connections(self) -> None:
+        """End every open connection after the request it is answering, if any: a handler waiting for the next
+        request on a kept-alive connection reads its end at once and closes it (one already reading a request answers
+        it with ``Connection: close``). The scheduler reconnects through
+        the Service on its next call (to the leader). Called when this replica stops leading."""
+        with self._connections_lock:
+            connections = list(self._connections)
+            self._closing.update(connections)  # one in the middle of reading a request answers it, then closes
+        for connection in connections:
+            with contextlib.suppress(OSError):  # closed meanwhile
+                connection.shutdown(socket.SHUT_RD)
+        if connections:
+            log.info("extender: closed %d kept-alive connection(s)", len(connections))
+
     def stop(self) -> None:
+        self._stopping.set()  # a request already on its way is answered 503 (skipped by the scheduler: ignorable)
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout=5)
             self._thread = None
         self._server.server_close()
+        self.close_connections()

@@ -50,7 +50,6 @@ EXTENDER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 EXTENDER_VERBS = ("filter", "prioritize")
 EXTENDER_RESULTS = ("ok", "fail_open", "bad_request", "error")
 EXTENDER_FAIL_OPEN = ("no_snapshot", "stale_snapshot", "bad_pod")
-EXTENDER_FILTER_REASONS = ("gpu_type_mismatch", "node_too_small")
 
 # Results named in gpu_autoscaler_forecast_fits_total{result}.
 FIT_RESULTS = ("ok", "failed", "timeout", "no_data")
@@ -431,20 +430,11 @@ class Telemetry:
             buckets=EXTENDER_BUCKETS,
             registry=r,
         )
-        self.extender_filtered_nodes = Counter(
-            f"{PREFIX}_extender_filtered_nodes",
-            "Candidate nodes the scheduler extender's filter turned away, by reason (gpu_type_mismatch, "
-            "node_too_small)",
-            ["reason"],
-            registry=r,
-        )
         for verb in EXTENDER_VERBS:
             for result in EXTENDER_RESULTS:
                 self.extender_requests.labels(verb=verb, result=result)
             for reason in EXTENDER_FAIL_OPEN:
                 self.extender_fail_open.labels(verb=verb, reason=reason)
-        for reason in EXTENDER_FILTER_REASONS:
-            self.extender_filtered_nodes.labels(reason=reason)
 
     def set_leader(self, leader: bool) -> None:
         self.leader.labels(identity=self._identity).set(1 if leader else 0)

@@ -4,21 +4,22 @@ latest ``ClusterSnapshot``, the pod being scheduled and the candidate nodes in, 
 The snapshot is the controller's, read once per tick; kube-scheduler's own cache is newer (it has assumed the pods it
 placed since). So:
 
-- **filter** says no only where a *stable* rule does, one a newer cache rarely overturns: the node's GPU type is not
-  one the pod asks for (``GPU_TYPE_MISMATCH``), or the node has fewer GPUs in all than the pod asks for on one node
-  (``NODE_TOO_SMALL``: no eviction makes an 8-GPU pod fit a 4-GPU node). Both are answered as resolvable
-  ``FailedNodes``, not unresolvable: a node's GPU count or type label does change (a GPU back from unhealthy, a MIG
-  or driver change), the scheduler's cache sees it first, and an unresolvable answer would park the pod and keep
-  preemption off a node the scheduler, on its newer cache, finds fit. Only what the snapshot has shown counts: a
-  node without a GPU type label or without allocatable GPUs in it passes (a new node whose feature discovery or
-  device plugin had not reported yet; kube-scheduler's own resource fit and node affinity still reject a node that
-  lacks them). Free GPUs are never filtered on: the snapshot may be behind the scheduler, which checks them itself;
-  a node our snapshot thinks full is scored lowest instead.
+- **filter** turns no node away. kube-scheduler calls an extender only with the nodes its own filters (NodeAffinity,
+  NodeResourcesFit: the GPU type label, the GPUs free) passed on its cache, which is newer than our snapshot; every
+  rule the snapshot could add (a GPU type the pod does not select, a node with fewer GPUs than the pod asks for) says
+  no only where the snapshot is behind -- a GPU back from unhealthy, a node relabelled since the tick's read -- and
+  then wrongly: the only fitting node turned away, the pod unschedulable and the scheduler's preemption evicting
+  lower-priority GPU pods elsewhere for it. ``deploy/`` does not configure the verb (one round trip less per pod);
+  it is answered, every node passing, for a scheduler configuration that still names it.
 - **prioritize** scores by GPU fragmentation (FGD, ``autoscaler.core.fragmentation``): each node's GPUs as whole GPUs
   free or taken by the snapshot's live pods, the task mix learnt from those pods, and each candidate's score from one
-  swappable ``Scorer`` (0..100, None = does not fit per the snapshot). The scores are spread over the candidates to
-  kube-scheduler's 0..``MAX_EXTENDER_PRIORITY`` (least fragmenting 10, most 1; a node that does not fit 0), so that
-  the extender's weight, not the sigmoid's flat middle, sets how much the ranking counts.
+  swappable ``Scorer`` (0..100, None = does not fit per the snapshot). A candidate whose free GPUs the snapshot shows
+  fewer than the pod asks for had GPUs freed since the read (the scheduler sends only nodes that fit on its newer
+  cache): it is scored as having exactly the pod's GPUs free, the least the scheduler's answer implies -- scored as
+  not fitting it came last, and a draining queue's pods went to empty nodes instead of refilling the busy ones. The
+  scores are spread over the candidates to kube-scheduler's 0..``MAX_EXTENDER_PRIORITY`` (least fragmenting 10,
+  most 1; a node that does not fit even so 0), so that the extender's weight, not the sigmoid's flat middle, sets
+  how much the ranking counts.
 - **fail open**: no snapshot, a snapshot older than ``ExtenderConfig.max_snapshot_age_s``, or a pod that could not be
   read -- every node passes and every score is 0, with the reason (``FailOpen``) for the caller to log and count. A
   pod asking for no GPU is not our business: every node passes, every score 0, not a failure.
@@ -29,7 +30,7 @@ placed since). So:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from autoscaler.core.cluster import ClusterSnapshot, PodInfo, free_gpus_per_node
@@ -52,23 +53,6 @@ class FailOpen(StrEnum):
     NO_SNAPSHOT = "no_snapshot"  # the controller has not read the cluster yet
     STALE_SNAPSHOT = "stale_snapshot"  # its latest read is older than the configured maximum age
     BAD_POD = "bad_pod"  # the pod in the request could not be read (its GPU request or selector)
-
-
-class FilterReason(StrEnum):
-    """Why the filter turned a node away; the text is the one kube-scheduler shows in the pod's events."""
-
-    GPU_TYPE_MISMATCH = "gpu_type_mismatch"
-    NODE_TOO_SMALL = "node_too_small"
-
-    @property
-    def text(self) -> str:
-        return _FILTER_TEXT[self]
-
-
-_FILTER_TEXT = {
-    FilterReason.GPU_TYPE_MISMATCH: "gpu-autoscaler: the node's GPU type is not one the pod asks for",
-    FilterReason.NODE_TOO_SMALL: "gpu-autoscaler: the node has fewer GPUs than the pod asks for",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +185,7 @@ def check_fresh(view: PlacementView | None, now: float, config: ExtenderConfig) 
 
 @dataclass(frozen=True, slots=True)
 class FilterOutcome:
-    passed: tuple[str, ...]  # in the order asked
-    failed: Mapping[str, FilterReason] = field(default_factory=dict)  # answered as FailedNodes (resolvable)
+    passed: tuple[str, ...]  # in the order asked: every node (see the module doc)
     fail_open: FailOpen | None = None
 
 
@@ -219,32 +202,12 @@ def filter_nodes(
     now: float,
     config: ExtenderConfig,
 ) -> FilterOutcome:
-    """The candidates a stable GPU rule does not exclude (see the module doc). Nodes the snapshot does not know pass."""
+    """Every candidate passes (see the module doc); ``fail_open`` says when the advice would have been none anyway
+    (no usable snapshot, an unreadable pod), for the caller's counts."""
     names = tuple(node_names)
     if pod is None:
         return FilterOutcome(names, fail_open=FailOpen.BAD_POD)
-    why = check_fresh(view, now, config)
-    if why is not None or view is None:
-        return FilterOutcome(names, fail_open=why)
-    if pod.gpus == 0:
-        return FilterOutcome(names)
-    passed: list[str] = []
-    failed: dict[str, FilterReason] = {}
-    for name in names:
-        node = view.nodes.get(name)
-        if node is None:
-            passed.append(name)
-        # Only facts the snapshot has: a node that joined before its device plugin registered its GPUs (0
-        # allocatable) or before feature discovery labelled its type is not judged on what it did not show yet (the
-        # scheduler's cache may be newer; an unresolvable answer parks the pod for minutes). kube-scheduler's own
-        # resource fit still rejects a node without the GPUs.
-        elif pod.gpu_products is not None and node.gpu_type is not None and node.gpu_type not in pod.gpu_products:
-            failed[name] = FilterReason.GPU_TYPE_MISMATCH
-        elif 0 < view.capacity[name] < pod.gpus:
-            failed[name] = FilterReason.NODE_TOO_SMALL
-        else:
-            passed.append(name)
-    return FilterOutcome(tuple(passed), failed)
+    return FilterOutcome(names, fail_open=check_fresh(view, now, config))
 
 
 def prioritize_nodes(
@@ -268,8 +231,27 @@ def prioritize_nodes(
     known = [name for name in names if name in view.nodes]
     task = pod.task
     mix = view.mix if view.mix.classes else TaskMix.of([(task, 1.0)])  # nothing seen yet: the pod is the mix
-    raw = dict(zip(known, scorer([view.nodes[name] for name in known], task, mix), strict=True))
+    nodes = [_with_room_for(view.nodes[name], pod.gpus) for name in known]
+    raw = dict(zip(known, scorer(nodes, task, mix), strict=True))
     return PriorityOutcome(tuple((name, s) for name, s in zip(names, spread([raw.get(n) for n in names]), strict=True)))
+
+
+def _with_room_for(node: GpuNode, gpus: int) -> GpuNode:
+    """``node`` with at least ``gpus`` whole GPUs free: the scheduler, on its newer cache, found the pod's GPUs free
+    there, so GPUs the snapshot shows taken have been freed since; as few as the pod needs are counted free. A node
+    with fewer GPUs in all is left as it is (it does not fit)."""
+    free = sum(1 for f in node.gpu_free_milli if f == GPU_MILLI)
+    if free >= gpus or len(node.gpu_free_milli) < gpus:
+        return node
+    freed = 0  # the first GPUs not wholly free, as many as needed (the view's GPUs are wholly free or taken)
+    gpus_free: list[int] = []
+    for f in node.gpu_free_milli:
+        if f < GPU_MILLI and freed < gpus - free:
+            gpus_free.append(GPU_MILLI)
+            freed += 1
+        else:
+            gpus_free.append(f)
+    return replace(node, gpu_free_milli=tuple(gpus_free))
 
 
 def spread(scores: Sequence[int | float | None]) -> list[int]:

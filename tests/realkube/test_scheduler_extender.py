@@ -238,7 +238,7 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
         print(f"  scheduler -> {c.verb}: NodeNames={c.node_names} -> {c.status} {c.answer} ({c.seconds * 1e3:.2f} ms)")
     print(f"  bound to {placed}")
     verbs = [c.verb for c in calls]
-    assert "filter" in verbs and "prioritize" in verbs, verbs
+    assert set(verbs) == {"prioritize"}, verbs  # the shipped configuration names no filterVerb (core.extender)
     assert all(c.status == 200 for c in calls)
     assert all(c.node_names is not None for c in calls)  # nodeCacheCapable: names only
     prioritized = next(c for c in calls if c.verb == "prioritize")
@@ -277,7 +277,7 @@ def test_the_real_scheduler_places_gpu_pods_where_the_extender_advises(setup: Se
         else:
             assert {h["Score"] for h in c.answer} == {0}
     fail_open = setup.runtime.telemetry.registry.get_sample_value(
-        "gpu_autoscaler_extender_fail_open_total", {"verb": "filter", "reason": "no_snapshot"}
+        "gpu_autoscaler_extender_fail_open_total", {"verb": "prioritize", "reason": "no_snapshot"}
     )
     assert fail_open is not None and fail_open >= 1
 

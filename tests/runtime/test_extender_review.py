@@ -47,25 +47,32 @@ def filter_answer(extender: Extender) -> dict[str, object]:
     return answer
 
 
+def prioritize_answer(extender: Extender) -> dict[str, int]:
+    status, body = extender.handle("prioritize", json.dumps({"Pod": POD, "NodeNames": ["a100-0", "l4-0"]}).encode())
+    assert status == 200
+    return {h["Host"]: h["Score"] for h in json.loads(body)}
+
+
 def test_a_snapshot_read_long_ago_fails_open_whatever_the_wall_clock_did() -> None:
     snapshots = LatestSnapshot(FakeCluster())
     snapshots.set(ClusterSnapshot(T, nodes=NODES))
     # the wall clock stepped back an hour right after the read; 600 s have passed since on the monotonic clock
     wall = T - 3600 + 600
     stepped = Extender(snapshots.latest, ExtenderConfig(60), clock=lambda: wall, snapshot_age=lambda: 600.0)
-    assert filter_answer(stepped)["NodeNames"] == ["a100-0", "l4-0"]  # failed open: every node passes
+    assert prioritize_answer(stepped) == {"a100-0": 0, "l4-0": 0}  # failed open: no advice
     fresh = Extender(snapshots.latest, ExtenderConfig(60), clock=lambda: wall, snapshot_age=lambda: 5.0)
-    assert filter_answer(fresh)["NodeNames"] == ["a100-0"]  # advising: the L4 node is turned away
+    assert prioritize_answer(fresh) == {"a100-0": 10, "l4-0": 0}  # advising: the L4 node is no A100
     assert isinstance(snapshots.age_s(), float) and 0 <= (snapshots.age_s() or 0) < 60
 
 
-def test_a_filter_no_is_resolvable() -> None:
-    """The snapshot may be older than the scheduler's cache: its no must not park the pod (unresolvable)."""
+def test_the_filter_never_says_no() -> None:
+    """The snapshot is older than the scheduler's cache, whose own filters already passed these nodes: a no of ours
+    (l4-0 is no A100 per the snapshot) could only be the snapshot being behind (core.extender)."""
     snapshots = LatestSnapshot(FakeCluster())
     snapshots.set(ClusterSnapshot(T, nodes=NODES))
     answer = filter_answer(Extender(snapshots.latest, ExtenderConfig(60), clock=lambda: T + 1))
-    assert answer["FailedAndUnresolvableNodes"] == {}
-    assert list(answer["FailedNodes"]) == ["l4-0"]  # type: ignore[call-overload]
+    assert answer["NodeNames"] == ["a100-0", "l4-0"]
+    assert answer["FailedNodes"] == {} and answer["FailedAndUnresolvableNodes"] == {}
 
 
 def test_a_dripping_client_is_cut_off_once_the_body_has_had_its_time() -> None:
