@@ -972,8 +972,7 @@ class PrometheusMetricsSource:
     def _log_copies(self, acc: _GpuAcc, samples: Sequence[_Sample]) -> None:
         """Say once per set of differing labels that the exporter is scraped more than once: read as one GPU, the
         copies are no fault, but they cost Prometheus twice the series and the operator may want to drop one."""
-        first = samples[0].labels.items()
-        names = tuple(sorted({name for other in samples[1:] for name, _ in first ^ other.labels.items()}))
+        names = _label_names_differing(samples)
         if names in self._copy_labels_logged or len(self._copy_labels_logged) >= _MAX_COPY_LABEL_SETS:
             return
         self._copy_labels_logged.add(names)
@@ -1429,8 +1428,13 @@ def _without_name(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     return frozenset(item for item in labels.items() if item[0] != "__name__")
 
 
+def _label_names_differing(samples: Sequence[_Sample]) -> tuple[str, ...]:
+    """The label names whose values (or presence) are not the same on every series, sorted."""
+    return tuple(sorted({k for s in samples for k in s.labels if len({x.labels.get(k) for x in samples}) > 1}))
+
+
 def _differing_labels(samples: Sequence[_Sample]) -> str:
-    names = sorted({k for s in samples for k in s.labels if len({x.labels.get(k) for x in samples}) > 1})
+    names = _label_names_differing(samples)
     return f" (differing in {', '.join(names)})" if names else ""
 
 

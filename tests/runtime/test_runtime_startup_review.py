@@ -190,6 +190,8 @@ def test_no_crd_then_forbidden_then_prometheus_unresolvable_the_process_stays_up
         wait_until(
             lambda: ctrl.metric("gpu_autoscaler_stale_services", service=DEPLOYMENT) == 1, 60, "ml/chat stale", ctrl.log
         )
+        # the gauge is exported during the tick, the report /readyz reads is kept when the tick ends: a moment later
+        wait_until(lambda: "ml/chat" in ctrl.get("/readyz")[1], 30, "/readyz to name ml/chat", ctrl.log)
         assert_up_and_live(ctrl)
         status, body = ctrl.get("/readyz")
         assert status == 200 and "ml/chat" in body and "prometheus.invalid" in body, body
