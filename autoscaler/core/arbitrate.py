@@ -258,11 +258,12 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
 def _registered(snapshot: ClusterSnapshot, pool_names: Set[str]) -> dict[str, int]:
     """Nodes of each pool its provider still counts among those listed: all but a node being removed (an
     autoscaler's removal taint, or deleting: the provider's size has already, or is about to, let it go). A node
-    cordoned by hand (or by a drain) is still the provider's node: left out, it would read as a node requested and
-    not registered, capacity on its way that never comes, hiding a shortfall for as long as it stays cordoned."""
+    out of service (cordoned by hand or by a drain, its kubelet lost, its GPUs unhealthy) is still the provider's
+    node: left out, it would read as a node requested and not registered, capacity on its way that never comes,
+    hiding a shortfall for as long as it stays so."""
     out: dict[str, int] = {}
     for n in snapshot.nodes:
-        if n.pool is not None and n.pool in pool_names and (not n.leaving or n.cordoned):
+        if n.pool is not None and n.pool in pool_names and (not n.leaving or n.out_of_service):
             out[n.pool] = out.get(n.pool, 0) + 1
     return out
 

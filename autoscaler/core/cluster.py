@@ -100,9 +100,10 @@ class NodeInfo:
     # cordoned, tainted for removal by an autoscaler, or being deleted: not ready, and not on its way either (a burst
     # node that is not ready otherwise counts as booting capacity)
     leaving: bool = False
-    # leaving only because cordoned (spec.unschedulable, by hand or by a drain), with no removal taint and not being
-    # deleted: its provider still counts it, so it is no room but is no node "requested, not registered" either
-    cordoned: bool = False
+    # leaving but still its provider's node: cordoned (spec.unschedulable, by hand or by a drain) with no removal
+    # taint and not being deleted, or broken (its kubelet lost, Ready Unknown; every GPU unhealthy, allocatable 0 of
+    # a capacity above 0). No room and not on its way, but no node "requested, not registered" either
+    out_of_service: bool = False
     # its NoSchedule / NoExecute taints other than the transient node-condition ones (not-ready, uninitialized...):
     # a pod that does not tolerate one is never scheduled there
     taints: tuple[Taint, ...] = ()

@@ -158,6 +158,10 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 if protected_label
                 else f"priority {priority} >= {rules.preemptible_below_priority}"
             )
+        elif any(p.owner_kind == "Node" for p in pods):
+            # A static pod: its kubelet runs it from a file, and an eviction deletes only its mirror object -- no GPU
+            # is freed, and the next tick would evict it again.
+            why_not = "a static pod (its kubelet runs it; an eviction frees nothing)"
         elif any(p.do_not_disrupt for p in pods) and not all(
             p.labels.get(rules.non_preemptible_label) == "true" for p in pods
         ):

@@ -55,7 +55,7 @@ def scale_ups(actions) -> list[ScaleNodePool]:  # type: ignore[no-untyped-def]
 
 def cordoned(name: str = "burst-a") -> NodeInfo:
     """A burst node cordoned by hand: ready=False and leaving as the reader reads it, no removal taint."""
-    return NodeInfo(name, 8, "A100", "burst", False, leaving=True, cordoned=True)
+    return NodeInfo(name, 8, "A100", "burst", False, leaving=True, out_of_service=True)
 
 
 # -- a cordoned node is still the provider's ------------------------------------------------------------------------

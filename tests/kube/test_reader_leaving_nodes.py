@@ -65,7 +65,7 @@ def test_only_a_node_cordoned_and_nothing_else_reads_as_cordoned(
     deleting["metadata"]["finalizers"] = ["example.com/instance"]
     apiserver.seed(o.node("plain"), o.node("cordoned", unschedulable=True), both, deleting)
     snap = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW)
-    assert {n.name: n.cordoned for n in snap.nodes} == {
+    assert {n.name: n.out_of_service for n in snap.nodes} == {
         "plain": False,
         "cordoned": True,
         "cordoned-and-tainted": False,

@@ -95,6 +95,11 @@ class ReaderConfig:
     gang_min_available_annotation: str = "gpuautoscaler.dev/gang-min-available"
     checkpoint_annotation: str = "gpuautoscaler.dev/last-checkpoint"  # RFC 3339 or Unix seconds
     include_non_gpu_pods: bool = False
+    # A pod requesting no ``gpu_resource`` but another resource of these prefixes (MIG slices, nvidia.com/mig-*; a
+    # renamed time-sliced GPU, nvidia.com/gpu.shared) is kept, with 0 GPUs: dropped, a service whose replicas run on
+    # MIG slices counted no replica bound, and its steady state read as a shortfall every tick (training stopped or
+    # burst nodes bought for replicas that already run)
+    accelerator_resource_prefixes: tuple[str, ...] = ("nvidia.com/",)
     include_non_gpu_nodes: bool = False
     deployment_label_selector: str | None = None
     read_podgroups: bool = True  # Volcano PodGroup minMember for gangs; skipped when no pod is in a PodGroup
@@ -118,6 +123,17 @@ _LEAVING_EFFECTS = ("NoSchedule", "NoExecute")
 # and uninitialized nodes...): a booting burst node carries them until it is up, and pods tolerate the NoExecute ones
 # by default. Not a statement about which pods may run there.
 _TRANSIENT_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+# ... except, on a node that is Ready, the condition taints that keep new pods off while the condition lasts: a Ready
+# node under disk pressure (a 20 GB model image pulled), memory or PID pressure, or without its network, is no room
+# for a replica, and stopping training there frees nothing the scheduler will use
+_CONDITION_TAINTS_WHEN_READY = frozenset(
+    {
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/network-unavailable",
+    }
+)
 # ... and the start-up taints node provisioners put on a new node until its agents are up (Cluster API's
 # uninitialized, Cilium's agent-not-ready, Karpenter's unregistered): a booting node is no less room on its way
 _TRANSIENT_TAINT_KEYS = frozenset(
@@ -125,16 +141,19 @@ _TRANSIENT_TAINT_KEYS = frozenset(
 )
 
 
-def node_taints(raw: Any, ignore: tuple[str, ...] = ()) -> tuple[Taint, ...]:
+def node_taints(raw: Any, ignore: tuple[str, ...] = (), ready: bool = False) -> tuple[Taint, ...]:
     """A node's ``spec.taints`` that keep pods off (NoSchedule, NoExecute), without the transient node-condition
-    taints and the ``ignore`` keys (those already read as "leaving")."""
+    taints and the ``ignore`` keys (those already read as "leaving"). On a ``ready`` node the pressure and network
+    condition taints are kept: they hold while the condition lasts."""
     out = []
     for t in _list(raw):
         t = _map(t)
         key, effect, value = t.get("key"), t.get("effect"), t.get("value")
         if not isinstance(key, str) or not key or effect not in _LEAVING_EFFECTS or key in ignore:
             continue
-        if key.startswith(_TRANSIENT_TAINT_PREFIXES) or key in _TRANSIENT_TAINT_KEYS:
+        if (key.startswith(_TRANSIENT_TAINT_PREFIXES) or key in _TRANSIENT_TAINT_KEYS) and not (
+            ready and key in _CONDITION_TAINTS_WHEN_READY
+        ):
             continue
         out.append(Taint(key, value if isinstance(value, str) else None, str(effect)))
     return tuple(out)
@@ -223,6 +242,18 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
     overhead = spec.get("overhead")
     extra = _int(overhead.get(resource)) if isinstance(overhead, Mapping) else 0
     return effective_request(app, init, extra)
+
+
+def _requests_any(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
+    """Whether a container (or init container) of the pod requests a resource whose name starts with a prefix."""
+    if not prefixes:
+        return False
+    for container in [*_list(spec.get("containers")), *_list(spec.get("initContainers"))]:
+        resources = _map(_map(container).get("resources"))
+        for section in (_map(resources.get("requests")), _map(resources.get("limits"))):
+            if any(isinstance(k, str) and k.startswith(prefixes) for k in section):
+                return True
+    return False
 
 
 def pinned_product(pod_spec: Mapping[str, Any], label: str) -> str | None:
@@ -552,7 +583,7 @@ class KubeClusterReader:
         cfg = self.config
         meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
         gpus = pod_gpus(spec, cfg.gpu_resource)
-        if gpus <= 0 and not cfg.include_non_gpu_pods:
+        if gpus <= 0 and not cfg.include_non_gpu_pods and not _requests_any(spec, cfg.accelerator_resource_prefixes):
             return None
         labels = meta.get("labels") or {}
         annotations = meta.get("annotations") or {}
@@ -908,13 +939,20 @@ class KubeClusterReader:
             return None
         ready_cond = _condition(status, "Ready")
         ready = bool(ready_cond and ready_cond.get("status") == "True")
+        # Broken, not booting: its kubelet stopped reporting (Ready Unknown: a booting node's kubelet reports False),
+        # or its device plugin reported GPUs and every one is unhealthy now (allocatable 0 of a capacity above 0;
+        # a booting node has no GPU capacity yet). Read as booting, a broken burst node covered a shortfall for as
+        # long as it stayed.
+        lost = bool(ready_cond and ready_cond.get("status") == "Unknown")
+        unhealthy = gpus <= 0 and _int(capacity.get(cfg.gpu_resource)) > 0
         taints = spec.get("taints") or []
         leaving = isinstance(taints, list) and any(
             isinstance(t, dict) and t.get("key") in cfg.leaving_taints and t.get("effect") in _LEAVING_EFFECTS
             for t in taints
         )
         deleting = bool(meta.get("deletionTimestamp"))  # held by a finalizer while its instance goes
-        away = bool(spec.get("unschedulable", False)) or leaving or deleting  # cordoned, being removed, or going
+        cordoned = bool(spec.get("unschedulable", False))
+        away = cordoned or leaving or deleting or lost or unhealthy  # out of service, being removed, or going
         return NodeInfo(
             name=meta.get("name", ""),
             allocatable_gpus=gpus,
@@ -926,8 +964,8 @@ class KubeClusterReader:
             ready=ready and gpus > 0 and not away,
             labels=dict(labels),
             leaving=away,
-            cordoned=bool(spec.get("unschedulable", False)) and not leaving and not deleting,
-            taints=node_taints(taints, cfg.leaving_taints),
+            out_of_service=(cordoned or lost or unhealthy) and not leaving and not deleting,
+            taints=node_taints(taints, cfg.leaving_taints, ready=ready),
         )
 
     @staticmethod
