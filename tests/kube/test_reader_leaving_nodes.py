@@ -16,6 +16,7 @@ NOW = 1_800_000_000.0
     [
         {"key": "ToBeDeletedByClusterAutoscaler", "value": "1767225600", "effect": "NoSchedule"},
         {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"},
+        {"key": "karpenter.sh/disruption", "value": "disrupting", "effect": "NoSchedule"},  # Karpenter v0.32-v0.37
     ],
 )
 def test_a_node_being_removed_is_no_free_capacity(

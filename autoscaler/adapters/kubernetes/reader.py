@@ -110,7 +110,12 @@ class ReaderConfig:
     # NoSchedule taints that mean "this node is being removed" (Cluster Autoscaler's and Karpenter's): such a node,
     # like a cordoned one, takes no new pods and is no capacity. Not every NoSchedule taint: GPU nodes commonly carry
     # nvidia.com/gpu:NoSchedule, which GPU pods tolerate.
-    leaving_taints: tuple[str, ...] = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
+    # (Karpenter v1's karpenter.sh/disrupted; v0.32-v0.37 tainted karpenter.sh/disruption=disrupting)
+    leaving_taints: tuple[str, ...] = (
+        "ToBeDeletedByClusterAutoscaler",
+        "karpenter.sh/disrupted",
+        "karpenter.sh/disruption",
+    )
     request_timeout_s: float = 10.0
     read_retries: int = 2
     retry_backoff_s: float = 0.2
