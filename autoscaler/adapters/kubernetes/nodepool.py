@@ -9,10 +9,16 @@ policy: Random by default) unless one carries the ``cluster.x-k8s.io/delete-mach
 Machine is annotated first, then the size lowered, as the Cluster Autoscaler's Cluster API provider does; a node
 whose Machine cannot be found is not removed by chance: nothing is written.
 
-Every marked Machine ranks first, so the size falls only when no more Machines of the MachineDeployment carry the
-annotation (and are not already being deleted) than it falls by: a mark left by the Cluster Autoscaler, a person, or
-by us after a size write whose outcome was unknown could otherwise make the MachineSet delete that node (busy by
-now) instead of the one the plan emptied. ``OtherMachinesMarkedError`` then, nothing written. Our own marks carry a
+The MachineSet deletes ``len(machines) - spec.replicas`` Machines, its ``machines`` including those already being
+deleted (a MachineHealthCheck remediation, ``kubectl delete machine``), which go first, then every marked one. So the
+size falls only when the Machines being deleted, the other marked Machines and ours fit in that number: a Machine
+being deleted would otherwise absorb the decrease, and a mark left by the Cluster Autoscaler, a person, or by us
+after a size write whose outcome was unknown could make the MachineSet delete that node (busy by now) instead of the
+one the plan emptied. ``MachinesDeletedFirstError`` (``OtherMachinesMarkedError`` when marks are among them) then,
+nothing written. Nor while the MachineDeployment rolls out (``RolloutInProgressError``: it spreads a size change over
+its MachineSets without looking at the mark), and no resize at all of a paused one (``PoolPausedError``: the size
+would wait unapplied while ``node_count`` reports it). Our marks are written, and taken back, only on the Machine as
+we last saw it (resourceVersion): the take-back leaves a mark someone re-wrote meanwhile. Our own marks carry a
 second annotation recording when we placed them (``gpuautoscaler.dev/delete-machine-by``); one left behind is cleared
 by a later scale-down once it can no longer matter: older than any in-flight size write and the MachineDeployment
 settled (``status.replicas == spec.replicas``, generation observed) with the Machine still there.
@@ -67,6 +73,12 @@ MACHINE_PLURAL = "machines"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 # a MachineSet scaling down deletes Machines with this annotation first, whatever its delete policy
 DELETE_MACHINE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
+# the MachineSet a Machine belongs to (besides its controller owner reference)
+MACHINE_SET_NAME_LABEL = "cluster.x-k8s.io/set-name"
+# a MachineDeployment carrying it is not reconciled: a size written meanwhile reaches no MachineSet
+PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+# Cluster API 1.9+ sets this condition on the MachineDeployment when it or its Cluster (spec.paused) is paused
+PAUSED_CONDITION = "Paused"
 # Written with (and removed with) every delete-machine mark of ours, with the same value ("gpu-autoscaler <RFC 3339
 # UTC>"): a mark is ours only while both agree (the Cluster Autoscaler re-marking the Machine rewrites the value).
 MARKED_BY_ANNOTATION = "gpuautoscaler.dev/delete-machine-by"
@@ -83,14 +95,33 @@ class MachineNotFoundError(PortError):
     """The node to remove has no Machine of the pool's MachineDeployment (or its Machine is already going)."""
 
 
-class OtherMachinesMarkedError(PortError):
+class MachinesDeletedFirstError(PortError):
+    """Not scaled down, nothing written (a mark this call placed taken back): the MachineSet would delete other
+    Machines first (ones already being deleted, which it still counts, and marked ones), so lowering the size would
+    not reach the node the plan emptied. ``machines``: the other marked Machines, ``deleting``: those being deleted,
+    ``namespace/name``, sorted."""
+
+    def __init__(self, message: str, machines: tuple[str, ...], deleting: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.machines = machines
+        self.deleting = deleting
+
+
+class OtherMachinesMarkedError(MachinesDeletedFirstError):
     """Not scaled down, nothing written: more Machines of the MachineDeployment carry the delete-machine annotation
     (and are not being deleted) than the size would fall by, so the MachineSet might delete one of them instead of
     the node the plan emptied. ``machines``: the other marked Machines, ``namespace/name``, sorted."""
 
-    def __init__(self, message: str, machines: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.machines = machines
+
+class RolloutInProgressError(PortError):
+    """Not scaled down, nothing written: the MachineDeployment is rolling out (Machines in more than one MachineSet):
+    it spreads a size change over its MachineSets without looking at the delete-machine mark, so the one that shrinks
+    may delete a busy Machine of its own choosing while the emptied node stays."""
+
+
+class PoolPausedError(PortError):
+    """Not resized, nothing written: the MachineDeployment (or its Cluster) is paused, so a size written now reaches
+    no MachineSet until it is unpaused, while ``node_count`` would already report it."""
 
 
 MarkLeft = Callable[[str, str], None]
@@ -216,16 +247,16 @@ class MachineDeploymentNodePools:
         *,
         precondition: bool = False,
         can_write: WriteGuard | None = None,
-    ) -> None:
+    ) -> JSON:
         """Set (or with None remove) the delete-machine annotation and our record of it: a merge patch of those two
-        keys. ``precondition``: only if the Machine is still as listed (its resourceVersion; 409 otherwise).
-        ``can_write``: asked immediately before the PATCH."""
+        keys; the Machine as written is returned. ``precondition``: only if the Machine is still as ``machine`` (its
+        resourceVersion; 409 otherwise). ``can_write``: asked immediately before the PATCH."""
         machine_name = machine["metadata"]["name"]
         verb = "mark" if value is not None else "unmark"
         metadata: JSON = {"annotations": {DELETE_MACHINE_ANNOTATION: value, MARKED_BY_ANNOTATION: value}}
         if precondition:
             metadata["resourceVersion"] = machine["metadata"]["resourceVersion"]
-        self._call(
+        return self._call(
             f"{verb} Machine {self.namespace}/{machine_name} for deletion",
             self._custom.patch_namespaced_custom_object,
             MACHINE_PLURAL,
@@ -243,6 +274,30 @@ class MachineDeploymentNodePools:
         except Exception:  # a reporting hook never turns a scale-down's outcome into another
             log.exception("%s: the mark-left hook failed", what)
 
+    def _check_rollout(self, what: str, md: JSON, machines: list[JSON], node: str) -> None:
+        """Raise ``RolloutInProgressError`` when the MachineDeployment has Machines in more than one MachineSet: it
+        then spreads a size change over them (proportionally, largest first) without looking at the delete-machine
+        mark. Two signals, either enough: the Machines not being deleted belong to more than one MachineSet (their
+        controller owner reference, else their set-name label), or the status counts fewer Machines in the newest
+        MachineSet than in all (``updatedReplicas < replicas``: also a new MachineSet whose Machines are not created
+        yet). A Machine naming no MachineSet, or a status without ``updatedReplicas``, proves nothing either way."""
+        sets = sorted({s for m in machines if not m["metadata"].get("deletionTimestamp") and (s := _machine_set_of(m))})
+        status = md.get("status") or {}
+        updated, total = status.get("updatedReplicas"), status.get("replicas")
+        # not compared with spec.replicas: it differs during any scale-up or scale-down still under way too
+        behind = isinstance(updated, int) and isinstance(total, int) and updated < total
+        if len(sets) <= 1 and not behind:
+            return
+        seen = [f"Machines in MachineSets {', '.join(sets)}"] if len(sets) > 1 else []
+        if behind:
+            seen.append(f"status.updatedReplicas {updated} < status.replicas {total}")
+        raise RolloutInProgressError(
+            f"{what}: not scaled down: the MachineDeployment is rolling out ({'; '.join(seen)}): it spreads a size "
+            f"change over its MachineSets without looking at {DELETE_MACHINE_ANNOTATION}, so one of them could delete "
+            f"a busy Machine of its own choosing instead of node {node}'s. Nothing written; retried once the rollout "
+            "has finished."
+        )
+
     def _check_other_marks(
         self,
         what: str,
@@ -250,21 +305,24 @@ class MachineDeploymentNodePools:
         machines: list[JSON],
         ours: JSON,
         node: str,
-        fall: int,
+        target: int,
         can_write: WriteGuard | None = None,
     ) -> None:
-        """Raise ``OtherMachinesMarkedError`` when, with ``ours`` marked, more Machines would carry the delete-machine
-        annotation (and not be going already) than the size falls by. Marks of ours that can no longer matter (older
-        than the grace, the MachineDeployment settled) are cleared first instead of counted (``can_write`` asked
-        before each)."""
+        """Raise ``MachinesDeletedFirstError`` (``OtherMachinesMarkedError`` when marks are among the reasons) unless
+        lowering the size to ``target`` makes the MachineSet delete ``ours`` too. It deletes ``len(machines) -
+        target`` Machines, those already being deleted counted and taken first, then the marked ones: so only when
+        deleting Machines + other marked Machines + ours fit in that number. Marks of ours that can no longer matter
+        (older than the grace, the MachineDeployment settled) are cleared first instead of counted (``can_write``
+        asked before each)."""
+        deleting = sorted(
+            f"{self.namespace}/{m['metadata']['name']}" for m in machines if m["metadata"].get("deletionTimestamp")
+        )
         others = [
             m for m in machines
             if m["metadata"]["name"] != ours["metadata"]["name"]
             and DELETE_MACHINE_ANNOTATION in (m["metadata"].get("annotations") or {})
             and not m["metadata"].get("deletionTimestamp")
         ]  # fmt: skip
-        if not others:
-            return
         settled = _settled(md)
         now = self._clock()
         blocking: list[tuple[str, str]] = []
@@ -287,16 +345,33 @@ class MachineDeploymentNodePools:
             else:
                 why = f"ours, since {format_time(at)}; a size write of ours may still land"
             blocking.append((full, f"{full} ({why})"))
-        if len(blocking) + 1 <= fall:
+        # Fewer Machines listed than spec.replicas is a MachineSet about to create them (it creates the objects at
+        # once): counted as the size, the fall the plan asked for, as before this count looked at the Machines.
+        removes = max(len(machines), int((md.get("spec") or {}).get("replicas") or 0)) - target
+        if len(deleting) + len(blocking) + 1 <= removes:
             return
+        ours_full = f"{self.namespace}/{ours['metadata']['name']}"
+        counted = (
+            f"lowering the size to {target} makes the MachineSet delete {removes} of the {len(machines)} Machines "
+            f"it counts, and node {node}'s Machine {ours_full} would not be among them"
+        )
         names = tuple(sorted(full for full, _ in blocking))
+        if not blocking:  # only Machines being deleted are in the way (removes >= 1: a scale-down)
+            raise MachinesDeletedFirstError(
+                f"{what}: not scaled down: Machines already being deleted are counted by the MachineSet and deleted "
+                f"first: {', '.join(deleting)} (a MachineHealthCheck remediation, kubectl delete machine); {counted}. "
+                "Nothing written; retried once they are gone.",
+                names,
+                tuple(deleting),
+            )
         details = "; ".join(detail for _, detail in sorted(blocking))
+        also = f" Also being deleted, and deleted first: {', '.join(deleting)}." if deleting else ""
         raise OtherMachinesMarkedError(
             f"{what}: not scaled down: other Machines carry {DELETE_MACHINE_ANNOTATION} and are not being deleted: "
-            f"{', '.join(names)}. The MachineSet deletes marked Machines first: lowering the size by {fall} could "
-            f"delete one of them instead of node {node}'s Machine {self.namespace}/{ours['metadata']['name']}. "
-            f"Nothing written; remove the annotation from them (or let their scale-down finish) to go on. {details}",
+            f"{', '.join(names)}. The MachineSet deletes marked Machines first: {counted}.{also} Nothing written; "
+            f"remove the annotation from them (or let their scale-down finish) to go on. {details}",
             names,
+            tuple(deleting),
         )
 
     def scale(
@@ -310,19 +385,23 @@ class MachineDeploymentNodePools:
     ) -> WriteOutcome:
         """Set the pool's size (idempotent), clamped to its min/max annotations: ``WROTE``; ``ALREADY`` when the live
         size is the target already (or the bound it is clamped to): nothing written. ``expected``: the size the plan
-        was made from; a different live size raises ``ChangedSinceRead`` and writes nothing. ``remove_node``: on a
-        scale-down, the node to remove: its Machine is annotated for deletion before the size is lowered (and the
-        annotation taken back when the size write fails; a mark found there already is left as found);
-        ``MachineNotFoundError`` and nothing written when the node has no Machine in the pool,
-        ``OtherMachinesMarkedError`` and nothing written when other Machines of the pool carry the annotation
-        (more than the size falls by, ours included), our own stale marks cleared first. ``can_write``: asked
-        immediately before every request (reads included, conflict rounds and the take-back too); when it says no,
-        ``WriteNotAllowed`` and nothing more is sent: a mark this call placed stays, reported as ``not_leader``."""
+        was made from; a different live size raises ``ChangedSinceRead`` and writes nothing. ``PoolPausedError`` and
+        nothing written when the MachineDeployment or its Cluster is paused. ``remove_node``: on a scale-down, the
+        node to remove: its Machine is annotated for deletion before the size is lowered (and the annotation taken
+        back when the size write fails, unless someone re-marked it meanwhile; a mark found there already is left as
+        found); ``MachineNotFoundError`` and nothing written when the node has no Machine in the pool,
+        ``RolloutInProgressError`` when the MachineDeployment's Machines are in more than one MachineSet,
+        ``MachinesDeletedFirstError`` (``OtherMachinesMarkedError`` when marks are among them) when Machines being
+        deleted and other marked Machines would take the decrease (more than the MachineSet removes, ours included),
+        our own stale marks cleared first; nothing written (or the mark taken back) then either. ``can_write``:
+        asked immediately before every request (reads included, conflict rounds and the take-back too); when it says
+        no, ``WriteNotAllowed`` and nothing more is sent: a mark this call placed stays, reported as ``not_leader``."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
         name = self._md_name(pool)
         what = f"scale MachineDeployment {self.namespace}/{name} to {nodes}"
-        marked: JSON | None = None  # the Machine this call marked (and so may take back)
+        marked: JSON | None = None  # the Machine this call marked (and so may take back), as last known
+        mark_value = ""  # what this call wrote in the mark: the take-back leaves any other value alone
         found_marked = False  # the node's Machine carried the annotation already: left as found
         shrink_sent: int | None = None  # the size a write sent while the Machine was marked asked for
         refused = False  # the guard said no: this replica sends nothing more, not even the take-back of its mark
@@ -346,11 +425,21 @@ class MachineDeploymentNodePools:
                 if live == target:
                     log.info("%s: already at %d nodes: nothing written", what, live)
                     return WriteOutcome.ALREADY
+                paused = _paused(md)
+                if paused is not None:
+                    # Paused, the size would wait unapplied while node_count reports it: a scale-up counted as
+                    # capacity that never boots, a scale-down's emptied node filled again and, once unpaused,
+                    # deleted busy (our mark on it).
+                    raise PoolPausedError(
+                        f"{what}: not resized: the MachineDeployment is paused ({paused}): Cluster API applies no "
+                        f"size change until it is unpaused. Nothing written; retried once unpaused."
+                    )
                 if target < live and remove_node is not None:
                     # every attempt: a conflict's retry may find marks that were not there before
                     machines = self._machines(name, can_write)
                     machine = self._find_machine(name, machines, remove_node)
-                    self._check_other_marks(what, md, machines, machine, remove_node, live - target, can_write)
+                    self._check_rollout(what, md, machines, remove_node)
+                    self._check_other_marks(what, md, machines, machine, remove_node, target, can_write)
                     if marked is None and not found_marked:
                         if DELETE_MACHINE_ANNOTATION in (machine["metadata"].get("annotations") or {}):
                             found_marked = True  # not ours to rewrite, nor to take back
@@ -358,13 +447,21 @@ class MachineDeploymentNodePools:
                             # asked before ``marked`` is set: a refusal here has placed nothing to leave behind
                             may_write(f"mark Machine {self.namespace}/{machine['metadata']['name']}", can_write)
                             marked = machine  # first: a mark that lands but whose answer is lost is taken back too
-                            # the guard was asked just above, nothing sent since
-                            self._annotate_machine(machine, f"{MARK_PREFIX}{format_time(self._clock())}")
+                            mark_value = f"{MARK_PREFIX}{format_time(self._clock())}"
+                            try:
+                                # Only on the Machine as listed (the guard was asked just above, nothing sent since):
+                                # a mark placed by someone since is theirs, not overwritten and so never taken back
+                                # by us.
+                                marked = self._annotate_machine(machine, mark_value, precondition=True)
+                            except ConflictError:
+                                marked = None  # a 409 wrote nothing: look at the Machine again
+                                log.info("%s: conflict on the mark, re-reading (%d/%d)", what, attempt + 1,
+                                         self.conflict_retries)  # fmt: skip
+                                continue
                             # somebody may have marked another Machine since the list: look again before the size
-                            self._check_other_marks(
-                                what, md, self._machines(name, can_write), machine, remove_node, live - target,
-                                can_write,
-                            )  # fmt: skip
+                            machines = self._machines(name, can_write)
+                            self._check_rollout(what, md, machines, remove_node)
+                            self._check_other_marks(what, md, machines, machine, remove_node, target, can_write)
                 if marked is not None and target < live:
                     shrink_sent = target
                 # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
@@ -410,7 +507,7 @@ class MachineDeploymentNodePools:
                 if refused:
                     self._leave_mark(what, marked)
                 else:
-                    self._take_back_mark(what, name, marked, shrink_sent, can_write)
+                    self._take_back_mark(what, name, marked, mark_value, shrink_sent, can_write)
 
     def _leave_mark(self, what: str, marked: JSON) -> None:
         """The guard refused after this call marked a Machine: the mark stays (taking it back is a write, and a replica
@@ -424,14 +521,20 @@ class MachineDeploymentNodePools:
         self._mark_left(what, marked, "not_leader")
 
     def _take_back_mark(
-        self, what: str, name: str, marked: JSON, shrink_sent: int | None, can_write: WriteGuard | None = None
+        self,
+        what: str,
+        name: str,
+        marked: JSON,
+        value: str,
+        shrink_sent: int | None,
+        can_write: WriteGuard | None = None,
     ) -> None:
         """After a scale-down that did not go through, take the delete-machine mark back: left behind, it makes the
         next scale-down by anyone (the Cluster Autoscaler, a person) remove this node, busy or not by then. Unless
         the size fell meanwhile (another writer): the MachineSet then deletes a Machine now, and without the mark one
-        of its own choosing; when the size cannot be read, the mark stays too. ``can_write`` asked before the read
-        and the PATCH: refused, the mark stays (``_leave_mark``); the size write's own error is what the caller
-        gets either way."""
+        of its own choosing; when the size cannot be read, the mark stays too. ``can_write`` asked before every read
+        and PATCH: refused, the mark stays (``_leave_mark``); the size write's own error is what the caller gets
+        either way. ``marked``: the Machine as this call last saw it, ``value``: the mark it wrote."""
         if shrink_sent is not None:
             try:
                 size = int((self._get(what, name, can_write).get("spec") or {}).get("replicas") or 0)
@@ -447,12 +550,50 @@ class MachineDeploymentNodePools:
                 self._mark_left(what, marked, "size_fell")
                 return
         try:
-            self._annotate_machine(marked, None, can_write=can_write)
+            self._unmark_if_ours(what, marked, value, can_write)
         except WriteNotAllowed:
             self._leave_mark(what, marked)
         except PortError as exc:
             log.error("%s: could not take back the delete-machine annotation: %s", what, exc)
             self._mark_left(what, marked, "unmark_failed")
+
+    def _unmark_if_ours(self, what: str, machine: JSON, value: str, can_write: WriteGuard | None) -> None:
+        """Remove our mark only while the Machine is as last seen (resourceVersion precondition). On a 409 it is read
+        again: the mark still ``value`` (the Machine controller's own updates change the resourceVersion too), tried
+        again; another value (the Cluster Autoscaler or a person re-marked it for their own scale-down) or no mark,
+        left alone: removing theirs would make their decrease delete a Machine of the MachineSet's choosing."""
+        machine_name = machine["metadata"]["name"]
+        full = f"{self.namespace}/{machine_name}"
+        for _ in range(self.conflict_retries + 1):
+            try:
+                self._annotate_machine(machine, None, precondition=True, can_write=can_write)
+                return
+            except ConflictError:
+                pass
+            try:
+                machine = self._read(
+                    f"read Machine {full}", self._custom.get_namespaced_custom_object, MACHINE_PLURAL, machine_name,
+                    can_write=can_write,
+                )  # fmt: skip
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+                log.info("%s: Machine %s is gone: no delete-machine mark to take back", what, full)
+                return
+            found = (machine["metadata"].get("annotations") or {}).get(DELETE_MACHINE_ANNOTATION)
+            if found is None:
+                log.info("%s: Machine %s carries no delete-machine mark: nothing to take back", what, full)
+                return
+            if found != value:
+                log.warning(
+                    "%s: the delete-machine mark on Machine %s is not ours any more (%r): left as it is", what, full,
+                    found,
+                )  # fmt: skip
+                return
+        raise ConflictError(
+            f"unmark Machine {full} for deletion", 409, "Conflict",
+            f"still conflicting after {self.conflict_retries} retries",
+        )  # fmt: skip
 
 
 def _our_mark_time(machine: JSON) -> float | None:
@@ -474,6 +615,35 @@ def _settled(md: JSON) -> bool:
     if not isinstance(generation, int) or not isinstance(observed, int) or observed < generation:
         return False
     return int(status.get("replicas") or 0) == int(spec.get("replicas") or 0)
+
+
+def _machine_set_of(machine: JSON) -> str | None:
+    """The MachineSet a Machine belongs to: its controller owner reference, else its set-name label."""
+    meta = machine.get("metadata") or {}
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("kind") == "MachineSet" and r.get("name")]
+    controller = [r for r in refs if r.get("controller")]
+    if controller or refs:
+        return str((controller or refs)[0]["name"])
+    label = (meta.get("labels") or {}).get(MACHINE_SET_NAME_LABEL)
+    return str(label) if label else None
+
+
+def _paused(md: JSON) -> str | None:
+    """Why the MachineDeployment is paused, or None. The annotation is its own; a paused Cluster (spec.paused) shows
+    only in the Paused condition Cluster API 1.9+ writes on the MachineDeployment (``status.v1beta2.conditions`` of
+    v1beta1 objects, ``status.conditions`` of v1beta2 ones): reading the Cluster would need another request and
+    another permission. Older Cluster API writes no such condition: a paused Cluster then goes unseen."""
+    meta, status = md.get("metadata") or {}, md.get("status") or {}
+    if PAUSED_ANNOTATION in (meta.get("annotations") or {}):
+        return f"annotation {PAUSED_ANNOTATION}"
+    for conditions in (status.get("conditions"), (status.get("v1beta2") or {}).get("conditions")):
+        for condition in conditions or []:
+            if not isinstance(condition, dict) or condition.get("type") != PAUSED_CONDITION:
+                continue
+            if condition.get("status") == "True":
+                detail = condition.get("message") or condition.get("reason") or "its Cluster's spec.paused"
+                return f"condition {PAUSED_CONDITION}: {detail}"
+    return None
 
 
 def _bounds(md: JSON) -> tuple[int | None, int | None]:
