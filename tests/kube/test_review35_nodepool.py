@@ -189,6 +189,18 @@ def test_a_paused_machine_deployment_is_not_scaled_down_by_mark(
 # ---- 4. the take-back after a failed size write removes a mark that is no longer ours ----------------------------
 
 
+def seed_three_machines(apiserver: FakeApiServer) -> None:
+    """The pool at 3 nodes, one Machine each (burst-a..c on node-a..c)."""
+    apiserver.seed(
+        o.machine_deployment_crd(),
+        o.machine_crd(),
+        deployment(3),
+        machine("burst-a", "node-a"),
+        machine("burst-b", "node-b"),
+        machine("burst-c", "node-c"),
+    )
+
+
 def error(status: int) -> tuple[int, dict[str, str], JSON]:
     reason = {403: "Forbidden", 422: "Invalid"}[status]
     return status, {}, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status, "reason": reason}
@@ -201,14 +213,7 @@ def test_the_take_back_leaves_a_mark_someone_else_rewrote_meanwhile(
     the same Machine meanwhile, and their size decrease would then make the MachineSet delete a Machine of its own
     choosing (Random: possibly busy). The take-back carries the resourceVersion of our mark's answer; on a 409 the
     Machine is read again and a mark that is not ours any more is left alone."""
-    apiserver.seed(
-        o.machine_deployment_crd(),
-        o.machine_crd(),
-        deployment(3),
-        machine("burst-a", "node-a"),
-        machine("burst-b", "node-b"),
-        machine("burst-c", "node-c"),
-    )
+    seed_three_machines(apiserver)
     serve = apiserver.handle
 
     def handle(method: str, target: str, headers: Mapping[str, str], body: bytes) -> Any:
@@ -398,14 +403,7 @@ def test_the_take_back_goes_on_when_only_the_machine_status_changed(
 ) -> None:
     """The Machine controller updates the Machine between our mark and the take-back (a new resourceVersion): the
     precondition fails, the Machine read again still carries our mark, taken back then."""
-    apiserver.seed(
-        o.machine_deployment_crd(),
-        o.machine_crd(),
-        deployment(3),
-        machine("burst-a", "node-a"),
-        machine("burst-b", "node-b"),
-        machine("burst-c", "node-c"),
-    )
+    seed_three_machines(apiserver)
     serve = apiserver.handle
 
     def handle(method: str, target: str, headers: Mapping[str, str], body: bytes) -> Any:
@@ -433,14 +431,7 @@ def test_a_mark_placed_on_our_machine_between_the_list_and_our_mark_is_not_overw
 ) -> None:
     """The Cluster Autoscaler marks burst-b between our list and our mark: our mark (preconditioned on the Machine as
     listed) is a 409, the next round finds theirs and leaves it as found: it stays theirs, never taken back by us."""
-    apiserver.seed(
-        o.machine_deployment_crd(),
-        o.machine_crd(),
-        deployment(3),
-        machine("burst-a", "node-a"),
-        machine("burst-b", "node-b"),
-        machine("burst-c", "node-c"),
-    )
+    seed_three_machines(apiserver)
     serve = apiserver.handle
 
     def handle(method: str, target: str, headers: Mapping[str, str], body: bytes) -> Any:
