@@ -166,6 +166,9 @@ class Controller:
         self._policy_owners: dict[str, tuple[str, str]] = {}  # service key -> (namespace, name) of its policy
         self._lock = threading.Lock()
         self._pending_reset: tuple[str, float | None] | None = None
+        # held only to set or swap ``_pending_reset`` (the election thread sets it while a tick may be taking it: a
+        # swap that was not atomic could lose a term's reset, and with it the takeover grace)
+        self._reset_lock = threading.Lock()
         self.telemetry.dry_run.set(1 if dry_run else 0)
 
     # -- leadership hooks (called by the elector) --
@@ -176,23 +179,27 @@ class Controller:
         Called from the election thread, so it must not wait for a running tick (that tick may be asking the
         elector whether it still leads): the reset is recorded here and applied when the next tick starts.
         """
-        self._pending_reset = ("start", now)
+        with self._reset_lock:
+            self._pending_reset = ("start", now)
 
     def stop_acting(self) -> None:
-        self._pending_reset = ("stop", None)
+        with self._reset_lock:
+            self._pending_reset = ("stop", None)
 
     def clock_stepped_forward(self, now: float) -> None:
         """The wall clock stepped forward (the runtime compares it with the monotonic clock): every window and timer
         of the state aged by the step at once. While acting, start over as a fresh leader does (no history, the
         takeover grace from ``now``): no scale-down or give-back on the strength of a window the step emptied."""
-        pending = self._pending_reset
-        if pending is not None and pending[0] == "stop":
-            return  # leadership lost meanwhile: the reset to come forgets everything anyway
-        if self.acting_since is not None or pending is not None:
-            self._pending_reset = ("start", now)
+        with self._reset_lock:
+            pending = self._pending_reset
+            if pending is not None and pending[0] == "stop":
+                return  # leadership lost meanwhile: the reset to come forgets everything anyway
+            if self.acting_since is not None or pending is not None:
+                self._pending_reset = ("start", now)
 
     def _apply_pending_reset(self) -> None:
-        pending, self._pending_reset = self._pending_reset, None
+        with self._reset_lock:
+            pending, self._pending_reset = self._pending_reset, None
         if pending is None:
             return
         self.state = ControllerState()
