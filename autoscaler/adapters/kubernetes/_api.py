@@ -167,10 +167,39 @@ class Pager:
                 return list(self._pages(what, fn, *args, **kwargs))
             except KubeApiError as exc:
                 # 410: the snapshot behind the continue token is gone; only a list from scratch is consistent.
-                if exc.status != 410 or restarts >= self.max_restarts:
+                if exc.status != 410:
                     raise
+                if restarts >= self.max_restarts:
+                    return self._whole(what, fn, *args, **kwargs)
                 restarts += 1
                 log.info("%s: continue token expired, restarting the list (%d/%d)", what, restarts, self.max_restarts)
+
+    def _whole(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[JSON]:
+        """The list in one request, as client-go's pager does once its pages keep expiring (``FullListIfExpired``):
+        they take longer than the API server keeps the list's revision (a very large cluster, a slow API server), so
+        every paged restart would expire the same way and every tick would hold. One request is consistent by
+        itself; it costs the API server and this process a whole list in memory at once."""
+        log.warning(
+            "%s: the continue token expired %d times: listing in one request instead of pages of %d",
+            what,
+            self.max_restarts + 1,
+            self.page_size,
+        )
+
+        def fetch() -> JSON:
+            if self.on_call is not None:
+                self.on_call()
+            return call_json(what, fn, *args, timeout_s=self.timeout_s, **kwargs)
+
+        page = with_read_retries(
+            what,
+            fetch,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s,
+            sleep=self.sleep,
+        )
+        return list(page.get("items") or [])
 
     def _pages(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[JSON]:
         token: str | None = None
