@@ -185,13 +185,17 @@ class Pager:
             self.max_restarts + 1,
             self.page_size,
         )
+        return list(self._request(what, fn, args, kwargs).get("items") or [])
+
+    def _request(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> JSON:
+        """One list request (a page, or the whole list), with the bounded read retries."""
 
         def fetch() -> JSON:
             if self.on_call is not None:
                 self.on_call()
             return call_json(what, fn, *args, timeout_s=self.timeout_s, **kwargs)
 
-        page = with_read_retries(
+        return with_read_retries(
             what,
             fetch,
             retries=self.retries,
@@ -199,7 +203,6 @@ class Pager:
             max_backoff_s=self.max_backoff_s,
             sleep=self.sleep,
         )
-        return list(page.get("items") or [])
 
     def _pages(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[JSON]:
         token: str | None = None
@@ -207,20 +210,7 @@ class Pager:
             page_kwargs = dict(kwargs, limit=self.page_size)
             if token:
                 page_kwargs["_continue"] = token
-
-            def fetch(kw: dict[str, Any] = page_kwargs) -> JSON:
-                if self.on_call is not None:
-                    self.on_call()
-                return call_json(what, fn, *args, timeout_s=self.timeout_s, **kw)
-
-            page = with_read_retries(
-                what,
-                fetch,
-                retries=self.retries,
-                backoff_s=self.backoff_s,
-                max_backoff_s=self.max_backoff_s,
-                sleep=self.sleep,
-            )
+            page = self._request(what, fn, args, page_kwargs)
             yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
