@@ -259,7 +259,6 @@ def _move_stops(action: Action) -> list[Action]:
 
 def _for_a_scale_up(
     action: Action,
-    actions: Sequence[Action],
     results: Sequence[ActionResult | None],
     scale_ups: Mapping[str, int],
 ) -> str | None:
@@ -421,7 +420,7 @@ class Actuator:
         for index, action in enumerate(actions):
             if results[index] is not None:
                 continue
-            why_not = _for_a_scale_up(action, actions, results, scale_ups)
+            why_not = _for_a_scale_up(action, results, scale_ups)
             if why_not is not None:
                 if isinstance(action, EvictPod) and action.gang:
                     # the gang's other evictions wherever they are in the plan: whole or not at all

@@ -313,8 +313,7 @@ def _free_by_node(
     burst_pools: Set[str],
     node_types: dict[str, str | None],
     pools: Sequence[BurstPool] = (),
-    pool_nodes: Mapping[str, int] | None = None,
-    overdue: Set[str] = frozenset(),
+    coming: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows, and not
     leaving. Any other node that is not ready (an on-prem node whose kubelet died; any node cordoned, tainted for
@@ -322,9 +321,9 @@ def _free_by_node(
     shortfall for as long as it stays. ``node_types`` (node -> GPU type) gains the type of every entry it adds.
 
     A burst node is on its way from the request on: a booting node whose device plugin has not reported its GPUs yet
-    (allocatable 0) brings its pool's ``gpus_per_node`` (``pools``), and the nodes the provider counts
-    (``pool_nodes``: the pool's requested size) beyond those registered (``_registered``) are booting nodes without a
-    Node object yet -- except in the ``overdue`` pools, whose requested nodes are past the provision timeout.
+    (allocatable 0) brings its pool's ``gpus_per_node`` (``pools``), and ``coming`` (pool -> nodes the provider
+    counts beyond those registered, ``_unregistered``, the pools past the provision timeout left out) are booting
+    nodes without a Node object yet.
     Counted as nothing, each tick of the boot would buy another node (or stop training) for the same shortfall."""
     free = free_gpus_per_node(snapshot)
     burst = {p.name: p for p in pools}
@@ -335,7 +334,6 @@ def _free_by_node(
         if pod.node and pod.phase not in ("Succeeded", "Failed"):
             used[pod.node] = used.get(pod.node, 0) + pod.gpus
     booting: dict[str, int] = {}
-    registered = _registered(snapshot, set(burst))
     for n in snapshot.nodes:
         pool = burst.get(n.pool) if n.pool is not None else None
         if pool is None or n.leaving:
@@ -345,9 +343,9 @@ def _free_by_node(
             booting[n.name] = max(0, gpus - used.get(n.name, 0))
             if node_types.get(n.name) is None:
                 node_types[n.name] = pool.gpu_type
-    for name, pool in burst.items():
-        requested = (pool_nodes or {}).get(name) if name not in overdue else None
-        for k in range(max(0, (requested or 0) - registered.get(name, 0)) if pool.gpus_per_node > 0 else 0):
+    for name, count in (coming or {}).items():
+        pool = burst[name]
+        for k in range(count):
             key = f"{name} (requested, not registered {k + 1})"
             booting[key] = pool.gpus_per_node
             node_types[key] = pool.gpu_type
@@ -500,12 +498,10 @@ def arbitrate(
     """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next."""
     now, snapshot = arb.now, arb.snapshot
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
-    overdue, unregistered_since = _provision_overdue(
-        _unregistered(snapshot, config.pools, arb.pool_nodes), state, config, now
-    )
-    free, booting = _free_by_node(
-        snapshot, {p.name for p in config.pools}, node_types, config.pools, arb.pool_nodes, frozenset(overdue)
-    )
+    unregistered = _unregistered(snapshot, config.pools, arb.pool_nodes)
+    overdue, unregistered_since = _provision_overdue(unregistered, state, config, now)
+    coming = {name: count for name, count in unregistered.items() if name not in overdue}
+    free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types, config.pools, coming)
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
