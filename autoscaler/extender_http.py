@@ -443,7 +443,7 @@ class ExtenderServer:
                     server_ref._closing.discard(self.connection)
                 super().finish()
 
-            def _closing(self) -> bool:
+            def _marked_for_closing(self) -> bool:
                 with server_ref._connections_lock:
                     return self.connection in server_ref._closing
 
@@ -457,7 +457,7 @@ class ExtenderServer:
                     self.close_connection = True  # its body is not read: the connection ends with this answer
                     self._reply(503, b'{"Error":"stopping: ask the leader\'s Service again"}')
                     return
-                if self._closing():
+                if self._marked_for_closing():
                     # a request that came in as the connection was being closed: answered, and the connection ends
                     self.close_connection = True
                 if verb is None:
@@ -541,8 +541,8 @@ class ExtenderServer:
     def close_connections(self) -> None:
         """End every open connection after the request it is answering, if any: a handler waiting for the next
         request on a kept-alive connection reads its end at once and closes it (one already reading a request answers
-        it with ``Connection: close``). The scheduler reconnects through
-        the Service on its next call (to the leader). Called when this replica stops leading."""
+        it with ``Connection: close``). The scheduler reconnects through the Service on its next call (to the
+        leader). Called when this replica stops leading."""
         with self._connections_lock:
             connections = list(self._connections)
             self._closing.update(connections)  # one in the middle of reading a request answers it, then closes

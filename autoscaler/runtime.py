@@ -315,11 +315,11 @@ class Runtime:
     def _leader_tick(self) -> None:
         now, mono = self._clock(), time.monotonic()
         last, self._last_leader_tick = self._last_leader_tick, (now, mono)
-        if last is not None and (now - last[0]) - (mono - last[1]) > CLOCK_STEP_FORWARD_S:
+        step = 0.0 if last is None else (now - last[0]) - (mono - last[1])
+        if step > CLOCK_STEP_FORWARD_S:
             # The stabilisation windows, rate policies, grace periods and capacity timers are measured on the wall
             # clock: a step forward would expire them all at once (a scale-down on one sample, a burst node given
             # back at once). The controller starts over as a new leader would: no history, the takeover grace.
-            step = (now - last[0]) - (mono - last[1])
             log.warning(
                 "the wall clock stepped forward %.0fs: the controller forgets its history and starts the takeover "
                 "grace, as after a change of leader",
