@@ -334,6 +334,8 @@ def free_gpus(snapshot: ClusterSnapshot) -> int:
 # gang opts in). The Kubernetes reader resolves a ReplicaSet to its Deployment; a ReplicaSet it could not resolve
 # still counts.
 SERVING_OWNER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"})
+# The controller of a static pod's mirror: its kubelet runs it from a file, and an eviction deletes only the mirror
+STATIC_POD_OWNER_KIND = "Node"
 
 
 def preemptible_gpus(snapshot: ClusterSnapshot, below_priority: int) -> int:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 
 from autoscaler.core.cluster import (
     SERVING_OWNER_KINDS,
+    STATIC_POD_OWNER_KIND,
     ClusterSnapshot,
     PodInfo,
     free_gpus_per_node,
@@ -62,7 +63,7 @@ _DEPLOYMENT = "deployment/"  # owner prefix of a Deployment's replicas: "deploym
 # Controllers of pods that are part of their node: a DaemonSet's pod, and a static pod (the kubelet runs it from a
 # file; its mirror pod's controller is the Node). Evicted, either comes back on the same node; on a node being
 # emptied neither needs to move (it goes with the node).
-_NODE_BOUND_KINDS = frozenset({"DaemonSet", "Node"})
+_NODE_BOUND_KINDS = frozenset({"DaemonSet", STATIC_POD_OWNER_KIND})
 _NOT_RESTARTED_ELSEWHERE = SERVING_OWNER_KINDS | _NODE_BOUND_KINDS
 
 

@@ -34,7 +34,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.core.cluster import SERVING_OWNER_KINDS, ClusterSnapshot, PodInfo, free_gpus_per_node
+from autoscaler.core.cluster import (
+    SERVING_OWNER_KINDS,
+    STATIC_POD_OWNER_KIND,
+    ClusterSnapshot,
+    PodInfo,
+    free_gpus_per_node,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +164,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 if protected_label
                 else f"priority {priority} >= {rules.preemptible_below_priority}"
             )
-        elif any(p.owner_kind == "Node" for p in pods):
+        elif any(p.owner_kind == STATIC_POD_OWNER_KIND for p in pods):
             # A static pod: its kubelet runs it from a file, and an eviction deletes only its mirror object -- no GPU
             # is freed, and the next tick would evict it again.
             why_not = "a static pod (its kubelet runs it; an eviction frees nothing)"
