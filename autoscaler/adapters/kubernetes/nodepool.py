@@ -274,6 +274,21 @@ class MachineDeploymentNodePools:
         except Exception:  # a reporting hook never turns a scale-down's outcome into another
             log.exception("%s: the mark-left hook failed", what)
 
+    def _check_way_clear(
+        self,
+        what: str,
+        md: JSON,
+        machines: list[JSON],
+        ours: JSON,
+        node: str,
+        target: int,
+        can_write: WriteGuard | None,
+    ) -> None:
+        """Raise unless lowering the size to ``target`` makes the MachineSet delete ``ours``: no rollout spreading
+        the change (``_check_rollout``), no Machine being deleted or marked taking it (``_check_other_marks``)."""
+        self._check_rollout(what, md, machines, node)
+        self._check_other_marks(what, md, machines, ours, node, target, can_write)
+
     def _check_rollout(self, what: str, md: JSON, machines: list[JSON], node: str) -> None:
         """Raise ``RolloutInProgressError`` when the MachineDeployment has Machines in more than one MachineSet: it
         then spreads a size change over them (proportionally, largest first) without looking at the delete-machine
@@ -438,8 +453,7 @@ class MachineDeploymentNodePools:
                     # every attempt: a conflict's retry may find marks that were not there before
                     machines = self._machines(name, can_write)
                     machine = self._find_machine(name, machines, remove_node)
-                    self._check_rollout(what, md, machines, remove_node)
-                    self._check_other_marks(what, md, machines, machine, remove_node, target, can_write)
+                    self._check_way_clear(what, md, machines, machine, remove_node, target, can_write)
                     if marked is None and not found_marked:
                         if DELETE_MACHINE_ANNOTATION in (machine["metadata"].get("annotations") or {}):
                             found_marked = True  # not ours to rewrite, nor to take back
@@ -460,8 +474,7 @@ class MachineDeploymentNodePools:
                                 continue
                             # somebody may have marked another Machine since the list: look again before the size
                             machines = self._machines(name, can_write)
-                            self._check_rollout(what, md, machines, remove_node)
-                            self._check_other_marks(what, md, machines, machine, remove_node, target, can_write)
+                            self._check_way_clear(what, md, machines, machine, remove_node, target, can_write)
                 if marked is not None and target < live:
                     shrink_sent = target
                 # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
