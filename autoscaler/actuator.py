@@ -54,6 +54,7 @@ from autoscaler.ports import (
     ClusterWriter,
     EvictionOutcome,
     NodePoolScaler,
+    PortError,
     WriteNotAllowed,
     WriteOutcome,
 )
@@ -129,6 +130,8 @@ def describe_action(action: Action) -> str:
         return f"scale {action_target(action)} from {action.previous_replicas} to {action.replicas}"
     if isinstance(action, ScaleNodePool):
         removing = f" (removing node {action.remove_node})" if action.remove_node else ""
+        if action.remove_unregistered:
+            removing = " (removing a node that never registered)"
         return f"scale {action_target(action)} from {action.previous_nodes} to {action.nodes} nodes{removing}"
     if isinstance(action, EvictPod):
         gang = f" (gang {action.gang})" if action.gang else ""
@@ -213,7 +216,8 @@ def _effect(action: Action) -> tuple[tuple[str, ...], object]:
         return ("workload", action.kind, action.namespace, action.name), action_kind(action)
     if isinstance(action, ScaleDeployment):
         return ("deployment", action.namespace, action.name, str(action.previous_replicas)), action.replicas
-    return ("pool", action.pool, str(action.previous_nodes)), (action.nodes, action.remove_node)
+    pool_effect = (action.nodes, action.remove_node, action.remove_unregistered)
+    return ("pool", action.pool, str(action.previous_nodes)), pool_effect
 
 
 def _contradictions(actions: Sequence[Action]) -> dict[int, str]:
@@ -575,6 +579,14 @@ class Actuator:
         if action.remove_node is not None:
             # a scale-down only: a scale-up stays the call a provider plug-in written before remove_node knows
             options["remove_node"] = action.remove_node
+        if action.remove_unregistered:
+            if not takes_keyword(self.node_pools.scale, "remove_unregistered"):
+                # a provider plug-in written before it would shrink the pool by a node of its own choosing
+                raise PortError(
+                    f"node-pool provider {type(self.node_pools).__name__} cannot remove a node that never registered "
+                    f"(its scale() takes no remove_unregistered): pool {action.pool} not scaled down"
+                )
+            options["remove_unregistered"] = True
         if takes_keyword(self.node_pools.scale, "can_write"):
             # asked by the provider before each of its requests (a resize reads, marks, re-lists, writes the size...)
             options["can_write"] = guard

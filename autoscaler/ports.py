@@ -203,6 +203,7 @@ class NodePoolScaler(Protocol):
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,
+        remove_unregistered: bool = False,
     ) -> WriteOutcome | None:
         """Resize the pool to ``nodes``: ``WROTE``; already there (or at the min/max bound it is clamped to): nothing
         written, ``ALREADY``; None from a provider plug-in written before ``WriteOutcome``: taken as written.
@@ -214,7 +215,11 @@ class NodePoolScaler(Protocol):
         request that changes something (a resize may read for longer than the Lease lasts); when it says no,
         nothing more is sent and ``WriteNotAllowed`` is raised. An implementation with nobody else writing and no
         Lease to lose (the simulated cluster) may ignore it; a provider plug-in whose ``scale`` does not take it is
-        still called (the actuator asks the guard right before the call instead)."""
+        still called (the actuator asks the guard right before the call instead). ``remove_unregistered``: on a
+        scale-down, remove one node the provider counts that never registered as a Node (past the provision
+        timeout), never a registered one; an implementation that finds none writes nothing and raises ``PortError``.
+        Passed only when set: a provider plug-in whose ``scale`` does not take it is not asked to give back such a
+        node (the actuator fails the action instead)."""
         ...
 
 

@@ -355,8 +355,24 @@ class CapacitySettings(_Group):
         gt=0,
         le=86400.0,
         description="a burst node the provider counts but that has not registered as a Node after this long (or "
-        "twice its pool's bootSeconds, if longer) is not coming: no capacity on its way, its pool not grown again "
-        "until it registers (Cluster Autoscaler's --max-node-provision-time), seconds",
+        "twice its pool's bootSeconds, if longer) is not coming: no capacity on its way, given back (its Machine, one "
+        "per pool and tick, never below the pool's minimum), its pool not grown again while any is left nor during "
+        "the back-off (Cluster Autoscaler's --max-node-provision-time), seconds",
+    )
+    provision_backoff_seconds: float = Field(
+        300.0,
+        ge=0,
+        le=86400.0,
+        description="a pool whose requested nodes went past the provision timeout is not grown again for this long "
+        "from that moment, doubled with each such failure in a row (Cluster Autoscaler's "
+        "--initial-node-group-backoff-duration), seconds",
+    )
+    provision_backoff_max_seconds: float = Field(
+        1800.0,
+        ge=0,
+        le=86400.0,
+        description="the longest that back-off grows to; a failure 3 hours after the previous one counts as the first "
+        "again (Cluster Autoscaler's --max-node-group-backoff-duration), seconds",
     )
     resume_after_seconds: float = Field(
         300.0, ge=0, description="a suspended gang's GPUs are free this long before it is resumed, seconds"
@@ -425,6 +441,8 @@ class CapacitySettings(_Group):
             assumed_shortfall_s=self.assumed_shortfall_seconds,
             burst_idle_cooldown_s=self.burst_idle_cooldown_seconds,
             provision_timeout_s=self.provision_timeout_seconds,
+            provision_backoff_s=self.provision_backoff_seconds,
+            provision_backoff_max_s=self.provision_backoff_max_seconds,
             resume_after_s=self.resume_after_seconds,
             resume_horizon_s=self.resume_horizon_seconds,
             consolidate_horizon_s=self.consolidate_horizon_seconds,

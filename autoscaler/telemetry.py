@@ -83,6 +83,7 @@ ACTION_KIND_REASONS = (
     ("ResumeWorkload", "resume_training"),
     ("ScaleNodePool", "burst_scale_up"),
     ("ScaleNodePool", "burst_scale_down"),
+    ("ScaleNodePool", "burst_node_not_registered"),
 )
 # (kind, result) pairs the alerts count: every kind failed (GPUAutoscalerActionsFailing), evictions blocked
 # (GPUAutoscalerEvictionsBlocked), resumed training (GPUAutoscalerTrainingThrash). These results only happen when the

@@ -24,6 +24,11 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
    shortfall for ``resume_after_s``, the workloads this controller suspended are resumed where their GPUs are free,
    after reserving what the forecast says inference needs over the gang's minimum runtime (no preempt/resume loop:
    a resumed gang is also protected from preemption for that runtime by ``TrainingRules.min_runtime_s``).
+4. **Nodes that never come**: a burst node the provider counts but that has not registered as a Node within
+   ``provision_timeout_s`` is no capacity; it is given back (one per pool and tick, ``remove_unregistered``: the
+   provider removes a Machine without a Node, never a running node), shortfall or not, and the pool is not grown
+   again for a back-off that doubles with each failure in a row (Cluster Autoscaler's unregistered-node removal and
+   node-group backoff): more requests to a pool out of quota or stock would not come either.
 
 Every action carries its reason and the numbers; ``CapacityReport`` lists every option with its cost and why it was
 or was not chosen, for ``autoscaler plan`` and the simulator.
@@ -101,9 +106,16 @@ class CapacityConfig:
     # over this many seconds (0: never; the node is then given back only once it is under half used)
     consolidate_horizon_s: float = 1800.0
     # a burst node the provider counts but that has not registered as a Node this long (or twice its pool's boot
-    # time, whichever is longer) is not coming: it is no capacity on its way, and its pool is not grown again until
-    # it registers (Cluster Autoscaler's --max-node-provision-time), seconds
+    # time, whichever is longer) is not coming: it is no capacity on its way, it is given back (its Machine removed,
+    # one per pool and tick, never below the pool's minimum), and its pool is not grown again while any is left nor
+    # for a back-off after (Cluster Autoscaler's --max-node-provision-time), seconds
     provision_timeout_s: float = 900.0
+    # the back-off of a pool whose nodes went past the provision timeout, from that moment; doubled with each such
+    # failure in a row up to ``provision_backoff_max_s``; the count starts again after ``provision_backoff_reset_s``
+    # without one (Cluster Autoscaler's initial/max node-group backoff and backoff reset), seconds
+    provision_backoff_s: float = 300.0
+    provision_backoff_max_s: float = 1800.0
+    provision_backoff_reset_s: float = 10800.0
     preempt: bool = True  # False: never stop training (burst only)
     burst: bool = True  # False: never add nodes (preempt only)
 
@@ -294,18 +306,52 @@ def _provision_overdue(
     the next tick. A timer starts when a pool's unregistered count first rises (a new request) and stands while
     the count holds or falls (some registered); at 0 it is dropped. After a restart it starts again from the first
     tick: a node requested before it gets up to a whole timeout more."""
-    by_name = {p.name: p for p in config.pools}
     timers: dict[str, tuple[float, int]] = {}
     overdue: dict[str, int] = {}
     for name, count in unregistered.items():
         prev = state.unregistered_since.get(name)
         since = now if prev is None or count > prev[1] else prev[0]
         timers[name] = (since, count)
-        pool = by_name.get(name)
-        limit = max(config.provision_timeout_s, 2.0 * pool.boot_s) if pool is not None else config.provision_timeout_s
-        if now - since >= limit:
+        if now - since >= _provision_limit(name, config):
             overdue[name] = count
     return overdue, timers
+
+
+def _provision_limit(pool: str, config: CapacityConfig) -> float:
+    """How long a pool's requested node may take to register: the provision timeout, or twice its boot time."""
+    by_name = next((p for p in config.pools if p.name == pool), None)
+    return max(config.provision_timeout_s, 2.0 * by_name.boot_s) if by_name is not None else config.provision_timeout_s
+
+
+def _provision_backoff(
+    overdue: Mapping[str, int],
+    timers: Mapping[str, tuple[float, int]],
+    state: CapacityState,
+    config: CapacityConfig,
+    now: float,
+) -> tuple[dict[str, tuple[float, int]], dict[str, float]]:
+    """The failures for the next tick (pool -> when its nodes last went past the timeout, how many times in a row)
+    and the pools backing off now (pool -> until when). A pool's nodes going past the timeout is one failure, counted
+    once (keyed by the moment it happened: the timer's start + the limit); its back-off starts then and doubles with
+    each failure in a row, up to the maximum; a failure more than ``provision_backoff_reset_s`` after the previous
+    one counts as the first again, and a record that old is dropped."""
+    failures: dict[str, tuple[float, int]] = {}
+    for name, (at, count) in state.provision_failures.items():
+        if now - at < config.provision_backoff_reset_s:
+            failures[name] = (at, count)
+    for name in overdue:
+        at = timers[name][0] + _provision_limit(name, config)
+        prev = failures.get(name)
+        if prev is None:
+            failures[name] = (at, 1)
+        elif prev[0] != at:
+            failures[name] = (at, prev[1] + 1 if at - prev[0] < config.provision_backoff_reset_s else 1)
+    backing_off: dict[str, float] = {}
+    for name, (at, count) in failures.items():
+        until = at + min(config.provision_backoff_max_s, config.provision_backoff_s * 2.0 ** min(count - 1, 30))
+        if until > now:
+            backing_off[name] = until
+    return failures, backing_off
 
 
 def _free_by_node(
@@ -500,6 +546,7 @@ def arbitrate(
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
     unregistered = _unregistered(snapshot, config.pools, arb.pool_nodes)
     overdue, unregistered_since = _provision_overdue(unregistered, state, config, now)
+    provision_failures, backing_off = _provision_backoff(overdue, unregistered_since, state, config, now)
     coming = {name: count for name, count in unregistered.items() if name not in overdue}
     free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types, config.pools, coming)
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
@@ -597,9 +644,11 @@ def arbitrate(
             for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
             if all(n.name in barred for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
         )
-        # a pool whose requested nodes never registered is not grown again until they do (a quota, a stock-out, a
-        # broken machine template: more requests would not come either)
-        usable_pools = [p for p in current_pools if p.name not in closed and p.name not in overdue]
+        # a pool whose requested nodes never registered is not grown again while they are counted, nor during its
+        # back-off after (a quota, a stock-out, a broken machine template: more requests would not come either)
+        usable_pools = [
+            p for p in current_pools if p.name not in closed and p.name not in overdue and p.name not in backing_off
+        ]
         burst = (
             choose_burst(usable_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
             if config.burst and usable_pools
@@ -613,6 +662,15 @@ def arbitrate(
                 why.append(f"its pods do not tolerate (or select) the nodes of {', '.join(closed)}")
             if overdue:
                 why.append(f"{', '.join(sorted(overdue))}: requested nodes never registered")
+            waiting = sorted(name for name in backing_off if name not in overdue)
+            if waiting:
+                why.append(
+                    "; ".join(
+                        f"{name}: backing off until {backing_off[name] - now:.0f}s from now (its requested nodes never "
+                        "registered)"
+                        for name in waiting
+                    )
+                )
             burst_why = "; ".join(why)
         if burst is not None:
             burst_seen.extend(burst.options)
@@ -691,13 +749,39 @@ def arbitrate(
             )
 
     notes: list[str] = [*stale_holds, *priority_notes]
+    # A node that never registered costs (a VM that booted and could not join is billed; a request stuck in a
+    # quota holds the pool's size) and hosts nothing: its Machine is given back, one per pool and tick (the
+    # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.
+    given_back: set[str] = set()
+    sizes = {p.name: p for p in pools}
     for name, count in sorted(overdue.items()):
         since = unregistered_since[name][0]
-        notes.append(
+        failures = provision_failures[name][1]
+        stuck = (
             f"{name}: {count} node(s) the provider counts have not registered for {now - since:.0f}s (provision "
-            "timeout): counted as no capacity, and the pool is not grown again until they register (check the "
-            "provider: quota, stock-out, machine template)"
+            f"timeout; failure {failures} in a row): counted as no capacity, the pool not grown again while they are "
+            f"counted nor before {backing_off.get(name, now) - now:.0f}s from now (check the provider: quota, "
+            "stock-out, machine template)"
         )
+        stuck_pool = sizes.get(name)
+        if stuck_pool is None:
+            notes.append(stuck)
+            continue
+        if stuck_pool.nodes <= stuck_pool.min_nodes:
+            notes.append(
+                f"{stuck}; not given back: the pool is at its minimum size {stuck_pool.min_nodes} (a "
+                "MachineHealthCheck's nodeStartupTimeout replaces such Machines)"
+            )
+            continue
+        given_back.add(name)
+        notes.append(f"{stuck}; one given back")
+        actions.append(
+            ScaleNodePool(
+                name, stuck_pool.nodes - 1, stuck_pool.nodes, Reason.BURST_NODE_NOT_REGISTERED,
+                f"{stuck}; giving back one that never registered: {stuck_pool.nodes} -> {stuck_pool.nodes - 1}",
+                remove_unregistered=True,
+            )
+        )  # fmt: skip
     short_since = state.short_since
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
@@ -712,13 +796,19 @@ def arbitrate(
         short_since = None
         free_since = free_since if free_since is not None else now
         lower = [c for c in candidates if c.gang not in taken]
+        # a pool giving back a node that never registered resizes once this tick: its spare nodes wait for the next
+        kept = [p for p in pools if p.name not in given_back]
         actions.extend(
-            _give_back(arb, config, pools, free, node_types, unneeded, resumable, workloads, notes, lower, runs_at)
+            _give_back(arb, config, kept, free, node_types, unneeded, resumable, workloads, notes, lower, runs_at)
         )
     report = CapacityReport(
         tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes), tuple(pools)
     )
-    return actions, report, CapacityState(short_since, free_since, unneeded, resumable, unregistered_since)
+    return (
+        actions,
+        report,
+        CapacityState(short_since, free_since, unneeded, resumable, unregistered_since, provision_failures),
+    )
 
 
 def _consolidation(

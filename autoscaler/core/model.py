@@ -220,6 +220,9 @@ class CapacityState:
     # burst pool -> (since when, how many) nodes the provider counts have not registered as Nodes: past the
     # provision timeout they are no longer capacity on its way
     unregistered_since: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    # burst pool -> (when its requested nodes last went past the provision timeout, how many times in a row): the
+    # pool is not grown again for a back-off that doubles with each failure (Cluster Autoscaler's node-group backoff)
+    provision_failures: Mapping[str, tuple[float, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +311,9 @@ class ScaleNodePool:
     # a burst scale-up: the services ("namespace/name") whose replicas the nodes are for; the growth goes out only if
     # the scale-up of one of them (same plan) was made
     services: tuple[str, ...] = ()
+    # a give-back of a node the provider counts that never registered as a Node (past the provision timeout): the
+    # provider removes one such Machine (no Node, so no ``remove_node`` to name), never a registered node
+    remove_unregistered: bool = False
 
 
 Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool

@@ -39,6 +39,7 @@ class Reason(StrEnum):
     PREEMPT_FOR_INFERENCE = "preempt_for_inference"
     BURST_SCALE_UP = "burst_scale_up"
     BURST_SCALE_DOWN = "burst_scale_down"
+    BURST_NODE_NOT_REGISTERED = "burst_node_not_registered"
     RESUME_TRAINING = "resume_training"
     REBALANCE = "rebalance"
     # Baselines used by the simulator
@@ -82,6 +83,10 @@ _TEXT: dict[Reason, str] = {
     Reason.PREEMPT_FOR_INFERENCE: "low-priority training preempted (whole gang) to free GPUs for inference",
     Reason.BURST_SCALE_UP: "cluster is short of GPUs: add burst nodes",
     Reason.BURST_SCALE_DOWN: "burst nodes no longer needed: give them back",
+    Reason.BURST_NODE_NOT_REGISTERED: (
+        "a burst node the provider counts never registered within the provision timeout: give it back (its Machine, "
+        "not a running node) and back the pool off before growing it again"
+    ),
     Reason.RESUME_TRAINING: (
         "GPUs taken from training are free again and the forecast keeps them free for the gang's minimum runtime: "
         "resume it"

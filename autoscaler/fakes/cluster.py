@@ -94,6 +94,8 @@ class NodePool:
     max_size: int | None = None
     next_index: int = 0
     nodes: list[str] = field(default_factory=list)  # oldest first
+    # nodes counted in ``size`` that never registered as Nodes (a quota, a stock-out): ``add_unregistered``
+    unregistered: int = 0
 
 
 @dataclass(slots=True)
@@ -225,6 +227,13 @@ class FakeCluster:
             self.pools[pool] = state
             self._resize(pool, state, nodes, boot=False)
             return state
+
+    def add_unregistered(self, pool: str, count: int = 1) -> None:
+        """The provider counts ``count`` more nodes in ``pool`` that never register as Nodes."""
+        with self._lock:
+            state = self._pool(pool)
+            state.size += count
+            state.unregistered += count
 
     # ---- faults ---------------------------------------------------------------------------------------------------
 
@@ -509,6 +518,7 @@ class FakeCluster:
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,
+        remove_unregistered: bool = False,
     ) -> WriteOutcome:
         with self._lock:
             args = (pool, nodes)
@@ -536,7 +546,19 @@ class FakeCluster:
                 # as the Cluster API adapter: a node it cannot name to the provider is not removed by chance
                 self._record("scale", args, "failed")
                 raise PortError(f"scale pool {pool} to {nodes}: node {remove_node!r} is not in the pool")
+            if target < state.size and remove_unregistered and state.size - target > state.unregistered:
+                # as the Cluster API adapter: only Machines without a Node go, never a registered node by chance
+                self._record("scale", args, "failed")
+                raise PortError(
+                    f"scale pool {pool} to {nodes}: {state.unregistered} node(s) never registered, "
+                    f"{state.size - target} to remove"
+                )
             self._may_write("scale", args, can_write)
+            if target < state.size and remove_unregistered:
+                state.unregistered -= state.size - target
+                state.size = target
+                self._record("scale", args, "applied")
+                return WriteOutcome.WROTE
             if target < state.size and remove_node is not None:
                 state.nodes.remove(remove_node)
                 state.nodes.append(remove_node)  # _resize removes from the end
@@ -568,6 +590,10 @@ class FakeCluster:
             state.nodes.append(name)
             state.size += 1
         while state.size > target:
+            if not state.nodes:  # only nodes that never registered are left
+                state.unregistered -= 1
+                state.size -= 1
+                continue
             # Newest first: like a MachineSet's "Newest" delete policy, and the nodes least likely to hold work.
             name = state.nodes.pop()
             self.nodes.pop(name, None)

@@ -859,8 +859,12 @@ class SimCluster:
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,  # one writer, no Lease (see the ClusterWriter section): accepted, unused
+        remove_unregistered: bool = False,
     ) -> WriteOutcome:
         spec = self._pool(pool)
+        if remove_unregistered and nodes < len(spec.nodes):
+            # a simulated pool's node is a Node from its request on: none ever fails to register
+            raise PortError(f"scale pool {pool} to {nodes}: every node of the pool registered")
         if len(spec.nodes) != nodes:  # already there is fine whatever the plan saw
             refuse_pool_size_changed(f"scale pool {pool} to {nodes}", len(spec.nodes), expected)
         wanted = max(spec.min_nodes, min(spec.max_nodes, nodes))

@@ -157,3 +157,128 @@ def test_a_new_request_restarts_the_timer_and_a_registration_drops_it() -> None:
     # both registered: no timer
     _, _, after3 = tick(full(booting, replace(booting, name="burst-b")), {"burst": 2}, state=after2, now=NOW + 120)
     assert after3.unregistered_since == {}
+
+
+# -- giving back what never came, and backing the pool off ----------------------------------------------------------
+#
+# Before: a pool whose requested node never registered was "not grown again until it registers", which for a node
+# that never will meant for ever: the pool's size stayed inflated (a VM that booted and could not join is billed; a
+# request stuck in a quota holds the size), and the pool could never serve a later shortfall.
+
+
+def gives_back(actions) -> list[ScaleNodePool]:  # type: ignore[no-untyped-def]
+    return [a for a in actions if isinstance(a, ScaleNodePool) and a.reason is Reason.BURST_NODE_NOT_REGISTERED]
+
+
+def test_a_node_past_the_provision_timeout_is_given_back_by_its_machine() -> None:
+    actions, report, state = run(full(), {"burst": 1}, 900.0)
+    (back,) = gives_back(actions)
+    assert (back.pool, back.previous_nodes, back.nodes) == ("burst", 1, 0)
+    assert back.remove_unregistered and back.remove_node is None
+    assert "never registered" in back.detail
+    assert any("one given back" in n for n in report.notes)
+    assert state.provision_failures == {"burst": (NOW + 900.0, 1)}
+
+
+def test_nothing_is_given_back_before_the_timeout() -> None:
+    actions, _, state = run(full(), {"burst": 1}, 885.0)
+    assert gives_back(actions) == []
+    assert state.provision_failures == {}
+
+
+def test_a_pool_at_its_minimum_keeps_its_unregistered_node_and_says_why() -> None:
+    at_min = replace(POOL, min_nodes=1)
+    actions, report, _ = run(full(), {"burst": 1}, 900.0, replace(LONG, pools=(at_min,)))
+    assert gives_back(actions) == []
+    assert any("at its minimum size 1" in n for n in report.notes)
+
+
+def test_the_give_back_happens_without_a_shortfall_and_is_the_pools_only_resize() -> None:
+    """No service short (chat wants what it has), a spare registered burst node too: the pool is resized once, by
+    the give-back of the node that never came; its spare node waits for a later tick."""
+    spare = NodeInfo("burst-a", 8, "A100", "burst", True)
+    config = replace(LONG, burst_idle_cooldown_s=0.0)
+    state = CapacityState(unregistered_since={"burst": (NOW - 900.0, 1)})
+    decision = ScaleDecision(CHAT.key, 8, 8, Reason.WITHIN_TOLERANCE, "")
+    arb = ArbitrationInput(NOW, full(spare), {CHAT.key: CHAT}, [decision], {}, pool_nodes={"burst": 2})
+    actions, _, _ = arbitrate(arb, state, config)
+    resizes = [a for a in actions if isinstance(a, ScaleNodePool)]
+    assert [(a.reason, a.previous_nodes, a.nodes) for a in resizes] == [(Reason.BURST_NODE_NOT_REGISTERED, 2, 1)]
+
+
+class Provider:
+    """A pool whose requested nodes never register: a scale-up raises the count, a give-back lowers it."""
+
+    def __init__(self, nodes: int) -> None:
+        self.nodes = nodes
+
+    def apply(self, actions) -> None:  # type: ignore[no-untyped-def]
+        for a in actions:
+            if isinstance(a, ScaleNodePool) and a.pool == "burst":
+                assert a.previous_nodes == self.nodes
+                self.nodes = a.nodes
+
+
+def replay(provider: Provider, start: float, seconds: float, state: CapacityState, config: CapacityConfig = LONG):  # type: ignore[no-untyped-def]
+    """Ticks every 15 s, chat short by 4 replicas throughout; (time, action) of every resize, and the last state."""
+    seen = []
+    t = start
+    while t < start + seconds:
+        actions, _, state = tick(full(), {"burst": provider.nodes}, config, state, t)
+        seen.extend((t - start, a) for a in actions if isinstance(a, ScaleNodePool))
+        provider.apply(actions)
+        t += 15.0
+    return seen, state
+
+
+def test_the_pool_is_given_back_every_unregistered_node_then_backs_off_then_tries_again() -> None:
+    provider = Provider(2)
+    seen, state = replay(provider, NOW, 2400.0, CapacityState(unregistered_since={"burst": (NOW, 2)}))
+    kinds = [(t, a.reason, a.previous_nodes, a.nodes) for t, a in seen]
+    # both given back, one per tick, as soon as they are overdue
+    assert kinds[:2] == [
+        (900.0, Reason.BURST_NODE_NOT_REGISTERED, 2, 1),
+        (915.0, Reason.BURST_NODE_NOT_REGISTERED, 1, 0),
+    ]
+    # nothing bought during the back-off (300 s from the moment they went overdue), then grown again
+    (t_up, reason, before, after) = kinds[2]
+    assert reason is Reason.BURST_SCALE_UP and (before, after) == (0, 1)
+    assert t_up == 1200.0
+    # the new request never registers either: given back after its own timeout (counted from the next tick, the first
+    # to see it), the second failure in a row
+    assert (t_up + 15.0 + 900.0, Reason.BURST_NODE_NOT_REGISTERED, 1, 0) in kinds
+    assert state.provision_failures["burst"][1] == 2
+
+
+def test_the_back_off_doubles_with_each_failure_in_a_row_up_to_its_maximum() -> None:
+    config = replace(LONG, provision_backoff_s=300.0, provision_backoff_max_s=1050.0)
+    for failures, backoff in ((1, 600.0), (2, 1050.0), (3, 1050.0), (5, 1050.0)):
+        # a previous failure 100 s before this pool goes overdue at NOW
+        state = CapacityState(
+            unregistered_since={"burst": (NOW - 900.0, 1)}, provision_failures={"burst": (NOW - 100.0, failures)}
+        )
+        provider = Provider(1)
+        seen, after = replay(provider, NOW, 1500.0, state, config)
+        assert after.provision_failures["burst"][1] == failures + 1
+        first_up = next(t for t, a in seen if a.reason is Reason.BURST_SCALE_UP)
+        assert first_up == backoff, (failures, first_up)
+
+
+def test_a_failure_long_after_the_last_counts_as_the_first_again() -> None:
+    state = CapacityState(
+        unregistered_since={"burst": (NOW - 900.0, 1)}, provision_failures={"burst": (NOW - 4 * 3600.0, 3)}
+    )
+    _, _, after = tick(full(), {"burst": 1}, state=state)
+    assert after.provision_failures == {"burst": (NOW, 1)}
+
+
+def test_an_old_failure_record_is_dropped_and_a_backing_off_pool_says_so() -> None:
+    old = CapacityState(provision_failures={"burst": (NOW - 4 * 3600.0, 2)})
+    actions, _, after = tick(full(), {"burst": 0}, state=old)
+    assert after.provision_failures == {}
+    assert [a.reason for a in actions if isinstance(a, ScaleNodePool)] == [Reason.BURST_SCALE_UP]
+    recent = CapacityState(provision_failures={"burst": (NOW - 100.0, 1)})
+    actions, report, _ = tick(full(), {"burst": 0}, state=recent)
+    assert [a for a in actions if isinstance(a, ScaleNodePool)] == []
+    burst = next(o for o in report.options if o.kind == "burst")
+    assert "burst: backing off until 200s from now" in burst.detail

@@ -199,7 +199,9 @@ def test_capacity_panels() -> None:
     (actions,) = panel_exprs("Preemptions, resumes and burst scaling (applied, per hour)")
     assert 'result="applied"' in actions
     (reasons,) = re.findall(r'reason=~"([^"]+)"', actions)
-    assert set(reasons.split("|")) == {"preempt_for_inference", "resume_training", "burst_scale_up", "burst_scale_down"}
+    assert set(reasons.split("|")) == {
+        "preempt_for_inference", "resume_training", "burst_scale_up", "burst_scale_down", "burst_node_not_registered"
+    }
     spend, threshold = panel_exprs("Burst spend per hour")
     assert "namespace_job:gpu_autoscaler_burst_spend_per_hour:leader" in spend
     recorded = "cluster:gpu_autoscaler_burst_spend_per_hour:alert_threshold"

@@ -7,7 +7,10 @@ annotations the Cluster Autoscaler reads bound our writes too, so both never dis
 A scale-down names the node the plan emptied. The MachineSet deletes a Machine of its own choosing (its delete
 policy: Random by default) unless one carries the ``cluster.x-k8s.io/delete-machine`` annotation, so the node's
 Machine is annotated first, then the size lowered, as the Cluster Autoscaler's Cluster API provider does; a node
-whose Machine cannot be found is not removed by chance: nothing is written.
+whose Machine cannot be found is not removed by chance: nothing is written. A scale-down may instead give back a
+Machine that never got a Node (``remove_unregistered``: past the provision timeout, the capacity it stands for never
+came), by name as the Cluster Autoscaler removes its unregistered nodes: the oldest Machine without a
+``status.nodeRef``, marked the same way; never a registered node, and nothing written when there is none.
 
 The MachineSet deletes ``len(machines) - spec.replicas`` Machines, its ``machines`` including those already being
 deleted (a MachineHealthCheck remediation, ``kubectl delete machine``), which go first, then every marked one. So the
@@ -93,6 +96,13 @@ class UnknownPoolError(PortError):
 
 class MachineNotFoundError(PortError):
     """The node to remove has no Machine of the pool's MachineDeployment (or its Machine is already going)."""
+
+
+class NoUnregisteredMachineError(MachineNotFoundError):
+    """Not scaled down, nothing written: a scale-down that gives back a Machine that never registered a Node
+    (``remove_unregistered``) found none in the MachineDeployment (every Machine not being deleted has a
+    ``status.nodeRef``), or the one it chose got a Node or started going meanwhile. Lowering the size anyway would let
+    the MachineSet delete a Machine of its own choosing: a running node, possibly a busy one."""
 
 
 class MachinesDeletedFirstError(PortError):
@@ -240,6 +250,32 @@ class MachineDeploymentNodePools:
             "status.nodeRef): not scaled down, the MachineSet would remove a node of its own choosing"
         )
 
+    def _find_unregistered(self, name: str, machines: list[JSON], keep: str | None = None) -> JSON:
+        """The Machine to give back for a node that never registered: among those without a Node (no
+        ``status.nodeRef`` name) and not being deleted, the oldest (``metadata.creationTimestamp``, then name): it
+        has waited longest, while one a scale-up created moments ago has no Node yet either. ``keep``: the Machine an
+        earlier attempt of this call marked (or found marked), kept while it still qualifies (a retry never moves to
+        another Machine, the marked one left behind); ``NoUnregisteredMachineError`` when none qualifies."""
+        waiting = [
+            m for m in machines
+            if not ((m.get("status") or {}).get("nodeRef") or {}).get("name")
+            and not (m.get("metadata") or {}).get("deletionTimestamp")
+        ]  # fmt: skip
+        if keep is not None:
+            for machine in waiting:
+                if machine["metadata"]["name"] == keep:
+                    return machine
+            raise NoUnregisteredMachineError(
+                f"Machine {self.namespace}/{keep}, chosen as never registered, got a Node, started going or is gone "
+                "since: not scaled down, the MachineSet would remove a node of its own choosing"
+            )
+        if not waiting:
+            raise NoUnregisteredMachineError(
+                f"MachineDeployment {self.namespace}/{name} has no Machine without a Node (status.nodeRef) that is not "
+                "already being deleted: not scaled down, the MachineSet would remove a node of its own choosing"
+            )
+        return min(waiting, key=_age_key)
+
     def _annotate_machine(
         self,
         machine: JSON,
@@ -285,7 +321,9 @@ class MachineDeploymentNodePools:
         can_write: WriteGuard | None,
     ) -> None:
         """Raise unless lowering the size to ``target`` makes the MachineSet delete ``ours``: no rollout spreading
-        the change (``_check_rollout``), no Machine being deleted or marked taking it (``_check_other_marks``)."""
+        the change (``_check_rollout``), no Machine being deleted or marked taking it (``_check_other_marks``).
+        ``node``: what is being removed, for the messages only (``node n's Machine ns/m``, ``the unregistered Machine
+        ns/m``)."""
         self._check_rollout(what, md, machines, node)
         self._check_other_marks(what, md, machines, ours, node, target, can_write)
 
@@ -309,7 +347,7 @@ class MachineDeploymentNodePools:
         raise RolloutInProgressError(
             f"{what}: not scaled down: the MachineDeployment is rolling out ({'; '.join(seen)}): it spreads a size "
             f"change over its MachineSets without looking at {DELETE_MACHINE_ANNOTATION}, so one of them could delete "
-            f"a busy Machine of its own choosing instead of node {node}'s. Nothing written; retried once the rollout "
+            f"a busy Machine of its own choosing instead of {node}. Nothing written; retried once the rollout "
             "has finished."
         )
 
@@ -365,10 +403,9 @@ class MachineDeploymentNodePools:
         removes = max(len(machines), int((md.get("spec") or {}).get("replicas") or 0)) - target
         if len(deleting) + len(blocking) + 1 <= removes:
             return
-        ours_full = f"{self.namespace}/{ours['metadata']['name']}"
         counted = (
             f"lowering the size to {target} makes the MachineSet delete {removes} of the {len(machines)} Machines "
-            f"it counts, and node {node}'s Machine {ours_full} would not be among them"
+            f"it counts, and {node} would not be among them"
         )
         names = tuple(sorted(full for full, _ in blocking))
         if not blocking:  # only Machines being deleted are in the way (removes >= 1: a scale-down)
@@ -397,6 +434,7 @@ class MachineDeploymentNodePools:
         remove_node: str | None = None,
         *,
         can_write: WriteGuard | None = None,
+        remove_unregistered: bool = False,
     ) -> WriteOutcome:
         """Set the pool's size (idempotent), clamped to its min/max annotations: ``WROTE``; ``ALREADY`` when the live
         size is the target already (or the bound it is clamped to): nothing written. ``expected``: the size the plan
@@ -410,14 +448,22 @@ class MachineDeploymentNodePools:
         deleted and other marked Machines would take the decrease (more than the MachineSet removes, ours included),
         our own stale marks cleared first; nothing written (or the mark taken back) then either. ``can_write``:
         asked immediately before every request (reads included, conflict rounds and the take-back too); when it says
-        no, ``WriteNotAllowed`` and nothing more is sent: a mark this call placed stays, reported as ``not_leader``."""
+        no, ``WriteNotAllowed`` and nothing more is sent: a mark this call placed stays, reported as ``not_leader``.
+        ``remove_unregistered``: on a scale-down, give back a Machine that never got a Node (past the provision
+        timeout) instead of a named node: the oldest Machine of the pool without ``status.nodeRef`` and not being
+        deleted (``_find_unregistered``; a conflict's retry keeps the Machine it marked), then everything as with
+        ``remove_node``; ``NoUnregisteredMachineError`` and nothing written when there is none. A scale-up, or a size
+        already there, ignores it; with ``remove_node`` too: ``ValueError``."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
+        if remove_unregistered and remove_node is not None:
+            raise ValueError("remove_node and remove_unregistered are exclusive: a scale-down removes one or the other")
         name = self._md_name(pool)
         what = f"scale MachineDeployment {self.namespace}/{name} to {nodes}"
         marked: JSON | None = None  # the Machine this call marked (and so may take back), as last known
         mark_value = ""  # what this call wrote in the mark: the take-back leaves any other value alone
         found_marked = False  # the node's Machine carried the annotation already: left as found
+        held: str | None = None  # the Machine this call marked or found marked: a retry removes it, not another
         shrink_sent: int | None = None  # the size a write sent while the Machine was marked asked for
         refused = False  # the guard said no: this replica sends nothing more, not even the take-back of its mark
         try:
@@ -449,12 +495,23 @@ class MachineDeploymentNodePools:
                         f"{what}: not resized: the MachineDeployment is paused ({paused}): Cluster API applies no "
                         f"size change until it is unpaused. Nothing written; retried once unpaused."
                     )
-                if target < live and remove_node is not None:
+                if target < live and (remove_node is not None or remove_unregistered):
                     # every attempt: a conflict's retry may find marks that were not there before
                     machines = self._machines(name, can_write)
-                    machine = self._find_machine(name, machines, remove_node)
-                    self._check_way_clear(what, md, machines, machine, remove_node, target, can_write)
+                    machine = (
+                        self._find_unregistered(name, machines, held)
+                        if remove_unregistered
+                        else self._find_machine(name, machines, str(remove_node))
+                    )
+                    ours = f"{self.namespace}/{machine['metadata']['name']}"
+                    removed = (
+                        f"the unregistered Machine {ours}"
+                        if remove_unregistered
+                        else f"node {remove_node}'s Machine {ours}"
+                    )
+                    self._check_way_clear(what, md, machines, machine, removed, target, can_write)
                     if marked is None and not found_marked:
+                        held = machine["metadata"]["name"]
                         if DELETE_MACHINE_ANNOTATION in (machine["metadata"].get("annotations") or {}):
                             found_marked = True  # not ours to rewrite, nor to take back
                         else:
@@ -468,13 +525,13 @@ class MachineDeploymentNodePools:
                                 # by us.
                                 marked = self._annotate_machine(machine, mark_value, precondition=True)
                             except ConflictError:
-                                marked = None  # a 409 wrote nothing: look at the Machine again
+                                marked = held = None  # a 409 wrote nothing: look at the Machine again
                                 log.info("%s: conflict on the mark, re-reading (%d/%d)", what, attempt + 1,
                                          self.conflict_retries)  # fmt: skip
                                 continue
                             # somebody may have marked another Machine since the list: look again before the size
                             machines = self._machines(name, can_write)
-                            self._check_way_clear(what, md, machines, machine, remove_node, target, can_write)
+                            self._check_way_clear(what, md, machines, machine, removed, target, can_write)
                 if marked is not None and target < live:
                     shrink_sent = target
                 # The scale subresource shares the MachineDeployment's resourceVersion: a precondition on both.
@@ -503,7 +560,11 @@ class MachineDeploymentNodePools:
                         self._mark_left(what, marked, "outcome_unknown")
                         marked = None
                     raise
-                removing = f", removing node {remove_node}" if remove_node is not None and target < live else ""
+                removing = ""
+                if target < live and remove_node is not None:
+                    removing = f", removing node {remove_node}"
+                elif target < live and remove_unregistered:
+                    removing = f", removing unregistered Machine {self.namespace}/{held}"
                 log.info(
                     "scaled node pool %s (MachineDeployment %s/%s) to %d%s", pool, self.namespace, name, target,
                     removing,
@@ -618,6 +679,14 @@ def _our_mark_time(machine: JSON) -> float | None:
     if not isinstance(value, str) or not value.startswith(MARK_PREFIX) or record not in (None, value):
         return None
     return parse_time(value[len(MARK_PREFIX) :])
+
+
+def _age_key(machine: JSON) -> tuple[float, str]:
+    """Oldest first: ``metadata.creationTimestamp`` (a Machine without one, which an apiserver never serves, last),
+    then the name."""
+    meta = machine.get("metadata") or {}
+    created = parse_time(meta.get("creationTimestamp"))
+    return (created if created is not None else float("inf"), str(meta.get("name")))
 
 
 def _settled(md: JSON) -> bool:
