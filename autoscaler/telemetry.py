@@ -86,12 +86,14 @@ ACTION_KIND_REASONS = (
     ("ScaleNodePool", "burst_node_not_registered"),
 )
 # (kind, result) pairs the alerts count: every kind failed (GPUAutoscalerActionsFailing), evictions blocked
-# (GPUAutoscalerEvictionsBlocked), resumed training (GPUAutoscalerTrainingThrash). These results only happen when the
-# controller writes, so their dry_run label is always "false".
+# (GPUAutoscalerEvictionsBlocked), resumed training (GPUAutoscalerTrainingThrash), pool resizes applied
+# (GPUAutoscalerBurstNodesNotRegistering). These results only happen when the controller writes, so their dry_run
+# label is always "false".
 ALERTED_ACTION_RESULTS = (
     *((kind, "failed") for kind in dict.fromkeys(kind for kind, _ in ACTION_KIND_REASONS)),
     ("EvictPod", "blocked"),
     ("ResumeWorkload", "applied"),
+    ("ScaleNodePool", "applied"),
 )
 
 
