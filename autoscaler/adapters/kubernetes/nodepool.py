@@ -644,6 +644,13 @@ class MachineDeploymentNodePools:
                 return
             except ConflictError:
                 pass
+            except KubeApiError as exc:
+                # deleted since (a person, a MachineHealthCheck, the MachineSet): its mark went with it; reported as
+                # a failed take-back it read as a mark left behind that would delete a busy node
+                if exc.status != 404:
+                    raise
+                log.info("%s: Machine %s is gone: no delete-machine mark to take back", what, full)
+                return
             try:
                 machine = self._read(
                     f"read Machine {full}", self._custom.get_namespaced_custom_object, MACHINE_PLURAL, machine_name,
