@@ -161,16 +161,33 @@ class Pager:
     def items(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[JSON]:
         """Every item of the list, or an exception: never a partial list (a partial pod list would look like free
         GPUs and could drive a wrong decision)."""
+        return self.converted(what, _as_is, fn, *args, **kwargs)[0]
+
+    def converted(
+        self, what: str, convert: Callable[[JSON], T | None], fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> tuple[list[T], int]:
+        """Every item of the list through ``convert`` (an item it maps to None is left out), and how many items the
+        list had; or an exception, never a partial list. Each page is converted as it arrives and its raw JSON
+        dropped: a cluster's pod list is a few KiB per pod, and held whole until the last page it was most of a
+        snapshot's memory (20,000 pods: the raw list, then the converted pods beside it)."""
         restarts = 0
         while True:
+            out: list[T] = []
+            seen = 0
             try:
-                return list(self._pages(what, fn, *args, **kwargs))
+                for item in self._pages(what, fn, *args, **kwargs):
+                    seen += 1
+                    value = convert(item)
+                    if value is not None:
+                        out.append(value)
+                return out, seen
             except KubeApiError as exc:
                 # 410: the snapshot behind the continue token is gone; only a list from scratch is consistent.
                 if exc.status != 410:
                     raise
                 if restarts >= self.max_restarts:
-                    return self._whole(what, fn, *args, **kwargs)
+                    whole = self._whole(what, fn, *args, **kwargs)
+                    return [v for v in map(convert, whole) if v is not None], len(whole)
                 restarts += 1
                 log.info("%s: continue token expired, restarting the list (%d/%d)", what, restarts, self.max_restarts)
 
@@ -211,10 +228,18 @@ class Pager:
             if token:
                 page_kwargs["_continue"] = token
             page = self._request(what, fn, args, page_kwargs)
-            yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
+            items = list(page.get("items") or [])
+            del page  # only ``items`` holds the page's objects now: each is freed once the caller has converted it
+            items.reverse()
+            while items:
+                yield items.pop()  # in list order, and no longer referenced here
             if not token:
                 return
+
+
+def _as_is(item: JSON) -> JSON:
+    return item
 
 
 def parse_time(value: Any) -> float | None:

@@ -467,21 +467,21 @@ class KubeClusterReader:
             self._apps.list_deployment_for_all_namespaces,
             **({"label_selector": cfg.deployment_label_selector} if cfg.deployment_label_selector else {}),
         )
-        # Finished pods hold no GPUs; let the server drop them rather than shipping them to us.
-        raw_pods = self._pager.items(
+        # Finished pods hold no GPUs; let the server drop them rather than shipping them to us. Pods and nodes are
+        # converted page by page: their raw JSON is most of a large cluster's list, and is never held whole.
+        converted, pod_count = self._pager.converted(
             "list pods",
+            lambda raw: self._pod(raw, priority_classes, default_priority),
             self._core.list_pod_for_all_namespaces,
             field_selector="status.phase!=Succeeded,status.phase!=Failed",
         )
-        raw_nodes = self._pager.items("list nodes", self._core.list_node)
+        nodes, node_count = self._pager.converted("list nodes", self._node, self._core.list_node)
         raw_pdbs = self._pager.items(
             "list poddisruptionbudgets", self._policy.list_pod_disruption_budget_for_all_namespaces
         )
         hpas = self._hpas()
         raw_workloads = self._raw_workloads()
-        converted = (self._pod(p, priority_classes, default_priority) for p in raw_pods)
-        pods = self._with_podgroup_min_available([p for p in converted if p is not None])
-        nodes = [n for n in (self._node(raw) for raw in raw_nodes) if n is not None]
+        pods = self._with_podgroup_min_available(converted)
         snapshot = ClusterSnapshot(
             time=now,
             deployments=tuple(
@@ -499,9 +499,9 @@ class KubeClusterReader:
             seconds=time.monotonic() - started,
             objects={
                 "deployments": len(deployments),
-                "pods": len(raw_pods),
+                "pods": pod_count,
                 "gpu_pods": len(pods),
-                "nodes": len(raw_nodes),
+                "nodes": node_count,
                 "gpu_nodes": len(nodes),
                 "pdbs": len(raw_pdbs),
                 "priorityclasses": len(priority_classes),
