@@ -18,6 +18,10 @@ pages + 10 node pages + 5 other lists; 89 writes for 10 scales with their Events
 one node-pool resize), 1.50 s per tick median (1.35 s reading, 0.15 s writing; 1.8 s max; up to ~4.4 s while
 other test suites loaded the machine), 88 MiB peak Python memory in a tick, 316 MiB client max RSS. One page of
 500 pods: 0.025 s as raw JSON, 0.158 s through the client's typed models.
+
+Stop 36 (pods and nodes converted page by page, ``Pager.converted``; two runs of each tree interleaved on the same
+loaded machine): 152 API calls per tick (63 reads, 89 writes); peak Python memory in a tick 94.7 -> 27.5 MiB, client
+max RSS 332 -> 157 MiB; seconds per tick (median) 1.20 / 1.95 before, 1.25 / 1.48 after: the same within noise.
 """
 
 from __future__ import annotations
