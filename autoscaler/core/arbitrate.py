@@ -754,6 +754,15 @@ def arbitrate(
     # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.
     given_back: set[str] = set()
     sizes = {p.name: p for p in pools}
+    # Nodes being removed (a removal taint, a deletionTimestamp) are read as no longer counted by the provider, and
+    # mostly are (our give-back lowers the size with its mark). The Cluster Autoscaler's lowers it only after its
+    # drain: until then such a node is one of the "unregistered" ones, and the pool has no Machine without a Node to
+    # give back (the give-back would fail every tick for as long as a drain is stuck). So nothing is given back
+    # while as many nodes as it counts unregistered are being removed.
+    removing: dict[str, int] = {}
+    for n in snapshot.nodes:
+        if n.pool in sizes and n.leaving and not n.out_of_service:
+            removing[n.pool] = removing.get(n.pool, 0) + 1
     for name, count in sorted(overdue.items()):
         since = unregistered_since[name][0]
         failures = provision_failures[name][1]
@@ -771,6 +780,12 @@ def arbitrate(
             notes.append(
                 f"{stuck}; not given back: the pool is at its minimum size {stuck_pool.min_nodes} (a "
                 "MachineHealthCheck's nodeStartupTimeout replaces such Machines)"
+            )
+            continue
+        if count <= removing.get(name, 0):
+            notes.append(
+                f"{stuck}; not given back while {removing[name]} of its nodes are being removed (the provider may "
+                "still count them: a Cluster Autoscaler drain lowers the size only once done)"
             )
             continue
         given_back.add(name)

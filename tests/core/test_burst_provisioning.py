@@ -282,3 +282,16 @@ def test_an_old_failure_record_is_dropped_and_a_backing_off_pool_says_so() -> No
     assert [a for a in actions if isinstance(a, ScaleNodePool)] == []
     burst = next(o for o in report.options if o.kind == "burst")
     assert "burst: backing off until 200s from now" in burst.detail
+
+
+def test_nothing_is_given_back_while_as_many_nodes_are_being_removed() -> None:
+    """A Cluster Autoscaler drain: its removal taint is on the node, and the provider still counts it until the
+    drain is done. The "unregistered" node is that one; the pool has no Machine without a Node to give back."""
+    draining = NodeInfo("burst-old", 8, "A100", "burst", False, leaving=True)
+    actions, report, _ = run(full(draining), {"burst": 1}, 900.0)
+    assert gives_back(actions) == []
+    assert any("not given back while 1 of its nodes are being removed" in n for n in report.notes)
+    # two counted beyond the registered nodes, one being removed: one never registered, given back
+    actions, _, _ = run(full(draining), {"burst": 2}, 900.0)
+    (back,) = gives_back(actions)
+    assert (back.previous_nodes, back.nodes) == (2, 1)
