@@ -97,6 +97,17 @@ def event_reason(reason: Reason | str) -> str:
     return "".join(part.capitalize() for part in value.split("_"))
 
 
+def names_parameter(fn: Callable[..., object], name: str) -> bool:
+    """Whether ``fn`` has a keyword parameter named ``name`` itself (``**kwargs`` does not count): for a keyword an
+    implementation must understand, since one that ignores it does harm (``remove_unregistered``)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return name in parameters and parameters[name].kind in keyword
+
+
 def takes_keyword(fn: Callable[..., object], name: str) -> bool:
     """Whether ``fn`` accepts the keyword argument ``name`` (a parameter of that name, or ``**kwargs``): a port's
     optional keyword added later is passed only to implementations that take it (provider plug-ins written
@@ -580,8 +591,9 @@ class Actuator:
             # a scale-down only: a scale-up stays the call a provider plug-in written before remove_node knows
             options["remove_node"] = action.remove_node
         if action.remove_unregistered:
-            if not takes_keyword(self.node_pools.scale, "remove_unregistered"):
-                # a provider plug-in written before it would shrink the pool by a node of its own choosing
+            if not names_parameter(self.node_pools.scale, "remove_unregistered"):
+                # A provider plug-in written before it would shrink the pool by a node of its own choosing: one that
+                # takes **options to survive new keywords too (ignored, this one deletes a possibly busy node)
                 raise PortError(
                     f"node-pool provider {type(self.node_pools).__name__} cannot remove a node that never registered "
                     f"(its scale() takes no remove_unregistered): pool {action.pool} not scaled down"

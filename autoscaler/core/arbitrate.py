@@ -301,18 +301,35 @@ def _provision_overdue(
     state: CapacityState,
     config: CapacityConfig,
     now: float,
+    unread: Set[str] = frozenset(),
 ) -> tuple[dict[str, int], dict[str, tuple[float, int]]]:
     """The pools whose unregistered nodes are past the provision timeout (pool -> how many), and the timers for
     the next tick. A timer starts when a pool's unregistered count first rises (a new request) and stands while
-    the count holds or falls (some registered); at 0 it is dropped. After a restart it starts again from the first
-    tick: a node requested before it gets up to a whole timeout more."""
+    the count holds or falls (some registered); at 0 it is dropped. Once overdue it also stands when the count rises
+    (a node drained by the Cluster Autoscaler, which the provider still counts, or one added by someone else): the
+    node already stuck stays no capacity and is still given back, its failure counted once. ``unread``: pools whose
+    size was not read this tick (an API error): their timers stand as they were, and none is overdue this tick.
+    A time later than ``now`` (the wall clock stepped back) is taken as ``now``. After a restart a timer starts again
+    from the first tick: a node requested before it gets up to a whole timeout more."""
     timers: dict[str, tuple[float, int]] = {}
     overdue: dict[str, int] = {}
+    for name in unread:
+        if name in state.unregistered_since:
+            since, count = state.unregistered_since[name]
+            timers[name] = (min(since, now), count)
     for name, count in unregistered.items():
+        if name in unread:
+            continue
+        limit = _provision_limit(name, config)
         prev = state.unregistered_since.get(name)
-        since = now if prev is None or count > prev[1] else prev[0]
+        if prev is None:
+            since = now
+        else:
+            since = min(prev[0], now)
+            if count > prev[1] and now - since < limit:
+                since = now
         timers[name] = (since, count)
-        if now - since >= _provision_limit(name, config):
+        if now - since >= limit:
             overdue[name] = count
     return overdue, timers
 
@@ -337,6 +354,7 @@ def _provision_backoff(
     one counts as the first again, and a record that old is dropped."""
     failures: dict[str, tuple[float, int]] = {}
     for name, (at, count) in state.provision_failures.items():
+        at = min(at, now)  # the wall clock stepped back: at most the back-off from now
         if now - at < config.provision_backoff_reset_s:
             failures[name] = (at, count)
     for name in overdue:
@@ -545,7 +563,9 @@ def arbitrate(
     now, snapshot = arb.now, arb.snapshot
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
     unregistered = _unregistered(snapshot, config.pools, arb.pool_nodes)
-    overdue, unregistered_since = _provision_overdue(unregistered, state, config, now)
+    read = set(arb.pool_nodes or {})
+    unread = {p.name for p in config.pools if p.name not in read}
+    overdue, unregistered_since = _provision_overdue(unregistered, state, config, now, unread)
     provision_failures, backing_off = _provision_backoff(overdue, unregistered_since, state, config, now)
     coming = {name: count for name, count in unregistered.items() if name not in overdue}
     free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types, config.pools, coming)
@@ -811,10 +831,10 @@ def arbitrate(
         short_since = None
         free_since = free_since if free_since is not None else now
         lower = [c for c in candidates if c.gang not in taken]
-        # a pool giving back a node that never registered resizes once this tick: its spare nodes wait for the next
-        kept = [p for p in pools if p.name not in given_back]
         actions.extend(
-            _give_back(arb, config, kept, free, node_types, unneeded, resumable, workloads, notes, lower, runs_at)
+            _give_back(
+                arb, config, pools, free, node_types, unneeded, resumable, workloads, notes, lower, runs_at, given_back
+            )
         )
     report = CapacityReport(
         tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes), tuple(pools)
@@ -956,9 +976,12 @@ def _give_back(
     notes: list[str],
     candidates: Sequence[GangCandidate],
     runs_at: Mapping[str, int],
+    resized: Set[str] = frozenset(),
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
-    ``pod_priorities``, computed once per tick by the caller."""
+    ``pod_priorities``, computed once per tick by the caller. ``resized``: pools already resized this tick (a node
+    that never registered given back): still burst pools with nodes left, but none of their nodes is given back
+    before the next tick (one resize per pool and tick)."""
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
@@ -978,6 +1001,8 @@ def _give_back(
             unneeded.pop(pool.name, None)
             continue
         burst_left = True
+        if pool.name in resized:
+            continue
         # Spare: the pool's emptiest node's pods fit on the other free GPUs and the forecast's extra demand over
         # a boot still fits without that node.
         mine = {n: left for n, left in free.items() if node_pool.get(n) == pool.name and n not in received}
