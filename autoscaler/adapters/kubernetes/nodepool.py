@@ -164,6 +164,7 @@ class MachineDeploymentNodePools:
         on_mark_left: MarkLeft | None = None,
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
         self.namespace = namespace
         self.pools = dict(pools) if pools is not None else None
         self.request_timeout_s = request_timeout_s
@@ -250,7 +251,39 @@ class MachineDeploymentNodePools:
             "status.nodeRef): not scaled down, the MachineSet would remove a node of its own choosing"
         )
 
-    def _find_unregistered(self, name: str, machines: list[JSON], keep: str | None = None) -> JSON:
+    def _registered_provider_ids(self, can_write: WriteGuard | None = None) -> set[str]:
+        """The ``spec.providerID`` of every registered Node (the Nodes are on the apiserver this adapter talks to),
+        listed in pages; any error raises: the caller then writes nothing."""
+        ids: set[str] = set()
+        token: str | None = None
+        what = "list Nodes (their provider IDs: a Machine without a nodeRef may still have its Node)"
+
+        def page(options: dict[str, Any]) -> JSON:
+            may_write(what, can_write)
+            self.api_calls += 1
+            return call_json(what, self._core.list_node, timeout_s=self.request_timeout_s, **options)
+
+        while True:
+            options: dict[str, Any] = {"limit": 500, **({"_continue": token} if token else {})}
+            listed = with_read_retries(
+                what, lambda options=options: page(options), retries=self.read_retries, backoff_s=0.2,
+                max_backoff_s=2.0, sleep=self._sleep,
+            )  # fmt: skip
+            for node in listed.get("items") or []:
+                provider_id = (node.get("spec") or {}).get("providerID")
+                if provider_id:
+                    ids.add(str(provider_id))
+            token = (listed.get("metadata") or {}).get("continue")
+            if not token:
+                return ids
+
+    def _find_unregistered(
+        self,
+        name: str,
+        machines: list[JSON],
+        keep: str | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> JSON:
         """The Machine to give back for a node that never registered: among those without a Node (no
         ``status.nodeRef`` name) and not being deleted, the oldest (``metadata.creationTimestamp``, then name): it
         has waited longest, while one a scale-up created moments ago has no Node yet either. ``keep``: the Machine an
@@ -261,6 +294,12 @@ class MachineDeploymentNodePools:
             if not ((m.get("status") or {}).get("nodeRef") or {}).get("name")
             and not (m.get("metadata") or {}).get("deletionTimestamp")
         ]  # fmt: skip
+        if any((m.get("spec") or {}).get("providerID") for m in waiting):
+            # No nodeRef is not no Node: the Machine controller sets it only once it has reconciled the Machine (it
+            # lags while Cluster API's controllers are down or slow). A Machine whose provider ID a registered Node
+            # carries has its Node -- running, maybe busy -- and is never given back as one that never came.
+            registered = self._registered_provider_ids(can_write)
+            waiting = [m for m in waiting if (m.get("spec") or {}).get("providerID") not in registered]
         if keep is not None:
             for machine in waiting:
                 if machine["metadata"]["name"] == keep:
@@ -499,7 +538,7 @@ class MachineDeploymentNodePools:
                     # every attempt: a conflict's retry may find marks that were not there before
                     machines = self._machines(name, can_write)
                     machine = (
-                        self._find_unregistered(name, machines, held)
+                        self._find_unregistered(name, machines, held, can_write)
                         if remove_unregistered
                         else self._find_machine(name, machines, str(remove_node))
                     )
