@@ -110,7 +110,12 @@ def _kubernetes_adapters(settings: Settings, api_client: Any, metrics: MetricsSo
         )
     return Adapters(
         metrics=metrics,
-        cluster=KubeClusterReader(api_client, ReaderConfig(request_timeout_s=timeout)),
+        # A booting burst node is a GPU node before its device plugin reports GPUs (and before GPU feature discovery
+        # labels it): left out of the snapshot, it read as a node the provider counts that never registered.
+        cluster=KubeClusterReader(
+            api_client,
+            ReaderConfig(request_timeout_s=timeout, gpu_pools=frozenset(settings.capacity.burst_pools)),
+        ),
         writer=writer,
         policies=KubePolicySource(PolicyLoader(api_client, settings.namespaces, request_timeout_s=timeout)),
         status_writer=writer,

@@ -334,6 +334,21 @@ def _provision_overdue(
     return overdue, timers
 
 
+def _stuck_booting(snapshot: ClusterSnapshot, config: CapacityConfig, now: float) -> dict[str, tuple[str, float]]:
+    """Burst nodes registered longer ago than their pool's provision limit and still not ready (node -> (pool, how
+    long)): no capacity on its way. Most often its device plugin never reported GPUs (a driver or image problem);
+    counted as booting, such a node hid a shortfall for as long as it stayed."""
+    names = {p.name for p in config.pools}
+    out: dict[str, tuple[str, float]] = {}
+    for n in snapshot.nodes:
+        if n.pool not in names or n.pool is None or n.ready or n.leaving or n.created_at is None:
+            continue
+        age = now - n.created_at
+        if age >= _provision_limit(n.pool, config):
+            out[n.name] = (n.pool, age)
+    return out
+
+
 def _provision_limit(pool: str, config: CapacityConfig) -> float:
     """How long a pool's requested node may take to register: the provision timeout, or twice its boot time."""
     by_name = next((p for p in config.pools if p.name == pool), None)
@@ -378,6 +393,7 @@ def _free_by_node(
     node_types: dict[str, str | None],
     pools: Sequence[BurstPool] = (),
     coming: Mapping[str, int] | None = None,
+    stuck: Set[str] = frozenset(),
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Free GPUs of ready nodes, and of booting nodes: not ready yet, of a burst pool this controller grows, and not
     leaving. Any other node that is not ready (an on-prem node whose kubelet died; any node cordoned, tainted for
@@ -387,7 +403,7 @@ def _free_by_node(
     A burst node is on its way from the request on: a booting node whose device plugin has not reported its GPUs yet
     (allocatable 0) brings its pool's ``gpus_per_node`` (``pools``), and ``coming`` (pool -> nodes the provider
     counts beyond those registered, ``_unregistered``, the pools past the provision timeout left out) are booting
-    nodes without a Node object yet.
+    nodes without a Node object yet; ``stuck`` (registered, still not ready past the provision timeout) are not.
     Counted as nothing, each tick of the boot would buy another node (or stop training) for the same shortfall."""
     free = free_gpus_per_node(snapshot)
     burst = {p.name: p for p in pools}
@@ -400,7 +416,7 @@ def _free_by_node(
     booting: dict[str, int] = {}
     for n in snapshot.nodes:
         pool = burst.get(n.pool) if n.pool is not None else None
-        if pool is None or n.leaving:
+        if pool is None or n.leaving or n.name in stuck:
             continue
         if not n.ready:
             gpus = n.allocatable_gpus if n.allocatable_gpus > 0 else pool.gpus_per_node
@@ -568,7 +584,10 @@ def arbitrate(
     overdue, unregistered_since = _provision_overdue(unregistered, state, config, now, unread)
     provision_failures, backing_off = _provision_backoff(overdue, unregistered_since, state, config, now)
     coming = {name: count for name, count in unregistered.items() if name not in overdue}
-    free, booting = _free_by_node(snapshot, {p.name for p in config.pools}, node_types, config.pools, coming)
+    stuck_booting = _stuck_booting(snapshot, config, now)
+    free, booting = _free_by_node(
+        snapshot, {p.name for p in config.pools}, node_types, config.pools, coming, frozenset(stuck_booting)
+    )
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
@@ -769,6 +788,11 @@ def arbitrate(
             )
 
     notes: list[str] = [*stale_holds, *priority_notes]
+    for node, (pool_name, age) in sorted(stuck_booting.items()):
+        notes.append(
+            f"{node} ({pool_name}): registered {age:.0f}s ago and still not ready (no GPUs reported, or its kubelet "
+            "not Ready) past the provision timeout: counted as no capacity (check its device plugin, driver, kubelet)"
+        )
     # A node that never registered costs (a VM that booted and could not join is billed; a request stuck in a
     # quota holds the pool's size) and hosts nothing: its Machine is given back, one per pool and tick (the
     # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.

@@ -107,6 +107,9 @@ class NodeInfo:
     # its NoSchedule / NoExecute taints other than the transient node-condition ones (not-ready, uninitialized...):
     # a pod that does not tolerate one is never scheduled there
     taints: tuple[Taint, ...] = ()
+    # when the Node object was created (it registered), Unix seconds; None: unknown. A burst node that is still not
+    # ready this long after registering (its device plugin never reported GPUs) is no capacity on its way
+    created_at: float | None = None
 
 
 def schedulable_on(deployment: DeploymentInfo, node: NodeInfo) -> bool:

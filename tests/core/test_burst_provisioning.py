@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import ClusterSnapshot, NodeInfo, PodInfo, WorkloadInfo
@@ -295,3 +297,30 @@ def test_nothing_is_given_back_while_as_many_nodes_are_being_removed() -> None:
     actions, _, _ = run(full(draining), {"burst": 2}, 900.0)
     (back,) = gives_back(actions)
     assert (back.previous_nodes, back.nodes) == (2, 1)
+
+
+# -- a burst node that registered but never became ready ------------------------------------------------------------
+#
+# Before: a burst node not ready (its device plugin never reported GPUs, its kubelet NotReady) counted as booting
+# capacity for as long as it stayed so, however long after it registered: a shortfall hidden for ever.
+
+
+def booting_node(age_s: float | None) -> NodeInfo:
+    created = None if age_s is None else NOW - age_s
+    return NodeInfo("burst-a", 0, "A100", "burst", False, created_at=created)
+
+
+def test_a_burst_node_not_ready_long_after_registering_is_no_capacity() -> None:
+    actions, report, _ = tick(full(booting_node(900.0)), {"burst": 1})
+    assert [s.covered_by_booting for s in report.shortfalls] == [0]
+    (up,) = scale_ups(actions)
+    assert (up.previous_nodes, up.nodes) == (1, 2)
+    assert any("burst-a (burst): registered 900s ago and still not ready" in n for n in report.notes)
+    assert gives_back(actions) == []  # registered: not a node the provider counts that never came
+
+
+@pytest.mark.parametrize("age", [600.0, None])
+def test_a_burst_node_booting_within_the_timeout_or_of_unknown_age_is_capacity_on_its_way(age: float | None) -> None:
+    actions, report, _ = tick(full(booting_node(age)), {"burst": 1})
+    assert report.shortfalls == ()  # its 8 GPUs cover the 4 replicas short
+    assert scale_ups(actions) == []

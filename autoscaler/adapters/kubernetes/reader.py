@@ -971,6 +971,7 @@ class KubeClusterReader:
             leaving=away,
             out_of_service=(cordoned or lost or unhealthy) and not leaving and not deleting,
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
+            created_at=parse_time(meta.get("creationTimestamp")),
         )
 
     @staticmethod
