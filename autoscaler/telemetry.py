@@ -84,6 +84,7 @@ ACTION_KIND_REASONS = (
     ("ScaleNodePool", "burst_scale_up"),
     ("ScaleNodePool", "burst_scale_down"),
     ("ScaleNodePool", "burst_node_not_registered"),
+    ("ScaleNodePool", "burst_node_not_ready"),
 )
 # (kind, result) pairs the alerts count: every kind failed (GPUAutoscalerActionsFailing), evictions blocked
 # (GPUAutoscalerEvictionsBlocked), resumed training (GPUAutoscalerTrainingThrash), pool resizes applied

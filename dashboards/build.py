@@ -74,7 +74,9 @@ SERVICES = "namespace_service:gpu_autoscaler_current_replicas:leader"  # managed
 # The burst spend alert threshold, recorded once in deploy/rules/gpu-autoscaler.rules.yml (GPUAutoscalerBurstSpendHigh
 # reads the same series): the spend panel draws it instead of repeating the number here.
 SPEND_THRESHOLD = "cluster:gpu_autoscaler_burst_spend_per_hour:alert_threshold"
-CAPACITY_REASONS = "preempt_for_inference|resume_training|burst_scale_up|burst_scale_down|burst_node_not_registered"
+CAPACITY_REASONS = (
+    "preempt_for_inference|resume_training|burst_scale_up|burst_scale_down|burst_node_not_registered|burst_node_not_ready"
+)
 
 Builder = Timeseries | Stat | StateTimeline
 
@@ -477,8 +479,8 @@ def capacity_row() -> tuple[Row, list[Builder]]:
             ],
             "Applied capacity actions per hour, over 30 min: preempt_for_inference (SuspendWorkload per gang, "
             "EvictPod per pod), resume_training (ResumeWorkload), burst_scale_up / burst_scale_down (ScaleNodePool, "
-            "one action per pool resize), burst_node_not_registered (ScaleNodePool: a burst node that never registered "
-            "given back).",
+            "one action per pool resize), burst_node_not_registered / burst_node_not_ready (ScaleNodePool: a burst node "
+            "that never registered, or never became ready, given back).",
             width=8,
         ).min(0),
         timeseries(

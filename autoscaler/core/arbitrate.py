@@ -335,15 +335,16 @@ def _provision_overdue(
 
 
 def _stuck_booting(snapshot: ClusterSnapshot, config: CapacityConfig, now: float) -> dict[str, tuple[str, float]]:
-    """Burst nodes registered longer ago than their pool's provision limit and still not ready (node -> (pool, how
-    long)): no capacity on its way. Most often its device plugin never reported GPUs (a driver or image problem);
-    counted as booting, such a node hid a shortfall for as long as it stayed."""
+    """Burst nodes not ready for longer than their pool's provision limit since they registered or their Ready
+    condition last changed (``NodeInfo.state_since``), and not leaving (node -> (pool, how long)): no capacity on its
+    way. Most often the device plugin never reported GPUs (a driver or image problem); counted as booting, such a node
+    hid a shortfall for as long as it stayed."""
     names = {p.name for p in config.pools}
     out: dict[str, tuple[str, float]] = {}
     for n in snapshot.nodes:
-        if n.pool not in names or n.pool is None or n.ready or n.leaving or n.created_at is None:
+        if n.pool not in names or n.pool is None or n.ready or n.leaving or n.state_since is None:
             continue
-        age = now - n.created_at
+        age = now - n.state_since
         if age >= _provision_limit(n.pool, config):
             out[n.name] = (n.pool, age)
     return out
@@ -355,9 +356,28 @@ def _provision_limit(pool: str, config: CapacityConfig) -> float:
     return max(config.provision_timeout_s, 2.0 * by_name.boot_s) if by_name is not None else config.provision_timeout_s
 
 
-def _provision_backoff(
+def _failed_at(
     overdue: Mapping[str, int],
     timers: Mapping[str, tuple[float, int]],
+    stuck: Mapping[str, tuple[str, float]],
+    config: CapacityConfig,
+    now: float,
+) -> dict[str, float]:
+    """Per pool failing to deliver nodes, the moment its current failure happened: its requested nodes went past the
+    provision limit unregistered (the timer's start + the limit), or its earliest stuck node did (now - how long it
+    has been not ready + the limit); the later of the two when both."""
+    out = {name: timers[name][0] + _provision_limit(name, config) for name in overdue}
+    earliest: dict[str, float] = {}
+    for pool, age in stuck.values():
+        at = now - age + _provision_limit(pool, config)
+        earliest[pool] = min(earliest.get(pool, at), at)
+    for pool, at in earliest.items():
+        out[pool] = max(out.get(pool, at), at)
+    return out
+
+
+def _provision_backoff(
+    failed_at: Mapping[str, float],
     state: CapacityState,
     config: CapacityConfig,
     now: float,
@@ -372,8 +392,7 @@ def _provision_backoff(
         at = min(at, now)  # the wall clock stepped back: at most the back-off from now
         if now - at < config.provision_backoff_reset_s:
             failures[name] = (at, count)
-    for name in overdue:
-        at = timers[name][0] + _provision_limit(name, config)
+    for name, at in failed_at.items():
         prev = failures.get(name)
         if prev is None:
             failures[name] = (at, 1)
@@ -582,9 +601,11 @@ def arbitrate(
     read = set(arb.pool_nodes or {})
     unread = {p.name for p in config.pools if p.name not in read}
     overdue, unregistered_since = _provision_overdue(unregistered, state, config, now, unread)
-    provision_failures, backing_off = _provision_backoff(overdue, unregistered_since, state, config, now)
-    coming = {name: count for name, count in unregistered.items() if name not in overdue}
     stuck_booting = _stuck_booting(snapshot, config, now)
+    stuck_pools = {pool for pool, _ in stuck_booting.values()}
+    failed_at = _failed_at(overdue, unregistered_since, stuck_booting, config, now)
+    provision_failures, backing_off = _provision_backoff(failed_at, state, config, now)
+    coming = {name: count for name, count in unregistered.items() if name not in overdue}
     free, booting = _free_by_node(
         snapshot, {p.name for p in config.pools}, node_types, config.pools, coming, frozenset(stuck_booting)
     )
@@ -686,7 +707,12 @@ def arbitrate(
         # a pool whose requested nodes never registered is not grown again while they are counted, nor during its
         # back-off after (a quota, a stock-out, a broken machine template: more requests would not come either)
         usable_pools = [
-            p for p in current_pools if p.name not in closed and p.name not in overdue and p.name not in backing_off
+            p
+            for p in current_pools
+            if p.name not in closed
+            and p.name not in overdue
+            and p.name not in backing_off
+            and p.name not in stuck_pools
         ]
         burst = (
             choose_burst(usable_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
@@ -701,12 +727,14 @@ def arbitrate(
                 why.append(f"its pods do not tolerate (or select) the nodes of {', '.join(closed)}")
             if overdue:
                 why.append(f"{', '.join(sorted(overdue))}: requested nodes never registered")
-            waiting = sorted(name for name in backing_off if name not in overdue)
+            if stuck_pools - set(overdue):
+                why.append(f"{', '.join(sorted(stuck_pools - set(overdue)))}: registered nodes never became ready")
+            waiting = sorted(name for name in backing_off if name not in overdue and name not in stuck_pools)
             if waiting:
                 why.append(
                     "; ".join(
                         f"{name}: backing off until {backing_off[name] - now:.0f}s from now (its requested nodes never "
-                        "registered)"
+                        "registered or never became ready)"
                         for name in waiting
                     )
                 )
@@ -788,11 +816,6 @@ def arbitrate(
             )
 
     notes: list[str] = [*stale_holds, *priority_notes]
-    for node, (pool_name, age) in sorted(stuck_booting.items()):
-        notes.append(
-            f"{node} ({pool_name}): registered {age:.0f}s ago and still not ready (no GPUs reported, or its kubelet "
-            "not Ready) past the provision timeout: counted as no capacity (check its device plugin, driver, kubelet)"
-        )
     # A node that never registered costs (a VM that booted and could not join is billed; a request stuck in a
     # quota holds the pool's size) and hosts nothing: its Machine is given back, one per pool and tick (the
     # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.
@@ -839,6 +862,35 @@ def arbitrate(
                 name, stuck_pool.nodes - 1, stuck_pool.nodes, Reason.BURST_NODE_NOT_REGISTERED,
                 f"{stuck}; giving back one that never registered: {stuck_pool.nodes} -> {stuck_pool.nodes - 1}",
                 remove_unregistered=True,
+            )
+        )  # fmt: skip
+    # A registered burst node not ready past the provision limit (its device plugin never reported GPUs, its kubelet
+    # NotReady) hosts nothing and is billed: given back by name (its Machine), one per pool and tick, shortfall or
+    # not, never below the pool's minimum, and only with no GPU pod on it; its pool is not grown while such a node is
+    # counted, then backs off like a pool whose nodes never registered.
+    busy = {p.node for p in snapshot.pods if p.node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")}
+    for node, (pool_name, age) in sorted(stuck_booting.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        stuck = (
+            f"{node} ({pool_name}): not ready for {age:.0f}s since it registered or last changed (no GPUs reported, or "
+            "its kubelet NotReady), past the provision timeout: counted as no capacity, the pool not grown while it "
+            "is counted (check its device plugin, driver, kubelet)"
+        )
+        stuck_pool = sizes.get(pool_name)
+        if stuck_pool is None or pool_name in given_back:
+            notes.append(stuck)
+            continue
+        if node in busy:
+            notes.append(f"{stuck}; not given back: GPU pods are bound to it")
+            continue
+        if stuck_pool.nodes <= stuck_pool.min_nodes:
+            notes.append(f"{stuck}; not given back: the pool is at its minimum size {stuck_pool.min_nodes}")
+            continue
+        given_back.add(pool_name)
+        notes.append(f"{stuck}; given back")
+        actions.append(
+            ScaleNodePool(
+                pool_name, stuck_pool.nodes - 1, stuck_pool.nodes, Reason.BURST_NODE_NOT_READY,
+                f"{stuck}; giving it back: {stuck_pool.nodes} -> {stuck_pool.nodes - 1}", node,
             )
         )  # fmt: skip
     short_since = state.short_since

@@ -107,9 +107,11 @@ class NodeInfo:
     # its NoSchedule / NoExecute taints other than the transient node-condition ones (not-ready, uninitialized...):
     # a pod that does not tolerate one is never scheduled there
     taints: tuple[Taint, ...] = ()
-    # when the Node object was created (it registered), Unix seconds; None: unknown. A burst node that is still not
-    # ready this long after registering (its device plugin never reported GPUs) is no capacity on its way
-    created_at: float | None = None
+    # since when the node has been as it is: the later of its registration (creationTimestamp) and its Ready
+    # condition's last change, Unix seconds; None: unknown. A burst node not ready this long (its device plugin never
+    # reported GPUs, its kubelet NotReady) is no capacity on its way. Not the registration alone: a VM recreated
+    # under its old Node object's name boots on a days-old object
+    state_since: float | None = None
 
 
 def schedulable_on(deployment: DeploymentInfo, node: NodeInfo) -> bool:

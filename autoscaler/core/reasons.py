@@ -40,6 +40,7 @@ class Reason(StrEnum):
     BURST_SCALE_UP = "burst_scale_up"
     BURST_SCALE_DOWN = "burst_scale_down"
     BURST_NODE_NOT_REGISTERED = "burst_node_not_registered"
+    BURST_NODE_NOT_READY = "burst_node_not_ready"
     RESUME_TRAINING = "resume_training"
     REBALANCE = "rebalance"
     # Baselines used by the simulator
@@ -86,6 +87,10 @@ _TEXT: dict[Reason, str] = {
     Reason.BURST_NODE_NOT_REGISTERED: (
         "a burst node the provider counts never registered within the provision timeout: give it back (its Machine, "
         "not a running node) and back the pool off before growing it again"
+    ),
+    Reason.BURST_NODE_NOT_READY: (
+        "a burst node registered but not ready within the provision timeout (no GPUs reported, its kubelet NotReady): "
+        "give it back and back the pool off before growing it again"
     ),
     Reason.RESUME_TRAINING: (
         "GPUs taken from training are free again and the forecast keeps them free for the gang's minimum runtime: "

@@ -307,16 +307,29 @@ def test_nothing_is_given_back_while_as_many_nodes_are_being_removed() -> None:
 
 def booting_node(age_s: float | None) -> NodeInfo:
     created = None if age_s is None else NOW - age_s
-    return NodeInfo("burst-a", 0, "A100", "burst", False, created_at=created)
+    return NodeInfo("burst-a", 0, "A100", "burst", False, state_since=created)
 
 
-def test_a_burst_node_not_ready_long_after_registering_is_no_capacity() -> None:
-    actions, report, _ = tick(full(booting_node(900.0)), {"burst": 1})
+def test_a_burst_node_not_ready_long_after_registering_is_no_capacity_and_is_given_back() -> None:
+    """No capacity on its way; given back by name (no GPU pod on it); its pool not grown while it is counted (a
+    broken image would make every node it boots stuck), then backed off."""
+    actions, report, state = tick(full(booting_node(900.0)), {"burst": 1})
     assert [s.covered_by_booting for s in report.shortfalls] == [0]
-    (up,) = scale_ups(actions)
-    assert (up.previous_nodes, up.nodes) == (1, 2)
-    assert any("burst-a (burst): registered 900s ago and still not ready" in n for n in report.notes)
+    assert scale_ups(actions) == []
+    assert any("burst-a (burst): not ready for 900s" in n and "given back" in n for n in report.notes)
     assert gives_back(actions) == []  # registered: not a node the provider counts that never came
+    (back,) = [a for a in actions if isinstance(a, ScaleNodePool) and a.reason is Reason.BURST_NODE_NOT_READY]
+    assert (back.previous_nodes, back.nodes, back.remove_node) == (1, 0, "burst-a")
+    assert state.provision_failures == {"burst": (NOW, 1)}
+    burst = next(o for o in report.options if o.kind == "burst")
+    assert "registered nodes never became ready" in burst.detail
+
+
+def test_a_stuck_burst_node_with_gpu_pods_bound_is_not_given_back() -> None:
+    bound = PodInfo("inference", "chat-9", "burst-a", 1, 1000, "Pending", False, "Deployment", "chat")
+    actions, report, _ = tick(full(booting_node(900.0), extra_pods=(bound,)), {"burst": 1})
+    assert [a for a in actions if isinstance(a, ScaleNodePool)] == []
+    assert any("not given back: GPU pods are bound to it" in n for n in report.notes)
 
 
 @pytest.mark.parametrize("age", [600.0, None])

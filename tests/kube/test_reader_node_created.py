@@ -1,8 +1,8 @@
-"""The reader keeps when each Node registered (``NodeInfo.created_at``): a burst node still not ready long after it
-registered is no capacity on its way (``core.arbitrate``). And a booting burst node of a configured pool is a GPU
-node before its device plugin reports GPUs or GPU feature discovery labels it (``ReaderConfig.gpu_pools``, which the
-controller fills from ``capacity.burst_pools``): left out, it read as a node the provider counts that never
-registered."""
+"""The reader keeps since when each Node has been as it is (``NodeInfo.state_since``: the later of its registration
+and its Ready condition's last change): a burst node not ready that long is no capacity on its way
+(``core.arbitrate``). And a booting burst node of a configured pool is a GPU node before its device plugin reports
+GPUs or GPU feature discovery labels it (``ReaderConfig.gpu_pools``, which the controller fills from
+``capacity.burst_pools``): left out, it read as a node the provider counts that never registered."""
 
 from kubernetes import client
 
@@ -22,7 +22,7 @@ def test_the_node_creation_time_is_read_and_a_configured_burst_pools_booting_nod
     snap = KubeClusterReader(api_client, ReaderConfig(gpu_pools=frozenset({"burst"})), sleep=lambda s: None).snapshot(
         NOW
     )
-    created = {n.name: n.created_at for n in snap.nodes}
+    created = {n.name: n.state_since for n in snap.nodes}
     assert created == {"n1": parse_time(o.CREATED), "burst-a": parse_time(o.CREATED)}
     # without the pool configured, a node with no GPU resource and no GPU label is not a GPU node
     bare = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW)

@@ -200,7 +200,8 @@ def test_capacity_panels() -> None:
     assert 'result="applied"' in actions
     (reasons,) = re.findall(r'reason=~"([^"]+)"', actions)
     assert set(reasons.split("|")) == {
-        "preempt_for_inference", "resume_training", "burst_scale_up", "burst_scale_down", "burst_node_not_registered"
+        "preempt_for_inference", "resume_training", "burst_scale_up", "burst_scale_down", "burst_node_not_registered",
+        "burst_node_not_ready",
     }
     spend, threshold = panel_exprs("Burst spend per hour")
     assert "namespace_job:gpu_autoscaler_burst_spend_per_hour:leader" in spend

@@ -336,6 +336,12 @@ def pdb_selector(raw: object) -> dict[str, str | LabelTest]:
     return selector
 
 
+def _latest(*times: float | None) -> float | None:
+    """The latest of the known times, None when none is known."""
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for cond in status.get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("type") == kind:
@@ -971,7 +977,10 @@ class KubeClusterReader:
             leaving=away,
             out_of_service=(cordoned or lost or unhealthy) and not leaving and not deleting,
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
-            created_at=parse_time(meta.get("creationTimestamp")),
+            # a VM recreated under an old Node object's name boots on it: counted from its Ready condition's change
+            state_since=_latest(
+                parse_time(meta.get("creationTimestamp")), parse_time((ready_cond or {}).get("lastTransitionTime"))
+            ),
         )
 
     @staticmethod
