@@ -479,8 +479,8 @@ def capacity_row() -> tuple[Row, list[Builder]]:
             ],
             "Applied capacity actions per hour, over 30 min: preempt_for_inference (SuspendWorkload per gang, "
             "EvictPod per pod), resume_training (ResumeWorkload), burst_scale_up / burst_scale_down (ScaleNodePool, "
-            "one action per pool resize), burst_node_not_registered / burst_node_not_ready (ScaleNodePool: a burst node "
-            "that never registered, or never became ready, given back).",
+            "one action per pool resize), burst_node_not_registered / burst_node_not_ready (ScaleNodePool: a burst "
+            "node that never registered, or never became ready, given back).",
             width=8,
         ).min(0),
         timeseries(
