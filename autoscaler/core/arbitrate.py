@@ -602,8 +602,12 @@ def arbitrate(
     unread = {p.name for p in config.pools if p.name not in read}
     overdue, unregistered_since = _provision_overdue(unregistered, state, config, now, unread)
     stuck_booting = _stuck_booting(snapshot, config, now)
-    stuck_pools = {pool for pool, _ in stuck_booting.values()}
-    failed_at = _failed_at(overdue, unregistered_since, stuck_booting, config, now)
+    busy = {p.node for p in snapshot.pods if p.node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")}
+    # A stuck node with GPU pods bound served once (its kubelet went NotReady since): no capacity, but no sign that
+    # the pool's new nodes fail, so it neither closes the pool nor counts as a provisioning failure
+    never_served = {node: v for node, v in stuck_booting.items() if node not in busy}
+    stuck_pools = {pool for pool, _ in never_served.values()}
+    failed_at = _failed_at(overdue, unregistered_since, never_served, config, now)
     provision_failures, backing_off = _provision_backoff(failed_at, state, config, now)
     coming = {name: count for name, count in unregistered.items() if name not in overdue}
     free, booting = _free_by_node(
@@ -868,7 +872,6 @@ def arbitrate(
     # NotReady) hosts nothing and is billed: given back by name (its Machine), one per pool and tick, shortfall or
     # not, never below the pool's minimum, and only with no GPU pod on it; its pool is not grown while such a node is
     # counted, then backs off like a pool whose nodes never registered.
-    busy = {p.node for p in snapshot.pods if p.node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")}
     for node, (pool_name, age) in sorted(stuck_booting.items(), key=lambda kv: (-kv[1][1], kv[0])):
         stuck = (
             f"{node} ({pool_name}): not ready for {age:.0f}s since it registered or last changed (no GPUs reported, or "
@@ -880,7 +883,7 @@ def arbitrate(
             notes.append(stuck)
             continue
         if node in busy:
-            notes.append(f"{stuck}; not given back: GPU pods are bound to it")
+            notes.append(f"{stuck}; not given back, and its pool not closed: GPU pods are bound to it")
             continue
         if stuck_pool.nodes <= stuck_pool.min_nodes:
             notes.append(f"{stuck}; not given back: the pool is at its minimum size {stuck_pool.min_nodes}")

@@ -325,11 +325,14 @@ def test_a_burst_node_not_ready_long_after_registering_is_no_capacity_and_is_giv
     assert "registered nodes never became ready" in burst.detail
 
 
-def test_a_stuck_burst_node_with_gpu_pods_bound_is_not_given_back() -> None:
-    bound = PodInfo("inference", "chat-9", "burst-a", 1, 1000, "Pending", False, "Deployment", "chat")
-    actions, report, _ = tick(full(booting_node(900.0), extra_pods=(bound,)), {"burst": 1})
-    assert [a for a in actions if isinstance(a, ScaleNodePool)] == []
-    assert any("not given back: GPU pods are bound to it" in n for n in report.notes)
+def test_a_not_ready_burst_node_with_gpu_pods_bound_is_not_given_back_nor_closes_its_pool() -> None:
+    """It served once (its kubelet went NotReady since): no capacity, not given back with its pods, and no sign
+    that the pool's new nodes fail: the pool is grown for the shortfall, no failure counted."""
+    bound = PodInfo("inference", "chat-9", "burst-a", 1, 1000, "Running", False, "Deployment", "chat")
+    actions, report, state = tick(full(booting_node(900.0), extra_pods=(bound,)), {"burst": 1})
+    assert [a.reason for a in actions if isinstance(a, ScaleNodePool)] == [Reason.BURST_SCALE_UP]
+    assert any("not given back, and its pool not closed: GPU pods are bound to it" in n for n in report.notes)
+    assert state.provision_failures == {}
 
 
 @pytest.mark.parametrize("age", [600.0, None])
