@@ -51,6 +51,7 @@ from autoscaler.adapters.kubernetes._api import (
     ConflictError,
     KubeApiError,
     KubeUnavailable,
+    Pager,
     call_json,
     format_time,
     may_write,
@@ -253,29 +254,20 @@ class MachineDeploymentNodePools:
 
     def _registered_provider_ids(self, can_write: WriteGuard | None = None) -> set[str]:
         """The ``spec.providerID`` of every registered Node (the Nodes are on the apiserver this adapter talks to),
-        listed in pages; any error raises: the caller then writes nothing."""
-        ids: set[str] = set()
-        token: str | None = None
+        listed in pages by the reader's ``Pager`` (``can_write`` asked before every request); any error raises: the
+        caller then writes nothing."""
         what = "list Nodes (their provider IDs: a Machine without a nodeRef may still have its Node)"
 
-        def page(options: dict[str, Any]) -> JSON:
+        def before_each_request() -> None:
             may_write(what, can_write)
             self.api_calls += 1
-            return call_json(what, self._core.list_node, timeout_s=self.request_timeout_s, **options)
 
-        while True:
-            options: dict[str, Any] = {"limit": 500, **({"_continue": token} if token else {})}
-            listed = with_read_retries(
-                what, lambda options=options: page(options), retries=self.read_retries, backoff_s=0.2,
-                max_backoff_s=2.0, sleep=self._sleep,
-            )  # fmt: skip
-            for node in listed.get("items") or []:
-                provider_id = (node.get("spec") or {}).get("providerID")
-                if provider_id:
-                    ids.add(str(provider_id))
-            token = (listed.get("metadata") or {}).get("continue")
-            if not token:
-                return ids
+        pager = Pager(
+            page_size=500, timeout_s=self.request_timeout_s, retries=self.read_retries, backoff_s=0.2,
+            max_backoff_s=2.0, sleep=self._sleep, on_call=before_each_request,
+        )  # fmt: skip
+        ids, _ = pager.converted(what, _provider_id, self._core.list_node)
+        return set(ids)
 
     def _find_unregistered(
         self,
@@ -725,6 +717,11 @@ def _our_mark_time(machine: JSON) -> float | None:
     if not isinstance(value, str) or not value.startswith(MARK_PREFIX) or record not in (None, value):
         return None
     return parse_time(value[len(MARK_PREFIX) :])
+
+
+def _provider_id(node: JSON) -> str | None:
+    provider_id = (node.get("spec") or {}).get("providerID")
+    return str(provider_id) if provider_id else None
 
 
 def _age_key(machine: JSON) -> tuple[float, str]:
