@@ -97,29 +97,30 @@ def event_reason(reason: Reason | str) -> str:
     return "".join(part.capitalize() for part in value.split("_"))
 
 
-def names_parameter(fn: Callable[..., object], name: str) -> bool:
-    """Whether ``fn`` has a keyword parameter named ``name`` itself (``**kwargs`` does not count): for a keyword an
-    implementation must understand, since one that ignores it does harm (``remove_unregistered``)."""
+def _keyword_parameter(fn: Callable[..., object], name: str) -> tuple[bool, bool]:
+    """(``fn`` has a keyword parameter ``name`` itself, ``fn`` takes ``**kwargs``); both False without a readable
+    signature."""
     try:
         parameters = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return False
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return name in parameters and parameters[name].kind in keyword
+        return False, False
+    if name in parameters:
+        return parameters[name].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY), False
+    return False, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def names_parameter(fn: Callable[..., object], name: str) -> bool:
+    """Whether ``fn`` has a keyword parameter named ``name`` itself (``**kwargs`` does not count): for a keyword an
+    implementation must understand, since one that ignores it does harm (``remove_unregistered``)."""
+    return _keyword_parameter(fn, name)[0]
 
 
 def takes_keyword(fn: Callable[..., object], name: str) -> bool:
     """Whether ``fn`` accepts the keyword argument ``name`` (a parameter of that name, or ``**kwargs``): a port's
     optional keyword added later is passed only to implementations that take it (provider plug-ins written
     before it keep working). A callable without a readable signature is called the old way."""
-    try:
-        parameters = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    if name in parameters:
-        return parameters[name].kind in keyword
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    named, var_keyword = _keyword_parameter(fn, name)
+    return named or var_keyword
 
 
 def action_kind(action: Action) -> str:
