@@ -347,6 +347,14 @@ class CapacitySettings(_Group):
     assumed_shortfall_seconds: float = Field(
         1800.0, gt=0, description="how long a shortfall lasts when no usable forecast says, seconds"
     )
+    shortfall_confirm_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=3600.0,
+        description="a shortfall no usable forecast vouches for stops training or buys nodes only once the service "
+        "has been short this long (a one-sample spike stops nothing; its replicas are still asked for), 0: at once, "
+        "seconds",
+    )
     burst_idle_cooldown_seconds: float = Field(
         600.0, ge=0, description="a spare burst node is given back after this long, seconds"
     )
@@ -439,6 +447,7 @@ class CapacitySettings(_Group):
             training_gpu_hour_value=self.training_gpu_hour_value,
             slo_risk_per_gpu_hour=self.slo_risk_per_gpu_hour,
             assumed_shortfall_s=self.assumed_shortfall_seconds,
+            shortfall_confirm_s=self.shortfall_confirm_seconds,
             burst_idle_cooldown_s=self.burst_idle_cooldown_seconds,
             provision_timeout_s=self.provision_timeout_seconds,
             provision_backoff_s=self.provision_backoff_seconds,

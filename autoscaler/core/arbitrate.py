@@ -18,7 +18,8 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
      Allowed only when the shortfall lasts longer than boot + billing, or when no preemptible capacity is left
      (``core.burst.worth_a_node``).
    The cheaper allowed option is chosen. How long the shortfall lasts comes from the service's forecast when it is
-   usable (the first time the forecast fits in the capacity it has), else ``assumed_shortfall_s``.
+   usable (the first time the forecast fits in the capacity it has), else ``assumed_shortfall_s``; a shortfall no
+   usable forecast vouches for is acted on only once the service has been short for ``shortfall_confirm_s``.
 3. **Give back**, when no service is short: a burst pool whose spare GPUs have covered the forecast demand for
    ``burst_idle_cooldown_s`` loses one node; once no burst node is left above its minimum and there has been no
    shortfall for ``resume_after_s``, the workloads this controller suspended are resumed where their GPUs are free,
@@ -93,6 +94,11 @@ class CapacityConfig:
     training_gpu_hour_value: float = 2.0  # what one training GPU-hour is worth (lost or delayed work), per GPU-hour
     slo_risk_per_gpu_hour: float = 20.0  # cost of one GPU-hour of inference demand left without a GPU
     assumed_shortfall_s: float = 1800.0  # how long a shortfall lasts when no usable forecast says, seconds
+    # A shortfall no usable forecast vouches for is acted on (training stopped, nodes bought) only once the service
+    # has been short this long: a one-sample spike (a burst of seconds, a scrape that read high) stops no training
+    # and buys no node; its replicas are still asked for and wait for GPUs meanwhile (0: at its first tick; the
+    # controller's and the simulator's settings default to 30), seconds
+    shortfall_confirm_s: float = 0.0
     burst_idle_cooldown_s: float = 600.0  # a burst node is given back after it was spare this long, seconds
     # a burst node is spare only below this share of its GPUs in use (Cluster Autoscaler's 0.5): removing a node
     # restarts its pods elsewhere, each a cold start
@@ -506,21 +512,26 @@ def _needed_replicas(
 
 def _duration(
     arb: ArbitrationInput, key: str, policy: ServicePolicy, capacity: int, config: CapacityConfig
-) -> tuple[float, str]:
-    """How long the service stays short of ``capacity`` replicas: the forecast's first fit, else assumed."""
+) -> tuple[float, str, bool]:
+    """How long the service stays short of ``capacity`` replicas: the forecast's first fit, else assumed; and
+    whether the forecast vouches for the shortfall (it needs more than ``capacity`` at the first step it covers
+    from now + lead). A forecast that fits from now + lead on says nothing about [now, now + lead): what the replicas
+    are wanted for now is the metric's alone."""
     entry = arb.forecasts.get(key)
     if entry is None:
-        return config.assumed_shortfall_s, "assumed"
+        return config.assumed_shortfall_s, "assumed", False
     forecast, _, lead = entry
     step = max(arb.tick_s, 60.0)
     t = arb.now + lead
     end = forecast.end
+    first = True
     while t < end:
         need = _needed_replicas(arb, key, policy, t, min(t + step, end))
         if need is not None and need <= capacity:
-            return max(arb.tick_s, t - arb.now), "forecast"
+            return max(arb.tick_s, t - arb.now), "forecast", not first
+        first = first and need is None
         t += step
-    return max(arb.tick_s, end - arb.now), "forecast"
+    return max(arb.tick_s, end - arb.now), "forecast", not first
 
 
 def _pools(arb: ArbitrationInput, config: CapacityConfig) -> list[BurstPool]:
@@ -632,6 +643,11 @@ def arbitrate(
     taken: set[str] = set()
     added_nodes: dict[str, int] = {}
     stale_holds: list[str] = []
+    short_since_by_service: dict[str, float] = {}  # the services short this tick, since when
+    waiting_for: set[str] = set()  # short services not acted on this tick (confirming, or behind one that waits)
+    # the first service in priority order whose replicas wait for GPUs this tick without any being freed or bought
+    # for them (service, priority, replicas, why): what a later service frees, the scheduler gives to its pods first
+    blocker: tuple[str, int, int, str] | None = None
     priority_notes: list[str] = []  # services whose pods run below their policy's priority
     pdb_spent: dict[str, int] = {}  # disruptions this tick's victims take from each PodDisruptionBudget
     ordered = sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0]))
@@ -649,6 +665,11 @@ def arbitrate(
         # only the nodes its pods may be scheduled on are room for them (nodeSelector, taints)
         barred = _barred(snapshot, deployments.get(key))
         unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types)
+        # Its stretch without GPUs goes on while replicas have none, on booting nodes' room or not (a hold neither
+        # starts nor ends it: it says nothing about demand)
+        previous_since = state.service_short_since.get(key)
+        if unplaced > 0 and (previous_since is not None or decision.reason not in _UNSURE_HOLDS):
+            short_since_by_service[key] = min(previous_since if previous_since is not None else now, now)
         on_booting = _place_usable(booting, barred, unplaced, g, gpu_type, node_types)
         short = unplaced - on_booting
         if short <= 0:
@@ -661,9 +682,10 @@ def arbitrate(
                 f"{key}: {short} replica(s) waiting for GPUs, but it holds ({decision.reason.value}): neither "
                 "preempt nor burst on a hold, nothing given back"
             )
+            blocker = blocker or (key, policy.priority, short, "holds on incomplete metrics")
             continue
         capacity = decision.desired_replicas - short
-        duration, basis = _duration(arb, key, policy, capacity, config)
+        duration, basis, vouched = _duration(arb, key, policy, capacity, config)
         shortfalls.append(Shortfall(key, policy.priority, short, g, duration, basis, on_booting))
         if basis == "forecast" and duration <= policy.cold_start_s:
             # A replica asked for now serves after its cold start: the forecast says the need is gone by then.
@@ -677,7 +699,36 @@ def arbitrate(
                     f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
                 )
             )
+            blocker = blocker or (key, policy.priority, short, "its shortfall is waited out")
             continue
+        since = short_since_by_service.get(key, now)
+        # What the metric (with the forecast floor) asks for this tick, before the scale-down stabilisation: replicas
+        # kept only by the stabilisation after a spike are no demand to stop training or buy nodes for.
+        asked = decision.recommended_replicas
+        if asked is None:
+            asked = decision.desired_replicas
+        wait_why: str | None = None
+        if blocker is not None:
+            wait_why = (
+                f"{blocker[0]} (priority {blocker[1]}) has {blocker[2]} replica(s) waiting for GPUs that get none this "
+                f"tick ({blocker[3]}): the scheduler gives GPUs freed or bought now to its pods first"
+            )
+        elif not vouched and asked <= capacity:
+            # the spike is over: its stretch ends (the next one is confirmed afresh)
+            short_since_by_service.pop(key, None)
+            wait_why = (
+                f"the metric asks for {asked} replica(s) now, which have GPUs: the rest are kept by the scale-down "
+                "stabilisation"
+            )
+        elif not vouched and now - since < config.shortfall_confirm_s:
+            # Without a forecast saying the need lasts, one sample is no evidence that it does: stopping a gang
+            # loses its work since the last checkpoint, a node is billed for its minimum. Confirmed by the next
+            # ticks, it is acted on; gone by then, nothing was lost.
+            seen = "first seen now" if since >= now else f"short for {now - since:.0f}s"
+            wait_why = (
+                f"no usable forecast vouches for it ({seen}): acted on once it has lasted "
+                f"{config.shortfall_confirm_s:g}s (shortfall_confirm)"
+            )
         hours = duration / 3600.0
         preemptor = preemptor_priority(policy, runs_at)
         if preemptor < policy.priority:
@@ -773,7 +824,6 @@ def arbitrate(
             text = f"{shortage}; no set of preemptible lower-priority gangs frees enough"
         else:
             text = f"{shortage}; preemption disabled"
-        options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))
         if burst_cost is not None and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             btext = (
@@ -784,6 +834,23 @@ def arbitrate(
                 btext += f" > preempt {preempt_cost:.2f}"
         else:
             btext = f"{shortage}; burst not possible: {burst_why}"
+        if wait_why is not None:
+            # costed as usual (what would be done), but not done this tick
+            then = "preempt" if pick_preempt else "burst" if pick_burst else None
+            pick_preempt = pick_burst = False
+            waiting_for.add(key)
+            blocker = blocker or (key, policy.priority, short, "it waits")
+            options.append(
+                CapacityOption(
+                    key,
+                    "wait",
+                    0.0,
+                    True,
+                    f"{shortage}; neither preempt nor burst this tick: {wait_why}"
+                    + (f" (then: {then})" if then else ""),
+                )
+            )
+        options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))
         options.append(CapacityOption(key, "burst", burst_cost, pick_burst, btext))
         if pick_preempt and choice is not None:
             for victim in choice.victims:
@@ -900,12 +967,14 @@ def arbitrate(
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
     resumable = dict(state.resumable_since)
-    if shortfalls:
+    if any(s.service not in waiting_for for s in shortfalls):
         short_since = short_since if short_since is not None else now
         free_since = None
         unneeded, resumable = {}, {}
-    elif stale_holds:
-        pass  # neither known to be short nor free: nothing given back, the timers stand until a fresh tick
+    elif stale_holds or waiting_for:
+        # neither known to be short nor free (a hold, a shortfall not confirmed yet): nothing given back, the
+        # timers stand until a tick decides
+        pass
     else:
         short_since = None
         free_since = free_since if free_since is not None else now
@@ -921,7 +990,15 @@ def arbitrate(
     return (
         actions,
         report,
-        CapacityState(short_since, free_since, unneeded, resumable, unregistered_since, provision_failures),
+        CapacityState(
+            short_since,
+            free_since,
+            unneeded,
+            resumable,
+            unregistered_since,
+            provision_failures,
+            short_since_by_service,
+        ),
     )
 
 

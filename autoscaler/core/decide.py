@@ -312,7 +312,8 @@ def decide_service(
     events = _prune(state.scale_events, now, keep_events)
     if desired != current and not recommend_only:
         events = (*events, (now, desired - current))
-    return decision(desired, reason, detail), ServiceState(recommendations, events)
+    made = replace(decision(desired, reason, detail), recommended_replicas=recommendation)
+    return made, ServiceState(recommendations, events)
 
 
 def _without_behavior(
@@ -349,7 +350,8 @@ def _without_behavior(
             desired, reason = policy.max_replicas, Reason.AT_MAX_REPLICAS
             detail = f"maxReplicas {policy.max_replicas}; {detail}"
     recommendations = (*_prune(state.recommendations, now, max(window, retain_s)), (now, recommendation))
-    return decision(desired, reason, detail), ServiceState(recommendations, state.scale_events)
+    made = replace(decision(desired, reason, detail), recommended_replicas=recommendation)
+    return made, ServiceState(recommendations, state.scale_events)
 
 
 def decide(

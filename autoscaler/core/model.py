@@ -223,6 +223,9 @@ class CapacityState:
     # burst pool -> (when its requested nodes last went past the provision timeout, how many times in a row): the
     # pool is not grown again for a back-off that doubles with each failure (Cluster Autoscaler's node-group backoff)
     provision_failures: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    # service "namespace/name" -> first tick of its current stretch of replicas left without GPUs (a shortfall
+    # without a usable forecast is acted on only once it has lasted ``CapacityConfig.shortfall_confirm_s``)
+    service_short_since: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +244,9 @@ class ScaleDecision:
     reason: Reason
     detail: str  # the numbers behind the reason, for humans
     recommend_only: bool = False
+    # what the metric (with the SLO guard and the forecast floor) asks for this tick, before the scale-down
+    # stabilisation and the rate limits; None: no recommendation was made (a hold, a clamp, a failure)
+    recommended_replicas: int | None = None
 
     @property
     def changes(self) -> bool:

@@ -476,6 +476,11 @@ class Capacity(_Strict):
         1800.0, alias="assumedShortfallSeconds", gt=0, le=86400.0,
         description="how long a shortfall lasts when no usable forecast says, s",
     )
+    shortfall_confirm_seconds: float = Field(
+        30.0, alias="shortfallConfirmSeconds", ge=0, le=3600.0,
+        description="a shortfall no usable forecast vouches for stops training or buys nodes only once it has lasted "
+        "this long, s (0: at its first step)",
+    )
     burst_idle_cooldown_seconds: float = Field(600.0, alias="burstIdleCooldownSeconds", ge=0, le=86400.0)
     resume_after_seconds: float = Field(300.0, alias="resumeAfterSeconds", ge=0, le=86400.0)
     consolidate_horizon_seconds: float = Field(

@@ -108,6 +108,7 @@ def capacity_config(scenario: Scenario, pools: Sequence[NodePool] | None = None)
         training_gpu_hour_value=capacity.training_gpu_hour_value,
         slo_risk_per_gpu_hour=capacity.slo_risk_per_gpu_hour,
         assumed_shortfall_s=capacity.assumed_shortfall_seconds,
+        shortfall_confirm_s=capacity.shortfall_confirm_seconds,
         burst_idle_cooldown_s=capacity.burst_idle_cooldown_seconds,
         resume_after_s=capacity.resume_after_seconds,
         consolidate_horizon_s=capacity.consolidate_horizon_seconds,
