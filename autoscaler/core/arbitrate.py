@@ -18,8 +18,11 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
      Allowed only when the shortfall lasts longer than boot + billing, or when no preemptible capacity is left
      (``core.burst.worth_a_node``).
    The cheaper allowed option is chosen. How long the shortfall lasts comes from the service's forecast when it is
-   usable (the first time the forecast fits in the capacity it has), else ``assumed_shortfall_s``; a shortfall no
-   usable forecast vouches for is acted on only once the service has been short for ``shortfall_confirm_s``.
+   usable (the first time the forecast fits in the capacity it has), else ``assumed_shortfall_s``. A shortfall no
+   usable forecast vouches for is acted on only once the service has been short for ``shortfall_confirm_s`` and
+   while its metric (before the scale-down stabilisation) still asks for the replicas; a service whose Pending
+   replicas get no GPUs this tick (confirming, holding, waited out) makes every later one wait: the scheduler gives
+   its pods what they would free or buy first. A waiting service's options are still costed (``then: ...``).
 3. **Give back**, when no service is short: a burst pool whose spare GPUs have covered the forecast demand for
    ``burst_idle_cooldown_s`` loses one node; once no burst node is left above its minimum and there has been no
    shortfall for ``resume_after_s``, the workloads this controller suspended are resumed where their GPUs are free,
