@@ -423,7 +423,8 @@ class Controller:
 
         # 4. decide (pure), with the forecast floors from the latest published fits (the refit job fits; never here)
         previous_state = self.state
-        tick = TickInput(now, observation, snapshot, policies, pool_nodes=self._pool_nodes())
+        pool_nodes, pool_bounds = self._pool_nodes()
+        tick = TickInput(now, observation, snapshot, policies, pool_nodes=pool_nodes, pool_bounds=pool_bounds)
         plan, state = self._decide_tick(tick, previous_state, report)
         report.plan = plan
         self.reporter.decisions(plan)
@@ -471,19 +472,31 @@ class Controller:
 
     # -- reading --
 
-    def _pool_nodes(self) -> dict[str, int] | None:
-        """Nodes per burst pool as the provider counts them (requested, not yet registered, included). A pool that
-        cannot be read is left out: the arbitration then counts the snapshot's nodes of that pool."""
+    def _pool_nodes(self) -> tuple[dict[str, int] | None, dict[str, tuple[int | None, int | None]] | None]:
+        """Nodes per burst pool as the provider counts them (requested, not yet registered, included), and the
+        (min, max) nodes the provider allows where it says (a ``bounds(pool)`` method, as the Cluster API adapter's:
+        it clamps every write to them). A pool whose size cannot be read is left out: the arbitration then counts the
+        snapshot's nodes of that pool; one whose bounds cannot be read is planned within its configured ones."""
         if self.capacity is None or self.node_pools is None or not self.capacity.pools:
-            return None
+            return None, None
         counts = {}
+        bounds: dict[str, tuple[int | None, int | None]] = {}
+        read_bounds = getattr(self.node_pools, "bounds", None)
         for pool in self.capacity.pools:
             try:
                 counts[pool.name] = self.node_pools.node_count(pool.name)
             except Exception as exc:
                 self.telemetry.error("node_pool")
                 log.warning("node pool %s: cannot read its size: %s", pool.name, exc)
-        return counts
+                continue
+            if callable(read_bounds):
+                try:
+                    low, high = read_bounds(pool.name)
+                    bounds[pool.name] = (low, high)
+                except Exception as exc:
+                    self.telemetry.error("node_pool")
+                    log.warning("node pool %s: cannot read its min/max size: %s", pool.name, exc)
+        return counts, bounds or None
 
     def _configure_queries(
         self, objects: Sequence[PolicyObject], policies: dict[str, ServicePolicy]

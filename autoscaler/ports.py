@@ -191,7 +191,13 @@ class ClusterWriter(Protocol):
 
 
 class NodePoolScaler(Protocol):
-    """A node pool that can be resized (Cluster API MachineDeployment, a cloud provider plug-in...)."""
+    """A node pool that can be resized (Cluster API MachineDeployment, a cloud provider plug-in...).
+
+    An implementation that clamps its writes to bounds of its own (the Cluster API adapter: the MachineDeployment's
+    Cluster Autoscaler min/max-size annotations) should also have ``bounds(pool) -> (min, max)`` (None where unset):
+    the controller reads it with the size, and the arbitration then plans no node the provider would not make (it
+    would pick a burst that never comes instead of another way to meet the shortfall). Optional: without it, the
+    configured bounds are all the arbitration knows."""
 
     def node_count(self, pool: str) -> int: ...
 

@@ -85,6 +85,22 @@ def _unix_time(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--time: ")) from None
 
 
+class ReadOnlyNodePools:
+    """The provider's node pools, read only: their sizes and bounds, as the controller reads them each tick (the
+    plan's burst options are the controller's), and every resize refused."""
+
+    def __init__(self, pools: Any) -> None:
+        self._pools = pools
+        if hasattr(pools, "bounds"):
+            self.bounds = pools.bounds
+
+    def node_count(self, pool: str) -> int:
+        return int(self._pools.node_count(pool))
+
+    def scale(self, pool: str, nodes: int, *args: Any, **kwargs: Any) -> WriteOutcome:
+        raise RuntimeError("autoscaler plan is read-only")
+
+
 class ReadOnlyWriter:
     """A ClusterWriter that refuses every write and keeps the Events it was asked for, to print them."""
 
@@ -182,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
             writer=writer,
             policies=adapters.policies,
             status_writer=None,
-            node_pools=None,
+            node_pools=ReadOnlyNodePools(adapters.node_pools) if adapters.node_pools is not None else None,
             telemetry=Telemetry(),
             dry_run=True,
             forecasts=forecasts,

@@ -44,7 +44,7 @@ import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from autoscaler.core.burst import BurstOption, BurstPool, choose_burst, worth_a_node
+from autoscaler.core.burst import BurstChoice, BurstOption, BurstPool, choose_burst, worth_a_node
 from autoscaler.core.cluster import (
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
@@ -176,6 +176,10 @@ class ArbitrationInput:
     throughputs: Mapping[str, float] = field(default_factory=dict)
     pool_nodes: Mapping[str, int] | None = None  # nodes per pool as the provider counts them (booting included)
     tick_s: float = 15.0
+    # per pool, the (min, max) nodes its provider allows (a MachineDeployment's Cluster Autoscaler min/max-size
+    # annotations; None where unset, or not read): the provider clamps every write to them, so the pool is planned
+    # within the tighter of them and the configured ``min_nodes`` / ``max_nodes``
+    pool_bounds: Mapping[str, tuple[int | None, int | None]] | None = None
 
 
 def _bound_replicas(snapshot: ClusterSnapshot, policy: ServicePolicy) -> int:
@@ -538,13 +542,39 @@ def _duration(
 
 
 def _pools(arb: ArbitrationInput, config: CapacityConfig) -> list[BurstPool]:
+    """The configured burst pools with their node counts at this tick, and within the bounds their provider allows
+    (``ArbitrationInput.pool_bounds``)."""
     counts: dict[str, int] = {}
     for node in arb.snapshot.nodes:
         if node.pool:
             counts[node.pool] = counts.get(node.pool, 0) + 1
     if arb.pool_nodes is not None:
         counts.update(arb.pool_nodes)
-    return [replace(p, nodes=counts.get(p.name, 0)) for p in config.pools]
+    out = []
+    for p in config.pools:
+        low, high = (arb.pool_bounds or {}).get(p.name, (None, None))
+        min_nodes = max(p.min_nodes, low) if low is not None else p.min_nodes
+        max_nodes = min(p.max_nodes, high) if high is not None else p.max_nodes
+        out.append(replace(p, nodes=counts.get(p.name, 0), min_nodes=min_nodes, max_nodes=max_nodes))
+    return out
+
+
+def _bound_notes(arb: ArbitrationInput, config: CapacityConfig) -> list[str]:
+    """Where a pool's provider allows less than it is configured for (the writes would be clamped to it)."""
+    notes = []
+    for p in config.pools:
+        low, high = (arb.pool_bounds or {}).get(p.name, (None, None))
+        if high is not None and high < p.max_nodes:
+            notes.append(
+                f"{p.name}: the provider allows at most {high} node(s) (its max-size annotation), below the "
+                f"configured max_nodes {p.max_nodes}: planned within {high}"
+            )
+        if low is not None and low > p.min_nodes:
+            notes.append(
+                f"{p.name}: the provider keeps at least {low} node(s) (its min-size annotation), above the "
+                f"configured min_nodes {p.min_nodes}: nothing given back below {low}"
+            )
+    return notes
 
 
 def _budgets_left(candidates: Sequence[GangCandidate], spent: Mapping[str, int]) -> list[GangCandidate]:
@@ -777,6 +807,19 @@ def arbitrate(
             if config.burst and usable_pools
             else None
         )
+        preempt_met = choice is not None and choice.met and bool(choice.victims)
+        capped: int | None = None
+        if burst is not None and burst.chosen is None and not preempt_met and short > 1:
+            # No pool can take the whole shortfall (its maximum, its provider's) and no training can be stopped
+            # for it: the nodes the pools still allow, for as many replicas as they host (as the Cluster
+            # Autoscaler caps a scale-up at the group's maximum), rather than none
+            for replicas in range(short - 1, 0, -1):
+                partial = choose_burst(
+                    usable_pools, replicas, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour
+                )
+                if partial.chosen is not None:
+                    burst, capped = BurstChoice(partial.chosen, burst.options), replicas
+                    break
         burst_cost = None
         burst_why = "no burst pool configured" if not pools else "burst disabled"
         if pools and config.burst and not usable_pools:
@@ -805,6 +848,8 @@ def arbitrate(
             else:
                 pool = burst.chosen.pool
                 worth, burst_why = worth_a_node(duration, pool, preemptible_left if config.preempt else 0, short * g)
+                if capped is not None:
+                    burst_why += f"; capped at the pools' maximum: for {capped} of the {short} replicas"
                 if worth:
                     # The node is paid from the request: its boot, the shortfall (at least the minimum billing),
                     # then the idle cooldown before it is given back.
@@ -889,7 +934,7 @@ def arbitrate(
                 )
             )
 
-    notes: list[str] = [*stale_holds, *priority_notes]
+    notes: list[str] = [*_bound_notes(arb, config), *stale_holds, *priority_notes]
     # A node that never registered costs (a VM that booted and could not join is billed; a request stuck in a
     # quota holds the pool's size) and hosts nothing: its Machine is given back, one per pool and tick (the
     # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.

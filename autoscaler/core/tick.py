@@ -123,6 +123,8 @@ class TickInput:
     # Nodes per pool as the node-pool provider counts them (requested nodes not yet registered included); None:
     # count the snapshot's nodes.
     pool_nodes: Mapping[str, int] | None = None
+    # per pool, the (min, max) nodes its provider allows (None where unset or unread): see ``ArbitrationInput``
+    pool_bounds: Mapping[str, tuple[int | None, int | None]] | None = None
 
 
 class _SnapshotFacts:
@@ -367,6 +369,7 @@ def decide_tick(
         tick.throughputs,
         tick.pool_nodes,
         config.forecast.tick_interval_s,
+        tick.pool_bounds,
     )
     actions, report, capacity = arbitrate(arbitration, state.capacity, config.capacity)
     return replace(plan, actions=plan.actions + tuple(actions), capacity=report), replace(new_state, capacity=capacity)

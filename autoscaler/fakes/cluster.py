@@ -61,6 +61,7 @@ OPS = (
     "resume_workload",
     "emit_event",
     "node_count",
+    "bounds",
     "scale",
 )
 
@@ -510,6 +511,13 @@ class FakeCluster:
             self._check_fault("node_count")
             return self._pool(pool).size
 
+    def bounds(self, pool: str) -> tuple[int | None, int | None]:
+        """(min, max) the pool's writes are clamped to, as the Cluster API adapter's annotations."""
+        with self._lock:
+            self._check_fault("bounds")
+            state = self._pool(pool)
+            return state.min_size, state.max_size
+
     def scale(
         self,
         pool: str,
@@ -534,11 +542,13 @@ class FakeCluster:
                 except ChangedSinceRead:
                     self._record("scale", args, "changed")
                     raise
+            # clamped towards the live size only, as the Cluster API adapter (and Cluster Autoscaler): a pool above
+            # a lowered max is never shrunk for it, one below a raised min never grown for it
             target = nodes
-            if state.max_size is not None:
-                target = min(target, state.max_size)
-            if state.min_size is not None:
-                target = max(target, state.min_size)
+            if target > state.size and state.max_size is not None and target > state.max_size:
+                target = max(state.max_size, state.size)
+            if target < state.size and state.min_size is not None and target < state.min_size:
+                target = min(state.min_size, state.size)
             if target == state.size:
                 self._record("scale", args, "unchanged")
                 return WriteOutcome.ALREADY
