@@ -161,6 +161,8 @@ class Controller:
         self._queries: dict[str, Any] = {}
         self.state = ControllerState()
         self.acting_since: float | None = None  # when this process started acting (took the lease)
+        # per burst pool, the provider's (min, max) nodes as last read: kept through a failed read
+        self._pool_bounds_read: dict[str, tuple[int | None, int | None]] = {}
         self.last_report: TickReport | None = None
         self._tick_before_term: TickReport | None = None  # ``last_report`` when leadership last changed
         self._policy_owners: dict[str, tuple[str, str]] = {}  # service key -> (namespace, name) of its policy
@@ -493,9 +495,14 @@ class Controller:
                 try:
                     low, high = read_bounds(pool.name)
                     bounds[pool.name] = (low, high)
+                    self._pool_bounds_read[pool.name] = (low, high)
                 except Exception as exc:
                     self.telemetry.error("node_pool")
                     log.warning("node pool %s: cannot read its min/max size: %s", pool.name, exc)
+                    # the last bounds read stand: falling back to the configured ones on every other failed read
+                    # would alternate the plan between stopping training and a burst the provider clamps
+                    if pool.name in self._pool_bounds_read:
+                        bounds[pool.name] = self._pool_bounds_read[pool.name]
         return counts, bounds or None
 
     def _configure_queries(

@@ -142,3 +142,16 @@ def test_a_provider_without_bounds_is_planned_within_the_configured_ones() -> No
     controller.node_pools = SizeOnly(cluster)
     plan = controller.run_once(T0)
     assert [(a.previous_nodes, a.nodes) for a in plan.actions if isinstance(a, ScaleNodePool)] == [(0, 2)]
+
+
+def test_a_failed_bounds_read_keeps_the_bounds_last_read() -> None:
+    """Falling back to the configured bounds on a failed read would swap the plan between stopping training and a
+    burst the provider clamps, tick after tick, while the reads fail now and then."""
+    controller, cluster = world(provider_max=1)
+    first = controller.run_once(T0)
+    assert [a for a in first.actions if isinstance(a, ScaleNodePool)] == []  # within the provider's 1
+    cluster.fail("bounds")
+    plan = controller.run_once(T0 + 15.0)
+    assert all(a.nodes <= 1 for a in plan.actions if isinstance(a, ScaleNodePool))  # never the configured 4
+    assert any("provider allows at most 1" in n for n in plan.capacity.notes)
+    assert plan.capacity.pools[0].max_nodes == 1
