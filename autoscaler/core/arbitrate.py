@@ -577,6 +577,11 @@ def _bound_notes(arb: ArbitrationInput, config: CapacityConfig) -> list[str]:
     return notes
 
 
+def _wait(service: str, detail: str) -> CapacityOption:
+    """The option chosen when a shortfall is neither preempted for nor burst for this tick."""
+    return CapacityOption(service, "wait", 0.0, True, detail)
+
+
 def _budgets_left(candidates: Sequence[GangCandidate], spent: Mapping[str, int]) -> list[GangCandidate]:
     """``candidates`` with each PodDisruptionBudget's allowance less what earlier victims of this tick (for other
     services) took from it; a gang the rest no longer covers is not eligible. ``choose_victims`` keeps one
@@ -723,11 +728,8 @@ def arbitrate(
         if basis == "forecast" and duration <= policy.cold_start_s:
             # A replica asked for now serves after its cold start: the forecast says the need is gone by then.
             options.append(
-                CapacityOption(
+                _wait(
                     key,
-                    "wait",
-                    0.0,
-                    True,
                     f"{key}: {short} replica(s) short for ~{duration:.0f}s (forecast), over before a replica "
                     f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
                 )
@@ -888,16 +890,8 @@ def arbitrate(
             pick_preempt = pick_burst = False
             waiting_for.add(key)
             blocker = blocker or (key, policy.priority, short, "it waits")
-            options.append(
-                CapacityOption(
-                    key,
-                    "wait",
-                    0.0,
-                    True,
-                    f"{shortage}; neither preempt nor burst this tick: {wait_why}"
-                    + (f" (then: {then})" if then else ""),
-                )
-            )
+            then_text = f" (then: {then})" if then else ""
+            options.append(_wait(key, f"{shortage}; neither preempt nor burst this tick: {wait_why}{then_text}"))
         options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))
         options.append(CapacityOption(key, "burst", burst_cost, pick_burst, btext))
         if pick_preempt and choice is not None:
