@@ -315,7 +315,20 @@ def forget_unapplied(
     controller's own changes, as the HPA's scale events record only the HPA's: a change somebody else made is seen by
     the next tick's read as the current replicas, the base of the next allowance (as for ``skipped``, a change to
     other replicas); counting it as ours would also throttle the next real change for a write that never was.
-    A scale-down that ``failed`` is the exception: its outcome is unknown, so it stays counted."""
+    A scale-down that ``failed`` is the exception: its outcome is unknown, so it stays counted.
+
+    A burst pool's give-back (a scale-down of a node pool) that ``failed`` is recorded in the capacity state
+    (``CapacityState.give_back_failed_at``): the arbitration gives back none of the pool's nodes again before its
+    retry delay, instead of the same failing write every tick."""
+    failed_pools = {
+        r.action.pool
+        for r in results
+        if r.result == "failed" and isinstance(r.action, ScaleNodePool) and r.action.nodes < r.action.previous_nodes
+    }
+    if failed_pools:
+        failed_at = dict(state.capacity.give_back_failed_at)
+        failed_at.update({pool: now for pool in failed_pools})
+        state = replace(state, capacity=replace(state.capacity, give_back_failed_at=failed_at))
     unapplied = {
         f"{r.action.namespace}/{r.action.name}"
         for r in results

@@ -382,6 +382,13 @@ class CapacitySettings(_Group):
         description="the longest that back-off grows to; a failure 3 hours after the previous one counts as the first "
         "again (Cluster Autoscaler's --max-node-group-backoff-duration), seconds",
     )
+    give_back_retry_seconds: float = Field(
+        180.0,
+        ge=0,
+        le=86400.0,
+        description="after a burst node's give-back failed to be written, none of its pool's nodes is given back "
+        "again for this long (Cluster Autoscaler's --scale-down-delay-after-failure), seconds",
+    )
     resume_after_seconds: float = Field(
         300.0, ge=0, description="a suspended gang's GPUs are free this long before it is resumed, seconds"
     )
@@ -452,6 +459,7 @@ class CapacitySettings(_Group):
             provision_timeout_s=self.provision_timeout_seconds,
             provision_backoff_s=self.provision_backoff_seconds,
             provision_backoff_max_s=self.provision_backoff_max_seconds,
+            give_back_retry_s=self.give_back_retry_seconds,
             resume_after_s=self.resume_after_seconds,
             resume_horizon_s=self.resume_horizon_seconds,
             consolidate_horizon_s=self.consolidate_horizon_seconds,

@@ -125,6 +125,10 @@ class CapacityConfig:
     provision_backoff_s: float = 300.0
     provision_backoff_max_s: float = 1800.0
     provision_backoff_reset_s: float = 10800.0
+    # after a give-back of a pool's node failed to be written (a paused MachineDeployment, a Machine not found, an
+    # API error), none of the pool's nodes is given back for this long: the same write would fail every tick, each
+    # failure an error and an Event (Cluster Autoscaler's --scale-down-delay-after-failure, 3 min), seconds
+    give_back_retry_s: float = 180.0
     preempt: bool = True  # False: never stop training (burst only)
     burst: bool = True  # False: never add nodes (preempt only)
 
@@ -934,6 +938,17 @@ def arbitrate(
     # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.
     given_back: set[str] = set()
     sizes = {p.name: p for p in pools}
+    # pools whose last give-back failed recently: none of their nodes is given back before the retry delay is over
+    give_back_failed_at = {
+        name: min(at, now)  # a wall clock stepped back: at most the delay from now
+        for name, at in state.give_back_failed_at.items()
+        if now - min(at, now) < config.give_back_retry_s
+    }
+    for name, at in sorted(give_back_failed_at.items()):
+        notes.append(
+            f"{name}: a give-back of its nodes failed {now - at:.0f}s ago: none given back before "
+            f"{at + config.give_back_retry_s - now:.0f}s from now (give_back_retry)"
+        )
     # Nodes being removed (a removal taint, a deletionTimestamp) are read as no longer counted by the provider, and
     # mostly are (our give-back lowers the size with its mark). The Cluster Autoscaler's lowers it only after its
     # drain: until then such a node is one of the "unregistered" ones, and the pool has no Machine without a Node to
@@ -953,7 +968,7 @@ def arbitrate(
             "stock-out, machine template)"
         )
         stuck_pool = sizes.get(name)
-        if stuck_pool is None:
+        if stuck_pool is None or name in give_back_failed_at:
             notes.append(stuck)
             continue
         if stuck_pool.nodes <= stuck_pool.min_nodes:
@@ -988,7 +1003,7 @@ def arbitrate(
             "is counted (check its device plugin, driver, kubelet)"
         )
         stuck_pool = sizes.get(pool_name)
-        if stuck_pool is None or pool_name in given_back:
+        if stuck_pool is None or pool_name in given_back or pool_name in give_back_failed_at:
             notes.append(stuck)
             continue
         if node in busy:
@@ -1023,7 +1038,18 @@ def arbitrate(
         lower = [c for c in candidates if c.gang not in taken]
         actions.extend(
             _give_back(
-                arb, config, pools, free, node_types, unneeded, resumable, workloads, notes, lower, runs_at, given_back
+                arb,
+                config,
+                pools,
+                free,
+                node_types,
+                unneeded,
+                resumable,
+                workloads,
+                notes,
+                lower,
+                runs_at,
+                given_back | set(give_back_failed_at),
             )
         )
     report = CapacityReport(
@@ -1040,6 +1066,7 @@ def arbitrate(
             unregistered_since,
             provision_failures,
             short_since_by_service,
+            give_back_failed_at,
         ),
     )
 
@@ -1178,8 +1205,8 @@ def _give_back(
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
     ``pod_priorities``, computed once per tick by the caller. ``resized``: pools already resized this tick (a node
-    that never registered given back): still burst pools with nodes left, but none of their nodes is given back
-    before the next tick (one resize per pool and tick)."""
+    that never registered given back), or whose last give-back failed within ``give_back_retry_s``: still burst pools
+    with nodes left, but none of their nodes is given back this tick (one resize per pool and tick)."""
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}

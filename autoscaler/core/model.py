@@ -226,6 +226,9 @@ class CapacityState:
     # service "namespace/name" -> first tick of its current stretch of replicas left without GPUs (a shortfall
     # without a usable forecast is acted on only once it has lasted ``CapacityConfig.shortfall_confirm_s``)
     service_short_since: Mapping[str, float] = field(default_factory=dict)
+    # burst pool -> when a give-back of one of its nodes last failed (the actuator's write): none of its nodes is given
+    # back again for ``CapacityConfig.give_back_retry_s`` (Cluster Autoscaler's --scale-down-delay-after-failure)
+    give_back_failed_at: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
