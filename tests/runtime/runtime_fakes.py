@@ -207,3 +207,34 @@ def get(port: int, path: str, timeout: float = 10.0) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+
+
+def controller_on(cluster: Any, policy: ServicePolicy, metrics: Any, capacity: Any, start: float) -> Any:
+    """A Controller whose reader, writer and node pools are one in-memory cluster (``autoscaler.fakes.cluster``),
+    for one policy, with capacity arbitration, and past the takeover grace at ``start``."""
+    from autoscaler.controller import Controller
+    from autoscaler.telemetry import Telemetry
+
+    controller = Controller(
+        metrics=metrics,
+        cluster=cluster,
+        writer=cluster,
+        node_pools=cluster,
+        policies=FakePolicies([policy_object(policy)]),
+        telemetry=Telemetry(),
+        capacity=capacity,
+    )
+    controller.acting_since = start - 3600
+    return controller
+
+
+def add_serving_pods(cluster: Any, policy: ServicePolicy, node: str, count: int, created_at: float) -> None:
+    """``count`` running 1-GPU replicas of ``policy``'s Deployment on ``node``."""
+    from autoscaler.core.cluster import PodInfo
+
+    for i in range(count):
+        cluster.add_pod(
+            PodInfo(policy.namespace, f"{policy.name}-{i}", node, 1, policy.priority, "Running", True, "Deployment",
+                    policy.name, created_at=created_at)
+        )  # fmt: skip
+

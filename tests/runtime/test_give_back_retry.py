@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from runtime_fakes import FakePolicies
+from runtime_fakes import add_serving_pods, controller_on
 
 from autoscaler.actuator import ActionResult, forget_unapplied
 from autoscaler.controller import Controller
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
-from autoscaler.core.cluster import ClusterSnapshot, NodeInfo, PodInfo
+from autoscaler.core.cluster import ClusterSnapshot, NodeInfo
 from autoscaler.core.model import (
     CapacityState,
     ControllerState,
@@ -29,9 +29,7 @@ from autoscaler.core.model import (
 from autoscaler.core.reasons import Reason
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
-from autoscaler.ports import PolicyObject
 from autoscaler.settings import CapacitySettings
-from autoscaler.telemetry import Telemetry
 
 T0 = 1_800_000_000.0
 POOL = BurstPool("burst", 4, "A100", boot_s=300.0, price_per_gpu_hour=0.1, nodes=0, min_nodes=0, max_nodes=4)
@@ -45,26 +43,13 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
 
 def idle_world() -> tuple[Controller, FakeCluster]:
     """chat (2 replicas) fits on n1; the burst pool's one node is empty and spare at once (no cooldown)."""
-    clock = [T0]
-    cluster = FakeCluster(nodes=[NodeInfo("n1", 8, "A100", "onprem", True)], clock=lambda: clock[0])
+    cluster = FakeCluster(nodes=[NodeInfo("n1", 8, "A100", "onprem", True)], clock=lambda: T0)
     cluster.add_deployment("inference", "chat", 2)
-    for i in range(2):
-        cluster.add_pod(PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
-                                created_at=T0 - 3600))  # fmt: skip
+    add_serving_pods(cluster, CHAT, "n1", 2, T0 - 3600)
     cluster.add_pool("burst", 1, gpus_per_node=4, gpu_product="A100")
     metrics = FakeMetricsSource()
     metrics.set_service(CHAT.key, spec_replicas=2, ready_replicas=2, pods=PodMetrics(2, 2 * 70.0))
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        node_pools=cluster,
-        policies=FakePolicies([PolicyObject("inference", "chat-policy", CHAT, generation=1)]),
-        telemetry=Telemetry(),
-        capacity=CapacityConfig(pools=(POOL,), burst_idle_cooldown_s=0.0),
-    )
-    controller.acting_since = T0 - 3600
-    return controller, cluster
+    return controller_on(cluster, CHAT, metrics, CapacityConfig(pools=(POOL,), burst_idle_cooldown_s=0.0), T0), cluster
 
 
 def test_a_failing_give_back_is_retried_after_the_delay_not_every_tick() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from runtime_fakes import FakePolicies
+from runtime_fakes import add_serving_pods, controller_on
 
 from autoscaler.controller import Controller
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
@@ -30,8 +30,6 @@ from autoscaler.core.model import (
 from autoscaler.core.reasons import Reason
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
-from autoscaler.ports import PolicyObject
-from autoscaler.telemetry import Telemetry
 
 T0 = 1_800_000_000.0
 POOL = BurstPool("burst", 4, "A100", boot_s=300.0, price_per_gpu_hour=0.1, nodes=0, min_nodes=0, max_nodes=4)
@@ -51,9 +49,7 @@ def world(provider_max: int | None) -> tuple[Controller, FakeCluster]:
     nodes = [NodeInfo(n, 8, "A100", "onprem", True) for n in ("n1", "n2", "n3")]
     cluster = FakeCluster(nodes=nodes, clock=lambda: clock[0])
     cluster.add_deployment("inference", "chat", 8)
-    for i in range(8):
-        cluster.add_pod(PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
-                                created_at=T0 - 3600))  # fmt: skip
+    add_serving_pods(cluster, CHAT, "n1", 8, T0 - 3600)
     for name, node in (("a", "n2"), ("b", "n3")):
         cluster.add_pod(PodInfo("ml", f"{name}-0", node, 8, 100, "Running", True, "Job", name, gang=f"job/ml/{name}",
                                 created_at=T0 - 7200, ready_at=T0 - 7200))  # fmt: skip
@@ -61,18 +57,9 @@ def world(provider_max: int | None) -> tuple[Controller, FakeCluster]:
     cluster.add_pool("burst", 0, gpus_per_node=4, gpu_product="A100", boot_s=300.0, max_size=provider_max)
     metrics = FakeMetricsSource()
     metrics.set_service(CHAT.key, spec_replicas=8, ready_replicas=8, pods=PodMetrics(8, 8 * 175.0))
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        node_pools=cluster,
-        policies=FakePolicies([PolicyObject("inference", "chat-policy", CHAT, generation=1)]),
-        telemetry=Telemetry(),
-        # training is dear: bursting is cheaper whenever the pool can grow
-        capacity=CapacityConfig(pools=(POOL,), assumed_shortfall_s=8 * 3600, training_gpu_hour_value=50.0),
-    )
-    controller.acting_since = T0 - 3600  # past the takeover grace
-    return controller, cluster
+    # training is dear: bursting is cheaper whenever the pool can grow
+    capacity = CapacityConfig(pools=(POOL,), assumed_shortfall_s=8 * 3600, training_gpu_hour_value=50.0)
+    return controller_on(cluster, CHAT, metrics, capacity, T0), cluster
 
 
 def stops(plan) -> int:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from runtime_fakes import FakePolicies
+from runtime_fakes import add_serving_pods, controller_on
 
 from autoscaler import app
 from autoscaler.adapters.kubernetes import MachineDeploymentNodePools
@@ -35,8 +35,7 @@ from autoscaler.core.model import (
 from autoscaler.core.reasons import Reason
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
-from autoscaler.ports import PolicyObject, PortError
-from autoscaler.telemetry import Telemetry
+from autoscaler.ports import PortError
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 
@@ -78,9 +77,7 @@ def world(provider_max: int | None, training_priority: int = 100) -> tuple[Contr
     nodes = [NodeInfo(n, 8, "A100", "onprem", True) for n in ("n1", "n2", "n3")]
     cluster = FakeCluster(nodes=nodes, clock=lambda: T0)
     cluster.add_deployment("inference", "chat", 8)
-    for i in range(8):
-        cluster.add_pod(PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
-                                created_at=T0 - 3600))  # fmt: skip
+    add_serving_pods(cluster, CHAT, "n1", 8, T0 - 3600)
     for name, node in (("a", "n2"), ("b", "n3")):
         cluster.add_pod(PodInfo("ml", f"{name}-0", node, 8, training_priority, "Running", True, "Job", name,
                                 gang=f"job/ml/{name}", created_at=T0 - 7200, ready_at=T0 - 7200))  # fmt: skip
@@ -89,17 +86,8 @@ def world(provider_max: int | None, training_priority: int = 100) -> tuple[Contr
     cluster.add_pool("burst", 0, gpus_per_node=4, gpu_product="A100", boot_s=300.0, max_size=provider_max)
     metrics = FakeMetricsSource()
     metrics.set_service(CHAT.key, spec_replicas=8, ready_replicas=8, pods=PodMetrics(8, 8 * 175.0))
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        node_pools=cluster,
-        policies=FakePolicies([PolicyObject("inference", "chat-policy", CHAT, generation=1)]),
-        telemetry=Telemetry(),
-        capacity=CapacityConfig(pools=(POOL,), assumed_shortfall_s=8 * 3600, training_gpu_hour_value=50.0),
-    )
-    controller.acting_since = T0 - 3600
-    return controller, cluster
+    capacity = CapacityConfig(pools=(POOL,), assumed_shortfall_s=8 * 3600, training_gpu_hour_value=50.0)
+    return controller_on(cluster, CHAT, metrics, capacity, T0), cluster
 
 
 # Found by the review, fixed: choose_burst is all-or-nothing: with the provider's max (1) below the 2 nodes needed and
@@ -155,23 +143,11 @@ def idle_world(
     """Chat (2 replicas) fits on n1; the burst pool's ``size`` nodes are empty: one goes back per tick."""
     cluster = FakeCluster(nodes=[NodeInfo("n1", 8, "A100", "onprem", True)], clock=lambda: T0)
     cluster.add_deployment("inference", "chat", 2)
-    for i in range(2):
-        cluster.add_pod(PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
-                                created_at=T0 - 3600))  # fmt: skip
+    add_serving_pods(cluster, CHAT, "n1", 2, T0 - 3600)
     cluster.add_pool("burst", size, gpus_per_node=4, gpu_product="A100", min_size=min_size, max_size=max_size)
     metrics = FakeMetricsSource()
     metrics.set_service(CHAT.key, spec_replicas=2, ready_replicas=2, pods=PodMetrics(2, 2 * 70.0))
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        node_pools=cluster,
-        policies=FakePolicies([PolicyObject("inference", "chat-policy", CHAT, generation=1)]),
-        telemetry=Telemetry(),
-        capacity=CapacityConfig(pools=(POOL,), burst_idle_cooldown_s=0.0),
-    )
-    controller.acting_since = T0 - 3600
-    return controller, cluster
+    return controller_on(cluster, CHAT, metrics, CapacityConfig(pools=(POOL,), burst_idle_cooldown_s=0.0), T0), cluster
 
 
 def test_a_pool_above_the_provider_max_gives_back_one_idle_node_per_tick() -> None:
