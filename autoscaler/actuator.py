@@ -328,7 +328,13 @@ def forget_unapplied(
     if failed_pools:
         failed_at = dict(state.capacity.give_back_failed_at)
         failed_at.update({pool: now for pool in failed_pools})
-        state = replace(state, capacity=replace(state.capacity, give_back_failed_at=failed_at))
+        # The plan dropped the pool's spare timer with the give-back it planned; the node is still spare (since at
+        # least the timer's start): kept, the give-back goes once the retry delay is over, not a cooldown later.
+        unneeded = dict(state.capacity.burst_unneeded_since)
+        for pool in failed_pools:
+            unneeded.setdefault(pool, previous.capacity.burst_unneeded_since.get(pool, now))
+        capacity = replace(state.capacity, give_back_failed_at=failed_at, burst_unneeded_since=unneeded)
+        state = replace(state, capacity=capacity)
     unapplied = {
         f"{r.action.namespace}/{r.action.name}"
         for r in results

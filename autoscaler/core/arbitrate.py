@@ -1049,7 +1049,8 @@ def arbitrate(
                 notes,
                 lower,
                 runs_at,
-                given_back | set(give_back_failed_at),
+                given_back,
+                set(give_back_failed_at),
             )
         )
     report = CapacityReport(
@@ -1202,11 +1203,14 @@ def _give_back(
     candidates: Sequence[GangCandidate],
     runs_at: Mapping[str, int],
     resized: Set[str] = frozenset(),
+    retry_wait: Set[str] = frozenset(),
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
     ``pod_priorities``, computed once per tick by the caller. ``resized``: pools already resized this tick (a node
-    that never registered given back), or whose last give-back failed within ``give_back_retry_s``: still burst pools
-    with nodes left, but none of their nodes is given back this tick (one resize per pool and tick)."""
+    that never registered given back): still burst pools with nodes left, but none of their nodes is given back this
+    tick (one resize per pool and tick). ``retry_wait``:
+    pools whose last give-back failed within ``give_back_retry_s``: their spare timers are kept as usual (set, reset
+    when a node is busy again), only the give-back itself waits."""
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
@@ -1268,7 +1272,9 @@ def _give_back(
             and sum(after.values()) >= reserve
         ):
             since = unneeded.setdefault(pool.name, now)
-            if now - since >= config.burst_idle_cooldown_s:
+            if now - since >= config.burst_idle_cooldown_s and pool.name in retry_wait:
+                notes.append(f"{pool.name}: a node spare for {now - since:.0f}s; its give-back waits (retry delay)")
+            elif now - since >= config.burst_idle_cooldown_s:
                 detail = (
                     f"{pool.name}: a node spare for {now - since:.0f}s (>= {config.burst_idle_cooldown_s:g}s), "
                     f"{used_on_node} GPU(s) in use fit in {others} free elsewhere, forecast reserve {reserve}"
@@ -1297,6 +1303,9 @@ def _give_back(
         since = unneeded.setdefault(pool.name, now)
         if now - since < config.burst_idle_cooldown_s:
             notes.append(f"{detail}: for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
+            continue
+        if pool.name in retry_wait:
+            notes.append(f"{detail}: for {now - since:.0f}s; its give-back waits for the retry delay")
             continue
         detail = f"{detail}, for {now - since:.0f}s"
         stopped = {v.gang for v in victims}
