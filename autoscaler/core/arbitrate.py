@@ -563,20 +563,20 @@ def _pools(arb: ArbitrationInput, config: CapacityConfig) -> list[BurstPool]:
     return out
 
 
-def _bound_notes(arb: ArbitrationInput, config: CapacityConfig) -> list[str]:
-    """Where a pool's provider allows less than it is configured for (the writes would be clamped to it)."""
+def _bound_notes(configured: Sequence[BurstPool], bounded: Sequence[BurstPool]) -> list[str]:
+    """Where a pool's provider allows less than it is configured for (``_pools`` planned it within the provider's
+    bounds: the writes would be clamped to them)."""
     notes = []
-    for p in config.pools:
-        low, high = (arb.pool_bounds or {}).get(p.name, (None, None))
-        if high is not None and high < p.max_nodes:
+    for conf, pool in zip(configured, bounded, strict=True):
+        if pool.max_nodes < conf.max_nodes:
             notes.append(
-                f"{p.name}: the provider allows at most {high} node(s) (its max-size annotation), below the "
-                f"configured max_nodes {p.max_nodes}: planned within {high}"
+                f"{pool.name}: the provider allows at most {pool.max_nodes} node(s) (its max-size annotation), below "
+                f"the configured max_nodes {conf.max_nodes}: planned within {pool.max_nodes}"
             )
-        if low is not None and low > p.min_nodes:
+        if pool.min_nodes > conf.min_nodes:
             notes.append(
-                f"{p.name}: the provider keeps at least {low} node(s) (its min-size annotation), above the "
-                f"configured min_nodes {p.min_nodes}: nothing given back below {low}"
+                f"{pool.name}: the provider keeps at least {pool.min_nodes} node(s) (its min-size annotation), above "
+                f"the configured min_nodes {conf.min_nodes}: nothing given back below {pool.min_nodes}"
             )
     return notes
 
@@ -932,7 +932,7 @@ def arbitrate(
                 )
             )
 
-    notes: list[str] = [*_bound_notes(arb, config), *stale_holds, *priority_notes]
+    notes: list[str] = [*_bound_notes(config.pools, pools), *stale_holds, *priority_notes]
     # A node that never registered costs (a VM that booted and could not join is billed; a request stuck in a
     # quota holds the pool's size) and hosts nothing: its Machine is given back, one per pool and tick (the
     # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.
@@ -1272,9 +1272,11 @@ def _give_back(
             and sum(after.values()) >= reserve
         ):
             since = unneeded.setdefault(pool.name, now)
-            if now - since >= config.burst_idle_cooldown_s and pool.name in retry_wait:
+            if now - since < config.burst_idle_cooldown_s:
+                notes.append(f"{pool.name}: a node spare for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
+            elif pool.name in retry_wait:
                 notes.append(f"{pool.name}: a node spare for {now - since:.0f}s; its give-back waits (retry delay)")
-            elif now - since >= config.burst_idle_cooldown_s:
+            else:
                 detail = (
                     f"{pool.name}: a node spare for {now - since:.0f}s (>= {config.burst_idle_cooldown_s:g}s), "
                     f"{used_on_node} GPU(s) in use fit in {others} free elsewhere, forecast reserve {reserve}"
@@ -1284,8 +1286,6 @@ def _give_back(
                 )
                 unneeded.pop(pool.name, None)
                 received |= _node_given_back(free, emptiest, after)
-            else:
-                notes.append(f"{pool.name}: a node spare for {now - since:.0f}s of {config.burst_idle_cooldown_s:g}s")
             continue
         busy = (
             f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
