@@ -619,6 +619,9 @@ class Actuator:
                     f"(its scale() takes no remove_unregistered): pool {action.pool} not scaled down"
                 )
             options["remove_unregistered"] = True
+            if action.unregistered_min_age_s > 0 and takes_keyword(self.node_pools.scale, "unregistered_min_age_s"):
+                # a plug-in written before it gives back the oldest Machine without a Node, as it always did
+                options["unregistered_min_age_s"] = action.unregistered_min_age_s
         if takes_keyword(self.node_pools.scale, "can_write"):
             # asked by the provider before each of its requests (a resize reads, marks, re-lists, writes the size...)
             options["can_write"] = guard

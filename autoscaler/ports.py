@@ -210,6 +210,7 @@ class NodePoolScaler(Protocol):
         *,
         can_write: WriteGuard | None = None,
         remove_unregistered: bool = False,
+        unregistered_min_age_s: float = 0.0,
     ) -> WriteOutcome | None:
         """Resize the pool to ``nodes``: ``WROTE``; already there (or at the min/max bound it is clamped to): nothing
         written, ``ALREADY``; None from a provider plug-in written before ``WriteOutcome``: taken as written.
@@ -225,7 +226,10 @@ class NodePoolScaler(Protocol):
         scale-down, remove one node the provider counts that never registered as a Node (past the provision
         timeout), never a registered one; an implementation that finds none writes nothing and raises ``PortError``.
         Passed only when set: a provider plug-in whose ``scale`` does not take it is not asked to give back such a
-        node (the actuator fails the action instead)."""
+        node (the actuator fails the action instead). ``unregistered_min_age_s`` (seconds, with
+        ``remove_unregistered``): only a node requested at least that long ago is removed (one a MachineHealthCheck
+        created moments ago to replace the stuck one is still booting); none: ``PortError``, nothing written. Passed
+        only when above 0 and taken."""
         ...
 
 

@@ -990,6 +990,7 @@ def arbitrate(
                 name, stuck_pool.nodes - 1, stuck_pool.nodes, Reason.BURST_NODE_NOT_REGISTERED,
                 f"{stuck}; giving back one that never registered: {stuck_pool.nodes} -> {stuck_pool.nodes - 1}",
                 remove_unregistered=True,
+                unregistered_min_age_s=_provision_limit(name, config),
             )
         )  # fmt: skip
     # A registered burst node not ready past the provision limit (its device plugin never reported GPUs, its kubelet

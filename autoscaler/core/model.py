@@ -323,6 +323,10 @@ class ScaleNodePool:
     # a give-back of a node the provider counts that never registered as a Node (past the provision timeout): the
     # provider removes one such Machine (no Node, so no ``remove_node`` to name), never a registered node
     remove_unregistered: bool = False
+    # with ``remove_unregistered``, seconds: only a Machine that has itself existed this long (the pool's provision
+    # limit) is given back. The core's timer is the pool's: when a MachineHealthCheck has replaced the stuck Machine,
+    # the only one left without a Node is the replacement, still booting, and must not be removed for its predecessor
+    unregistered_min_age_s: float = 0.0
 
 
 Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool

@@ -527,6 +527,7 @@ class FakeCluster:
         *,
         can_write: WriteGuard | None = None,
         remove_unregistered: bool = False,
+        unregistered_min_age_s: float = 0.0,  # the fake's unregistered nodes have no age: all taken as old enough
     ) -> WriteOutcome:
         with self._lock:
             args = (pool, nodes)

@@ -860,6 +860,7 @@ class SimCluster:
         *,
         can_write: WriteGuard | None = None,  # one writer, no Lease (see the ClusterWriter section): accepted, unused
         remove_unregistered: bool = False,
+        unregistered_min_age_s: float = 0.0,  # no simulated node is unregistered: accepted, unused
     ) -> WriteOutcome:
         spec = self._pool(pool)
         if remove_unregistered and nodes < len(spec.nodes):

@@ -177,6 +177,8 @@ def test_a_node_past_the_provision_timeout_is_given_back_by_its_machine() -> Non
     (back,) = gives_back(actions)
     assert (back.pool, back.previous_nodes, back.nodes) == ("burst", 1, 0)
     assert back.remove_unregistered and back.remove_node is None
+    # the Machine removed must itself have waited the provision limit (not a MachineHealthCheck's fresh replacement)
+    assert back.unregistered_min_age_s == 900.0
     assert "never registered" in back.detail
     assert any("one given back" in n for n in report.notes)
     assert state.provision_failures == {"burst": (NOW + 900.0, 1)}

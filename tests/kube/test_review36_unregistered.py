@@ -1,9 +1,9 @@
 """Review of ``MachineDeploymentNodePools.scale(..., remove_unregistered=True)`` (commit 5b4a9b2): adapter defects.
 
-Each test was a strict xfail on that code, saying what was wrong and what the right behaviour is. The first is fixed
-(a Machine whose provider ID a registered Node carries is never a candidate); the second is kept as a strict xfail,
-a deliberate leftover: the core's timer is the pool's, not the Machine's, so a MachineHealthCheck's replacement of the
-stuck Machine is given back with the pool's failure (see the stop 36 note)."""
+Each test was a strict xfail on that code, saying what was wrong and what the right behaviour is. Both are fixed: a
+Machine whose provider ID a registered Node carries is never a candidate, and (stop 38) only a Machine that has
+itself existed the provision limit is (the core's timer is the pool's: a MachineHealthCheck's fresh replacement of
+the stuck Machine was given back with the pool's failure)."""
 
 from __future__ import annotations
 
@@ -52,11 +52,12 @@ def test_a_machine_whose_node_registered_but_whose_node_ref_lags_is_not_given_ba
     assert marked(apiserver) == {"burst-old"}
 
 
-@pytest.mark.xfail(strict=True, reason="the Machine picked is not checked to be past the provision timeout itself")
 def test_a_machine_created_moments_ago_is_not_given_back_as_never_registered(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
-    """WRONG: the core's decision is per pool (its count beyond the registered nodes has stood past the timeout),
+    """Fixed at stop 38 (was a strict xfail): the core passes ``unregistered_min_age_s``, its provision limit.
+
+    WRONG before: the core's decision is per pool (its count beyond the registered nodes has stood past the timeout),
     the adapter's pick is "the oldest Machine without a Node", whatever its age. When the stuck Machine is gone or
     going (a MachineHealthCheck's nodeStartupTimeout -- 10 min by default, shorter than the 15 min provision timeout
     -- deleted it and the MachineSet created a replacement; the pool's count did not rise, so the core's timer
@@ -70,11 +71,24 @@ def test_a_machine_created_moments_ago_is_not_given_back_as_never_registered(
     fresh = created(machine("burst-replacement", None), format_time(NOW - 60.0))
     seed(apiserver, deployment(3), created(machine("burst-a", "node-a"), "2026-01-01T07:00:00Z"),
          created(machine("burst-b", "node-b"), "2026-01-01T07:00:00Z"), going, fresh)  # fmt: skip
-    with pytest.raises(NoUnregisteredMachineError):
-        pools(api_client).scale("burst", 2, expected=3, remove_unregistered=True)
+    with pytest.raises(NoUnregisteredMachineError, match=r"1 created less than 900s ago, still booting"):
+        pools(api_client).scale("burst", 2, expected=3, remove_unregistered=True, unregistered_min_age_s=900.0)
     assert size(apiserver) == 3
     assert marked(apiserver) == set()
     assert not patched(apiserver)
+
+
+def test_the_oldest_machine_past_the_minimum_age_is_given_back_and_a_younger_one_stays(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """With a minimum age, a Machine that has waited that long is still given back (the oldest of them), and one
+    younger than the limit is never picked, even where it is the only other one without a Node."""
+    old = created(machine("burst-old", None), format_time(NOW - 901.0))
+    fresh = created(machine("burst-fresh", None), format_time(NOW - 899.0))
+    seed(apiserver, deployment(3), created(machine("burst-a", "node-a"), "2026-01-01T07:00:00Z"), old, fresh)
+    pools(api_client).scale("burst", 2, expected=3, remove_unregistered=True, unregistered_min_age_s=900.0)
+    assert marked(apiserver) == {"burst-old"}
+    assert size(apiserver) == 2
 
 
 def test_a_failing_node_list_writes_nothing(

@@ -1,6 +1,7 @@
 """A scale-down that gives back a Machine that never registered a Node (``remove_unregistered``), against the real
 apiserver: the Machines are real objects (created with plain REST, their creationTimestamp set by the apiserver),
-the mark and the size write go through the official client, preconditions and the scale subresource included."""
+the mark and the size write go through the official client, preconditions and the scale subresource included; a
+Machine younger than the minimum age the core passes (its provision limit) is never given back."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes import MachineDeploymentNodePools
-from autoscaler.adapters.kubernetes.nodepool import DELETE_MACHINE_ANNOTATION, MARKED_BY_ANNOTATION
+from autoscaler.adapters.kubernetes.nodepool import (
+    DELETE_MACHINE_ANNOTATION,
+    MARKED_BY_ANNOTATION,
+    NoUnregisteredMachineError,
+)
 from autoscaler.ports import WriteOutcome
 from tests.kube import objects as o
 from tests.realkube.control_plane import ControlPlane
@@ -45,7 +50,13 @@ def test_a_scale_down_gives_back_the_oldest_machine_without_a_node(
             return cp.get(f"{group}/machines/{name}")["metadata"].get("annotations") or {}
 
         pools = MachineDeploymentNodePools(api_client, namespace, sleep=lambda s: None)
-        assert pools.scale("b", 3, expected=4, remove_unregistered=True) is WriteOutcome.WROTE
+        # none of them has waited an hour (the apiserver's creationTimestamp): nothing given back, nothing written
+        with pytest.raises(NoUnregisteredMachineError, match="2 created less than 3600s ago"):
+            pools.scale("b", 3, expected=4, remove_unregistered=True, unregistered_min_age_s=3600.0)
+        assert cp.get(f"{group}/machinedeployments/b")["spec"]["replicas"] == 4
+        assert not any(DELETE_MACHINE_ANNOTATION in annotations(m) for m in ("b-1", "b-2", "b-old", "b-anew"))
+        outcome = pools.scale("b", 3, expected=4, remove_unregistered=True, unregistered_min_age_s=1.0)
+        assert outcome is WriteOutcome.WROTE
         assert cp.get(f"{group}/machinedeployments/b")["spec"]["replicas"] == 3
         mark = annotations("b-old")
         assert mark[DELETE_MACHINE_ANNOTATION].startswith("gpu-autoscaler ")

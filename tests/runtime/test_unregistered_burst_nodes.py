@@ -126,3 +126,47 @@ def test_a_provider_plugin_that_cannot_name_an_unregistered_node_is_not_asked_to
     assert plugin.calls == []
     described = describe_action(give_back)
     assert described == "scale nodepool/burst from 2 to 1 nodes (removing a node that never registered)"
+
+
+class AgeAwarePlugin(OldPlugin):
+    """A provider plug-in that can give back a node that never registered, with or without a minimum age."""
+
+    def __init__(self, takes_age: bool) -> None:
+        super().__init__()
+        self.options: list[dict[str, object]] = []
+        self.takes_age = takes_age
+
+    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None,  # type: ignore[override]
+              remove_unregistered: bool = False, unregistered_min_age_s: float = 0.0) -> None:  # fmt: skip
+        self.calls.append((pool, nodes))
+        self.options.append({"remove_unregistered": remove_unregistered, "min_age": unregistered_min_age_s})
+
+
+class NoAgePlugin(OldPlugin):
+    def __init__(self) -> None:
+        super().__init__()
+        self.options: list[dict[str, object]] = []
+
+    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None,  # type: ignore[override]
+              remove_unregistered: bool = False) -> None:  # fmt: skip
+        self.calls.append((pool, nodes))
+        self.options.append({"remove_unregistered": remove_unregistered})
+
+
+def test_the_actuator_passes_the_minimum_age_of_the_machine_given_back_to_a_provider_that_takes_it() -> None:
+    """The core's give-back carries the pool's provision limit; a provider that takes ``unregistered_min_age_s`` gets
+    it (so a MachineHealthCheck's fresh replacement is not removed), one written before it is called as before."""
+    from autoscaler.actuator import Actuator, GuardContext
+
+    give_back = ScaleNodePool(
+        "burst", 1, 2, Reason.BURST_NODE_NOT_REGISTERED, "never registered", remove_unregistered=True,
+        unregistered_min_age_s=900.0,
+    )  # fmt: skip
+    aware = AgeAwarePlugin(takes_age=True)
+    (result,) = Actuator(FakeCluster(), aware).apply([give_back], GuardContext(T0, {}))
+    assert result.result == "applied", result.message
+    assert aware.options == [{"remove_unregistered": True, "min_age": 900.0}]
+    older = NoAgePlugin()
+    (result,) = Actuator(FakeCluster(), older).apply([give_back], GuardContext(T0, {}))
+    assert result.result == "applied", result.message
+    assert older.options == [{"remove_unregistered": True}]

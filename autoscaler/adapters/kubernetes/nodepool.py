@@ -275,17 +275,30 @@ class MachineDeploymentNodePools:
         machines: list[JSON],
         keep: str | None = None,
         can_write: WriteGuard | None = None,
+        min_age_s: float = 0.0,
     ) -> JSON:
         """The Machine to give back for a node that never registered: among those without a Node (no
         ``status.nodeRef`` name) and not being deleted, the oldest (``metadata.creationTimestamp``, then name): it
-        has waited longest, while one a scale-up created moments ago has no Node yet either. ``keep``: the Machine an
-        earlier attempt of this call marked (or found marked), kept while it still qualifies (a retry never moves to
-        another Machine, the marked one left behind); ``NoUnregisteredMachineError`` when none qualifies."""
+        has waited longest, while one a scale-up created moments ago has no Node yet either. ``min_age_s``: only a
+        Machine created at least that long ago (by this adapter's clock) qualifies; one without a readable
+        creationTimestamp then does not. ``keep``: the Machine an earlier attempt of this call marked (or found
+        marked), kept while it still qualifies (a retry never moves to another Machine, the marked one left behind);
+        ``NoUnregisteredMachineError`` when none qualifies."""
         waiting = [
             m for m in machines
             if not ((m.get("status") or {}).get("nodeRef") or {}).get("name")
             and not (m.get("metadata") or {}).get("deletionTimestamp")
         ]  # fmt: skip
+        young = 0
+        if min_age_s > 0 and waiting:
+            # The core's timer is the pool's (its count beyond its registered nodes has stood past the timeout); the
+            # Machine removed must itself have waited that long, as the Cluster Autoscaler's unregistered node must:
+            # a MachineHealthCheck deletes the stuck Machine at its nodeStartupTimeout (10 min by default) and the
+            # MachineSet replaces it, so the pool's count stands while the one left without a Node is booting.
+            cutoff = self._clock() - min_age_s
+            old_enough = [m for m in waiting if _age_key(m)[0] <= cutoff]
+            young = len(waiting) - len(old_enough)
+            waiting = old_enough
         if any((m.get("spec") or {}).get("providerID") for m in waiting):
             # No nodeRef is not no Node: the Machine controller sets it only once it has reconciled the Machine (it
             # lags while Cluster API's controllers are down or slow). A Machine whose provider ID a registered Node
@@ -301,9 +314,16 @@ class MachineDeploymentNodePools:
                 "since: not scaled down, the MachineSet would remove a node of its own choosing"
             )
         if not waiting:
+            younger = (
+                f" ({young} created less than {min_age_s:.0f}s ago, still booting: a MachineHealthCheck's replacement "
+                "of a stuck one, or a new scale-up)"
+                if young
+                else ""
+            )
             raise NoUnregisteredMachineError(
                 f"MachineDeployment {self.namespace}/{name} has no Machine without a Node (status.nodeRef) that is not "
-                "already being deleted: not scaled down, the MachineSet would remove a node of its own choosing"
+                f"already being deleted{' and is old enough' if young else ''}{younger}: not scaled down, the "
+                "MachineSet would remove a node of its own choosing"
             )
         return min(waiting, key=_age_key)
 
@@ -466,6 +486,7 @@ class MachineDeploymentNodePools:
         *,
         can_write: WriteGuard | None = None,
         remove_unregistered: bool = False,
+        unregistered_min_age_s: float = 0.0,
     ) -> WriteOutcome:
         """Set the pool's size (idempotent), clamped to its min/max annotations: ``WROTE``; ``ALREADY`` when the live
         size is the target already (or the bound it is clamped to): nothing written. ``expected``: the size the plan
@@ -484,7 +505,9 @@ class MachineDeploymentNodePools:
         timeout) instead of a named node: the oldest Machine of the pool without ``status.nodeRef`` and not being
         deleted (``_find_unregistered``; a conflict's retry keeps the Machine it marked), then everything as with
         ``remove_node``; ``NoUnregisteredMachineError`` and nothing written when there is none. A scale-up, or a size
-        already there, ignores it; with ``remove_node`` too: ``ValueError``."""
+        already there, ignores it; with ``remove_node`` too: ``ValueError``. ``unregistered_min_age_s`` (seconds):
+        only a Machine created at least that long ago qualifies (the core passes the pool's provision limit: a
+        MachineHealthCheck's replacement of the stuck Machine, created moments ago, is booting, not stuck)."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
         if remove_unregistered and remove_node is not None:
@@ -530,7 +553,7 @@ class MachineDeploymentNodePools:
                     # every attempt: a conflict's retry may find marks that were not there before
                     machines = self._machines(name, can_write)
                     machine = (
-                        self._find_unregistered(name, machines, held, can_write)
+                        self._find_unregistered(name, machines, held, can_write, unregistered_min_age_s)
                         if remove_unregistered
                         else self._find_machine(name, machines, str(remove_node))
                     )
