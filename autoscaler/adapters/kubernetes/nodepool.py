@@ -178,6 +178,8 @@ class MachineDeploymentNodePools:
         # MachineSet would delete a Machine of its own choosing.
         self.stale_mark_grace_s = stale_mark_grace_s
         self.on_mark_left = on_mark_left
+        # (MachineDeployment, annotation, value) already warned about: read every tick, warned once per value
+        self._bad_annotations: set[tuple[str, str, str]] = set()
         self.api_calls = 0
 
     def _md_name(self, pool: str) -> str:
@@ -226,7 +228,7 @@ class MachineDeploymentNodePools:
     def bounds(self, pool: str) -> tuple[int | None, int | None]:
         """(min, max) from the Cluster Autoscaler annotations, None where unset."""
         md = self._get(f"read MachineDeployment {self._md_name(pool)}", self._md_name(pool))
-        return _bounds(md)
+        return _bounds(md, self._bad_annotations)
 
     def _machines(self, name: str, can_write: WriteGuard | None = None) -> list[JSON]:
         """The Machines of MachineDeployment ``name`` (every MachineSet of it)."""
@@ -526,7 +528,7 @@ class MachineDeploymentNodePools:
                 live = int((md.get("spec") or {}).get("replicas") or 0)
                 if live != nodes:  # already there is fine whatever the plan saw
                     refuse_pool_size_changed(what, live, expected)
-                low, high = _bounds(md)
+                low, high = _bounds(md, self._bad_annotations)
                 target = nodes
                 # Clamped towards the live size only, as Cluster Autoscaler does: a pool above a lowered max is not
                 # grown, never shrunk for it (that would delete running machines on a scale-up); one below a raised
@@ -794,7 +796,10 @@ def _paused(md: JSON) -> str | None:
     return None
 
 
-def _bounds(md: JSON) -> tuple[int | None, int | None]:
+def _bounds(md: JSON, warned: set[tuple[str, str, str]] | None = None) -> tuple[int | None, int | None]:
+    """(min, max) from the Cluster Autoscaler annotations, None where unset or not an integer (that bound is not
+    applied). ``warned``: the (MachineDeployment, annotation, value) already
+    logged, so that a bad value read every tick is logged once, and again only once it changes."""
     annotations = (md.get("metadata") or {}).get("annotations") or {}
 
     def parse(key: str) -> int | None:
@@ -802,9 +807,14 @@ def _bounds(md: JSON) -> tuple[int | None, int | None]:
         try:
             return int(value) if value is not None else None
         except ValueError:
-            log.warning(
-                "MachineDeployment %s: annotation %s=%r is not an integer", md["metadata"].get("name"), key, value
-            )
+            seen = (str(md["metadata"].get("name")), key, str(value))
+            if warned is None or seen not in warned:
+                log.warning(
+                    "MachineDeployment %s: annotation %s=%r is not an integer: ignored (this bound is not applied)",
+                    *seen[:2], value,
+                )  # fmt: skip
+                if warned is not None:
+                    warned.add(seen)
             return None
 
     return parse(MIN_SIZE_ANNOTATION), parse(MAX_SIZE_ANNOTATION)
