@@ -254,6 +254,40 @@ def _usable(key: str, barred: Set[str]) -> bool:
     return not barred or key.split(" ", 1)[0] not in barred
 
 
+@dataclass(frozen=True, slots=True)
+class _Blocker:
+    """A service whose replicas wait for GPUs this tick without any being freed or bought for them (it confirms, holds
+    on incomplete metrics, or its shortfall is waited out): the scheduler binds its Pending pods first, on any GPU
+    they may use."""
+
+    service: str
+    priority: int
+    replicas: int
+    why: str
+    gpu_type: str | None  # the GPU type its pods select; None: any
+    barred: frozenset[str]  # the nodes its pods cannot be scheduled on
+
+
+def _competes(
+    blocker: _Blocker, gpu_type: str | None, barred: Set[str], snapshot: ClusterSnapshot, pools: Sequence[BurstPool]
+) -> bool:
+    """Whether GPUs freed or bought for a service (its GPU type, the nodes barred to its pods) could go to the
+    blocker's pods instead: both may use some node -- a GPU type both select (or either takes any), a node neither is
+    barred from -- or a burst pool with no registered node, whose nodes' taints and labels are unknown, has a type
+    both may use. Not: their pods select different GPU types, or share no node (taints, nodeSelectors)."""
+    if blocker.gpu_type is not None and gpu_type is not None and blocker.gpu_type != gpu_type:
+        return False
+    wanted = gpu_type if gpu_type is not None else blocker.gpu_type
+    for n in snapshot.nodes:
+        if n.allocatable_gpus <= 0 and n.pool is None:
+            continue  # a node without GPUs: no room for either
+        if n.name in barred or n.name in blocker.barred or (wanted is not None and n.gpu_product != wanted):
+            continue
+        return True
+    registered = {n.pool for n in snapshot.nodes if n.pool is not None}
+    return any(p.name not in registered and (wanted is None or p.gpu_type in (None, wanted)) for p in pools)
+
+
 def _only_usable(room: Mapping[str, int], barred: Set[str]) -> dict[str, int]:
     return {k: v for k, v in room.items() if _usable(k, barred)} if barred else dict(room)
 
@@ -687,9 +721,9 @@ def arbitrate(
     stale_holds: list[str] = []
     short_since_by_service: dict[str, float] = {}  # the services short this tick, since when
     waiting_for: set[str] = set()  # short services not acted on this tick (confirming, or behind one that waits)
-    # the first service in priority order whose replicas wait for GPUs this tick without any being freed or bought
-    # for them (service, priority, replicas, why): what a later service frees, the scheduler gives to its pods first
-    blocker: tuple[str, int, int, str] | None = None
+    # the services, in priority order, whose replicas wait for GPUs this tick without any being freed or bought for
+    # them: what a later service frees or buys, the scheduler gives to their pods first where they may use it
+    blockers: list[_Blocker] = []
     priority_notes: list[str] = []  # services whose pods run below their policy's priority
     pdb_spent: dict[str, int] = {}  # disruptions this tick's victims take from each PodDisruptionBudget
     ordered = sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0]))
@@ -724,7 +758,7 @@ def arbitrate(
                 f"{key}: {short} replica(s) waiting for GPUs, but it holds ({decision.reason.value}): neither "
                 "preempt nor burst on a hold, nothing given back"
             )
-            blocker = blocker or (key, policy.priority, short, "holds on incomplete metrics")
+            blockers.append(_Blocker(key, policy.priority, short, "holds on incomplete metrics", gpu_type, barred))
             continue
         capacity = decision.desired_replicas - short
         duration, basis, vouched = _duration(arb, key, policy, capacity, config)
@@ -738,7 +772,7 @@ def arbitrate(
                     f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
                 )
             )
-            blocker = blocker or (key, policy.priority, short, "its shortfall is waited out")
+            blockers.append(_Blocker(key, policy.priority, short, "its shortfall is waited out", gpu_type, barred))
             continue
         since = short_since_by_service.get(key, now)
         # What the metric (with the forecast floor) asks for this tick, before the scale-down stabilisation: replicas
@@ -747,10 +781,13 @@ def arbitrate(
         if asked is None:
             asked = decision.desired_replicas
         wait_why: str | None = None
+        # a service whose pods can use none of the GPUs this one's would (another GPU type, other nodes) is no block
+        blocker = next((b for b in blockers if _competes(b, gpu_type, barred, snapshot, pools)), None)
         if blocker is not None:
             wait_why = (
-                f"{blocker[0]} (priority {blocker[1]}) has {blocker[2]} replica(s) waiting for GPUs that get none this "
-                f"tick ({blocker[3]}): the scheduler gives GPUs freed or bought now to its pods first"
+                f"{blocker.service} (priority {blocker.priority}) has {blocker.replicas} replica(s) waiting for GPUs "
+                f"that get none this tick ({blocker.why}): the scheduler gives GPUs freed or bought now to its pods "
+                "first"
             )
         elif not vouched and asked <= capacity:
             # the spike is over: its stretch ends (the next one is confirmed afresh)
@@ -893,7 +930,7 @@ def arbitrate(
             then = "preempt" if pick_preempt else "burst" if pick_burst else None
             pick_preempt = pick_burst = False
             waiting_for.add(key)
-            blocker = blocker or (key, policy.priority, short, "it waits")
+            blockers.append(_Blocker(key, policy.priority, short, "it waits", gpu_type, barred))
             then_text = f" (then: {then})" if then else ""
             options.append(_wait(key, f"{shortage}; neither preempt nor burst this tick: {wait_why}{then_text}"))
         options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))

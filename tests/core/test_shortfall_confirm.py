@@ -23,7 +23,7 @@ from autoscaler.core.model import (
 from autoscaler.core.reasons import Reason
 from autoscaler.settings import CapacitySettings
 from autoscaler.sim.scenario import Capacity
-from tests.core.test_arbitrate import CHAT, NOW, decide, full_cluster, gang_pods, node, run
+from tests.core.test_arbitrate import CHAT, NOW, decide, full_cluster, gang_pods, job, node, run
 
 CONFIRM = CapacityConfig(shortfall_confirm_s=30.0)
 TICK = 15.0
@@ -172,3 +172,64 @@ def test_the_decision_says_what_the_metric_asked_before_the_stabilisation() -> N
     made, _ = decide_service(CHAT, obs, history, NOW, None)
     assert made.desired_replicas == 12 and made.reason is Reason.SCALE_DOWN_STABILISED
     assert made.recommended_replicas is not None and made.recommended_replicas < 12
+
+
+# -- the block is only where the waiting service's pods could take what is freed or bought --------------------------
+
+
+def _two_kinds(chat_reason: Reason, embed_type: str = "H100", embed_taint: bool = False):  # type: ignore[no-untyped-def]
+    """chat (priority 1000, A100 nodes n1-n3) holds 8 and wants 12 with its shortfall first seen now; embed (500)
+    holds 8 on n4 and wants 12, short for a minute; an 8-GPU training gang runs on n5, a node of embed's kind. With
+    ``embed_taint`` n4 and n5 are A100s too, labelled ``tier=embed`` (embed's nodeSelector) and tainted
+    ``dedicated=embed``, which only embed's pods tolerate."""
+    from autoscaler.core.cluster import DeploymentInfo, NodeInfo, Taint, Toleration
+
+    taints = (Taint("dedicated", "embed"),) if embed_taint else ()
+    labels = {"tier": "embed"} if embed_taint else {}
+    kind = "A100" if embed_taint else embed_type
+    pods = [_serving(CHAT, i, "n1") for i in range(8)] + [_serving(EMBED, i, "n4") for i in range(8)]
+    pods += gang_pods("a-gang", ["n2"], gpus=8) + gang_pods("b-gang", ["n5"], gpus=8)
+    nodes = (
+        node("n1"), node("n2"), node("n3"),
+        *(NodeInfo(n, 8, kind, "onprem", True, labels=labels, taints=taints) for n in ("n4", "n5")),
+    )  # fmt: skip
+    pods += [_serving(CHAT, i, "n3") for i in range(8, 16)]  # n3 full of chat: it holds 16, wants 20
+    deployments = (
+        DeploymentInfo("inference", "chat", 16, 16, gpu_product="A100"),
+        DeploymentInfo(
+            "inference", "embed", 8, 8, gpu_product=None if embed_taint else embed_type,
+            tolerations=(Toleration("dedicated", value="embed"),) if embed_taint else (), node_selector=labels,
+        ),
+    )  # fmt: skip
+    workloads = (job("a-gang"), job("b-gang"))
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=nodes, workloads=workloads, deployments=deployments)
+    decisions = [
+        ScaleDecision(CHAT.key, 16, 20, chat_reason, ""),
+        ScaleDecision(EMBED.key, 8, 12, Reason.METRIC_ABOVE_TARGET, ""),
+    ]
+    state = CapacityState(service_short_since={EMBED.key: NOW - 60.0})
+    return arbitrate(ArbitrationInput(NOW, snapshot, {CHAT.key: CHAT, EMBED.key: EMBED}, decisions), state, CONFIRM)
+
+
+def test_a_service_on_another_gpu_type_does_not_wait_behind_a_confirming_one() -> None:
+    """chat's Pending pods select A100s: the H100 GPUs stopping b-gang frees for embed can never be theirs, so embed
+    (confirmed) is served while chat confirms; chat's own A100 gang is not touched."""
+    for reason in (Reason.METRIC_ABOVE_TARGET, Reason.METRICS_STALE):
+        actions, report, _ = _two_kinds(reason)
+        assert stops(actions) == ["b-gang"], reason
+        assert not [o for o in report.options if o.chosen and o.kind == "wait" and o.service == EMBED.key]
+
+
+def test_a_service_on_nodes_the_waiting_one_cannot_use_does_not_wait_behind_it() -> None:
+    """Same GPU type, but embed's pods select n4 and n5, which carry a taint only they tolerate: chat's pods could
+    not take what is freed there."""
+    actions, _, _ = _two_kinds(Reason.METRIC_ABOVE_TARGET, embed_taint=True)
+    assert stops(actions) == ["b-gang"]
+
+
+def test_a_service_whose_pods_could_take_the_same_gpus_still_waits() -> None:
+    """embed selects A100s too (any node): what is freed for it could go to chat's Pending pods first."""
+    actions, report, _ = _two_kinds(Reason.METRIC_ABOVE_TARGET, embed_type="A100")
+    assert stops(actions) == []
+    (wait,) = [o for o in report.options if o.chosen and o.service == EMBED.key]
+    assert wait.kind == "wait" and "inference/chat (priority 1000)" in wait.detail
