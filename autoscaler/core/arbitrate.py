@@ -266,26 +266,35 @@ class _Blocker:
     why: str
     gpu_type: str | None  # the GPU type its pods select; None: any
     barred: frozenset[str]  # the nodes its pods cannot be scheduled on
+    gpus: int  # GPUs one of its replicas requests
 
 
-def _competes(
-    blocker: _Blocker, gpu_type: str | None, barred: Set[str], snapshot: ClusterSnapshot, pools: Sequence[BurstPool]
-) -> bool:
-    """Whether GPUs freed or bought for a service (its GPU type, the nodes barred to its pods) could go to the
-    blocker's pods instead: both may use some node -- a GPU type both select (or either takes any), a node neither is
-    barred from -- or a burst pool with no registered node, whose nodes' taints and labels are unknown, has a type
-    both may use. Not: their pods select different GPU types, or share no node (taints, nodeSelectors)."""
-    if blocker.gpu_type is not None and gpu_type is not None and blocker.gpu_type != gpu_type:
-        return False
-    wanted = gpu_type if gpu_type is not None else blocker.gpu_type
+def _types_meet(a: str | None, b: str | None) -> bool:
+    return a is None or b is None or a == b
+
+
+def _takes_freed(blocker: _Blocker, nodes: Set[str], snapshot: ClusterSnapshot, pools: Sequence[BurstPool]) -> bool:
+    """Whether the blocker's Pending pods could take GPUs freed on ``nodes`` (a preemption's victims' nodes): one of
+    them not leaving, not barred to its pods, of a GPU type they select (a node not yet labelled: its pool's type)
+    and with as many GPUs as one of its replicas requests."""
+    pool_types = {p.name: p.gpu_type for p in pools}
     for n in snapshot.nodes:
-        if n.allocatable_gpus <= 0 and n.pool is None:
-            continue  # a node without GPUs: no room for either
-        if n.name in barred or n.name in blocker.barred or (wanted is not None and n.gpu_product != wanted):
+        if n.name not in nodes or n.leaving or n.name in blocker.barred or n.allocatable_gpus < blocker.gpus:
             continue
-        return True
-    registered = {n.pool for n in snapshot.nodes if n.pool is not None}
-    return any(p.name not in registered and (wanted is None or p.gpu_type in (None, wanted)) for p in pools)
+        kind = n.gpu_product if n.gpu_product is not None else pool_types.get(n.pool or "")
+        if _types_meet(kind, blocker.gpu_type):
+            return True
+    return False
+
+
+def _takes_bought(blocker: _Blocker, pool: BurstPool, snapshot: ClusterSnapshot) -> bool:
+    """Whether the blocker's Pending pods could take a node bought in ``pool``: of a GPU type they select, with as
+    many GPUs as one of its replicas requests, and not barred to them where the pool's registered nodes show (its
+    labels and taints; with no registered node they are unknown: taken as shared)."""
+    if not _types_meet(pool.gpu_type, blocker.gpu_type) or pool.gpus_per_node < blocker.gpus:
+        return False
+    registered = [n for n in snapshot.nodes if n.pool == pool.name and not n.leaving]
+    return not registered or any(n.name not in blocker.barred for n in registered)
 
 
 def _only_usable(room: Mapping[str, int], barred: Set[str]) -> dict[str, int]:
@@ -758,7 +767,7 @@ def arbitrate(
                 f"{key}: {short} replica(s) waiting for GPUs, but it holds ({decision.reason.value}): neither "
                 "preempt nor burst on a hold, nothing given back"
             )
-            blockers.append(_Blocker(key, policy.priority, short, "holds on incomplete metrics", gpu_type, barred))
+            blockers.append(_Blocker(key, policy.priority, short, "holds on incomplete metrics", gpu_type, barred, g))
             continue
         capacity = decision.desired_replicas - short
         duration, basis, vouched = _duration(arb, key, policy, capacity, config)
@@ -772,7 +781,7 @@ def arbitrate(
                     f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
                 )
             )
-            blockers.append(_Blocker(key, policy.priority, short, "its shortfall is waited out", gpu_type, barred))
+            blockers.append(_Blocker(key, policy.priority, short, "its shortfall is waited out", gpu_type, barred, g))
             continue
         since = short_since_by_service.get(key, now)
         # What the metric (with the forecast floor) asks for this tick, before the scale-down stabilisation: replicas
@@ -781,15 +790,7 @@ def arbitrate(
         if asked is None:
             asked = decision.desired_replicas
         wait_why: str | None = None
-        # a service whose pods can use none of the GPUs this one's would (another GPU type, other nodes) is no block
-        blocker = next((b for b in blockers if _competes(b, gpu_type, barred, snapshot, pools)), None)
-        if blocker is not None:
-            wait_why = (
-                f"{blocker.service} (priority {blocker.priority}) has {blocker.replicas} replica(s) waiting for GPUs "
-                f"that get none this tick ({blocker.why}): the scheduler gives GPUs freed or bought now to its pods "
-                "first"
-            )
-        elif not vouched and asked <= capacity:
+        if not vouched and asked <= capacity:
             # the spike is over: its stretch ends (the next one is confirmed afresh)
             short_since_by_service.pop(key, None)
             wait_why = (
@@ -925,12 +926,29 @@ def arbitrate(
                 btext += f" > preempt {preempt_cost:.2f}"
         else:
             btext = f"{shortage}; burst not possible: {burst_why}"
+        # A service whose replicas wait for GPUs this tick without any freed or bought for them is served first by the
+        # scheduler, on any GPU its pods may use: what this one would free (its victims' nodes) or buy (a node of the
+        # chosen pool) would go to it where its pods could take it (GPU type, GPUs per replica, taints, selectors).
+        if pick_preempt and choice is not None:
+            freed = {node for v in choice.victims for node in v.gpus_by_node}
+            blocker = next((b for b in blockers if _takes_freed(b, freed, snapshot, pools)), None)
+        elif pick_burst and burst is not None and burst.chosen is not None:
+            bought = burst.chosen.pool
+            blocker = next((b for b in blockers if _takes_bought(b, bought, snapshot)), None)
+        else:
+            blocker = None
+        if blocker is not None:
+            wait_why = (
+                f"{blocker.service} (priority {blocker.priority}) has {blocker.replicas} replica(s) waiting for GPUs "
+                f"that get none this tick ({blocker.why}): the scheduler would give the GPUs "
+                f"{'freed' if pick_preempt else 'bought'} now to its pods first"
+            )
         if wait_why is not None:
             # costed as usual (what would be done), but not done this tick
             then = "preempt" if pick_preempt else "burst" if pick_burst else None
             pick_preempt = pick_burst = False
             waiting_for.add(key)
-            blockers.append(_Blocker(key, policy.priority, short, "it waits", gpu_type, barred))
+            blockers.append(_Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g))
             then_text = f" (then: {then})" if then else ""
             options.append(_wait(key, f"{shortage}; neither preempt nor burst this tick: {wait_why}{then_text}"))
         options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))
