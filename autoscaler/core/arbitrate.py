@@ -1040,12 +1040,18 @@ def arbitrate(
             continue
         given_back.add(name)
         notes.append(f"{stuck}; one given back")
+        # The Machine removed must itself have waited the limit (the timer is the pool's: a MachineHealthCheck's
+        # fresh replacement of the stuck one is booting), less however long the pool has been overdue: a health
+        # check whose nodeStartupTimeout (10 min by default) is below the limit replaces every Machine before it is
+        # old enough, so the wait is bounded at two limits from the request, after which the current one goes.
+        limit = _provision_limit(name, config)
+        min_age = max(0.0, 2.0 * limit - (now - since))
         actions.append(
             ScaleNodePool(
                 name, stuck_pool.nodes - 1, stuck_pool.nodes, Reason.BURST_NODE_NOT_REGISTERED,
                 f"{stuck}; giving back one that never registered: {stuck_pool.nodes} -> {stuck_pool.nodes - 1}",
                 remove_unregistered=True,
-                unregistered_min_age_s=_provision_limit(name, config),
+                unregistered_min_age_s=min_age,
             )
         )  # fmt: skip
     # A registered burst node not ready past the provision limit (its device plugin never reported GPUs, its kubelet

@@ -84,7 +84,7 @@ def test_the_oldest_machine_past_the_minimum_age_is_given_back_and_a_younger_one
     """With a minimum age, a Machine that has waited that long is still given back (the oldest of them), and one
     younger than the limit is never picked, even where it is the only other one without a Node."""
     old = created(machine("burst-old", None), format_time(NOW - 901.0))
-    fresh = created(machine("burst-fresh", None), format_time(NOW - 899.0))
+    fresh = created(machine("burst-fresh", None), format_time(NOW - 780.0))  # younger than 900 s less the allowance
     seed(apiserver, deployment(3), created(machine("burst-a", "node-a"), "2026-01-01T07:00:00Z"), old, fresh)
     pools(api_client).scale("burst", 2, expected=3, remove_unregistered=True, unregistered_min_age_s=900.0)
     assert marked(apiserver) == {"burst-old"}

@@ -87,6 +87,10 @@ PAUSED_CONDITION = "Paused"
 # UTC>"): a mark is ours only while both agree (the Cluster Autoscaler re-marking the Machine rewrites the value).
 MARKED_BY_ANNOTATION = "gpuautoscaler.dev/delete-machine-by"
 MARK_PREFIX = "gpu-autoscaler "
+# Seconds a Machine's age (our clock against the apiserver's creationTimestamp) may read short and still count as
+# old enough: clock skew, and the tick between the size write and the core's first sight of the request. A
+# MachineHealthCheck's replacement of a stuck Machine is minutes younger.
+CREATION_CLOCK_ALLOWANCE_S = 60.0
 MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 
@@ -282,10 +286,10 @@ class MachineDeploymentNodePools:
         """The Machine to give back for a node that never registered: among those without a Node (no
         ``status.nodeRef`` name) and not being deleted, the oldest (``metadata.creationTimestamp``, then name): it
         has waited longest, while one a scale-up created moments ago has no Node yet either. ``min_age_s``: only a
-        Machine created at least that long ago (by this adapter's clock) qualifies; one without a readable
-        creationTimestamp then does not. ``keep``: the Machine an earlier attempt of this call marked (or found
-        marked), kept while it still qualifies (a retry never moves to another Machine, the marked one left behind);
-        ``NoUnregisteredMachineError`` when none qualifies."""
+        Machine created at least that long ago (by this adapter's clock, less ``CREATION_CLOCK_ALLOWANCE_S``)
+        qualifies; one without a readable creationTimestamp then does not. ``keep``: the Machine an earlier attempt
+        of this call marked (or found marked), kept while it still qualifies (a retry never moves to another
+        Machine, the marked one left behind); ``NoUnregisteredMachineError`` when none qualifies."""
         waiting = [
             m for m in machines
             if not ((m.get("status") or {}).get("nodeRef") or {}).get("name")
@@ -297,7 +301,7 @@ class MachineDeploymentNodePools:
             # Machine removed must itself have waited that long, as the Cluster Autoscaler's unregistered node must:
             # a MachineHealthCheck deletes the stuck Machine at its nodeStartupTimeout (10 min by default) and the
             # MachineSet replaces it, so the pool's count stands while the one left without a Node is booting.
-            cutoff = self._clock() - min_age_s
+            cutoff = self._clock() - min_age_s + CREATION_CLOCK_ALLOWANCE_S
             old_enough = [m for m in waiting if _age_key(m)[0] <= cutoff]
             young = len(waiting) - len(old_enough)
             waiting = old_enough
@@ -508,8 +512,9 @@ class MachineDeploymentNodePools:
         deleted (``_find_unregistered``; a conflict's retry keeps the Machine it marked), then everything as with
         ``remove_node``; ``NoUnregisteredMachineError`` and nothing written when there is none. A scale-up, or a size
         already there, ignores it; with ``remove_node`` too: ``ValueError``. ``unregistered_min_age_s`` (seconds):
-        only a Machine created at least that long ago qualifies (the core passes the pool's provision limit: a
-        MachineHealthCheck's replacement of the stuck Machine, created moments ago, is booting, not stuck)."""
+        only a Machine created at least that long ago qualifies, less ``CREATION_CLOCK_ALLOWANCE_S`` (the core passes
+        the pool's provision limit: a MachineHealthCheck's replacement of the stuck Machine, created moments ago, is
+        booting, not stuck)."""
         if nodes < 0:
             raise ValueError(f"nodes must be >= 0, got {nodes}")
         if remove_unregistered and remove_node is not None:
@@ -798,14 +803,14 @@ def _paused(md: JSON) -> str | None:
 
 def _bounds(md: JSON, warned: set[tuple[str, str, str]] | None = None) -> tuple[int | None, int | None]:
     """(min, max) from the Cluster Autoscaler annotations, None where unset or not an integer (that bound is not
-    applied). ``warned``: the (MachineDeployment, annotation, value) already
-    logged, so that a bad value read every tick is logged once, and again only once it changes."""
+    applied). ``warned``: the (MachineDeployment, annotation, value) already logged, so that a bad value read every
+    tick is logged once, and again once it changes or comes back after a valid one."""
     annotations = (md.get("metadata") or {}).get("annotations") or {}
 
     def parse(key: str) -> int | None:
         value = annotations.get(key)
         try:
-            return int(value) if value is not None else None
+            bound = int(value) if value is not None else None
         except ValueError:
             seen = (str(md["metadata"].get("name")), key, str(value))
             if warned is None or seen not in warned:
@@ -816,6 +821,11 @@ def _bounds(md: JSON, warned: set[tuple[str, str, str]] | None = None) -> tuple[
                 if warned is not None:
                     warned.add(seen)
             return None
+        if warned:
+            # read fine (or unset): a bad value set again later is logged again
+            name = str(md["metadata"].get("name"))
+            warned.difference_update({w for w in warned if w[:2] == (name, key)})
+        return bound
 
     return parse(MIN_SIZE_ANNOTATION), parse(MAX_SIZE_ANNOTATION)
 
