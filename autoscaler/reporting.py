@@ -356,11 +356,12 @@ _STALE_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (STALE_DEPLOYMENT_MISSING, (STALE_DEPLOYMENT_MISSING,)),
     (STALE_METRICS_UNAVAILABLE, (STALE_METRICS_UNAVAILABLE, "unreachable", "did not answer", "timed out")),
     ("query_failed", ("query failed", "not the query api", "unexpected answer", "adapter error", "credentials")),
-    ("invalid_value", ("nan", "inf", "not a number", "outside", "invalid")),
+    ("invalid_value", ("is nan", ": nan ", "+inf", "-inf", "not a number", "outside", "invalid")),
     ("sample_too_old", ("older than", "before the tick", " old", "stale")),
     ("no_data", ("no ", "empty", "without a valid sample", "missing")),
     ("duplicate_series", (" series", "duplicate")),  # "pod x: 2 series (differing ...)"
 )
+_SERVICE_KEY = re.compile(r"[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*")
 # Every value the label takes: the alert's runbook explains each one.
 STALE_CATEGORY_NAMES: tuple[str, ...] = (STALE_QUERY_REFUSED, *(c for c, _ in _STALE_CATEGORIES), "other")
 
@@ -369,7 +370,8 @@ def stale_category(reason: str) -> str:
     """The bounded ``reason`` label of ``gpu_autoscaler_stale_services`` for a free-text stale reason."""
     if _OVERRIDE_REFUSED.match(reason):
         return STALE_QUERY_REFUSED
-    text = reason.lower()
+    # the adapter's wording only: a namespace/name (``inference/chat``: "inf") says nothing about the cause
+    text = _SERVICE_KEY.sub(" ", reason.lower())
     for category, needles in _STALE_CATEGORIES:
         if any(needle in text for needle in needles):
             return category

@@ -220,7 +220,13 @@ def parse_vector(raw: object, family: Family, now: float, staleness_s: float) ->
         if type(labels) is not dict:
             out.error = "unexpected answer: result items are not series (scalar or string result?)"
             return out
-        # The decoded JSON is ours and used once: no copy (labels are strings, per the API's JSON).
+        # The decoded JSON is ours and used once: no copy. Labels are strings per the API; a value that is not (a
+        # broken relabelling proxy) is dropped, so that the series spoils only itself (a number as ``pod`` raised
+        # TypeError in the pod-name parsing, and every service of the tick held on "metrics adapter error").
+        for label_value in labels.values():
+            if type(label_value) is not str:
+                labels = {k: v for k, v in labels.items() if type(v) is str}
+                break
         pair = entry.get("value")
         if not isinstance(pair, list | tuple) or len(pair) != 2:
             shape = "a range vector" if "values" in entry else "no value"
@@ -234,7 +240,7 @@ def parse_vector(raw: object, family: Family, now: float, staleness_s: float) ->
             continue
         value, problem = parse_value(raw_value, family)
         if problem is None:
-            if type(ts) not in (int, float):
+            if type(ts) not in (int, float) or not math.isfinite(ts):
                 value, problem = None, f"timestamp {ts!r} is not a number"
             elif ts < oldest:
                 # Prometheus answers at the time we ask for; an older answer is a cache or a proxy ignoring ?time=.
@@ -292,6 +298,9 @@ class PodMapper:
         for service in services:
             self._names[service.namespace][service.name] = service.key
         self._explicit: dict[tuple[str, str], str] = {}
+        # pods the snapshot lists with another controller owner, or finished: never read as a service's by their
+        # name (Job ``chat-v2``'s pod ``chat-v2-x2x4b`` parses as Deployment ``chat``'s)
+        self._not_ours: set[tuple[str, str]] = set()
         self.ready: dict[str, set[str]] = {}
         self.unready: dict[str, set[str]] = {}
         self.replicas: dict[str, tuple[int, int]] = {}
@@ -306,14 +315,18 @@ class PodMapper:
                 self.replicas[key] = (dep.spec_replicas, dep.ready_replicas)
         for pod in cluster.pods:
             deployment = _owning_deployment(pod)
-            if deployment is None or pod.phase in ("Succeeded", "Failed"):
-                continue
-            key = self._names.get(pod.namespace, {}).get(deployment)
-            if key is None:
+            key = self._names.get(pod.namespace, {}).get(deployment) if deployment is not None else None
+            if key is None or pod.phase in ("Succeeded", "Failed"):
+                if pod.owner_kind is not None or pod.phase in ("Succeeded", "Failed"):
+                    self._not_ours.add((pod.namespace, pod.name))
                 continue
             self._explicit[(pod.namespace, pod.name)] = key
             self._gpus[(pod.namespace, pod.name)] = pod.gpus
-            (self.ready if pod.ready else self.unready).setdefault(key, set()).add(pod.name)
+            if not pod.terminating:
+                # As the HPA's groupPods: a pod being deleted is neither ready nor unready (counted as 0 on a
+                # scale-up, a rollout's draining pods would hold the new ones back). Its samples still map to the
+                # service: the requests it serves while it drains are the service's load.
+                (self.ready if pod.ready else self.unready).setdefault(key, set()).add(pod.name)
             self.ready.setdefault(key, set())
             self.unready.setdefault(key, set())
 
@@ -333,7 +346,7 @@ class PodMapper:
             return self._cache[cache_key]
         key = self._explicit.get(cache_key)
         names = self._names.get(namespace)
-        if key is None and names:
+        if key is None and names and cache_key not in self._not_ours:
             deployment = deployment_of_pod(pod)
             key = names.get(deployment) if deployment else None
             if key is None and len(pod) == _TRUNCATED_POD_NAME_LENGTH:

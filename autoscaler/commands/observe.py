@@ -315,7 +315,12 @@ def format_table(
                 _fmt(obs.request_rate),
                 _fmt(obs.queue_depth),
                 f"{obs.latency_s:.3g} s" if obs.latency_s is not None else "-",
-                "STALE: " + "; ".join(obs.stale_reasons) if obs.stale_reasons else "ok",
+                "STALE: " + "; ".join(obs.stale_reasons)
+                if obs.stale_reasons
+                # complete enough to scale up on, not to scale down on (the controller holds it)
+                else "PARTIAL: " + "; ".join(obs.partial_reasons)
+                if obs.partial_reasons
+                else "ok",
             )
         )
     if len(rows) == 1:
