@@ -63,10 +63,15 @@ PRIORITIZE_VERB = "prioritize"
 MAX_BODY_BYTES = 8 << 20
 #: More candidate nodes than any cluster has (Kubernetes supports 5,000): a request beyond it is refused (400).
 MAX_NODES = 50_000
-#: Seconds a read of the request socket may wait (request line, headers, body; also a kept-alive connection's wait
-#: for its next request): a client that stops sending (a Content-Length larger than its body) is cut off instead of
-#: holding a handler thread. kube-scheduler's own extender timeout (httpTimeout) defaults to 5 s.
+#: Seconds a read of a request may wait (request line, headers, body) once its first byte came: a client that stops
+#: sending (a Content-Length larger than its body) is cut off instead of holding a handler thread. kube-scheduler's
+#: own extender timeout (httpTimeout) defaults to 5 s.
 READ_TIMEOUT_S = 5.0
+#: Seconds a kept-alive connection may wait for its next request: above kube-scheduler's client's idle-connection
+#: timeout (90 s, client-go's SetTransportDefaults), so that the client, not us, ends an idle connection. Closed by
+#: us first, a call written as it closes fails (Go does not retry a POST whose body it sent) and that pod is placed
+#: without advice. Leadership loss and stop() end idle connections at once anyway.
+IDLE_TIMEOUT_S = 120.0
 
 
 class BadRequest(ValueError):
@@ -303,6 +308,7 @@ class Extender:
         self._lock = threading.Lock()
         self._view_of: tuple[ClusterSnapshot, PlacementView] | None = None
         self._last_fail_open: FailOpen | None = None
+        self._last_refusal: tuple[str, int] | None = None  # the latest refused (verb, status): logged once per change
 
     def view(self) -> PlacementView | None:
         snapshot = self._snapshots()
@@ -368,6 +374,17 @@ class Extender:
             return 200, hosts, "ok" if scored.fail_open is None else "fail_open"
         raise BadRequest(f"unknown verb {verb!r}")
 
+    def refused(self, verb: str, status: int, why: str) -> None:
+        """A request to a verb's path answered before it reached ``handle`` (``status``: 413, 408, 411, 503): counted
+        as ``result="refused"``, and logged as a warning when the refusal differs from the last one (the scheduler,
+        ``ignorable``, places the pod without advice; an extender refusing every call must be visible)."""
+        if self._telemetry is not None:
+            self._telemetry.extender_requests.labels(verb=verb, result="refused").inc()
+        if (verb, status) != self._last_refusal:
+            self._last_refusal = (verb, status)
+            log.warning("extender: %s request refused, HTTP %d: %s (the scheduler goes on without advice)", verb,
+                        status, why)  # fmt: skip
+
     def _note(self, verb: str, why: FailOpen | None, view: PlacementView | None, now: float) -> None:
         if why is not None and self._telemetry is not None:
             self._telemetry.extender_fail_open.labels(verb=verb, reason=why.value).inc()
@@ -407,9 +424,12 @@ class ExtenderServer:
         prefix: str = "/scheduler",
         *,
         read_timeout_s: float = READ_TIMEOUT_S,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         if not read_timeout_s > 0:
             raise ValueError("read_timeout_s must be > 0")
+        if not idle_timeout_s > 0:
+            raise ValueError("idle_timeout_s must be > 0")
         self.extender = extender
         routes = {f"{prefix.rstrip('/')}/{verb}": verb for verb in (FILTER_VERB, PRIORITIZE_VERB)}
         # The open connections (the scheduler keeps its connections alive), to close them when this replica stops
@@ -429,8 +449,20 @@ class ExtenderServer:
             disable_nagle_algorithm = True
             # A timeout on every read of the socket (StreamRequestHandler.setup sets it): a request line or headers
             # that stop coming end in handle_one_request's TimeoutError branch (connection closed), a body that
-            # stops coming in the 408 below.
+            # stops coming in the 408 below. The wait for a request's first byte has its own, longer timeout.
             timeout = read_timeout_s
+
+            def handle_one_request(self) -> None:
+                try:
+                    self.connection.settimeout(idle_timeout_s)
+                    waiting = self.rfile.peek(1)  # type: ignore[attr-defined]  # a BufferedReader (rbufsize -1)
+                    self.connection.settimeout(read_timeout_s)
+                except OSError:  # idle past the timeout, or reset by the client
+                    waiting = b""
+                if not waiting:  # the client closed it, it stayed idle too long, or close_connections() ended it
+                    self.close_connection = True
+                    return
+                super().handle_one_request()
 
             def setup(self) -> None:
                 super().setup()
@@ -456,6 +488,8 @@ class ExtenderServer:
                 if server_ref._stopping.is_set():
                     self.close_connection = True  # its body is not read: the connection ends with this answer
                     self._reply(503, b'{"Error":"stopping: ask the leader\'s Service again"}')
+                    if verb is not None:
+                        extender.refused(verb, 503, "the server is stopping")
                     return
                 if self._marked_for_closing():
                     # a request that came in as the connection was being closed: answered, and the connection ends
@@ -468,10 +502,14 @@ class ExtenderServer:
                     # kube-scheduler sends a Content-Length; a chunked body is not read, so the connection ends here
                     self.close_connection = True
                     self._reply(411, json.dumps({"Error": "a Content-Length is required"}).encode())
+                    extender.refused(verb, 411, "a chunked body (no Content-Length)")
                     return
                 if not 0 <= length <= MAX_BODY_BYTES:
                     self.close_connection = True
-                    self._reply(413 if length > 0 else 411, json.dumps({"Error": "bad Content-Length"}).encode())
+                    status = 413 if length > 0 else 411
+                    self._reply(status, json.dumps({"Error": "bad Content-Length"}).encode())
+                    declared = self.headers.get("Content-Length")
+                    extender.refused(verb, status, f"Content-Length {declared!r} (at most {MAX_BODY_BYTES})")
                     return
                 data = self._read_body(length)
                 if len(data) < length:  # the client stopped sending (timed out) or closed before the whole body
@@ -479,6 +517,7 @@ class ExtenderServer:
                     error = {"Error": f"the body ended after {len(data)} of {length} bytes (Content-Length)"}
                     with contextlib.suppress(OSError):  # the client may be gone already
                         self._reply(408, json.dumps(error).encode())
+                    extender.refused(verb, 408, error["Error"])
                     return
                 status, body = extender.handle(verb, data)
                 self._reply(status, body)

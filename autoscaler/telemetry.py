@@ -48,7 +48,7 @@ ERROR_COMPONENTS = (
 # scheduler's httpTimeout (deploy/: 1 s) is the end of the range.
 EXTENDER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 EXTENDER_VERBS = ("filter", "prioritize")
-EXTENDER_RESULTS = ("ok", "fail_open", "bad_request", "error")
+EXTENDER_RESULTS = ("ok", "fail_open", "bad_request", "refused", "error")
 EXTENDER_FAIL_OPEN = ("no_snapshot", "stale_snapshot", "bad_pod")
 
 # Results named in gpu_autoscaler_forecast_fits_total{result}.
@@ -416,7 +416,9 @@ class Telemetry:
         self.extender_requests = Counter(
             f"{PREFIX}_extender_requests",
             "Scheduler extender requests by verb (filter, prioritize) and result: ok, fail_open (no advice: every "
-            "node passes, every score 0), bad_request (not the extender protocol, HTTP 400), error (HTTP 500)",
+            "node passes, every score 0), bad_request (not the extender protocol, HTTP 400), refused (answered before "
+            "reading: a body too large (413), incomplete (408), without a length (411), or the server stopping "
+            "(503)), error (HTTP 500)",
             ["verb", "result"],
             registry=r,
         )

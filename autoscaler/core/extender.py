@@ -231,17 +231,27 @@ def prioritize_nodes(
     known = [name for name in names if name in view.nodes]
     task = pod.task
     mix = view.mix if view.mix.classes else TaskMix.of([(task, 1.0)])  # nothing seen yet: the pod is the mix
-    nodes = [_with_room_for(view.nodes[name], pod.gpus) for name in known]
+    nodes = [_with_room_for(view.nodes[name], pod.gpus, pod.gpu_products) for name in known]
     raw = dict(zip(known, scorer(nodes, task, mix), strict=True))
     return PriorityOutcome(tuple((name, s) for name, s in zip(names, spread([raw.get(n) for n in names]), strict=True)))
 
 
-def _with_room_for(node: GpuNode, gpus: int) -> GpuNode:
-    """``node`` with at least ``gpus`` whole GPUs free: the scheduler, on its newer cache, found the pod's GPUs free
-    there, so GPUs the snapshot shows taken have been freed since; as few as the pod needs are counted free. A node
-    with fewer GPUs in all is left as it is (it does not fit)."""
+def _with_room_for(node: GpuNode, gpus: int, gpu_products: frozenset[str] | None = None) -> GpuNode:
+    """``node`` as the scheduler found it, on its newer cache, when it offered it as a candidate (its resource fit
+    and node affinity passed): with at least ``gpus`` whole GPUs free (GPUs the snapshot shows taken have been freed
+    since; as few as the pod needs are counted free; a GPU node the snapshot counted fewer GPUs on -- unhealthy at the
+    read -- gets the missing ones, free), and of a GPU type the pod selects (``gpu_products``) when the snapshot had
+    none (a new node GPU feature discovery had not labelled yet). Scored as "does not fit" on our older view, an
+    exact fit was ranked last. A node the snapshot has no GPU on at all, or another GPU type (a type does not change
+    under a node), is left as it is (does not fit)."""
+    if not node.gpu_free_milli:
+        return node
+    if gpu_products is not None and node.gpu_type is None:
+        node = replace(node, gpu_type=min(gpu_products))
+    if len(node.gpu_free_milli) < gpus:
+        node = replace(node, gpu_free_milli=node.gpu_free_milli + (GPU_MILLI,) * (gpus - len(node.gpu_free_milli)))
     free = sum(1 for f in node.gpu_free_milli if f == GPU_MILLI)
-    if free >= gpus or len(node.gpu_free_milli) < gpus:
+    if free >= gpus:
         return node
     freed = 0  # the first GPUs not wholly free, as many as needed (the view's GPUs are wholly free or taken)
     gpus_free: list[int] = []

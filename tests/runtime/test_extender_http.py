@@ -113,7 +113,8 @@ def test_field_names_match_case_insensitively_like_go(
     server, *_ = served
     status, result = post(server.port, "/scheduler/filter", {"pod": v1_pod(8), "nodenames": ["l4-0", "a100-1"]})
     assert status == 200 and result["NodeNames"] == ["l4-0", "a100-1"]
-    status, hosts = post(server.port, "/scheduler/prioritize", {"pod": v1_pod(8), "nodenames": ["l4-0", "a100-1"]})
+    args = {"pod": v1_pod(8, A100), "nodenames": ["l4-0", "a100-1"]}
+    status, hosts = post(server.port, "/scheduler/prioritize", args)
     assert status == 200 and {h["Host"]: h["Score"] for h in hosts} == {"l4-0": 0, "a100-1": 10}
 
 
