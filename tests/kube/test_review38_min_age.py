@@ -246,3 +246,19 @@ def test_a_bound_broken_again_after_a_fix_is_logged_again(
         _set_min(api_client, "a", "one")
         assert p.bounds("a") == (None, 4)
     assert len(_warnings(caplog)) == 2
+
+
+def test_the_young_count_leaves_out_a_machine_whose_node_registered(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """A young Machine whose Node registered (its nodeRef not set yet: the provider ID matches a Node) is not counted
+    among those "still booting" in the message (it is no candidate at all)."""
+    from tests.kube.test_review36_unregistered import with_provider_id
+
+    joined = with_provider_id(created(machine("burst-joined", None), 120.0), "aws:///zone/i-joined")
+    booting = created(machine("burst-booting", None), 300.0)
+    seed(apiserver, deployment(3), registered("burst-a", "node-a"), joined, booting)
+    apiserver.seed(with_provider_id(o.node("node-joined", pool="burst"), "aws:///zone/i-joined"))
+    with pytest.raises(NoUnregisteredMachineError, match=r"\(1 created less than 900s ago"):
+        pools(api_client).scale("burst", 2, expected=3, remove_unregistered=True, unregistered_min_age_s=900.0)
+    assert marked(apiserver) == set() and size(apiserver) == 3

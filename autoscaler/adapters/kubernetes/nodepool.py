@@ -295,6 +295,12 @@ class MachineDeploymentNodePools:
             if not ((m.get("status") or {}).get("nodeRef") or {}).get("name")
             and not (m.get("metadata") or {}).get("deletionTimestamp")
         ]  # fmt: skip
+        if any((m.get("spec") or {}).get("providerID") for m in waiting):
+            # No nodeRef is not no Node: the Machine controller sets it only once it has reconciled the Machine (it
+            # lags while Cluster API's controllers are down or slow). A Machine whose provider ID a registered Node
+            # carries has its Node -- running, maybe busy -- and is never given back as one that never came.
+            registered = self._registered_provider_ids(can_write)
+            waiting = [m for m in waiting if (m.get("spec") or {}).get("providerID") not in registered]
         young = 0
         if min_age_s > 0 and waiting:
             # The core's timer is the pool's (its count beyond its registered nodes has stood past the timeout); the
@@ -305,12 +311,6 @@ class MachineDeploymentNodePools:
             old_enough = [m for m in waiting if _age_key(m)[0] <= cutoff]
             young = len(waiting) - len(old_enough)
             waiting = old_enough
-        if any((m.get("spec") or {}).get("providerID") for m in waiting):
-            # No nodeRef is not no Node: the Machine controller sets it only once it has reconciled the Machine (it
-            # lags while Cluster API's controllers are down or slow). A Machine whose provider ID a registered Node
-            # carries has its Node -- running, maybe busy -- and is never given back as one that never came.
-            registered = self._registered_provider_ids(can_write)
-            waiting = [m for m in waiting if (m.get("spec") or {}).get("providerID") not in registered]
         if keep is not None:
             for machine in waiting:
                 if machine["metadata"]["name"] == keep:
