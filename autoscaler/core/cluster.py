@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -87,6 +87,9 @@ class PodInfo:
     # allow (None: not read -- anywhere its GPU type allows)
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] | None = None
+    # restarts of its containers (status.containerStatuses[].restartCount, summed): after one, its Ready time is
+    # that of a recovery (an OOM kill, a liveness probe), not of its start, and measures no cold start
+    restarts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,16 +311,32 @@ def hpas_targeting(snapshot: ClusterSnapshot, namespace: str, deployment: str) -
     )
 
 
+# Seconds a published checkpoint time may lie after the snapshot's time (clocks of the job and the controller).
+CHECKPOINT_CLOCK_SKEW_S = 300.0
+
+
+def checkpoint_times(pods: Iterable[PodInfo], now: float) -> list[float]:
+    """The checkpoint times the pods publish that the run can have made by ``now``: one later than ``now`` (beyond
+    clock skew) is a wrong unit or clock -- epoch milliseconds read as seconds are a time in the year 57970 -- and
+    would count the gang's work since as 0 (the cheapest to preempt, always recently checkpointed); it is unknown."""
+    return [
+        p.last_checkpoint_at
+        for p in pods
+        if p.last_checkpoint_at is not None and p.last_checkpoint_at <= now + CHECKPOINT_CLOCK_SKEW_S
+    ]
+
+
 def cold_starts_by_service(snapshot: ClusterSnapshot) -> dict[str, list[float]]:
     """Observed bind-to-ready seconds of each Deployment's pods (``namespace/name`` -> seconds; from creation when
-    the bind time is unknown). A replica that waited for a burst node to boot measured boot + cold start from its
-    creation: with a handful of replicas that one pod was the p95, and the lead then added the node boot again."""
+    the bind time is unknown; a pod whose containers restarted is left out: its Ready time is a recovery's). A replica
+    that waited for a burst node to boot measured boot + cold start from its creation: with a handful of replicas
+    that one pod was the p95, and the lead then added the node boot again."""
     out: dict[str, list[float]] = {}
     for pod in snapshot.pods:
         if pod.owner_kind != "Deployment" or not pod.owner_name:
             continue
         start = pod.scheduled_at if pod.scheduled_at is not None else pod.created_at
-        if start is None or pod.ready_at is None or pod.ready_at < start:
+        if start is None or pod.ready_at is None or pod.ready_at < start or pod.restarts > 0:
             continue
         out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod.ready_at - start)
     return out

@@ -48,6 +48,7 @@ from autoscaler.core.cluster import (
     STATIC_POD_OWNER_KIND,
     ClusterSnapshot,
     PodInfo,
+    checkpoint_times,
     free_gpus_per_node,
     pod_schedulable_on,
 )
@@ -247,7 +248,7 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
             continue
         if not all(p.node in ready_nodes and p.ready for p in pods):
             continue
-        checkpoints = [p.last_checkpoint_at for p in pods if p.last_checkpoint_at is not None]
+        checkpoints = checkpoint_times(pods, now)
         if not checkpoints or now - max(checkpoints) > config.checkpoint_max_age_s:
             notes.append(
                 f"gang {gang}: allowed to move but not checkpointed in the last {config.checkpoint_max_age_s:g}s"

@@ -39,6 +39,7 @@ from autoscaler.core.cluster import (
     STATIC_POD_OWNER_KIND,
     ClusterSnapshot,
     PodInfo,
+    checkpoint_times,
     free_gpus_per_node,
 )
 
@@ -143,9 +144,9 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
             started = max(ready_times)
         else:
             started = min((p.created_at for p in pods if p.created_at is not None), default=now)
-        checkpoints = [p.last_checkpoint_at for p in pods if p.last_checkpoint_at is not None]
+        checkpoints = checkpoint_times(pods, now)
         # work since the last checkpoint, but only this run's: a checkpoint older than the (re)start was resumed from
-        since = max(max(checkpoints), started) if checkpoints else started
+        since = min(max(max(checkpoints), started), now) if checkpoints else started
         gpus = sum(by_node.values())
         # A gang is as important as its most important pod: stopping it stops that pod too
         priority = max(p.priority for p in pods)

@@ -113,8 +113,9 @@ def test_node_taints_keep_the_scheduling_ones_only() -> None:
 
 
 def test_gpu_pods_tolerate_the_gpu_resource_taint_as_admission_gives_them() -> None:
+    gpu_container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     tolerations = pod_tolerations(
-        {"tolerations": [{"key": "team", "operator": "Equal", "value": "a"}]}, "nvidia.com/gpu"
+        {"containers": [gpu_container], "tolerations": [{"key": "team", "operator": "Equal", "value": "a"}]}
     )
     node = NodeInfo("n", 8, "A100", None, True, taints=(Taint("nvidia.com/gpu", None, "NoSchedule"),))
     assert schedulable_on(DeploymentInfo("ns", "d", 1, 1, tolerations=tolerations), node)
@@ -126,7 +127,7 @@ def test_gpu_pods_tolerate_the_gpu_resource_taint_as_admission_gives_them() -> N
     # ExtendedResourceToleration adds {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}: not NoExecute
     evicting = NodeInfo("n", 8, "A100", None, True, taints=(Taint("nvidia.com/gpu", None, "NoExecute"),))
     assert not schedulable_on(DeploymentInfo("ns", "d", 1, 1, tolerations=tolerations), evicting)
-    own = pod_tolerations({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}, "nvidia.com/gpu")
+    own = pod_tolerations({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]})
     assert schedulable_on(DeploymentInfo("ns", "d", 1, 1, tolerations=own), evicting)
     assert not Toleration("team", "Equal", "b").tolerates(Taint("team", "a", "NoSchedule"))
 

@@ -243,16 +243,19 @@ def _as_is(item: JSON) -> JSON:
 
 
 def parse_time(value: Any) -> float | None:
-    """RFC 3339 (``2024-01-01T00:00:00Z``, fractional seconds allowed) or Unix seconds -> Unix seconds."""
+    """RFC 3339 (``2024-01-01T00:00:00Z``, fractional seconds allowed) or Unix seconds -> Unix seconds; None when
+    unset, unreadable or not finite."""
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        return float(value) if math.isfinite(value) else None
     text = str(value).strip()
     try:
-        return float(text)
+        number = float(text)
     except ValueError:
         pass
+    else:
+        return number if math.isfinite(number) else None  # "nan", "inf", "1e400": no time
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 # Gang membership, in order of precedence. A gang id is "<source>/<namespace>/<name>" (names cannot contain "/").
 VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"
+# Seconds after its creation a node's Ready condition may still change as part of its start (Cluster Autoscaler's
+# MaxNodeStartupTime): a node not Ready that changed later, its GPUs reported, is broken, not booting.
+NODE_STARTUP_S = 900.0
 KUEUE_WORKLOAD_KEY = "kueue.x-k8s.io/workload"  # annotation set from the Job's pod template (label accepted too)
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 # A workload Kueue manages carries its LocalQueue in this label; suspended, it waits for admission (capacity)
@@ -172,13 +175,13 @@ def _template_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
         return None
 
 
-def pod_tolerations(pod_spec: Mapping[str, Any], gpu_resource: str) -> tuple[Toleration, ...]:
-    """A pod (template) spec's tolerations, plus the one the ExtendedResourceToleration admission plugin gives every
-    pod requesting ``gpu_resource`` (a taint keyed by the GPU resource, the usual ``nvidia.com/gpu:NoSchedule``, is
-    tolerated by the pods themselves even when their template does not say so). The plugin's toleration has effect
-    NoSchedule only: a ``NoExecute`` taint on the GPU resource still keeps pods off that do not tolerate it
-    themselves."""
-    out = [Toleration(gpu_resource, "Exists", None, "NoSchedule")]
+def pod_tolerations(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    """A pod (template) spec's tolerations, plus those the ExtendedResourceToleration admission plugin gives a pod
+    for each extended resource its containers or init containers request (``nvidia.com/gpu``, MIG slices...): a taint
+    keyed by the resource, the usual ``nvidia.com/gpu:NoSchedule``, is tolerated by the pods requesting it even when
+    their template does not say so, and by no other pod. The plugin's toleration has effect NoSchedule only: a
+    ``NoExecute`` taint on the resource still keeps pods off that do not tolerate it themselves."""
+    out = [Toleration(name, "Exists", None, "NoSchedule") for name in sorted(_extended_resources(pod_spec))]
     for t in _list(pod_spec.get("tolerations")):
         t = _map(t)
         key, operator, value, effect = t.get("key"), t.get("operator") or "Equal", t.get("value"), t.get("effect")
@@ -191,6 +194,21 @@ def pod_tolerations(pod_spec: Mapping[str, Any], gpu_resource: str) -> tuple[Tol
             )
         )
     return tuple(out)
+
+
+def _extended_resources(pod_spec: Mapping[str, Any]) -> set[str]:
+    """The extended resources (a domain-prefixed name outside kubernetes.io: ``nvidia.com/gpu``) the containers and
+    init containers request or limit, as the ExtendedResourceToleration admission plugin reads them."""
+    names: set[str] = set()
+    for key in ("containers", "initContainers"):
+        for container in _list(pod_spec.get(key)):
+            resources = _map(_map(container).get("resources"))
+            for part in ("requests", "limits"):
+                for name in _map(resources.get(part)):
+                    domain = name.split("/", 1)[0] if isinstance(name, str) and "/" in name else ""
+                    if domain and domain != "kubernetes.io" and not domain.endswith(".kubernetes.io"):
+                        names.add(name)
+    return names
 
 
 # The annotations with which a pod's owner says no autoscaler may evict it voluntarily (the Cluster Autoscaler's,
@@ -553,7 +571,7 @@ class KubeClusterReader:
             # field); the API omits a zero, and the HPA reads a missing one as 0 too
             status_replicas=_int(status.get("replicas")),
             node_selector=selector,
-            tolerations=pod_tolerations(_map(pod_spec), gpu_resource),
+            tolerations=pod_tolerations(_map(pod_spec)),
             gpus_per_pod=_template_gpus(_map(pod_spec), gpu_resource),
         )
 
@@ -625,6 +643,11 @@ class KubeClusterReader:
             # Being deleted before it was ever bound (a finalizer such as Kueue's holds it): it holds no GPUs and
             # the scheduler will never place it, so it is no work waiting for GPUs either.
             return None
+        if not spec.get("nodeName") and _list(spec.get("schedulingGates")):
+            # Held by a scheduling gate (a dataset being staged, Kueue's admission): the scheduler does not even try
+            # it, so no GPU freed or bought now can start it (Cluster Autoscaler and Karpenter act only on pods the
+            # scheduler marked Unschedulable). Once its gates are removed it is read as any pending pod.
+            return None
         product = pinned_product(spec, cfg.gpu_product_label)
         return PodInfo(
             namespace=namespace,
@@ -651,7 +674,8 @@ class KubeClusterReader:
             node_selector={
                 k: v for k, v in _map(spec.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)
             },
-            tolerations=pod_tolerations(spec, cfg.gpu_resource),
+            tolerations=pod_tolerations(spec),
+            restarts=sum(max(0, _int(_map(c).get("restartCount"))) for c in _list(status.get("containerStatuses"))),
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
@@ -956,6 +980,20 @@ class KubeClusterReader:
         # long as it stayed.
         lost = bool(ready_cond and ready_cond.get("status") == "Unknown")
         unhealthy = gpus <= 0 and _int(capacity.get(cfg.gpu_resource)) > 0
+        created = parse_time(meta.get("creationTimestamp"))
+        changed = parse_time((ready_cond or {}).get("lastTransitionTime"))
+        # Not Ready long after it registered, its GPUs reported (a container runtime down, a driver crash): broken,
+        # as Cluster Autoscaler judges it (a node is still starting only while its Ready condition changed within
+        # 15 minutes of its creation). A VM recreated under an old Node's name is still booting: its kubelet reports
+        # no device-plugin capacity until the plugin registers again.
+        failed = (
+            bool(ready_cond and ready_cond.get("status") == "False")
+            and _int(capacity.get(cfg.gpu_resource)) > 0
+            and created is not None
+            and changed is not None
+            and changed - created > NODE_STARTUP_S
+        )
+        lost = lost or failed
         taints = spec.get("taints") or []
         leaving = isinstance(taints, list) and any(
             isinstance(t, dict) and t.get("key") in cfg.leaving_taints and t.get("effect") in _LEAVING_EFFECTS
@@ -978,9 +1016,7 @@ class KubeClusterReader:
             out_of_service=(cordoned or lost or unhealthy) and not leaving and not deleting,
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
             # a VM recreated under an old Node object's name boots on it: counted from its Ready condition's change
-            state_since=_latest(
-                parse_time(meta.get("creationTimestamp")), parse_time((ready_cond or {}).get("lastTransitionTime"))
-            ),
+            state_since=_latest(created, changed),
         )
 
     @staticmethod
