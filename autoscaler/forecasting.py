@@ -555,6 +555,7 @@ class RefitReport:
     failed: dict[str, str] = field(default_factory=dict)  # key -> error (fit raised or timed out)
     no_data: dict[str, str] = field(default_factory=dict)  # key -> why (history unreadable, too short, too old)
     seconds: float = 0.0
+    histories_read: int = 0  # services whose history was read (too short or not)
 
 
 # ---- per-service memory of the refit job --------------------------------------------------------------------------
@@ -615,6 +616,8 @@ def on_grid(times: Sequence[float], values: Sequence[float], start: float, step:
     index = np.floor((t - start) / step + 0.5).astype(np.int64)
     keep = (index >= 0) & (index < n) & np.isfinite(v)
     index, v = index[keep], v[keep]
+    if index.size == 0:  # every sample off the grid or not finite
+        return out
     last = np.append(index[1:] != index[:-1], True)  # times ascend: the last sample of each grid point
     out[index[last]] = v[last]
     return out
@@ -701,15 +704,21 @@ class ForecastService:
             term = self._term  # a refit that began before a new term does not end that term's hold
             started = time.perf_counter()
             report = RefitReport(now)
+            completed = False
             try:
                 self._refit(now, report)
+                completed = True
             except Exception:  # a bug here must not kill the scheduler's job, nor unpublish anything
                 log.exception("refit round failed")
                 self.telemetry.error("refit")
             report.seconds = time.perf_counter() - started
             self.telemetry.forecast_refit_duration.set(report.seconds)
             self.last_refit = report
-            self._refitted_term = term
+            if completed and (report.histories_read > 0 or report.services == 0):
+                # The new term's hold ends once a round has read what there is to read: one whose every history
+                # read failed (a long-term store down while the instant queries work) knows no more than none,
+                # and would let the tick read an earned service as one without a forecast (a third more replicas).
+                self._refitted_term = term
             failures = {**report.failed, **report.no_data}
             if failures:
                 shown = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:_LOGGED_FAILURES])
@@ -751,7 +760,14 @@ class ForecastService:
                 state = self._state.setdefault(
                     key, _ServiceState(quantile=policy.forecast.quantile, series=series[key])
                 )
-                job = self._prepare(now, policy, state, report)
+                try:
+                    job = self._prepare(now, policy, state, report)
+                except Exception as exc:  # one service's bad history must not take the others' refit down
+                    log.exception("refit of %s: preparing its fit failed", key)
+                    report.failed[key] = f"prepare: {type(exc).__name__}: {exc}"
+                    self.telemetry.forecast_fits.labels(result="failed").inc()
+                    self.telemetry.error("refit")
+                    continue
                 if job is not None:
                     yield job
 
@@ -836,6 +852,7 @@ class ForecastService:
             self.telemetry.forecast_fits.labels(result="no_data").inc()
             self.telemetry.error("refit")
             return None
+        report.histories_read += 1
         values = on_grid(series.times, series.values, grid_start, step, n)
         self._score(state, values, grid_start, step, now)
         finite = np.flatnonzero(np.isfinite(values))
@@ -867,7 +884,8 @@ class ForecastService:
         # service's first fit, days ago) is backtested again when the live scores are too few to judge -- here one
         # that would expire before the next refit, so that the updates in between are not left without a verdict.
         lasts = self._verdict_fresh(state, now + self.refit_interval_s)
-        needs_bootstrap = not candidates and not lasts and live < s.min_scored_samples
+        # until the live scores can judge the quantile's coverage, the backtest speaks for it (``_judge``)
+        needs_bootstrap = not candidates and not lasts and live < scores_needed(quantile, s.min_scored_samples)
         h_bt = max(1, math.ceil((self.refit_interval_s + lead) / step))
         horizon_steps = max(1, math.ceil(s.horizon_seconds / step))
         origins = s.bootstrap_origins
@@ -950,10 +968,13 @@ class ForecastService:
             mean_actual = sum(sc.actual for sc in scores) / len(scores)
             mae = sum(abs(sc.actual - sc.model_median) for sc in scores) / len(scores)
             relative = mae / mean_actual if mean_actual > 0 else None
-        if len(scores) < s.min_scored_samples and self._verdict_fresh(state, now):
+        fresh = self._verdict_fresh(state, now)
+        backtest = (
+            (state.verdict_coverage, state.verdict_samples) if fresh and state.verdict_coverage is not None else None
+        )
+        if len(scores) < s.min_scored_samples and fresh:
             assert state.verdict is not None
             reliable, reason, ratio = state.verdict
-            backtest = (state.verdict_coverage, state.verdict_samples) if state.verdict_coverage is not None else None
             return reliable, reason, ratio, relative, len(scores), backtest
         actuals = [sc.actual for sc in scores]
         model_q = ForecastQuality.from_observations(label, actuals, {quantile: [sc.model_q for sc in scores]})
@@ -964,6 +985,11 @@ class ForecastService:
             model_q, base_q, max_ratio=s.reliability_max_ratio, min_samples=s.min_scored_samples
         )
         coverage = (sum(1 for sc in scores if sc.actual <= sc.model_q) / len(scores), len(scores)) if scores else None
+        if backtest is not None and len(scores) < scores_needed(quantile, s.min_scored_samples):
+            # Too few live values to judge this quantile's coverage (100 for a P99): the backtest's still speaks, as
+            # it did before the live scores reached min_scored_samples -- else a restarted P99 service swung from
+            # earned to learning half an hour after the restart and back an hour later.
+            coverage = backtest
         return reliable, f"live: {reason}", _ratio(model_q, base_q), relative, len(scores), coverage
 
     def _verdict_fresh(self, state: _ServiceState, now: float) -> bool:
