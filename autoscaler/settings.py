@@ -39,7 +39,12 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
-from autoscaler.adapters.prometheus_settings import PrometheusSettings, duration_in_range, path_not_empty
+from autoscaler.adapters.prometheus_settings import (
+    PrometheusSettings,
+    duration_in_range,
+    no_boolean_number,
+    path_not_empty,
+)
 from autoscaler.policy import DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE_MAX
 from autoscaler.yaml_input import YamlProblem, decode_utf8, load_yaml
 
@@ -145,6 +150,11 @@ class _Group(BaseModel):
     # allow_inf_nan=False: inf or NaN in a duration breaks at run time (datetime overflow, a Lease it cannot write)
     model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return no_boolean_number(cls, value, info)
+
     @field_validator("*")
     @classmethod
     def _durations_in_range(cls, value: Any, info: ValidationInfo) -> Any:
@@ -182,7 +192,9 @@ class LeaderElectionSettings(_Group):
     renew_deadline_seconds: float = Field(
         10.0, gt=0, description="seconds the leader keeps acting without a successful renewal; then it stops"
     )
-    retry_period_seconds: float = Field(2.0, gt=0, description="seconds between acquire/renew attempts")
+    retry_period_seconds: float = Field(
+        2.0, ge=0.1, description="seconds between acquire/renew attempts, at least 0.1 (each is a request to the API)"
+    )
     label_leader_pod: bool = Field(
         False,
         description="the leader labels its own pod (POD_NAME in POD_NAMESPACE) gpuautoscaler.dev/leader=<lease name> "
@@ -417,6 +429,15 @@ class CapacitySettings(_Group):
     def _pools_json(cls, value: Any) -> Any:
         return _json_object(value)
 
+    @model_validator(mode="after")
+    def _backoff_order(self) -> CapacitySettings:
+        if self.provision_backoff_max_seconds < self.provision_backoff_seconds:
+            raise ValueError(
+                f"provision_backoff_max_seconds ({self.provision_backoff_max_seconds:g}) must be >= "
+                f"provision_backoff_seconds ({self.provision_backoff_seconds:g}): the back-off only grows"
+            )
+        return self
+
     @field_validator("expanders", mode="before")
     @classmethod
     def _expanders(cls, value: Any) -> Any:
@@ -615,7 +636,9 @@ class ForecastSettings(_Group):
     history_seconds: float = Field(
         7 * 86_400.0, gt=0, description="training window of request-rate history read from Prometheus, seconds"
     )
-    step_seconds: float = Field(60.0, gt=0, description="resolution of the history and of the forecast, seconds")
+    step_seconds: float = Field(
+        60.0, ge=1, description="resolution of the history and of the forecast, seconds (at least 1)"
+    )
     horizon_seconds: float = Field(
         3_600.0, gt=0, description="how far ahead each fit forecasts, seconds (must exceed the refit interval)"
     )
@@ -635,7 +658,10 @@ class ForecastSettings(_Group):
         120.0, gt=0, description="a single series' fit is abandoned after this many seconds (previous fit kept)"
     )
     stale_after_periods: float = Field(
-        3.0, gt=0, description="a fit older than this many refit intervals is stale: reactive only (forecast_stale)"
+        3.0,
+        ge=1,
+        description="a fit older than this many refit intervals is stale: reactive only (forecast_stale); at least 1 "
+        "(a fit must last until the next refit)"
     )
     reliability_max_ratio: float = Field(
         1.0,
@@ -785,6 +811,11 @@ class Settings(BaseSettings):
         case_sensitive=False,
         allow_inf_nan=False,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return no_boolean_number(cls, value, info)
 
     @field_validator("*")
     @classmethod

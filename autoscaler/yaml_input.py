@@ -23,9 +23,18 @@ class UniqueKeyLoader(yaml.SafeLoader):
             # raised a TypeError, or a ValueError without a position)
             return super().construct_mapping(node, deep=deep)
         seen: set[Any] = set()
+        merges = 0
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base`: the keys written beside it override the merged ones, as YAML says
+                # `<<: *base`: the keys written beside it override the merged ones, as YAML says. Given twice, the
+                # first would win and the second's values go without a word: several merges are `<<: [*a, *b]`.
+                merges += 1
+                if merges > 1:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        "found duplicate key '<<' (merge several mappings with <<: [*a, *b])", key_node.start_mark,
+                    )  # fmt: skip
+                continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 duplicate = key in seen
@@ -49,6 +58,23 @@ UniqueKeyLoader.add_implicit_resolver(
     list("-+.0123456789"),
 )
 UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?0o[0-7_]+$"), list("-+0"))
+
+
+def _no_base_60(kind: str) -> Any:
+    """YAML 1.1's base-60 numbers (``1:30`` -> 90) stay strings, as kubectl (go-yaml, which never had them) sends
+    them: ``coldStartSeconds: 1:30`` is then refused here as the apiserver refuses it, not read as 90."""
+    base = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
+
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode) and ":" in str(node.value):
+            return loader.construct_scalar(node)
+        return base(loader, node)
+
+    return construct
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _no_base_60("int"))
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _no_base_60("float"))
 
 
 @dataclass(frozen=True)

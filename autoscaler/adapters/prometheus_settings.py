@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from autoscaler.adapters.promql import LABEL_NAME, METRIC_NAME, POD_TO_DEPLOYMENT_RE, PromQLError, check_template
@@ -99,6 +100,24 @@ def path_not_empty(value: Any, instead: str = "unset it instead") -> Any:
     return value
 
 
+def _numeric_only(annotation: Any) -> bool:
+    """Whether a field's type is a number (``int``, ``float``, optionally None): a boolean there is a mistake."""
+    if annotation in (int, float):
+        return True
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return get_origin(annotation) in (Union, UnionType) and bool(args) and all(a in (int, float) for a in args)
+
+
+def no_boolean_number(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """Refuse a YAML/JSON boolean for a numeric setting: pydantic reads ``true`` as 1 (``http: {port: true}``
+    served on port 1, ``tick_interval_seconds: true`` ticked every second), as the scenario and the policy never do."""
+    if isinstance(value, bool) and info.field_name is not None:
+        field = model.model_fields.get(info.field_name)
+        if field is not None and _numeric_only(field.annotation):
+            raise ValueError(f"Input should be a number, not a boolean (got {str(value).lower()})")
+    return value
+
+
 class PrometheusSettings(BaseSettings):
     """How to reach Prometheus and what to ask it."""
 
@@ -109,6 +128,11 @@ class PrometheusSettings(BaseSettings):
         case_sensitive=False,
         allow_inf_nan=False,  # inf or NaN in a duration or window breaks every query at run time
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return no_boolean_number(cls, value, info)
 
     @field_validator("*")
     @classmethod
@@ -267,6 +291,21 @@ class PrometheusSettings(BaseSettings):
         "", description='extra label matchers for every DCGM query, PromQL, e.g. cluster="prod",job="dcgm-exporter"'
     )
     app_matchers: str = Field("", description="extra label matchers for every application query, PromQL")
+
+    @field_validator("dcgm_matchers", "app_matchers")
+    @classmethod
+    def _matchers_parse(cls, value: str, info: ValidationInfo) -> str:
+        """Pasted into every query's selector: one that does not parse makes Prometheus refuse every query at every
+        tick (every service held on stale data), so it is refused here, where the setting can be named."""
+        import promql_parser
+
+        extra = value.strip().strip(",")
+        if extra:
+            try:
+                promql_parser.parse(f"x{{{extra}}}")
+            except ValueError as exc:
+                raise ValueError(f"not PromQL label matchers ({exc}): e.g. cluster=\"prod\",job=~\"dcgm.*\"") from None
+        return value
 
     # ---- query templates ----------------------------------------------------------------------------------------
     gpu_query: str = Field(

@@ -102,6 +102,23 @@ def default_output(name: str, suffix: str, out_dir: Path = OUTPUT_DIR) -> Path:
     return path
 
 
+# the file types matplotlib's savefig writes (FigureCanvasBase.get_supported_filetypes with the Agg, PDF, PS, SVG and
+# PGF backends), by suffix: matplotlib picks the format from it
+PLOT_SUFFIXES = frozenset({"png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf"})
+
+
+def _unplottable(path: Path) -> str | None:
+    """Why the plot cannot be written at ``path`` as named (None: it can): checked before the (long) run."""
+    if path.is_dir():
+        return "is a directory (name the image file, e.g. out/report.png)"
+    suffix = path.suffix.lower().lstrip(".")
+    if not suffix:
+        return "has no suffix naming an image format (matplotlib would write another file: <path>.png)"
+    if suffix not in PLOT_SUFFIXES:
+        return f"unknown image format .{suffix} (one of: {', '.join(sorted(PLOT_SUFFIXES))})"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from autoscaler.sim.report import format_table, write_json
     from autoscaler.sim.run import run_scenario
@@ -124,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
         # Where the outputs go is settled before the (long) run, so a bad name costs nothing.
         json_path = args.json or default_output(scenario.name, ".json")
         plot_path = None if args.no_plot else args.plot or default_output(scenario.name, ".png")
+        if plot_path is not None:
+            why = _unplottable(Path(plot_path))
+            if why is not None:
+                print(f"autoscaler simulate: --plot: {plot_path}: {why}", file=sys.stderr)
+                return 2
         if not args.no_progress:
             from tqdm import tqdm
 

@@ -24,6 +24,7 @@ pool that does not burst. The limits on the size of a run:
 from __future__ import annotations
 
 import collections.abc
+import enum
 import inspect
 import math
 import re
@@ -725,6 +726,18 @@ def _input_problems(
         problem = _number_problem(value, integer=annotation is int)
         if problem is not None:
             problems.append((loc, problem))
+        return
+    if isinstance(value, bool) and (
+        annotation is str
+        or origin is typing.Literal
+        or (inspect.isclass(annotation) and issubclass(annotation, enum.Enum))
+    ):
+        # `mode: off` is the boolean false to YAML 1.1 (and to kubectl): "should be 'off'" would tell the user to
+        # write what they wrote
+        problems.append(
+            (loc, f"read as the boolean {str(value).lower()} (YAML reads unquoted on/off/yes/no as booleans): quote "
+                  'the value, e.g. "off"')
+        )  # fmt: skip
         return
     visit = (id(value), id(annotation))
     if visit in seen:
