@@ -228,15 +228,34 @@ class FourierARIMA(BaseForecaster):
             candidates = tuple(p for p in candidates if p in detected)
         self.periods_used_ = candidates
         self.coarse_start_ = self.start_ + drop * self.step_s_
+        finite = coarse[np.isfinite(coarse)]
+        self.flat_level_ = float(finite[-1]) if finite.size and float(np.ptp(finite)) == 0.0 else None
+        if self.flat_level_ is not None:
+            # A flat history (a fixed-rate client, a probe): SARIMAX's likelihood is singular there (statsmodels raises
+            # LinAlgError at every refit, the service never got a forecast); its forecast is its level, exactly.
+            self._store_flat(y, drop)
+            return
         exog = self._exog(self.coarse_start_, coarse.size)
         with quiet_single_thread():
             model = SARIMAX(coarse, exog=exog, order=order, trend="c" if order[1] == 0 else None)
             result = model.fit(disp=False, maxiter=int(self.maxiter))
         self._store(y, drop, result)
 
+    def _store_flat(self, y: FloatArray, drop: int) -> None:
+        self.result_ = None
+        self.n_coarse_ = (y.size - drop) // self.factor_
+        self.offsets_ = np.zeros(len(self.levels_))
+
     def _update(self, y: FloatArray) -> None:
         coarse, drop = coarsen(y, self.factor_)
         self.coarse_start_ = self.start_ + drop * self.step_s_
+        if self.flat_level_ is not None:
+            # fitted flat, no model to re-condition: the newest level (a naive forecast until the next refit)
+            finite = coarse[np.isfinite(coarse)]
+            if finite.size:
+                self.flat_level_ = float(finite[-1])
+            self._store_flat(y, drop)
+            return
         with quiet_single_thread():
             result = self.result_.apply(coarse, exog=self._exog(self.coarse_start_, coarse.size))
         self._store(y, drop, result)
@@ -251,6 +270,11 @@ class FourierARIMA(BaseForecaster):
 
     def _predict(self, horizon: int) -> FloatArray:
         coarse_h = -(-horizon // self.factor_)
+        if self.flat_level_ is not None:
+            flat: FloatArray = expand(
+                quantiles_around(np.full(coarse_h, self.flat_level_), self.offsets_), self.factor_, horizon
+            )
+            return flat
         first = self.coarse_start_ + self.n_coarse_ * self.coarse_step_s_
         with quiet_single_thread():
             fc = self.result_.get_forecast(coarse_h, exog=self._exog(first, coarse_h))

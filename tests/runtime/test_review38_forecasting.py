@@ -1,9 +1,8 @@
 """Review 38 of the forecasting path (``autoscaler/forecasting.py``, ``forecast/``, ``core/headroom.py``).
 
-The tests saying "Fixed" were strict xfails on the code as reviewed, fixed in the same stop; the one strict xfail
-left (fourier_arima on a flat history: not the default model, nor an ``auto`` candidate) is a known leftover. The
-rest pins right behaviour checked here that no other test covers. Everything runs in this process (``workers = 1``)
-on the in-memory ports of ``test_forecasting.py``; time is an argument: nothing sleeps.
+The tests saying "Fixed" were strict xfails on the code as reviewed, all four fixed in the same stop. The rest pins
+right behaviour checked here that no other test covers. Everything runs in this process (``workers = 1``) on the
+in-memory ports of ``test_forecasting.py``; time is an argument: nothing sleeps.
 """
 
 from __future__ import annotations
@@ -111,13 +110,10 @@ def test_a_first_refit_that_could_not_read_any_history_does_not_end_the_new_lead
     assert headroom is not None and headroom.ratio == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FourierARIMA.fit raises LinAlgError (LU decomposition error) on a constant series: the service's fit "
-    "fails at every refit and it never gets a forecast",
-)
 def test_fourier_arima_fits_a_constant_history() -> None:
-    """WRONG: a service whose request rate is flat (a fixed-rate client, a synthetic probe) makes ``fourier_arima``
+    """Fixed (was a strict xfail).
+
+    WRONG: a service whose request rate is flat (a fixed-rate client, a synthetic probe) makes ``fourier_arima``
     raise ``numpy.linalg.LinAlgError`` in statsmodels' stationary initialisation at every refit: the failure is kept
     local (``failed``), but it recurs every round, so the service has no forecast for as long as its demand is flat
     (an all-zero history fits; 5 req/s does not).
@@ -239,3 +235,15 @@ def test_a_metric_that_stops_leaves_no_pending_forecast_behind_and_the_fit_goes_
     plan = world.tick(t0 + 3 * REFIT + 60.0)
     view = plan.forecasts["ml/chat"]
     assert view.floor is not None and not view.floor.usable
+
+
+def test_a_flat_fourier_arima_forecasts_its_level_and_follows_an_update() -> None:
+    """The flat fit forecasts the series' level at every quantile, and an update re-conditions it on the newest level
+    (a naive forecast until the next refit fits the model on the changed history)."""
+    from forecast.statistical import FourierARIMA
+
+    model = FourierARIMA().fit(np.full(2 * 1440, 5.0), start=0.0, step_s=60.0)
+    forecast = model.predict(30)
+    assert all(np.allclose(values, 5.0) for values in forecast.quantiles.values())
+    model.update(np.append(np.full(2 * 1440, 5.0), np.full(60, 7.0)), start=0.0, step_s=60.0)
+    assert all(np.allclose(values, 7.0) for values in model.predict(30).quantiles.values())
