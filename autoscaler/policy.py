@@ -51,7 +51,10 @@ def _nullable(field: FieldInfo) -> bool:
 
 class _Strict(BaseModel):
     # NaN and infinity pass a one-sided bound (target > 0): refused, as JSON (the API server) cannot carry them anyway
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
+    # keys by their camelCase alias only, as the API server reads the CRD (``min_replicas`` is an unknown field there)
+    model_config = ConfigDict(
+        extra="forbid", validate_by_alias=True, validate_by_name=False, frozen=True, allow_inf_nan=False
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -1,9 +1,8 @@
 """Review 38: input validation of the controller settings, scenario files, GPUScalingPolicy specs and the CLI.
 
-Each defect was a strict xfail whose docstring says what was WRONG and what is RIGHT; all but one are fixed in the same
-stop (the tests now pass): the two strict xfails left are the policy's and the scenario's snake_case keys (their
-models are built by field name inside the project too: validating by alias only needs that audited first). The
-other tests pin right behaviour that was checked during the review and that no other test covers.
+Each defect was a strict xfail whose docstring says what was WRONG and what is RIGHT; all are fixed in the same stop
+(the tests now pass). The other tests pin right behaviour that was checked during the review and that no other test
+covers.
 """
 
 from __future__ import annotations
@@ -183,7 +182,6 @@ def test_settings_file_mistakes_name_the_setting(tmp_path: Path, text: str, name
 # ---- the GPUScalingPolicy spec: field names --------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="policy models use populate_by_name: snake_case spec keys are accepted")
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
@@ -203,7 +201,6 @@ def test_policy_refuses_python_field_names(spec: dict[str, Any], field: str) -> 
     assert result.field.startswith(field)
 
 
-@pytest.mark.xfail(strict=True, reason="scenario models use populate_by_name: snake_case keys are accepted")
 def test_scenario_refuses_python_field_names() -> None:
     """WRONG: a scenario with ``step_seconds: 60`` (and ``node_pools``, ``duration_seconds``...) loads as if
     camelCase: README documents stepSeconds, and a typo-like spelling of a key should be named, not taken.

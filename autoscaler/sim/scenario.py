@@ -83,7 +83,10 @@ class ScenarioError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
+    # keys by their camelCase alias only, as the API server reads the CRD (``min_replicas`` is an unknown field there)
+    model_config = ConfigDict(
+        extra="forbid", validate_by_alias=True, validate_by_name=False, frozen=True, allow_inf_nan=False
+    )
 
 
 class NodePool(_Strict):
