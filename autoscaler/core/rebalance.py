@@ -213,8 +213,10 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
         dep = deployments.get(key)
         if dep is None or dep.ready_replicas < dep.spec_replicas or any(not p.ready for p in pods):
             continue  # a replica is starting: moving another takes the service below what it asked for
-        if len(pods) < 2:
-            continue  # its only replica: a move is an outage however short
+        if len(pods) < 2 or dep.spec_replicas < 2 or len(pods) > dep.spec_replicas:
+            # its only replica: a move is an outage however short. Also a Deployment scaled down (spec 1, two pods
+            # while the ReplicaSet deletes one): the one moved may be the one it keeps
+            continue
         for pod in sorted(pods, key=lambda p: p.name):
             if pod.do_not_disrupt:
                 continue  # its owner said no autoscaler evicts it (safe-to-evict "false", do-not-disrupt "true")
@@ -461,10 +463,13 @@ def plan_rebalance(
             )
             break
         trial = dict(free)
-        if cluster.place(trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods) is not None:
+        placed = cluster.place(trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods)
+        if placed is not None:
             # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
-            # first (targets come highest priority first): a lower target's moves must not count on it.
+            # first (targets come highest priority first): a lower target's moves must not count on it, nor may a
+            # burst node it will land on be emptied.
             free = trial
+            landed.update(placed)
             continue
         candidates = [u for u in units if usable(u)]
         found = _make_room(cluster, free, target, candidates, budget - _pods_moved(moves), pdb_used)
@@ -474,8 +479,9 @@ def plan_rebalance(
                 "pods makes room"
             )
             continue
-        chosen, after = found
+        chosen, after, homes = found
         if not chosen:
+            landed.update(homes)
             continue  # it fits once placed pod by pod: nothing to move
         gain = sum(target.pod_gpus)
         ratio = gain / sum(len(u.pods) for u, _ in chosen)
@@ -487,6 +493,7 @@ def plan_rebalance(
             continue
         free = after
         served.add(target.name)
+        landed.update(homes)  # the target's pods land there: a burst node among them is kept, not emptied
         commit(
             chosen,
             target.name,
@@ -502,7 +509,24 @@ def plan_rebalance(
         if used <= 0 or used >= config.burst_empty_below * node.allocatable_gpus:
             continue
         if node.name in landed:
-            notes.append(f"burst node {node.name}: this pass's moves land on it, not emptied")
+            notes.append(f"burst node {node.name}: this pass's moves or a waiting pod land on it, not emptied")
+            continue
+        keeper = next(
+            (
+                p
+                for p in snapshot.pods
+                if p.node == node.name and p.do_not_disrupt and not p.terminating
+                and p.phase not in ("Succeeded", "Failed")
+            ),
+            None,
+        )  # fmt: skip
+        if keeper is not None:
+            # not given back while it runs (the arbitration's give-back refuses such a node): moving the others off
+            # would evict them for nothing
+            notes.append(
+                f"burst node {node.name}: {keeper.namespace}/{keeper.name} is annotated not to be disrupted and may "
+                "not move: not emptied"
+            )
             continue
         on_node = [u for u in units if node.name in u.gpus_by_node]
         # what must leave for the node to be empty: not a DaemonSet's or a static pod (part of the node, they go
@@ -580,11 +604,11 @@ def _make_room(
     units: Sequence[_Unit],
     budget: int,
     pdb_used: Mapping[str, int],
-) -> tuple[list[tuple[_Unit, dict[str, int]]], dict[str, int]] | None:
+) -> tuple[list[tuple[_Unit, dict[str, int]]], dict[str, int], set[str]] | None:
     """The fewest movable units whose moves let every pod of ``target`` fit: pod by pod (largest first), the node of
     its type needing the fewest moves (then the fewest GPUs moved) becomes its home; the units moved off it must fit
-    on other nodes than the homes. Returns the moves with their destinations and the free GPUs after them (the
-    target's GPUs taken), or None when ``budget`` moves do not do it."""
+    on other nodes than the homes. Returns the moves with their destinations, the free GPUs after them (the
+    target's GPUs taken) and the target's homes, or None when ``budget`` moves do not do it."""
     work = dict(free)
     homes: set[str] = set()
     chosen: list[tuple[_Unit, dict[str, int]]] = []
@@ -654,7 +678,7 @@ def _make_room(
         for unit, _ in dests:
             taken.add(unit.owner)
         chosen.extend(dests)
-    return chosen, work
+    return chosen, work, homes
 
 
 def _admissible(units: Sequence[_Unit], pdb_used: Mapping[str, int]) -> bool:
@@ -688,7 +712,10 @@ def record_pass(
     recent = tuple(t for t in previous.move_times if now - t < HOUR_S)
     made = sum(1 for a in plan.actions if (a.namespace, a.name) in applied)
     targets = dict.fromkeys(m.target for m in plan.moves if any(p in applied for p in m.pods))
-    kept = tuple((t, at) for t, at in planned.moved_for if at < now)
+    # the targets still waiting from earlier passes (plan_rebalance put this pass's own after them): kept whatever their
+    # time -- one after now (a wall clock stepped back) still waits out retry_after_s, not only this pass's applied
+    this_pass = len(dict.fromkeys(m.target for m in plan.moves))
+    kept = planned.moved_for[: len(planned.moved_for) - this_pass]
     return RebalanceState(planned.last_pass_at, recent + (now,) * made, kept + tuple((t, now) for t in targets))
 
 
