@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 EXIT_OK = 0
@@ -167,10 +168,15 @@ def exit_now(code: int) -> None:
 
 
 def run_once(runtime: object) -> int:
-    from autoscaler.runtime import Runtime
+    from autoscaler.runtime import Runtime, read_the_policies
 
     assert isinstance(runtime, Runtime)
     elector = runtime.elector
+    if elector is not None:
+        # A Lease identity of its own, never the running controller's: run inside the leader's pod (``kubectl exec
+        # ... autoscaler run --once``), POD_NAME is the leader's, and its Lease was taken as this process's own
+        # renewal -- it acted beside the running leader (two writers), then released the Lease under it.
+        elector.identity = f"{elector.identity}-once-{uuid.uuid4().hex[:8]}"
     if elector is not None and not elector.try_acquire_or_renew():
         if elector.last_error is not None:
             # Unreachable API server, a timeout, 403, 5xx...: nobody is known to hold the Lease, we could not ask.
@@ -184,4 +190,6 @@ def run_once(runtime: object) -> int:
         if elector is not None:
             elector.release()
     report = runtime.controller.last_report
-    return EXIT_OK if report is not None and report.result == "ok" else EXIT_TICK_FAILED
+    # 1 only when the tick could not read the policies or the cluster (README): one held on its metrics alone (a
+    # Prometheus outage) read both and held its services as designed, as /readyz counts it
+    return EXIT_OK if report is not None and read_the_policies(report) else EXIT_TICK_FAILED
