@@ -62,7 +62,8 @@ def test_an_override_the_tick_would_refuse_is_refused_when_the_policy_is_loaded(
 @pytest.mark.parametrize(("field", "camel"), [("queue_depth", "queueDepth"), ("latency", "latency")])
 def test_the_refusal_names_the_field(field: str, camel: str) -> None:
     with pytest.raises(ValueError, match=rf"^ml/chat: spec\.queries\.{camel}: selector x does not select"):
-        loader().set_service_queries({CHAT.key: QueriesSpec(**{field: "sum(x)"})})
+        # by its camelCase key, as the spec is written (the models validate by alias only)
+        loader().set_service_queries({CHAT.key: QueriesSpec.model_validate({camel: "sum(x)"})})
 
 
 def test_the_namespace_is_the_policy_own() -> None:
