@@ -102,6 +102,11 @@ class Runtime:
         # The first refit waits for a tick: the tick reads the policies (and hands their PromQL overrides to the
         # metrics source) that the refit fits. Set again when this replica becomes the leader.
         self._refit_after_tick = True
+        # A refit asked for while one runs (a new term's, brought forward: apscheduler's max_instances=1 would skip
+        # it and the term's first refit would wait a whole interval) runs right after it, in the same job.
+        self._refit_flags = threading.Lock()
+        self._refit_active = False
+        self._refit_again = False
         self._rebalance = rebalance
         self._forecast_update = forecast_update
         self._forecast_update_interval = forecast_update_interval_s
@@ -336,7 +341,12 @@ class Runtime:
             # only once a tick has read the policies: a refit brought forward by a tick held on a failed policy or
             # cluster read would fit nothing, and the next one is a whole refit interval away
             self._refit_after_tick = False
-            self._bring_forward("refit")
+            with self._refit_flags:
+                running = self._refit_active
+                if running:
+                    self._refit_again = True  # the running round (another term's) ends first, then this term's
+            if not running:
+                self._bring_forward("refit")
 
     def _refresh_extender_snapshot(self) -> None:
         if self._extender_snapshots is None or self._stopping.is_set():
@@ -346,6 +356,23 @@ class Runtime:
         except Exception as exc:  # the extender fails open once the snapshot it has grows stale
             log.warning("could not read the cluster for the scheduler extender: %s", exc)
             self.telemetry.error("cluster_read")
+
+    def _refit_rounds(self, now: float) -> None:
+        """The refit job: one round, then another at once for each asked for while it ran (``_leader_tick``)."""
+        with self._refit_flags:
+            self._refit_active, self._refit_again = True, False
+        try:
+            while True:
+                self._refit(now)
+                with self._refit_flags:
+                    if not self._refit_again or not self.can_act():
+                        self._refit_active = False
+                        return
+                    self._refit_again = False
+                now = self._clock()
+        finally:
+            with self._refit_flags:
+                self._refit_active = False
 
     def _job(self, component: str, fn: Callable[[float], None]) -> Callable[[], None]:
         """A job that runs on the leader only and writes nothing to the cluster (the refit, the forecast update)."""
@@ -500,7 +527,9 @@ class Runtime:
         first = datetime.now(UTC)
         self.scheduler.add_job(self.tick, "interval", seconds=self._tick_interval, id="tick", next_run_time=first)
         # The refit's first run is brought forward by the first tick that reads the policies (see tick()).
-        self.scheduler.add_job(self._job("refit", self._refit), "interval", seconds=self._refit_interval, id="refit")
+        self.scheduler.add_job(
+            self._job("refit", self._refit_rounds), "interval", seconds=self._refit_interval, id="refit"
+        )
         self.scheduler.add_job(
             self.rebalance_pass, "interval", seconds=self._rebalance_interval, id="rebalance"
         )

@@ -1,9 +1,10 @@
 """Runtime review 38: the job scheduler, leadership transitions, the probes, ``run --once`` and the metric labels.
 
-Strict xfails are defects found in this review (docstrings: WRONG / RIGHT); the two saying "Fixed" were fixed in the
-same stop (run --once's own Lease identity, its exit code on a metrics-only hold), the four still marked are kept as
-known leftovers. The other tests pin behaviour checked in the review that no other test covers. Every wait is an
-Event or a poll with a deadline; the whole file runs in a few seconds."""
+Strict xfails are defects found in this review (docstrings: WRONG / RIGHT); the three saying "Fixed" were fixed in the
+same stop (run --once's own Lease identity, its exit code on a metrics-only hold, a new term's refit queued behind a
+running one), the three still marked are kept as known leftovers. The other tests pin behaviour checked in the
+review that no other test covers. Every wait is an Event or a poll with a deadline; the whole file runs in a few
+seconds."""
 
 from __future__ import annotations
 
@@ -239,13 +240,10 @@ def test_a_new_leader_ticks_at_once_even_when_its_standby_tick_is_still_reading(
         built.runtime.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the refit brought forward for a new leadership term is skipped while the previous term's refit still "
-    "runs: the new term's first refit waits a whole refit interval (15 min), its unfitted services holding meanwhile",
-)
 def test_a_new_terms_refit_runs_once_the_previous_terms_refit_ends() -> None:
-    """WRONG: ``Runtime._leader_tick`` brings the refit forward once per term (``_refit_after_tick``) with
+    """Fixed (was a strict xfail).
+
+    WRONG: ``Runtime._leader_tick`` brings the refit forward once per term (``_refit_after_tick``) with
     ``modify_job(next_run_time=now)``. A renewal blip (the renew deadline passes during a short API outage, then the
     Lease, still ours, is renewed) starts a new term while the refit of the previous one is still fitting; apscheduler
     skips the brought-forward run (max_instances=1) and the flag is already cleared, so the term's first refit waits
