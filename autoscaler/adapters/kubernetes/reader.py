@@ -200,15 +200,19 @@ def _extended_resources(pod_spec: Mapping[str, Any]) -> set[str]:
     """The extended resources (a domain-prefixed name outside kubernetes.io: ``nvidia.com/gpu``) the containers and
     init containers request or limit, as the ExtendedResourceToleration admission plugin reads them."""
     names: set[str] = set()
-    for key in ("containers", "initContainers"):
-        for container in _list(pod_spec.get(key)):
-            resources = _map(_map(container).get("resources"))
-            for part in ("requests", "limits"):
-                for name in _map(resources.get(part)):
-                    domain = name.split("/", 1)[0] if isinstance(name, str) and "/" in name else ""
-                    if domain and domain != "kubernetes.io" and not domain.endswith(".kubernetes.io"):
-                        names.add(name)
+    for name in _resource_names(pod_spec):
+        domain = name.split("/", 1)[0] if "/" in name else ""
+        if domain and domain != "kubernetes.io" and not domain.endswith(".kubernetes.io"):
+            names.add(name)
     return names
+
+
+def _resource_names(spec: Mapping[str, Any]) -> Iterator[str]:
+    """Every resource name a container or init container of the pod (template) requests or limits."""
+    for container in [*_list(spec.get("containers")), *_list(spec.get("initContainers"))]:
+        resources = _map(_map(container).get("resources"))
+        for section in (_map(resources.get("requests")), _map(resources.get("limits"))):
+            yield from (k for k in section if isinstance(k, str))
 
 
 # The annotations with which a pod's owner says no autoscaler may evict it voluntarily (the Cluster Autoscaler's,
@@ -269,14 +273,7 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
 
 def _requests_any(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
     """Whether a container (or init container) of the pod requests a resource whose name starts with a prefix."""
-    if not prefixes:
-        return False
-    for container in [*_list(spec.get("containers")), *_list(spec.get("initContainers"))]:
-        resources = _map(_map(container).get("resources"))
-        for section in (_map(resources.get("requests")), _map(resources.get("limits"))):
-            if any(isinstance(k, str) and k.startswith(prefixes) for k in section):
-                return True
-    return False
+    return bool(prefixes) and any(name.startswith(prefixes) for name in _resource_names(spec))
 
 
 def pinned_product(pod_spec: Mapping[str, Any], label: str) -> str | None:
