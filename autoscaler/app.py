@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -230,6 +231,24 @@ def tick_stall_seconds(settings: Settings) -> float:
     return max(settings.tick_stall_seconds, held)
 
 
+def read_retry_window_seconds(settings: Settings) -> float:
+    """How long into a tick its Kubernetes reads may still start a retry (``read_retry_deadline``): the tick's
+    stall bound less what may follow the last retry -- that try itself (twice the request timeout: the client's
+    connect retry), one Prometheus query through all its tries, and a tick interval for the decision and the
+    writes. Each read retries a bounded number of times, but a tick makes many (the policy list, then every list
+    of the snapshot), and all of them answering on their last try outlasted the bound: /healthz failed and the
+    livenessProbe restarted the controller through an API server that was only flaky. With the defaults (120 s,
+    10 s requests, Prometheus 10 s x (1 + 2 x 2), 15 s ticks): 120 - 20 - 50 - 15 = 35 s; past it a failed read
+    fails the tick's read at once and the tick holds, as on any failed read."""
+    prometheus = settings.prometheus
+    after = (
+        2 * settings.kubernetes.request_timeout_seconds
+        + prometheus.timeout_seconds * (1 + 2 * prometheus.retries)
+        + settings.tick_interval_seconds
+    )
+    return max(0.0, tick_stall_seconds(settings) - after)
+
+
 def rebalance_stall_seconds(settings: Settings) -> float:
     """How long one rebalance pass may run before /healthz calls it hung.
 
@@ -300,6 +319,7 @@ def build_runtime(
     """Everything ``autoscaler run`` needs. ``refit`` defaults to the ``ForecastService``'s refit job, which also
     hands the tick its forecast floors; pass another callable to replace the job (and run without forecasts).
     ``rebalance`` defaults to the controller's rebalance pass when ``rebalance.enabled``, else to nothing."""
+    from autoscaler.adapters.kubernetes._api import read_retry_deadline
     from autoscaler.adapters.kubernetes_lease import ElectionTimings, KubernetesLeaseStore, LeaderElector
 
     adapters = adapters if adapters is not None else build_adapters(settings)
@@ -369,6 +389,7 @@ def build_runtime(
             on_stopped_leading=lambda: runtime_ref[0].on_stopped_leading(),
             on_error=lambda exc: telemetry.error("leader_election"),
         )
+    retry_window = read_retry_window_seconds(settings)
     runtime = Runtime(
         controller,
         telemetry,
@@ -388,6 +409,7 @@ def build_runtime(
         extender=extender,
         extender_snapshots=extender_snapshots,
         leader_label=leader_label,
+        tick_scope=lambda: read_retry_deadline(time.monotonic() + retry_window),
     )
     runtime_ref.append(runtime)
     return runtime

@@ -85,8 +85,12 @@ class Runtime:
         extender: ExtenderServer | None = None,
         extender_snapshots: LatestSnapshot | None = None,
         leader_label: LeaderPodLabel | None = None,
+        tick_scope: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
     ) -> None:
         self.controller = controller
+        # Entered around each tick's work once its stall timer starts (``app``: the Kubernetes reads' retry deadline,
+        # so that a tick whose reads each succeed on their last try still ends within ``tick_stall_s``).
+        self._tick_scope = tick_scope if tick_scope is not None else contextlib.nullcontext
         self.telemetry = telemetry
         self.elector = elector
         self._tick_interval = tick_interval_s
@@ -112,6 +116,10 @@ class Runtime:
         self._forecast_update_interval = forecast_update_interval_s
         self._clock = clock
         self._stopping = threading.Event()
+        # A tick asked for while one runs (the takeover's, while a standby tick still reads) runs right after it.
+        self._tick_flags = threading.Lock()
+        self._tick_active = False
+        self._tick_again = False
         # one tick at a time, also when tick() is called beside the scheduler's job (its stall timer is one field)
         self._tick_running = threading.Lock()
         # The leader's tick (``Controller.run_once``) and the rebalance pass (``Controller.rebalance``) take the
@@ -173,8 +181,14 @@ class Runtime:
         self.telemetry.set_leader(True)
         self.controller.start_acting(self._clock())
         self._refit_after_tick = True
-        # Act now rather than at the next interval: after a handover the service has been unattended already.
-        self._bring_forward("tick")
+        # Act now rather than at the next interval: after a handover the service has been unattended already. A
+        # tick still running (a standby's) runs the leader's tick as soon as it ends; otherwise the job runs now.
+        with self._tick_flags:
+            running = self._tick_active
+            if running:
+                self._tick_again = True
+        if not running:
+            self._bring_forward("tick")
         self._label_now()
 
     def _bring_forward(self, job: str) -> None:
@@ -292,6 +306,24 @@ class Runtime:
             return self._running
 
     def tick(self) -> None:
+        """The tick job: one tick, then another at once when this replica became the leader while it ran (a
+        standby's tick, reading for the scheduler extender, can take seconds on a large cluster: the takeover's tick
+        brought forward would be skipped by apscheduler's max_instances=1 and wait a whole tick interval)."""
+        with self._tick_flags:
+            self._tick_active, self._tick_again = True, False
+        try:
+            while True:
+                self._tick_once()
+                with self._tick_flags:
+                    if not self._tick_again or self._stopping.is_set():
+                        self._tick_active = False
+                        return
+                    self._tick_again = False
+        finally:
+            with self._tick_flags:
+                self._tick_active = False
+
+    def _tick_once(self) -> None:
         with self._running_job(), self._tick_running:
             try:
                 with self._writing_if_acting() as acting:
@@ -299,8 +331,9 @@ class Runtime:
                         # a standby (or stopping) replica only reads, for the scheduler extender: not a writing job
                         self._tick_started = time.monotonic()
                         self.telemetry.ticks.labels(result="standby").inc()
-                        self._unlabel_unless_leading()
-                        self._refresh_extender_snapshot()
+                        with self._tick_scope():
+                            self._unlabel_unless_leading()
+                            self._refresh_extender_snapshot()
                         return
                     # before the tick's reads: a Service that selects the leader's label has no endpoint until then
                     self._sync_leader_label(leading=True)
@@ -308,7 +341,8 @@ class Runtime:
                     # before its stall timer starts (the pass has its own bound in healthz()).
                     with self._serial:
                         self._tick_started = time.monotonic()
-                        self._leader_tick()
+                        with self._tick_scope():
+                            self._leader_tick()
             except Exception:  # run_once never raises; this is the last line of defence for the thread
                 log.exception("tick job failed")
                 self.telemetry.error("decide")

@@ -252,7 +252,10 @@ class LeaderElector:
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._on_error = on_error
+        # State (leadership, renewal time, what was observed): held only for bookkeeping, never across a request.
         self._lock = threading.RLock()
+        # Serialises attempts and releases: held across the Lease requests.
+        self._attempt_lock = threading.Lock()
         self._leader = False
         self._last_renew = -math.inf  # monotonic time of the last successful create/update as holder
         self._observed: tuple[str, datetime | None, str | None] | None = None
@@ -342,32 +345,37 @@ class LeaderElector:
             self._fire()
 
     def _attempt(self) -> bool:
-        with self._lock:
+        # One attempt at a time (the election thread, `run --once`, a release on shutdown), but the state lock is
+        # taken only around the bookkeeping, never across a Lease request: is_leader() and may_write() (asked before
+        # every write) and /readyz answer from memory while a GET or PUT waits for a slow API server.
+        with self._attempt_lock:
             now = self._monotonic()
             wall = self._wall()
             duration = self._timings.lease_duration_s
-            self.last_error = None
             try:
                 current = self._store.get()
                 if current is None:
                     fresh = LeaseRecord(self.identity, duration, acquire_time=wall, renew_time=wall, transitions=0)
                     created = self._store.create(fresh)
-                    self._observe(created, now)
-                    self._last_renew = now
-                    self.last_attempt_ok = True
-                    self._set_leader(True)
+                    with self._lock:
+                        self._observe(created, now)
+                        self._renewed(now)
                     return True
                 # The record was seen when the GET returned, not when it was sent: a GET in flight while the holder
                 # renewed returns the new record, and stamping it with the time it was sent would let this replica
                 # take over up to one request latency before the holder's writes stop (client-go stamps it after
                 # the GET too). The expiry check below keeps ``now``, the earlier time: the conservative side.
-                self._observe(current, self._monotonic())
-                self.last_attempt_ok = True
+                with self._lock:
+                    self._observe(current, self._monotonic())
+                    self.last_attempt_ok = True
+                    self.last_error = None
+                    observed_at = self._observed_at
                 for conflicts in range(_RENEW_CONFLICT_RETRIES + 1):
                     mine = current.holder == self.identity
-                    if not mine and current.holder and now - self._observed_at < current.lease_duration_s:
+                    if not mine and current.holder and now - observed_at < current.lease_duration_s:
                         # Somebody else holds a lease that has not expired by our own clock.
-                        self._set_leader(False)
+                        with self._lock:
+                            self._set_leader(False)
                         return False
                     wanted = LeaseRecord(
                         holder=self.identity,
@@ -390,26 +398,40 @@ class LeaderElector:
                             raise LeaseConflict(f"renewal conflict, then the re-read failed: {exc}") from exc
                         if reread is None or reread.holder != self.identity:
                             raise
-                        self._observe(reread, self._monotonic())
+                        with self._lock:
+                            self._observe(reread, self._monotonic())
+                            observed_at = self._observed_at
                         current = reread
                         continue
-                    self._observe(written, now)
-                    self._last_renew = now
-                    self._set_leader(True)
+                    with self._lock:
+                        self._observe(written, now)
+                        self._renewed(now)
                     return True
                 raise AssertionError("unreachable")  # pragma: no cover
             except LeaseConflict:
                 # Somebody else wrote first: they are the leader now. Stop acting at once, not at the deadline.
-                self.last_attempt_ok = True
-                self._set_leader(False)
+                with self._lock:
+                    self.last_attempt_ok = True
+                    self.last_error = None
+                    self._set_leader(False)
                 return False
             except Exception as exc:
-                self.last_attempt_ok = False
-                self.last_error = exc
+                with self._lock:
+                    self.last_attempt_ok = False
+                    self.last_error = exc
                 log.warning("leader election: %s", exc)
                 if self._on_error is not None:
                     self._on_error(exc)
-                return self._check_deadline()  # keeps leadership until the renew deadline, then drops it
+                with self._lock:
+                    return self._check_deadline()  # keeps leadership until the renew deadline, then drops it
+
+    def _renewed(self, sent_at: float) -> None:
+        """A create or update as holder succeeded (under the state lock). The renewal counts from when it was sent:
+        the conservative side for the deadline and for ``may_write``."""
+        self._last_renew = sent_at
+        self.last_attempt_ok = True
+        self.last_error = None
+        self._set_leader(True)
 
     def release(self) -> None:
         """Give the Lease up (holder "") so that a follower can take it at its next retry."""
@@ -419,9 +441,10 @@ class LeaderElector:
             self._fire()
 
     def _release(self) -> None:
-        with self._lock:
-            was_leader = self._leader
-            self._set_leader(False)
+        with self._attempt_lock:
+            with self._lock:
+                was_leader = self._leader
+                self._set_leader(False)
             if not was_leader:
                 return
             try:

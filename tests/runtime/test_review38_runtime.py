@@ -2,8 +2,9 @@
 
 Strict xfails are defects found in this review (docstrings: WRONG / RIGHT); the three saying "Fixed" were fixed in the
 same stop (run --once's own Lease identity, its exit code on a metrics-only hold, a new term's refit queued behind a
-running one), the three still marked are kept as known leftovers. The other tests pin behaviour checked in the
-review that no other test covers. Every wait is an Event or a poll with a deadline; the whole file runs in a few
+running one), the other three at stop 39 (/readyz no longer waits for a Lease request, the takeover's tick queued
+behind a running standby tick, the reads' retry deadline within the tick's stall bound). The other tests pin
+behaviour checked in the review that no other test covers. Every wait is an Event or a poll with a deadline; the whole file runs in a few
 seconds."""
 
 from __future__ import annotations
@@ -171,13 +172,10 @@ def test_run_once_exits_0_when_the_tick_read_the_policies_and_the_cluster_but_no
     assert code == EXIT_OK
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="/readyz waits for the elector's lock, which the election thread holds across its Lease requests: a slow "
-    "Lease request makes the readiness probe time out instead of answering",
-)
 def test_readyz_answers_while_the_election_thread_waits_for_the_api() -> None:
-    """WRONG: ``Runtime.readyz`` calls ``elector.is_leader()``, which takes ``LeaderElector._lock``; ``_attempt`` holds
+    """Fixed (was a strict xfail): the elector's state lock is no longer held across a Lease request.
+
+    WRONG: ``Runtime.readyz`` calls ``elector.is_leader()``, which takes ``LeaderElector._lock``; ``_attempt`` holds
     that lock for its whole GET/PUT of the Lease (up to the request timeout each, twice with the client's connect
     retry: 5 s x 2 with the defaults, beside the probe's timeoutSeconds of 3). A slow API server (or one that does not
     answer) turns /readyz into a probe timeout rather than an answer naming the cause, on the leader as on the standby.
@@ -203,13 +201,10 @@ def test_readyz_answers_while_the_election_thread_waits_for_the_api() -> None:
         attempt.join(10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on a takeover the tick brought forward is skipped (max_instances=1) while the standby's tick is still "
-    "reading the extender snapshot: the new leader's first tick waits a whole tick interval",
-)
 def test_a_new_leader_ticks_at_once_even_when_its_standby_tick_is_still_reading() -> None:
-    """WRONG: ``on_started_leading`` brings the tick job forward with ``modify_job(next_run_time=now)``; when the
+    """Fixed (was a strict xfail): the running tick runs the takeover's tick as soon as it ends.
+
+    WRONG: ``on_started_leading`` brings the tick job forward with ``modify_job(next_run_time=now)``; when the
     standby's tick is still running (its scheduler-extender snapshot read: seconds on a large cluster), apscheduler
     skips that run ("maximum number of running instances reached") and schedules the next interval, so the service
     stays unattended (and the new leader NotReady: "no successful tick yet") for up to a tick interval after a
@@ -279,34 +274,102 @@ def test_a_new_terms_refit_runs_once_the_previous_terms_refit_ends() -> None:
         built.runtime.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tick_stall_seconds covers a tick held after its policy read's last try, not a tick whose policy read and "
-    "first cluster list each succeed on their last try: /healthz fails such a tick on a flaky API server",
-)
 def test_the_tick_stall_bound_covers_a_tick_whose_reads_succeed_on_their_last_try() -> None:
-    """WRONG: ``app.tick_stall_seconds`` is max(tick_stall_seconds, the policy read through all its tries + a tick
+    """Fixed (was a strict xfail): a tick's Kubernetes reads stop retrying once its retry window is spent.
+
+    WRONG: ``app.tick_stall_seconds`` is max(tick_stall_seconds, the policy read through all its tries + a tick
     interval): 79 s with the defaults, so 120 s stands. It models a tick that *holds* after its first read; a tick
     whose policy list succeeds on its third try goes on to the cluster read, whose lists retry as much
     (KubeClusterReader: read_retries=2, each try up to twice the request timeout). The policy list and the first list
-    of the snapshot each answering on their last try run 64 + 60.6 s > 120 s (every list of the snapshot: far more,
-    and "a tick has been running for" needs no interval on top), so an API server
-    that drops two requests in three makes /healthz fail and the livenessProbe restart the controller through it.
-    The standby's extender snapshot read meets the same bound.
-    RIGHT: the bound covers the reads a tick makes on its last tries (policy list + every list of the snapshot), or the
-    reads stop retrying once the tick's own budget is spent."""
-    from autoscaler.adapters.kubernetes import ReaderConfig
-    from autoscaler.app import POLICY_READ_MAX_BACKOFF_S, POLICY_READ_TRIES, tick_stall_seconds
+    of the snapshot each answering on their last try run 64 + 60.6 s > 120 s, so an API server that drops two
+    requests in three makes /healthz fail and the livenessProbe restart the controller through it.
+    RIGHT (done): the reads stop retrying once the tick's own budget is spent: ``read_retry_window_seconds`` into
+    the tick no read starts a retry (the tick holds on that read), and the window plus what may follow it (the last
+    try, one Prometheus query through its retries, a tick interval) fits the stall bound, whatever the settings."""
+    from autoscaler.app import read_retry_window_seconds, tick_stall_seconds
     from autoscaler.settings import Settings
 
-    settings = Settings(tick_stall_seconds=120, kubernetes={"request_timeout_seconds": 10})
-    timeout = settings.kubernetes.request_timeout_seconds
-    policy_read = POLICY_READ_TRIES * 2 * timeout + (POLICY_READ_TRIES - 1) * POLICY_READ_MAX_BACKOFF_S
-    reader = ReaderConfig()
-    tries = reader.read_retries + 1
-    backoffs = sum(min(reader.retry_backoff_s * 2**n, reader.max_backoff_s) for n in range(tries - 1))
-    first_list = tries * 2 * timeout + backoffs
-    assert tick_stall_seconds(settings) > policy_read + first_list
+    long_lease = {"lease_duration_seconds": 120, "renew_deadline_seconds": 90}
+    cases: list[tuple[float, float, int, float, dict[str, object]]] = [
+        (10, 10, 2, 15, {}),  # the defaults
+        (1, 5, 0, 5, {}),
+        (5, 10, 2, 60, {"tick_stall_seconds": 200}),
+        (60, 30, 3, 60, {"tick_stall_seconds": 300, "leader_election": long_lease}),
+    ]
+    for timeout, prom_timeout, prom_retries, interval, more in cases:
+        settings = Settings(
+            tick_interval_seconds=interval,
+            kubernetes={"request_timeout_seconds": timeout},
+            prometheus={"timeout_seconds": prom_timeout, "retries": prom_retries},
+            **more,
+        )
+        window = read_retry_window_seconds(settings)
+        after = 2 * timeout + prom_timeout * (1 + 2 * prom_retries) + interval
+        assert window > 0, settings
+        assert window + after <= tick_stall_seconds(settings), settings
+
+
+def test_reads_stop_retrying_at_the_ticks_retry_deadline() -> None:
+    """Within ``read_retry_deadline`` a failing read is retried only while the retry's backoff ends by the deadline;
+    outside it, as many times as configured. Each try here takes 20 s of a fake clock (a request timing out)."""
+    from autoscaler.adapters.kubernetes._api import KubeUnavailable, read_retry_deadline, with_read_retries
+
+    clock = [0.0]
+    tries: list[float] = []
+
+    def flaky() -> str:
+        tries.append(clock[0])
+        clock[0] += 20.0
+        if len(tries) % 3:
+            raise KubeUnavailable("list pods: timed out")
+        return "answer"
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    def read() -> str:
+        return with_read_retries("list pods", flaky, retries=2, backoff_s=0.2, max_backoff_s=2.0, sleep=sleep)
+
+    assert read() == "answer" and len(tries) == 3  # no deadline: the third try answers
+    tries.clear()
+    clock[0] = 0.0
+    with read_retry_deadline(25.0, clock=lambda: clock[0]), pytest.raises(KubeUnavailable):
+        read()  # the first try ends at 20 s, its retry (0.2 s later) starts before 25 s, ends at 40.2 s: no more
+    assert tries == [0.0, 20.2]
+    tries.clear()
+    clock[0] = 0.0
+    with read_retry_deadline(100.0, clock=lambda: clock[0]):
+        assert read() == "answer"  # time enough: every try
+    assert len(tries) == 3
+
+
+def test_the_runtime_runs_each_tick_inside_its_tick_scope() -> None:
+    """``Runtime(tick_scope=...)`` is entered around the leader's tick and the standby's read (``app`` passes the
+    reads' retry deadline): the controller's reads run inside it."""
+    entered: list[str] = []
+    inside = threading.local()
+
+    class Scope:
+        def __enter__(self) -> None:
+            inside.on = True
+            entered.append("enter")
+
+        def __exit__(self, *exc: object) -> None:
+            inside.on = False
+            entered.append("exit")
+
+    built = build(tick_scope=Scope)
+    seen: list[bool] = []
+    snapshot = built.cluster.snapshot
+
+    def snapshot_in_scope(now: float) -> ClusterSnapshot:
+        seen.append(getattr(inside, "on", False))
+        return snapshot(now)
+
+    built.cluster.snapshot = snapshot_in_scope  # type: ignore[method-assign]
+    built.runtime.tick()
+    assert seen and all(seen)
+    assert entered == ["enter", "exit"]
 
 
 # ---- behaviour checked and pinned -----------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ verbs, auth and error handling are still the official client's.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import math
@@ -103,6 +105,31 @@ def call_json(what: str, fn: Callable[..., Any], *args: Any, timeout_s: float, *
     return parsed if isinstance(parsed, dict) else {"items": parsed}
 
 
+# The time (``clock()``) after which no retry of a read starts, for the job running in this context (a tick): its
+# reads each retry a bounded number of times, but a tick makes many of them, and several answering only on their last
+# try would outlast the tick's liveness bound (/healthz, the livenessProbe restarting the controller through an API
+# server that is only flaky). Past the deadline a failed read fails at once; the tick holds, as on any failed read.
+_retry_deadline: contextvars.ContextVar[tuple[float, Callable[[], float]] | None] = contextvars.ContextVar(
+    "kubernetes_read_retry_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def read_retry_deadline(deadline: float, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+    """Within the block, a read's retry (``with_read_retries``) starts only if its backoff sleep ends by
+    ``deadline`` (in ``clock()``'s time; ``time.monotonic`` by default)."""
+    token = _retry_deadline.set((deadline, clock))
+    try:
+        yield
+    finally:
+        _retry_deadline.reset(token)
+
+
+def _past_retry_deadline(delay_s: float) -> bool:
+    bound = _retry_deadline.get()
+    return bound is not None and bound[1]() + delay_s > bound[0]
+
+
 def with_read_retries(
     what: str,
     op: Callable[[], T],
@@ -112,7 +139,8 @@ def with_read_retries(
     max_backoff_s: float,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Run a read, retrying throttling, 5xx and transport errors a bounded number of times.
+    """Run a read, retrying throttling, 5xx and transport errors a bounded number of times (fewer once the running
+    job's ``read_retry_deadline`` is near: the error is raised instead of a retry that would end after it).
 
     Only for reads: a write that timed out may have happened, so writes are retried by the caller after a fresh
     read (or left to the next tick), never blindly here.
@@ -125,10 +153,16 @@ def with_read_retries(
             if not exc.retryable or attempt >= retries:
                 raise
             delay = exc.retry_after_s if exc.retry_after_s is not None else backoff_s * 2**attempt
+            if _past_retry_deadline(min(delay, max_backoff_s)):
+                log.info("%s: not retried: the tick's time for read retries is spent", what)
+                raise
         except KubeUnavailable:
             if attempt >= retries:
                 raise
             delay = backoff_s * 2**attempt
+            if _past_retry_deadline(min(delay, max_backoff_s)):
+                log.info("%s: not retried: the tick's time for read retries is spent", what)
+                raise
         attempt += 1
         log.debug("%s: retry %d/%d in %.2fs", what, attempt, retries, min(delay, max_backoff_s))
         sleep(min(delay, max_backoff_s))
