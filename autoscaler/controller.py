@@ -43,6 +43,7 @@ from autoscaler.core.rebalance import (
     RebalanceState,
     managed_services,
     merge_move_times,
+    merge_moved_for,
     plan_rebalance,
     record_pass,
 )
@@ -295,7 +296,9 @@ class Controller:
             except Exception as exc:  # PortError, or a bug: moving nothing is safe, moving past the bound is not
                 return self._ledger_failed(now, exc)
             merged = merge_move_times(self.rebalance_state.move_times, recorded, now)
-            self.rebalance_state = replace(self.rebalance_state, move_times=merged)
+            # and the targets moved for, each waiting out retry_after_s whichever leader moved for it
+            targets = merge_moved_for(self.rebalance_state.moved_for, ledger.targets())
+            self.rebalance_state = replace(self.rebalance_state, move_times=merged, moved_for=targets)
         # the runtime's job sets the pace: a pass is due whenever the job runs (its timer may fire a little early)
         due = replace(self.rebalance_state, last_pass_at=None)
         # only the services a valid policy scaled at the latest tick: a move is an eviction
@@ -315,7 +318,7 @@ class Controller:
                     now, "not the leader any more: the move ledger was not written and nothing was moved"
                 )
             try:
-                ledger.write(reserved)
+                ledger.write(reserved, state.moved_for)  # this pass's targets among them, as if every move is made
             except Exception as exc:
                 return self._ledger_failed(now, exc)
         forget = getattr(self.cluster, "forget_pods", None)  # the scheduler extender's LatestSnapshot (app wiring)
@@ -345,7 +348,7 @@ class Controller:
                 log.warning("rebalance: not the leader any more: the move ledger keeps this pass's reservation")
             else:
                 try:
-                    ledger.write(self.rebalance_state.move_times)
+                    ledger.write(self.rebalance_state.move_times, self.rebalance_state.moved_for)
                 except Exception as exc:
                     self.telemetry.error("rebalance")
                     log.warning("rebalance: could not correct the move ledger (it over-counts this pass): %s", exc)

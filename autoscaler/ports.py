@@ -249,8 +249,15 @@ class MoveLedger(Protocol):
         PortError when the ledger cannot be read or does not parse: the caller then moves nothing."""
         ...
 
-    def write(self, move_times: tuple[float, ...]) -> None:
-        """Replace the recorded evictions with ``move_times``. Raises PortError when it cannot."""
+    def targets(self) -> tuple[tuple[str, float], ...]:
+        """The targets moved for and when (``RebalanceState.moved_for``: Unix seconds of each target's latest moves),
+        as the last ``read`` found them; no request. A new leader waits out ``retry_after_s`` for them as the old one
+        would have, instead of moving again for a target whose moved pods were put back minutes ago."""
+        ...
+
+    def write(self, move_times: tuple[float, ...], targets: tuple[tuple[str, float], ...] = ()) -> None:
+        """Replace the recorded evictions with ``move_times`` and the targets moved for with ``targets``. Raises
+        PortError when it cannot."""
         ...
 
 

@@ -735,6 +735,18 @@ def merge_move_times(kept: Iterable[float], recorded: Iterable[float], now: floa
     return tuple(t for t in sorted(counts) for _ in range(counts[t]))
 
 
+def merge_moved_for(
+    kept: Iterable[tuple[str, float]], recorded: Iterable[tuple[str, float]]
+) -> tuple[tuple[str, float], ...]:
+    """The targets moved for as both this process (``kept``) and the move ledger (``recorded``) know them: each
+    target once, at the latest time either saw, oldest first (``plan_rebalance`` drops those past
+    ``retry_after_s``). A leader that took over knows nothing and the ledger everything."""
+    latest: dict[str, float] = {}
+    for target, at in (*kept, *recorded):
+        latest[target] = max(at, latest.get(target, at))
+    return tuple(sorted(latest.items(), key=lambda item: (item[1], item[0])))
+
+
 def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] = ()) -> frozenset[str]:
     """Deployments a rebalance move must not touch now (``deployment/<namespace>/<name>``): those whose metrics were
     stale or partial (``unsure`` service keys), and those the tick wanted to grow, guarded on latency or held at their

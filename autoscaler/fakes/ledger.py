@@ -13,6 +13,7 @@ class SharedMoveRecord:
 
     def __init__(self, move_times: tuple[float, ...] = ()) -> None:
         self.move_times = move_times
+        self.moved_for: tuple[tuple[str, float], ...] = ()  # the targets moved for, and when
         self.version = 0
         self.fail_reads = 0  # the next this many reads raise PortError
         self.fail_writes = 0  # the next this many writes raise PortError
@@ -23,7 +24,8 @@ class InMemoryMoveLedger:
     def __init__(self, record: SharedMoveRecord | None = None) -> None:
         self.record = record if record is not None else SharedMoveRecord()
         self._seen: int | None = None  # the version this process last read or wrote
-        self.writes: list[tuple[float, ...]] = []
+        self._targets: tuple[tuple[str, float], ...] = ()  # as the last read found them
+        self.writes: list[tuple[float, ...]] = []  # the move times of each write
 
     def read(self) -> tuple[float, ...]:
         record = self.record
@@ -32,9 +34,13 @@ class InMemoryMoveLedger:
                 record.fail_reads -= 1
                 raise PortError("move ledger: read: injected fault")
             self._seen = record.version
+            self._targets = record.moved_for
             return record.move_times
 
-    def write(self, move_times: tuple[float, ...]) -> None:
+    def targets(self) -> tuple[tuple[str, float], ...]:
+        return self._targets
+
+    def write(self, move_times: tuple[float, ...], targets: tuple[tuple[str, float], ...] = ()) -> None:
         record = self.record
         with record.lock:
             if record.fail_writes:
@@ -43,6 +49,7 @@ class InMemoryMoveLedger:
             if self._seen != record.version:
                 raise PortError("move ledger: write: 409 Conflict (written by another process since this one read it)")
             record.move_times = tuple(move_times)
+            record.moved_for = tuple(targets)
             record.version += 1
             self._seen = record.version
             self.writes.append(tuple(move_times))

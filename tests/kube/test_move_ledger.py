@@ -39,3 +39,39 @@ def test_edited_data_is_an_error_that_names_the_field(apiserver: FakeApiServer, 
     )
     with pytest.raises(PortError, match=r"data\.moveTimes is not JSON"):
         KubernetesMoveLedger(api_client, "gpu-autoscaler", "moves").read()
+
+
+def test_the_targets_moved_for_are_written_and_read_back(api_client: client.ApiClient) -> None:
+    """A new leader reads which targets were moved for, and when (``movedFor``), beside the move times: it waits out
+    ``retry_after_s`` for them as the old leader would have."""
+    old = KubernetesMoveLedger(api_client, "gpu-autoscaler", "moves")
+    assert old.read() == () and old.targets() == ()
+    old.write((10.0,), (("gang job/ml/w", 10.0), ("deployment/inf/chat", 5.0)))
+    new = KubernetesMoveLedger(api_client, "gpu-autoscaler", "moves")
+    assert new.read() == (10.0,)
+    assert new.targets() == (("gang job/ml/w", 10.0), ("deployment/inf/chat", 5.0))
+    new.write((10.0, 20.0))  # no targets given: none kept
+    assert old.read() == (10.0, 20.0) and old.targets() == ()
+
+
+def test_a_ledger_written_before_targets_were_recorded_reads_no_targets(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "moves", "namespace": "gpu-autoscaler"},
+         "data": {"moveTimes": "[1.5]"}}
+    )
+    ledger = KubernetesMoveLedger(api_client, "gpu-autoscaler", "moves")
+    assert ledger.read() == (1.5,) and ledger.targets() == ()
+
+
+@pytest.mark.parametrize("value", ["soon", '{"a": 1}', '[["a"]]', '[[1, 2]]', '[["a", "nan"]]', '[["a", true]]'])
+def test_edited_targets_are_an_error_that_names_the_field(
+    apiserver: FakeApiServer, api_client: client.ApiClient, value: str
+) -> None:
+    apiserver.seed(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "moves", "namespace": "gpu-autoscaler"},
+         "data": {"moveTimes": "[1.5]", "movedFor": value}}
+    )
+    with pytest.raises(PortError, match=r"data\.movedFor"):
+        KubernetesMoveLedger(api_client, "gpu-autoscaler", "moves").read()

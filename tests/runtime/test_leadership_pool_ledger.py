@@ -195,8 +195,8 @@ def test_a_lease_lost_after_the_reservation_gives_nothing_back() -> None:
     assert isinstance(ledger, InMemoryMoveLedger)
     write = ledger.write
 
-    def write_then_lose_lease(move_times: tuple[float, ...]) -> None:
-        write(move_times)
+    def write_then_lose_lease(move_times: tuple[float, ...], targets: tuple[tuple[str, float], ...] = ()) -> None:
+        write(move_times, targets)
         lease["value"] = False
 
     ledger.write = write_then_lose_lease  # type: ignore[method-assign]

@@ -179,3 +179,12 @@ def test_port_error_type_for_bad_ledger_data() -> None:
     for bad in ("nope", "{}", '["a"]', "[NaN]", "[true]"):
         with pytest.raises(PortError, match="moveTimes"):
             parse_move_times(bad, "x")
+
+
+def test_the_targets_moved_for_merge_at_their_latest_time() -> None:
+    from autoscaler.core.rebalance import merge_moved_for
+
+    kept = (("a", 10.0), ("b", 30.0))
+    recorded = (("b", 20.0), ("c", 5.0), ("a", 40.0))
+    assert merge_moved_for(kept, recorded) == (("c", 5.0), ("b", 30.0), ("a", 40.0))
+    assert merge_moved_for((), ()) == ()

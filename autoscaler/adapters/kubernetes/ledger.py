@@ -17,6 +17,7 @@ from autoscaler.adapters.kubernetes._api import JSON, KubeApiError, call_json
 from autoscaler.ports import PortError
 
 DATA_KEY = "moveTimes"  # a JSON list of Unix seconds, one per evicted pod
+TARGETS_KEY = "movedFor"  # a JSON list of [target, Unix seconds of its latest moves]
 
 
 class KubernetesMoveLedger:
@@ -27,6 +28,7 @@ class KubernetesMoveLedger:
         self.namespace, self.name = namespace, name
         self._timeout = request_timeout_s
         self._resource_version: str | None = None  # of this process's last read or write; None: not there yet
+        self._targets: tuple[tuple[str, float], ...] = ()  # as the last read found them
 
     @property
     def _what(self) -> str:
@@ -42,20 +44,31 @@ class KubernetesMoveLedger:
             if exc.status != 404:
                 raise
             self._resource_version = None
+            self._targets = ()
             return ()
+        data = body.get("data") or {}
+        move_times = parse_move_times(data.get(DATA_KEY), self._what)
+        self._targets = parse_targets(data.get(TARGETS_KEY), self._what)
         self._resource_version = (body.get("metadata") or {}).get("resourceVersion")
-        return parse_move_times(((body.get("data") or {}).get(DATA_KEY)), self._what)
+        return move_times
 
-    def write(self, move_times: tuple[float, ...]) -> None:
-        data = {DATA_KEY: json.dumps([float(t) for t in move_times])}
+    def targets(self) -> tuple[tuple[str, float], ...]:
+        return self._targets
+
+    def write(self, move_times: tuple[float, ...], targets: tuple[tuple[str, float], ...] = ()) -> None:
+        data = {
+            DATA_KEY: json.dumps([float(t) for t in move_times]),
+            TARGETS_KEY: json.dumps([[str(target), float(t)] for target, t in targets]),
+        }
         metadata: JSON = {
             "name": self.name,
             "namespace": self.namespace,
             "labels": {"app.kubernetes.io/name": "gpu-autoscaler", "app.kubernetes.io/component": "rebalancer"},
             "annotations": {
                 "gpuautoscaler.dev/description": (
-                    "Unix seconds of the rebalancer's evictions of the last hour; its hourly bound counts them "
-                    "across restarts and changes of leader. Deleting it resets the budget."
+                    "Unix seconds of the rebalancer's evictions of the last hour (moveTimes; its hourly bound "
+                    "counts them across restarts and changes of leader) and the targets it moved for (movedFor: "
+                    "each waits retryAfter before it is moved for again). Deleting it resets both."
                 )
             },
         }
@@ -89,3 +102,27 @@ def parse_move_times(text: object, what: str) -> tuple[float, ...]:
     ):
         raise PortError(f"{what}: data.{DATA_KEY} must be a list of Unix seconds; delete the ConfigMap to reset")
     return tuple(sorted(float(v) for v in values))
+
+
+def parse_targets(text: object, what: str) -> tuple[tuple[str, float], ...]:
+    """The ledger's ``movedFor`` value (absent: none); PortError naming the problem when it is not a JSON list of
+    [target, Unix seconds] pairs."""
+    if text is None:
+        return ()
+    try:
+        values = json.loads(str(text))
+    except ValueError as exc:
+        raise PortError(f"{what}: data.{TARGETS_KEY} is not JSON ({exc}); delete the ConfigMap to reset") from exc
+    if not isinstance(values, list) or not all(
+        isinstance(v, list)
+        and len(v) == 2
+        and isinstance(v[0], str)
+        and isinstance(v[1], (int, float))
+        and not isinstance(v[1], bool)
+        and math.isfinite(v[1])
+        for v in values
+    ):
+        raise PortError(
+            f"{what}: data.{TARGETS_KEY} must be a list of [target, Unix seconds]; delete the ConfigMap to reset"
+        )
+    return tuple((str(v[0]), float(v[1])) for v in values)
