@@ -606,9 +606,10 @@ def _make_room(
     pdb_used: Mapping[str, int],
 ) -> tuple[list[tuple[_Unit, dict[str, int]]], dict[str, int], set[str]] | None:
     """The fewest movable units whose moves let every pod of ``target`` fit: pod by pod (largest first), the node of
-    its type needing the fewest moves (then the fewest GPUs moved) becomes its home; the units moved off it must fit
-    on other nodes than the homes. Returns the moves with their destinations, the free GPUs after them (the
-    target's GPUs taken) and the target's homes, or None when ``budget`` moves do not do it."""
+    its type needing the fewest moves (then the fewest GPUs moved) becomes its home (pods of one target may share a
+    home); the units moved off it must fit on other nodes than the homes. Returns the moves with their destinations,
+    the free GPUs after them (the target's GPUs taken) and the target's homes, or None when ``budget`` moves do not
+    do it."""
     work = dict(free)
     homes: set[str] = set()
     chosen: list[tuple[_Unit, dict[str, int]]] = []
@@ -625,7 +626,9 @@ def _make_room(
         chosen_units = [u for u, _ in chosen]
         best: tuple[tuple[int, int, str], list[tuple[_Unit, dict[str, int]]], dict[str, int], str] | None = None
         for node in sorted(work):
-            if node in homes or not cluster.allowed(node, target.gpu_type, target.training, target.pods):
+            # a node already home to an earlier pod of the target may take this one too (the scheduler packs a
+            # gang's pods wherever they fit); its GPUs left, and any freed for this pod, are what counts
+            if not cluster.allowed(node, target.gpu_type, target.training, target.pods):
                 continue
             if work[node] >= gpus:
                 best = ((0, 0, node), [], dict(work), node)

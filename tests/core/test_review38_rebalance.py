@@ -1,7 +1,8 @@
 """Review 38 of the rebalance planner (``core/rebalance.py``): defects shown as strict xfails that failed on the
 planner as it was, and right behaviour checked and pinned where no other test pins it. The first four below are fixed
-in the same stop (their tests say "Fixed"); the last two are kept as strict xfails (a missed move, and the retry wait
-not kept across a change of leader: the move ledger would have to record targets too).
+in the same stop (their tests say "Fixed"); the last two were kept as strict xfails (a missed move, and the retry wait
+not kept across a change of leader) and fixed at stop 39 (pods of one target may share a home; the move ledger
+records the targets moved for).
 
 The defects:
 
@@ -22,8 +23,6 @@ The defects:
 from __future__ import annotations
 
 from dataclasses import replace
-
-import pytest
 
 from autoscaler.core.cluster import (
     ClusterSnapshot,
@@ -257,9 +256,10 @@ def test_a_multi_pass_run_with_a_pdb_of_one_never_moves_two_replicas_under_it_in
     assert len(plan.actions) == 2, plan.notes  # the premise: without the budget both move
 
 
-@pytest.mark.xfail(strict=True, reason="_make_room gives each pod of a waiting gang its own node (homes are distinct)")
 def test_room_is_made_for_a_gang_whose_pods_fit_together_on_one_freed_node() -> None:
-    """WRONG (low: a missed move, not a harmful one): the waiting gang is two 2-GPU pods; n1, its only node, has 3
+    """Fixed (was a strict xfail): pods of one target may share a home.
+
+    WRONG (low: a missed move, not a harmful one): the waiting gang is two 2-GPU pods; n1, its only node, has 3
     GPUs free next to chat-0 (1 GPU). Moving chat-0 onto s1 (an inference-only node, already running chat-1) leaves
     4 free on n1, where both pods fit -- 4 GPUs per move. ``_make_room`` makes each pod's node a "home" no later pod
     of the gang may use, finds no second home, and plans nothing: the gang waits with 3 GPUs stranded.
@@ -277,9 +277,10 @@ def test_room_is_made_for_a_gang_whose_pods_fit_together_on_one_freed_node() -> 
     assert evicted(plan) == ["inf/chat-0"], plan.notes
 
 
-@pytest.mark.xfail(strict=True, reason="moved_for (retry_after_s) is kept in memory only, not in the move ledger")
 def test_a_new_leader_does_not_move_again_for_a_target_moved_for_minutes_ago() -> None:
-    """WRONG: leader 1 moves chat-1 for the waiting gang; the scheduler puts the replacement back on n2 and leader 1
+    """Fixed (was a strict xfail): the move ledger records the targets moved for (``movedFor``) beside the times.
+
+    WRONG: leader 1 moves chat-1 for the waiting gang; the scheduler puts the replacement back on n2 and leader 1
     dies. Leader 2 reads the move ledger (the hourly bound holds) but not which targets were moved for: 5 minutes
     later it evicts chat-1 again for the same gang, the repeat ``retry_after_s`` (30 min) exists to prevent.
     RIGHT: the ledger (or the pass's state kept across terms) carries the targets moved for and when, so a new

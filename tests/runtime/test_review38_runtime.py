@@ -2,9 +2,9 @@
 
 Strict xfails are defects found in this review (docstrings: WRONG / RIGHT); the three saying "Fixed" were fixed in the
 same stop (run --once's own Lease identity, its exit code on a metrics-only hold, a new term's refit queued behind a
-running one), the other three at stop 39 (/readyz no longer waits for a Lease request, the takeover's tick queued
-behind a running standby tick, the reads' retry deadline within the tick's stall bound). The other tests pin
-behaviour checked in the review that no other test covers. Every wait is an Event or a poll with a deadline; the whole file runs in a few
+running one), the other three at stop 39 (/readyz no longer waits for a Lease request, the takeover's tick queued behind
+a running standby tick, the reads' retry deadline within the tick's stall bound). The other tests pin behaviour checked
+in the review that no other test covers. Every wait is an Event or a poll with a deadline; the whole file runs in a few
 seconds."""
 
 from __future__ import annotations
