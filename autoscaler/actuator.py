@@ -346,14 +346,22 @@ def forget_unapplied(
         # forgotten: retried at full allowance, as the SLO wants.
         and not (r.result == "failed" and r.action.replicas < r.action.previous_replicas)
     }
+    # a scale applied this tick keeps its event whatever else the plan named for that Deployment (a repeat of it,
+    # skipped by ``_contradictions``): the change happened
+    unapplied -= {
+        f"{r.action.namespace}/{r.action.name}"
+        for r in results
+        if r.result == "applied" and isinstance(r.action, ScaleDeployment)
+    }
     if not unapplied:
         return state
     services = dict(state.services)
     for key in unapplied:
         if key in services:
-            before = set(previous.services.get(key, ServiceState()).scale_events)
-            kept = tuple(e for e in services[key].scale_events if e[0] != now or e in before)
-            services[key] = replace(services[key], scale_events=kept)
+            # the events as they were before this tick: its change is taken out, and an outdated event it was
+            # written over (``hpa.store_scale_event``) is back (older ones the tick pruned count in no period)
+            before = previous.services.get(key, ServiceState()).scale_events
+            services[key] = replace(services[key], scale_events=before)
     return replace(state, services=services)
 
 
@@ -392,7 +400,14 @@ class Actuator:
             return ActionResult(action, "held", blocked)
         if self.dry_run:
             log.info("%s%s", DRY_RUN_MARK, text)
-            self.event_for(action, f"{DRY_RUN_MARK}would {text}", dedupe=True)
+            # one Event while the recommendation stands: its detail (the tick's metric values) moves every tick, and
+            # an Event per tick per service is what the memo is for (the Event's name is a digest of its message)
+            self.event_for(
+                action,
+                f"{DRY_RUN_MARK}would {text}",
+                dedupe=True,
+                memo_key=f"{describe_action(action)}: {action.reason.text}",
+            )
             return ActionResult(action, "dry_run", text)
         if not allowed():
             log.warning("not the leader any more: not applying %s", describe_action(action))
@@ -422,16 +437,20 @@ class Actuator:
             return ActionResult(action, result, message)
         log.info("%s: %s", result, text)
         if result == "applied":
-            self.event_for(action, text[0].upper() + text[1:], dedupe=False)
+            # The Event tells of a write made: it goes while the Lease is held (can_finish), shutting down or not --
+            # a gang evicted as the shutdown began (its last pods under can_finish) is told like any other
+            self.event_for(action, text[0].upper() + text[1:], dedupe=False, write_guard=self.can_finish)
             if isinstance(action, SuspendWorkload) and action.service:
                 # the service's own object says where its GPUs came from (an eviction: once per gang, in apply)
-                self.service_event(action.service, action, text)
+                self.service_event(action.service, action, text, write_guard=self.can_finish)
         return ActionResult(action, result, text)
 
-    def service_event(self, service: str, action: Action, text: str) -> None:
+    def service_event(
+        self, service: str, action: Action, text: str, *, write_guard: Callable[[], bool] | None = None
+    ) -> None:
         namespace, _, name = service.partition("/")
         self.event(("Deployment", namespace, name), event_reason(action.reason), text[0].upper() + text[1:],
-                   "Normal", topic=None)
+                   "Normal", topic=None, write_guard=write_guard)
 
     def apply(self, actions: Sequence[Action], context: GuardContext) -> list[ActionResult]:
         """One result per action, in the plan's order. A gang's evictions are applied together (whole or not at
@@ -495,7 +514,10 @@ class Actuator:
                 continue
             if action.service and action.gang and action.gang not in told:
                 told.add(action.gang)
-                self.service_event(action.service, action, f"evicted gang {action.gang}: {action.detail}")
+                # under can_finish, as the evictions were: a gang finished during a shutdown is told too
+                self.service_event(
+                    action.service, action, f"evicted gang {action.gang}: {action.detail}", write_guard=self.can_finish
+                )
         return done
 
     def _after_stops(
@@ -628,7 +650,15 @@ class Actuator:
         # else: a provider plug-in written before the guard; ``apply_one`` asked ``can_act`` right before this call
         return _result_of(self.node_pools.scale(action.pool, action.nodes, **options))
 
-    def event_for(self, action: Action, message: str, dedupe: bool) -> None:
+    def event_for(
+        self,
+        action: Action,
+        message: str,
+        dedupe: bool,
+        *,
+        memo_key: str | None = None,
+        write_guard: Callable[[], bool] | None = None,
+    ) -> None:
         uid = None
         if isinstance(action, ScaleDeployment):
             obj = ("Deployment", action.namespace, action.name)
@@ -639,7 +669,16 @@ class Actuator:
             obj = (action.kind, action.namespace, action.name)
         else:
             return  # node pools are cluster-scoped provider objects: log and metric only
-        self.event(obj, event_reason(action.reason), message, "Normal", topic="action" if dedupe else None, uid=uid)
+        self.event(
+            obj,
+            event_reason(action.reason),
+            message,
+            "Normal",
+            topic="action" if dedupe else None,
+            uid=uid,
+            memo_key=memo_key,
+            write_guard=write_guard,
+        )
 
     def event(
         self,
@@ -650,25 +689,29 @@ class Actuator:
         topic: str | None,
         *,
         uid: str | None = None,
+        memo_key: str | None = None,
+        write_guard: Callable[[], bool] | None = None,
     ) -> None:
         """Emit an Event; with a ``topic``, only when it differs from the last one of that topic on that object
-        (dry-run and recommend-only plans repeat every tick and would flood the API). ``uid``: the object's uid the
-        Event is about (passed to the writer only when known)."""
-        if not self.can_act():
+        (dry-run and recommend-only plans repeat every tick and would flood the API): compared on ``memo_key`` when
+        given (what the Event is about, without the numbers that move every tick), else on the message. ``uid``: the
+        object's uid the Event is about (passed to the writer only when known). ``write_guard``: asked instead of
+        ``can_act`` (``can_finish`` for the Events of a gang finished during a shutdown)."""
+        allowed = write_guard if write_guard is not None else self.can_act
+        if not allowed():
             # An Event is a write like any other: a replica that is not sure it leads (the Lease lost or not renewed
             # within the deadline mid-tick) writes none. Not remembered as written: the leader's next tick writes it.
             log.info("not the leader any more: Event %s on %s %s/%s not written", reason, *obj)
             return
         memo = (f"{obj[0]}/{obj[1]}/{obj[2]}", topic) if topic is not None else None
         if memo is not None:
-            if self.reported.get(memo) == f"{reason}|{message}":
+            remembered = f"{reason}|{memo_key if memo_key is not None else message}"
+            if self.reported.get(memo) == remembered:
                 return
-            self.reported[memo] = f"{reason}|{message}"
+            self.reported[memo] = remembered
         options: dict[str, Any] = {"uid": uid} if uid else {}
         try:
-            self.writer.emit_event(
-                obj[0], obj[1], obj[2], reason, message, event_type, can_write=self.can_act, **options
-            )
+            self.writer.emit_event(obj[0], obj[1], obj[2], reason, message, event_type, can_write=allowed, **options)
         except WriteNotAllowed:
             log.info("not the leader any more: Event %s on %s %s/%s not written", reason, *obj)
             if memo is not None:
