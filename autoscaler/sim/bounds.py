@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoscaler.sim.engine import metrics_delay_steps
 from autoscaler.sim.policies import SimService, _forward_window_max
 
 
@@ -70,7 +71,7 @@ def _timing(service: SimService, start: float, step_s: float, metrics_delay_s: f
     lead_steps = math.ceil(service.policy.cold_start_s / step_s)
     index = np.arange(steps)
     # Replicas ready at step i were requested at the end of step i - lead - 1, on the demand of `delay` steps earlier.
-    requested_on = index - lead_steps - 1 - round(metrics_delay_s / step_s)
+    requested_on = index - lead_steps - 1 - metrics_delay_steps(metrics_delay_s, step_s)
     seen = np.maximum(requested_on, 0)
     window = np.floor((start + index * step_s) / period_s).astype(np.int64)
     window -= window[0]

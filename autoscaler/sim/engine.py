@@ -146,22 +146,23 @@ class _NodeAutoscaler:
 def node_autoscaler_plan(
     snapshot: ClusterSnapshot, pools: Sequence[NodePool], unneeded_since: dict[str, float], now: float
 ) -> Plan:
-    """Scale-up: enough burst nodes (pools in scenario order, up to ``maxNodes``) for the GPUs pending pods wait for,
-    beyond the nodes already booting. Scale-down: one burst node at a time, once it has been unneeded -- under half
-    its GPUs requested, and its pods fit on the other ready nodes -- for the pool's ``scaleDownUnneededSeconds``."""
+    """Scale-up: enough burst nodes (pools in scenario order, up to ``maxNodes``) for the pending pods, beyond what
+    the nodes already booting will take, each pod whole on one node. Scale-down: one burst node at a time, once it
+    has been unneeded -- under half its GPUs requested, and its pods fit on the other ready nodes -- for the pool's
+    ``scaleDownUnneededSeconds``."""
     burst = [p for p in pools if p.burst]
     if not burst:
         return Plan(now)
     gpus_of: dict[str, int] = {n.name: n.allocatable_gpus for n in snapshot.nodes}
     free = dict(gpus_of)
     ready = {n.name for n in snapshot.nodes if n.ready}
-    pending = 0
+    waiting: list[int] = []  # GPUs of each pending pod
     on_node: dict[str, list[PodInfo]] = {}
     for pod in snapshot.pods:
         if pod.node is None:
             # Only inference tolerates the burst pools' taint: pending training does not make them grow.
-            if pod.owner_kind == "Deployment":
-                pending += pod.gpus
+            if pod.owner_kind == "Deployment" and pod.gpus > 0:
+                waiting.append(pod.gpus)
         elif pod.node in free:
             free[pod.node] -= pod.gpus
             on_node.setdefault(pod.node, []).append(pod)
@@ -170,18 +171,35 @@ def node_autoscaler_plan(
         if node.pool in nodes_of:
             nodes_of[node.pool].append(node.name)
     actions: list[ScaleNodePool] = []
-    if pending > 0:
-        booting = sum(free[n] for p in burst for n in nodes_of[p.name] if n not in ready)
-        short = pending - booting
+    if waiting:
+        # Sized by whole pods, as the Cluster Autoscaler's binpacking estimator does: the pods the booting nodes will
+        # take first, then each pool's new nodes (largest pod first, first fit), never a node too small for a pod.
+        waiting.sort(reverse=True)
+        pending = sum(waiting)
+        booting_room = [free[n] for p in burst for n in nodes_of[p.name] if n not in ready]
+        booting = sum(booting_room)
+        rest = _first_fit(waiting, booting_room)
         for pool in burst:
-            if short <= 0:
+            if not rest:
                 break
             count = len(nodes_of[pool.name])
-            add = min(math.ceil(short / pool.gpus_per_node), pool.node_limit - count)
-            if add > 0:
+            new_nodes: list[int] = []  # the GPUs left on each node this pool adds
+            left: list[int] = []
+            for gpus in rest:
+                if gpus > pool.gpus_per_node:
+                    left.append(gpus)  # no node of this pool can hold it
+                elif not _first_fit([gpus], new_nodes):
+                    continue
+                elif len(new_nodes) < pool.node_limit - count:
+                    new_nodes.append(pool.gpus_per_node - gpus)
+                else:
+                    left.append(gpus)
+            rest = left
+            if new_nodes:
                 detail = f"{pending} GPU(s) pending, {booting} booting"
-                actions.append(ScaleNodePool(pool.name, count + add, count, Reason.BURST_SCALE_UP, detail))
-                short -= add * pool.gpus_per_node
+                actions.append(
+                    ScaleNodePool(pool.name, count + len(new_nodes), count, Reason.BURST_SCALE_UP, detail)
+                )
         unneeded_since.clear()
         return Plan(now, actions=tuple(actions))
     candidates = set()
@@ -209,10 +227,24 @@ def node_autoscaler_plan(
             node = min(due, key=lambda n: (unneeded_since[n], n))
             detail = f"node unneeded for {pool.scale_down_unneeded_seconds:g}s"
             actions.append(ScaleNodePool(pool.name, count - 1, count, Reason.BURST_SCALE_DOWN, detail, node))
-            for name in due:
-                unneeded_since.pop(name, None)
+            # only the node removed: the others found unneeded as long stay due, and go at the next loops
+            unneeded_since.pop(node, None)
             break  # one node per loop, as Cluster Autoscaler removes empty-ish nodes one by one
     return Plan(now, actions=tuple(actions))
+
+
+def _first_fit(pods: Sequence[int], room: list[int]) -> list[int]:
+    """Place each pod's GPUs (in order) on the first entry of ``room`` (free GPUs per node, updated in place) with
+    enough; returns the pods that found none."""
+    unplaced = []
+    for gpus in pods:
+        for index, free in enumerate(room):
+            if free >= gpus:
+                room[index] = free - gpus
+                break
+        else:
+            unplaced.append(gpus)
+    return unplaced
 
 
 def _fits_elsewhere(
@@ -258,6 +290,12 @@ def build_cluster(
     return cluster
 
 
+def metrics_delay_steps(metrics_delay_s: float, step_s: float) -> int:
+    """Whole steps the policies' metrics lag the demand: rounded up (a delay is never shortened; rounding half to
+    even made the default 30 s delay at 60 s steps no delay at all)."""
+    return max(0, math.ceil(metrics_delay_s / step_s - 1e-9))
+
+
 def simulate(
     policy: SimPolicy,
     services: Sequence[SimService],
@@ -290,7 +328,7 @@ def simulate(
     actuator = Actuator(cluster, cluster)
     nodes = _NodeAutoscaler(pools)
     acting_since = start + step_s if policy.is_controller else None  # the controller starts at the first tick
-    delay_steps = round(metrics_delay_s / step_s)
+    delay_steps = metrics_delay_steps(metrics_delay_s, step_s)
     seen_steps = np.maximum(np.arange(steps) - delay_steps, 0)
     policy.begin([np.asarray(s.rates, dtype=np.float64)[seen_steps] for s in services], start, steps)
     keys = [s.policy.key for s in services]

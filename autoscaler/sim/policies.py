@@ -53,10 +53,11 @@ class SimService:
     forecast_quantile: float = 0.9  # demand quantile the predictive policy provisions for
 
     def need(self, rate: float) -> int:
-        """Fewest replicas meeting the SLO at ``rate``, within the policy's bounds."""
+        """Fewest replicas meeting the SLO at ``rate``, within the policy's bounds (none for no demand when
+        ``minReplicas`` is 0: no request, no latency to meet)."""
         return replicas_needed(
             rate, self.throughput, self.base_latency_s, self.slo_s, self.quantile,
-            max(self.policy.min_replicas, 1), self.policy.max_replicas,
+            self.policy.min_replicas, self.policy.max_replicas,
         )
 
 
@@ -143,7 +144,10 @@ class CorePolicy(SimPolicy):
         self.state = ControllerState()
         self.previous_state = self.state
         self.tick_config = TickConfig(capacity=self.capacity)
-        return super().reset(services, step_s)
+        initial = super().reset(services, step_s)
+        # within the bounds this policy runs with (the HPA baseline's minimum of 1)
+        bounds = [self.policies[s.policy.key] for s in services]
+        return [min(max(r, p.min_replicas), p.max_replicas) for r, p in zip(initial, bounds, strict=True)]
 
     def metric(self, index: int) -> MetricKind:
         return self.metrics[index]
@@ -180,6 +184,9 @@ class HpaBaseline(CorePolicy):
     def policy_for(self, service: SimService) -> ServicePolicy:
         return dataclasses.replace(
             service.policy,
+            # an HPA on a resource metric (GPU utilisation is per pod) has a minimum of 1: with no pod there is no
+            # sample to scale back up on (minReplicas 0 needs an Object or External metric, and a feature gate)
+            min_replicas=max(1, service.policy.min_replicas),
             metric=MetricKind.GPU_UTILIZATION,
             target=self.target_utilization,
             scale_up=DEFAULT_SCALE_UP,

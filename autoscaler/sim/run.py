@@ -116,9 +116,12 @@ def _check_bins(index: int, span_s: float, bin_s: float, used: int, path: Path) 
     return bins
 
 
-def _load_demand(index: int, entry: ServiceEntry, base_dir: Path, used_bins: int) -> tuple[RateSeries, int]:
+def _load_demand(
+    index: int, entry: ServiceEntry, base_dir: Path, used_bins: int
+) -> tuple[RateSeries, int, float]:
     """The service's demand at its ``binSeconds`` (what ``load_trace(path, step_s=binSeconds)`` gives), sized before
-    anything is allocated; returns it with the bins it takes."""
+    anything is allocated; returns it with the bins it takes and the span of the trace itself, seconds (a rate
+    series' last bin may run past its end when ``binSeconds`` does not divide it: the run stops at the trace's)."""
     from autoscaler.traces import bin_requests, load_request_log, load_trace, resample
     from autoscaler.traces.formats import sniff_format
 
@@ -128,6 +131,7 @@ def _load_demand(index: int, entry: ServiceEntry, base_dir: Path, used_bins: int
     try:
         if sniff_format(path) == "rate series":
             series = load_trace(path)  # at its own step: as many values as the file has rows
+            span = series.duration_s
             bins = _check_bins(index, series.duration_s, bin_s, used_bins, path)
             if not math.isclose(bin_s, series.step_s, rel_tol=1e-12):
                 series = resample(series, bin_s)
@@ -136,13 +140,14 @@ def _load_demand(index: int, entry: ServiceEntry, base_dir: Path, used_bins: int
             span = float(log.times.max() - log.times.min()) + bin_s if len(log) else bin_s
             bins = _check_bins(index, span, bin_s, used_bins, path)
             series = bin_requests(log.times, bin_s, source=f"{path.name} (request log, {len(log)} requests)")
+            span = series.duration_s
     except (TraceFormatError, ScenarioError):
         raise  # they name the file, line and column, or the field
     except OSError as error:
         raise ScenarioError(f"{field}: cannot read {_shown(path)}: {error.strerror or error}") from None
     except ValueError as error:
         raise ScenarioError(f"{field}: {_shown(path)}: {error}") from None
-    return series, bins
+    return series, bins, span
 
 
 def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService], float, int]:
@@ -155,16 +160,18 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
 
     step_s = scenario.step_seconds
     demand: list[RateSeries] = []
+    spans: list[float] = []
     used_bins = 0
     for index, entry in enumerate(scenario.services):
-        series, bins = _load_demand(index, entry, base_dir, used_bins)
+        series, bins, trace_span = _load_demand(index, entry, base_dir, used_bins)
         demand.append(series)
+        spans.append(trace_span)
         used_bins += bins
     if scenario.duration_seconds is not None:
         span, over = scenario.duration_seconds, "durationSeconds"
         most_steps = math.ceil(span / step_s)
     else:
-        span = min(series.duration_s for series in demand)
+        span = min(spans)
         over = "the shortest trace" if len(demand) > 1 else "the trace"
         most_steps = max(math.ceil(span / step_s - 1e-9), 1)
     try:
@@ -216,6 +223,8 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
                 f"({steps * step_s:g} s at a {step_s:g} s step)"
             )
         steps = wanted
+    else:
+        steps = min(steps, most_steps)  # the traces' own span, not a last bin running past it
     services = [
         dataclasses.replace(s, rates=s.rates[:steps])
         for s in services

@@ -44,6 +44,7 @@ from pydantic import (
     model_validator,
 )
 
+from autoscaler.core.model import Mode
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, GPUScalingPolicySpec
 from autoscaler.yaml_input import YamlProblem, load_yaml
 
@@ -108,6 +109,10 @@ class NodePool(_Strict):
         600.0, alias="scaleDownUnneededSeconds", ge=0, le=86400,
         description="a burst node is removed after its GPUs were unneeded this long (Cluster Autoscaler: 10 min)",
     )
+    priority: int = Field(
+        0, ge=-MAX_INT, le=MAX_INT,
+        description="for the controller's priority expander (capacity.expanders): higher first, burst pools only",
+    )
 
     @field_validator("max_nodes")
     @classmethod
@@ -119,7 +124,7 @@ class NodePool(_Strict):
             )
         return max_nodes
 
-    @field_validator("boot_seconds", "scale_down_unneeded_seconds")
+    @field_validator("boot_seconds", "scale_down_unneeded_seconds", "priority")
     @classmethod
     def _node_changes_only_for_burst(cls, seconds: float, info: ValidationInfo) -> float:
         # Run only when given: a pool that does not burst never adds or removes a node, so a boot time or a
@@ -197,6 +202,13 @@ class ServiceEntry(_Strict):
                 f"spec.maxReplicas: at most {MAX_REPLICAS:,} in a simulation, got {self.spec.max_replicas:,}"
             )
         # metric.target and forecast.ratePerReplica are at least policy.MIN_PER_REPLICA in every spec
+        if self.spec.mode is not Mode.ACTIVE:
+            # A simulation compares policies that act: recommend-only writes nothing, and every column that runs
+            # the spec (the HPA baseline's too) would stay at its first replicas while the oracle scales.
+            raise ValueError(
+                f"spec.mode: a simulation replays the policy acting; {self.spec.mode.value!r} would scale nothing "
+                "in any column (remove spec.mode or set it to active)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -642,15 +654,30 @@ class Scenario(_Strict):
                     "ever be placed"
                 )
         if self.training is not None:
+            # Burst pools are tainted for inference only (their nodes are bought for replicas, as the controller's
+            # are): training runs on the pools that are not burst pools, or nowhere.
+            on_prem = [pool for pool in usable if not pool.burst]
+            train_largest = max((pool.gpus_per_node for pool in on_prem), default=0)
+            if not on_prem:
+                train_hosts = "any node: every pool is a burst pool, and burst pools take inference only"
+            elif len(on_prem) == 1:
+                train_hosts = (
+                    f"the gpusPerNode ({train_largest}) of node pool {on_prem[0].name!r}, the only pool training can "
+                    "use (burst pools take inference only)"
+                )
+            elif all(pool.gpus_per_node == train_largest for pool in on_prem):
+                train_hosts = f"every non-burst node pool's gpusPerNode ({train_largest})"
+            else:
+                train_hosts = f"every non-burst node pool's gpusPerNode (at most {train_largest})"
             for index, job in enumerate(self.training.jobs):
-                problem = _gang_problem(usable, job.pods, job.gpus_per_pod, hosts, largest)
+                problem = _gang_problem(on_prem, job.pods, job.gpus_per_pod, train_hosts, train_largest)
                 if problem is not None:
                     problems.append(f"training.jobs.{index}.{problem}: the job could never start")
             generator = self.training.generate
             if generator is not None:
                 weights = generator.pods_weights or [1.0] * len(generator.pods)
                 for pods in sorted({size for size, weight in zip(generator.pods, weights, strict=True) if weight > 0}):
-                    problem = _gang_problem(usable, pods, generator.gpus_per_pod, hosts, largest)
+                    problem = _gang_problem(on_prem, pods, generator.gpus_per_pod, train_hosts, train_largest)
                     if problem is not None:
                         problems.append(f"training.generate.{problem}: its jobs could never start")
         if len(problems) > MAX_LISTED_PROBLEMS:
@@ -678,8 +705,8 @@ def _gang_problem(pools: list[NodePool], pods: int, gpus_per_pod: int, hosts: st
     room = sum(pool.node_limit * (pool.gpus_per_node // gpus_per_pod) for pool in pools)
     if pods > room:
         return (
-            f"pods ({pods}) x gpusPerPod ({gpus_per_pod}): the node pools hold at most {room} such pods at once "
-            "and a gang is placed whole"
+            f"pods ({pods}) x gpusPerPod ({gpus_per_pod}): the node pools training can use (not the burst pools) "
+            f"hold at most {room} such pods at once and a gang is placed whole"
         )
     return None
 

@@ -92,7 +92,7 @@ def capacity_config(scenario: Scenario, pools: Sequence[NodePool] | None = None)
     burst = [
         BurstPool(
             pool.name, pool.gpus_per_node, pool.gpu_type, pool.boot_seconds, pool.price_per_gpu_hour,
-            nodes=pool.nodes, min_nodes=pool.nodes, max_nodes=pool.node_limit,
+            nodes=pool.nodes, min_nodes=pool.nodes, max_nodes=pool.node_limit, priority=pool.priority,
         )
         for pool in (pools if pools is not None else scenario.node_pools)
         if pool.burst

@@ -112,14 +112,17 @@ EMPTY_POLICIES = "at least one rate policy (omit it for the defaults, or selectP
         ("nodePools", _pools({"gpusPerNode": 8, "nodes": 2}, {"gpusPerNode": 16, "nodes": 1}), None),
         ("nodePools", _pools({"gpusPerNode": 8, "nodes": 2}, {"gpusPerNode": 4, "nodes": 2}),
          "services.0.spec.gpusPerReplica (16) exceeds every node pool's gpusPerNode (at most 8)"),
-        # A training gang that can never be placed whole never finishes.
+        # A training gang that can never be placed whole never finishes (burst pools take inference only: the
+        # fixed pool's 2 nodes are all training has).
         ("training", _jobs({"gpusPerPod": 64}),
-         "training.jobs.0.gpusPerPod (64) exceeds every node pool's gpusPerNode (8): the job could never start"),
-        ("training", _jobs({"gpusPerPod": 8, "pods": 5}),
-         "training.jobs.0.pods (5) x gpusPerPod (8): the node pools hold at most 4 such pods at once"),
-        ("training", _jobs({"gpusPerPod": 8, "pods": 4}), None),
+         "training.jobs.0.gpusPerPod (64) exceeds the gpusPerNode (8) of node pool 'fixed', the only pool training "
+         "can use (burst pools take inference only): the job could never start"),
+        ("training", _jobs({"gpusPerPod": 8, "pods": 3}),
+         "training.jobs.0.pods (3) x gpusPerPod (8): the node pools training can use (not the burst pools) hold at "
+         "most 2 such pods at once"),
+        ("training", _jobs({"gpusPerPod": 8, "pods": 2}), None),
         ("training", {"generate": {"gpusPerPod": 16}},
-         "training.generate.gpusPerPod (16) exceeds every node pool's gpusPerNode (8)"),
+         "training.generate.gpusPerPod (16) exceeds the gpusPerNode (8) of node pool 'fixed'"),
         ("training", {"generate": {"pods": [1, 8], "podsWeights": [1.0, 0.0]}}, None),  # 8 is never drawn
         ("training", {"generate": {"pods": [1, 8]}}, "training.generate.pods (8) x gpusPerPod (8)"),
         # A cluster that can never have a node places nothing.
