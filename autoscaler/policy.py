@@ -193,7 +193,9 @@ class ScalingRulesSpec(_Strict):
         le=MAX_STABILIZATION_WINDOW_SECONDS,
         description="stabilisation window, whole seconds (0-3600, as the HPA)",
     )
-    tolerance: Number = Field(0.1, ge=0, lt=1, description="no change while |metric/target - 1| <= tolerance (ratio)")
+    tolerance: Number = Field(
+        0.1, ge=0, description="no change while |metric/target - 1| <= tolerance (ratio; no upper bound, as the HPA)"
+    )
     select_policy: Literal["Max", "Min", "Disabled"] = Field("Max", alias="selectPolicy")
     policies: list[RatePolicySpec] | None = Field(
         None,

@@ -148,7 +148,8 @@ def _not_after(state: ServiceState, now: float) -> ServiceState:
     0 s window would stay capped at an old recommendation (upstream's Go times compare on the monotonic clock).
     Entries are appended in time order: only the last ones can be later than ``now``."""
     recs, events = state.recommendations, state.scale_events
-    if (recs and recs[-1][0] > now) or (events and events[-1][0] > now):
+    # recommendations are appended in time order; scale events may not be (a slot reused)
+    if (recs and recs[-1][0] > now) or any(t > now for t, _ in events):
         return ServiceState(
             tuple((min(t, now), r) for t, r in recs), tuple((min(t, now), change) for t, change in events)
         )
@@ -163,19 +164,24 @@ def _with_clamp_event(
     if not policy.behavior or recommend_only or desired == current:
         return state
     _, keep_events = _retention(policy.scale_up, policy.scale_down)
-    events = (*_prune(state.scale_events, now, keep_events), (now, desired - current))
+    events = _store_event(policy, _prune(state.scale_events, now, keep_events), now, desired - current)
     return ServiceState(state.recommendations, events)
 
 
+def _store_event(
+    policy: ServicePolicy, events: tuple[tuple[float, int], ...], now: float, change: int
+) -> tuple[tuple[float, int], ...]:
+    rules = policy.scale_up if change > 0 else policy.scale_down
+    return hpa.store_scale_event(events, now, change, hpa.longest_period(rules))
+
+
 def _prune(entries: tuple[tuple[float, int], ...], now: float, keep_s: float) -> tuple[tuple[float, int], ...]:
-    """Drop entries at or before ``now - keep_s``. Entries are appended in time order, so only a prefix can go."""
+    """Drop entries at or before ``now - keep_s`` (scale events are not in time order: a new one may take an
+    outdated one's place, as upstream's slots)."""
     cutoff = now - keep_s
-    expired = 0
-    for timestamp, _ in entries:
-        if timestamp > cutoff:
-            break
-        expired += 1
-    return entries[expired:] if expired else entries
+    if all(timestamp > cutoff for timestamp, _ in entries):
+        return entries
+    return tuple(entry for entry in entries if entry[0] > cutoff)
 
 
 @functools.lru_cache(maxsize=256)
@@ -262,9 +268,14 @@ def decide_service(
             if recommendation < current and floor.hold > recommendation:
                 recommendation, reason = min(current, floor.hold), Reason.FORECAST_HOLD
                 detail = f"forecast needs {floor.hold} again within {floor.hold_window_s:.0f}s; {detail}"
-            if floor.hold and current > recommendation >= current * (1.0 - policy.scale_down.tolerance):
+            if (
+                floor.hold
+                and reason in (floor.reason, Reason.FORECAST_HOLD)
+                and current > recommendation >= current * (1.0 - policy.scale_down.tolerance)
+            ):
                 # The forecast moves a little every minute; the HPA's scale-down tolerance keeps that from becoming
-                # a scale-down (and a scale-up back) every time.
+                # a scale-down (and a scale-up back) every time. Only a drop the forecast decided: one the metric
+                # asks for has passed the HPA's tolerance on the metric's ratio already.
                 recommendation, reason = current, Reason.WITHIN_TOLERANCE
                 detail = f"within scale-down tolerance {policy.scale_down.tolerance:g} of {current}; {detail}"
 
@@ -311,7 +322,7 @@ def decide_service(
     recommendations = (*_prune(state.recommendations, now, keep_recommendations), (now, recommendation))
     events = _prune(state.scale_events, now, keep_events)
     if desired != current and not recommend_only:
-        events = (*events, (now, desired - current))
+        events = _store_event(policy, events, now, desired - current)
     made = replace(decision(desired, reason, detail), recommended_replicas=recommendation)
     return made, ServiceState(recommendations, events)
 

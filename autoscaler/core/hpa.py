@@ -11,6 +11,15 @@ import math
 
 from autoscaler.core.model import PodMetrics, RateKind, ScalingRules, SelectPolicy
 
+# Past this the milli-value arithmetic is left for floats (a broken exporter's 1e308 req/s: the result is capped
+# by ``ceil_replicas`` and the max-replicas clamp all the same).
+_MILLI_LIMIT = 1e15
+
+
+def _milli(value: float) -> int | None:
+    """``value`` as the metrics APIs carry it, a whole number of milli-units (None when too large or not finite)."""
+    return round(value * 1000) if math.isfinite(value) and abs(value) < _MILLI_LIMIT else None
+
 
 def within_tolerance(usage_ratio: float, tolerance_up: float, tolerance_down: float) -> bool:
     """KEP-4951 per-direction tolerance: no change while 1 - down <= ratio <= 1 + up."""
@@ -40,13 +49,22 @@ def replicas_for_pod_metric(
     ``GetResourceUtilizationRatio`` does for utilisation (``int32(sum * 100 / requests)``).
     """
 
-    def average(total: float, count: int) -> float:
-        mean = total / count
-        # round first: a float mean of 87 can be 86.99999999999999, which upstream's integer arithmetic never sees
-        return float(math.floor(round(mean, 9))) if whole_percent else mean
+    target_milli = _milli(target)
+
+    def ratio(total: float, count: int) -> float:
+        if whole_percent:
+            # rounded first: a float mean of 87 can be 86.99999999999999, which upstream's integer arithmetic never
+            # sees (``int32(sum * 100 / requests)``)
+            return float(math.floor(round(total / count, 9))) / target
+        total_milli = _milli(total)
+        if total_milli is None or not target_milli:
+            return (total / count) / target
+        # upstream averages whole milli-values (``GetMetricUsageRatio``: ``metricsTotal / int64(len(metrics))``) and
+        # divides by the target's: three pods at 0.8 against 0.6 are 800 / 600, not 0.8000000000000002 / 0.6
+        return (total_milli // count) / target_milli
 
     ready_count = pods.ready_with_metric
-    usage_ratio = average(pods.metric_sum, ready_count) / target
+    usage_ratio = ratio(pods.metric_sum, ready_count)
     scale_up_with_unready = pods.unready > 0 and usage_ratio > 1.0
     if not scale_up_with_unready and pods.missing == 0:
         if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
@@ -63,7 +81,7 @@ def replicas_for_pod_metric(
         samples += pods.missing  # scaling up: they count as 0
     if scale_up_with_unready:
         samples += pods.unready  # unready pods count as 0
-    new_usage_ratio = average(metric_sum, samples) / target
+    new_usage_ratio = ratio(metric_sum, samples)
     if (
         within_tolerance(new_usage_ratio, tolerance_up, tolerance_down)
         or (usage_ratio < 1.0 and new_usage_ratio > 1.0)
@@ -103,13 +121,18 @@ def replicas_for_total_metric(
     float division gives +Inf (or NaN for a zero total); neither is within the tolerance, so the answer is then
     ``ceil(total / target)``: the same here, without dividing by zero.
     """
-    if status_replicas > 0:
-        usage_ratio = total / (target_per_replica * status_replicas)
-    else:
-        usage_ratio = math.inf if total > 0 else math.nan
+    # in whole milli-values, as upstream: 16.8 req/s at 2.4 a replica is 16800 / 2400 = 7 (7.000000000000001 in
+    # floats, 8 replicas), and 34.56 on 12 replicas at 3.2 is exactly on the 0.9 tolerance edge
+    usage_milli, target_milli = _milli(total), _milli(target_per_replica)
+    usage: float = total
+    target: float = target_per_replica
+    if usage_milli is not None and target_milli:  # else beyond milli-values: floats
+        usage, target = float(usage_milli), float(target_milli)
+    no_pod = math.inf if total > 0 else math.nan
+    usage_ratio = usage / (target * status_replicas) if status_replicas > 0 else no_pod
     if within_tolerance(usage_ratio, tolerance_up, tolerance_down):
         return status_replicas, usage_ratio
-    return ceil_replicas(total / target_per_replica), usage_ratio
+    return ceil_replicas(usage / target), usage_ratio
 
 
 def stabilise(
@@ -156,6 +179,29 @@ def stabilise_without_behavior(
 def scale_up_limit_without_behavior(current_replicas: int) -> int:
     """``calculateScaleUpLimit``: at most max(2 x current, 4) replicas per sync, with no memory of past events."""
     return max(2 * current_replicas, 4)
+
+
+def store_scale_event(
+    events: tuple[tuple[float, int], ...], now: float, change: int, longest_period_s: float
+) -> tuple[tuple[float, int], ...]:
+    """``storeScaleEvent``: the change made at ``now`` (+ up, - down), written over an outdated event of the same
+    direction -- one from before ``now - longest_period_s``, the longest rate-policy period of that direction
+    (``markScaleEventsOutdated``; the last such in the list, as upstream's loop picks) -- else appended. An event
+    written over no longer counts in the *other* direction's periods either: scale-ups 15 s apart (the default
+    scale-up period) leave only the latest in the list, so a scale-down policy of 2 pods per 120 s starts its period
+    from the replicas before that one, not before both (16 -> 6 after 4 -> 8 -> 16, not 16 -> 2)."""
+    cutoff = now - longest_period_s
+    up = change > 0
+    outdated = [i for i, (t, c) in enumerate(events) if (c > 0) == up and t < cutoff]
+    if outdated:
+        i = outdated[-1]
+        return (*events[:i], (now, change), *events[i + 1 :])
+    return (*events, (now, change))
+
+
+def longest_period(rules: ScalingRules) -> float:
+    """``getLongestPolicyPeriod``: the longest rate-policy period of one direction, seconds (0 without policies)."""
+    return max((policy.period_s for policy in rules.policies), default=0.0)
 
 
 def _changes_in_period(now: float, period_s: float, events: tuple[tuple[float, int], ...]) -> tuple[int, int]:

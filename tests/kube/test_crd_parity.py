@@ -162,7 +162,10 @@ CASES: dict[str, Case] = {
         {"behavior": {"scaleUp": {"selectPolicy": "max"}}}, "spec.behavior.scaleUp.selectPolicy"
     ),
     "selectPolicy/Disabled": Case({"behavior": {"scaleDown": {"selectPolicy": "Disabled"}}}),
-    "tolerance/1": Case({"behavior": {"scaleUp": {"tolerance": 1}}}, "spec.behavior.scaleUp.tolerance"),
+    # the HPA API bounds a tolerance below only (upstream's own tests use 2.0: a 200 % scale-up tolerance)
+    "tolerance/1": Case({"behavior": {"scaleUp": {"tolerance": 1}}}),
+    "tolerance/2": Case({"behavior": {"scaleDown": {"tolerance": 2}}}),
+    "tolerance/negative": Case({"behavior": {"scaleUp": {"tolerance": -0.1}}}, "spec.behavior.scaleUp.tolerance"),
     "tolerance/minus-0": Case({"behavior": {"scaleUp": {"tolerance": -0.0}}}),
     # -- integers, numbers, booleans: 3, 3.0, "3" --
     "integer/fraction": Case({"minReplicas": 2.5}, "spec.minReplicas"),
