@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import sys
 import textwrap
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.traces import PACKAGED_TRACES, load_trace, packaged_trace_path
-from autoscaler.traces.formats import RateSeries
+from autoscaler.traces.formats import RateSeries, write_texts
 
 DEFAULT_HORIZON_S = 3600.0
 DEFAULT_ORIGINS = 24
@@ -58,7 +60,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--models",
         default=",".join(available_models()),
-        help="comma-separated model names to compare (default: all; the baseline is always added)",
+        help="comma-separated model names to compare (default: all; the baseline is always added; a name given"
+        " twice is compared once)",
     )
     parser.add_argument(
         "--horizon",
@@ -73,7 +76,8 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="SECONDS",
         help="resample the trace to this step, in seconds (default: a rate series keeps its own step; a request log"
-        " is binned at 60 s)",
+        " is binned at 60 s). A request log's last bin, which the log covers only up to its last request, is left"
+        " out: scored as a whole step it would look like a drop in demand",
     )
     parser.add_argument(
         "--origins",
@@ -118,7 +122,12 @@ def register(subparsers: Any) -> None:
         " back to the last value on traces shorter than a day)",
     )
     parser.add_argument(
-        "--json", dest="json_out", default=None, metavar="OUT", help="also write the full results as JSON to OUT"
+        "--json",
+        dest="json_out",
+        default=None,
+        metavar="OUT",
+        help="also write the full results as JSON to OUT (its directory is created; checked before the run: not"
+        " the trace, not a directory)",
     )
     parser.set_defaults(func=run)
 
@@ -141,7 +150,41 @@ def _parse_levels(text: str) -> tuple[float, ...]:
 
 
 def _fmt(value: float, spec: str) -> str:
-    return "-" if not math.isfinite(value) else format(value, spec)
+    """``value`` formatted by ``spec``, or ``-`` when it is undefined (nan, inf), padded to the spec's width so that
+    the table's columns stay under their headers."""
+    if math.isfinite(value):
+        return format(value, spec)
+    width = re.match(r"\d*", spec)
+    return "-".rjust(int(width.group()) if width and width.group() else 0)
+
+
+def _pct(value: float, width: int) -> str:
+    """A share as a percentage in ``width`` characters (the ``%`` included), or ``-`` when it is undefined."""
+    return f"{value * 100:{width - 1}.1f}%" if math.isfinite(value) else "-".rjust(width)
+
+
+def _check_json_out(json_out: str, trace: Path) -> str | None:
+    """Why ``--json OUT`` cannot be written, or None; checked before the run, which can take minutes."""
+    out = Path(json_out)
+    if _resolved(out) == _resolved(trace) or (out.exists() and trace.exists() and os.path.samefile(out, trace)):
+        return f"--json {json_out} is the trace {trace}: give --json another file (the trace would be overwritten)"
+    if out.is_dir():
+        return f"--json {json_out} is a directory: give a file name, e.g. {out / 'backtest.json'}"
+    existing = out.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"--json {json_out}: {existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"--json {json_out}: cannot write in {existing} (permission denied)"
+    return None
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compare as given
+        return path.absolute()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         levels = _parse_levels(args.quantiles)
-        names = [n.strip() for n in args.models.split(",") if n.strip()]
+        # each model once, in the order given: a model named twice would be printed (and written) twice
+        names = list(dict.fromkeys(n.strip() for n in args.models.split(",") if n.strip()))
         unknown = [n for n in [*names, args.baseline] if n not in available_models()]
         if unknown:
             raise ValueError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(available_models())}")
@@ -162,7 +206,14 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--{option.replace('_', '-')} must be a positive number of seconds, got {value}")
         if args.origins < 1 or args.refit_every < 1:
             raise ValueError("--origins and --refit-every must be >= 1")
-        series = load_trace(_resolve_trace(args.trace), step_s=args.step)
+        trace_path = _resolve_trace(args.trace)
+        if args.json_out:
+            problem = _check_json_out(args.json_out, trace_path)
+            if problem:
+                raise ValueError(problem)
+        # A request log's last bin holds requests up to the last one only, divided by the whole step: scored, it
+        # looks like a drop in demand (1 req/s ending 11 s into a 60 s bin: 0.18 req/s). Only complete bins are scored.
+        series = load_trace(trace_path, step_s=args.step, complete_bins=True)
     except (OSError, ValueError) as exc:
         print(f"autoscaler backtest: error: {exc}", file=sys.stderr)
         return 2
@@ -226,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         mark = "*" if name == selection.best else " "
         print(
             f"{name + mark:<24} {_fmt(quality.mae, '10.4g')} {_fmt(selection.ratios[name], '12.3f')}"
-            f" {_fmt(quality.interval_coverage * 100, '12.1f')}% {_fmt(quality.upper_coverage * 100, '7.1f')}%"
+            f" {_pct(quality.interval_coverage, 13)} {_pct(quality.upper_coverage, 8)}"
             f" {_fmt(result.mean_fit_seconds, '8.3f')}"
         )
     verdict = "reliable" if selection.reliable else "NOT reliable (reactive scaling only)"
@@ -235,9 +286,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         payload = _to_json(args, series, selection, names, levels, horizon_steps, every_steps, elapsed)
         try:
-            Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            print(f"autoscaler backtest: error: cannot write {args.json_out}: {exc}", file=sys.stderr)
+            # its directory made, written beside it and renamed into place (never half-written), as trace convert
+            write_texts([(args.json_out, json.dumps(payload, indent=2) + "\n")])
+        except OSError as exc:  # the path was checked before the run: a full disk, a directory removed meanwhile
+            print(f"autoscaler backtest: error: {exc}", file=sys.stderr)
             return 1
     return 0
 

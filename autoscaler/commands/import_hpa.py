@@ -55,12 +55,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("file", nargs="?", metavar="FILE", help="HPA manifest(s), YAML or JSON; - for stdin")
-    parser.add_argument("-n", "--namespace", metavar="NS", help="namespace of a live HPA")
+    parser.add_argument("-n", "--namespace", metavar="NS", help="namespace of a live HPA (not with a FILE)")
     parser.add_argument("--name", metavar="NAME", help="name of a live HPA (with --namespace)")
     parser.add_argument(
-        "--kubeconfig", type=Path, metavar="FILE", help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)"
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig, for a live HPA (default: $KUBECONFIG or ~/.kube/config)",
     )
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: its current-context)")
+    parser.add_argument(
+        "--context", metavar="NAME", help="kubeconfig context, for a live HPA (default: its current-context)"
+    )
     parser.add_argument(
         "--metric",
         metavar="TYPE=TARGET",
@@ -173,6 +178,19 @@ def main(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.name is None):
         print("autoscaler import-hpa: give a FILE, or --namespace and --name of a live HPA", file=sys.stderr)
         return EXIT_INVALID
+    if args.file is not None:
+        # Read only for a live HPA: silently dropped with a FILE, -n prod wrote the policy for the file's namespace
+        # (or default), where kubectl apply then created it.
+        given = (("-n/--namespace", args.namespace), ("--kubeconfig", args.kubeconfig), ("--context", args.context))
+        live_only = [option for option, value in given if value is not None]
+        if live_only:
+            print(
+                f"autoscaler import-hpa: {', '.join(live_only)} apply only to a live HPA (--name), not to a FILE: the"
+                " policy takes the HPA's metadata.namespace (default: default); set it in the file (or in the"
+                " output) to import it into another namespace",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
     if args.file is not None:
         try:
             documents = _read_documents(args)

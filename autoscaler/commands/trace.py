@@ -36,11 +36,12 @@ from autoscaler.traces.formats import (
     load_request_log,
     load_trace,
     parse_time,
+    rate_series_text,
+    request_log_text,
     sniff_format,
     summarise,
     summarise_request_log,
-    write_rate_series,
-    write_request_log,
+    write_texts,
 )
 
 _FORMATS: dict[str, str] = {
@@ -90,8 +91,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Convert public traces into the canonical formats read by load_trace() and the simulator.\n\n"
             f"FORMAT is one of:\n{formats}\n\n"
-            "Prints one line per output file: path, rows, step, span, mean and peak rate. An output is written only"
-            " once its input converted without error (never half-written): on an error, OUT is left as it was."
+            "Prints one line per output file: path, rows, step, span, mean and peak rate. Every INPUT is converted"
+            " before any output is written, and the outputs are then written all or none (never half-written): on"
+            " an error (each INPUT that fails is named), OUT is left as it was."
         ),
         epilog=(
             "examples:\n"
@@ -246,14 +248,20 @@ def run_convert(args: argparse.Namespace) -> int:
         return _usage_error(clash)
 
     convert = _converter(fmt, args, start)
+    # Every input is converted (and its text made) before any output is touched, and the outputs are then written
+    # all or none: on an error OUT is left as it was, whichever input failed (in directory mode, writing each output
+    # as its input converted left the earlier ones written and the later ones not converted). Every bad input is
+    # named, not only the first.
+    outputs: list[tuple[Path, str]] = []
+    lines: list[str] = []
+    failed = False
     for job in jobs:
         began = time.perf_counter()
         try:
             result, note = convert(job.inputs)
-            # Everything that can fail is done before the output is touched; the writers then replace it atomically.
             if isinstance(result, RequestLog):
                 line = summarise_request_log(result)
-                write_request_log(result, job.output)
+                text = request_log_text(result)
             else:
                 if args.decimals is not None:
                     # What is written (rounded); the writer prints each float exactly, so this is what reads back.
@@ -261,11 +269,26 @@ def run_convert(args: argparse.Namespace) -> int:
                     result = RateSeries(result.start, result.step_s, rounded, result.source)
                 _check_timestamps(result, job.inputs)
                 line = summarise(result)
-                write_rate_series(result, job.output)
+                text = rate_series_text(result)
         except (TraceFormatError, ValueError, OSError, MemoryError) as exc:
             print(f"autoscaler trace convert: error: {_error_text(exc)}", file=sys.stderr)
-            return 2
-        print(f"{job.output}: {line}{note} [{time.perf_counter() - began:.1f} s]")
+            failed = True
+            outputs.clear()  # nothing will be written: keep no texts in memory
+            continue
+        if not failed:
+            outputs.append((job.output, text))
+            lines.append(f"{job.output}: {line}{note} [{time.perf_counter() - began:.1f} s]")
+    if failed:
+        if len(jobs) > 1:
+            print(f"autoscaler trace convert: error: nothing written to {out}", file=sys.stderr)
+        return 2
+    try:
+        write_texts(outputs)  # beside each target, then renamed into place: never half-written
+    except (OSError, MemoryError) as exc:
+        print(f"autoscaler trace convert: error: {_error_text(exc)}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
     return 0
 
 

@@ -5,7 +5,8 @@ Each importer reads an upstream format and returns a canonical :class:`~autoscal
 :class:`~autoscaler.traces.formats.TraceFormatError` with the file, line and column.
 
 - ``azure-llm`` — Azure LLM inference trace 2023 (``TIMESTAMP,ContextTokens,GeneratedTokens``, one row per request,
-  timestamps like ``2023-11-16 18:15:46.6805900``, taken as UTC) -> request log. Several files are merged.
+  timestamps like ``2023-11-16 18:15:46.6805900``, taken as UTC) -> request log. Several files are merged (a
+  file given twice is refused: its requests would be counted twice).
 - ``servegen`` — Alibaba ServeGen per-client chunk files -> rate series; see :func:`servegen_rate_series`.
 - ``azure-functions`` — Azure Functions 2019 per-minute invocation counts (``1000_inv.csv``) -> rate series at 60 s.
 - ``nab`` — Numenta Anomaly Benchmark ``timestamp,value`` -> rate series at the file's own step.
@@ -82,6 +83,14 @@ def read_azure_llm(paths: PathLike | Sequence[PathLike]) -> RequestLog:
     files = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     if not files:
         raise ValueError("azure-llm needs at least one input file")
+    # One file merged twice doubles the demand silently (a repeated glob, a file named by two paths): refused, as
+    # servegen_files refuses a client given twice.
+    seen: dict[Path, PathLike] = {}
+    for path in files:
+        real = _resolved(Path(path))
+        if real in seen:
+            raise ValueError(f"{path}: given twice (also as {seen[real]}): each of its requests would be counted twice")
+        seen[real] = path
     times: list[FloatArray] = []
     inputs: list[npt.NDArray[np.int64]] = []
     outputs: list[npt.NDArray[np.int64]] = []
@@ -99,6 +108,13 @@ def read_azure_llm(paths: PathLike | Sequence[PathLike]) -> RequestLog:
         np.concatenate(outputs),
         source=f"Azure LLM inference 2023: {names}",
     )
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compare as given (reading it fails with its own error)
+        return path.absolute()
 
 
 # ---------------------------------------------------------------------------------------------------------------------

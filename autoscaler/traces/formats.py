@@ -19,8 +19,9 @@ the step (default 60 s), so ``sum(rates) * step`` is exactly the number of reque
     2023-11-16T18:15:00,5.25
     2023-11-16T18:16:00,6.1
 
-Each timestamp is the start of its bin; the step is the (median) difference between consecutive timestamps and must
-be the same on every row, up to a jitter of 5 % of the step (timestamps are then taken as ``start + i * step``).
+Each timestamp is the start of its bin; the step is the time between rows and must be the same on every row, up to a
+jitter of 5 % of the step: with the step measured from the first row to the last, row ``i`` must be within 5 % of a
+step of ``start + i * step`` (the time it is then taken as).
 Timestamps strictly increase; rates are finite and >= 0. The last bin lasts one step.
 
 In both formats:
@@ -40,11 +41,13 @@ A malformed file raises :class:`TraceFormatError` naming the file, line and colu
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import math
 import os
+import re
 import tempfile
 import zlib
 from collections.abc import Sequence
@@ -229,9 +232,36 @@ def read_text(path: str | os.PathLike[str]) -> str:
         raise TraceFormatError(path, line, column, f"not UTF-8 text (byte 0x{raw[exc.start]:02x})") from exc
 
 
+#: One CSV field, consumed left to right so that a match never starts inside a quoted field: a quoted field followed
+#: by spaces or tabs up to the delimiter or the end of the line (group ``quoted``: the field without that padding), a
+#: quoted field, an unquoted field, or any one character (a delimiter, a line break, a stray quote).
+_CSV_TOKEN = re.compile(
+    r'(?P<quoted>[ \t]*"(?:[^"]|"")*")[ \t]+(?=[,\r\n]|\Z)|[ \t]*"(?:[^"]|"")*"|[^,\r\n"][^,\r\n]*|.',
+    re.DOTALL,
+)
+_PADDED_QUOTE = re.compile(r'"[ \t]+(?:[,\r\n]|\Z)')
+
+
+def _unpad_quoted_fields(text: str) -> str:
+    """``text`` with the spaces and tabs after each quoted field (before its delimiter) removed: the csv module's
+    ``skipinitialspace`` accepts padding before a quoted field, its strict mode none after one (``"0" ,1``)."""
+    return _CSV_TOKEN.sub(lambda m: m.group("quoted") or m.group(0), text)
+
+
 def read_csv(path: str | os.PathLike[str]) -> CsvTable:
     """Parse a CSV file into stripped fields, remembering each row's line number for error messages."""
     text = read_text(path)
+    try:
+        return _parse_csv(path, text)
+    except TraceFormatError:
+        # Padding after a quoted field is allowed as before one; the text is only rewritten (line breaks kept) when
+        # the strict parse failed and the file has such padding, so well-formed files are parsed once, unchanged.
+        if not _PADDED_QUOTE.search(text):
+            raise
+    return _parse_csv(path, _unpad_quoted_fields(text))
+
+
+def _parse_csv(path: str | os.PathLike[str], text: str) -> CsvTable:
     reader = csv.reader(io.StringIO(text), skipinitialspace=True, strict=True)
     rows: list[list[str]] = []
     lines: list[int] = []
@@ -449,20 +479,46 @@ def _rate_series_from_table(table: CsvTable, source: str) -> RateSeries:
             f"timestamp: {table.rows[1 + i][0]!r} is not after the previous row's {table.rows[i][0]!r}"
             " (a rate series' timestamps must strictly increase)",
         )
-    step = float(np.median(diffs))  # robust to a single gap, so the error names the gap's row
-    off = np.abs(diffs - step) > STEP_JITTER_TOLERANCE * step
-    if off.any():
-        i = int(np.argmax(off)) + 1
-        raise TraceFormatError(
+    # Row i is placed at start + i * step, the step from the first row to the last: every timestamp must be within
+    # the jitter tolerance of its place on that grid. (Checking each interval against the median interval instead
+    # let a step that changes part way through pass -- rows placed many steps from their time -- and refused
+    # jitter within the tolerance, two neighbours off in opposite directions.)
+    grid_step = float(times[-1] - times[0]) / (times.size - 1)
+    off_grid = times - (times[0] + grid_step * np.arange(times.size, dtype=np.float64))
+    outside = np.abs(off_grid) > STEP_JITTER_TOLERANCE * grid_step
+    if outside.any():
+        raise _irregular_step_error(table, diffs, off_grid, outside, grid_step)
+    return RateSeries(start=float(times[0]), step_s=_snap_to_ms(grid_step), rates=rates, source=source)
+
+
+def _irregular_step_error(
+    table: CsvTable, diffs: FloatArray, off_grid: FloatArray, outside: npt.NDArray[np.bool_], grid_step: float
+) -> TraceFormatError:
+    """The error for a rate series whose timestamps are not on a regular grid, naming the row to look at: a gap (or
+    an interval no jitter within the tolerance can make) where there is one, else the first row off the grid."""
+    median = float(np.median(diffs))  # robust to a single gap, so the error names the gap's row
+    gaps = np.abs(diffs - median) > 2 * STEP_JITTER_TOLERANCE * median
+    if gaps.any():
+        i = int(np.argmax(gaps)) + 1
+        return TraceFormatError(
             table.path,
             table.lines[1 + i],
             1,
             f"timestamp: {table.rows[1 + i][0]!r} is {float(diffs[i - 1]):g} s after the previous row, but"
-            f" the series' step is {step:g} s (a rate series needs a regular step; gaps must be filled)",
+            f" the series' step is {median:g} s (a rate series needs a regular step; gaps must be filled)",
         )
-    # Jitter passed the check: the mean step (first to last) is the drift-free estimate of the nominal step.
-    step = _snap_to_ms(float(times[-1] - times[0]) / (times.size - 1))
-    return RateSeries(start=float(times[0]), step_s=step, rates=rates, source=source)
+    i = int(np.argmax(outside))  # > 0: the first row is the grid's start
+    off = float(off_grid[i])
+    return TraceFormatError(
+        table.path,
+        table.lines[1 + i],
+        1,
+        f"timestamp: {table.rows[1 + i][0]!r} is {float(diffs[i - 1]):g} s after the previous row and"
+        f" {abs(off):.4g} s {'after' if off > 0 else 'before'} its place on the series' regular grid"
+        f" ({table.rows[1][0]!r} + {i} x {grid_step:.6g} s, the step from the first row to the last), more than the"
+        f" jitter of {STEP_JITTER_TOLERANCE:.0%} of a step allowed (a rate series needs the same step on every row;"
+        " gaps must be filled)",
+    )
 
 
 def _snap_to_ms(step: float) -> float:
@@ -518,11 +574,17 @@ def load_request_log(path: str | os.PathLike[str]) -> RequestLog:
     return _request_log_from_table(table, Path(path).name)[0]
 
 
-def load_trace(path: str | os.PathLike[str], step_s: float | None = None) -> RateSeries:
+def load_trace(path: str | os.PathLike[str], step_s: float | None = None, *, complete_bins: bool = False) -> RateSeries:
     """Read either canonical format (told apart by its header) as a rate series.
 
     A request log is binned into ``count / step_s`` per bin (``step_s`` defaults to 60 s); a rate series keeps its
     own step unless ``step_s`` is given, in which case it is :func:`resample`-d.
+
+    The last bin of a binned request log is the one holding its last request: the log says nothing past that request,
+    yet the bin's count is divided by the whole step (so that every request is kept, as the simulator needs). With
+    ``complete_bins`` that partly observed bin is dropped (its requests with it), for uses that compare the rates
+    with each other, such as scoring forecasts: a log of a constant 1 req/s ending 11 s into a 60 s bin would
+    otherwise end with 0.18 req/s. A rate series is unaffected.
     """
     if step_s is not None and not (math.isfinite(step_s) and step_s > 0):
         raise ValueError(f"step_s must be a positive number of seconds, got {step_s!r}")
@@ -539,7 +601,14 @@ def load_trace(path: str | os.PathLike[str], step_s: float | None = None) -> Rat
     log, row_times = _request_log_from_table(table, name)
     step = DEFAULT_REQUEST_LOG_STEP_S if step_s is None else step_s
     _check_log_span(table, row_times, step)
-    return bin_requests(log.times, step, source=f"{name} (request log, {len(log)} requests)")
+    source = f"{name} (request log, {len(log)} requests)"
+    series = bin_requests(log.times, step, source=source)
+    if complete_bins:
+        count = round(float(series.rates[-1]) * step)
+        dropped = f"{count} request{'' if count == 1 else 's'}"
+        source = f"{name} (request log, {len(log)} requests; its last, partly observed bin of {dropped} dropped)"
+        series = RateSeries(series.start, series.step_s, series.rates[:-1], source)
+    return series
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -669,6 +738,11 @@ def write_rate_series(series: RateSeries, path: str | os.PathLike[str], *, decim
     ``decimals`` (0 to :data:`MAX_DECIMALS`) rounds the rates (e.g. 3 for a small packaged file); by default they
     round-trip exactly. Nothing is written when the arguments are refused.
     """
+    write_texts([(path, rate_series_text(series, decimals=decimals))])
+
+
+def rate_series_text(series: RateSeries, *, decimals: int | None = None) -> str:
+    """The text :func:`write_rate_series` writes (``ValueError`` when it would refuse the arguments)."""
     if decimals is not None and (
         isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= MAX_DECIMALS
     ):
@@ -679,18 +753,21 @@ def write_rate_series(series: RateSeries, path: str | os.PathLike[str], *, decim
     rates = series.rates if decimals is None else np.round(series.rates, decimals)
     times = series.times
     body = "".join(f"{_fmt_number(t)},{_fmt_number(r)}\n" for t, r in zip(times.tolist(), rates.tolist(), strict=True))
-    _write_text(path, "timestamp,rate\n" + body)
+    return "timestamp,rate\n" + body
 
 
 def write_request_log(log: RequestLog, path: str | os.PathLike[str], *, time_decimals: int = 6) -> None:
     """Write the canonical request log (``timestamp[,input_tokens,output_tokens]``, Unix seconds, µs by default)."""
+    write_texts([(path, request_log_text(log, time_decimals=time_decimals))])
+
+
+def request_log_text(log: RequestLog, *, time_decimals: int = 6) -> str:
+    """The text :func:`write_request_log` writes."""
     stamps = [f"{t:.{time_decimals}f}" for t in log.times.tolist()]
     if log.input_tokens is None or log.output_tokens is None:
-        text = "timestamp\n" + "".join(f"{s}\n" for s in stamps)
-    else:
-        rows = zip(stamps, log.input_tokens.tolist(), log.output_tokens.tolist(), strict=True)
-        text = "timestamp,input_tokens,output_tokens\n" + "".join(f"{s},{i},{o}\n" for s, i, o in rows)
-    _write_text(path, text)
+        return "timestamp\n" + "".join(f"{s}\n" for s in stamps)
+    rows = zip(stamps, log.input_tokens.tolist(), log.output_tokens.tolist(), strict=True)
+    return "timestamp,input_tokens,output_tokens\n" + "".join(f"{s},{i},{o}\n" for s, i, o in rows)
 
 
 def _fmt_number(x: float) -> str:
@@ -699,28 +776,55 @@ def _fmt_number(x: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def _write_text(path: str | os.PathLike[str], text: str) -> None:
-    target = Path(path)
-    data = text.encode("utf-8")
-    if target.name.endswith(".gz"):
-        buffer = io.BytesIO()
-        # mtime=0 and no embedded file name: the same series always gives the same bytes (reviewable diffs).
-        with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as gz:
-            gz.write(data)
-        data = buffer.getvalue()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside the target and rename, so a crash never leaves a half-written trace behind.
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+def write_texts(files: Sequence[tuple[str | os.PathLike[str], str]]) -> None:
+    """Write each ``(path, text)`` (UTF-8; gzip-compressed, deterministically, when the path ends in ``.gz``), all or
+    none: every file is first written beside its target, then all are renamed into place. When one cannot be
+    written (a directory in the way, no space, no permission), none is replaced and the directories made for them
+    are removed again (only a rename failing part way, once all were written, could leave the first ones in place);
+    a crash never leaves a half-written file behind."""
+    made: list[Path] = []
+    staged: list[tuple[str, Path]] = []
+    renamed = False
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        # mkstemp creates the file 0600; give the trace the permissions a plain open() would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
+        for path, text in files:
+            target = Path(path)
+            data = text.encode("utf-8")
+            if target.name.endswith(".gz"):
+                buffer = io.BytesIO()
+                # mtime=0 and no embedded file name: the same series always gives the same bytes (reviewable diffs).
+                with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as gz:
+                    gz.write(data)
+                data = buffer.getvalue()
+            if target.is_dir():  # os.replace would fail only once the files before it are in place
+                raise OSError(f"cannot write {target}: it is a directory")
+            made.extend(d for d in [target.parent, *target.parent.parents] if not d.exists())
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+                staged.append((tmp, target))
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                # mkstemp creates the file 0600; give the trace the permissions a plain open() would have.
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+            except OSError as exc:  # name the file asked for, not the temporary one beside it
+                raise OSError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        while staged:
+            tmp, target = staged[0]
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:
+                raise OSError(f"cannot write {target}: {exc.strerror or exc}") from exc
+            renamed = True
+            staged.pop(0)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        if not renamed:  # nothing is in place: the directories made for the files are empty again
+            for directory in sorted(set(made), key=lambda d: len(d.parts), reverse=True):
+                with contextlib.suppress(OSError):  # not empty after all, or gone: leave it
+                    directory.rmdir()
         raise
 
 
@@ -765,12 +869,20 @@ def summarise(series: RateSeries) -> str:
 
 
 def summarise_request_log(log: RequestLog, step_s: float = DEFAULT_REQUEST_LOG_STEP_S) -> str:
-    """One line for a request log: requests, span, mean rate and the peak over ``step_s`` bins."""
+    """One line for a request log: requests, span, and the mean and peak rate over ``step_s`` bins.
+
+    The mean is over the bins the peak is taken from (those :func:`bin_requests` makes: the first starts at the first
+    request, the last holds the last one), so it is never above the peak printed beside it; ``n / (last - first)``
+    was (two requests 64.3 s apart: mean 0.0311, peak 0.01667 req/s over 60 s bins)."""
     if len(log) == 0:
         return "0 requests"
     span = float(log.times[-1] - log.times[0])
     # every request at one instant has no rate to speak of ("mean nan req/s" said nothing)
-    mean = f"mean {len(log) / span:.4g} req/s" if span > 0 else "all at one instant: no mean rate"
+    if span > 0:
+        bins = math.floor(span / step_s) + 1.0  # as bin_requests counts them, in floats: no allocation, no overflow
+        mean = f"mean {len(log) / bins / step_s:.4g} req/s"
+    else:
+        mean = "all at one instant: no mean rate"
     if span / step_s < MAX_BINS:
         peak = f"peak {float(bin_requests(log.times, step_s).rates.max()):.4g} req/s (over {_fmt_seconds(step_s)} bins)"
     else:  # a valid log, but too long to bin at this step: say so rather than allocate
@@ -796,10 +908,13 @@ __all__: Sequence[str] = (
     "load_request_log",
     "load_trace",
     "parse_time",
+    "rate_series_text",
+    "request_log_text",
     "resample",
     "sniff_format",
     "summarise",
     "summarise_request_log",
     "write_rate_series",
     "write_request_log",
+    "write_texts",
 )
