@@ -52,6 +52,7 @@ from autoscaler.core.reasons import Reason
 from autoscaler.ports import (
     ChangedSinceRead,
     ClusterWriter,
+    DisruptionBudgets,
     EvictionOutcome,
     NodePoolScaler,
     PortError,
@@ -550,6 +551,15 @@ class Actuator:
             return [ActionResult(a, "held", held) for a in evictions]
         if self.dry_run or not self.can_act():
             return [self.apply_one(a, context) for a in evictions]
+        short = self._budget_short(evictions)
+        if short is not None:
+            kind, message = short
+            if kind == "failed":
+                self.on_error("cluster_write")
+                log.error("%s", message)
+                return [ActionResult(a, "failed", message, "cluster_write") for a in evictions]
+            log.info("%s", message)
+            return [ActionResult(a, "blocked", message) for a in evictions]
         for action in evictions:
             try:
                 outcome = self.writer.evict_pod(
@@ -602,6 +612,33 @@ class Actuator:
                 if r.result not in ("applied", "gone"):
                     r.message = f"gang {gang} partly stopped ({stopped} of {len(results)} pods): {r.message}"
         return results
+
+    def _budget_short(self, evictions: Sequence[EvictPod]) -> tuple[str, str] | None:
+        """Why the gang may not go as a whole under a PodDisruptionBudget covering several of its pods, read now
+        (("blocked", why): one allows fewer disruptions than the gang's pods it covers; ("failed", why): the budgets
+        could not be read), or None. The dry-run evictions check each pod alone and spend nothing, so two pods under
+        a budget that allows one both pass, and the real evictions then stop the first and are refused the second:
+        the gang broken. Writers that cannot read budgets (``DisruptionBudgets``) leave it to the dry runs."""
+        shared = {budget: covered for budget, covered in evictions[0].budgets if covered > 1}
+        if not shared or not isinstance(self.writer, DisruptionBudgets):
+            return None
+        gang = evictions[0].gang
+        allowed: dict[str, int] = {}
+        try:
+            for namespace in sorted({budget.partition("/")[0] for budget in shared}):
+                allowed.update(
+                    {f"{namespace}/{name}": n for name, n in self.writer.disruptions_allowed(namespace).items()}
+                )
+        except Exception as exc:
+            return "failed", f"gang {gang} left running: its PodDisruptionBudgets could not be read: {exc}"
+        for budget, covered in sorted(shared.items()):
+            now = allowed.get(budget)
+            if now is not None and now < covered:
+                return "blocked", (
+                    f"gang {gang} left running: PodDisruptionBudget {budget} allows {now} disruption(s) now, fewer "
+                    f"than the {covered} pods of the gang it covers"
+                )
+        return None
 
     def _write(self, action: Action, guard: Callable[[], bool]) -> str:
         """The write, and its result: ``applied``, or what the writer says it found instead (``_result_of``)."""

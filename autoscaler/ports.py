@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.model import Observation, ServicePolicy
@@ -116,6 +116,17 @@ def refuse_pool_size_changed(what: str, live: int, expected: int | None) -> None
 class WriteNotAllowed(PortError):
     """Not written: the write guard said no just before the request (not the leader any more, a write deadline
     passed). Nothing was changed by that request."""
+
+
+@runtime_checkable
+class DisruptionBudgets(Protocol):
+    """What a writer that can also read PodDisruptionBudgets offers the actuator: a gang's pods under one budget are
+    checked together before the first eviction (the Eviction API's dry run checks one pod and spends nothing)."""
+
+    def disruptions_allowed(self, namespace: str) -> Mapping[str, int]:
+        """PodDisruptionBudget name -> its ``status.disruptionsAllowed``, read now, for every budget of
+        ``namespace``. Raises PortError when they cannot be read."""
+        ...
 
 
 class ClusterWriter(Protocol):

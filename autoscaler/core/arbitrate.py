@@ -681,8 +681,9 @@ def _stop_actions(
         ]
     share = lost / max(1, len(victim.pods))
     uids = victim.pod_uids or (None,) * len(victim.pods)
+    budgets = tuple((budget, covered) for budget, covered, _ in victim.pdb_use)
     return [
-        EvictPod(namespace, name, Reason.PREEMPT_FOR_INFERENCE, detail, victim.gang, service, share, uid)
+        EvictPod(namespace, name, Reason.PREEMPT_FOR_INFERENCE, detail, victim.gang, service, share, uid, budgets)
         for (namespace, name), uid in zip(victim.pods, uids, strict=True)
     ]
 

@@ -279,6 +279,10 @@ class EvictPod:
     service: str = ""  # "namespace/name" of the service the GPUs are freed for ("" = none)
     lost_work_gpu_s: float = 0.0  # this pod's share of the work its gang loses since its last checkpoint
     uid: str | None = None  # the pod the plan was made from (a precondition: a successor of the same name is spared)
+    # (PodDisruptionBudget "namespace/name", pods of the gang it covers) as the plan saw them: a budget covering
+    # several of the gang's pods is checked for all of them at once before the first eviction (a dry run per pod
+    # spends nothing, so each passes a budget that allows fewer than the gang needs)
+    budgets: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -585,8 +585,14 @@ def plan_rebalance(
             f"empties burst node {node.name} ({used} of {node.allocatable_gpus} GPUs in use) for its give-back",
         )
     uids = {(p.namespace, p.name): p.uid for u in units if u.owner in moved_owners for p in u.pods}
+    budgets = {
+        u.owner: tuple((key, covered) for key, covered, _ in u.pdb_use) for u in units if u.owner in moved_owners
+    }
     actions = tuple(
-        EvictPod(ns, name, Reason.REBALANCE, m.detail, gang=m.gang, uid=uids.get((ns, name)))
+        EvictPod(
+            ns, name, Reason.REBALANCE, m.detail, gang=m.gang, uid=uids.get((ns, name)),
+            budgets=budgets.get(m.owner, ()) if m.gang else (),
+        )
         for m in moves
         for ns, name in m.pods
     )

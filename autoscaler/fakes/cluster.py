@@ -344,6 +344,10 @@ class FakeCluster:
             self._record("scale_deployment", args, "applied")
             return WriteOutcome.WROTE
 
+    def disruptions_allowed(self, namespace: str) -> dict[str, int]:
+        with self._lock:
+            return {p.name: p.disruptions_allowed for p in self.pdbs.values() if p.namespace == namespace}
+
     def evict_pod(
         self,
         namespace: str,

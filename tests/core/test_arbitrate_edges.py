@@ -276,3 +276,17 @@ def test_evictions_carry_the_uid_of_the_pod_read() -> None:
     actions, _, _ = run(snapshot, [CHAT], [decision(CHAT, 12, 12)], CapacityConfig())
     (evict,) = [a for a in actions if isinstance(a, EvictPod)]
     assert (evict.name, evict.uid) == ("bare-0", "uid-of-bare-0")
+
+
+def test_a_gang_evictions_name_the_budget_covering_several_of_its_pods() -> None:
+    """The plan's evictions of a gang carry (budget, pods of the gang it covers): the actuator reads the budget
+    fresh before the first eviction, since the per-pod dry runs spend nothing (review 39)."""
+    team = {"team": "vision"}
+    pods = [replica("chat", i, "n1") for i in range(8)]
+    pods += [worker("g", 0, "n2", labels=team), worker("g", 1, "n3", labels=team)]
+    pdb = PodDisruptionBudgetInfo("ml", "vision", team, disruptions_allowed=2)
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(node("n1"), node("n2"), node("n3")), pdbs=(pdb,))
+    actions, _, _ = run(snapshot, [CHAT], [decision(CHAT, 8, 16)], CapacityConfig())
+    evictions = [a for a in actions if isinstance(a, EvictPod)]
+    assert [a.name for a in evictions] == ["g-0", "g-1"], actions
+    assert all(a.budgets == (("ml/vision", 2),) for a in evictions)

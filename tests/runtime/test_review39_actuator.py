@@ -1,7 +1,8 @@
 """Defect review 39 of applying plans: ``autoscaler/actuator.py`` and ``autoscaler/adapters/kubernetes/writer.py``.
 
 Defects found (each an ``xfail(strict=True)`` test below, with WRONG/RIGHT in its docstring; 2, 3 and 4 fixed in the
-same stop, their tests say "Fixed"; 1 is kept as a strict xfail):
+same stop, their tests say "Fixed"; 1 was kept as a strict xfail, then fixed too: the plan's evictions name the budgets
+covering several of the gang's pods, read fresh before the first eviction):
 
 1. ``Actuator._apply_gang``: a gang's pods are dry-run evicted one at a time. A dry run changes no budget, so a
    PodDisruptionBudget covering several pods of the gang passes each dry run with ``disruptionsAllowed`` 1, and the
@@ -49,7 +50,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.reasons import Reason
 from autoscaler.fakes.cluster import FakeCluster
-from autoscaler.ports import EvictionOutcome
+from autoscaler.ports import EvictionOutcome, PortError
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
 from tests.runtime.test_controller import make
@@ -121,10 +122,12 @@ def seed_gang_under_one_budget(apiserver: FakeApiServer, names: list[str], disru
 
 
 def gang_evictions(apiserver: FakeApiServer, names: list[str]) -> list[Action]:
+    """The gang's evictions as the planner writes them: each names the budget covering the gang's pods, and how many
+    (``core.arbitrate._stop_actions``, from the victim's ``pdb_use``)."""
     return [
         EvictPod(
             NS, n, Reason.PREEMPT_FOR_INFERENCE, "for train/chat", gang=GANG, service=f"{NS}/chat",
-            lost_work_gpu_s=1800.0, uid=uid_of(apiserver, n),
+            lost_work_gpu_s=1800.0, uid=uid_of(apiserver, n), budgets=((f"{NS}/trainer", len(names)),),
         )
         for n in names
     ]  # fmt: skip
@@ -133,14 +136,13 @@ def gang_evictions(apiserver: FakeApiServer, names: list[str]) -> list[Action]:
 # ---- defect 1: a budget shared by the gang's pods ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_apply_gang dry-runs each pod alone: a budget shared by the gang passes every dry run and breaks the gang",
-)
 def test_a_gang_whose_shared_budget_cannot_cover_it_is_left_running_whole(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
-    """WRONG: ``autoscaler/actuator.py`` ``Actuator._apply_gang`` asks each eviction of the gang as a dry run, one pod
+    """Fixed (was a strict xfail): the budgets covering several pods are read and checked before the first
+    eviction.
+
+    WRONG: ``autoscaler/actuator.py`` ``Actuator._apply_gang`` asks each eviction of the gang as a dry run, one pod
     at a time. The API server's dry run checks the pod's PodDisruptionBudget and spends nothing, so two pods under one
     budget with ``disruptionsAllowed: 1`` (it allowed 2 when the tick read it, and the planner's ``pdbs_covering``
     counted both pods against it; since then one disruption was spent elsewhere) both pass. The real evictions then
@@ -395,3 +397,39 @@ def test_every_reason_is_a_valid_event_reason() -> None:
         assert camel[:1].isupper() and camel.isalnum() and len(camel) <= 128, (reason, camel)
     assert len(set(reasons.values())) == len(reasons)
     assert event_reason(Reason.PREEMPT_FOR_INFERENCE) == "PreemptForInference"
+
+
+def test_a_gang_is_left_running_whole_when_its_budgets_cannot_be_read() -> None:
+    """The fresh budget read failing is an API error: the gang stays running (``failed``, nothing evicted), never
+    half stopped."""
+    pods = [PodInfo(NS, n, "gpu-0", 1, 0, "Running", True, gang=GANG, uid=f"uid-{n}") for n in ("w-0", "w-1")]
+    cluster = FakeCluster(pods=pods)
+
+    def unreadable(namespace: str) -> dict[str, int]:
+        raise PortError("list poddisruptionbudgets: HTTP 503")
+
+    cluster.disruptions_allowed = unreadable  # type: ignore[method-assign]
+    evictions = [
+        EvictPod(NS, n, Reason.PREEMPT_FOR_INFERENCE, "for ml/chat", gang=GANG, uid=f"uid-{n}",
+                 budgets=((f"{NS}/trainer", 2),))
+        for n in ("w-0", "w-1")
+    ]  # fmt: skip
+    results = Actuator(cluster, cluster).apply(evictions, GuardContext(NOW, {}))
+    assert [r.result for r in results] == ["failed", "failed"]
+    assert "could not be read" in results[0].message
+    assert not [w for w in cluster.writes if w.op == "evict_pod"]
+
+
+def test_a_budget_covering_one_pod_of_the_gang_is_left_to_its_dry_run() -> None:
+    """Only a budget covering several of the gang's pods is read: one pod's budget is what the dry run checks."""
+    pods = [PodInfo(NS, n, "gpu-0", 1, 0, "Running", True, gang=GANG, uid=f"uid-{n}") for n in ("w-0", "w-1")]
+    cluster = FakeCluster(pods=pods)
+    reads: list[str] = []
+    cluster.disruptions_allowed = lambda namespace: reads.append(namespace) or {}  # type: ignore[method-assign]
+    evictions = [
+        EvictPod(NS, n, Reason.PREEMPT_FOR_INFERENCE, "for ml/chat", gang=GANG, uid=f"uid-{n}",
+                 budgets=((f"{NS}/one", 1),))
+        for n in ("w-0", "w-1")
+    ]  # fmt: skip
+    results = Actuator(cluster, cluster).apply(evictions, GuardContext(NOW, {}))
+    assert [r.result for r in results] == ["applied", "applied"] and reads == []

@@ -137,6 +137,7 @@ class KubeClusterWriter:
         self._batch = client.BatchV1Api(api_client)
         self._events = client.EventsV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._policy = client.PolicyV1Api(api_client)
         self._clock = clock
         self._sleep = sleep
         self._uids: OrderedDict[tuple[str, str, str], str] = OrderedDict()
@@ -314,6 +315,19 @@ class KubeClusterWriter:
         # The pod is going: an Event on it must not cost a GET that can only answer 404 (no uid, no describe).
         self._forget_uid("Pod", namespace, name)
         return EvictionOutcome.EVICTED
+
+    def disruptions_allowed(self, namespace: str) -> dict[str, int]:
+        """Every PodDisruptionBudget of ``namespace`` -> its ``status.disruptionsAllowed`` now (one list, with the
+        read retries; the Role lists them already for the snapshot). A budget without a status yet allows none."""
+        what = f"list poddisruptionbudgets in {namespace}"
+        listed = self._read(what, self._policy.list_namespaced_pod_disruption_budget, namespace)
+        out: dict[str, int] = {}
+        for item in listed.get("items") or []:
+            name = (item.get("metadata") or {}).get("name")
+            allowed = (item.get("status") or {}).get("disruptionsAllowed")
+            if isinstance(name, str):
+                out[name] = allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0
+        return out
 
     def _live_pod_uid(self, what: str, namespace: str, name: str) -> str | None:
         """The uid of the pod of that name now (remembered for its Events), or None when there is none."""
