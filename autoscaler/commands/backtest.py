@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.traces import PACKAGED_TRACES, load_trace, packaged_trace_path
+from autoscaler.traces.convert import resolved_path
 from autoscaler.traces.formats import RateSeries, write_texts
 
 DEFAULT_HORIZON_S = 3600.0
@@ -166,7 +167,7 @@ def _pct(value: float, width: int) -> str:
 def _check_json_out(json_out: str, trace: Path) -> str | None:
     """Why ``--json OUT`` cannot be written, or None; checked before the run, which can take minutes."""
     out = Path(json_out)
-    if _resolved(out) == _resolved(trace) or (out.exists() and trace.exists() and os.path.samefile(out, trace)):
+    if resolved_path(out) == resolved_path(trace) or (out.exists() and trace.exists() and os.path.samefile(out, trace)):
         return f"--json {json_out} is the trace {trace}: give --json another file (the trace would be overwritten)"
     if out.is_dir():
         return f"--json {json_out} is a directory: give a file name, e.g. {out / 'backtest.json'}"
@@ -178,13 +179,6 @@ def _check_json_out(json_out: str, trace: Path) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"--json {json_out}: cannot write in {existing} (permission denied)"
     return None
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop: compare as given
-        return path.absolute()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from autoscaler.traces.convert import (
     read_azure_llm,
     read_nab,
     resample_if,
+    resolved_path,
 )
 from autoscaler.traces.formats import (
     MAX_DECIMALS,
@@ -296,9 +297,9 @@ def _output_clash(jobs: Sequence[_Job], inputs: Sequence[str]) -> str | None:
     """Why the outputs cannot be written without losing something, or None: two inputs of one name would write one
     output (the second silently wins), and an output that is an input would replace the data it was made from."""
     seen: dict[Path, str] = {}
-    sources = {_resolved(Path(item)): item for item in inputs}
+    sources = {resolved_path(Path(item)): item for item in inputs}
     for job in jobs:
-        target = _resolved(job.output)
+        target = resolved_path(job.output)
         if target in sources:
             return f"the output {job.output} is the input {sources[target]}: give --output another file or directory"
         if target in seen:
@@ -308,13 +309,6 @@ def _output_clash(jobs: Sequence[_Job], inputs: Sequence[str]) -> str | None:
             )
         seen[target] = ", ".join(job.inputs)
     return None
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):  # a symlink loop: compare as given
-        return path.absolute()
 
 
 def _error_text(exc: BaseException) -> str:

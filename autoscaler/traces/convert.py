@@ -87,7 +87,7 @@ def read_azure_llm(paths: PathLike | Sequence[PathLike]) -> RequestLog:
     # servegen_files refuses a client given twice.
     seen: dict[Path, PathLike] = {}
     for path in files:
-        real = _resolved(Path(path))
+        real = resolved_path(Path(path))
         if real in seen:
             raise ValueError(f"{path}: given twice (also as {seen[real]}): each of its requests would be counted twice")
         seen[real] = path
@@ -110,7 +110,8 @@ def read_azure_llm(paths: PathLike | Sequence[PathLike]) -> RequestLog:
     )
 
 
-def _resolved(path: Path) -> Path:
+def resolved_path(path: Path) -> Path:
+    """``path`` resolved, to compare two names of one file; as given (absolute) when it cannot be resolved."""
     try:
         return path.resolve()
     except (OSError, RuntimeError):  # a symlink loop: compare as given (reading it fails with its own error)

@@ -93,10 +93,7 @@ def parse_move_times(text: object, what: str) -> tuple[float, ...]:
     (an edited ConfigMap: the rebalancer then moves nothing until it is fixed or deleted)."""
     if text is None:
         return ()
-    try:
-        values = json.loads(str(text))
-    except ValueError as exc:
-        raise PortError(f"{what}: data.{DATA_KEY} is not JSON ({exc}); delete the ConfigMap to reset") from exc
+    values = _json(text, DATA_KEY, what)
     if not isinstance(values, list) or not all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
     ):
@@ -109,10 +106,7 @@ def parse_targets(text: object, what: str) -> tuple[tuple[str, float], ...]:
     [target, Unix seconds] pairs."""
     if text is None:
         return ()
-    try:
-        values = json.loads(str(text))
-    except ValueError as exc:
-        raise PortError(f"{what}: data.{TARGETS_KEY} is not JSON ({exc}); delete the ConfigMap to reset") from exc
+    values = _json(text, TARGETS_KEY, what)
     if not isinstance(values, list) or not all(
         isinstance(v, list)
         and len(v) == 2
@@ -126,3 +120,10 @@ def parse_targets(text: object, what: str) -> tuple[tuple[str, float], ...]:
             f"{what}: data.{TARGETS_KEY} must be a list of [target, Unix seconds]; delete the ConfigMap to reset"
         )
     return tuple((str(v[0]), float(v[1])) for v in values)
+
+
+def _json(text: object, key: str, what: str) -> object:
+    try:
+        return json.loads(str(text))
+    except ValueError as exc:
+        raise PortError(f"{what}: data.{key} is not JSON ({exc}); delete the ConfigMap to reset") from exc
