@@ -89,11 +89,14 @@ class TickReporter:
         self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
         self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}  # lastForecast, to not rewrite each tick
         self._seen_uids: dict[tuple[str, str], str] = {}  # each listed policy's metadata.uid at the last prune
+        # a scale applied whose status write failed: its lastAction (and when) goes with the next write that succeeds
+        self._unwritten_action: dict[tuple[str, str], tuple[Action, float]] = {}
 
     def reset(self) -> None:
         """Forget what was written (a new leader writes everything once)."""
         self._written_status.clear()
         self._written_forecast.clear()
+        self._unwritten_action.clear()
 
     def forget_unlisted(self, objects: Sequence[PolicyObject], snapshot: ClusterSnapshot | None = None) -> None:
         """Forget what was written to, and reported on, objects this tick's reads no longer list.
@@ -111,7 +114,7 @@ class TickReporter:
         replaced = {i for i, uid in uids.items() if self._seen_uids.get(i, uid) != uid}
         self._seen_uids = uids
         listed = {(o.namespace, o.name) for o in objects} - replaced
-        for memo in (self._written_status, self._written_forecast):
+        for memo in (self._written_status, self._written_forecast, self._unwritten_action):
             for ident in [i for i in memo if i not in listed]:
                 del memo[ident]
         kinds = (f"{POLICY_KIND}/", "Pod/", "Deployment/") if snapshot is not None else (f"{POLICY_KIND}/",)
@@ -266,11 +269,19 @@ class TickReporter:
                 update = invalid_status(invalid[ident] or "invalid spec")
             elif obj.policy is not None:
                 key = obj.policy.key
+                action, action_time = applied.get(key), now
+                if action is not None:
+                    self._unwritten_action[ident] = (action, now)
+                elif ident in self._unwritten_action:
+                    # applied at an earlier tick whose status write failed: the status still says why (and when)
+                    action, action_time = self._unwritten_action[ident]
                 update = policy_status(
-                    policies[key], decisions.get(key), applied.get(key), report.stale.get(key, ()), now
+                    policies[key], decisions.get(key), action, report.stale.get(key, ()), now, action_time
                 )
                 view = report.forecasts.get(key)
-                record = forecast_record(view) if view is not None else None
+                spec_forecast = policies[key].forecast
+                quantile = spec_forecast.quantile if spec_forecast is not None else None
+                record = forecast_record(view, quantile) if view is not None else None
                 if record is not None:
                     # The demand at now + lead moves every tick; rewrite lastForecast only when the fit, the floor
                     # or the verdict changes, so a steady service costs no status write per tick.
@@ -287,7 +298,8 @@ class TickReporter:
                         update = replace(update, last_forecast=record)
             else:
                 continue
-            if self._written_status.get(ident) == (obj.generation, update):
+            if self._written_status.get(ident) == (obj.generation, _steady(update)):
+                self._unwritten_action.pop(ident, None)
                 continue
             if not self.actuator.can_act():
                 # asked before every write: a Lease lost after the previous status write stops the rest
@@ -315,9 +327,25 @@ class TickReporter:
                 self.telemetry.error("status_write")
                 log.warning("status of %s %s/%s not written (retried next tick): %s", POLICY_KIND, *ident, exc)
                 continue
-            self._written_status[ident] = (obj.generation, replace(update, last_forecast=None))
+            self._written_status[ident] = (obj.generation, _steady(replace(update, last_forecast=None)))
+            self._unwritten_action.pop(ident, None)
             if forecast_memo is not None:
                 self._written_forecast[ident] = forecast_memo
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _steady(update: StatusUpdate) -> StatusUpdate:
+    """``update`` as the memo compares it: the MetricsStale condition's message without its numbers. A stale
+    reason carries the sample's age, which grows every tick; the condition's status, reason and transition do not
+    change through the episode, and a status write per tick for the age alone is churn (each a new
+    resourceVersion). The message written is the episode's first (or the last one that changed otherwise)."""
+    conditions = tuple(
+        replace(c, message=_NUMBER.sub("#", c.message)) if c.type == METRICS_STALE and c.status else c
+        for c in update.conditions
+    )
+    return replace(update, conditions=conditions)
 
 
 def log_decision(decision: ScaleDecision) -> None:
@@ -401,11 +429,27 @@ def forecast_gauges(views: Mapping[str, ServiceForecastView], now: float) -> lis
     return out
 
 
-def forecast_record(view: ServiceForecastView) -> ForecastRecord | None:
-    """``status.lastForecast`` of one service: the fit, the demand it forecasts at now + lead and the floor."""
+def forecast_record(view: ServiceForecastView, quantile: float | None = None) -> ForecastRecord | None:
+    """``status.lastForecast`` of one service: the fit, the demand it forecasts at now + lead and the floor. Without
+    a fit in force (none yet, or withheld after a spec change) but with the headroom the tick ran at: a record of
+    that headroom alone (``time`` None, at the spec's ``quantile``), so the status never shows an earlier fit's
+    verdict as the one in force."""
     pub = view.published
     if pub is None:
-        return None
+        if view.headroom is None or quantile is None:
+            return None
+        reason = view.floor.reason.value if view.floor is not None else None
+        return ForecastRecord(
+            time=None,
+            horizon_s=view.lead_s,
+            quantile=quantile,
+            mode=view.mode.value,
+            reason=reason,
+            message=(view.floor.detail if view.floor is not None else view.message) or None,
+            headroom_state=view.headroom.state.value,
+            headroom_ratio=round(view.headroom.ratio, 4),
+            headroom_message=view.headroom.detail,
+        )
     floor = view.floor
     if floor is not None:
         reason, message = floor.reason.value, floor.detail
@@ -445,6 +489,7 @@ def policy_status(
     applied: Action | None,
     stale: Sequence[str],
     now: float,
+    action_time: float | None = None,
 ) -> StatusUpdate:
     """The GPUScalingPolicy status update for one tick: replicas, the last applied action and its reason, conditions.
 
@@ -480,6 +525,10 @@ def policy_status(
     return StatusUpdate(
         current_replicas=current,
         desired_replicas=desired,
-        last_action=LastAction.from_action(applied, now) if applied is not None else None,
+        last_action=(
+            LastAction.from_action(applied, action_time if action_time is not None else now)
+            if applied is not None
+            else None
+        ),
         conditions=conditions,
     )

@@ -65,7 +65,7 @@ class LastAction:
 
 @dataclass(frozen=True, slots=True)
 class ForecastRecord:
-    time: float
+    time: float | None  # when the fit in force was made; None: no fit in force, only the headroom the tick ran at
     horizon_s: float
     quantile: float
     demand: float | None = None

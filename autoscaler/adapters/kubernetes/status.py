@@ -59,7 +59,11 @@ class LastActionModel(_Wire):
 
 
 class ForecastModel(_Wire):
-    time: str = Field(description="when the forecast was made (RFC 3339)")
+    time: str | None = Field(
+        None,
+        description="when the forecast in force was made (RFC 3339); absent: no fit is in force (none yet, or "
+        "withheld after a spec change), and the record says only the headroom the service runs at",
+    )
     horizon_seconds: float = Field(alias="horizonSeconds", ge=0, description="how far ahead it looks, seconds")
     quantile: float = Field(gt=0, lt=1, description="forecast quantile provisioned for")
     demand: float | None = Field(None, description="forecast demand at the horizon, in the metric's unit")
@@ -130,7 +134,10 @@ def merge_status(
             status["lastScaleTime"] = record["time"]
     if update.last_forecast is not None:
         f = update.last_forecast
-        forecast: dict[str, Any] = {"time": format_time(f.time), "horizonSeconds": f.horizon_s, "quantile": f.quantile}
+        # written whole: a record without a fit (time None) drops the previous fit's fields
+        forecast: dict[str, Any] = {"horizonSeconds": f.horizon_s, "quantile": f.quantile}
+        if f.time is not None:
+            forecast = {"time": format_time(f.time), **forecast}
         for key, value in (
             ("demand", f.demand),
             ("replicas", f.replicas),
