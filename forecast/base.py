@@ -72,9 +72,18 @@ class BaseForecaster(BaseEstimator):  # type: ignore[misc]
 
     # -- public API ------------------------------------------------------------------------------------------------
     def fit(self, y: npt.ArrayLike, *, start: float = 0.0, step_s: float = 60.0) -> Self:
-        self.levels_ = check_levels(self.quantiles)
-        clean = self._prepare(y, start, step_s)
-        self._fit(clean)
+        # All or nothing, as ``update``: a fit that fails leaves the estimator as it was (unfitted, or the previous
+        # fit at its own origin), not the previous fit stamped with the new origin, nor a half-fitted one that
+        # passes the fitted check and fails in predict.
+        kept = dict(self.__dict__)
+        try:
+            self.levels_ = check_levels(self.quantiles)
+            clean = self._prepare(y, start, step_s)
+            self._fit(clean)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(kept)
+            raise
         return self
 
     def update(self, y: npt.ArrayLike, *, start: float = 0.0, step_s: float | None = None) -> Self:

@@ -143,8 +143,12 @@ def detect_periods(
         if not np.isfinite(strength) or strength < min_strength:
             continue
         nested = [p for p in strengths if _is_multiple(period, p)]
+        # kept only when it beats every shorter period it nests by min_gain: "not worse by more than" kept a week
+        # beside an exact daily profile, where both errors are 0 (or float noise: below 1e-9 of the variance)
+        noise = 1e-9 * float(np.var(arr))
         if any(
-            _lag_error(arr, step_s, period, period) > (1.0 - min_gain) * _lag_error(arr, step_s, p, period)
+            not _lag_error(arr, step_s, period, period) < (1.0 - min_gain) * _lag_error(arr, step_s, p, period)
+            or _lag_error(arr, step_s, p, period) <= noise
             for p in nested
         ):
             continue

@@ -149,7 +149,10 @@ class CountLevel(BaseForecaster):
             if not hasattr(self, "dispersion_"):
                 self.dispersion_ = 1.0
             return
-        pearson = errors**2 / np.maximum(level[burn:-1], self._floor())
+        # Divided by the larger of the level before the step and the value observed: a level change (demand
+        # leaving an idle night) is one large error on a level near zero, and divided by that level alone it read
+        # as a dispersion of thousands, which put the median of steady demand at 0 for days after.
+        pearson = errors**2 / np.maximum(np.maximum(level[burn:-1], y[burn + 1 :]), self._floor())
         weights = recency_weights(errors.size, self.step_s_, self.residual_half_life_s)
         mean_sq = float(np.mean(pearson)) if weights is None else float(np.dot(weights, pearson) / weights.sum())
         # In counts: Var(count) = dispersion * mean count.

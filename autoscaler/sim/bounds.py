@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoscaler.sim.engine import metrics_delay_steps
-from autoscaler.sim.policies import SimService, _forward_window_max
+from autoscaler.sim.policies import SimService, _forward_window_max, metrics_delay_steps
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ from autoscaler.core.rebalance import (
 )
 from autoscaler.sim.cluster import Scoring, SimCluster, SimDeployment, SimJob, SimPool
 from autoscaler.sim.latency import erlang_c, latency_and_share
-from autoscaler.sim.policies import SimPolicy, SimService
+from autoscaler.sim.policies import SimPolicy, SimService, metrics_delay_steps
 from autoscaler.sim.scenario import NodePool
 
 # Cluster Autoscaler's default: a node is a scale-down candidate below this share of its GPUs requested.
@@ -289,11 +289,6 @@ def build_cluster(
         cluster.add_job(dataclasses.replace(job))
     return cluster
 
-
-def metrics_delay_steps(metrics_delay_s: float, step_s: float) -> int:
-    """Whole steps the policies' metrics lag the demand: rounded up (a delay is never shortened; rounding half to
-    even made the default 30 s delay at 60 s steps no delay at all)."""
-    return max(0, math.ceil(metrics_delay_s / step_s - 1e-9))
 
 
 def simulate(

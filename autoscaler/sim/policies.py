@@ -40,6 +40,12 @@ from autoscaler.core.tick import PublishedForecast, TickConfig, TickInput, decid
 from autoscaler.sim.latency import replicas_needed
 
 
+def metrics_delay_steps(metrics_delay_s: float, step_s: float) -> int:
+    """Whole steps the policies' metrics lag the demand: rounded up (a delay is never shortened; rounding half to
+    even made the default 30 s delay at 60 s steps no delay at all)."""
+    return max(0, math.ceil(metrics_delay_s / step_s - 1e-9))
+
+
 @dataclass(frozen=True)
 class SimService:
     """Everything the simulator knows about one service (static during a run)."""

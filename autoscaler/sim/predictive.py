@@ -36,7 +36,7 @@ from autoscaler.core.headroom import DEFAULT_HEADROOM
 from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import ForecastInput
 from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, TickConfig
-from autoscaler.sim.policies import CorePolicy, SimService
+from autoscaler.sim.policies import CorePolicy, SimService, metrics_delay_steps
 from forecast.types import Forecast, ForecastQuality, assess_reliability, pinball_loss
 
 
@@ -114,10 +114,21 @@ class PredictivePolicy(CorePolicy):
         self.node_boot_s = node_boot_s
         # The request rate a tick sees is this old; the history is time-stamped with when the demand happened, as
         # Prometheus samples are, so that the forecaster learns the true phase of the demand's changes.
-        self.metrics_delay_s = metrics_delay_s
+        # Dated by the engine's delay (whole steps, rounded up: ``metrics_delay_steps``; the property below) once the
+        # step is known: with 30 s at 60 s steps the demand seen is a whole step old, and stamped 30 s old the
+        # history and the scores were half a step off.
+        self.metrics_delay_setting_s = metrics_delay_s
         self.errors: list[float] = []
         self.pinball: list[float] = []
         self.fit_failures = 0
+
+    @property
+    def metrics_delay_s(self) -> float:
+        """How old the demand a tick sees is, seconds: the engine's whole steps (once the step is known)."""
+        step_s = getattr(self, "step_s", None)
+        if not step_s:
+            return self.metrics_delay_setting_s
+        return metrics_delay_steps(self.metrics_delay_setting_s, step_s) * step_s
 
     def policy_for(self, service: SimService) -> ServicePolicy:
         forecast = service.policy.forecast
