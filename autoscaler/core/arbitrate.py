@@ -187,7 +187,8 @@ class ArbitrationInput:
 
 
 def _bound_replicas(snapshot: ClusterSnapshot, policy: ServicePolicy) -> int:
-    """The service's live pods that hold GPUs on a node (starting or serving)."""
+    """The service's live pods that hold GPUs on a node (starting or serving), not terminating ones: their GPUs are
+    counted as coming back (``_free_by_node``), and counted as replicas too they hid a shortfall twice over."""
     return sum(
         1
         for pod in snapshot.pods
@@ -195,6 +196,7 @@ def _bound_replicas(snapshot: ClusterSnapshot, policy: ServicePolicy) -> int:
         and pod.owner_name == policy.name
         and pod.namespace == policy.namespace
         and pod.node is not None
+        and not pod.terminating
         and pod.phase not in ("Succeeded", "Failed")
     )
 
@@ -315,6 +317,41 @@ def _place_usable(
     view = _only_usable(room, barred)
     placed = _place(view, replicas, gpus, gpu_type, node_types)
     room.update(view)
+    return placed
+
+
+RETURNING = " (terminating pods)"  # the suffix of a ready node's entry of GPUs coming back (``_free_by_node``)
+
+
+def _place_on_coming(
+    free: dict[str, int],
+    booting: dict[str, int],
+    barred: Set[str],
+    replicas: int,
+    gpus: int,
+    gpu_type: str | None,
+    node_types: Mapping[str, str | None],
+) -> int:
+    """``_place_usable`` on the capacity on its way (``booting``), a ready node's GPUs coming back together with its
+    free ones: 4 free beside 4 returning hold an 8-GPU replica, where either alone does not (and a second gang was
+    stopped for the replica, tick after tick of the first one's grace period). What is placed takes the returning
+    GPUs first, then the node's free ones; both maps are consumed."""
+    room = dict(booting)
+    for key in booting:
+        if key.endswith(RETURNING):
+            room[key] += free.get(key[: -len(RETURNING)], 0)
+    placed = _place_usable(room, barred, replicas, gpus, gpu_type, node_types)
+    for key, before in booting.items():
+        taken = before - room[key]
+        if key.endswith(RETURNING):
+            taken += free.get(key[: -len(RETURNING)], 0)
+            from_free = max(0, taken - before)
+            booting[key] = max(0, before - taken)
+            node = key[: -len(RETURNING)]
+            if from_free and node in free:
+                free[node] -= from_free
+        else:
+            booting[key] = room[key]
     return placed
 
 
@@ -515,7 +552,7 @@ def _free_by_node(
     for pod in snapshot.pods:
         leaving = pod.terminating or (pod.gang is not None and pod.gang in stopping)
         if leaving and pod.node in ready and pod.gpus > 0 and pod.phase not in ("Succeeded", "Failed"):
-            key = f"{pod.node} (terminating pods)"
+            key = f"{pod.node}{RETURNING}"
             booting[key] = booting.get(key, 0) + pod.gpus
             node_types[key] = node_types.get(pod.node)
     return ready, booting
@@ -536,10 +573,16 @@ def fits_typed(
     selector, else its Deployment's; None: any) that its Deployment's pods may use (``barred``: Deployment
     "namespace/name" -> nodes its pods cannot be scheduled on), or None when one does not fit."""
     left = dict(free)
-    for pod in sorted(pods, key=lambda p: -p.gpus):
+    placing = []
+    for pod in pods:
         key = f"{pod.namespace}/{pod.owner_name}"
-        wanted = pod.gpu_product or deployment_types.get(key)
-        if _place_usable(left, (barred or {}).get(key, frozenset()), 1, pod.gpus, wanted, node_types) == 0:
+        placing.append((pod, pod.gpu_product or deployment_types.get(key), (barred or {}).get(key, frozenset())))
+    # largest first, and among equals the most constrained (a GPU type, nodes it may not use) before those that go
+    # anywhere: listed first, a pod of any type took the one slot of the type another needed, and whether a node was
+    # given back hung on the order the API lists pods in
+    placing.sort(key=lambda item: (-item[0].gpus, item[1] is None, -len(item[2])))
+    for pod, wanted, barred_nodes in placing:
+        if _place_usable(left, barred_nodes, 1, pod.gpus, wanted, node_types) == 0:
             return None
     return left
 
@@ -710,6 +753,7 @@ def arbitrate(
     free, booting = _free_by_node(
         snapshot, {p.name for p in config.pools}, node_types, config.pools, coming, frozenset(stuck_booting)
     )
+    free_read = dict(free)  # to tell the nodes this tick's Pending replicas were counted onto
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
@@ -750,13 +794,22 @@ def arbitrate(
         gpu_type = gpu_types.get(key)
         # only the nodes its pods may be scheduled on are room for them (nodeSelector, taints)
         barred = _barred(snapshot, deployments.get(key))
+        # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
+        # its nodes do not meet, as its registered nodes show) would boot nodes that host none of its replicas
+        # (every ready one of them: one node tainted by hand, or a booting node's start-up taint, closes nothing);
+        # its requested nodes are no room for them either
+        closed = sorted(
+            name
+            for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
+            if all(n.name in barred for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
+        )
         unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types)
         # Its stretch without GPUs goes on while replicas have none, on booting nodes' room or not (a hold neither
         # starts nor ends it: it says nothing about demand)
         previous_since = state.service_short_since.get(key)
         if unplaced > 0 and (previous_since is not None or decision.reason not in _UNSURE_HOLDS):
             short_since_by_service[key] = min(previous_since if previous_since is not None else now, now)
-        on_booting = _place_usable(booting, barred, unplaced, g, gpu_type, node_types)
+        on_booting = _place_on_coming(free, booting, barred | set(closed), unplaced, g, gpu_type, node_types)
         short = unplaced - on_booting
         if short <= 0:
             continue
@@ -829,14 +882,6 @@ def arbitrate(
             if (gpu_type is None or node_types.get(node) == gpu_type) and _usable(node, barred)
         )
         current_pools = [replace(p, nodes=p.nodes + added_nodes.get(p.name, 0)) for p in pools]
-        # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
-        # its nodes do not meet, as its registered nodes show) would boot nodes that host none of its replicas
-        # (every ready one of them: one node tainted by hand, or a booting node's start-up taint, closes nothing)
-        closed = sorted(
-            name
-            for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
-            if all(n.name in barred for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
-        )
         # a pool whose requested nodes never registered is not grown again while they are counted, nor during its
         # back-off after (a quota, a stock-out, a broken machine template: more requests would not come either)
         usable_pools = [
@@ -1087,11 +1132,18 @@ def arbitrate(
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
     resumable = dict(state.resumable_since)
+    # A service holding on stale or partial metrics, short or not: its demand is unknown this tick, and capacity is
+    # never taken away on an incomplete observation (the actuator's guard knows only stale services)
+    unsure = sorted(
+        d.key for d in arb.decisions if d.key in arb.policies and d.reason in _UNSURE_HOLDS and not d.recommend_only
+    )
     if any(s.service not in waiting_for for s in shortfalls):
         short_since = short_since if short_since is not None else now
         free_since = None
         unneeded, resumable = {}, {}
-    elif stale_holds or waiting_for:
+    elif stale_holds or waiting_for or unsure:
+        if unsure and not stale_holds:
+            notes.append(f"nothing given back this tick: {', '.join(unsure)} hold(s) on incomplete metrics")
         # neither known to be short nor free (a hold, a shortfall not confirmed yet): nothing given back, the
         # timers stand until a tick decides
         pass
@@ -1114,6 +1166,7 @@ def arbitrate(
                 runs_at,
                 given_back,
                 set(give_back_failed_at),
+                placed={n for n, left in free.items() if left < free_read.get(n, left)},
             )
         )
     report = CapacityReport(
@@ -1181,9 +1234,18 @@ def _consolidation(
             return f"{key} would keep {keeps} replica(s) elsewhere, its median forecast needs {expected}: not now"
     priority = min(preemptor_priority(p, runs_at) for p in policies)
     gpus_per_replica = max(p.gpus for p in pods)
+    # The GPU type the moved replicas need: the pool's, else the one their pods run on or their Deployments pin
+    # (a pool without a type must not make any gang a victim: one of another type frees nothing for them)
+    pinned = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
+    wanted = {pod.gpu_product or pinned.get(f"{pod.namespace}/{pod.owner_name}") for pod in pods}
+    gpu_type = pool.gpu_type
+    if gpu_type is None and len(wanted - {None}) > 1:
+        return f"{node} runs replicas of several GPU types ({', '.join(sorted(t for t in wanted if t))}): not emptied"
+    if gpu_type is None and wanted - {None}:
+        gpu_type = next(t for t in wanted if t is not None)
     # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's
     # extra demand over a boot must fit too, as for a spare node.
-    need = GpuNeed(len(pods) + math.ceil(reserve / gpus_per_replica), gpus_per_replica, pool.gpu_type)
+    need = GpuNeed(len(pods) + math.ceil(reserve / gpus_per_replica), gpus_per_replica, gpu_type)
     # only the nodes every moved replica may be scheduled on (nodeSelector, taints): training stopped elsewhere frees
     # nothing for them
     deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
@@ -1267,13 +1329,15 @@ def _give_back(
     runs_at: Mapping[str, int],
     resized: Set[str] = frozenset(),
     retry_wait: Set[str] = frozenset(),
+    placed: Set[str] = frozenset(),
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
     ``pod_priorities``, computed once per tick by the caller. ``resized``: pools already resized this tick (a node
     that never registered given back): still burst pools with nodes left, but none of their nodes is given back this
     tick (one resize per pool and tick). ``retry_wait``:
     pools whose last give-back failed within ``give_back_retry_s``: their spare timers are kept as usual (set, reset
-    when a node is busy again), only the give-back itself waits."""
+    when a node is busy again), only the give-back itself waits. ``placed``: nodes this tick's Pending replicas were
+    counted onto (their room is theirs: given back, the replicas would have none, and the next tick buy it again)."""
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
@@ -1297,9 +1361,17 @@ def _give_back(
             continue
         # Spare: the pool's emptiest node's pods fit on the other free GPUs and the forecast's extra demand over
         # a boot still fits without that node.
-        mine = {n: left for n, left in free.items() if node_pool.get(n) == pool.name and n not in received}
+        mine = {
+            n: left
+            for n, left in free.items()
+            if node_pool.get(n) == pool.name and n not in received and n not in placed
+        }
         if not mine and any(node_pool.get(n) == pool.name for n in received):
             notes.append(f"{pool.name}: its nodes take pods moved off a node given back this tick: not before the next")
+            continue
+        if not mine and any(node_pool.get(n) == pool.name for n in placed):
+            unneeded.pop(pool.name, None)
+            notes.append(f"{pool.name}: its nodes take this tick's Pending replicas: not given back")
             continue
         spare_here = max(mine.values(), default=0)
         others = sum(free.values()) - spare_here
@@ -1369,6 +1441,17 @@ def _give_back(
             continue
         if pool.name in retry_wait:
             notes.append(f"{detail}: for {now - since:.0f}s; its give-back waits for the retry delay")
+            continue
+        # the moved replicas must fit once the victims' GPUs are back, each whole on a node of its type: else the
+        # stops would be for nothing and the replicas left without GPUs
+        trial = {n: left for n, left in free.items() if n != emptiest}
+        for victim in victims:
+            for victim_node, gpus in victim.gpus_by_node.items():
+                if victim_node in trial:
+                    trial[victim_node] += gpus
+        if fits_typed(trial, _live_gpu_pods(arb.snapshot, emptiest), node_types, gpu_types, barred) is None:
+            unneeded.pop(pool.name, None)
+            notes.append(f"{busy}; {detail}: its replicas would not fit once the stops are made: not emptied")
             continue
         detail = f"{detail}, for {now - since:.0f}s"
         stopped = {v.gang for v in victims}

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
+from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate, pod_priorities, preemptor_priority
 from autoscaler.core.cluster import (
     ClusterSnapshot,
     NodeRoom,
@@ -187,9 +187,11 @@ def read_forecasts(
     rules = config.headroom if earn_headroom else None
     facts = _snapshot_facts(tick.snapshot)
     cold_starts = facts.cold_starts
-    free = facts.free
-    if capacity is not None and capacity.preempt:
-        free += facts.preemptible(capacity.training.preemptible_below_priority)
+    # GPUs the services before this one took (their floors above their replicas), from the free ones and those of
+    # the training each may preempt: only training below the service's own preemptor priority (the arbitration
+    # stops no gang at or above it), so a service below the training waits for a node to boot
+    taken = 0
+    runs_at = pod_priorities(tick.snapshot) if capacity is not None and capacity.preempt else {}
     views: dict[str, ServiceForecastView] = {}
     waiting = facts.waiting if config.contended_hold_s > 0 else ()
     room = facts.room() if waiting else None
@@ -251,11 +253,16 @@ def read_forecasts(
             current = seen.spec_replicas if seen is not None else 0
             if floor is not None and floor.usable and config.node_boot_s > 0:
                 extra = max(0, floor.replicas - current) * gpus_per_replica
+                free = facts.free - taken
+                if capacity is not None and capacity.preempt:
+                    below = min(capacity.training.preemptible_below_priority, preemptor_priority(policy, runs_at))
+                    free += facts.preemptible(below)
+                free = max(0, free)
                 if extra > free:
                     lead = lead_time_s(policy.cold_start_s, observed, config.node_boot_s, needs_new_nodes=True)
                     floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
                 if floor is not None and floor.usable and not floor.shadow:
-                    free -= min(free, max(0, floor.replicas - current) * gpus_per_replica)
+                    taken += min(free, max(0, floor.replicas - current) * gpus_per_replica)
             if floor is not None and hole_after is not None and floor.contended_hold > floor.hold:
                 # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
                 # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window.
