@@ -146,15 +146,17 @@ def controller_row() -> tuple[Row, list[Builder]]:
         stat(
             "Leaders",
             "none",
-            query(f"sum(gpu_autoscaler_leader{{{JOB}}})", "leaders", instant=True),
-            "Replicas that hold the leader Lease and act. Exactly 1 is healthy (alerts: GPUAutoscalerNoLeader, "
+            query(f"sum by (namespace, job) (gpu_autoscaler_leader{{{JOB}}})", "{{namespace}}", instant=True),
+            "Replicas that hold the leader Lease and act, per installation (namespace): a dry-run installation "
+            "beside the acting one has a Lease of its own. Exactly 1 each is healthy (alerts: GPUAutoscalerNoLeader, "
             "GPUAutoscalerMultipleLeaders).",
         ).thresholds(thresholds((None, "red"), (1, "green"), (2, "red"))),
         stat(
             "Mode",
             "none",
-            query(f"max(gpu_autoscaler_dry_run{{{JOB}}})", "dry run", instant=True),
-            "Dry-run (recommend-only) controllers compute and report every plan but write nothing.",
+            query(f"max by (namespace, job) (gpu_autoscaler_dry_run{{{JOB}}})", "{{namespace}}", instant=True),
+            "Per installation (namespace): dry-run (recommend-only) controllers compute and report every plan but "
+            "write nothing.",
         ).mappings(
             [
                 ValueMap(
@@ -394,7 +396,9 @@ def forecast_row() -> tuple[Row, list[Builder]]:
                     "{{reason}}",
                 )
             ],
-            "Decisions where the forecast floor raised the replicas (forecast_floor) or could not be used.",
+            "Decisions the forecast made: the floor raised the replicas (forecast_floor) or held a scale-down "
+            "(forecast_hold). An unusable forecast adds no line here (the decision carries a reactive reason): see "
+            "\"Services on reactive fall-back\".",
             width=8,
             stacked=True,
         ),
