@@ -139,6 +139,16 @@ class PoolPausedError(PortError):
     no MachineSet until it is unpaused, while ``node_count`` would already report it."""
 
 
+class PoolDeletingError(PortError):
+    """Not resized, nothing written: the MachineDeployment is being deleted (``metadata.deletionTimestamp``): Cluster
+    API only runs its delete path and creates no Machine, while ``node_count`` would report the size written."""
+
+
+class MarkedMachineChangedError(PortError):
+    """Not scaled down, nothing more written: between two conflict rounds the node's Machine is another one than
+    the Machine this call marked (or found marked): the size is lowered only while the Machine to remove is marked."""
+
+
 MarkLeft = Callable[[str, str], None]
 """Told of every delete-machine mark a scale-down leaves on a Machine after it did not go through, with the Machine
 (``namespace/name``) and why: ``outcome_unknown`` (no answer or a 5xx to the size write), ``size_fell`` (another
@@ -547,6 +557,12 @@ class MachineDeploymentNodePools:
                 if live == target:
                     log.info("%s: already at %d nodes: nothing written", what, live)
                     return WriteOutcome.ALREADY
+                if (md.get("metadata") or {}).get("deletionTimestamp"):
+                    raise PoolDeletingError(
+                        f"{what}: not resized: the MachineDeployment is being deleted (deletionTimestamp "
+                        f"{md['metadata']['deletionTimestamp']}): Cluster API creates or removes no Machine for it "
+                        "any more. Nothing written."
+                    )
                 paused = _paused(md)
                 if paused is not None:
                     # Paused, the size would wait unapplied while node_count reports it: a scale-up counted as
@@ -570,6 +586,18 @@ class MachineDeploymentNodePools:
                         if remove_unregistered
                         else f"node {remove_node}'s Machine {ours}"
                     )
+                    if held is not None:
+                        # a conflict's retry: the size is lowered only while the Machine to remove is marked, in the
+                        # list this round read (the Cluster Autoscaler's unmark after its own failed write, or a
+                        # person, may have taken the mark off since: the MachineSet would pick a Machine itself)
+                        if machine["metadata"]["name"] != held:
+                            raise MarkedMachineChangedError(
+                                f"{what}: not scaled down: {removed} is not the Machine {self.namespace}/{held} this "
+                                "call marked (or found marked) before the conflict"
+                            )
+                        if DELETE_MACHINE_ANNOTATION not in (machine["metadata"].get("annotations") or {}):
+                            log.info("%s: the mark on %s was taken off since the last round: marking again", what, ours)
+                            marked, found_marked = None, False
                     self._check_way_clear(what, md, machines, machine, removed, target, can_write)
                     if marked is None and not found_marked:
                         held = machine["metadata"]["name"]
