@@ -449,11 +449,21 @@ def replicas_before_a_hole(
     None when no removal would (the waiting pods need more than the free GPUs and the service's GPUs on any node
     together, or already fit where they are: they wait for something else). A smaller scale-down hands the waiting
     work nothing it can use. Cost: the service's nodes x the distinct waiting sizes."""
+    hole = hole_for_waiting_work(room, service, gpus_per_replica, waiting)
+    return hole[0] if hole is not None else None
+
+
+def hole_for_waiting_work(
+    room: NodeRoom, service: str, gpus_per_replica: int, waiting: Sequence[WaitingGpuWork]
+) -> tuple[int, int] | None:
+    """``replicas_before_a_hole``, and the GPUs of the waiting pod that hole is for (the smallest one that does not
+    fit on that node yet, of its GPU type): the work that would take the freed GPUs, not any waiting work (a small
+    job for another GPU type takes nothing a scale-down frees here)."""
     sizes: dict[str | None, list[int]] = {}
     for work in waiting:
         sizes.setdefault(work.gpu_product, []).append(work.gpus)
     ordered = {product: sorted(set(gpus)) for product, gpus in sizes.items()}
-    fewest: int | None = None
+    fewest: tuple[int, int] | None = None
     for node, held in room.held.get(service, {}).items():
         free = room.free.get(node)
         if free is None or held <= 0:
@@ -468,5 +478,5 @@ def replicas_before_a_hole(
         deficit = min(needs) - free
         if deficit <= held:
             k = math.ceil(deficit / max(1, gpus_per_replica))
-            fewest = k if fewest is None else min(fewest, k)
+            fewest = (k, min(needs)) if fewest is None else min(fewest, (k, min(needs)))
     return fewest

@@ -25,10 +25,10 @@ from autoscaler.core.cluster import (
     NodeRoom,
     cold_starts_by_service,
     free_gpus,
+    hole_for_waiting_work,
     node_room,
     preemptible_gpus,
     replica_gpus,
-    replicas_before_a_hole,
     waiting_gpu_work,
 )
 from autoscaler.core.decide import ReplicaFloor, decide
@@ -235,9 +235,7 @@ def read_forecasts(
             )  # fmt: skip
             continue
         lower = [w for w in waiting if w.priority < policy.priority]
-        hole_after = (
-            replicas_before_a_hole(room, key, gpus_per_replica, lower) if lower and room is not None else None
-        )
+        hole = hole_for_waiting_work(room, key, gpus_per_replica, lower) if lower and room is not None else None
         settings = PredictiveSettings(
             rate_per_replica=rate,
             quantile=fp.quantile,
@@ -245,7 +243,7 @@ def read_forecasts(
             max_fit_age_periods=config.max_fit_age_periods,
             shadow=fp.mode is ForecastMode.SHADOW,
             cold_start_aware=config.cold_start_aware,
-            contended_hold_s=config.contended_hold_s if hole_after is not None else 0.0,
+            contended_hold_s=config.contended_hold_s if hole is not None else 0.0,
         )
         try:
             floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
@@ -261,17 +259,19 @@ def read_forecasts(
                 if extra > free:
                     lead = lead_time_s(policy.cold_start_s, observed, config.node_boot_s, needs_new_nodes=True)
                     floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
-                if floor is not None and floor.usable and not floor.shadow:
-                    taken += min(free, max(0, floor.replicas - current) * gpus_per_replica)
-            if floor is not None and hole_after is not None and floor.contended_hold > floor.hold:
+            taken_before = taken  # by the services before this one: this one's own floor is in its comeback
+            if floor is not None and floor.usable and not floor.shadow:
+                # what this floor takes is no room for the services after it (their leads, their comebacks)
+                taken += max(0, floor.replicas - current) * gpus_per_replica
+            if floor is not None and hole is not None and floor.contended_hold > floor.hold:
                 # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
-                # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window.
-                smallest = min(w.gpus for w in lower)
+                # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window: the
+                # work the hole is for (its size, its GPU type), and what higher-priority floors take is no room.
                 comeback = (floor.contended_hold - current) * gpus_per_replica
-                if smallest + comeback > free_ready:
+                if hole[1] + comeback > free_ready - taken_before:
                     # A scale-down of fewer than ``hole_after`` replicas frees no node enough for the waiting work:
                     # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.
-                    held = max(floor.hold, min(floor.contended_hold, current - (hole_after - 1)))
+                    held = max(floor.hold, min(floor.contended_hold, current - (hole[0] - 1)))
                     if held > floor.hold:
                         floor = replace(floor, hold=held, hold_window_s=floor.contended_window_s)
         except ValueError as exc:  # e.g. spec.forecast.quantile changed: the fit lacks the level until the refit
