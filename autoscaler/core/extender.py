@@ -266,7 +266,9 @@ def _with_room_for(node: GpuNode, gpus: int, gpu_products: frozenset[str] | None
 
 def spread(scores: Sequence[int | float | None]) -> list[int]:
     """Scores (None = does not fit) to 0..MAX_EXTENDER_PRIORITY across the candidates: the best 10, the worst that
-    fits 1, linear between, rounded; all fitting nodes 10 when they score the same; a node that does not fit 0."""
+    fits 1, linear between, rounded -- but below 10 for every score below the best (rounded up to 10, a node FGD
+    scores lower tied the best, and kube-scheduler breaks ties at random); all fitting nodes 10 when they score the
+    same; a node that does not fit 0."""
     fitting = [s for s in scores if s is not None]
     if not fitting:
         return [MIN_EXTENDER_PRIORITY] * len(scores)
@@ -275,8 +277,8 @@ def spread(scores: Sequence[int | float | None]) -> list[int]:
     for s in scores:
         if s is None:
             out.append(MIN_EXTENDER_PRIORITY)
-        elif hi == lo:
+        elif hi == lo or s == hi:
             out.append(MAX_EXTENDER_PRIORITY)
         else:
-            out.append(1 + round((MAX_EXTENDER_PRIORITY - 1) * (s - lo) / (hi - lo)))
+            out.append(min(MAX_EXTENDER_PRIORITY - 1, 1 + round((MAX_EXTENDER_PRIORITY - 1) * (s - lo) / (hi - lo))))
     return out

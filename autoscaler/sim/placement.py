@@ -283,6 +283,9 @@ def tuned_workload(
             j = int(rng.integers(len(keep)))
             total -= int(per_pod[keep.pop(j)])
         return np.array(keep, dtype=np.int64)
+    if total <= 0:
+        # as the authors' TunePodsByNodeTotalResource (it panics): no clone adds GPU demand, the loop never ends
+        raise ValueError("the workload asks for no GPU: it cannot be tuned to a share of the cluster's GPUs")
     extra: list[int] = []
     while total < target:  # tuneUpPods: clones of random original pods until the next would pass the target
         j = int(by_name[int(rng.integers(n))])
