@@ -71,6 +71,9 @@ class TickReport:
     forecasts: Mapping[str, ServiceForecastView] = field(default_factory=dict)  # what the tick made of each forecast
 
 
+GANG_COUNTED_FOR_S = 600.0  # seconds a gang stopped by evictions is not counted again (its remaining pods' evictions)
+
+
 class TickReporter:
     """Logs, metrics, Events and policy status of each tick. Remembers what it wrote, to not rewrite it."""
 
@@ -89,6 +92,7 @@ class TickReporter:
         self._written_status: dict[tuple[str, str], tuple[int | None, StatusUpdate]] = {}
         self._written_forecast: dict[tuple[str, str], tuple[Any, ...]] = {}  # lastForecast, to not rewrite each tick
         self._seen_uids: dict[tuple[str, str], str] = {}  # each listed policy's metadata.uid at the last prune
+        self._gangs_counted: dict[str, float] = {}  # gang -> when its evictions were last counted as a gang stopped
         # a scale applied whose status write failed: its lastAction (and when) goes with the next write that succeeds
         self._unwritten_action: dict[tuple[str, str], tuple[Action, float]] = {}
 
@@ -148,10 +152,15 @@ class TickReporter:
                 dry_run=str(self.dry_run).lower(),
                 result=outcome.result,
             ).inc()
-        self._training(results)
+        self._training(results, report.time)
 
-    def _training(self, results: Sequence[ActionResult]) -> None:
-        """Lost training work and gangs stopped, for the applied preemptions."""
+    def _training(self, results: Sequence[ActionResult], now: float) -> None:
+        """Lost training work and gangs stopped, for the applied preemptions. A gang whose evictions span two ticks
+        (a budget refused its last pods, the next tick evicts them) is one gang stopped, not two: a gang counted
+        within ``GANG_COUNTED_FOR_S`` is not counted again (no gang is preempted again that soon: the training's
+        minimum runtime, 600 s by default, protects a restarted gang)."""
+        for gang in [g for g, at in self._gangs_counted.items() if not 0 <= now - at < GANG_COUNTED_FOR_S]:
+            del self._gangs_counted[gang]
         gangs: set[str] = set()
         for outcome in results:
             action = outcome.action
@@ -163,8 +172,11 @@ class TickReporter:
             elif isinstance(action, EvictPod) and action.reason is Reason.PREEMPT_FOR_INFERENCE:
                 self.telemetry.training_lost.inc(action.lost_work_gpu_s / 3600.0)
                 gangs.add(action.gang or f"pod/{action.namespace}/{action.name}")
-        if gangs:
-            self.telemetry.gangs_stopped.labels(how="evict").inc(len(gangs))
+        fresh = {g for g in gangs if g not in self._gangs_counted}
+        for gang in gangs:
+            self._gangs_counted[gang] = now
+        if fresh:
+            self.telemetry.gangs_stopped.labels(how="evict").inc(len(fresh))
 
     def capacity(self, plan: Plan) -> None:
         """Burst pool and shortfall gauges from the arbitration's report (nothing when arbitration is off)."""

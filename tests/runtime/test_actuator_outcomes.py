@@ -310,3 +310,25 @@ def test_the_simulated_cluster_writes_say_what_they_did() -> None:
                               EvictPod("ml", "no-such-pod", Reason.REBALANCE, "move")], context())  # fmt: skip
     assert [r.result for r in results] == ["applied", "gone"]
     assert [e[3] for e in sim.events if e[1] == "Pod"] == [replica.name]
+
+
+def test_a_gang_whose_evictions_span_two_ticks_counts_as_one_gang_stopped() -> None:
+    """A budget refuses the gang's last pod at one tick, after its first pod went (a budget spent between the dry
+    runs and the evictions), and the next tick evicts it: one gang stopped in ``training_gangs_stopped_total``
+    (GPUAutoscalerTrainingThrash counts it), not two; its lost work is counted once per pod. The same gang stopped
+    again past the window counts again."""
+    from autoscaler.actuator import ActionResult
+    from autoscaler.reporting import GANG_COUNTED_FOR_S
+
+    c = FakeCluster(pods=[])
+    telemetry = Telemetry()
+    reporter = TickReporter(telemetry, Actuator(c, c), None)
+    first = [ActionResult(evict("w-0"), "applied", ""), ActionResult(evict("w-1"), "blocked", "")]
+    reporter.actions(first, TickReport(NOW, None))  # type: ignore[arg-type]
+    reporter.actions([ActionResult(evict("w-1"), "applied", "")], TickReport(NOW + 15, None))  # type: ignore[arg-type]
+    text = telemetry.render().decode()
+    assert 'gpu_autoscaler_training_gangs_stopped_total{how="evict"} 1.0' in text
+    assert "gpu_autoscaler_training_gpu_hours_lost_total 2.0" in text  # both pods' work
+    later = [ActionResult(evict("w-0"), "applied", "")]
+    reporter.actions(later, TickReport(NOW + 15 + GANG_COUNTED_FOR_S, None))  # type: ignore[arg-type]
+    assert 'gpu_autoscaler_training_gangs_stopped_total{how="evict"} 2.0' in telemetry.render().decode()
