@@ -63,6 +63,8 @@ from autoscaler.ports import (
 log = logging.getLogger("autoscaler")
 
 DRY_RUN_MARK = "[dry-run] "
+# the stale reason of a service whose Deployment was not found (``reporting.STALE_DEPLOYMENT_MISSING``)
+DEPLOYMENT_MISSING = "deployment_not_found"
 
 
 RESULTS = ("applied", "unchanged", "gone", "failed", "blocked", "held", "not_leader", "skipped", "dry_run")
@@ -214,8 +216,13 @@ def guard(action: Action, context: GuardContext) -> str | None:
             acting = context.now - context.acting_since
             if acting < window:
                 return f"takeover grace: acting for {acting:.0f}s < scale-down window {window:g}s"
-    elif context.stale:
-        return f"metrics stale for {len(context.stale)} service(s)"
+    else:
+        # a service whose Deployment does not exist has no pods and needs no GPUs: nothing uncertain about the
+        # cluster's GPUs, so it holds only its own service (an orphan policy blocked every preemption, give-back and
+        # move, tick after tick)
+        unsure = [k for k, reasons in context.stale.items() if any(r != DEPLOYMENT_MISSING for r in reasons)]
+        if unsure:
+            return f"metrics stale for {len(unsure)} service(s)"
     return None
 
 

@@ -207,6 +207,10 @@ class Controller:
             return
         self.state = ControllerState()
         self.rebalance_state = RebalanceState()
+        # the owners of contested Deployments as this process last saw them (names, not uids): another leader may
+        # have seen policies deleted and re-created meanwhile; the term starts from the source's order, as a fresh
+        # process does
+        self._policy_owners = {}
         self.reporter.reset()
         self.actuator.reported.clear()
         self.acting_since = pending[1]
@@ -543,6 +547,11 @@ class Controller:
         owner: dict[str, PolicyObject] = {}
         invalid: list[PolicyObject] = []
         previous = self._policy_owners
+        # An owner still listed whose spec is invalid now (a typo being fixed) keeps its Deployment: the Deployment
+        # holds, and another policy on it stays a duplicate -- it must not take the Deployment over for one tick
+        # and keep it once the owner is fixed
+        invalid_now = {(o.namespace, o.name) for o in objects if o.policy is None}
+        reserved = {key: ident for key, ident in previous.items() if ident in invalid_now}
         ordered = sorted(
             objects,
             key=lambda o: o.policy is None or previous.get(o.policy.key) != (o.namespace, o.name),
@@ -552,6 +561,13 @@ class Controller:
                 invalid.append(obj)
                 continue
             key = obj.policy.key
+            if key in reserved:
+                error = (
+                    f"spec.targetRef.name: Deployment {obj.policy.name} is already scaled by {reserved[key][1]} "
+                    "(whose spec is invalid now: the Deployment holds until it is fixed or deleted)"
+                )
+                invalid.append(replace(obj, policy=None, error=error))
+                continue
             if key in valid:
                 first = owner[key]
                 error = f"spec.targetRef.name: Deployment {obj.policy.name} is already scaled by {first.name}"
@@ -559,7 +575,7 @@ class Controller:
                 continue
             valid[key] = obj.policy
             owner[key] = obj
-        self._policy_owners = {key: (obj.namespace, obj.name) for key, obj in owner.items()}
+        self._policy_owners = {**reserved, **{key: (obj.namespace, obj.name) for key, obj in owner.items()}}
         return valid, invalid
 
     def _yield_to_hpas(

@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autoscaler.actuator import DRY_RUN_MARK, ActionResult, Actuator, action_kind, describe_action, event_reason
+from autoscaler.actuator import (
+    DEPLOYMENT_MISSING,
+    DRY_RUN_MARK,
+    ActionResult,
+    Actuator,
+    action_kind,
+    describe_action,
+    event_reason,
+)
 from autoscaler.core.cluster import ClusterSnapshot, HpaInfo
 from autoscaler.core.decide import ReplicaFloor
 from autoscaler.core.model import (
@@ -47,7 +55,7 @@ log = logging.getLogger("autoscaler")
 
 # Stale reasons the controller itself adds (the metrics adapter adds its own, e.g. "empty result").
 STALE_METRICS_UNAVAILABLE = "metrics_unavailable"
-STALE_DEPLOYMENT_MISSING = "deployment_not_found"
+STALE_DEPLOYMENT_MISSING = DEPLOYMENT_MISSING
 
 
 @dataclass(slots=True)

@@ -1134,8 +1134,11 @@ def arbitrate(
     resumable = dict(state.resumable_since)
     # A service holding on stale or partial metrics, short or not: its demand is unknown this tick, and capacity is
     # never taken away on an incomplete observation (the actuator's guard knows only stale services)
+    # (not a service at 0 replicas -- its Deployment missing, or scaled to zero: it holds no GPUs a give-back takes)
     unsure = sorted(
-        d.key for d in arb.decisions if d.key in arb.policies and d.reason in _UNSURE_HOLDS and not d.recommend_only
+        d.key
+        for d in arb.decisions
+        if d.key in arb.policies and d.current_replicas > 0 and d.reason in _UNSURE_HOLDS and not d.recommend_only
     )
     if any(s.service not in waiting_for for s in shortfalls):
         short_since = short_since if short_since is not None else now

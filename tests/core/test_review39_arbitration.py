@@ -592,3 +592,19 @@ def test_services_sharing_a_pool_stay_within_max_nodes_and_the_spend_cap() -> No
         wanted = sum(d.desired_replicas - 3 for d in decisions)
         bounded += sum(up.nodes - pool.nodes for up in ups) * pool.gpus_per_node < wanted
     assert bought > 50 and bounded > 50, (bought, bounded)  # both the purchases and the bounds are exercised
+
+
+def test_a_policy_at_zero_replicas_holding_on_stale_metrics_does_not_hold_the_give_back() -> None:
+    """A policy whose Deployment does not exist (or is scaled to zero) holds on stale data at 0 replicas: it holds no
+    GPUs a give-back would take, so the spare burst node goes as without it (review 39 of the controller: an orphan
+    policy blocked every give-back, tick after tick); a stale service that runs replicas still holds it."""
+    pods = [_replica(CHAT, i, "n1") for i in range(6)] + [_replica(CHAT, 6 + i, "b0") for i in range(2)]
+    snapshot = ClusterSnapshot(NOW, pods=tuple(pods), nodes=(_node("n1"), _node("b0", pool="burst")))
+    orphan = _up(EMBED, 0, 0, Reason.METRICS_STALE)
+    actions, _, _ = _arbitrate(snapshot, [CHAT, EMBED], [_up(CHAT, 8, 8, Reason.WITHIN_TOLERANCE), orphan],
+                               CapacityConfig(pools=(POOL,)), SPARE_LONG_AGO, pool_nodes={"burst": 1})  # fmt: skip
+    assert [a.remove_node for a in _give_backs(actions)] == ["b0"]
+    running = _up(EMBED, 2, 2, Reason.METRICS_STALE)
+    actions, _, _ = _arbitrate(snapshot, [CHAT, EMBED], [_up(CHAT, 8, 8, Reason.WITHIN_TOLERANCE), running],
+                               CapacityConfig(pools=(POOL,)), SPARE_LONG_AGO, pool_nodes={"burst": 1})  # fmt: skip
+    assert _give_backs(actions) == []
