@@ -738,7 +738,7 @@ class SimCluster:
         key = f"{namespace}/{name}"
         dep = self.deployments.get(key)
         if dep is None:
-            raise PortError(f"scale deployment {key}: not found")
+            return WriteOutcome.GONE  # as the real writer answers a 404: nothing written
         if replicas < 0:
             raise PortError(f"scale deployment {key}: replicas {replicas} < 0")
         self.writes.append((self.now, "scale_deployment", (namespace, name, replicas)))
@@ -809,7 +809,8 @@ class SimCluster:
                 job.suspended_at = self.now
             self._dirty = True
             return WriteOutcome.WROTE
-        outcome = WriteOutcome.ALREADY
+        # no Job of that name: a gang of pods (suspended by removing them; ALREADY when none is left), or nothing
+        outcome = WriteOutcome.GONE if kind == "Job" else WriteOutcome.ALREADY
         for key, pod in list(self.pods.items()):
             if pod.gang is not None and pod.gang.rsplit("/", 2)[-2:] == [namespace, name]:
                 del self.pods[key]
@@ -824,7 +825,7 @@ class SimCluster:
         self.writes.append((self.now, "resume_workload", (kind, namespace, name)))
         job = self.jobs.get(f"job/{namespace}/{name}") if kind == "Job" else None
         if job is None:
-            raise PortError(f"resume {kind} {namespace}/{name}: not found")
+            return WriteOutcome.GONE  # no such workload
         if job.suspended_at is None:
             return WriteOutcome.ALREADY
         job.suspended_at = None
