@@ -60,6 +60,41 @@ class LeaderPodLabel(Protocol):
         ...
 
 
+class RunAgain:
+    """A job's "run again once this run ends". apscheduler's ``max_instances=1`` skips a run brought forward while
+    one runs, and the next would wait a whole interval: asked while the job runs, the run is queued behind it, in the
+    same job; asked while it does not run, the caller brings the job forward."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = False
+        self._again = False
+
+    def ask(self) -> bool:
+        """Queue a run behind the running one: True; False when none runs (bring the job forward instead)."""
+        with self._lock:
+            if self._active:
+                self._again = True
+            return self._active
+
+    def run(self, once: Callable[[int], None], go_on: Callable[[], bool]) -> None:
+        """``once(0)``, then ``once(1)``, ... while a run was asked for meanwhile and ``go_on()`` still says so."""
+        with self._lock:
+            self._active, self._again = True, False
+        try:
+            rounds = 0
+            while True:
+                once(rounds)
+                rounds += 1
+                with self._lock:
+                    if not self._again or not go_on():
+                        return
+                    self._again = False
+        finally:
+            with self._lock:
+                self._active = False
+
+
 class Runtime:
     """apscheduler jobs (tick, refit, rebalance), leader election, HTTP endpoints, clean shutdown."""
 
@@ -106,20 +141,15 @@ class Runtime:
         # The first refit waits for a tick: the tick reads the policies (and hands their PromQL overrides to the
         # metrics source) that the refit fits. Set again when this replica becomes the leader.
         self._refit_after_tick = True
-        # A refit asked for while one runs (a new term's, brought forward: apscheduler's max_instances=1 would skip
-        # it and the term's first refit would wait a whole interval) runs right after it, in the same job.
-        self._refit_flags = threading.Lock()
-        self._refit_active = False
-        self._refit_again = False
+        # A refit asked for while one runs (a new term's) runs right after it, in the same job.
+        self._refit_queue = RunAgain()
         self._rebalance = rebalance
         self._forecast_update = forecast_update
         self._forecast_update_interval = forecast_update_interval_s
         self._clock = clock
         self._stopping = threading.Event()
         # A tick asked for while one runs (the takeover's, while a standby tick still reads) runs right after it.
-        self._tick_flags = threading.Lock()
-        self._tick_active = False
-        self._tick_again = False
+        self._tick_queue = RunAgain()
         # one tick at a time, also when tick() is called beside the scheduler's job (its stall timer is one field)
         self._tick_running = threading.Lock()
         # The leader's tick (``Controller.run_once``) and the rebalance pass (``Controller.rebalance``) take the
@@ -183,11 +213,7 @@ class Runtime:
         self._refit_after_tick = True
         # Act now rather than at the next interval: after a handover the service has been unattended already. A
         # tick still running (a standby's) runs the leader's tick as soon as it ends; otherwise the job runs now.
-        with self._tick_flags:
-            running = self._tick_active
-            if running:
-                self._tick_again = True
-        if not running:
+        if not self._tick_queue.ask():
             self._bring_forward("tick")
         self._label_now()
 
@@ -309,19 +335,7 @@ class Runtime:
         """The tick job: one tick, then another at once when this replica became the leader while it ran (a
         standby's tick, reading for the scheduler extender, can take seconds on a large cluster: the takeover's tick
         brought forward would be skipped by apscheduler's max_instances=1 and wait a whole tick interval)."""
-        with self._tick_flags:
-            self._tick_active, self._tick_again = True, False
-        try:
-            while True:
-                self._tick_once()
-                with self._tick_flags:
-                    if not self._tick_again or self._stopping.is_set():
-                        self._tick_active = False
-                        return
-                    self._tick_again = False
-        finally:
-            with self._tick_flags:
-                self._tick_active = False
+        self._tick_queue.run(lambda _: self._tick_once(), lambda: not self._stopping.is_set())
 
     def _tick_once(self) -> None:
         with self._running_job(), self._tick_running:
@@ -375,11 +389,8 @@ class Runtime:
             # only once a tick has read the policies: a refit brought forward by a tick held on a failed policy or
             # cluster read would fit nothing, and the next one is a whole refit interval away
             self._refit_after_tick = False
-            with self._refit_flags:
-                running = self._refit_active
-                if running:
-                    self._refit_again = True  # the running round (another term's) ends first, then this term's
-            if not running:
+            # the running round (another term's) ends first, then this term's
+            if not self._refit_queue.ask():
                 self._bring_forward("refit")
 
     def _refresh_extender_snapshot(self) -> None:
@@ -393,20 +404,7 @@ class Runtime:
 
     def _refit_rounds(self, now: float) -> None:
         """The refit job: one round, then another at once for each asked for while it ran (``_leader_tick``)."""
-        with self._refit_flags:
-            self._refit_active, self._refit_again = True, False
-        try:
-            while True:
-                self._refit(now)
-                with self._refit_flags:
-                    if not self._refit_again or not self.can_act():
-                        self._refit_active = False
-                        return
-                    self._refit_again = False
-                now = self._clock()
-        finally:
-            with self._refit_flags:
-                self._refit_active = False
+        self._refit_queue.run(lambda rounds: self._refit(now if rounds == 0 else self._clock()), self.can_act)
 
     def _job(self, component: str, fn: Callable[[float], None]) -> Callable[[], None]:
         """A job that runs on the leader only and writes nothing to the cluster (the refit, the forecast update)."""

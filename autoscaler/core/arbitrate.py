@@ -336,22 +336,20 @@ def _place_on_coming(
     free ones: 4 free beside 4 returning hold an 8-GPU replica, where either alone does not (and a second gang was
     stopped for the replica, tick after tick of the first one's grace period). What is placed takes the returning
     GPUs first, then the node's free ones; both maps are consumed."""
+    returning = {key: key[: -len(RETURNING)] for key in booting if key.endswith(RETURNING)}
     room = dict(booting)
-    for key in booting:
-        if key.endswith(RETURNING):
-            room[key] += free.get(key[: -len(RETURNING)], 0)
+    for key, ready_node in returning.items():
+        room[key] += free.get(ready_node, 0)
     placed = _place_usable(room, barred, replicas, gpus, gpu_type, node_types)
     for key, before in booting.items():
-        taken = before - room[key]
-        if key.endswith(RETURNING):
-            taken += free.get(key[: -len(RETURNING)], 0)
-            from_free = max(0, taken - before)
-            booting[key] = max(0, before - taken)
-            node = key[: -len(RETURNING)]
-            if from_free and node in free:
-                free[node] -= from_free
-        else:
+        node = returning.get(key)
+        if node is None:
             booting[key] = room[key]
+            continue
+        taken = before + free.get(node, 0) - room[key]
+        booting[key] = max(0, before - taken)
+        if taken > before and node in free:
+            free[node] -= taken - before
     return placed
 
 
@@ -705,10 +703,15 @@ def _take_victim(
     the actions that stop it."""
     for budget, covered, _ in victim.pdb_use:
         pdb_spent[budget] = pdb_spent.get(budget, 0) + covered
+    _return_gpus(free, victim)
+    return _stop_actions(victim, workloads, detail, service)
+
+
+def _return_gpus(free: dict[str, int], victim: GangCandidate) -> None:
+    """The victim's GPUs back in ``free``, on the nodes ``free`` counts."""
     for node, gpus in victim.gpus_by_node.items():
         if node in free:
             free[node] += gpus
-    return _stop_actions(victim, workloads, detail, service)
 
 
 def _stop_actions(
@@ -1449,9 +1452,7 @@ def _give_back(
         # stops would be for nothing and the replicas left without GPUs
         trial = {n: left for n, left in free.items() if n != emptiest}
         for victim in victims:
-            for victim_node, gpus in victim.gpus_by_node.items():
-                if victim_node in trial:
-                    trial[victim_node] += gpus
+            _return_gpus(trial, victim)
         if fits_typed(trial, _live_gpu_pods(arb.snapshot, emptiest), node_types, gpu_types, barred) is None:
             unneeded.pop(pool.name, None)
             notes.append(f"{busy}; {detail}: its replicas would not fit once the stops are made: not emptied")

@@ -269,7 +269,7 @@ def read_forecasts(
                 # work the hole is for (its size, its GPU type), and what higher-priority floors take is no room.
                 comeback = (floor.contended_hold - current) * gpus_per_replica
                 if hole[1] + comeback > free_ready - taken_before:
-                    # A scale-down of fewer than ``hole_after`` replicas frees no node enough for the waiting work:
+                    # A scale-down of fewer than ``hole[0]`` replicas frees no node enough for the waiting work:
                     # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.
                     held = max(floor.hold, min(floor.contended_hold, current - (hole[0] - 1)))
                     if held > floor.hold:

@@ -290,7 +290,6 @@ def build_cluster(
     return cluster
 
 
-
 def simulate(
     policy: SimPolicy,
     services: Sequence[SimService],

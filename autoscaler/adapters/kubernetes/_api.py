@@ -147,25 +147,26 @@ def with_read_retries(
     """
     attempt = 0
     while True:
+        failure: PortError
         try:
             return op()
         except KubeApiError as exc:
             if not exc.retryable or attempt >= retries:
                 raise
             delay = exc.retry_after_s if exc.retry_after_s is not None else backoff_s * 2**attempt
-            if _past_retry_deadline(min(delay, max_backoff_s)):
-                log.info("%s: not retried: the tick's time for read retries is spent", what)
-                raise
-        except KubeUnavailable:
+            failure = exc
+        except KubeUnavailable as exc:
             if attempt >= retries:
                 raise
             delay = backoff_s * 2**attempt
-            if _past_retry_deadline(min(delay, max_backoff_s)):
-                log.info("%s: not retried: the tick's time for read retries is spent", what)
-                raise
+            failure = exc
+        wait = min(delay, max_backoff_s)
+        if _past_retry_deadline(wait):
+            log.info("%s: not retried: the tick's time for read retries is spent", what)
+            raise failure
         attempt += 1
-        log.debug("%s: retry %d/%d in %.2fs", what, attempt, retries, min(delay, max_backoff_s))
-        sleep(min(delay, max_backoff_s))
+        log.debug("%s: retry %d/%d in %.2fs", what, attempt, retries, wait)
+        sleep(wait)
 
 
 class Pager:
