@@ -52,6 +52,7 @@ from autoscaler.adapters.prometheus_settings import (
     SERVICE_LATENCY_QUERY,
     SERVICE_PLACEHOLDERS,
     PrometheusSettings,
+    duration,
 )
 from autoscaler.adapters.promql import (
     POD_NAME_MAX_LENGTH,
@@ -518,6 +519,7 @@ class PrometheusMetricsSource:
                 f"{url}/api/v1/status/buildinfo",
                 headers=headers,
                 auth=auth,
+                verify=self._session.verify,
                 timeout=self.settings.timeout_seconds,
             )
             if answer.ok:
@@ -639,13 +641,20 @@ class PrometheusMetricsSource:
 
     # -- queries ------------------------------------------------------------------------------------------------
 
-    def family_query(self, family: Family, extra_matchers: Iterable[str] = (), quantile: float | None = None) -> str:
+    def family_query(
+        self,
+        family: Family,
+        extra_matchers: Iterable[str] = (),
+        quantile: float | None = None,
+        window_s: float | None = None,
+    ) -> str:
         """The PromQL of one family, for a tick (no extra matchers) or a service's history (its matchers).
 
         ``quantile`` fills ``{quantile}`` (a service's ``spec.latency.quantile``); None: ``latency_quantile``.
+        ``window_s`` fills ``{window}`` (a history's, see :meth:`history_query`); None: ``rate_window_seconds``.
         """
         s = self.settings
-        values = self._template_values(quantile)
+        values = self._template_values(quantile, window_s)
         if family in GPU_FAMILIES:
             metric = {
                 Family.GPU_UTIL: s.gpu_util_metric,
@@ -712,6 +721,7 @@ class PrometheusMetricsSource:
                 params={"query": query, "time": _fmt_time(tick.now)},
                 headers=self._pc.headers,
                 auth=self._pc.auth,
+                verify=self._session.verify,  # see _range
                 timeout=self.settings.timeout_seconds,
             )
             if response.status_code == 200:
@@ -728,6 +738,8 @@ class PrometheusMetricsSource:
                 problem = f"Prometheus query failed: HTTP Status Code {status} ({_short_body(response.content)!r})"
         except requests.exceptions.Timeout:
             unreachable = slow
+        except requests.exceptions.SSLError as exc:  # a ConnectionError too, but the server did answer
+            unreachable = f"Prometheus at {url}: TLS error ({_short(exc)}); check ca_bundle"
         except requests.exceptions.ConnectionError as exc:
             text = _short(exc)
             unreachable = slow if "timed out" in text.lower() else f"Prometheus at {url} unreachable: {text}"
@@ -800,10 +812,10 @@ class PrometheusMetricsSource:
         spec = self._service_queries.get(service.key)
         return not (spec is not None and getattr(spec, _OVERRIDE_FIELDS[Family.LATENCY], None))
 
-    def service_latency_query(self, service: ServicePolicy) -> str:
+    def service_latency_query(self, service: ServicePolicy, window_s: float | None = None) -> str:
         """The latency quantile of one Deployment over its own pods' buckets (one series, no labels)."""
         s = self.settings
-        values = self._template_values(service.latency_quantile)
+        values = self._template_values(service.latency_quantile, window_s)
         values.update(
             metric=s.latency_bucket_metric,
             selector=selector(self._own_pods(service, Family.LATENCY), s.app_matchers),
@@ -1197,27 +1209,42 @@ class PrometheusMetricsSource:
         if signal.value is None and rate.value == 0 and any("NaN" in p for p in signal.problems):
             # histogram_quantile is NaN when no request finished in the window. That is "no traffic, nothing to
             # guard" only when nothing waits either; with requests queued (or the queue unknown) the guard's
-            # signal is unknown, not absent: the caller keeps it as a partial reason (no scale-down).
-            if queue.value == 0 and not queue.problems and not queue.partial:
+            # signal is unknown, not absent: the caller keeps it as a partial reason (no scale-down). So it is when
+            # a zero or the NaN itself may be a partial answer's (a warning, replicas not reporting).
+            complete = not (queue.problems or queue.partial or rate.partial or signal.partial)
+            if queue.value == 0 and complete:
                 return _Signal(None, [])
-            waiting = "queue depth unknown" if queue.value is None else f"{queue.value:g} requests waiting"
-            return _Signal(None, [f"latency: NaN with no finished requests in the window but {waiting}"])
+            if queue.value is None:
+                waiting = "queue depth unknown"
+            elif queue.value > 0:
+                waiting = f"{queue.value:g} requests waiting"
+            else:
+                waiting = "the request rate, queue depth or latency answer may be partial"
+            problem = f"latency: NaN with no finished requests in the window but {waiting}"
+            return _Signal(None, [problem], signal.partial)
         return signal
 
     # -- history ------------------------------------------------------------------------------------------------
 
-    def history_query(self, service: ServicePolicy, signal: str) -> str:
+    def history_query(self, service: ServicePolicy, signal: str, step_s: float | None = None) -> str:
         """PromQL of one service's signal over time (one series); see :data:`HISTORY_SIGNALS`. ``PromQLError`` for an
-        override refused as the tick refuses it (``confine_overrides_to_namespace``): it is never asked either."""
+        override refused as the tick refuses it (``confine_overrides_to_namespace``): it is never asked either.
+
+        Each point of a history stands for the step ending at it (the forecaster's grid), so with a ``step_s``
+        longer than ``rate_window_seconds`` the rates are taken over the step: over the tick's window, a point
+        measured only the end of its step (two minutes of every hour), and traffic between the windows was never
+        seen. Otherwise (and without ``step_s``: the series' identity) the text is the tick's own.
+        """
         family = HISTORY_SIGNALS.get(str(getattr(signal, "value", signal)))
         if family is None:
             raise ValueError(f"unknown signal {signal!r}; one of {', '.join(HISTORY_SIGNALS)}")
         s = self.settings
+        window_s = step_s if step_s is not None and step_s > s.rate_window_seconds else None
         if family in _OVERRIDE_FIELDS:
             spec = self._service_queries.get(service.key)
             template = getattr(spec, _OVERRIDE_FIELDS[family], None) if spec is not None else None
             if template:
-                values = self._template_values(service.latency_quantile)
+                values = self._template_values(service.latency_quantile, window_s)
                 rendered = render(template, values, {"namespace": service.namespace, "name": service.name})
                 try:
                     self._check_confined(rendered, service.namespace)
@@ -1225,8 +1252,8 @@ class PrometheusMetricsSource:
                     raise PromQLError(f"spec.queries.{_camel(_OVERRIDE_FIELDS[family])}: {exc}") from None
                 return rendered
         if family is Family.LATENCY and self._asks_own_latency(service):
-            return self.service_latency_query(service)
-        query = self.family_query(family, self._own_pods(service, family), quantile=service.latency_quantile)
+            return self.service_latency_query(service, window_s)
+        query = self.family_query(family, self._own_pods(service, family), service.latency_quantile, window_s)
         if family in GPU_FAMILIES:
             # The same quantity as PodMetrics.metric_sum: each pod's mean over its GPUs, summed over pods.
             return f"sum(avg by ({s.dcgm_namespace_label}, {s.dcgm_pod_label}) ({query}))"
@@ -1254,7 +1281,7 @@ class PrometheusMetricsSource:
         """
         if step_s <= 0 or end < start:
             raise ValueError(f"need step_s > 0 and start <= end, got step {step_s}, {start}..{end}")
-        query = self.history_query(service, signal)
+        query = self.history_query(service, signal, step_s)
         headers, auth = self._credentials()
         points: dict[float, float] = {}
         for chunk_start, chunk_end in chunk_range(start, end, step_s, self.settings.max_points_per_series):
@@ -1290,6 +1317,9 @@ class PrometheusMetricsSource:
                 params={"query": query, "start": _fmt_time(start), "end": _fmt_time(end), "step": _fmt_time(step_s)},
                 headers=headers,
                 auth=auth,
+                # Given, as the client gives it: left out, requests puts REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE before
+                # the session's own, and ca_bundle and insecure_skip_verify are ignored wherever that is set.
+                verify=self._session.verify,
                 timeout=self.settings.timeout_seconds,
             )
             if response.status_code != 200:
@@ -1314,11 +1344,14 @@ class PrometheusMetricsSource:
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
-    def _template_values(self, quantile: float | None = None) -> dict[str, str]:
-        """The settings' trusted placeholder values, ``{quantile}`` being a service's own when it has one."""
+    def _template_values(self, quantile: float | None = None, window_s: float | None = None) -> dict[str, str]:
+        """The settings' trusted placeholder values, ``{quantile}`` being a service's own when it has one and
+        ``{window}`` a history's when it is given."""
         values = self.settings.template_values()
         if quantile is not None:
             values["quantile"] = repr(float(quantile))
+        if window_s is not None:
+            values["window"] = duration(window_s)
         return values
 
     def _metric_name(self, family: Family) -> str:
@@ -1510,7 +1543,10 @@ def _status_of(exc: PrometheusApiClientException) -> int | None:
     return int(m.group(1)) if m else None
 
 
-_CAUSE = re.compile(r"\[Errno -?\d+\] [^'\")]+|Read timed out|Connection refused|Name or service not known")
+_CAUSE = re.compile(
+    r"\[Errno -?\d+\] [^'\")]+|\[SSL: \w+\] [^'\"()]*[^'\"() ]"  # "[SSL: ...] <cause>", without "(_ssl.c:...)"
+    r"|Read timed out|Connection refused|Name or service not known"
+)
 
 
 # PromQL's info annotations ("metric might not be a counter", "histogram_quantile needed to be fixed for
