@@ -27,7 +27,9 @@ from autoscaler.adapters.kubernetes.workloads import (
     SUSPENDED_BY_ANNOTATION,
     SUSPENDED_GENERATION_ANNOTATION,
     WORKLOAD_KINDS,
+    WorkloadKind,
     is_suspended,
+    served_first,
 )
 from autoscaler.core.cluster import (
     SELECTOR_OPERATORS,
@@ -364,6 +366,24 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None
     return None
 
 
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+
+
+def _kueue_marked(meta: Mapping[str, Any], pod_spec: Mapping[str, Any] | None = None) -> bool:
+    """Whether an object carries a mark of Kueue: a ``kueue.x-k8s.io/`` label or annotation (a Job's queue name, a
+    pod's workload or pod group), or, on a pod, one of Kueue's scheduling gates."""
+    keys: list[Any] = [*_map(meta.get("labels")), *_map(meta.get("annotations"))]
+    if pod_spec is not None:
+        keys += [_map(gate).get("name") for gate in _list(pod_spec.get("schedulingGates"))]
+    return any(isinstance(key, str) and key.startswith(KUEUE_PREFIX) for key in keys)
+
+
+def _quota_refused(workload_status: Mapping[str, Any]) -> bool:
+    """Whether a Kueue Workload's status says it holds no quota now (``QuotaReserved`` False: pending, or evicted)."""
+    reserved = _condition(workload_status, "QuotaReserved")
+    return bool(reserved and reserved.get("status") == "False")
+
+
 def deployment_for_replicaset(rs_name: str, pod_template_hash: str | None) -> str | None:
     """A ReplicaSet ``<deployment>-<pod-template-hash>`` belongs to ``<deployment>``; saves listing ReplicaSets."""
     if pod_template_hash and rs_name.endswith("-" + pod_template_hash):
@@ -454,6 +474,11 @@ class KubeClusterReader:
         # the workload kinds the last read was refused (403): a Job Kueue manages is then not suspended directly
         self._workloads_forbidden: frozenset[str] = frozenset()
         self._kueue_unreadable_logged = False
+        self._served_versions: dict[str, str] = {}  # workload kind -> the version its list last answered at
+        # Something read in this snapshot is managed by Kueue (a kueue.x-k8s.io/ label, annotation or gate): only then
+        # is a Workload list that 404s asked again at Kueue's other version, so a cluster without Kueue pays no
+        # second 404 every tick. (Once a version answered, it is asked first and the other one always follows.)
+        self._kueue_seen = False
         self._autoscaling = client.AutoscalingV2Api(api_client)
         self.last_stats = ReadStats()
         cfg = self.config
@@ -481,6 +506,7 @@ class KubeClusterReader:
 
     def _snapshot(self, now: float) -> ClusterSnapshot:
         started, self._calls = time.monotonic(), 0
+        self._kueue_seen = False
         cfg = self.config
         priority_classes, default_priority = self._priority_classes()
         deployments = self._pager.items(
@@ -613,6 +639,8 @@ class KubeClusterReader:
             return None
         labels = meta.get("labels") or {}
         annotations = meta.get("annotations") or {}
+        if not self._kueue_seen:
+            self._kueue_seen = _kueue_marked(meta, spec)
         namespace = meta.get("namespace", "")
         priority = spec.get("priority")
         if priority is None:
@@ -730,9 +758,8 @@ class KubeClusterReader:
                 if kind == "Job":
                     items = self._pager.items(what, self._batch.list_job_for_all_namespaces)
                 else:
-                    items = self._pager.items(
-                        what, self._custom.list_cluster_custom_object, spec.group, spec.version, spec.plural
-                    )
+                    may_fall_back = kind != "Workload" or self._kueue_seen or kind in self._served_versions
+                    items = self._list_served(what, kind, spec, may_fall_back)
             except KubeApiError as exc:
                 if exc.status == 404:
                     log.debug("%s: not installed (%s)", what, exc)
@@ -752,8 +779,29 @@ class KubeClusterReader:
                     self._workloads_forbidden_logged.add(kind)
                 continue
             out[kind] = items
+            if not self._kueue_seen:
+                self._kueue_seen = any(_kueue_marked(_map(_map(item).get("metadata"))) for item in items)
         self._workloads_forbidden = frozenset(forbidden)
         return out
+
+    def _list_served(self, what: str, kind: str, spec: WorkloadKind, may_fall_back: bool = True) -> list[JSON]:
+        """Every object of a custom workload kind, at the first of its versions the API server serves (the one that
+        answered last time first): a 404 is a CRD not installed or a version not served, and the next version is
+        tried (``may_fall_back``). Raises the last 404 when no version is served."""
+        versions = served_first(spec, self._served_versions.get(kind))
+        *earlier, last = versions if may_fall_back else versions[:1]
+        for version in earlier:
+            try:
+                return self._list_at(what, kind, spec, version)
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+        return self._list_at(what, kind, spec, last)
+
+    def _list_at(self, what: str, kind: str, spec: WorkloadKind, version: str) -> list[JSON]:
+        items = self._pager.items(what, self._custom.list_cluster_custom_object, spec.group, version, spec.plural)
+        self._served_versions[kind] = version
+        return items
 
     def _workloads(
         self, raw: Mapping[str, list[JSON]], priority_classes: Mapping[str, int], default_priority: int
@@ -890,6 +938,10 @@ class KubeClusterReader:
         if kind == "Workload" and spec.get("priority") is not None:
             priority = _int(spec.get("priority"), priority)
         suspended = is_suspended(obj, kind)
+        # Active, but Kueue found no quota for it (or evicted it to requeue): it waits in its ClusterQueue with no pod
+        # running, as a queued Job waits suspended. Read as running, a RayJob's or a pod group's queued training was
+        # missing from the waiting GPU work. One Kueue has not looked at yet (no condition) is left as it was.
+        awaiting_quota = kind == "Workload" and not suspended and _quota_refused(_map(status))
         own = meta.get("annotations") or {}
         # The controller owner, when it is one of the workload kinds in its own API group: a Workload owned by
         # another group's kind of the same name (Volcano's batch.volcano.sh "Job") does not stand for a batch/v1 Job.
@@ -909,13 +961,14 @@ class KubeClusterReader:
             namespace=namespace,
             name=name,
             gang=expected,
-            suspended=suspended,
+            suspended=suspended or awaiting_quota,
             priority=priority,
             pod_gpus=tuple(gpus),
             gpu_product=product,
             suspended_by_us_at=suspended_by_us_at(own, meta.get("generation")) if suspended else None,
             min_runtime_s=_seconds(own.get(MIN_RUNTIME_ANNOTATION)),
-            queued=suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL)),
+            queued=awaiting_quota
+            or (suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL))),
         )
         return info, owner
 

@@ -19,10 +19,18 @@ class WorkloadKind:
     path: tuple[str, ...]  # the boolean field
     suspended_value: bool  # spec.suspend=true, or Kueue's spec.active=false
     resumed_value: bool  # spec.suspend=false, or Kueue's spec.active=true
+    # Versions read and written when ``version`` is not served (404): another release of the operator. The fields
+    # above mean the same in each of them.
+    fallback_versions: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Every version to try, the preferred one first."""
+        return (self.version, *self.fallback_versions)
 
 
 # Kinds whose controllers support suspension (the pods are deleted, the work resumes from its checkpoint later).
@@ -31,8 +39,20 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
     "JobSet": WorkloadKind("jobset.x-k8s.io", "v1alpha2", "jobsets", ("spec", "suspend"), True, False),
     "PyTorchJob": WorkloadKind("kubeflow.org", "v1", "pytorchjobs", ("spec", "runPolicy", "suspend"), True, False),
     "TFJob": WorkloadKind("kubeflow.org", "v1", "tfjobs", ("spec", "runPolicy", "suspend"), True, False),
-    "Workload": WorkloadKind("kueue.x-k8s.io", "v1beta1", "workloads", ("spec", "active"), False, True),
+    # Kueue serves v1beta2 since 0.15 and no v1beta1 from 0.20 on: read at v1beta1 only, its Workloads vanished (404,
+    # "not installed"), what we deactivated was never resumed and the Jobs it runs were suspended directly
+    "Workload": WorkloadKind(
+        "kueue.x-k8s.io", "v1beta1", "workloads", ("spec", "active"), False, True, fallback_versions=("v1beta2",)
+    ),
 }
+
+
+def served_first(kind: WorkloadKind, served: str | None) -> tuple[str, ...]:
+    """``kind.versions`` with ``served`` (the version the API server last answered at) moved to the front."""
+    if served not in kind.versions:
+        return kind.versions
+    return (served, *(v for v in kind.versions if v != served))
+
 
 # Written in the same patch that suspends, removed in the one that resumes: only what we suspended is resumed by us.
 SUSPENDED_BY_ANNOTATION = "gpuautoscaler.dev/suspended-by"

@@ -53,6 +53,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     SUSPENDED_GENERATION_ANNOTATION,
     WORKLOAD_KINDS,
     WorkloadKind,
+    served_first,
 )
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
 from autoscaler.ports import (
@@ -141,6 +142,7 @@ class KubeClusterWriter:
         self._clock = clock
         self._sleep = sleep
         self._uids: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._served_versions: dict[str, str] = {}  # workload kind -> the version its objects were last read at
         self.api_calls = 0
         self.instance = self.config.reporting_instance or _default_instance()
 
@@ -363,20 +365,13 @@ class KubeClusterWriter:
         ``WROTE``, or ``ALREADY`` when ``decide`` finds nothing to write; 404 is ``GONE`` (a deleted workload uses no
         GPUs, and there is nothing to suspend or resume)."""
         spec = WORKLOAD_KINDS[kind]
+        read_at = [spec.version]  # the version of the last read: the patch is sent at the same one
 
         def read() -> JSON:
             if kind == "Job":
                 obj = self._read(what, self._batch.read_namespaced_job, name, namespace)
             else:
-                obj = self._read(
-                    what,
-                    self._custom.get_namespaced_custom_object,
-                    spec.group,
-                    spec.version,
-                    namespace,
-                    spec.plural,
-                    name,
-                )
+                read_at[0], obj = self._read_served(what, kind, spec, namespace, name)
             self._remember_uid(kind, namespace, name, obj)
             return obj
 
@@ -389,7 +384,7 @@ class KubeClusterWriter:
                 what,
                 self._custom.patch_namespaced_custom_object,
                 spec.group,
-                spec.version,
+                read_at[0],
                 namespace,
                 spec.plural,
                 name,
@@ -405,6 +400,26 @@ class KubeClusterWriter:
             log.info("%s: no such workload: nothing written", what)  # a deleted workload uses no GPUs
             return WriteOutcome.GONE
         return WriteOutcome.WROTE if written else WriteOutcome.ALREADY
+
+    def _read_served(self, what: str, kind: str, spec: WorkloadKind, namespace: str, name: str) -> tuple[str, JSON]:
+        """(version, object): the custom workload read at the first of its versions that has it (the one that
+        answered last time first). A 404 is a version not served (Kueue >= 0.20 serves no v1beta1) or no such
+        object, and the next version is tried; the last 404 is raised when none has it."""
+        *earlier, last = served_first(spec, self._served_versions.get(kind))
+        for version in earlier:
+            try:
+                return version, self._read_at(what, kind, spec, version, namespace, name)
+            except KubeApiError as exc:
+                if exc.status != 404:
+                    raise
+        return last, self._read_at(what, kind, spec, last, namespace, name)
+
+    def _read_at(self, what: str, kind: str, spec: WorkloadKind, version: str, namespace: str, name: str) -> JSON:
+        obj = self._read(
+            what, self._custom.get_namespaced_custom_object, spec.group, version, namespace, spec.plural, name
+        )
+        self._served_versions[kind] = version
+        return obj
 
     def suspend_workload(
         self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
