@@ -79,10 +79,14 @@ def burst_options(
     return out
 
 
+# Money per hour is compared to this many decimals: 3 GPUs x 2.4 (7.199999999999999) and 8 x 0.9 (7.2) are the
+# same price, and the expander after ``cheapest`` must break that tie, not a rounding error.
+_PRICE_DECIMALS = 6
+
 # Each expander ranks an option (lower first); chained, each breaks the ties of the one before.
 _RANKS: dict[str, Callable[[BurstOption], float]] = {
     "least-waste": lambda option: option.wasted_gpus,
-    "cheapest": lambda option: option.cost_per_hour,
+    "cheapest": lambda option: round(option.cost_per_hour, _PRICE_DECIMALS),
     "priority": lambda option: -option.pool.priority,
 }
 EXPANDERS = tuple(_RANKS)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from autoscaler.core.cluster import (
     SERVING_OWNER_KINDS,
     STATIC_POD_OWNER_KIND,
+    SUSPENDABLE_KINDS,
     ClusterSnapshot,
     PodInfo,
     checkpoint_times,
@@ -131,6 +132,9 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
     # a workload's own minimum runtime (its annotation) outranks the rules' default, as it does for resuming
     own_runtime = {w.gang: w.min_runtime_s for w in snapshot.workloads if w.min_runtime_s is not None}
     suspended = suspended_gangs(snapshot)
+    # Stopped through their spec (``core.arbitrate``: the controller deletes the pods), not by the Eviction API: none
+    # of its refusals applies, though their budgets are still kept
+    by_spec = frozenset(w.gang for w in snapshot.workloads if w.kind in SUSPENDABLE_KINDS and not w.suspended)
     out = []
     for gang, pods in sorted(members.items()):
         min_runtime_s = own_runtime.get(gang, rules.min_runtime_s)
@@ -138,10 +142,15 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         for pod in pods:
             by_node[pod.node or ""] += pod.gpus
         # The gang runs from when its last pod became ready (a gang that queued for hours and started a minute ago
-        # has a minute of work to lose and is inside its minimum runtime); before that, from its pods' creation.
+        # has a minute of work to lose and is inside its minimum runtime); before that, from its last pod's bind: a
+        # gang whose pods waited hours for room and were bound a minute ago (one still pulling its image) has not
+        # run yet. From its pods' creation only when no bind time is known.
         ready_times = [p.ready_at for p in pods if p.ready_at is not None]
+        bind_times = [p.scheduled_at for p in pods if p.scheduled_at is not None]
         if ready_times and len(ready_times) == len(pods):
             started = max(ready_times)
+        elif bind_times:
+            started = min(max(bind_times), now)
         else:
             started = min((p.created_at for p in pods if p.created_at is not None), default=now)
         checkpoints = checkpoint_times(pods, now)
@@ -190,7 +199,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
         elif now - started < min_runtime_s:
             why_not = f"running {now - started:.0f}s < minimum runtime {min_runtime_s:g}s"
         else:
-            why_not = _pdb_blocks(snapshot, pods)
+            why_not = _pdb_blocks(snapshot, pods, evicted=gang not in by_spec)
         pdb_use = pdbs_covering(snapshot, pods)
         out.append(
             GangCandidate(
@@ -267,8 +276,9 @@ def unevictable_under_budgets(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]
     return None
 
 
-def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> str | None:
-    unevictable = unevictable_under_budgets(snapshot, pods)
+def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo], evicted: bool = True) -> str | None:
+    """Why the budgets forbid stopping ``pods``, or None; ``evicted``: stopped through the Eviction API."""
+    unevictable = unevictable_under_budgets(snapshot, pods) if evicted else None
     if unevictable is not None:
         return unevictable
     for key, covered, allowed in pdbs_covering(snapshot, pods):
