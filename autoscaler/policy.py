@@ -79,6 +79,9 @@ def _json_integer(value: Any) -> Any:
     # on it: an expected difference of tests/realkube/test_crd_parity_real.py.
     if isinstance(value, (str, bool)):
         raise PydanticCustomError("int_type", "Input should be a valid integer")
+    if isinstance(value, float) and value.is_integer():
+        # past int64, pydantic says "Unable to parse input string as an integer" of 1e20: the bound says what is wrong
+        return int(value)
     return value
 
 

@@ -67,6 +67,12 @@ MIN_JOB_INTERVAL_SECONDS = 1.0
 NAMESPACE_PATTERN = f"^{DNS_LABEL}$"
 NAMESPACE_MAX = 63
 DRY_RUN_LEASE_SUFFIX = "-dry-run"
+# A burst pool is the value of its nodes' pool label (a label value, not empty: an empty one names no pool), and a
+# MachineDeployment is an object (an RFC 1123 subdomain). Another name was accepted and matched no node, or every
+# resize of the pool was refused by the API server, tick after tick.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_OBJECT_NAME = re.compile(DNS_SUBDOMAIN)
+OBJECT_NAME_MAX = 253
 LEASE_NAME_MAX = 253 - len(DRY_RUN_LEASE_SUFFIX)
 # AUTOSCALER_* variables that are not settings but are read elsewhere; every other unknown AUTOSCALER_* name is an
 # error (a typo would otherwise be ignored and the default used).
@@ -246,6 +252,32 @@ def _bind_address(value: str) -> str:
 BindAddress = Annotated[str, AfterValidator(_bind_address)]
 
 
+def _pool_name(value: str) -> str:
+    if len(value) > LABEL_VALUE_MAX or not _LABEL_VALUE.fullmatch(value):
+        raise ValueError(
+            f"{_echo(value)} is not a node pool name: the value of its nodes' pool label (letters, digits, '-', '_' "
+            f"and '.', starting and ending with a letter or digit, at most {LABEL_VALUE_MAX} characters)"
+        )
+    return value
+
+
+def _is_object_name(value: str) -> bool:
+    return len(value) <= OBJECT_NAME_MAX and _OBJECT_NAME.fullmatch(value) is not None
+
+
+def _machine_deployment_name(value: str) -> str:
+    if not _is_object_name(value):
+        raise ValueError(
+            f"{_echo(value)} is not a MachineDeployment name (lower-case letters, digits, '-' and '.', starting and "
+            f"ending with a letter or digit, at most {OBJECT_NAME_MAX} characters)"
+        )
+    return value
+
+
+PoolName = Annotated[str, AfterValidator(_pool_name)]
+MachineDeploymentName = Annotated[str, AfterValidator(_machine_deployment_name)]
+
+
 class HttpSettings(_Group):
     """The controller's own HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``."""
 
@@ -305,7 +337,7 @@ class NodePoolSettings(_Group):
         pattern=NAMESPACE_PATTERN,
         description="namespace of the Cluster API MachineDeployments",
     )
-    pools: Annotated[dict[str, str], NoDecode] = Field(
+    pools: Annotated[dict[PoolName, MachineDeploymentName], NoDecode] = Field(
         default_factory=dict,
         description="node-pool label value -> MachineDeployment name (JSON in env; empty = same name)",
     )
@@ -420,7 +452,7 @@ class CapacitySettings(_Group):
         description="burst pool choice, chained: each breaks the ties of the one before (comma-separated in env)",
     )
     spend_cap_per_hour: float | None = Field(None, ge=0, description="burst spend at most this per hour")
-    burst_pools: Annotated[dict[str, BurstPoolSettings], NoDecode] = Field(
+    burst_pools: Annotated[dict[PoolName, BurstPoolSettings], NoDecode] = Field(
         default_factory=dict, description="pool name -> its settings (JSON in env)"
     )
 
@@ -751,7 +783,7 @@ class ForecastSettings(_Group):
         from autoscaler.sim.scenario import _checked_model_params  # converts and type-checks as the scenario does
 
         try:
-            checked = _checked_model_params(cls, self.model_params)
+            checked = _checked_model_params(cls, self.model_params, quoted=True)
             _build_forecaster(self.model, cls, checked)
         except (ValueError, TypeError) as exc:
             problem = _cut(str(exc).removeprefix("modelParams."))
@@ -971,6 +1003,32 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _burst_pools_the_provider_resizes(self) -> Settings:
+        # The Cluster API provider resizes a burst pool through the MachineDeployment node_pools.pools names for it,
+        # or the one of its own name without that mapping; one it cannot name failed every tick ("node pool 'x' is
+        # not configured", a 404) while the arbitration kept choosing the pool.
+        if not self.capacity.enabled or self.node_pools.provider != "clusterapi":
+            return self
+        mapping, burst, pools = self.node_pools.pools, _name("capacity", "burst_pools"), _name("node_pools", "pools")
+        if mapping:
+            missing = [name for name in sorted(self.capacity.burst_pools) if name not in mapping]
+            if missing:
+                raise ValueError(
+                    f"{burst}: pool(s) {', '.join(_echo(name) for name in missing[:5])} have no MachineDeployment in "
+                    f"{pools} (node_pools.provider clusterapi resizes a pool through it): add them, or remove them "
+                    "from the burst pools"
+                )
+            return self
+        unnamed = [name for name in sorted(self.capacity.burst_pools) if not _is_object_name(name)]
+        if unnamed:
+            raise ValueError(
+                f"{burst}: pool(s) {', '.join(_echo(name) for name in unnamed[:5])} cannot be MachineDeployment names "
+                f"(lower-case letters, digits, '-' and '.'), which they are without {pools}: map each pool to its "
+                "MachineDeployment there"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _stall_after_tick(self) -> Settings:
         if self.tick_stall_seconds <= self.tick_interval_seconds:
             raise ValueError(
@@ -1052,7 +1110,19 @@ def read_config_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise SettingsError(f"{where} must hold a mapping, got {type(data).__name__}")
+    # pydantic-settings passes the top-level keys on as keyword arguments: one that is not a string stopped start-up
+    # with "TypeError: keywords must be strings" (a traceback, exit 1)
+    problems = [_not_a_setting_name(key) for key in data if not isinstance(key, str)]
+    if problems:
+        raise SettingsError(f"invalid settings in {path}:\n  " + "\n  ".join(problems[:MAX_LISTED_PROBLEMS]))
     return data
+
+
+def _not_a_setting_name(key: Any) -> str:
+    if isinstance(key, bool):
+        written = "an unquoted yes, no, on, off, true or false"
+        return f"{str(key).lower()}: not a setting name: YAML reads {written} as the boolean {str(key).lower()}"
+    return f"{_echo(key)}: not a setting name (a {type(key).__name__}, where setting names are strings)"
 
 
 def env_name(loc: tuple[str | int, ...]) -> str:
@@ -1225,8 +1295,11 @@ def describe_validation_error(error: ValidationError, prefix: tuple[str, ...] = 
     """One line per problem, naming the env var and the file key (``a.b``) of the offending setting."""
     lines = []
     for item in error.errors():
+        # "[key]": pydantic's mark of an error in a mapping's key, which the part before it names already
         loc = prefix + tuple(
-            part for part in item["loc"] if not (isinstance(part, str) and part.startswith("function-"))
+            part
+            for part in item["loc"]
+            if not (isinstance(part, str) and (part.startswith("function-") or part == "[key]"))
         )
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
@@ -1270,9 +1343,13 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
     problems = _environment_problems()
     if problems:
         raise SettingsError("invalid settings:\n  " + "\n  ".join(problems))
-    prometheus_file = data.pop(PROMETHEUS_GROUP, None) or {}
-    if not isinstance(prometheus_file, dict):
-        raise SettingsError(f"invalid settings:\n  {PROMETHEUS_GROUP}: must be a mapping in {path}")
+    prometheus_file = data.pop(PROMETHEUS_GROUP, None)
+    if prometheus_file is None:  # `prometheus:` with every key commented out
+        prometheus_file = {}
+    if not isinstance(prometheus_file, dict):  # `prometheus: []` or `false` too: not read as no settings at all
+        raise SettingsError(
+            f"invalid settings:\n  {PROMETHEUS_GROUP}: must be a mapping in {path} (got {_echo(prometheus_file)})"
+        )
     try:
         init[PROMETHEUS_GROUP] = _prometheus_settings(prometheus_file, init.pop(PROMETHEUS_GROUP, None) or {})
     except ValidationError as exc:

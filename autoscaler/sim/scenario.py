@@ -5,11 +5,11 @@ A scenario describes node pools, inference services and the step length. Service
 where the demand comes from and how fast a replica is. See ``autoscaler/sim/scenarios/default.yaml``.
 
 A scenario file may come from somebody else, so everything in it is checked before anything is read, allocated or
-written: every number must be finite (no ``.nan``/``.inf``) and a number (``true``/``false`` is not one), and is
-bounded where a larger value would only cost memory or time; ``name`` must be a safe file name (it names the output
-files); a service replica or a training gang that no node pool could ever hold (no pool that can have a node, GPUs
-per replica or pod beyond every pool's nodes, a gang larger than all of them) is refused, and so is ``maxNodes`` on a
-pool that does not burst. The limits on the size of a run:
+written: every number must be finite (no ``.nan``/``.inf``) and a number (``true``/``false`` is not one, nor is a
+quoted ``"15"``), and is bounded where a larger value would only cost memory or time; ``name`` must be a safe file
+name (it names the output files); a service replica or a training gang that no node pool could ever hold (no pool that
+can have a node, GPUs per replica or pod beyond every pool's nodes, a gang larger than all of them) is refused, and so
+is ``maxNodes`` on a pool that does not burst. The limits on the size of a run:
 
 - at most :data:`MAX_STEPS` (1,000,000) simulation steps (``durationSeconds`` / ``stepSeconds``, or the shortest
   trace / ``stepSeconds``): 14 days at 1.2 s steps, a year at 32 s steps;
@@ -45,7 +45,7 @@ from pydantic import (
 )
 
 from autoscaler.core.model import Mode
-from autoscaler.policy import API_GROUP, API_VERSION, KIND, GPUScalingPolicySpec
+from autoscaler.policy import API_GROUP, API_VERSION, DNS_LABEL, DNS_SUBDOMAIN, KIND, GPUScalingPolicySpec
 from autoscaler.yaml_input import YamlProblem, load_yaml
 
 BUILTIN_PREFIX = "builtin:"
@@ -181,9 +181,36 @@ class ServiceSimulation(_Strict):
     )
 
 
+NAMESPACE_MAX = 63
+OBJECT_NAME_MAX = 253
+
+
+def _namespace_name(namespace: str) -> str:
+    """``namespace`` if the API server takes it as one (an RFC 1123 label): a scenario runs what ``kubectl apply``
+    would, and the namespace is the first part of the service key ``namespace/name``."""
+    if len(namespace) > NAMESPACE_MAX or re.fullmatch(DNS_LABEL, namespace) is None:
+        raise ValueError(
+            f"{namespace[:60]!r} is not a namespace name (lower-case letters, digits and '-', starting and ending with "
+            f"a letter or digit, at most {NAMESPACE_MAX} characters)"
+        )
+    return namespace
+
+
 class Metadata(_Strict):
     name: str = Field(min_length=1)
     namespace: str = Field("default", min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, name: str) -> str:
+        if len(name) > OBJECT_NAME_MAX or re.fullmatch(DNS_SUBDOMAIN, name) is None:
+            raise ValueError(
+                f"{name[:60]!r} is not an object name (lower-case letters, digits, '-' and '.', starting and ending "
+                f"with a letter or digit, at most {OBJECT_NAME_MAX} characters)"
+            )
+        return name
+
+    _namespace = field_validator("namespace")(_namespace_name)
 
 
 class ServiceEntry(_Strict):
@@ -341,10 +368,11 @@ class Forecasting(_Strict):
         )
 
 
-def _checked_model_params(estimator: type, params: dict[str, Any]) -> dict[str, Any]:
+def _checked_model_params(estimator: type, params: dict[str, Any], quoted: bool = False) -> dict[str, Any]:
     """``params`` converted to the types the forecaster's constructor declares, so that a wrong type (a string for
     a window, ``true`` for a period, NaN) fails here and not in the middle of a run. Names the constructor does not
-    take are left for the constructor to refuse."""
+    take are left for the constructor to refuse. ``quoted``: a number may be given as text (the controller's
+    environment, ``AUTOSCALER_FORECAST__MODEL_PARAMS__<NAME>``)."""
     try:
         parameters = inspect.signature(estimator, eval_str=True).parameters
     except (NameError, TypeError, ValueError):  # pragma: no cover - every registered forecaster's annotations resolve
@@ -357,7 +385,7 @@ def _checked_model_params(estimator: type, params: dict[str, Any]) -> dict[str, 
             checked[key] = value
             continue
         problems: list[tuple[_Loc, str]] = []
-        _input_problems(hint, value, (), problems, set())
+        _input_problems(hint, value, (), problems, set(), quoted)
         if problems:
             raise ValueError(f"modelParams.{key}{_where(problems[0][0], prefix='.')}: {problems[0][1]}")
         try:
@@ -445,6 +473,7 @@ class Training(_Strict):
 
     source: str = Field("", description="where the job sizes and runtimes come from (named in the report)")
     namespace: str = Field("training", min_length=1)
+    _namespace = field_validator("namespace")(_namespace_name)
     min_runtime_seconds: float = Field(
         600.0, alias="minRuntimeSeconds", ge=0, le=86400.0, description="a gang is never stopped younger than this, s"
     )
@@ -718,7 +747,7 @@ def _gang_problem(pools: list[NodePool], pods: int, gpus_per_pod: int, hosts: st
 _Loc = tuple[str | int, ...]
 
 
-def _number_problem(value: Any, integer: bool) -> str | None:
+def _number_problem(value: Any, integer: bool, quoted: bool) -> str | None:
     if isinstance(value, bool):
         return "Input should be a number, not a boolean (true/false)"
     number: Any = value
@@ -727,6 +756,10 @@ def _number_problem(value: Any, integer: bool) -> str | None:
             number = float(value)
         except ValueError:
             return None  # not a number at all: pydantic says so
+        if not quoted:
+            # pydantic's lax mode reads "15" as 15; a service's spec refuses it (as the CRD's number types do), and
+            # so does the rest of the file
+            return "Input should be a number, not a string (remove the quotes)"
     if isinstance(number, float) and not math.isfinite(number):
         return "Input should be a finite number (not NaN or infinity)"
     if integer and isinstance(number, int | float) and abs(number) > MAX_INT:
@@ -735,25 +768,31 @@ def _number_problem(value: Any, integer: bool) -> str | None:
 
 
 def _input_problems(
-    annotation: Any, value: Any, loc: _Loc, problems: list[tuple[_Loc, str]], seen: set[tuple[int, int]]
+    annotation: Any,
+    value: Any,
+    loc: _Loc,
+    problems: list[tuple[_Loc, str]],
+    seen: set[tuple[int, int]],
+    quoted: bool = False,
 ) -> None:
-    """Append (location, problem) for every boolean given as a number, non-boolean given as a boolean, and
-    non-finite or over-large number in ``value``, read as ``annotation``. A YAML node shared through aliases is
-    visited once per type it is read as (so a "billion laughs" costs its size in memory, not its expansion)."""
+    """Append (location, problem) for every boolean or quoted number (unless ``quoted``: the environment's values
+    are text) given as a number, non-boolean given as a boolean, and non-finite or over-large number in ``value``,
+    read as ``annotation``. A YAML node shared through aliases is visited once per type it is read as (so a "billion
+    laughs" costs its size in memory, not its expansion)."""
     if value is None:
         return
     origin = typing.get_origin(annotation)
     if origin is typing.Union or origin is types.UnionType:
         options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(options) == 1:
-            _input_problems(options[0], value, loc, problems, seen)
+            _input_problems(options[0], value, loc, problems, seen, quoted)
         return
     if annotation is bool:
         if not isinstance(value, bool):
             problems.append((loc, "Input should be true or false"))
         return
     if annotation is int or annotation is float:
-        problem = _number_problem(value, integer=annotation is int)
+        problem = _number_problem(value, integer=annotation is int, quoted=quoted)
         if problem is not None:
             problems.append((loc, problem))
         return
@@ -778,7 +817,7 @@ def _input_problems(
             for name, info in annotation.model_fields.items():
                 for key in dict.fromkeys((info.alias or name, name)):
                     if key in value:
-                        _input_problems(info.annotation, value[key], (*loc, key), problems, seen)
+                        _input_problems(info.annotation, value[key], (*loc, key), problems, seen, quoted)
         return
     if isinstance(value, list) and origin in (list, tuple, collections.abc.Sequence):
         seen.add(visit)
@@ -788,7 +827,7 @@ def _input_problems(
                 item_type = args[index] if index < len(args) else None
             else:
                 item_type = args[0] if args else None
-            _input_problems(item_type, item, (*loc, index), problems, seen)
+            _input_problems(item_type, item, (*loc, index), problems, seen, quoted)
     # Anything else (str, enums, literals, modelParams' free-form values) is pydantic's, or _checked_model_params'.
 
 
