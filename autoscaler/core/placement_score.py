@@ -53,7 +53,7 @@ from autoscaler.core.fragmentation import (
 )
 
 QUANTUM_MILLI = 100  # gains within a tenth of a GPU tie
-MAX_SCORE = 100  # the extender's scale (kube-scheduler's MaxExtenderPriority)
+MAX_SCORE = 100  # a 0..100 scale; the extender spreads its scores to kube-scheduler's MaxExtenderPriority (10) itself
 
 
 def fill_capacity(node: GpuNode, task: Task) -> int:

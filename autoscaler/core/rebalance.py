@@ -193,6 +193,10 @@ class _Budgets:
         return tuple(out)
 
 
+def _pod_key(pod: PodInfo) -> tuple[str, str]:
+    return pod.namespace, pod.name
+
+
 def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfig) -> tuple[list[_Unit], list[str]]:
     ready_nodes = {n.name for n in snapshot.nodes if n.ready}
     budgets_of = _Budgets(snapshot)
@@ -227,7 +231,10 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
                 if len(budgets) > 1:
                     continue  # unevictable_under_budgets, on the budgets at hand: the Eviction API refuses the pod
                 units.append(_unit((pod,), owner, budgets, gpu_type, False))
-    for gang, pods in sorted(gangs.items()):
+    for gang, listed in sorted(gangs.items()):
+        # one order whatever the snapshot's listing: the evictions go out in it, and a budget that refuses one
+        # halfway leaves the same pods evicted whichever replica of the controller planned the move
+        pods = sorted(listed, key=_pod_key)
         if not all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods):
             continue
         odd = next((p for p in pods if p.owner_kind is None or p.owner_kind in _NOT_RESTARTED_ELSEWHERE), None)
@@ -280,13 +287,19 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
         elif pod.gang:
             gangs[pod.gang].append(pod)
         else:
+            # a serving replica (a StatefulSet's, a ReplicaSet's) goes where a Deployment's may: only the pods of a
+            # training controller, or bare pods, are kept off the pools training may not use
+            training = pod.owner_kind not in SERVING_OWNER_KINDS
             targets.append(
-                _Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), pod.gpu_product, True, (pod,))
+                _Target(f"pod {pod.namespace}/{pod.name}", pod.priority, (pod.gpus,), pod.gpu_product, training, (pod,))
             )
-    for gang, pods in gangs.items():
+    for gang, listed in gangs.items():
+        pods = sorted(listed, key=_pod_key)
         gpus = tuple(p.gpus for p in pods)
         gpu_type = next((p.gpu_product for p in pods if p.gpu_product), None) or types.get(gang)
-        targets.append(_Target(f"gang {gang}", min(p.priority for p in pods), gpus, gpu_type, True, tuple(pods)))
+        # a group of serving replicas (a StatefulSet's pods that Kueue admits as one workload) is no training either
+        training = not all(p.owner_kind in SERVING_OWNER_KINDS for p in pods)
+        targets.append(_Target(f"gang {gang}", min(p.priority for p in pods), gpus, gpu_type, training, tuple(pods)))
     for w in snapshot.workloads:
         if w.suspended and w.suspended_by_us_at is not None and w.pod_gpus:
             targets.append(
@@ -449,6 +462,16 @@ def plan_rebalance(
 
     waiting_since = {t: at for t, at in state.moved_for if now - at < config.retry_after_s}
     for target in targets:
+        trial = dict(free)
+        placed = cluster.place(trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods)
+        if placed is not None:
+            # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
+            # first (targets come highest priority first): a lower target's moves must not count on it, nor may a
+            # burst node it will land on be emptied -- also when it was moved for lately (the room may be the one
+            # those moves made, the scheduler not having bound it yet).
+            free = trial
+            landed.update(placed)
+            continue
         if target.name in waiting_since:
             ago = now - waiting_since[target.name]
             notes.append(
@@ -462,15 +485,6 @@ def plan_rebalance(
                 f"{config.max_moves_per_hour}/hour)"
             )
             break
-        trial = dict(free)
-        placed = cluster.place(trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods)
-        if placed is not None:
-            # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
-            # first (targets come highest priority first): a lower target's moves must not count on it, nor may a
-            # burst node it will land on be emptied.
-            free = trial
-            landed.update(placed)
-            continue
         candidates = [u for u in units if usable(u)]
         found = _make_room(cluster, free, target, candidates, budget - _pods_moved(moves), pdb_used)
         if found is None:
@@ -481,8 +495,10 @@ def plan_rebalance(
             continue
         chosen, after, homes = found
         if not chosen:
+            # it fits once placed pod by pod: nothing to move, but the room found is its own, as when it fits
+            free = after
             landed.update(homes)
-            continue  # it fits once placed pod by pod: nothing to move
+            continue
         gain = sum(target.pod_gpus)
         ratio = gain / sum(len(u.pods) for u, _ in chosen)
         if ratio < config.min_gain_per_move:
@@ -590,7 +606,12 @@ def plan_rebalance(
     }
     actions = tuple(
         EvictPod(
-            ns, name, Reason.REBALANCE, m.detail, gang=m.gang, uid=uids.get((ns, name)),
+            ns,
+            name,
+            Reason.REBALANCE,
+            m.detail,
+            gang=m.gang,
+            uid=uids.get((ns, name)),
             budgets=budgets.get(m.owner, ()) if m.gang else (),
         )
         for m in moves
