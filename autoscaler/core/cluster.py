@@ -422,61 +422,91 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
 
 @dataclass(frozen=True, slots=True)
 class NodeRoom:
-    """Room on the ready nodes, gathered in one pass per tick: free GPUs, GPU type, and the GPUs each Deployment's live
-    pods hold per node."""
+    """Room on the ready nodes, gathered in one pass per tick: free GPUs, GPU type, the GPUs each Deployment's live
+    pods hold per node, and the order its ReplicaSet would delete them in on a scale-down."""
 
     free: Mapping[str, int]  # ready nodes only
     product: Mapping[str, str | None]
     held: Mapping[str, Mapping[str, int]]  # "namespace/deployment" -> node -> GPUs
+    # "namespace/deployment" -> (node or None when unscheduled, GPUs) of each active pod, first deleted first
+    removal_order: Mapping[str, tuple[tuple[str | None, int], ...]] = field(default_factory=dict)
 
 
 def node_room(snapshot: ClusterSnapshot) -> NodeRoom:
     ready = {n.name for n in snapshot.nodes if n.ready}
     free = {n: left for n, left in free_gpus_per_node(snapshot).items() if n in ready}
     held: dict[str, dict[str, int]] = {}
+    active: dict[str, list[PodInfo]] = {}
     for pod in snapshot.pods:
-        if pod.node in ready and pod.owner_kind == "Deployment" and pod.phase not in ("Succeeded", "Failed"):
-            by_node = held.setdefault(f"{pod.namespace}/{pod.owner_name}", {})
+        if pod.owner_kind != "Deployment" or pod.phase in ("Succeeded", "Failed"):
+            continue
+        key = f"{pod.namespace}/{pod.owner_name}"
+        if pod.node in ready:
+            by_node = held.setdefault(key, {})
             by_node[pod.node] = by_node.get(pod.node, 0) + pod.gpus
-    return NodeRoom(free, {n.name: n.gpu_product for n in snapshot.nodes}, held)
+        if not pod.terminating:
+            active.setdefault(key, []).append(pod)
+    order = {key: tuple((p.node, p.gpus) for p in replica_removal_order(pods)) for key, pods in active.items()}
+    return NodeRoom(free, {n.name: n.gpu_product for n in snapshot.nodes}, held, order)
 
 
-def replicas_before_a_hole(
-    room: NodeRoom, service: str, gpus_per_replica: int, waiting: Sequence[WaitingGpuWork]
-) -> int | None:
-    """The fewest of the service's ("namespace/deployment") replicas whose removal -- all from one node, the most a
-    scale-down can do for one node -- would leave that node with free GPUs enough for one of the ``waiting`` pods;
-    None when no removal would (the waiting pods need more than the free GPUs and the service's GPUs on any node
+_PHASE_RANK = {"Pending": 0, "Unknown": 1}  # Running (and anything else) last
+
+
+def replica_removal_order(pods: Sequence[PodInfo]) -> list[PodInfo]:
+    """The active pods of one Deployment in the order its ReplicaSet deletes them on a scale-down (the ReplicaSet
+    controller's ``ActivePodsWithRanks``): unscheduled first, then Pending, Unknown, Running; not ready before
+    ready; then *doubled up* -- a pod on a node holding more of the Deployment's pods first; then the latest ready,
+    then the newest (ties: the later name). Upstream compares ready times in powers of two of their age
+    (``LogarithmicScaleDown``); exact times keep the order deterministic and agree with it across buckets."""
+    on_node: dict[str | None, int] = {}
+    for pod in pods:
+        on_node[pod.node] = on_node.get(pod.node, 0) + 1
+
+    def rank(pod: PodInfo) -> tuple[object, ...]:
+        ready_time = pod.ready_at if pod.ready and pod.ready_at is not None else math.inf
+        created = pod.created_at if pod.created_at is not None else math.inf
+        return (
+            pod.node is not None, _PHASE_RANK.get(pod.phase, 2), pod.ready, -on_node[pod.node], -ready_time, -created,
+        )  # fmt: skip
+
+    return sorted(sorted(pods, key=lambda p: p.name, reverse=True), key=rank)
+
+
+def replicas_before_a_hole(room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]) -> int | None:
+    """The fewest of the service's ("namespace/deployment") replicas a scale-down must remove -- in the order its
+    ReplicaSet deletes them -- before one node is left with free GPUs enough for one of the ``waiting`` pods; None
+    when no scale-down would (the waiting pods need more than the free GPUs and the service's GPUs on any node
     together, or already fit where they are: they wait for something else). A smaller scale-down hands the waiting
-    work nothing it can use. Cost: the service's nodes x the distinct waiting sizes."""
-    hole = hole_for_waiting_work(room, service, gpus_per_replica, waiting)
+    work nothing it can use. Cost: the service's replicas x the distinct waiting sizes."""
+    hole = hole_for_waiting_work(room, service, waiting)
     return hole[0] if hole is not None else None
 
 
 def hole_for_waiting_work(
-    room: NodeRoom, service: str, gpus_per_replica: int, waiting: Sequence[WaitingGpuWork]
+    room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]
 ) -> tuple[int, int] | None:
     """``replicas_before_a_hole``, and the GPUs of the waiting pod that hole is for (the smallest one that does not
     fit on that node yet, of its GPU type): the work that would take the freed GPUs, not any waiting work (a small
-    job for another GPU type takes nothing a scale-down frees here)."""
+    job for another GPU type takes nothing a scale-down frees here). The ReplicaSet takes replicas from the nodes
+    most crowded with them first, not from the node a hole would open soonest: a bin-packed service frees GPUs on
+    its full nodes before its last, half-empty one."""
     sizes: dict[str | None, list[int]] = {}
     for work in waiting:
         sizes.setdefault(work.gpu_product, []).append(work.gpus)
     ordered = {product: sorted(set(gpus)) for product, gpus in sizes.items()}
-    fewest: tuple[int, int] | None = None
-    for node, held in room.held.get(service, {}).items():
-        free = room.free.get(node)
-        if free is None or held <= 0:
-            continue
-        # the smallest waiting pod that does not fit yet needs the fewest GPUs freed
-        needs = [w for w in ordered.get(None, ()) if w > free]
+    freed: dict[str, int] = {}
+    for removed, (node, gpus) in enumerate(room.removal_order.get(service, ()), start=1):
+        free = room.free.get(node) if node is not None else None
+        if node is None or free is None:
+            continue  # an unscheduled replica, or one on a node that is no room: it frees nothing usable
+        freed[node] = freed.get(node, 0) + gpus
         product = room.product.get(node)
-        if product is not None:
-            needs += [w for w in ordered.get(product, ()) if w > free]
-        if not needs:
-            continue
-        deficit = min(needs) - free
-        if deficit <= held:
-            k = math.ceil(deficit / max(1, gpus_per_replica))
-            fewest = (k, min(needs)) if fewest is None else min(fewest, (k, min(needs)))
-    return fewest
+        # the waiting pods that do not fit on this node yet and would once these replicas are gone
+        fits = [
+            w for w in (*ordered.get(None, ()), *(ordered.get(product, ()) if product is not None else ()))
+            if free < w <= free + freed[node]
+        ]  # fmt: skip
+        if fits:
+            return removed, min(fits)
+    return None

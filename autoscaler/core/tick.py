@@ -235,7 +235,7 @@ def read_forecasts(
             )  # fmt: skip
             continue
         lower = [w for w in waiting if w.priority < policy.priority]
-        hole = hole_for_waiting_work(room, key, gpus_per_replica, lower) if lower and room is not None else None
+        hole = hole_for_waiting_work(room, key, lower) if lower and room is not None else None
         settings = PredictiveSettings(
             rate_per_replica=rate,
             quantile=fp.quantile,

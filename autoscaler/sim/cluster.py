@@ -14,7 +14,8 @@ What it models, as Kubernetes does it:
 - **Pod start** = scheduling + image pull + model load: a pod is ready ``cold_start_s`` after it is bound to a node
   (the Deployment's measured cold start), never before.
 - **Deployments**: scaling creates pending pods or deletes pods in the ReplicaSet controller's order (unscheduled
-  first, then not ready, then the newest); an evicted pod of a Deployment is replaced by a new pending one.
+  first, then not ready, then doubled up on a node with more of its replicas, then the latest ready, the newest);
+  an evicted pod of a Deployment is replaced by a new pending one.
 - **Training jobs** (``SimJob``, a batch Job of ``pods`` pods under a gang scheduler such as Kueue or Volcano):
   admitted at their submit time, placed all pods at once or not at all, training once every pod has started
   (``restart_s``: image pull + checkpoint load); a checkpoint every ``checkpoint_s`` of work. Suspending the Job,
@@ -22,14 +23,15 @@ What it models, as Kubernetes does it:
   checkpoint (an evicted worker fails the job: the rest of the gang's work is lost too). A suspended Job waits until
   it is resumed; an evicted or failed one is recreated by its controller at once (pending, lower priority).
 - **Scheduler preemption** (``preemption=True``, the kube-scheduler's DefaultPreemption): a pending pod that fits
-  nowhere evicts lower-priority pods on one node, pod by pod, by the published criteria (lowest highest-priority
-  victim, then the smallest sum of priorities, then the fewest victims, then the most recently started), with no
-  notion of gangs or checkpoints.
+  nowhere evicts lower-priority pods on one node, pod by pod, by the published criteria (fewest victims breaking a
+  PodDisruptionBudget, then the lowest highest-priority victim, then the smallest sum of priorities, then the fewest
+  victims, then the most recently started, by when they were bound), with no notion of gangs or checkpoints.
 - **PodDisruptionBudgets** (``add_pdb``, selecting pods by label: a Deployment's replicas carry ``app=<name>``): the
   Eviction API (``evict_pod``) refuses the eviction of a ready pod when the budget allows no disruption now
   (healthy = ready matching pods, as the disruption controller counts them); a pod not ready goes while the budget
-  is met, a Pending one whatever the budget, as the API server decides. The scheduler's preemption and node
-  removal ignore them, as the kube-scheduler's DefaultPreemption may and a deleted node does.
+  is met, a Pending one whatever the budget, as the API server decides. The scheduler's preemption honours them as
+  best effort (it prefers victims that break no budget, but evicts through them when it must); node removal ignores
+  them, as a deleted node does.
 - **Node pools**: a scale-up adds nodes that hold no pods until they have booted (``boot_s``); a scale-down removes
   the node it names (a Machine marked for deletion), then the emptiest nodes, all at once, and their pods go back to
   pending (Deployments) or are lost (training).
@@ -540,9 +542,13 @@ class SimCluster:
             self._bind(pod, node, free)
 
     def _preempt_for(self, pod: SimPod, free: dict[str, int]) -> SimNode | None:
-        """DefaultPreemption: on each node, all lower-priority pods are candidates, the highest-priority ones are
-        reprieved while the pod still fits; the node with the least disruptive victims wins. The victims go."""
+        """DefaultPreemption: on each node, all lower-priority pods are candidates; the most important ones (higher
+        priority, then started earlier) are reprieved while the pod still fits, those whose eviction would break a
+        PodDisruptionBudget first (``selectVictimsOnNode``); the node with the fewest budget-breaking victims, then
+        the least disruptive victims, wins (``pickOneNodeForPreemption``). The victims go, budgets or not (the
+        kube-scheduler honours budgets as best effort only)."""
         best: tuple[tuple[object, ...], SimNode, list[SimPod]] | None = None
+        allowed = {id(pdb): self._disruptions_allowed(pdb, self.now) for pdb in self.pdbs}
         for node in self.nodes.values():
             if not node.ready(self.now) or (pod.gpu_product is not None and node.gpu_product != pod.gpu_product):
                 continue
@@ -552,19 +558,25 @@ class SimCluster:
             room = free[node.name] + sum(p.gpus for p in lower)
             if room < pod.gpus:
                 continue
+            # MoreImportantPod: the higher priority, then the earlier start (a bound pod's start time)
+            lower.sort(key=lambda p: (-p.priority, _started(p), p.name))
+            violating, harmless = self._split_by_budget(lower, allowed)
             victims = []
-            for candidate in sorted(lower, key=lambda p: (-p.priority, p.created_at, p.name)):
-                if room - candidate.gpus >= pod.gpus:
-                    room -= candidate.gpus  # reprieved: it stays
-                else:
-                    victims.append(candidate)
+            breaking = 0
+            for candidates, breaks in ((violating, True), (harmless, False)):
+                for candidate in candidates:
+                    if room - candidate.gpus >= pod.gpus:
+                        room -= candidate.gpus  # reprieved: it stays
+                    else:
+                        victims.append(candidate)
+                        breaking += breaks
             if not victims:
                 continue
             top = max(v.priority for v in victims)
-            earliest_top = min(v.created_at for v in victims if v.priority == top)
+            earliest_top = min(_started(v) for v in victims if v.priority == top)
             # the sum as the kube-scheduler counts it: MaxInt32 + 1 added to each priority (all >= 0), so that more
             # victims of a negative priority never sum to less than fewer of them
-            key = (top, sum(v.priority + _PRIORITY_OFFSET for v in victims), len(victims), -earliest_top,
+            key = (breaking, top, sum(v.priority + _PRIORITY_OFFSET for v in victims), len(victims), -earliest_top,
                    _desc(node.name))  # fmt: skip
             if best is None or key < best[0]:
                 best = (key, node, victims)
@@ -578,6 +590,25 @@ class SimCluster:
         for name in free:
             free[name] = self.nodes[name].gpus - sum(p.gpus for p in self.pods.values() if p.node == name)
         return node if self._fits_on(node, pod, free) else None
+
+    def _split_by_budget(
+        self, candidates: list[SimPod], allowed: dict[int, int]
+    ) -> tuple[list[SimPod], list[SimPod]]:
+        """``filterPodsWithPDBViolation``: in their order, the candidates whose eviction would take a budget below
+        the disruptions it allows now, and the others (each candidate spends one of every budget covering it)."""
+        left = dict(allowed)
+        violating: list[SimPod] = []
+        harmless: list[SimPod] = []
+        for candidate in candidates:
+            labels = self._labels_of(candidate)
+            breaks = False
+            for pdb in self.pdbs:
+                if pdb.namespace != candidate.namespace or any(labels.get(k) != v for k, v in pdb.selector.items()):
+                    continue
+                left[id(pdb)] -= 1
+                breaks |= left[id(pdb)] < 0
+            (violating if breaks else harmless).append(candidate)
+        return violating, harmless
 
     def _lose_pod(self, pod: SimPod) -> None:
         """A pod goes (evicted, preempted, its node removed): a training job's gang stops and is recreated by its
@@ -938,14 +969,28 @@ class SimCluster:
             )
             self.pods[(pod.namespace, pod.name)] = pod
         if len(owned) > dep.replicas:
-            # the ReplicaSet controller's order: unscheduled, then not ready, then the newest
-            doomed = sorted(owned, key=lambda p: (p.node is not None, p.ready(self.now), -p.created_at, _desc(p.name)))[
-                : len(owned) - dep.replicas
-            ]
+            # the ReplicaSet controller's order (ActivePodsWithRanks, as core.cluster.replica_removal_order):
+            # unscheduled, then not ready, then doubled up (more of the Deployment's pods on the same node), then
+            # the latest ready, then the newest
+            on_node: dict[str | None, int] = {}
+            for p in owned:
+                on_node[p.node] = on_node.get(p.node, 0) + 1
+
+            def rank(p: SimPod) -> tuple[object, ...]:
+                ready = p.ready(self.now)
+                ready_time = p.ready_at if ready and p.ready_at is not None else math.inf
+                return (p.node is not None, ready, -on_node[p.node], -ready_time, -p.created_at, _desc(p.name))
+
+            doomed = sorted(owned, key=rank)[: len(owned) - dep.replicas]
             for pod in doomed:
                 del self.pods[(pod.namespace, pod.name)]
         self._dirty = True
         self.schedule()
+
+
+def _started(pod: SimPod) -> float:
+    """The pod's ``status.startTime``: when the kubelet took it, i.e. when it was bound (its creation if unknown)."""
+    return pod.bound_at if pod.bound_at is not None else pod.created_at
 
 
 @functools.lru_cache(maxsize=1 << 16)

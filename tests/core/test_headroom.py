@@ -262,16 +262,18 @@ def _waiting_pod(priority: int, gpus: int = 8) -> PodInfo:
     return PodInfo("ml", f"trainer-{priority}", None, gpus, priority, "Pending", False, "Job", "trainer")
 
 
-def _chat(node: str, count: int, first: int) -> tuple[PodInfo, ...]:
-    return tuple(PodInfo("ml", f"chat-{first + i}", node, 1, 1000, "Running", True, "Deployment", "chat")
-                 for i in range(count))
+def _chat(node: str, count: int, first: int, ready_at: float = 0.0) -> tuple[PodInfo, ...]:
+    return tuple(PodInfo("ml", f"chat-{first + i}", node, 1, 1000, "Running", True, "Deployment", "chat",
+                         ready_at=ready_at) for i in range(count))
 
 
-# 20 chat replicas on three 8-GPU nodes: n1 and n2 full, n3 with 4 (4 GPUs free): an 8-GPU trainer could start on n3
-# once 4 of the replicas there go, so a scale-down of 4 or more hands it GPUs, a smaller one does not; once it runs
-# there, 4 + the replicas given back - 8 GPUs are free for the 18 replicas the next edge needs: not enough
-SPREAD = _chat("n1", 8, 0) + _chat("n2", 8, 8) + _chat("n3", 4, 16)
-# n1: 5 replicas beside a 3-GPU job (no hole possible), n2: 8, n3: 7 and 1 free: a hole needs 7 replicas gone
+# 20 chat replicas on three 8-GPU nodes: n1 and n2 full, n3 with 4 (4 GPUs free). A scale-down deletes in the
+# ReplicaSet's order: the most crowded nodes' replicas first (n1's and n2's), the latest ready among them (n1's): the
+# 8th replica gone empties n1 for an 8-GPU trainer, a scale-down of 7 or fewer hands it nothing; once it runs there,
+# 4 + the replicas given back - 8 GPUs are free for the 18 replicas the next edge needs: not enough
+SPREAD = _chat("n1", 8, 0, ready_at=100.0) + _chat("n2", 8, 8) + _chat("n3", 4, 16)
+# n1: 5 replicas beside a 3-GPU job (no hole possible), n2: 8, n3: 7 and 1 free: n2's replicas go first (the most
+# crowded node) and the 8th empties it; n3's would free a hole after 7, but go only once n2 is empty
 SMALL_JOB = PodInfo("ml", "small-job", "n1", 3, 100, "Running", True, "Job", "small")
 TIGHT = (*_chat("n1", 5, 0), SMALL_JOB, *_chat("n2", 8, 5), *_chat("n3", 7, 13))
 
@@ -283,17 +285,17 @@ TIGHT = (*_chat("n1", 5, 0), SMALL_JOB, *_chat("n2", 8, 5), *_chat("n3", 7, 13))
         # cold start allows (the first minute still needs 32 / 3.2 = 10)
         ("nothing waits", SPREAD, (), (), 1800.0, 10, 90, 0),
         # a lower-priority trainer waits for GPUs: the next edge (minute 20, 56 req/s) wants 18 back; the hold
-        # reaches the forecast's end (1,800 s), not now + lead + 1,800 s; a scale-down of 3 opens no hole: 17
-        ("lower-priority pod pending", SPREAD, (_waiting_pod(100),), (), 1800.0, 17, 1800, 0),
+        # reaches the forecast's end (1,800 s), not now + lead + 1,800 s; a scale-down of 7 opens no hole: 13
+        ("lower-priority pod pending", SPREAD, (_waiting_pod(100),), (), 1800.0, 13, 1800, 0),
         ("lower-priority workload queued (Kueue)", SPREAD, (),
-         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,), queued=True),), 1800.0, 17, 1800, 0),
+         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,), queued=True),), 1800.0, 13, 1800, 0),
         ("lower-priority workload suspended by us", SPREAD, (),
-         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,), suspended_by_us_at=-60.0),), 1800.0, 17, 1800, 0),
+         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,), suspended_by_us_at=-60.0),), 1800.0, 13, 1800, 0),
         # paused by somebody on purpose: it waits for them, not for capacity
         ("lower-priority workload paused by hand", SPREAD, (),
          (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),), 1800.0, 10, 90, 0),
-        # up to 6 replicas can go without opening a hole: down to 20 - 6 = 14
-        ("a small scale-down hands the trainer nothing", TIGHT, (_waiting_pod(100),), (), 1800.0, 14, 1800, 0),
+        # up to 7 replicas (n2's) can go without opening a hole: down to 20 - 7 = 13
+        ("a small scale-down hands the trainer nothing", TIGHT, (_waiting_pod(100),), (), 1800.0, 13, 1800, 0),
         # an empty spare node: the trainer in the hole still leaves room for the edge's replicas, nothing to hold
         ("the comeback fits elsewhere", SPREAD, (_waiting_pod(100),), (), 1800.0, 10, 90, 1),
         # a higher-priority pod waiting takes the GPUs before anything of ours would: no reason to hold

@@ -83,16 +83,20 @@ def _earned(policy: ServicePolicy, forecast: Forecast, **kw: object) -> Publishe
     )  # fmt: skip
 
 
-def _chat_pods(node: str, count: int, first: int, name: str = "chat", priority: int = 1000) -> tuple[PodInfo, ...]:
+def _chat_pods(
+    node: str, count: int, first: int, name: str = "chat", priority: int = 1000, ready_at: float = 0.0
+) -> tuple[PodInfo, ...]:
     return tuple(
-        PodInfo("ml", f"{name}-{first + i}", node, 1, priority, "Running", True, "Deployment", name)
+        PodInfo("ml", f"{name}-{first + i}", node, 1, priority, "Running", True, "Deployment", name, ready_at=ready_at)
         for i in range(count)
     )
 
 
-# 20 chat replicas on three 8-GPU A100 nodes: n1 and n2 full, n3 with 4 replicas and 4 GPUs free. An 8-GPU trainer
-# could start on n3 once 4 replicas there go; it then leaves 0 free GPUs for the 18 replicas the next edge wants.
-SPREAD = _chat_pods("n1", 8, 0) + _chat_pods("n2", 8, 8) + _chat_pods("n3", 4, 16)
+# 20 chat replicas on three 8-GPU A100 nodes: n1 and n2 full, n3 with 4 replicas and 4 GPUs free. A scale-down takes
+# the replicas of the most crowded nodes first, the latest ready first (the ReplicaSet's order): n1's eight, so an
+# 8-GPU trainer could start on n1 once all eight go (13 left); it then leaves 4 free GPUs for the 18 replicas the next
+# edge wants.
+SPREAD = _chat_pods("n1", 8, 0, ready_at=100.0) + _chat_pods("n2", 8, 8) + _chat_pods("n3", 4, 16)
 A100 = tuple(NodeInfo(n, 8, "A100", None, True) for n in ("n1", "n2", "n3"))
 TRAINER = PodInfo("ml", "trainer", None, 8, 100, "Pending", False, "Job", "trainer")
 
@@ -131,10 +135,10 @@ def _contended(
 
 
 def test_the_contended_hold_with_only_the_trainer_waiting() -> None:
-    """The reference case of the defect below (as ``test_headroom.test_contended_hold``): a scale-down of 3 opens no
-    hole for the 8-GPU trainer, a larger one does and the next edge's 18 would not come back: 17."""
-    assert _contended((), (), A100) == 17
-    assert _contended((H100_JOB,), (), (*A100, H100_FULL)) == 17  # a full node of another type changes nothing
+    """The reference case of the defect below (as ``test_headroom.test_contended_hold``): a scale-down of 7 opens no
+    hole for the 8-GPU trainer, a larger one does and the next edge's 18 would not come back: 13."""
+    assert _contended((), (), A100) == 13
+    assert _contended((H100_JOB,), (), (*A100, H100_FULL)) == 13  # a full node of another type changes nothing
 
 
 SMALL_QUEUED = WorkloadInfo("Job", "ml", "small", "job/ml/small", True, 100, (2,), queued=True)
@@ -166,10 +170,11 @@ def test_unrelated_small_waiting_work_does_not_drop_the_contended_hold(
     smallest of all lower-priority waiting work. A 2-GPU Kueue workload queued for quota (it fits in n3's 4 free GPUs
     already, so it is not what the hole is for) or a 1-GPU pod waiting for an H100 (it can never use chat's A100s)
     makes ``smallest`` 2 or 1: ``smallest + comeback`` (2 - 2 or 1 - 2) is below the 4 free GPUs, the hold is
-    dropped and chat scales 20 -> 10, handing n3 to the 8-GPU trainer it will have to stop at the next edge. RIGHT:
+    dropped and chat scales 20 -> 10, handing a node to the 8-GPU trainer it will have to stop at the next edge
+    (the test was written when the hole opened on n3; since stop 40 the ReplicaSet's order empties n1). RIGHT:
     the work that fills the hole is the work the hole is opened for (larger than the node's free GPUs, of that
-    node's GPU type: what ``replicas_before_a_hole`` chose); other waiting work changes nothing: 17, as without it."""
-    assert _contended(extra_pods, workloads, nodes) == 17
+    node's GPU type: what ``replicas_before_a_hole`` chose); other waiting work changes nothing: 13, as without it."""
+    assert _contended(extra_pods, workloads, nodes) == 13
 
 
 # ---- defect 2: the comeback check ignores the GPUs higher-priority floors take ------------------------------------
@@ -198,9 +203,9 @@ def _with_embed(spare: bool, embed: bool) -> tuple[int, TickInput]:
 
 
 def test_a_spare_node_lets_the_comeback_fit_and_a_higher_floor_takes_its_gpus_without_node_boot() -> None:
-    """The reference of the defect below: without the spare node the hold is 17; with it (8 free GPUs) the comeback
+    """The reference of the defect below: without the spare node the hold is 13; with it (8 free GPUs) the comeback
     fits and chat follows the cold start's 10. Embed's floor (8 more replicas) fits the free GPUs: no node boot."""
-    assert _with_embed(spare=False, embed=False)[0] == 17
+    assert _with_embed(spare=False, embed=False)[0] == 13
     assert _with_embed(spare=True, embed=False)[0] == 10
     _, tick = _with_embed(spare=True, embed=True)
     views = read_forecasts(tick, ForecastReadConfig(contended_hold_s=1800.0, node_boot_s=300.0))
@@ -215,8 +220,8 @@ def test_the_gpus_a_higher_priority_floor_takes_are_not_room_for_the_comeback() 
     ``free_ready``, the snapshot's 12 free GPUs including the spare node's 8: the comeback "fits elsewhere", the
     contended hold is dropped and chat scales 20 -> 10; the trainer resumes on n3 and, with the spare node full of
     embed, chat's 18 replicas at the next edge stop it again. RIGHT: the GPUs higher-priority floors take are not
-    free for the comeback (``free_ready`` less ``taken``): the hold is 17, as without the spare node."""
-    assert _with_embed(spare=True, embed=True)[0] == 17
+    free for the comeback (``free_ready`` less ``taken``): the hold is 13, as without the spare node."""
+    assert _with_embed(spare=True, embed=True)[0] == 13
 
 
 # ---- the floor and its holds against an independent reference ------------------------------------------------------

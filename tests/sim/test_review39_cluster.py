@@ -1,8 +1,7 @@
 """Review 39 of the simulated cluster (``autoscaler/sim/cluster.py``: ``SimCluster``), against real Kubernetes.
 
 Defects found (each reproduced by an ``xfail(strict=True)`` test below, whose docstring says WRONG / RIGHT; 4 was fixed
-in the same stop, 1-3 are kept as strict xfails: fixing them may move the simulator's published figures, left for a stop
-that re-runs the benchmarks):
+in the same stop, 1-3 at stop 40, which re-ran the benchmarks they could move):
 
 1. The scheduler's preemption (``SimCluster._preempt_for``, the baselines' kube-scheduler DefaultPreemption) ignores
    PodDisruptionBudgets. The kube-scheduler honours them as best effort: its first criterion when it picks the node
@@ -48,12 +47,13 @@ def _nodes_of(cluster: SimCluster, owner: str) -> list[str | None]:
 
 def _two_node_preemption(protect: bool) -> SimCluster:
     """Node a holds ``low`` (priority 10), node b holds ``mid`` (priority 20), 4 GPUs each; then a 4-GPU pod of
-    priority 1000 arrives. ``protect``: ``low`` is under a budget that allows no disruption."""
+    priority 1000 arrives. ``protect``: ``low`` is under a budget that allows no disruption. ``mid`` selects b's GPU
+    type: its replacement cannot preempt ``low`` on a in turn (as it would, budget or not, on a node of its type)."""
     cluster = SimCluster(preemption=True)
-    cluster.add_node("a", 4)
-    cluster.add_node("b", 4)
-    cluster.add_deployment(SimDeployment("ml", "low", 1, 4, 0.0, priority=10))
-    cluster.add_deployment(SimDeployment("ml", "mid", 1, 4, 0.0, priority=20))
+    cluster.add_node("a", 4, gpu_product="A100")
+    cluster.add_node("b", 4, gpu_product="H100")
+    cluster.add_deployment(SimDeployment("ml", "low", 1, 4, 0.0, priority=10, gpu_product="A100"))
+    cluster.add_deployment(SimDeployment("ml", "mid", 1, 4, 0.0, priority=20, gpu_product="H100"))
     assert _nodes_of(cluster, "ml/low") == ["a"] and _nodes_of(cluster, "ml/mid") == ["b"]
     if protect:
         cluster.add_pdb(SimPdb("ml", "low", {"app": "low"}, min_available=1))
@@ -72,9 +72,10 @@ def test_without_budgets_preemption_takes_the_lowest_priority_victim() -> None:
     assert cluster.scheduler_preemptions == 1
 
 
-@pytest.mark.xfail(strict=True, reason="SimCluster._preempt_for ignores PodDisruptionBudgets when it picks a node")
 def test_preemption_prefers_a_node_whose_victims_break_no_budget() -> None:
-    """WRONG: a high-priority pod that fits nowhere preempts ``low`` on node a although ``low``'s budget allows no
+    """Fixed (was a strict xfail).
+
+    WRONG: a high-priority pod that fits nowhere preempts ``low`` on node a although ``low``'s budget allows no
     disruption (minAvailable 1, one replica), because ``low`` has the lowest priority; an unprotected victim
     (``mid`` on node b) was available. RIGHT: the kube-scheduler's DefaultPreemption (``pickOneNodeForPreemption``)
     first minimises the number of victims that violate a PodDisruptionBudget, before the highest victim priority:
@@ -85,9 +86,10 @@ def test_preemption_prefers_a_node_whose_victims_break_no_budget() -> None:
     assert cluster.scheduler_preemptions == 1
 
 
-@pytest.mark.xfail(strict=True, reason="SimCluster._preempt_for reprieves by priority only, not budget-protected first")
 def test_preemption_on_a_node_reprieves_the_budget_protected_candidate_first() -> None:
-    """WRONG: on one 8-GPU node holding ``low`` (priority 10, under a budget allowing no disruption) and ``mid``
+    """Fixed (was a strict xfail).
+
+    WRONG: on one 8-GPU node holding ``low`` (priority 10, under a budget allowing no disruption) and ``mid``
     (priority 20, no budget), 4 GPUs each, a 4-GPU pod of priority 1000 evicts ``low``: the simulator reprieves the
     candidates by priority alone. RIGHT: the kube-scheduler's ``selectVictimsOnNode`` reprieves the candidates whose
     eviction would violate a PodDisruptionBudget first, then the others; one victim is enough, so ``mid`` goes and
@@ -95,7 +97,8 @@ def test_preemption_on_a_node_reprieves_the_budget_protected_candidate_first() -
     cluster = SimCluster(preemption=True)
     cluster.add_node("n", 8)
     cluster.add_deployment(SimDeployment("ml", "low", 1, 4, 0.0, priority=10))
-    cluster.add_deployment(SimDeployment("ml", "mid", 1, 4, 0.0, priority=20))
+    # a bare pod: nothing replaces it (a replaced ``mid`` would preempt ``low`` in turn, budget or not)
+    cluster.add_training_pod("ml", "mid-0", 4, 20, node="n")
     cluster.add_pdb(SimPdb("ml", "low", {"app": "low"}, min_available=1))
     cluster.advance(10.0)
     low_before = {name for (_, name), p in cluster.pods.items() if p.owner == "ml/low"}
@@ -108,9 +111,10 @@ def test_preemption_on_a_node_reprieves_the_budget_protected_candidate_first() -
 # ---- defect 2: the ReplicaSet's scale-down ranking ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="SimCluster._reconcile ignores the ReplicaSet's doubled-up ranking")
 def test_scale_down_deletes_a_doubled_up_replica_before_a_lone_one() -> None:
-    """WRONG: three ready replicas, two bin-packed on node a (created at 0) and one alone on node b (created at
+    """Fixed (was a strict xfail).
+
+    WRONG: three ready replicas, two bin-packed on node a (created at 0) and one alone on node b (created at
     100); scaled to two, the simulator deletes the newest, b's, and empties b. RIGHT: the ReplicaSet controller
     ranks the pods to delete (``ActivePodsWithRanks.Less``): unassigned, Pending/Unknown/Running, not ready,
     pod-deletion-cost, then *doubled up* -- a pod on a node with more active pods of the same Deployment goes
@@ -148,9 +152,10 @@ def test_scale_down_without_doubled_up_replicas_deletes_the_newest_ready_one() -
 # ---- defect 3: preemption's victim start time -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="SimCluster._preempt_for ranks victims by created_at, not by start time")
 def test_preemption_between_equal_nodes_takes_the_victim_that_started_last() -> None:
-    """WRONG: victim ``p`` (priority 10, 4 GPUs) was created at 0 but waited for an A100 node until 100 (started at
+    """Fixed (was a strict xfail).
+
+    WRONG: victim ``p`` (priority 10, 4 GPUs) was created at 0 but waited for an A100 node until 100 (started at
     100); victim ``q`` (same priority and size) was created at 50 and started at once on node b. A 4-GPU pod of
     priority 1000 that fits either node evicts ``q`` -- created last -- which has run 50 s longer. RIGHT: the
     kube-scheduler's last criterion picks the node whose highest-priority victims have the *latest start time*

@@ -206,19 +206,22 @@ def _mixed_runs(hours: float, scoring: str) -> dict[float, Any]:
     return runs
 
 
-def test_contended_hold_keeps_replicas_that_waiting_training_would_take_and_lose() -> None:
-    """The packaged mixed scenario's first 36 hours (bin-packing) with and without the contended hold: while
-    training waits for GPUs, a scale-down that would open a hole for it keeps what the forecast needs over the next
-    1,800 s (as far as it reaches) when the replicas wanted back would not fit elsewhere once the trainer is in, so
-    the GPUs are not handed to a gang that the next window edge stops again. Fewer scaling actions, gangs stopped,
-    work lost and burst, no request more outside the SLO."""
+def test_contended_hold_costs_nothing_where_the_replicasets_order_opens_no_hole() -> None:
+    """The packaged mixed scenario's first 36 hours (bin-packing) with and without the contended hold. Until stop 40
+    the simulated ReplicaSet deleted the newest replicas, which emptied the last node the service was packed on: a
+    scale-down opened a hole for a waiting 8-GPU gang at once, and the hold (keep what the forecast wants back over
+    the next 1,800 s when the replicas would not fit elsewhere once the trainer is in) saved gangs, work and burst
+    here. The ReplicaSet deletes from the nodes most crowded with the service first (``ActivePodsWithRanks``), so a
+    scale-down of a bin-packed service frees GPUs on its full nodes and rarely opens a hole for a whole-node gang:
+    the hold (its mechanics pinned in ``tests/core/test_headroom.py``) seldom binds here and must then cost nothing --
+    no request more outside the SLO, no more gangs stopped, work lost or burst, hardly a GPU-hour more."""
     runs = _mixed_runs(36, "MostAllocated")
     held, churned = runs[1800.0], runs[0.0]
-    assert held.scale_actions < churned.scale_actions
-    assert held.preemptions < churned.preemptions
-    assert held.lost_training_gpu_seconds < churned.lost_training_gpu_seconds
     assert held.requests_in_slo_steps >= churned.requests_in_slo_steps
-    assert held.burst_cost < churned.burst_cost
+    assert held.preemptions <= churned.preemptions
+    assert held.lost_training_gpu_seconds <= churned.lost_training_gpu_seconds
+    assert held.burst_cost <= churned.burst_cost
+    assert held.gpu_seconds <= 1.01 * churned.gpu_seconds
 
 
 def test_contended_hold_gives_way_where_the_comeback_fits_elsewhere() -> None:
