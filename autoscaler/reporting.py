@@ -289,7 +289,8 @@ class TickReporter:
                 update = invalid_status(invalid[ident] or "invalid spec")
             elif obj.policy is not None:
                 key = obj.policy.key
-                action, action_time = applied.get(key), now
+                action: Action | None = applied.get(key)
+                action_time = now
                 if action is not None:
                     self._unwritten_action[ident] = (action, now)
                 elif ident in self._unwritten_action:
@@ -400,10 +401,24 @@ _OVERRIDE_REFUSED = re.compile(
     r"|too long to check: |too complex to check: |not valid PromQL: |selector .* does not select "
     r"|info\(\) may not be used|cannot check a )"
 )
+# The adapter's words for a request to Prometheus that got no answer (prometheus.py ``_query``): unreachable, a TLS
+# handshake refused, or any other transport failure ("Prometheus at <url>: <exception>"). Matched before the needles:
+# the URL and the exception's text ("Invalid URL", a host named "...-infra") say nothing about the metrics.
+_PROMETHEUS_UNANSWERED = re.compile(r"(?:^|: )prometheus at \S+(?: unreachable)?: ")
 _STALE_CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (STALE_DEPLOYMENT_MISSING, (STALE_DEPLOYMENT_MISSING,)),
     (STALE_METRICS_UNAVAILABLE, (STALE_METRICS_UNAVAILABLE, "unreachable", "did not answer", "timed out")),
-    ("query_failed", ("query failed", "not the query api", "unexpected answer", "adapter error", "credentials")),
+    (
+        "query_failed",
+        (
+            "query failed",
+            "not the query api",
+            "unexpected answer",
+            "unexpected sample shape",
+            "adapter error",
+            "credentials",
+        ),
+    ),
     ("invalid_value", ("is nan", ": nan ", "+inf", "-inf", "not a number", "outside", "invalid")),
     ("sample_too_old", ("older than", "before the tick", " old", "stale")),
     ("no_data", ("no ", "empty", "without a valid sample", "missing")),
@@ -418,6 +433,8 @@ def stale_category(reason: str) -> str:
     """The bounded ``reason`` label of ``gpu_autoscaler_stale_services`` for a free-text stale reason."""
     if _OVERRIDE_REFUSED.match(reason):
         return STALE_QUERY_REFUSED
+    if _PROMETHEUS_UNANSWERED.search(reason.lower()):
+        return STALE_METRICS_UNAVAILABLE
     # the adapter's wording only: a namespace/name (``inference/chat``: "inf") says nothing about the cause
     text = _SERVICE_KEY.sub(" ", reason.lower())
     for category, needles in _STALE_CATEGORIES:
@@ -471,6 +488,7 @@ def forecast_record(view: ServiceForecastView, quantile: float | None = None) ->
             headroom_message=view.headroom.detail,
         )
     floor = view.floor
+    message: str | None
     if floor is not None:
         reason, message = floor.reason.value, floor.detail
     else:
