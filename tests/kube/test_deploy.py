@@ -33,6 +33,7 @@ from autoscaler.adapters.kubernetes.crd import crd_yaml, generate_crd
 from autoscaler.adapters.kubernetes.ledger import KubernetesMoveLedger
 from autoscaler.adapters.kubernetes_lease import KubernetesLeaseStore, LeaseRecord
 from autoscaler.policy import ENGINE_ACTIVE_TARGET_MESSAGE, GPU_UTILIZATION_TARGET_MESSAGE, GPUScalingPolicySpec
+from autoscaler.ports import PortError
 from autoscaler.settings import Settings
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer, validate_structural
@@ -420,7 +421,7 @@ def _allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) 
 
 
 def test_rbac_allows_exactly_what_a_full_tick_does(
-    base: list[dict[str, Any]], apiserver: FakeApiServer, api_client: client.ApiClient
+    base: list[dict[str, Any]], apiserver: FakeApiServer, api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     apiserver.seed(
         o.policy_crd(),
@@ -476,6 +477,30 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
     nodes.node_count("burst")
     nodes.scale("burst", 2)
     nodes.scale("burst", 1, expected=2, remove_node="gpu-0")  # marks the node's Machine, then lowers the size
+    # A size write refused (422) whose mark take-back meets a conflict (the Machine controller wrote the Machine):
+    # the take-back re-reads the Machine (GET) before it unmarks again (review 40: the GET was not granted).
+    serve, conflicted = apiserver.handle, []
+
+    def refuse_size_then_conflict(method: str, target: str, headers: Any, body: bytes) -> Any:
+        path = target.split("?")[0]
+        if method == "PATCH" and path.endswith("/scale"):
+            return 422, {}, {"kind": "Status", "apiVersion": "v1", "code": 422, "reason": "Invalid"}
+        if method == "PATCH" and "/machines/" in path and b"null" in (body or b"") and not conflicted:
+            conflicted.append(path)
+            return 409, {}, {"kind": "Status", "apiVersion": "v1", "code": 409, "reason": "Conflict"}
+        return serve(method, target, headers, body)
+
+    second = o.machine_deployment("burst-b", "capi-system", replicas=2)
+    second["status"].update(replicas=2, observedGeneration=1)
+    apiserver.seed(
+        second, o.machine("burst-b-0", "burst-b", "gpu-1", "capi-system"),
+        o.machine("burst-b-1", "burst-b", "gpu-2", "capi-system"),
+    )  # fmt: skip
+    monkeypatch.setattr(apiserver, "handle", refuse_size_then_conflict)
+    with pytest.raises(PortError):
+        nodes.scale("burst-b", 1, expected=2, remove_node="gpu-1")
+    monkeypatch.setattr(apiserver, "handle", serve)
+    assert conflicted, "the take-back met no conflict: the replay does not exercise its re-read"
     store = KubernetesLeaseStore(client.CoordinationV1Api(api_client), "gpu-autoscaler", "gpu-autoscaler")
     created = store.create(LeaseRecord(holder="a", lease_duration_s=15))
     store.get()
