@@ -185,11 +185,12 @@ def _scheduler_extender(
     return ExtenderServer(extender, config.bind_address, config.port), snapshots
 
 
-def _move_ledger(settings: Settings, adapters: Adapters) -> MoveLedger | None:
-    """The rebalancer's ConfigMap ledger beside the Lease, when the rebalancer is on, not a dry run, and there is a
-    Kubernetes API (adapters built for tests without one keep the count in memory)."""
+def _move_ledger(settings: Settings, adapters: Adapters, for_plan: bool = False) -> MoveLedger | None:
+    """The rebalancer's ConfigMap ledger beside the Lease, when the rebalancer is on, not a dry run (``for_plan``: a
+    dry run too, which only reads it: ``autoscaler plan`` shows the moves the acting controller's budget allows), and
+    there is a Kubernetes API (adapters built for tests without one keep the count in memory)."""
     name = settings.rebalance.ledger_configmap
-    if not settings.rebalance.enabled or settings.dry_run or not name or adapters.api_client is None:
+    if not settings.rebalance.enabled or (settings.dry_run and not for_plan) or not name or adapters.api_client is None:
         return None
     from autoscaler.adapters.kubernetes.ledger import KubernetesMoveLedger
 

@@ -291,7 +291,9 @@ class Controller:
             self.telemetry.error("cluster_read")
             return self._rebalance_held(now, f"cluster_read: {type(exc).__name__}: {exc}")
         protected = protected_owners(tick)
-        ledger = self.move_ledger if not self.dry_run else None  # a dry run evicts nothing and records nothing
+        # A dry run evicts nothing and records nothing, but reads the ledger it is given (``autoscaler plan``): the
+        # moves it shows are those the acting controller's hourly budget still allows, not a fresh hour's.
+        ledger = self.move_ledger
         if ledger is not None:
             # The hourly bound counts every eviction of the last hour, including a previous leader's or a previous
             # run's: without the ledger, a restart or a change of leader would start a fresh budget.
@@ -311,7 +313,7 @@ class Controller:
             snapshot, now, config, due, protected=protected, managed=managed, leaving=given_back(tick.plan)
         )
         results: list[ActionResult] = []
-        if plan.actions and ledger is not None:
+        if plan.actions and ledger is not None and not self.dry_run:
             # Recorded before they go out: a crash between the evictions and the record must not forget them. A
             # ledger that cannot be written (or was written by another process since it was read) moves nothing.
             reserved = self.rebalance_state.move_times + (now,) * len(plan.actions)
@@ -344,7 +346,7 @@ class Controller:
             errors = []
         applied = {(r.action.namespace, r.action.name) for r in results if r.result == "applied"}
         self.rebalance_state = record_pass(self.rebalance_state, state, plan, now, applied)
-        if plan.actions and ledger is not None and len(applied) < len(plan.actions):
+        if plan.actions and ledger is not None and not self.dry_run and len(applied) < len(plan.actions):
             # Evictions refused (a PodDisruptionBudget, a pod gone) moved nothing: give their budget back. If this
             # write fails the reservation stands, which only over-counts; so does a replica that lost the Lease
             # meanwhile, which writes nothing more (the new leader's own ledger writes are the ones that count).

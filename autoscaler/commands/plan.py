@@ -101,6 +101,23 @@ class ReadOnlyNodePools:
         raise RuntimeError("autoscaler plan is read-only")
 
 
+class ReadOnlyMoveLedger:
+    """The rebalancer's move ledger, read only: the plan's moves are those the acting controller's hourly budget and
+    retry waits still allow (without it, a plan showed a fresh hour's moves), and nothing is recorded."""
+
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+
+    def read(self) -> tuple[float, ...]:
+        return tuple(self._ledger.read())
+
+    def targets(self) -> tuple[tuple[str, float], ...]:
+        return tuple(self._ledger.targets())
+
+    def write(self, move_times: tuple[float, ...], targets: tuple[tuple[str, float], ...] = ()) -> None:
+        raise RuntimeError("autoscaler plan is read-only")
+
+
 class ReadOnlyWriter:
     """A ClusterWriter that refuses every write and keeps the Events it was asked for, to print them."""
 
@@ -178,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"autoscaler plan: {exc}", file=sys.stderr)
         return EXIT_SETTINGS
 
-    from autoscaler.app import build_adapters
+    from autoscaler.app import _move_ledger, build_adapters
     from autoscaler.controller import Controller
     from autoscaler.runtime import configure_logging
     from autoscaler.telemetry import Telemetry
@@ -190,6 +207,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"autoscaler plan: cannot connect: {exc}", file=sys.stderr)
         return EXIT_SETTINGS
     now = args.time if args.time is not None else time.time()
+    ledger = _move_ledger(settings, adapters, for_plan=True)
+    move_ledger = ReadOnlyMoveLedger(ledger) if ledger is not None else None
 
     def controller_for(writer: ReadOnlyWriter, forecasts: Any = None) -> Controller:
         return Controller(
@@ -204,6 +223,7 @@ def main(args: argparse.Namespace) -> int:
             forecasts=forecasts,
             capacity=settings.capacity.to_config(),
             rebalance=settings.rebalance.to_config(settings.rebalance_interval_seconds, settings.capacity.burst_pools),
+            move_ledger=move_ledger,
         )
 
     writer = ReadOnlyWriter()

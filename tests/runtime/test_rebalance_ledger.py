@@ -132,15 +132,23 @@ def test_a_refused_eviction_gives_its_reservation_back() -> None:
     assert c.move_ledger.writes == [(T0 + 1,), ()]  # type: ignore[union-attr]
 
 
-def test_a_dry_run_neither_reads_nor_writes_the_ledger() -> None:
+def test_a_dry_run_reads_the_ledger_it_is_given_and_never_writes_it() -> None:
+    """Since stop 40 (``autoscaler plan`` gives its dry-run controller the ledger, read only, so that the moves it
+    shows are those the acting controller's budget allows; ``autoscaler run --dry-run`` is given none): the pass
+    reads the ledger and writes nothing, not even the correction after its dry-run "evictions"; a failed read holds
+    the pass as it holds the acting controller's."""
     c, _, _ = world(dry_run=True, config=ONE_PER_HOUR)
     record = SharedMoveRecord()
-    record.fail_reads = record.fail_writes = 1  # would hold the pass if it were touched
+    record.fail_writes = 1  # would fail a write if one were made
     c.move_ledger = InMemoryMoveLedger(record)
     c.run_once(T0)
     report = c.rebalance(T0 + 1)
     assert report is not None and [r.result for r in report.results] == ["dry_run"]
-    assert record.fail_reads == 1 and record.fail_writes == 1
+    assert record.fail_writes == 1 and record.move_times == () and record.version == 0
+    record.fail_reads = 1
+    c.run_once(T0 + 60)
+    held = c.rebalance(T0 + 61)
+    assert held is not None and held.result != "ok" and held.results == []
 
 
 def test_merge_counts_each_instant_as_often_as_the_source_that_saw_it_more() -> None:
