@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoscaler.sim.latency import latency_and_share
 from autoscaler.sim.policies import SimService, _forward_window_max, metrics_delay_steps
 
 
@@ -50,7 +51,8 @@ class _Timing:
     """What both reference policies share: the oracle's replicas and cost, and which step's demand a policy had seen
     when it had to request the replicas ready at each step, and whether that step lay in the same window."""
 
-    need: np.ndarray  # replicas meeting the SLO at each step's demand
+    need: np.ndarray  # replicas meeting the SLO at each step's demand (``maxReplicas`` where none does)
+    servable: np.ndarray  # bool: ``need`` replicas do meet the SLO (not where demand outgrows ``maxReplicas``)
     lead_steps: int
     oracle_cost: float  # replica-steps, costed from the request, as the simulator costs pods
     seen: np.ndarray  # index of the step whose demand was the newest observed at request time
@@ -75,14 +77,28 @@ def _timing(service: SimService, start: float, step_s: float, metrics_delay_s: f
     window = np.floor((start + index * step_s) / period_s).astype(np.int64)
     window -= window[0]
     known = (window[seen] == window) & (requested_on >= 0)
+    # The simulator scores a step whose demand not even maxReplicas serve a miss, whatever the replicas.
+    servable = np.fromiter(
+        (
+            latency_and_share(
+                int(n), float(r), service.throughput, service.base_latency_s, service.quantile, service.slo_s
+            )[0]
+            <= service.slo_s
+            for n, r in zip(need, rates, strict=True)
+        ),
+        dtype=bool,
+        count=steps,
+    )
     oracle_cost = float(_forward_window_max(need, lead_steps + 1).sum())
-    return _Timing(need, lead_steps, oracle_cost, seen, window, known)
+    return _Timing(need, servable, lead_steps, oracle_cost, seen, window, known)
 
 
-def _slo_attainment(rates: np.ndarray, ready: np.ndarray, need: np.ndarray) -> float:
-    """Share of requests in steps with at least the replicas the SLO needs."""
+def _slo_attainment(rates: np.ndarray, ready: np.ndarray, timing: _Timing) -> float:
+    """Share of requests in steps whose ``ready`` replicas meet the SLO: at least the replicas it needs, where
+    any number does."""
     total = float(rates.sum())
-    return float((rates * (ready >= need)).sum() / total) if total > 0 else 1.0
+    met = (ready >= timing.need) & timing.servable
+    return float((rates * met).sum() / total) if total > 0 else 1.0
 
 
 def window_margin_bound(
@@ -101,10 +117,11 @@ def window_margin_bound(
     for margin in margins:
         ready = timing.need.copy()
         ready[unseen] = np.fromiter(
-            (service.need(float(r) * margin) for r in rates[timing.seen[unseen]]), dtype=np.int64,
+            (service.need(float(r) * margin) for r in rates[timing.seen[unseen]]),
+            dtype=np.int64,
             count=int(unseen.sum()),
         )
-        points.append(BoundPoint(float(margin), _slo_attainment(rates, ready, timing.need), timing.cost(ready)))
+        points.append(BoundPoint(float(margin), _slo_attainment(rates, ready, timing), timing.cost(ready)))
     return points
 
 
@@ -144,15 +161,17 @@ def tuned_observed_policy(
     """
     rates = service.rates
     timing = _timing(service, start, step_s, metrics_delay_s, period_s)
-    need, seen, window = timing.need, timing.seen, timing.window
+    seen, window = timing.seen, timing.window
     inside, edge = np.flatnonzero(timing.known), np.flatnonzero(~timing.known)
     level = np.log(np.maximum(np.bincount(window, weights=rates) / np.maximum(np.bincount(window), 1), 1e-9))
     jumps = np.diff(level, prepend=level[0])
     last_complete = window[seen[edge]] - 1  # -1: no window complete yet (no deviation, no volatility)
     mean_level = np.array([level[max(0, k - trailing_windows + 1) : k + 1].mean() for k in range(level.size)])
     volatility = np.array(
-        [math.sqrt(float(np.mean(jumps[max(1, k - volatility_windows + 1) : k + 1] ** 2))) if k >= 1 else 0.0
-         for k in range(level.size)]
+        [
+            math.sqrt(float(np.mean(jumps[max(1, k - volatility_windows + 1) : k + 1] ** 2))) if k >= 1 else 0.0
+            for k in range(level.size)
+        ]
     )
     observed_edge = rates[seen[edge]]
     none_complete = last_complete < 0
@@ -174,13 +193,16 @@ def tuned_observed_policy(
         for a, b, z in itertools.product(edge_intercepts, edge_reversion, edge_volatility):
             margin = np.exp(a + b * deviation + z * edge_volatility_now)
             ready[edge] = [need_at(float(r * m)) for r, m in zip(observed_edge, margin, strict=True)]
-            slo = _slo_attainment(rates, ready, need)
+            slo = _slo_attainment(rates, ready, timing)
             if slo < target_slo:
                 continue
             cost = timing.cost(ready)
             if best is None or cost < best.gpu_hours_vs_oracle:
                 params = {
-                    "inside_margin": inside_margin, "edge_intercept": a, "edge_reversion": b, "edge_volatility": z
+                    "inside_margin": inside_margin,
+                    "edge_intercept": a,
+                    "edge_reversion": b,
+                    "edge_volatility": z,
                 }
                 best = TunedPoint(slo, cost, params)
     return best
