@@ -403,8 +403,18 @@ class Runtime:
             self.telemetry.error("cluster_read")
 
     def _refit_rounds(self, now: float) -> None:
-        """The refit job: one round, then another at once for each asked for while it ran (``_leader_tick``)."""
-        self._refit_queue.run(lambda rounds: self._refit(now if rounds == 0 else self._clock()), self.can_act)
+        """The refit job: one round, then another at once for each asked for while it ran (``_leader_tick``). A
+        round that raises is logged and counted here, not in ``_job``: raised out of ``RunAgain.run``, it would drop
+        the round queued behind it (a new term's first refit), which would then wait a whole refit interval."""
+
+        def round_(rounds: int) -> None:
+            try:
+                self._refit(now if rounds == 0 else self._clock())
+            except Exception:
+                log.exception("refit job failed")
+                self.telemetry.error("refit")
+
+        self._refit_queue.run(round_, self.can_act)
 
     def _job(self, component: str, fn: Callable[[float], None]) -> Callable[[], None]:
         """A job that runs on the leader only and writes nothing to the cluster (the refit, the forecast update)."""
@@ -562,9 +572,7 @@ class Runtime:
         self.scheduler.add_job(
             self._job("refit", self._refit_rounds), "interval", seconds=self._refit_interval, id="refit"
         )
-        self.scheduler.add_job(
-            self.rebalance_pass, "interval", seconds=self._rebalance_interval, id="rebalance"
-        )
+        self.scheduler.add_job(self.rebalance_pass, "interval", seconds=self._rebalance_interval, id="rebalance")
         if self._forecast_update is not None and self._forecast_update_interval > 0:
             # between refits: re-condition the latest fits on new history (it skips itself while a refit runs)
             self.scheduler.add_job(

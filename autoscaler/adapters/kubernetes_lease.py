@@ -9,6 +9,8 @@ Two halves:
 Safety argument (why two replicas never act at once, given clocks that tick at the same rate):
 - a follower only takes over after it has seen the same Lease record unchanged for ``lease_duration`` on its *own*
   monotonic clock (no wall-clock comparison across machines, as in client-go), counted from when its GET returned;
+  a Lease found deleted counts as that last record, still silent (client-go creates it at once, and the holder,
+  which renewed a moment ago, acts beside the new leader until its next retry): the holder recreates it first;
 - the leader stops acting as soon as ``renew_deadline`` (< ``lease_duration``) has passed since its last successful
   renewal (counted from before the renewal was sent), and at once when a renewal shows that somebody else holds the
   Lease or wins the write race (a 409 after which a fresh read names another holder; a 409 on a Lease still ours is
@@ -260,7 +262,12 @@ class LeaderElector:
         self._last_renew = -math.inf  # monotonic time of the last successful create/update as holder
         self._observed: tuple[str, datetime | None, str | None] | None = None
         self._observed_at = -math.inf  # monotonic time at which the observed record last changed
+        # The holder and lease duration of the record last observed: a Lease found deleted stays taken by that
+        # holder until the record has been silent for that duration.
+        self._observed_holder_duration: tuple[str, float] | None = None
         self._pending: list[Callable[[], None]] = []
+        # Held while callbacks run (re-entrant: a callback may ask is_leader()); never taken under ``_lock``.
+        self._delivering = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_attempt_ok = False  # the last call reached the API (for /readyz of a follower)
@@ -284,8 +291,7 @@ class LeaderElector:
     def _leading(self, margin_s: float | None) -> bool:
         with self._lock:
             leader = self._check_deadline() and (
-                margin_s is None
-                or self._monotonic() - self._last_renew + margin_s < self._timings.lease_duration_s
+                margin_s is None or self._monotonic() - self._last_renew + margin_s < self._timings.lease_duration_s
             )
         self._fire()
         return leader
@@ -321,21 +327,29 @@ class LeaderElector:
     def _fire(self) -> None:
         # Callbacks run without our lock held: they may take other locks (the controller's), and a tick that holds
         # those asks is_leader() before every write; running them under our lock could deadlock the two threads.
-        while True:
-            with self._lock:
-                if not self._pending:
-                    return
-                callback = self._pending.pop(0)
-            try:
-                callback()
-            except Exception:  # a broken callback must not kill the election loop
-                log.exception("leader election callback failed")
+        # They run one at a time, in the order of the transitions (``_delivering``): a tick thread that saw the renew
+        # deadline pass and the election thread that renewed just after both fire; unordered, "stopped" could run
+        # after "started" and leave the runtime believing it no longer leads (leader gauge 0, "no leader" alert).
+        with self._lock:
+            if not self._pending:
+                return
+        with self._delivering:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        return
+                    callback = self._pending.pop(0)
+                try:
+                    callback()
+                except Exception:  # a broken callback must not kill the election loop
+                    log.exception("leader election callback failed")
 
     def _observe(self, record: LeaseRecord, now: float) -> None:
         key = (record.holder, record.renew_time, record.resource_version)
         if key != self._observed:
             self._observed = key
             self._observed_at = now
+        self._observed_holder_duration = (record.holder, record.lease_duration_s)
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt; returns whether this process is the leader afterwards."""
@@ -355,6 +369,17 @@ class LeaderElector:
             try:
                 current = self._store.get()
                 if current is None:
+                    with self._lock:
+                        silent_for = now - self._observed_at
+                        last = self._observed_holder_duration
+                    if last is not None and last[0] not in ("", self.identity) and silent_for < last[1]:
+                        # Deleted under a holder whose renewals we saw lately: it still acts until its next retry
+                        # (and recreates the Lease then); creating it now would make two leaders.
+                        with self._lock:
+                            self.last_attempt_ok = True
+                            self.last_error = None
+                            self._set_leader(False)
+                        return False
                     fresh = LeaseRecord(self.identity, duration, acquire_time=wall, renew_time=wall, transitions=0)
                     created = self._store.create(fresh)
                     with self._lock:
@@ -421,7 +446,10 @@ class LeaderElector:
                     self.last_error = exc
                 log.warning("leader election: %s", exc)
                 if self._on_error is not None:
-                    self._on_error(exc)
+                    try:
+                        self._on_error(exc)
+                    except Exception:  # a broken callback must not kill the election loop
+                        log.exception("leader election error callback failed")
                 with self._lock:
                     return self._check_deadline()  # keeps leadership until the renew deadline, then drops it
 
@@ -470,7 +498,10 @@ class LeaderElector:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.try_acquire_or_renew()
+            try:
+                self.try_acquire_or_renew()
+            except Exception:  # the loop is the only thing that renews: it must outlive any bug in one attempt
+                log.exception("leader election attempt failed")
             # Followers retry at the retry period; so does the leader, giving it several renewals per deadline.
             self._stop.wait(self._timings.retry_period_s)
 
