@@ -45,6 +45,7 @@ from autoscaler.sim.placement import (
     load_openb_pods,
     mean_abs_deviation,
     openb_paths,
+    published_curves,
     published_mean,
     repack_estimate,
     run_openb,
@@ -60,10 +61,28 @@ METRICS = ("alloc", "frag_amount", "frag_ratio")
 
 
 def _seeds(text: str) -> tuple[int, ...]:
-    if "-" in text:
-        low, high = (int(x) for x in text.split("-"))
-        return tuple(range(low, high + 1))
-    return tuple(int(x) for x in text.split(","))
+    """``42-51`` or ``42,44``: the seeds, at least one (an argparse type: a bad list is a usage error)."""
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-"))
+            seeds = tuple(range(low, high + 1))
+        else:
+            seeds = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed range (42-51) or list (42,44)") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r} names no seed")
+    return seeds
+
+
+def _unpublished(seeds: Sequence[int], mad_seeds: Sequence[int], workloads: Sequence[str]) -> list[str]:
+    """The runs the report would compare with published results that ``fgd-atc23-expected-results`` lacks (the
+    authors published seeds 42-51 of 17 workloads only): part 1's six policies on the default workload for
+    ``seeds``, part 2's FGD on ``workloads`` for ``mad_seeds``."""
+    published = published_curves("alloc")
+    wanted = [(DEFAULT, p, s) for p in POLICIES for s in seeds]
+    wanted += [(w, "FGD", s) for w in workloads for s in mad_seeds]
+    return [f"{w} {p} seed {s}" for w, p, s in wanted if (w, p, s) not in published]
 
 
 def _one(
@@ -160,19 +179,31 @@ def _plot(results: dict[tuple[str, str, int], Any], seeds: Sequence[int], path: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one seed, the default workload only (smoke run)")
-    parser.add_argument("--seeds", default="42-51", help="seeds for part 1 (default 42-51)")
-    parser.add_argument("--mad-seeds", default="42-51", help="seeds for part 2, the 17 workloads (default 42-51)")
+    parser.add_argument("--seeds", type=_seeds, default="42-51", help="seeds for part 1 (default 42-51)")
+    parser.add_argument(
+        "--mad-seeds", type=_seeds, default="42-51", help="seeds for part 2, the 17 workloads (default 42-51)"
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="part 2's workloads (default: all 17)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
     parser.add_argument("--repeats", type=int, default=3, help="timed FGD runs (median reported)")
     parser.add_argument("--json", type=Path, help="write all figures as JSON here")
     parser.add_argument("--plot", type=Path, help="write a PNG of the default workload's curves here")
     args = parser.parse_args(argv)
-    seeds = (SEEDS[0],) if args.quick else _seeds(args.seeds)
-    mad_seeds = (SEEDS[0],) if args.quick else _seeds(args.mad_seeds)
+    seeds = (SEEDS[0],) if args.quick else args.seeds
+    mad_seeds = (SEEDS[0],) if args.quick else args.mad_seeds
     workloads = (DEFAULT,) if args.quick else tuple(args.workloads.split(","))
     workers = 1 if args.quick else args.workers
     repeats = 1 if args.quick else args.repeats
+    # checked before any replay runs: the report would otherwise fail on them only after every run
+    if repeats < 1:
+        parser.error("--repeats must be at least 1 (the timing is the median of the repeats)")
+    try:
+        unpublished = _unpublished(seeds, mad_seeds, workloads)
+    except OSError as error:
+        parser.error(f"the published results are not readable: {error}")
+    if unpublished:
+        more = f" and {len(unpublished) - 3} more" if len(unpublished) > 3 else ""
+        parser.error(f"no published results to compare with for {', '.join(unpublished[:3])}{more}")
 
     jobs = [(DEFAULT, p, s) for p in (*POLICIES, OURS, OURS_MIGRATING) for s in seeds]
     jobs += [(w, "FGD", s) for w in workloads for s in mad_seeds if (w, "FGD", s) not in set(jobs)]

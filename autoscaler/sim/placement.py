@@ -392,7 +392,10 @@ def discretise(replay: Replay) -> Curves:
                 continue
         out[0, col] = round(float(alloc[sel].mean()), 2)
         out[1, col] = round(100 * float(frag[sel].mean()) / 1000 / gpus, 2)
-        out[2, col] = float(ratio[sel].mean())
+        # a step with no free GPU has no ratio (Go logs NaN for 0/0); pandas' mean, as the merge script takes it,
+        # skips it instead of blanking the bin
+        ratios = ratio[sel][~np.isnan(ratio[sel])]
+        out[2, col] = float(ratios.mean()) if len(ratios) else math.nan
     return Curves(out[0], out[1], out[2])
 
 
@@ -448,7 +451,7 @@ class _Cluster:
 
     def access_row(self, constraint: frozenset[str] | None) -> np.ndarray:
         """Which node GPU types (the ``node_type`` ids) a constraint accepts, also one no pod of the replay names."""
-        if constraint in self.constraint_id:
+        if constraint is None or constraint in self.constraint_id:
             row: np.ndarray = self.access[self.constraint_id[constraint]]
             return row
         return np.array([name in constraint for name in self.type_names] + [False], dtype=bool)
@@ -819,7 +822,7 @@ class Migrations:
     per_failure: int = 2
     total: int | None = None
     per_pod_arrived: float = 0.05
-    tries: int = 12  # plans tried per failed pod (each rolled back if it does not place the pod)
+    tries: int = 12  # plans tried per failed pod, then as many swaps (each rolled back if it does not place the pod)
 
     def budget(self, pods_submitted: int) -> int:
         return self.total if self.total is not None else int(self.per_pod_arrived * pods_submitted)
