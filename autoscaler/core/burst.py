@@ -6,7 +6,8 @@ of the one before (``least-waste``: fewest GPUs left idle on the new nodes; ``ch
 the nodes added; ``priority``: the pool's configured priority, higher first; ``random`` is left out on purpose: a
 plan must be reproducible). Unlike Cluster Autoscaler it scales ahead of Pending pods: a forecast shortfall that
 lasts longer than a node's boot plus the pool's minimum billing period is worth a node; a shorter one is cheaper to
-ride out on preemptible training (or to accept), unless no preemptible capacity is left.
+ride out on preemptible training (or to accept), unless no preemptible capacity is left -- and then still only if it
+lasts past the node's boot (a node that boots after the shortfall is over serves none of it).
 """
 
 from __future__ import annotations
@@ -116,6 +117,10 @@ def choose_burst(
 def worth_a_node(shortfall_s: float, pool: BurstPool, preemptible_gpus_left: int, gpus_needed: int) -> tuple[bool, str]:
     """Whether a forecast shortfall of ``shortfall_s`` seconds justifies booting a node of ``pool`` (and why)."""
     if preemptible_gpus_left < gpus_needed:
+        # Nothing else can cover it, but a node that boots after the shortfall is over covers none of it either: it
+        # is paid for (boot, billing, the idle cooldown) and serves nothing
+        if shortfall_s <= pool.boot_s:
+            return False, f"shortfall of {shortfall_s:.0f}s is over before a node boots ({pool.boot_s:g}s)"
         return True, f"only {preemptible_gpus_left} preemptible GPUs left for {gpus_needed} needed"
     threshold = pool.boot_s + pool.min_billing_s
     if shortfall_s > threshold:

@@ -96,9 +96,13 @@ def full_cluster(checkpoint_ages: tuple[float, float] = (1800.0, 60.0)) -> Clust
          full_cluster(), 12,
          CapacityConfig(pools=(replace(POOL, price_per_gpu_hour=0.01),), assumed_shortfall_s=120.0),
          [("suspend", "new-ckpt")]),
+        # past the node's boot (300 s) but not boot + billing (360 s): worth it only because nothing else can cover it
         ("preemption off: burst even for a short shortfall (no preemptible capacity left)",
-         full_cluster(), 12, CapacityConfig(pools=(POOL,), assumed_shortfall_s=120.0, preempt=False),
+         full_cluster(), 12, CapacityConfig(pools=(POOL,), assumed_shortfall_s=330.0, preempt=False),
          [("burst", "burst", 1)]),
+        # over before a node boots: a node would serve none of it (review 40)
+        ("preemption off: no node for a shortfall over before it boots",
+         full_cluster(), 12, CapacityConfig(pools=(POOL,), assumed_shortfall_s=120.0, preempt=False), []),
         ("training at the inference priority is not preemptible: burst",
          replace(full_cluster(), pods=tuple(replace(p, priority=1000) for p in full_cluster().pods)), 12,
          CapacityConfig(pools=(POOL,)), [("burst", "burst", 1)]),
@@ -402,8 +406,9 @@ def test_serving_replicas_without_a_valid_policy_are_never_preempted(
 
 
 def test_serving_replicas_without_a_valid_policy_leave_burst_as_the_only_option() -> None:
-    """No preemptible capacity left: the shortfall bursts, even a short one, instead of evicting search."""
-    config = CapacityConfig(pools=(POOL,), assumed_shortfall_s=120.0)
+    """No preemptible capacity left: the shortfall bursts, even a short one (past the node's boot, not boot +
+    billing), instead of evicting search."""
+    config = CapacityConfig(pools=(POOL,), assumed_shortfall_s=330.0)
     actions, report, _ = run(held_cluster(holders("Deployment", "search")), 12, config)
     assert [(type(a).__name__, getattr(a, "pool", None)) for a in actions] == [("ScaleNodePool", "burst")]
     assert not any(isinstance(a, EvictPod) for a in actions)
