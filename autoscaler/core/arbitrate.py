@@ -22,12 +22,16 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
    usable forecast vouches for is acted on only once the service has been short for ``shortfall_confirm_s`` and
    while its metric (before the scale-down stabilisation) still asks for the replicas; a service whose Pending
    replicas get no GPUs this tick (confirming, holding, waited out) makes every later one wait: the scheduler gives
-   its pods what they would free or buy first. A waiting service's options are still costed (``then: ...``).
-3. **Give back**, when no service is short: a burst pool whose spare GPUs have covered the forecast demand for
+   its pods what they would free or buy first; one whose replicas wait for a burst node's boot makes a later one's
+   preemption wait the same way (its victims' GPUs are free before the node is up). A waiting service's options are
+   still costed (``then: ...``).
+3. **Give back**, when no service is short: a burst pool whose spare GPUs have covered the coming demand for
    ``burst_idle_cooldown_s`` loses one node; once no burst node is left above its minimum and there has been no
-   shortfall for ``resume_after_s``, the workloads this controller suspended are resumed where their GPUs are free,
-   after reserving what the forecast says inference needs over the gang's minimum runtime (no preempt/resume loop:
-   a resumed gang is also protected from preemption for that runtime by ``TrainingRules.min_runtime_s``).
+   shortfall for ``resume_after_s``, the workloads this controller suspended are resumed where their GPUs are free.
+   Both leave room for the replicas inference will want (the forecast's peak over a boot, resp. the gang's minimum
+   runtime, or what the metric asks for beyond a scale-up rate limit), each whole on a node its pods may use, not
+   as a sum of scattered GPUs (no give-back undone by that demand; no preempt/resume loop: a resumed gang is also
+   protected from preemption for that runtime by ``TrainingRules.min_runtime_s``).
 4. **Nodes that never come**: a burst node the provider counts but that has not registered as a Node within
    ``provision_timeout_s`` is no capacity; it is given back (one per pool and tick, ``remove_unregistered``: the
    provider removes a Machine without a Node, never a running node), shortfall or not, and the pool is not grown
@@ -259,8 +263,8 @@ def _usable(key: str, barred: Set[str]) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Blocker:
     """A service whose replicas wait for GPUs this tick without any being freed or bought for them (it confirms, holds
-    on incomplete metrics, or its shortfall is waited out): the scheduler binds its Pending pods first, on any GPU
-    they may use."""
+    on incomplete metrics, or its shortfall is waited out), or that wait for a node's boot (``on_boot``: only a
+    later preemption waits for it): the scheduler binds its Pending pods first, on any GPU they may use."""
 
     service: str
     priority: int
@@ -269,6 +273,9 @@ class _Blocker:
     gpu_type: str | None  # the GPU type its pods select; None: any
     barred: frozenset[str]  # the nodes its pods cannot be scheduled on
     gpus: int  # GPUs one of its replicas requests
+    # its replicas are counted on nodes still booting: GPUs freed sooner (a preemption's) go to its Pending pods
+    # first, but a node bought later boots after its own and is no race
+    on_boot: bool = False
 
 
 def _types_meet(a: str | None, b: str | None) -> bool:
@@ -812,7 +819,12 @@ def arbitrate(
         previous_since = state.service_short_since.get(key)
         if unplaced > 0 and (previous_since is not None or decision.reason not in _UNSURE_HOLDS):
             short_since_by_service[key] = min(previous_since if previous_since is not None else now, now)
+        boot_room = sum(v for k, v in booting.items() if not k.endswith(RETURNING))
         on_booting = _place_on_coming(free, booting, barred | set(closed), unplaced, g, gpu_type, node_types)
+        if sum(v for k, v in booting.items() if not k.endswith(RETURNING)) < boot_room:
+            blockers.append(
+                _Blocker(key, policy.priority, on_booting, "they wait for a node's boot", gpu_type, barred, g, True)
+            )
         short = unplaced - on_booting
         if short <= 0:
             continue
@@ -978,15 +990,21 @@ def arbitrate(
         # A service whose replicas wait for GPUs this tick without any freed or bought for them is served first by the
         # scheduler, on any GPU its pods may use: what this one would free (its victims' nodes) or buy (a node of the
         # chosen pool) would go to it where its pods could take it (GPU type, GPUs per replica, taints, selectors).
+        # So is one whose replicas wait for a node's boot, for GPUs freed before the node is up.
         if pick_preempt and choice is not None:
             freed = {node for v in choice.victims for node in v.gpus_by_node}
-            blocker = next((b for b in blockers if _takes_freed(b, freed, snapshot, pools)), None)
+            blocker = next((b for b in blockers if b.service != key and _takes_freed(b, freed, snapshot, pools)), None)
         elif pick_burst and burst is not None and burst.chosen is not None:
             bought = burst.chosen.pool
-            blocker = next((b for b in blockers if _takes_bought(b, bought, snapshot)), None)
+            blocker = next((b for b in blockers if not b.on_boot and _takes_bought(b, bought, snapshot)), None)
         else:
             blocker = None
-        if blocker is not None:
+        if blocker is not None and blocker.on_boot:
+            wait_why = (
+                f"{blocker.service} (priority {blocker.priority}) has {blocker.replicas} replica(s) waiting for a "
+                "node's boot: the scheduler would give the GPUs freed now to its pods first"
+            )
+        elif blocker is not None:
             wait_why = (
                 f"{blocker.service} (priority {blocker.priority}) has {blocker.replicas} replica(s) waiting for GPUs "
                 f"that get none this tick ({blocker.why}): the scheduler would give the GPUs "
@@ -1018,6 +1036,9 @@ def arbitrate(
                 booting[name] = pool.gpus_per_node
                 node_types[name] = pool.gpu_type
             _place_usable(booting, barred, short, g, gpu_type, node_types)
+            blockers.append(
+                _Blocker(key, policy.priority, short, "they wait for a node's boot", gpu_type, barred, g, True)
+            )
             # One write per pool and tick: the size the pool had when the tick read it (the writer's precondition)
             # plus every service's nodes, with every service's reason.
             merged = [a for a in actions if isinstance(a, ScaleNodePool) and a.pool == pool.name]
@@ -1299,16 +1320,54 @@ def preemptor_priority(policy: ServicePolicy, runs_at: Mapping[str, int]) -> int
     return min(policy.priority, runs_at.get(policy.key, policy.priority))
 
 
-def _reserve_gpus(arb: ArbitrationInput, window_s: float) -> int:
-    """GPUs the forecasting services need beyond their current replicas at their peak over the next ``window_s``."""
-    wanted = {d.key: d.desired_replicas for d in arb.decisions}
+@dataclass(frozen=True, slots=True)
+class _Reserved:
+    """Replicas a service will want beyond those this tick gives it, and where one of them may go."""
+
+    service: str
+    replicas: int
+    gpus: int  # GPUs one of its replicas requests
+    gpu_type: str | None  # the GPU type its pods select; None: any
+    barred: frozenset[str]  # the nodes its pods cannot be scheduled on
+
+
+def _reserved(arb: ArbitrationInput, window_s: float) -> list[_Reserved]:
+    """Per service, the replicas it will want beyond its desired count over the next ``window_s``: its usable
+    forecast's peak, or what its metric asks for now when a scale-up rate limit (or the up-stabilisation) holds part
+    of it back for the next ticks (never above maxReplicas), whichever is more; higher priority first."""
+    decisions = {d.key: d for d in arb.decisions}
     deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
-    total = 0
-    for key, policy in arb.policies.items():
-        need = _needed_replicas(arb, key, policy, arb.now, arb.now + window_s)
-        if need is not None:
-            total += max(0, need - wanted.get(key, 0)) * replica_gpus(policy.gpus_per_replica, deployments.get(key))
-    return total
+    out = []
+    for key, policy in sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
+        decision = decisions.get(key)
+        desired = decision.desired_replicas if decision is not None else 0
+        forecast = _needed_replicas(arb, key, policy, arb.now, arb.now + window_s) or 0
+        asked = 0
+        if decision is not None and decision.recommended_replicas is not None:
+            asked = min(decision.recommended_replicas, policy.max_replicas)
+        extra = max(forecast, asked) - desired
+        if extra > 0:
+            deployment = deployments.get(key)
+            gpus = replica_gpus(policy.gpus_per_replica, deployment)
+            out.append(
+                _Reserved(
+                    key, extra, gpus, deployment.gpu_product if deployment else None, _barred(arb.snapshot, deployment)
+                )
+            )
+    return out
+
+
+def _reserve_gpus(reserved: Sequence[_Reserved]) -> int:
+    return sum(r.replicas * r.gpus for r in reserved)
+
+
+def _reserve_fits(free: Mapping[str, int], reserved: Sequence[_Reserved], node_types: Mapping[str, str | None]) -> bool:
+    """Whether every reserved replica fits whole on one node of its GPU type that its pods may use: a sum of free GPUs
+    scattered in pieces no replica fits in would let a give-back go that the reserved replicas then undo."""
+    left = dict(free)
+    return all(
+        _place_usable(left, r.barred, r.replicas, r.gpus, r.gpu_type, node_types) == r.replicas for r in reserved
+    )
 
 
 def _node_given_back(free: dict[str, int], node: str, after: Mapping[str, int]) -> set[str]:
@@ -1365,8 +1424,8 @@ def _give_back(
         burst_left = True
         if pool.name in resized:
             continue
-        # Spare: the pool's emptiest node's pods fit on the other free GPUs and the forecast's extra demand over
-        # a boot still fits without that node.
+        # Spare: the pool's emptiest node's pods fit on the other free GPUs and the replicas coming over a boot
+        # (the forecast's, those a rate limit holds back) still fit without that node, each whole on one node.
         mine = {
             n: left
             for n, left in free.items()
@@ -1382,7 +1441,8 @@ def _give_back(
         spare_here = max(mine.values(), default=0)
         others = sum(free.values()) - spare_here
         used_on_node = pool.gpus_per_node - spare_here
-        reserve = _reserve_gpus(arb, pool.boot_s + arb.tick_s)
+        reserved = _reserved(arb, pool.boot_s + arb.tick_s)
+        reserve = _reserve_gpus(reserved)
         emptiest = min(mine, key=lambda n: (-mine[n], n)) if mine else ""
         # Its pods must fit, each on one node of the GPU type it runs on, with the forecast's reserve left free:
         # a sum of free GPUs over every other node (any type, however scattered) would give back a node whose
@@ -1410,7 +1470,7 @@ def _give_back(
         if (
             used_on_node < config.burst_unneeded_utilisation * pool.gpus_per_node
             and after is not None
-            and sum(after.values()) >= reserve
+            and _reserve_fits(after, reserved, node_types)
         ):
             since = unneeded.setdefault(pool.name, now)
             if now - since < config.burst_idle_cooldown_s:
@@ -1420,7 +1480,8 @@ def _give_back(
             else:
                 detail = (
                     f"{pool.name}: a node spare for {now - since:.0f}s (>= {config.burst_idle_cooldown_s:g}s), "
-                    f"{used_on_node} GPU(s) in use fit in {others} free elsewhere, forecast reserve {reserve}"
+                    f"{used_on_node} GPU(s) in use fit in {others} free elsewhere, {reserve} reserved for coming "
+                    "replicas"
                 )
                 actions.append(
                     ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest)
@@ -1430,7 +1491,7 @@ def _give_back(
             continue
         busy = (
             f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
-            f"elsewhere, {reserve} reserved for the forecast)"
+            f"elsewhere, {reserve} reserved for coming replicas)"
         )
         plan = None
         if mine:
@@ -1494,7 +1555,8 @@ def _give_back(
             continue
         runtime = workload.min_runtime_s if workload.min_runtime_s is not None else config.training.min_runtime_s
         runtime = max(runtime, config.resume_horizon_s)
-        reserve = _reserve_gpus(arb, runtime)
+        reserved = _reserved(arb, runtime)
+        reserve = _reserve_gpus(reserved)
         # Training goes back on the cluster's own nodes: the burst pools are for inference (tainted so).
         usable = {
             n: left
@@ -1502,11 +1564,12 @@ def _give_back(
             if workload.gpu_product in (None, node_types.get(n)) and node_pool.get(n) not in burst_names
         }
         after = _fits(usable, workload.pod_gpus)
-        if after is None or sum(after.values()) < reserve:
+        if after is None or not _reserve_fits({**free, **after}, reserved, node_types):
             resumable.pop(key, None)
             notes.append(
                 f"{workload.kind} {workload.namespace}/{workload.name}: {workload.gpus} GPU(s) do not fit in the free "
-                f"GPUs with {reserve} reserved for the forecast over its {runtime:g}s minimum runtime"
+                f"GPUs with {reserve} reserved for coming replicas over its {runtime:g}s minimum "
+                "runtime (the forecast's, those a scale-up rate limit holds back)"
             )
             continue
         since = resumable.setdefault(key, now)
