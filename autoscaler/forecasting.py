@@ -7,8 +7,9 @@ service whose ``spec.forecast.mode`` is shadow or active it
    ``forecast.step_seconds``) and puts it on a regular grid (gaps are NaN; the forecasters fill them);
 2. scores the forecasts it published earlier against the history that has arrived since (accountability, below);
 3. fits the configured model (``forecast.model``; ``auto`` = per-series choice by a short rolling-origin backtest
-   against seasonal naive, re-made every ``selection_interval_seconds``) and the seasonal-naive baseline, in parallel
-   across series in a ``ProcessPoolExecutor`` of ``forecast.workers`` processes (1 = in this process);
+   against seasonal naive, scored at the provisioned quantile, re-made every ``selection_interval_seconds``) and
+   the seasonal-naive baseline, in parallel across series in a ``ProcessPoolExecutor`` of ``forecast.workers``
+   processes (1 = in this process);
 4. publishes the latest ``ForecastInput`` of every service as one immutable mapping, swapped in a single assignment:
    the tick, in another thread, reads whichever mapping is current and never waits for a refit.
 
@@ -279,6 +280,8 @@ def _fit(job: FitJob) -> FitResult:
                 origin_every=every,
                 max_ratio=job.max_ratio,
                 min_samples=job.min_samples,
+                # ranked where the verdict (``_verdict``) and the live scores judge the chosen model
+                score_levels=(job.quantile,),
             )
         except ValueError:
             name = BASELINE  # too short to backtest: the baseline until a selection succeeds
@@ -1089,6 +1092,11 @@ class ForecastService:
             if not np.isfinite(y[-MAX_HISTORY_LAG_STEPS - 1 :]).any():
                 report.no_data[key] = f"no sample in the last {(MAX_HISTORY_LAG_STEPS + 1) * step:.0f}s"
                 continue
+            # A gap the window's start has moved into: the series starts at its first valid sample, as the refit's
+            # does (``_prepare``); held backwards over the gap by the forecaster, it was demand nobody measured.
+            first = int(np.flatnonzero(np.isfinite(y))[0])
+            if first:
+                y, y_start = y[first:], y_start + first * step
             model, baseline = state.fitted
             try:
                 forecast = model.update(y, start=y_start).predict(horizon)

@@ -10,14 +10,14 @@ to the same scores here and, in production, to realised errors.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 from sklearn.base import clone
 
-from forecast.backtest import BacktestResult, rolling_origin_backtest
+from forecast.backtest import BacktestResult, evaluate, rolling_origin_backtest
 from forecast.base import BaseForecaster
 from forecast.types import ForecastQuality, assess_reliability
 
@@ -68,6 +68,16 @@ class Selection:
         return sorted(rows, key=key)
 
 
+def _quality_at(result: BacktestResult, levels: Sequence[float]) -> ForecastQuality:
+    """A backtest's scores at ``levels`` only (ValueError when its forecasts lack one)."""
+    wanted = sorted(float(level) for level in levels)
+    missing = [level for level in wanted if level not in result.levels]
+    if not wanted or missing:
+        raise ValueError(f"{result.model} forecasts levels {result.levels}, not {missing or 'any level'}")
+    index = [list(result.levels).index(level) for level in wanted]
+    return evaluate(result.model, result.actuals, result.predictions[index], wanted)
+
+
 def select_model(
     y: npt.ArrayLike,
     candidates: Mapping[str, BaseForecaster],
@@ -84,6 +94,7 @@ def select_model(
     min_improvement: float = 0.05,
     max_ratio: float = 1.0,
     min_samples: int = 30,
+    score_levels: Sequence[float] | None = None,
 ) -> Selection:
     """Backtest every candidate on the same origins and pick the one with the lowest mean pinball loss.
 
@@ -92,6 +103,12 @@ def select_model(
     ``reliable``/``reason`` is ``assess_reliability(winner, baseline, max_ratio, min_samples)``. A candidate whose
     backtest raises (too little data for it, a numerical failure) is skipped and reported in ``errors``; the
     baseline must succeed.
+
+    ``score_levels``: the levels the ranking and the verdict score (None = every level of the forecasts). A caller
+    that provisions one quantile and judges the chosen model there (the controller) passes that one: ranked on the
+    mean over the band as well, a model sharp in the band and short at a P99 was chosen and then judged unreliable
+    at the P99 its service provisions, where the baseline it displaced was trusted. A candidate whose forecasts lack
+    one of these levels is skipped like one whose backtest failed.
     """
     if baseline not in candidates:
         raise ValueError(f"baseline {baseline!r} must be one of the candidates {sorted(candidates)}")
@@ -115,7 +132,15 @@ def select_model(
             if name == baseline:
                 raise
             errors[name] = f"{type(exc).__name__}: {exc}"
-    qualities = {name: result.quality for name, result in results.items()}
+    qualities: dict[str, ForecastQuality] = {}
+    for name, result in results.items():
+        try:
+            qualities[name] = result.quality if score_levels is None else _quality_at(result, score_levels)
+        except ValueError as exc:
+            if name == baseline:
+                raise
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    results = {name: result for name, result in results.items() if name in qualities}
     base_quality = qualities[baseline]
     ratios = {name: pinball_ratio(quality, base_quality) for name, quality in qualities.items()}
     best = baseline
