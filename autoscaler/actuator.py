@@ -457,8 +457,14 @@ class Actuator:
         self, service: str, action: Action, text: str, *, write_guard: Callable[[], bool] | None = None
     ) -> None:
         namespace, _, name = service.partition("/")
-        self.event(("Deployment", namespace, name), event_reason(action.reason), text[0].upper() + text[1:],
-                   "Normal", topic=None, write_guard=write_guard)
+        self.event(
+            ("Deployment", namespace, name),
+            event_reason(action.reason),
+            text[0].upper() + text[1:],
+            "Normal",
+            topic=None,
+            write_guard=write_guard,
+        )
 
     def apply(self, actions: Sequence[Action], context: GuardContext) -> list[ActionResult]:
         """One result per action, in the plan's order. A gang's evictions are applied together (whole or not at
@@ -503,8 +509,8 @@ class Actuator:
             if isinstance(action, EvictPod) and action.gang:
                 members = [
                     i
-                    for i in range(index, len(actions))
-                    if results[i] is None and isinstance(actions[i], EvictPod) and actions[i].gang == action.gang
+                    for i, other in enumerate(actions)
+                    if i >= index and results[i] is None and isinstance(other, EvictPod) and other.gang == action.gang
                 ]
                 gang = self._apply_gang([a for a in (actions[i] for i in members) if isinstance(a, EvictPod)], context)
                 for i, result in zip(members, gang, strict=True):
@@ -556,8 +562,14 @@ class Actuator:
         if held is not None:
             log.warning("held back: evict gang %s (%d pods); because %s", gang, len(evictions), held)
             return [ActionResult(a, "held", held) for a in evictions]
-        if self.dry_run or not self.can_act():
+        if self.dry_run:
             return [self.apply_one(a, context) for a in evictions]
+        if not self.can_act():
+            # Not each pod's own apply_one: can_act may say yes again a moment later (the Lease renewed), and the
+            # gang would then go pod by pod, past its budget check and dry runs -- a refusal after the first breaks it
+            message = f"lost the lease during the tick: gang {gang} left running"
+            log.warning("not the leader any more: %s", message)
+            return [ActionResult(a, "not_leader", message) for a in evictions]
         short = self._budget_short(evictions)
         if short is not None:
             kind, message = short

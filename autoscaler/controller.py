@@ -251,7 +251,7 @@ class Controller:
         It moves nothing unless the latest tick read everything (a pass takes a replica away for a cold start; it must
         not follow from metrics or a cluster it could not read), and it leaves alone every service the latest tick
         wanted to grow, guarded on latency or saw stale. Only evictions that were applied count against the hourly
-        bound (a dry run or a PodDisruptionBudget's refusal moved nothing)."""
+        bound (a dry run or a PodDisruptionBudget's refusal moved nothing), and those that failed (perhaps made)."""
         if self.rebalance_config is None:
             return None
         with self._lock:
@@ -344,9 +344,16 @@ class Controller:
             errors = report.errors
         else:
             errors = []
-        applied = {(r.action.namespace, r.action.name) for r in results if r.result == "applied"}
-        self.rebalance_state = record_pass(self.rebalance_state, state, plan, now, applied)
-        if plan.actions and ledger is not None and not self.dry_run and len(applied) < len(plan.actions):
+        # A failed eviction may have been made all the same (a timeout after the API server committed it): it stays
+        # counted, as a failed scale-down does against its rate policy; uncounted, a flaky API server would let every
+        # pass evict past the hourly bound. Only the evictions known not made give their budget back.
+        counted = {
+            (r.action.namespace, r.action.name)
+            for r in results
+            if r.result in ("applied", "failed") and not isinstance(r.action, ScaleNodePool)
+        }
+        self.rebalance_state = record_pass(self.rebalance_state, state, plan, now, counted)
+        if plan.actions and ledger is not None and not self.dry_run and len(counted) < len(plan.actions):
             # Evictions refused (a PodDisruptionBudget, a pod gone) moved nothing: give their budget back. If this
             # write fails the reservation stands, which only over-counts; so does a replica that lost the Lease
             # meanwhile, which writes nothing more (the new leader's own ledger writes are the ones that count).
@@ -519,8 +526,9 @@ class Controller:
     ) -> list[PolicyObject]:
         """Hand the policies' PromQL overrides (spec.queries) to the metrics source; a policy whose
         override is rejected becomes invalid (the error names spec.queries.<field>) and the others keep working."""
-        wanted = {o.policy.key: o.queries for o in objects if o.policy is not None and o.policy.key in policies}
-        wanted = {k: q for k, q in wanted.items() if q is not None}
+        # the owner's overrides only: a duplicate on the same Deployment (reported invalid) steers nothing
+        owners = self._owning_objects(objects, policies)
+        wanted = {key: obj.queries for key, obj in owners.items() if obj.queries is not None}
         if wanted == self._queries:
             return []
         rejected: list[PolicyObject] = []
@@ -536,8 +544,7 @@ class Controller:
                     log.error("metrics source rejected the query overrides: %s", exc)
                     break
                 del wanted[key]
-                obj = next(o for o in objects if o.policy is not None and o.policy.key == key)
-                rejected.append(replace(obj, policy=None, error=why))
+                rejected.append(replace(owners[key], policy=None, error=why))
                 del policies[key]
         return rejected
 
@@ -580,6 +587,20 @@ class Controller:
         self._policy_owners = {**reserved, **{key: (obj.namespace, obj.name) for key, obj in owner.items()}}
         return valid, invalid
 
+    def _owning_objects(
+        self, objects: Sequence[PolicyObject], policies: Mapping[str, ServicePolicy]
+    ) -> dict[str, PolicyObject]:
+        """The object that owns each valid policy's Deployment (``_valid_policies``): its ``spec.queries`` and
+        ``spec.adoptHpa`` are the ones that count, and Events about the service go to it. Another object naming that
+        Deployment is a duplicate, reported invalid: last listed or not, it steers nothing."""
+        return {
+            obj.policy.key: obj
+            for obj in objects
+            if obj.policy is not None
+            and obj.policy.key in policies
+            and self._policy_owners.get(obj.policy.key) == (obj.namespace, obj.name)
+        }
+
     def _yield_to_hpas(
         self,
         objects: Sequence[PolicyObject],
@@ -591,7 +612,7 @@ class Controller:
         episode on the policy: ``WaitingForHpaRemoval`` (Normal) when the policy adopts that HPA
         (``spec.adoptHpa``), ``HpaConflict`` (Warning) otherwise. The HPA is never modified: deleting it is the
         user's hand-over, after comparing both recommendations in ``autoscaler plan``."""
-        by_key = {o.policy.key: o for o in objects if o.policy is not None}
+        by_key = self._owning_objects(objects, policies)
         out = dict(policies)
         for key, policy in policies.items():
             found = hpas_targeting(snapshot, policy.namespace, policy.name)
