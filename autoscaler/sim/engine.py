@@ -417,6 +417,7 @@ def simulate(
                 float(latency_hist[s_index, seen]),
                 step_s,
                 created=bound + pending,
+                seen_ready=int(ready_hist[s_index, seen]),
             )
         plan = policy.plan(i, decided_at, Observation(decided_at, observed), snapshot)
         for decision in plan.decisions:
@@ -491,21 +492,27 @@ def _observe(
     seen_latency: float,
     step_s: float,
     created: int | None = None,
+    seen_ready: int | None = None,
 ) -> ServiceObservation:
     """What the controller sees: the Deployment as it is now, and the metrics of the delayed step for its pods.
 
     ``created``: the Deployment's pods that exist (bound or pending; the simulator has no terminating pods), its
-    ``status.replicas``; None: as many as ``spec``.
+    ``status.replicas``; None: as many as ``spec``. ``seen_ready``: the pods ready in the delayed step (None: as many
+    as now).
 
     GPU utilisation per ready pod is 100 * min(1, lambda / (c * mu)): the GPU is busy in proportion to the load it
-    carries. Pods still starting report no usable sample (unready, as the HPA treats them).
+    carries. Pods still starting report no usable sample (unready, as the HPA treats them). The delayed sample covers
+    the pods ready then: pods ready since have no sample from then (missing, as the HPA treats them; counted as
+    carrying the old pods' load, every replica turning ready added load that never existed: review 40), and pods
+    gone since are no longer summed.
     """
     pods = None
     total = None
+    sampled = ready if seen_ready is None else min(ready, seen_ready)
     if metric is MetricKind.GPU_UTILIZATION:
-        pods = PodMetrics(ready, seen_util * ready, 0, starting)
+        pods = PodMetrics(sampled, seen_util * sampled, ready - sampled, starting)
     elif metric is MetricKind.ENGINE_ACTIVE:
-        pods = PodMetrics(ready, seen_util / 100.0 * ready, 0, starting)
+        pods = PodMetrics(sampled, seen_util / 100.0 * sampled, ready - sampled, starting)
     elif metric is MetricKind.REQUEST_RATE:
         total = seen_rate
     else:  # queue depth: mean requests waiting, Little's law on the M/M/c waiting time, at most a step's arrivals

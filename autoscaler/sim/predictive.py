@@ -240,8 +240,10 @@ class PredictivePolicy(CorePolicy):
             state.bucket_sum, state.bucket_count, state.bucket_seen = 0.0, 0, 0
         if rate is None:
             return  # no evidence either way for the forecasts waiting to be scored
-        # Score forecasts whose target time has arrived, against the demand observed for that time.
-        while state.pending_scores and state.pending_scores[0][0] <= now - self.metrics_delay_s:
+        # Score forecasts whose target's step has been seen, against the demand observed for that step: the seen
+        # step ends at now - delay, and a forecast for T (the step starting at T) is scored once T is before that end
+        # (``<=`` scored a forecast for T against the step ending at T, one step early: review 40).
+        while state.pending_scores and state.pending_scores[0][0] < now - self.metrics_delay_s:
             target, predicted, base = state.pending_scores.popleft()
             error = abs(rate - predicted)
             loss = pinball_loss(rate, predicted, quantile)
