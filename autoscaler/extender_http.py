@@ -74,6 +74,39 @@ READ_TIMEOUT_S = 5.0
 IDLE_TIMEOUT_S = 120.0
 
 
+class _HeadReader:
+    """A connection's reader whose ``readline`` -- the request line and headers, as ``BaseHTTPRequestHandler`` reads
+    them -- ends in TimeoutError at ``deadline`` (``time.monotonic()``; None: no deadline): the socket's timeout
+    bounds each read only, and a client dripping a byte per timeout would hold the handler thread for ever."""
+
+    def __init__(self, reader: Any, connection: socket.socket) -> None:
+        self._reader = reader
+        self._connection = connection
+        self.deadline: float | None = None
+
+    def readline(self, limit: int = -1) -> bytes:
+        if self.deadline is None:
+            return bytes(self._reader.readline(limit))
+        line = bytearray()
+        while limit < 0 or len(line) < limit:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request's head took longer than the read timeout")
+            self._connection.settimeout(left)
+            buffered = self._reader.peek(1)  # what is buffered, or one read of the socket (b"": closed)
+            if not buffered:
+                break
+            room = len(buffered) if limit < 0 else min(len(buffered), limit - len(line))
+            end = buffered.find(b"\n", 0, room)
+            line += self._reader.read(room if end < 0 else end + 1)
+            if end >= 0:
+                break
+        return bytes(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
 class BadRequest(ValueError):
     """Not an ``ExtenderArgs``: answered 400 with the reason."""
 
@@ -414,7 +447,8 @@ def _error_payload(verb: str, message: str) -> Any:
 
 class ExtenderServer:
     """``POST <prefix>/filter``, ``POST <prefix>/prioritize`` (and ``GET /healthz``) on a threaded stdlib server of
-    its own, so that scheduler traffic and the probes on the metrics port never wait for each other."""
+    its own, so that scheduler traffic and the probes on the metrics port never wait for each other. Another method on
+    a verb's path is a 405 (``Allow: POST``); a request whose body is not read ends its connection."""
 
     def __init__(
         self,
@@ -462,10 +496,25 @@ class ExtenderServer:
                 if not waiting:  # the client closed it, it stayed idle too long, or close_connections() ended it
                     self.close_connection = True
                     return
-                super().handle_one_request()
+                self._head.deadline = time.monotonic() + read_timeout_s
+                try:
+                    super().handle_one_request()
+                finally:
+                    self._head.deadline = None
+                    with contextlib.suppress(OSError):
+                        self.connection.settimeout(read_timeout_s)
+
+            def parse_request(self) -> bool:
+                parsed = super().parse_request()  # reads the headers
+                self._head.deadline = None  # the head is read: the body has its own deadline (_read_body)
+                with contextlib.suppress(OSError):
+                    self.connection.settimeout(read_timeout_s)  # not what the head's deadline left of it
+                return parsed
 
             def setup(self) -> None:
                 super().setup()
+                self._head = _HeadReader(self.rfile, self.connection)
+                self.rfile = self._head  # type: ignore[assignment]  # a reader of rfile's interface
                 with server_ref._connections_lock:
                     server_ref._connections.add(self.connection)
 
@@ -546,19 +595,41 @@ class ExtenderServer:
                 return b"".join(chunks)
 
             def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] == "/healthz":
-                    self._reply(200, b'{"status":"ok"}')
-                else:
-                    self._reply(404, b'{"Error":"not found"}')
+                if self.path.split("?", 1)[0] != "/healthz":
+                    self._not_post()
+                    return
+                if self._declares_a_body():
+                    self.close_connection = True  # its body is not read: left there, it would be the next request
+                self._reply(200, b'{"status":"ok"}')
 
-            def _reply(self, status: int, body: bytes) -> None:
+            def _not_post(self) -> None:
+                """Any method but POST (a verb's path: 405, so that ``curl`` without ``-X POST`` does not look like
+                a wrong urlPrefix), its body unread."""
+                if self._declares_a_body():
+                    self.close_connection = True  # its body is not read: left there, it would be the next request
+                if routes.get(self.path.split("?", 1)[0]) is None:
+                    self._reply(404, b'{"Error":"not found"}')
+                else:
+                    self._reply(405, b'{"Error":"method not allowed: the extender\'s verbs are POST"}', allow="POST")
+
+            do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_post
+            do_HEAD = do_GET  # _reply sends no body to a HEAD
+
+            def _declares_a_body(self) -> bool:
+                length = (self.headers.get("Content-Length") or "0").strip()
+                return bool(self.headers.get("Transfer-Encoding")) or length != "0"
+
+            def _reply(self, status: int, body: bytes, allow: str | None = None) -> None:
                 self.send_response(status)
                 if self.close_connection:
                     self.send_header("Connection", "close")  # the client must not send another request on it
+                if allow is not None:
+                    self.send_header("Allow", allow)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command != "HEAD":
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("extender http: " + format, *args)
