@@ -1,8 +1,9 @@
 """``decide(observation, state, policies, now) -> (plan, state)``: one tick of the inference scaler.
 
 Per service, in this order (each step a small pure function, Ray Serve style guard-rails):
-1. hold when the Deployment is scaled to zero by hand, or when the scaling metric is stale/missing; when the
-   observation is only partial (k of n pods reported, the guard's latency missing), forbid a scale-down only;
+1. hold when the Deployment is scaled to zero by hand, or when the scaling metric is stale/missing (a fresh latency
+   breach or a usable forecast floor may still add replicas); when the observation is only partial (k of n pods
+   reported, the guard's latency missing), forbid a scale-down only;
 2. the HPA v2 recommendation on the service's metric (tolerance per direction);
 3. the SLO guard: latency above the SLO forces a scale-up (and forbids a scale-down);
 4. the forecast floor, when one is given (it can only raise the recommendation);
@@ -242,10 +243,15 @@ def decide_service(
     stale = _metric_is_stale(policy, obs)
     guard = _slo_guard(policy, obs, current)
     if stale is not None:
-        if guard is None:
+        # A fresh latency breach, or a usable forecast, is still a safe reason to add capacity (upstream scales up
+        # on its valid metrics while another is invalid); nothing is ever removed on stale data.
+        if guard is not None:
+            recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; metric stale ({stale})"
+        elif floor is not None and floor.usable and not floor.shadow and floor.replicas > current:
+            recommendation, reason = floor.replicas, floor.reason
+            detail = f"{floor.detail}; metric stale ({stale})"
+        else:
             return decision(current, Reason.METRICS_STALE, stale), state
-        # A fresh latency breach is still a safe reason to add capacity; nothing is ever removed on stale data.
-        recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; metric stale ({stale})"
     else:
         recommendation, detail = _metric_recommendation(policy, obs, current)
         if recommendation > current:
@@ -388,7 +394,11 @@ def decide(
             # tick for every other service: this one keeps its replicas and says why.
             current = seen.spec_replicas if seen is not None else 0
             made = ScaleDecision(
-                key, current, current, Reason.DECISION_FAILED, f"{type(exc).__name__}: {exc}",
+                key,
+                current,
+                current,
+                Reason.DECISION_FAILED,
+                f"{type(exc).__name__}: {exc}",
                 policy.mode is Mode.RECOMMEND_ONLY,
             )
             next_state = previous

@@ -113,12 +113,20 @@ def _trust(
     if fp.untrusted_target_ratio >= 1.0:
         # Off: the full target and the spec's window whatever the forecast, but the state still says what the
         # forecast is (plan, status and the state gauge must not call a stale or absent forecast earned).
-        judged = _judged(policy, 0.5, coverage=coverage, scored=scored, usable=usable, why_unusable=why_unusable,
-                         config=config)
+        judged = _judged(
+            policy, 1.0, coverage=coverage, scored=scored, usable=usable, why_unusable=why_unusable, config=config
+        )
         off = f"earned headroom off (untrustedTargetRatio 1); {judged.detail}"
         return Headroom(1.0, judged.state, off, 1.0, coverage, scored)
-    return _judged(policy, fp.untrusted_target_ratio, coverage=coverage, scored=scored, usable=usable,
-                   why_unusable=why_unusable, config=config)
+    return _judged(
+        policy,
+        fp.untrusted_target_ratio,
+        coverage=coverage,
+        scored=scored,
+        usable=usable,
+        why_unusable=why_unusable,
+        config=config,
+    )
 
 
 def _judged(
@@ -133,7 +141,8 @@ def _judged(
 ) -> Headroom:
     fp = policy.forecast
     assert fp is not None
-    untrusted = f"target x {floor_ratio:g} until the forecast earns trust"
+    # a floor ratio of 1 is earned headroom off: the verdict must not name a reduced target that is not applied
+    untrusted = f"target x {floor_ratio:g} until the forecast earns trust" if floor_ratio < 1.0 else "full target"
     if not usable:
         return Headroom(floor_ratio, HeadroomState.UNTRUSTED, f"{why_unusable}: {untrusted}", 0.0, coverage, scored)
     allowed = max(1.0 - fp.quantile, 1e-9)
@@ -160,7 +169,8 @@ def _judged(
         return Headroom(1.0, HeadroomState.EARNED, f"{covered}: full target", 1.0, coverage, scored)
     if trust <= 0.0:
         return Headroom(floor_ratio, HeadroomState.DEGRADED, f"{covered}: {untrusted}", 0.0, coverage, scored)
-    return Headroom(ratio, HeadroomState.PARTIAL, f"{covered}: target x {ratio:.2f}", trust, coverage, scored)
+    target = f"target x {ratio:.2f}" if ratio < 1.0 else "full target"
+    return Headroom(ratio, HeadroomState.PARTIAL, f"{covered}: {target}", trust, coverage, scored)
 
 
 @functools.lru_cache(maxsize=4096)  # pure, and its inputs change once a minute at most: a tick reads the last answer
@@ -188,9 +198,7 @@ def earned_headroom(
             "replicas are held (the spec's target, no scale-down) until it has"
         )
         return Headroom(1.0, HeadroomState.UNTRUSTED, detail, 0.0, coverage, scored, math.inf)
-    headroom = _trust(
-        policy, coverage=coverage, scored=scored, usable=usable, why_unusable=why_unusable, config=config
-    )
+    headroom = _trust(policy, coverage=coverage, scored=scored, usable=usable, why_unusable=why_unusable, config=config)
     spec_window = policy.scale_down.stabilisation_s
     if headroom.trust >= 1.0 or spec_window >= config.untrusted_down_window_s:
         return headroom
