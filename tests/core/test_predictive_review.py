@@ -106,9 +106,11 @@ def test_a_forecast_is_scored_when_its_target_arrives_even_behind_a_later_one(
     policy, state = _predictive(monkeypatch, leads)
     for i in range(len(leads)):
         policy.plan(i, i * 15.0, None, None)  # type: ignore[arg-type]
-    # the demand at each due target arrives: that forecast is scored on it, not on the demand of a later time
-    for now in due:
-        policy._observe(state, now, 12.0, 0.9)
+    # the demand of each due target's step arrives (seen at the step's end, no delay here: since stop 40 a forecast
+    # for T is scored against the step containing T, not the one ending at T): that forecast is scored on it, not on
+    # the demand of a later time
+    for target in due:
+        policy._observe(state, target + policy.step_s, 12.0, 0.9)
     assert sorted(score[0] for score in state.scores) == due
     # the forecast of the later target is still waiting for its demand
     assert len(state.scores) == len(due)
