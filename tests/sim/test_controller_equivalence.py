@@ -70,7 +70,7 @@ def test_controller_and_simulator_issue_the_same_actions(metric: MetricKind, tar
         node_pools=cluster,
     )
     key = service.policy.key
-    latencies, utilisations = [], []
+    latencies, utilisations, readies = [], [], []
     for i in range(steps):
         now = i * STEP_S
         ready, _, _ = cluster.counts(now)[key]
@@ -79,6 +79,7 @@ def test_controller_and_simulator_issue_the_same_actions(metric: MetricKind, tar
             ready, rate, service.throughput, service.base_latency_s, service.quantile, service.slo_s
         )
         latencies.append(latency)
+        readies.append(ready)
         utilisations.append(100.0 * min(1.0, rate / (ready * service.throughput)) if ready else 0.0)
         decided_at = now + STEP_S
         seen = max(0, i - round(DELAY_S / STEP_S))
@@ -89,7 +90,9 @@ def test_controller_and_simulator_issue_the_same_actions(metric: MetricKind, tar
         else:
             from autoscaler.core.model import PodMetrics
 
-            signal = {"pods": PodMetrics(ready, utilisations[seen] * ready, 0, bound - ready)}
+            # the delayed sample covers the pods ready then; pods ready since have no sample from then (missing)
+            sampled = min(ready, readies[seen])
+            signal = {"pods": PodMetrics(sampled, utilisations[seen] * sampled, ready - sampled, bound - ready)}
         metrics.set_service(
             key,
             spec_replicas=spec,
