@@ -473,24 +473,18 @@ def replica_removal_order(pods: Sequence[PodInfo]) -> list[PodInfo]:
     return sorted(sorted(pods, key=lambda p: p.name, reverse=True), key=rank)
 
 
-def replicas_before_a_hole(room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]) -> int | None:
-    """The fewest of the service's ("namespace/deployment") replicas a scale-down must remove -- in the order its
-    ReplicaSet deletes them -- before one node is left with free GPUs enough for one of the ``waiting`` pods; None
-    when no scale-down would (the waiting pods need more than the free GPUs and the service's GPUs on any node
-    together, or already fit where they are: they wait for something else). A smaller scale-down hands the waiting
-    work nothing it can use. Cost: the service's replicas x the distinct waiting sizes."""
-    hole = hole_for_waiting_work(room, service, waiting)
-    return hole[0] if hole is not None else None
-
-
 def hole_for_waiting_work(
     room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]
 ) -> tuple[int, int] | None:
-    """``replicas_before_a_hole``, and the GPUs of the waiting pod that hole is for (the smallest one that does not
-    fit on that node yet, of its GPU type): the work that would take the freed GPUs, not any waiting work (a small
-    job for another GPU type takes nothing a scale-down frees here). The ReplicaSet takes replicas from the nodes
-    most crowded with them first, not from the node a hole would open soonest: a bin-packed service frees GPUs on
-    its full nodes before its last, half-empty one."""
+    """The fewest of the service's ("namespace/deployment") replicas a scale-down must remove -- in the order its
+    ReplicaSet deletes them -- before one node is left with free GPUs enough for one of the ``waiting`` pods, and the
+    GPUs of the waiting pod that hole is for (the smallest one that does not fit on that node yet, of its GPU type:
+    the work that would take the freed GPUs, not any waiting work; a small job for another GPU type takes nothing a
+    scale-down frees here). None when no scale-down would (the waiting pods need more than the free GPUs and the
+    service's GPUs on any node together, or already fit where they are: they wait for something else). A smaller
+    scale-down hands the waiting work nothing it can use. The ReplicaSet takes replicas from the nodes most crowded
+    with them first, not from the node a hole would open soonest: a bin-packed service frees GPUs on its full nodes
+    before its last, half-empty one. Cost: the service's replicas x the distinct waiting sizes."""
     sizes: dict[str | None, list[int]] = {}
     for work in waiting:
         sizes.setdefault(work.gpu_product, []).append(work.gpus)

@@ -173,7 +173,7 @@ def test_unrelated_small_waiting_work_does_not_drop_the_contended_hold(
     dropped and chat scales 20 -> 10, handing a node to the 8-GPU trainer it will have to stop at the next edge
     (the test was written when the hole opened on n3; since stop 40 the ReplicaSet's order empties n1). RIGHT:
     the work that fills the hole is the work the hole is opened for (larger than the node's free GPUs, of that
-    node's GPU type: what ``replicas_before_a_hole`` chose); other waiting work changes nothing: 13, as without it."""
+    node's GPU type: what ``hole_for_waiting_work`` chose); other waiting work changes nothing: 13, as without it."""
     assert _contended(extra_pods, workloads, nodes) == 13
 
 
