@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -51,6 +52,7 @@ from autoscaler.core.cluster import (
     PodDisruptionBudgetInfo,
     PodInfo,
     WorkloadInfo,
+    replica_removal_order,
 )
 from autoscaler.core.extender import MAX_EXTENDER_PRIORITY, fgd_scores_per_node, spread
 from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix
@@ -603,7 +605,7 @@ class SimCluster:
             labels = self._labels_of(candidate)
             breaks = False
             for pdb in self.pdbs:
-                if pdb.namespace != candidate.namespace or any(labels.get(k) != v for k, v in pdb.selector.items()):
+                if not _selects(pdb, candidate.namespace, labels):
                     continue
                 left[id(pdb)] -= 1
                 breaks |= left[id(pdb)] < 0
@@ -730,7 +732,7 @@ class SimCluster:
         """(currentHealthy, desiredHealthy) of the budget, as its status shows them."""
         matching = [
             p for p in self.pods.values()
-            if p.namespace == pdb.namespace and all(self._labels_of(p).get(k) == v for k, v in pdb.selector.items())
+            if _selects(pdb, p.namespace, self._labels_of(p))
         ]
         healthy = sum(1 for p in matching if p.ready(now))
         if pdb.min_available is not None:
@@ -815,7 +817,7 @@ class SimCluster:
         labels = self._labels_of(pod)
         ready = pod.ready(self.now)
         for pdb in self.pdbs:
-            if pdb.namespace != pod.namespace or any(labels.get(k) != v for k, v in pdb.selector.items()):
+            if not _selects(pdb, pod.namespace, labels):
                 continue
             healthy, desired = self._pdb_health(pdb, self.now)
             if not ready and 0 < desired <= healthy:
@@ -952,6 +954,14 @@ class SimCluster:
         elif pod.ready_at is not None:
             self.lost_training_gpu_s += pod.gpus * max(0.0, self.now - pod.ready_at)
 
+    def _rank_info(self, pod: SimPod) -> PodInfo:
+        """What the ReplicaSet's scale-down ranking reads of a replica (the snapshot shows the same)."""
+        ready = pod.ready(self.now)
+        return PodInfo(
+            pod.namespace, pod.name, pod.node, pod.gpus, pod.priority, "Running" if pod.node is not None else "Pending",
+            ready, created_at=pod.created_at, ready_at=pod.ready_at if ready else None,
+        )  # fmt: skip
+
     def _reconcile(self, dep: SimDeployment) -> None:
         key = f"{dep.namespace}/{dep.name}"
         owned = [p for p in self.pods.values() if p.owner == key]
@@ -969,23 +979,19 @@ class SimCluster:
             )
             self.pods[(pod.namespace, pod.name)] = pod
         if len(owned) > dep.replicas:
-            # the ReplicaSet controller's order (ActivePodsWithRanks, as core.cluster.replica_removal_order):
-            # unscheduled, then not ready, then doubled up (more of the Deployment's pods on the same node), then
-            # the latest ready, then the newest
-            on_node: dict[str | None, int] = {}
-            for p in owned:
-                on_node[p.node] = on_node.get(p.node, 0) + 1
-
-            def rank(p: SimPod) -> tuple[object, ...]:
-                ready = p.ready(self.now)
-                ready_time = p.ready_at if ready and p.ready_at is not None else math.inf
-                return (p.node is not None, ready, -on_node[p.node], -ready_time, -p.created_at, _desc(p.name))
-
-            doomed = sorted(owned, key=rank)[: len(owned) - dep.replicas]
+            # the ReplicaSet controller's order (ActivePodsWithRanks), as the core predicts it: one ranking for both
+            by_name = {p.name: p for p in owned}
+            ranked = replica_removal_order([self._rank_info(p) for p in owned])
+            doomed = [by_name[info.name] for info in ranked[: len(owned) - dep.replicas]]
             for pod in doomed:
                 del self.pods[(pod.namespace, pod.name)]
         self._dirty = True
         self.schedule()
+
+
+def _selects(pdb: SimPdb, namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether the budget covers a pod of ``namespace`` carrying ``labels`` (its selector's labels all match)."""
+    return pdb.namespace == namespace and all(labels.get(k) == v for k, v in pdb.selector.items())
 
 
 def _started(pod: SimPod) -> float:
