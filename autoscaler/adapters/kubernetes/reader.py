@@ -28,6 +28,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     SUSPENDED_GENERATION_ANNOTATION,
     WORKLOAD_KINDS,
     WorkloadKind,
+    at_first_served,
     is_suspended,
     served_first,
 )
@@ -789,17 +790,10 @@ class KubeClusterReader:
         answered last time first): a 404 is a CRD not installed or a version not served, and the next version is
         tried (``may_fall_back``). Raises the last 404 when no version is served."""
         versions = served_first(spec, self._served_versions.get(kind))
-        *earlier, last = versions if may_fall_back else versions[:1]
-        for version in earlier:
-            try:
-                return self._list_at(what, kind, spec, version)
-            except KubeApiError as exc:
-                if exc.status != 404:
-                    raise
-        return self._list_at(what, kind, spec, last)
-
-    def _list_at(self, what: str, kind: str, spec: WorkloadKind, version: str) -> list[JSON]:
-        items = self._pager.items(what, self._custom.list_cluster_custom_object, spec.group, version, spec.plural)
+        version, items = at_first_served(
+            versions if may_fall_back else versions[:1],
+            lambda v: self._pager.items(what, self._custom.list_cluster_custom_object, spec.group, v, spec.plural),
+        )
         self._served_versions[kind] = version
         return items
 

@@ -5,8 +5,13 @@ Shared by the writer (suspend / resume) and the reader (``ClusterSnapshot.worklo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from autoscaler.adapters.kubernetes._api import KubeApiError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,19 @@ def served_first(kind: WorkloadKind, served: str | None) -> tuple[str, ...]:
     if served not in kind.versions:
         return kind.versions
     return (served, *(v for v in kind.versions if v != served))
+
+
+def at_first_served(versions: Sequence[str], call: Callable[[str], T]) -> tuple[str, T]:
+    """(version, answer) of ``call`` at the first of ``versions`` that answers: a 404 (a CRD not installed, a version
+    not served, no such object) tries the next one; the last version's 404 is raised."""
+    *earlier, last = versions
+    for version in earlier:
+        try:
+            return version, call(version)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+    return last, call(last)
 
 
 # Written in the same patch that suspends, removed in the one that resumes: only what we suspended is resumed by us.

@@ -53,6 +53,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     SUSPENDED_GENERATION_ANNOTATION,
     WORKLOAD_KINDS,
     WorkloadKind,
+    at_first_served,
     served_first,
 )
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
@@ -405,21 +406,14 @@ class KubeClusterWriter:
         """(version, object): the custom workload read at the first of its versions that has it (the one that
         answered last time first). A 404 is a version not served (Kueue >= 0.20 serves no v1beta1) or no such
         object, and the next version is tried; the last 404 is raised when none has it."""
-        *earlier, last = served_first(spec, self._served_versions.get(kind))
-        for version in earlier:
-            try:
-                return version, self._read_at(what, kind, spec, version, namespace, name)
-            except KubeApiError as exc:
-                if exc.status != 404:
-                    raise
-        return last, self._read_at(what, kind, spec, last, namespace, name)
-
-    def _read_at(self, what: str, kind: str, spec: WorkloadKind, version: str, namespace: str, name: str) -> JSON:
-        obj = self._read(
-            what, self._custom.get_namespaced_custom_object, spec.group, version, namespace, spec.plural, name
+        version, obj = at_first_served(
+            served_first(spec, self._served_versions.get(kind)),
+            lambda v: self._read(
+                what, self._custom.get_namespaced_custom_object, spec.group, v, namespace, spec.plural, name
+            ),
         )
         self._served_versions[kind] = version
-        return obj
+        return version, obj
 
     def suspend_workload(
         self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
