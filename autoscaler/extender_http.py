@@ -598,15 +598,13 @@ class ExtenderServer:
                 if self.path.split("?", 1)[0] != "/healthz":
                     self._not_post()
                     return
-                if self._declares_a_body():
-                    self.close_connection = True  # its body is not read: left there, it would be the next request
+                self._leave_body_unread()
                 self._reply(200, b'{"status":"ok"}')
 
             def _not_post(self) -> None:
                 """Any method but POST (a verb's path: 405, so that ``curl`` without ``-X POST`` does not look like
                 a wrong urlPrefix), its body unread."""
-                if self._declares_a_body():
-                    self.close_connection = True  # its body is not read: left there, it would be the next request
+                self._leave_body_unread()
                 if routes.get(self.path.split("?", 1)[0]) is None:
                     self._reply(404, b'{"Error":"not found"}')
                 else:
@@ -615,9 +613,12 @@ class ExtenderServer:
             do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_post
             do_HEAD = do_GET  # _reply sends no body to a HEAD
 
-            def _declares_a_body(self) -> bool:
+            def _leave_body_unread(self) -> None:
+                """A body this request declares is not read: left on the connection it would be read as the next
+                request, so the connection ends after the answer."""
                 length = (self.headers.get("Content-Length") or "0").strip()
-                return bool(self.headers.get("Transfer-Encoding")) or length != "0"
+                if self.headers.get("Transfer-Encoding") or length != "0":
+                    self.close_connection = True
 
             def _reply(self, status: int, body: bytes, allow: str | None = None) -> None:
                 self.send_response(status)
