@@ -370,16 +370,14 @@ class LeaderElector:
                 current = self._store.get()
                 if current is None:
                     with self._lock:
-                        silent_for = now - self._observed_at
-                        last = self._observed_holder_duration
-                    if last is not None and last[0] not in ("", self.identity) and silent_for < last[1]:
-                        # Deleted under a holder whose renewals we saw lately: it still acts until its next retry
-                        # (and recreates the Lease then); creating it now would make two leaders.
-                        with self._lock:
+                        last, silent_for = self._observed_holder_duration, now - self._observed_at
+                        if last is not None and last[0] not in ("", self.identity) and silent_for < last[1]:
+                            # Deleted under a holder whose renewals we saw lately: it still acts until its next retry
+                            # (and recreates the Lease then); creating it now would make two leaders.
                             self.last_attempt_ok = True
                             self.last_error = None
                             self._set_leader(False)
-                        return False
+                            return False
                     fresh = LeaseRecord(self.identity, duration, acquire_time=wall, renew_time=wall, transitions=0)
                     created = self._store.create(fresh)
                     with self._lock:
