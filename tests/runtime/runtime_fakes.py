@@ -8,12 +8,17 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
-from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, HpaInfo
+from autoscaler.controller import Controller
+from autoscaler.core.arbitrate import CapacityConfig
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, HpaInfo, NodeInfo, PodInfo, WorkloadInfo
 from autoscaler.core.model import Observation, PodMetrics, ServiceObservation, ServicePolicy
+from autoscaler.fakes.cluster import FakeCluster as SharedFakeCluster
+from autoscaler.fakes.metrics import FakeMetricsSource
 from autoscaler.ports import EvictionOutcome, PolicyObject, PortError, Series, WriteGuard, WriteNotAllowed
+from autoscaler.telemetry import Telemetry
 
 
 class FakeMetrics:
@@ -238,3 +243,46 @@ def add_serving_pods(cluster: Any, policy: ServicePolicy, node: str, count: int,
                     policy.name, created_at=created_at)
         )  # fmt: skip
 
+
+ClusterT = TypeVar("ClusterT", bound=SharedFakeCluster)
+
+
+def full_cluster_with_training(
+    cluster_type: type[ClusterT],
+    now: float,
+    *,
+    extra: Sequence[PolicyObject] = (),
+    dry_run: bool = False,
+    node_pools: bool = False,
+) -> tuple[Controller, ClusterT, FakeMetricsSource]:
+    """chat (priority 1000) fills n1 with 8 one-GPU replicas at 105 % of its 70 % target: it wants 12, and the only
+    GPUs for them are n2's, held by a low-priority training Job (a one-pod gang). Capacity arbitration on; past the
+    takeover grace (acting since an hour before ``now``). ``cluster_type``: the shared fake cluster or a subclass;
+    ``extra``: more policy objects; ``node_pools``: the cluster is the controller's node-pool scaler too."""
+    chat = ServicePolicy("inference", "chat", min_replicas=1, max_replicas=40, target=70.0, priority=1000)
+    cluster = cluster_type(nodes=[NodeInfo("n1", 8, "A100", "onprem", True), NodeInfo("n2", 8, "A100", "onprem", True)])
+    cluster.add_deployment("inference", "chat", 8)
+    for i in range(8):
+        cluster.add_pod(
+            PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
+                    created_at=now - 3600)
+        )  # fmt: skip
+    cluster.add_pod(
+        PodInfo("ml", "train-0", "n2", 8, 100, "Running", True, "Job", "train", gang="job/ml/train",
+                created_at=now - 7200, last_checkpoint_at=now - 60)
+    )  # fmt: skip
+    cluster.add_workload(WorkloadInfo("Job", "ml", "train", "job/ml/train", False, 100, (8,), None, None))
+    metrics = FakeMetricsSource()
+    metrics.set_service(chat.key, spec_replicas=8, ready_replicas=8, pods=PodMetrics(8, 8 * 105.0))
+    controller = Controller(
+        metrics=metrics,
+        cluster=cluster,
+        writer=cluster,
+        node_pools=cluster if node_pools else None,
+        policies=FakePolicies([PolicyObject("inference", "chat-policy", chat, generation=1), *extra]),
+        telemetry=Telemetry(),
+        capacity=CapacityConfig(),
+        dry_run=dry_run,
+    )
+    controller.acting_since = now - 3600
+    return controller, cluster, metrics

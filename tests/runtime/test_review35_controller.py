@@ -15,19 +15,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from runtime_fakes import FakeCluster as SimpleCluster
-from runtime_fakes import FakeMetrics, FakePolicies, policy_object
+from runtime_fakes import FakeMetrics, FakePolicies, full_cluster_with_training, policy_object
 from test_forecasting import DAY, DAY0, JUMP, PEAK, TICK, World, policy, series
 
 from autoscaler.adapters.kubernetes.policies import PolicyLoader
 from autoscaler.app import Adapters, build_runtime
 from autoscaler.controller import Controller
-from autoscaler.core.arbitrate import CapacityConfig
-from autoscaler.core.cluster import NodeInfo, PodInfo, WorkloadInfo
 from autoscaler.core.headroom import HeadroomState
-from autoscaler.core.model import PodMetrics, RateKind, RatePolicy, ScalingRules, ServicePolicy
+from autoscaler.core.model import RateKind, RatePolicy, ScalingRules, ServicePolicy
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
-from autoscaler.ports import ChangedSinceRead, PolicyObject, PortError
+from autoscaler.ports import ChangedSinceRead, PortError
 from autoscaler.runtime import Runtime, noop_job
 from autoscaler.settings import Settings, SettingsError
 from autoscaler.telemetry import Telemetry
@@ -44,43 +42,13 @@ def _quiet(caplog: pytest.LogCaptureFixture) -> None:
 # ---- 1. a failed scale-up still preempts the training it was for (actuator.py: Actuator.apply) ----------------------
 
 
-def _full_cluster_with_training() -> tuple[Controller, FakeCluster]:
-    """chat (priority 1000) fills n1 with 8 one-GPU replicas at 105 % of its 70 % target: it wants 12 replicas, and
-    the only GPUs for them are n2's, held by a low-priority training Job (a 1-pod gang). Capacity arbitration on."""
-    chat = ServicePolicy("inference", "chat", min_replicas=1, max_replicas=40, target=70.0, priority=1000)
-    cluster = FakeCluster(nodes=[NodeInfo("n1", 8, "A100", "onprem", True), NodeInfo("n2", 8, "A100", "onprem", True)])
-    cluster.add_deployment("inference", "chat", 8)
-    for i in range(8):
-        cluster.add_pod(
-            PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
-                    created_at=T0 - 3600)
-        )  # fmt: skip
-    cluster.add_pod(
-        PodInfo("ml", "train-0", "n2", 8, 100, "Running", True, "Job", "train", gang="job/ml/train",
-                created_at=T0 - 7200, last_checkpoint_at=T0 - 60)
-    )  # fmt: skip
-    cluster.add_workload(WorkloadInfo("Job", "ml", "train", "job/ml/train", False, 100, (8,), None, None))
-    metrics = FakeMetricsSource()
-    metrics.set_service(chat.key, spec_replicas=8, ready_replicas=8, pods=PodMetrics(8, 8 * 105.0))
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        policies=FakePolicies([PolicyObject("inference", "chat-policy", chat, generation=1)]),
-        telemetry=Telemetry(),
-        capacity=CapacityConfig(),
-    )
-    controller.acting_since = T0 - 3600  # past the takeover grace
-    return controller, cluster
-
-
 def _training_stopped(cluster: FakeCluster) -> list[Any]:
     return [w for w in cluster.writes if w.op in ("suspend_workload", "evict_pod") and w.outcome == "applied"]
 
 
 def test_the_preemption_goes_out_when_the_scale_up_succeeds() -> None:
     """The baseline the next test departs from: the scale-up is written, the training is stopped for it."""
-    controller, cluster = _full_cluster_with_training()
+    controller, cluster, _ = full_cluster_with_training(FakeCluster, T0)
     controller.run_once(T0)
     assert [(w.op, w.outcome) for w in cluster.writes if w.op == "scale_deployment"] == [
         ("scale_deployment", "applied")
@@ -97,7 +65,7 @@ def test_the_preemption_goes_out_when_the_scale_up_succeeds() -> None:
     ids=["api-error", "changed-since-read"],
 )
 def test_a_scale_up_that_was_not_written_stops_no_training(fault: Exception) -> None:
-    controller, cluster = _full_cluster_with_training()
+    controller, cluster, _ = full_cluster_with_training(FakeCluster, T0)
     cluster.fail("scale_deployment", fault, times=None)
     controller.run_once(T0)
     report = controller.last_report

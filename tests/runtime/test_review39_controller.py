@@ -29,11 +29,10 @@ from typing import Any
 
 import pytest
 from runtime_fakes import FakeCluster as SimpleCluster
-from runtime_fakes import FakeMetrics, FakePolicies, FakeStatus, policy_object
+from runtime_fakes import FakeMetrics, FakePolicies, FakeStatus, full_cluster_with_training, policy_object
 
 from autoscaler.controller import Controller
-from autoscaler.core.arbitrate import CapacityConfig
-from autoscaler.core.cluster import ClusterSnapshot, HpaInfo, NodeInfo, PodInfo, WorkloadInfo
+from autoscaler.core.cluster import ClusterSnapshot, HpaInfo
 from autoscaler.core.model import PodMetrics, ServicePolicy
 from autoscaler.fakes.cluster import FakeCluster
 from autoscaler.fakes.metrics import FakeMetricsSource
@@ -66,38 +65,9 @@ class _ClusterWithHpas(FakeCluster):
 def _full_cluster(
     extra: tuple[PolicyObject, ...] = (), *, dry_run: bool = False
 ) -> tuple[Controller, _ClusterWithHpas, FakeMetricsSource]:
-    """chat (priority 1000) fills n1 with 8 one-GPU replicas at 105 % of its 70 % target: it wants 12, and the only
-    GPUs for them are n2's, held by a low-priority training Job (a one-pod gang). Capacity arbitration on; past the
-    takeover grace."""
-    chat = ServicePolicy("inference", "chat", min_replicas=1, max_replicas=40, target=70.0, priority=1000)
-    cluster = _ClusterWithHpas(
-        nodes=[NodeInfo("n1", 8, "A100", "onprem", True), NodeInfo("n2", 8, "A100", "onprem", True)]
-    )
-    cluster.add_deployment("inference", "chat", 8)
-    for i in range(8):
-        cluster.add_pod(
-            PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
-                    created_at=T0 - 3600)
-        )  # fmt: skip
-    cluster.add_pod(
-        PodInfo("ml", "train-0", "n2", 8, 100, "Running", True, "Job", "train", gang="job/ml/train",
-                created_at=T0 - 7200, last_checkpoint_at=T0 - 60)
-    )  # fmt: skip
-    cluster.add_workload(WorkloadInfo("Job", "ml", "train", "job/ml/train", False, 100, (8,), None, None))
-    metrics = FakeMetricsSource()
-    metrics.set_service(CHAT, spec_replicas=8, ready_replicas=8, pods=PodMetrics(8, 8 * 105.0))
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        node_pools=cluster,
-        policies=FakePolicies([PolicyObject("inference", "chat-policy", chat, generation=1), *extra]),
-        telemetry=Telemetry(),
-        capacity=CapacityConfig(),
-        dry_run=dry_run,
-    )
-    controller.acting_since = T0 - 3600
-    return controller, cluster, metrics
+    """``runtime_fakes.full_cluster_with_training`` on a cluster with HorizontalPodAutoscalers, its node pools the
+    cluster's."""
+    return full_cluster_with_training(_ClusterWithHpas, T0, extra=extra, dry_run=dry_run, node_pools=True)
 
 
 def _stops(cluster: FakeCluster) -> list[Any]:

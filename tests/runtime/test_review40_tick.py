@@ -44,13 +44,12 @@ from typing import Any
 
 import pytest
 from runtime_fakes import FakeCluster as SimpleCluster
-from runtime_fakes import FakeMetrics, FakePolicies, policy_object
+from runtime_fakes import FakeMetrics, FakePolicies, full_cluster_with_training, policy_object
 
 from autoscaler.actuator import Actuator, GuardContext, guard
 from autoscaler.controller import Controller
-from autoscaler.core.arbitrate import CapacityConfig
-from autoscaler.core.cluster import ClusterSnapshot, HpaInfo, NodeInfo, PodInfo, WorkloadInfo
-from autoscaler.core.model import EvictPod, MetricKind, PodMetrics, ScaleDeployment, ServicePolicy
+from autoscaler.core.cluster import ClusterSnapshot, HpaInfo, NodeInfo, PodInfo
+from autoscaler.core.model import EvictPod, MetricKind, ScaleDeployment, ServicePolicy
 from autoscaler.core.reasons import Reason
 from autoscaler.core.rebalance import RebalanceConfig
 from autoscaler.fakes.cluster import FakeCluster
@@ -249,33 +248,7 @@ def test_a_scale_up_somebody_else_made_between_read_and_write_still_gets_its_gpu
     somebody else scales chat to 12 too. The write finds 12: ``unchanged`` (nothing written, no Event on the
     Deployment, no scale event counted as this controller's), and the suspension planned for those 4 replicas goes
     out: they exist, and their GPUs are the training's."""
-    chat = ServicePolicy("inference", "chat", min_replicas=1, max_replicas=40, target=70.0, priority=1000)
-    cluster = _ScaledBySomebodyElse(
-        nodes=[NodeInfo("n1", 8, "A100", "onprem", True), NodeInfo("n2", 8, "A100", "onprem", True)]
-    )
-    cluster.add_deployment("inference", "chat", 8)
-    for i in range(8):
-        cluster.add_pod(
-            PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat",
-                    created_at=T0 - 3600)
-        )  # fmt: skip
-    cluster.add_pod(
-        PodInfo("ml", "train-0", "n2", 8, 100, "Running", True, "Job", "train", gang="job/ml/train",
-                created_at=T0 - 7200, last_checkpoint_at=T0 - 60)
-    )  # fmt: skip
-    cluster.add_workload(WorkloadInfo("Job", "ml", "train", "job/ml/train", False, 100, (8,), None, None))
-    metrics = FakeMetricsSource()
-    metrics.set_service(chat.key, spec_replicas=8, ready_replicas=8, pods=PodMetrics(8, 8 * 105.0))
-    controller = Controller(
-        metrics=metrics,
-        cluster=cluster,
-        writer=cluster,
-        node_pools=cluster,
-        policies=FakePolicies([PolicyObject("inference", "chat-policy", chat, generation=1)]),
-        telemetry=Telemetry(),
-        capacity=CapacityConfig(),
-    )
-    controller.acting_since = T0 - 3600
+    controller, cluster, _ = full_cluster_with_training(_ScaledBySomebodyElse, T0, node_pools=True)
     cluster.to = 12
     controller.run_once(T0)
     report = controller.last_report
