@@ -261,9 +261,10 @@ class MoveLedger(Protocol):
         ...
 
     def targets(self) -> tuple[tuple[str, float], ...]:
-        """The targets moved for and when (``RebalanceState.moved_for``: Unix seconds of each target's latest moves),
-        as the last ``read`` found them; no request. A new leader waits out ``retry_after_s`` for them as the old one
-        would have, instead of moving again for a target whose moved pods were put back minutes ago."""
+        """The passes of moves for the targets still waiting (``RebalanceState.moved_for``: (target, Unix seconds),
+        the latest few passes of each), as the last ``read`` found them; no request. A new leader waits as long for
+        them as the old one would have (``RebalanceConfig.retry_wait_s`` of their count), instead of moving again for
+        a target whose moved pods were put back minutes ago."""
         ...
 
     def write(self, move_times: tuple[float, ...], targets: tuple[tuple[str, float], ...] = ()) -> None:

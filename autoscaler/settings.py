@@ -541,6 +541,14 @@ class RebalanceSettings(_Group):
     retry_after_seconds: float = Field(
         1800.0, ge=0, description="a target whose moves were made is not moved for again within this, seconds"
     )
+    retry_after_max_seconds: float = Field(
+        14400.0,
+        ge=0,
+        description=(
+            "each further pass of moves for a target still waiting doubles retry_after_seconds, up to this, seconds "
+            "(a spreading scheduler puts moved replicas back; set it to retry_after_seconds for a fixed wait)"
+        ),
+    )
     training_on_burst_pools: bool = Field(
         False, description="training may run on the burst pools (false: they are for inference; no gang goes there)"
     )
@@ -560,6 +568,11 @@ class RebalanceSettings(_Group):
             raise ValueError(
                 f"{_name('rebalance', 'max_moves_per_pass')} ({self.max_moves_per_pass}) must be <= "
                 f"{_name('rebalance', 'max_moves_per_hour')} ({self.max_moves_per_hour})"
+            )
+        if self.retry_after_max_seconds < self.retry_after_seconds:
+            raise ValueError(
+                f"{_name('rebalance', 'retry_after_max_seconds')} ({self.retry_after_max_seconds:g}) must be >= "
+                f"{_name('rebalance', 'retry_after_seconds')} ({self.retry_after_seconds:g}): the wait only grows"
             )
         if self.enabled and self.max_moves_per_pass == 0:
             # Every pass would plan, hold the controller's lock and move nothing; a plan without moves is what
@@ -587,6 +600,7 @@ class RebalanceSettings(_Group):
             burst_empty_below=self.burst_empty_below,
             training_excluded_pools=frozenset() if self.training_on_burst_pools else pools,
             retry_after_s=self.retry_after_seconds,
+            retry_after_max_s=self.retry_after_max_seconds,
         )
 
 

@@ -80,6 +80,10 @@ class RebalanceConfig:
     # seconds a target whose moves were made waits before it is moved for again: when the scheduler put the moved pods
     # back (or something else took the room), repeating the same moves every pass is only disruption
     retry_after_s: float = 1800.0
+    # ... and each further attempt for a target still waiting doubles that wait, up to this many seconds (never below
+    # retry_after_s): a scheduler that spreads (LeastAllocated) puts a moved replica back on the node just emptied
+    # every time, and a fixed wait repeated the same futile moves every retry_after_s for as long as the target waited
+    retry_after_max_s: float = 4 * HOUR_S
     burst_pools: frozenset[str] = frozenset()  # node pools to empty (their nodes are paid by the hour)
     burst_empty_below: float = 0.5  # a burst node under this share of its GPUs in use is emptied
     # pools where training may not run (burst pools are tainted for inference); a waiting gang is not placed there
@@ -94,13 +98,36 @@ class RebalanceConfig:
             raise ValueError("min_gain_per_move must be >= 0")
         if self.retry_after_s < 0:
             raise ValueError("retry_after_s must be >= 0 seconds")
+        if self.retry_after_max_s < 0:
+            raise ValueError("retry_after_max_s must be >= 0 seconds")
+
+    def retry_wait_s(self, attempts: int) -> float:
+        """Seconds a target waits after its ``attempts``-th pass of moves (1 for the first) before it is moved for
+        again: ``retry_after_s``, doubled with each further attempt, at most ``retry_after_max_s`` (never below
+        ``retry_after_s``)."""
+        if attempts <= 1 or self.retry_after_s <= 0:
+            return self.retry_after_s
+        # the exponent is bounded so that no count of attempts overflows a float
+        return min(self.retry_after_s * 2.0 ** min(attempts - 1, 64), max(self.retry_after_s, self.retry_after_max_s))
+
+    def attempts_remembered(self) -> int:
+        """Passes of moves remembered per target: enough for the wait to reach ``retry_after_max_s``; older ones
+        change nothing and are forgotten (the move ledger stays small while a gang waits for days)."""
+        if self.retry_after_s <= 0:
+            return 1  # no wait to grow
+        attempts = 1
+        while self.retry_wait_s(attempts) < max(self.retry_after_s, self.retry_after_max_s) and attempts < 64:
+            attempts += 1
+        return attempts
 
 
 @dataclass(frozen=True, slots=True)
 class RebalanceState:
     last_pass_at: float | None = None  # Unix seconds of the last pass
     move_times: tuple[float, ...] = ()  # Unix seconds of the moves of the last hour
-    moved_for: tuple[tuple[str, float], ...] = ()  # (target, Unix seconds of its latest moves), within retry_after_s
+    # (target, Unix seconds of a pass that moved for it): one per pass, for the targets still waiting, the latest
+    # RebalanceConfig.attempts_remembered() of each -- their count sets how long the target waits (retry_wait_s)
+    moved_for: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,7 +487,7 @@ def plan_rebalance(
                 )
             )
 
-    waiting_since = {t: at for t, at in state.moved_for if now - at < config.retry_after_s}
+    attempts = _attempts_by_target(state.moved_for, config.attempts_remembered())
     for target in targets:
         trial = dict(free)
         placed = cluster.place(trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods)
@@ -472,11 +499,13 @@ def plan_rebalance(
             free = trial
             landed.update(placed)
             continue
-        if target.name in waiting_since:
-            ago = now - waiting_since[target.name]
+        tried = attempts.get(target.name, ())
+        if tried and now - tried[-1] < config.retry_wait_s(len(tried)):
+            ago = now - tried[-1]
             notes.append(
-                f"{target.name}: moved for {ago:.0f}s ago and still waiting; not moved for again before "
-                f"{config.retry_after_s:g}s (the moved pods may have been put back)"
+                f"{target.name}: moved for {ago:.0f}s ago ({len(tried)} pass(es) of moves) and still waiting; not "
+                f"moved for again before {config.retry_wait_s(len(tried)):g}s (the moved pods may have been put "
+                "back; the wait doubles with each pass)"
             )
             continue
         if budget - _pods_moved(moves) <= 0:
@@ -619,7 +648,14 @@ def plan_rebalance(
     )
     stranded_after = _stranded(cluster, [t for t in targets if t.name not in served], free)
     times = recent + (now,) * len(actions)
-    moved_for = tuple(sorted(waiting_since.items())) + tuple((t, now) for t in dict.fromkeys(m.target for m in moves))
+    # Targets no longer waiting (placed, or gone) are forgotten: their moves worked, or there is nothing to wait for.
+    # This pass's own come last (record_pass keeps only those whose evictions were made).
+    waiting = {t.name for t in targets}
+    earlier = sorted(
+        ((name, at) for name, times in attempts.items() if name in waiting for at in times),
+        key=lambda item: (item[1], item[0]),
+    )
+    moved_for = tuple(earlier) + tuple((t, now) for t in dict.fromkeys(m.target for m in moves))
     plan = RebalancePlan(True, tuple(moves), actions, stranded_before, stranded_after, tuple(notes))
     return plan, RebalanceState(now, times, moved_for)
 
@@ -768,13 +804,19 @@ def merge_move_times(kept: Iterable[float], recorded: Iterable[float], now: floa
 def merge_moved_for(
     kept: Iterable[tuple[str, float]], recorded: Iterable[tuple[str, float]]
 ) -> tuple[tuple[str, float], ...]:
-    """The targets moved for as both this process (``kept``) and the move ledger (``recorded``) know them: each
-    target once, at the latest time either saw, oldest first (``plan_rebalance`` drops those past
-    ``retry_after_s``). A leader that took over knows nothing and the ledger everything."""
-    latest: dict[str, float] = {}
-    for target, at in (*kept, *recorded):
-        latest[target] = max(at, latest.get(target, at))
-    return tuple(sorted(latest.items(), key=lambda item: (item[1], item[0])))
+    """The passes of moves for each target as both this process (``kept``) and the move ledger (``recorded``) know
+    them: every (target, time) either saw, once, oldest first (``plan_rebalance`` keeps the latest few of each target
+    still waiting; their count sets its wait). A leader that took over knows nothing and the ledger everything; a
+    ledger written by this process holds its own passes again."""
+    return tuple(sorted(set((*kept, *recorded)), key=lambda item: (item[1], item[0])))
+
+
+def _attempts_by_target(moved_for: Iterable[tuple[str, float]], remembered: int) -> dict[str, tuple[float, ...]]:
+    """Each target's passes of moves, oldest first, the latest ``remembered`` of them (the same instant once)."""
+    by_target: dict[str, set[float]] = defaultdict(set)
+    for target, at in moved_for:
+        by_target[target].add(at)
+    return {target: tuple(sorted(times))[-remembered:] for target, times in by_target.items()}
 
 
 def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] = ()) -> frozenset[str]:

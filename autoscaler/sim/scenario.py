@@ -570,12 +570,25 @@ class Rebalance(_Strict):
         0.5, alias="burstEmptyBelow", ge=0, le=1,
         description="a burst node with less than this share of its GPUs in use is emptied",
     )
+    retry_after_seconds: float = Field(
+        1800.0, alias="retryAfterSeconds", ge=0, le=7 * 86400.0,
+        description="a target whose moves were made is not moved for again within this, s",
+    )
+    retry_after_max_seconds: float = Field(
+        14400.0, alias="retryAfterMaxSeconds", ge=0, le=7 * 86400.0,
+        description="each further pass of moves for a target still waiting doubles retryAfterSeconds, up to this, s",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Rebalance:
         if self.max_moves_per_pass > self.max_moves_per_hour:
             raise ValueError(
                 f"maxMovesPerPass ({self.max_moves_per_pass}) must be <= maxMovesPerHour ({self.max_moves_per_hour})"
+            )
+        if self.retry_after_max_seconds < self.retry_after_seconds:
+            raise ValueError(
+                f"retryAfterMaxSeconds ({self.retry_after_max_seconds:g}) must be >= retryAfterSeconds "
+                f"({self.retry_after_seconds:g}): the wait only grows"
             )
         return self
 

@@ -129,4 +129,6 @@ def rebalance_config(scenario: Scenario, pools: Sequence[NodePool] | None = None
         burst_pools=burst,
         burst_empty_below=block.burst_empty_below,
         training_excluded_pools=burst,
+        retry_after_s=block.retry_after_seconds,
+        retry_after_max_s=block.retry_after_max_seconds,
     )

@@ -189,10 +189,12 @@ def test_port_error_type_for_bad_ledger_data() -> None:
             parse_move_times(bad, "x")
 
 
-def test_the_targets_moved_for_merge_at_their_latest_time() -> None:
+def test_the_passes_moved_for_merge_as_every_pass_either_saw_once() -> None:
+    """Each pass of moves for a target counts towards its wait (the wait doubles with each): the merge keeps every
+    (target, time) either side saw, once -- a ledger this process wrote holds its own passes again."""
     from autoscaler.core.rebalance import merge_moved_for
 
     kept = (("a", 10.0), ("b", 30.0))
-    recorded = (("b", 20.0), ("c", 5.0), ("a", 40.0))
-    assert merge_moved_for(kept, recorded) == (("c", 5.0), ("b", 30.0), ("a", 40.0))
+    recorded = (("b", 20.0), ("c", 5.0), ("a", 40.0), ("a", 10.0))
+    assert merge_moved_for(kept, recorded) == (("c", 5.0), ("a", 10.0), ("b", 20.0), ("b", 30.0), ("a", 40.0))
     assert merge_moved_for((), ()) == ()

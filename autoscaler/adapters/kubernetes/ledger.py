@@ -17,7 +17,7 @@ from autoscaler.adapters.kubernetes._api import JSON, KubeApiError, call_json
 from autoscaler.ports import PortError
 
 DATA_KEY = "moveTimes"  # a JSON list of Unix seconds, one per evicted pod
-TARGETS_KEY = "movedFor"  # a JSON list of [target, Unix seconds of its latest moves]
+TARGETS_KEY = "movedFor"  # a JSON list of [target, Unix seconds of a pass that moved for it], the latest few each
 
 
 class KubernetesMoveLedger:
