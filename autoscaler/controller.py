@@ -46,6 +46,7 @@ from autoscaler.core.rebalance import (
     merge_moved_for,
     plan_rebalance,
     record_pass,
+    resumable_suspended,
 )
 from autoscaler.core.rebalance import protected_owners as core_protected_owners
 from autoscaler.core.tick import ForecastReadConfig, TickConfig, TickInput, decide_tick
@@ -310,7 +311,14 @@ class Controller:
         # only the services a valid policy scaled at the latest tick: a move is an eviction
         managed = managed_services(tick.plan.decisions)
         plan, state = plan_rebalance(
-            snapshot, now, config, due, protected=protected, managed=managed, leaving=given_back(tick.plan)
+            snapshot,
+            now,
+            config,
+            due,
+            protected=protected,
+            managed=managed,
+            leaving=given_back(tick.plan),
+            resumable=resumable_suspended(tick.plan),
         )
         results: list[ActionResult] = []
         if plan.actions and ledger is not None and not self.dry_run:

@@ -165,6 +165,11 @@ class CapacityReport:
     burst_options: tuple[BurstOption, ...] = ()
     notes: tuple[str, ...] = ()  # give-back decisions and why not
     pools: tuple[BurstPool, ...] = ()  # the burst pools with their node counts at this tick
+    # the workloads this controller suspended ("<kind>/<namespace>/<name>") that would be resumed but for where their
+    # free GPUs lie: enough are free on the nodes training may use, with the coming replicas' reserve kept, yet not in
+    # the shape of their pods. What the rebalancer may gather GPUs for; for the others (inference short, the GPUs
+    # reserved) its moves would only restart replicas.
+    resumable_once_gathered: tuple[str, ...] = ()
 
     @property
     def spend_per_hour(self) -> float:
@@ -1156,6 +1161,7 @@ def arbitrate(
     free_since = state.free_since
     unneeded = dict(state.burst_unneeded_since)
     resumable = dict(state.resumable_since)
+    gathered: list[str] = []  # suspended workloads that gathered GPUs would get resumed (the give-back finds them)
     # A service holding on stale or partial metrics, short or not: its demand is unknown this tick, and capacity is
     # never taken away on an incomplete observation (the actuator's guard knows only stale services)
     # (not a service at 0 replicas -- its Deployment missing, or scaled to zero: it holds no GPUs a give-back takes)
@@ -1194,10 +1200,17 @@ def arbitrate(
                 given_back,
                 set(give_back_failed_at),
                 placed={n for n, left in free.items() if left < free_read.get(n, left)},
+                gathered=gathered,
             )
         )
     report = CapacityReport(
-        tuple(shortfalls), tuple(options), tuple(candidates), tuple(burst_seen), tuple(notes), tuple(pools)
+        tuple(shortfalls),
+        tuple(options),
+        tuple(candidates),
+        tuple(burst_seen),
+        tuple(notes),
+        tuple(pools),
+        tuple(gathered),
     )
     return (
         actions,
@@ -1357,6 +1370,15 @@ def _reserved(arb: ArbitrationInput, window_s: float) -> list[_Reserved]:
     return out
 
 
+def _enough_once_gathered(
+    usable: Mapping[str, int], free: Mapping[str, int], workload: WorkloadInfo, reserve: int
+) -> bool:
+    """Whether a suspended workload that does not fit would have GPUs enough, were they gathered: as many free on the
+    nodes it may use as its pods ask, and as many free in all once the coming replicas' reserve is kept. Only then can
+    moving pods (the rebalancer) get it resumed."""
+    return sum(usable.values()) >= workload.gpus and sum(free.values()) - reserve >= workload.gpus
+
+
 def _reserve_gpus(reserved: Sequence[_Reserved]) -> int:
     return sum(r.replicas * r.gpus for r in reserved)
 
@@ -1395,6 +1417,7 @@ def _give_back(
     resized: Set[str] = frozenset(),
     retry_wait: Set[str] = frozenset(),
     placed: Set[str] = frozenset(),
+    gathered: list[str] | None = None,
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
     ``pod_priorities``, computed once per tick by the caller. ``resized``: pools already resized this tick (a node
@@ -1565,6 +1588,8 @@ def _give_back(
         }
         after = _fits(usable, workload.pod_gpus)
         if after is None or not _reserve_fits({**free, **after}, reserved, node_types):
+            if after is None and gathered is not None and _enough_once_gathered(usable, free, workload, reserve):
+                gathered.append(key)
             resumable.pop(key, None)
             notes.append(
                 f"{workload.kind} {workload.namespace}/{workload.name}: {workload.gpus} GPU(s) do not fit in the free "

@@ -52,7 +52,7 @@ from autoscaler.core.cluster import (
     free_gpus_per_node,
     pod_schedulable_on,
 )
-from autoscaler.core.model import EvictPod, ScaleDecision
+from autoscaler.core.model import EvictPod, Plan, ScaleDecision
 from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import pdbs_covering, unevictable_under_budgets
 
@@ -186,6 +186,7 @@ class _Target:
     training: bool  # may not use the training-excluded pools
     # the waiting pods themselves (none for a suspended workload): their home must admit them (nodeSelector, taints)
     pods: tuple[PodInfo, ...] = ()
+    suspended: str | None = None  # a workload this controller suspended: "<kind>/<namespace>/<name>"
 
 
 class _Budgets:
@@ -330,7 +331,10 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
     for w in snapshot.workloads:
         if w.suspended and w.suspended_by_us_at is not None and w.pod_gpus:
             targets.append(
-                _Target(f"{w.kind} {w.namespace}/{w.name} (suspended)", w.priority, w.pod_gpus, w.gpu_product, True)
+                _Target(
+                    f"{w.kind} {w.namespace}/{w.name} (suspended)", w.priority, w.pod_gpus, w.gpu_product, True,
+                    suspended=f"{w.kind}/{w.namespace}/{w.name}",
+                )
             )
     targets.sort(key=lambda t: (-t.priority, -sum(t.pod_gpus), t.name))
     return targets
@@ -422,6 +426,7 @@ def plan_rebalance(
     protected: frozenset[str] = frozenset(),
     managed: Collection[str] | None = None,
     leaving: Collection[str] = (),
+    resumable: Collection[str] | None = None,
 ) -> tuple[RebalancePlan, RebalanceState]:
     """The moves of this pass (none when a pass is not due), and the state for the next.
 
@@ -436,7 +441,13 @@ def plan_rebalance(
 
     ``leaving``: nodes on their way out that the snapshot may still show ready -- the controller passes the burst
     nodes its latest tick gave back (their Machine is being deleted; the node is cordoned only when its drain
-    starts): no move lands there or makes room there, and their pods are left to the node's drain."""
+    starts): no move lands there or makes room there, and their pods are left to the node's drain.
+
+    ``resumable``: the workloads this controller suspended (``<kind>/<namespace>/<name>``) that the latest tick's
+    capacity arbitration would resume once their GPUs are gathered (``CapacityReport.resumable_once_gathered``); the
+    others are not moved for -- the arbitration keeps them suspended while inference is short or the free GPUs are
+    reserved for coming replicas, and a replica moved for one only restarts. None: every one is moved for (a caller
+    without the arbitration)."""
     if state.last_pass_at is not None and now - state.last_pass_at < config.interval_s:
         return RebalancePlan(ran=False), state
     if leaving:
@@ -498,6 +509,12 @@ def plan_rebalance(
             # those moves made, the scheduler not having bound it yet).
             free = trial
             landed.update(placed)
+            continue
+        if target.suspended is not None and resumable is not None and target.suspended not in resumable:
+            notes.append(
+                f"{target.name}: not moved for: the capacity arbitration keeps it suspended (inference short, or the "
+                "free GPUs reserved for coming replicas), gathered GPUs would not resume it"
+            )
             continue
         tried = attempts.get(target.name, ())
         if tried and now - tried[-1] < config.retry_wait_s(len(tried)):
@@ -833,6 +850,12 @@ def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] =
 
 def _opted_in(pods: Sequence[PodInfo]) -> bool:
     return bool(pods) and all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods)
+
+
+def resumable_suspended(plan: Plan) -> frozenset[str] | None:
+    """The ``resumable`` of ``plan_rebalance`` from a tick's plan: the workloads this controller suspended that its
+    capacity arbitration would resume once their GPUs are gathered; None when the tick ran no arbitration."""
+    return None if plan.capacity is None else frozenset(plan.capacity.resumable_once_gathered)
 
 
 def managed_services(decisions: Iterable[ScaleDecision]) -> frozenset[str]:

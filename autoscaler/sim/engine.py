@@ -61,6 +61,7 @@ from autoscaler.core.rebalance import (
     plan_rebalance,
     protected_owners,
     record_pass,
+    resumable_suspended,
     stranded_gpus,
 )
 from autoscaler.sim.cluster import Scoring, SimCluster, SimDeployment, SimJob, SimPool
@@ -437,7 +438,7 @@ def simulate(
             rebalance_snapshot = cluster.snapshot(decided_at)
             moves, planned = plan_rebalance(
                 rebalance_snapshot, decided_at, rebalance, rebalance_state, protected=protected,
-                managed=managed_services(plan.decisions),
+                managed=managed_services(plan.decisions), resumable=resumable_suspended(plan),
             )
             run.rebalance_passes += moves.ran
             applied: set[tuple[str, str]] = set()
