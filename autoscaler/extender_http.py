@@ -453,7 +453,7 @@ class ExtenderServer:
     def __init__(
         self,
         extender: Extender,
-        bind_address: str = "0.0.0.0",
+        bind_address: str = "",
         port: int = 8081,
         prefix: str = "/scheduler",
         *,

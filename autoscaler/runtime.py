@@ -114,7 +114,7 @@ class Runtime:
         rebalance: Callable[[float], None] = noop_job,
         forecast_update: Callable[[float], None] | None = None,
         forecast_update_interval_s: float = 60.0,
-        http: tuple[str, int] | None = ("0.0.0.0", 8080),
+        http: tuple[str, int] | None = ("", 8080),
         clock: Callable[[], float] = time.time,
         on_stop: Callable[[], None] | None = None,
         extender: ExtenderServer | None = None,

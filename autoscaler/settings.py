@@ -282,7 +282,11 @@ class HttpSettings(_Group):
     """The controller's own HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``."""
 
     enabled: bool = Field(True, description="serve /metrics, /healthz and /readyz")
-    bind_address: BindAddress = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
+    bind_address: BindAddress = Field(
+        "",
+        description="address to listen on (empty = every interface, IPv6 and IPv4 where the host has IPv6, else IPv4; "
+        "0.0.0.0 = every IPv4 interface only)",
+    )
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0 = any free port, for tests)")
 
 
@@ -291,7 +295,11 @@ class SchedulerExtenderSettings(_Group):
     answered from the latest cluster snapshot on a port of its own (deploy/overlays/scheduler-extender)."""
 
     enabled: bool = Field(False, description="serve the kube-scheduler extender (filter, prioritize)")
-    bind_address: BindAddress = Field("0.0.0.0", description="address to listen on (0.0.0.0 = all interfaces)")
+    bind_address: BindAddress = Field(
+        "",
+        description="address to listen on (empty = every interface, IPv6 and IPv4 where the host has IPv6, else IPv4; "
+        "0.0.0.0 = every IPv4 interface only)",
+    )
     port: int = Field(8081, ge=0, le=65535, description="TCP port of the extender (0 = any free port, for tests)")
     max_snapshot_age_seconds: float = Field(
         60.0,

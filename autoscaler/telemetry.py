@@ -8,6 +8,7 @@ process without the global registry's duplicate-name errors.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import socket
 import threading
@@ -463,7 +464,7 @@ class HttpServer:
         telemetry: Telemetry,
         healthz: HealthCheck,
         readyz: HealthCheck,
-        bind_address: str = "0.0.0.0",
+        bind_address: str = "",
         port: int = 8080,
         extra: Mapping[str, Callable[[], tuple[int, str, bytes]]] | None = None,
     ) -> None:
@@ -514,12 +515,26 @@ class HttpServer:
 
 
 def http_server(bind_address: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    """A threading HTTP server on ``bind_address`` (IPv4, IPv6 bracketed or not, a host name, empty: all IPv4)."""
+    """A threading HTTP server on ``bind_address``: an IPv4 address, an IPv6 one (bracketed or not), a host name, or
+    empty -- every interface, IPv6 and IPv4 where the host has IPv6 (as Go's ``:8080``), else every IPv4 one."""
     host = bind_address.strip()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # an IPv6 literal as written in a URL
+    if not host:
+        # 0.0.0.0 takes no IPv6 connection: on an IPv6-only cluster the kubelet's probes and Prometheus' scrapes of
+        # the pod's address failed. "::" takes both where the kernel has IPv6; where IPv6 is disabled it fails.
+        try:
+            return _Ipv6HttpServer(("::", port), handler)
+        except OSError as exc:
+            if exc.errno not in _NO_IPV6:
+                raise  # the port is taken, or not ours to bind: the same answer on IPv4
+        return ThreadingHTTPServer(("0.0.0.0", port), handler)
     server_class = _Ipv6HttpServer if ":" in host else ThreadingHTTPServer
     return server_class((host, port), handler)
+
+
+# what binding "::" raises where the kernel has no IPv6 (disabled, or built without it)
+_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
 
 
 class _Ipv6HttpServer(ThreadingHTTPServer):

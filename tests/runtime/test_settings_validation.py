@@ -413,7 +413,7 @@ def test_a_binary_config_file_exits_2_without_a_traceback(tmp_path: Path) -> Non
         (
             {"AUTOSCALER_SCHEDULER_EXTENDER__ENABLED": "true", "AUTOSCALER_SCHEDULER_EXTENDER__PORT": "8080"},
             "AUTOSCALER_SCHEDULER_EXTENDER__PORT (scheduler_extender.port) and AUTOSCALER_HTTP__PORT (http.port) are "
-            "both 8080, with both servers enabled on overlapping addresses ('0.0.0.0' and '0.0.0.0')",
+            "both 8080, with both servers enabled on overlapping addresses ('' and '')",
         ),
         (
             {
