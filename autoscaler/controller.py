@@ -373,6 +373,21 @@ class Controller:
                 except Exception as exc:
                     self.telemetry.error("rebalance")
                     log.warning("rebalance: could not correct the move ledger (it over-counts this pass): %s", exc)
+        elif (
+            not plan.actions
+            and ledger is not None
+            and not self.dry_run
+            and set(ledger.targets()) - set(self.rebalance_state.moved_for)
+            and self.can_act()
+        ):
+            # The pass forgot targets the ledger still holds (placed or gone, their wait over): written down, or the
+            # next read would bring their passes back and a target waiting again would wait as if never placed.
+            # Failing to write only keeps the longer wait: not an error of the pass.
+            try:
+                ledger.write(self.rebalance_state.move_times, self.rebalance_state.moved_for)
+            except Exception as exc:
+                self.telemetry.error("rebalance")
+                log.warning("rebalance: could not drop the forgotten targets from the move ledger: %s", exc)
         self.telemetry.rebalance_passes.labels(result="ok").inc()
         if plan.ran:
             self.telemetry.stranded_gpus.set(plan.stranded_gpus)

@@ -1371,12 +1371,25 @@ def _reserved(arb: ArbitrationInput, window_s: float) -> list[_Reserved]:
 
 
 def _enough_once_gathered(
-    usable: Mapping[str, int], free: Mapping[str, int], workload: WorkloadInfo, reserve: int
+    usable: Mapping[str, int],
+    free: Mapping[str, int],
+    workload: WorkloadInfo,
+    reserved: Sequence[_Reserved],
+    node_types: Mapping[str, str | None],
 ) -> bool:
-    """Whether a suspended workload that does not fit would have GPUs enough, were they gathered: as many free on the
-    nodes it may use as its pods ask, and as many free in all once the coming replicas' reserve is kept. Only then can
-    moving pods (the rebalancer) get it resumed."""
-    return sum(usable.values()) >= workload.gpus and sum(free.values()) - reserve >= workload.gpus
+    """Whether a suspended workload that does not fit would be resumed were its GPUs gathered: its GPUs taken from
+    the free ones -- first on the nodes it may use, then elsewhere (where the pods moved off its nodes would go) --
+    leave room for every reserved replica, whole, on a node of its type. Only then can moving pods (the rebalancer)
+    get it resumed; which moves, and whether any exist, is the rebalancer's question."""
+    left = dict(free)
+    need = workload.gpus
+    for node in sorted(left, key=lambda n: (n not in usable, -left[n], n)):
+        take = min(max(left[node], 0), need)
+        left[node] -= take
+        need -= take
+        if need <= 0:
+            break
+    return need <= 0 and _reserve_fits(left, reserved, node_types)
 
 
 def _reserve_gpus(reserved: Sequence[_Reserved]) -> int:
@@ -1588,7 +1601,9 @@ def _give_back(
         }
         after = _fits(usable, workload.pod_gpus)
         if after is None or not _reserve_fits({**free, **after}, reserved, node_types):
-            if after is None and gathered is not None and _enough_once_gathered(usable, free, workload, reserve):
+            if after is None and gathered is not None and _enough_once_gathered(
+                usable, free, workload, reserved, node_types
+            ):
                 gathered.append(key)
             resumable.pop(key, None)
             notes.append(

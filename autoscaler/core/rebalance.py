@@ -665,11 +665,18 @@ def plan_rebalance(
     )
     stranded_after = _stranded(cluster, [t for t in targets if t.name not in served], free)
     times = recent + (now,) * len(actions)
-    # Targets no longer waiting (placed, or gone) are forgotten: their moves worked, or there is nothing to wait for.
+    # A target no longer waiting (placed, or gone) is forgotten once its current wait is over: its moves worked, or
+    # there is nothing to wait for. Not at once: a gang whose pods are being recreated (a Job replacing a failed pod,
+    # Kueue requeueing a workload) is missing from one snapshot and waits again, as unplaceable, at the next.
     # This pass's own come last (record_pass keeps only those whose evictions were made).
     waiting = {t.name for t in targets}
     earlier = sorted(
-        ((name, at) for name, times in attempts.items() if name in waiting for at in times),
+        (
+            (name, at)
+            for name, times in attempts.items()
+            if name in waiting or now - times[-1] < config.retry_wait_s(len(times))
+            for at in times
+        ),
         key=lambda item: (item[1], item[0]),
     )
     moved_for = tuple(earlier) + tuple((t, now) for t in dict.fromkeys(m.target for m in moves))

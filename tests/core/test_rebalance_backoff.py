@@ -75,11 +75,17 @@ def test_a_target_whose_moves_are_always_undone_is_moved_for_ever_more_rarely() 
     assert fixed == [i * 1800.0 for i in range(32)]  # the wait of before: every 30 minutes for 16 hours
 
 
-def test_a_target_no_longer_waiting_is_forgotten_and_its_wait_starts_over() -> None:
+def test_a_target_no_longer_waiting_is_forgotten_once_its_wait_is_over_and_its_wait_starts_over() -> None:
     _, state = _passes(CONFIG, 4)  # four passes of moves (0, 0.5, 1.5, 3.5 h): the next wait would be 4 h
     assert [t for t, _ in state.moved_for] == [TARGET] * 4
-    later = NOW + 4 * 3600
     placed = [p for p in BASE_PODS if not p.name.startswith("wait")]  # the gang ran (or was deleted)
+    # missing from a snapshot within its wait (its pods being recreated, say): remembered
+    soon = NOW + 4 * 3600
+    plan, planned = plan_rebalance(snap(BASE_NODES, placed), soon, CONFIG, state)
+    assert plan.actions == () and [t for t, _ in planned.moved_for] == [TARGET] * 4
+    # ... once the wait (4 h after 3.5 h) is over, forgotten
+    later = NOW + 7.5 * 3600
+    state = record_pass(state, planned, plan, soon, set())
     plan, planned = plan_rebalance(snap(BASE_NODES, placed), later, CONFIG, state)
     assert plan.actions == () and planned.moved_for == ()
     state = record_pass(state, planned, plan, later, set())
@@ -122,11 +128,11 @@ def test_the_settings_and_the_scenario_carry_the_cap_and_refuse_one_below_the_fi
     )
     assert (config.retry_after_s, config.retry_after_max_s) == (600.0, 3000.0)
     assert RebalanceSettings(enabled=True).to_config(300.0, ()).retry_after_max_s == 14400.0
-    with pytest.raises(ValidationError, match="retry_after_max_seconds.*must be >= .*retry_after_seconds"):
+    with pytest.raises(ValidationError, match=r"retry_after_max_seconds.*must be >= .*retry_after_seconds"):
         RebalanceSettings(retry_after_seconds=3600, retry_after_max_seconds=1800)
     block = Rebalance.model_validate({"retryAfterSeconds": 900, "retryAfterMaxSeconds": 900})
     assert (block.retry_after_seconds, block.retry_after_max_seconds) == (900.0, 900.0)
-    with pytest.raises(ValidationError, match="retryAfterMaxSeconds .* must be >= retryAfterSeconds"):
+    with pytest.raises(ValidationError, match=r"retryAfterMaxSeconds .* must be >= retryAfterSeconds"):
         Rebalance.model_validate({"retryAfterSeconds": 900, "retryAfterMaxSeconds": 600})
 
 
