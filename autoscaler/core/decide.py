@@ -61,6 +61,9 @@ class ReplicaFloor:
     down_window_s: float = 0.0
     # The share of the policy's target the reactive path runs at (core.headroom: earned by the forecast's coverage)
     target_ratio: float = 1.0
+    # The trust behind ``target_ratio``, 0..1 (core.headroom: 0 while learning, degraded or untrusted; between 0 and 1
+    # partial). With some trust, a floor that covers the full target's recommendation lifts the reduced target.
+    trust: float = 0.0
 
 
 def _metric_is_stale(policy: ServicePolicy, obs: ServiceObservation) -> str | None:
@@ -148,11 +151,13 @@ def _not_after(state: ServiceState, now: float) -> ServiceState:
     restored), entries "in the future" would sit inside every window for as long as the step, and a scale-up with a
     0 s window would stay capped at an old recommendation (upstream's Go times compare on the monotonic clock).
     Entries are appended in time order: only the last ones can be later than ``now``."""
-    recs, events = state.recommendations, state.scale_events
+    recs, events, reactive = state.recommendations, state.scale_events, state.reactive_recommendations
     # recommendations are appended in time order; scale events may not be (a slot reused)
-    if (recs and recs[-1][0] > now) or any(t > now for t, _ in events):
+    if (recs and recs[-1][0] > now) or (reactive and reactive[-1][0] > now) or any(t > now for t, _ in events):
         return ServiceState(
-            tuple((min(t, now), r) for t, r in recs), tuple((min(t, now), change) for t, change in events)
+            tuple((min(t, now), r) for t, r in recs),
+            tuple((min(t, now), change) for t, change in events),
+            tuple((min(t, now), r) for t, r in reactive),
         )
     return state
 
@@ -166,7 +171,7 @@ def _with_clamp_event(
         return state
     _, keep_events = _retention(policy.scale_up, policy.scale_down)
     events = _store_event(policy, _prune(state.scale_events, now, keep_events), now, desired - current)
-    return ServiceState(state.recommendations, events)
+    return replace(state, scale_events=events)
 
 
 def _store_event(
@@ -195,6 +200,28 @@ def _with_down_window(policy: ServicePolicy, window_s: float) -> ServicePolicy:
     return replace(policy, scale_down=replace(policy.scale_down, stabilisation_s=window_s))
 
 
+def _floor_applies(floor: ReplicaFloor | None) -> bool:
+    return floor is not None and floor.usable and not floor.shadow
+
+
+def _down_window_history(
+    state: ServiceState, now: float, floor: ReplicaFloor | None, spec_window_s: float, window_s: float,
+    inclusive: bool = False,
+) -> tuple[tuple[float, int], ...]:
+    """The recommendations a scale-down window of ``window_s`` reads. A window longer than the spec's (a service
+    that has not earned its headroom, ``core.headroom``) holds only the *reactive* recommendations beyond the spec's
+    window while a forecast floor is applied: the floor's own cost of coming back is its ``hold`` (what the forecast
+    needs again within the lead time), and holding the forecast's peaks longer because the forecast is doubted made a
+    doubted forecast dearer than a trusted one (on ServeGen its hedge before each 10-minute window edge was held
+    through most of the window). The recommendations with the floor are held for the spec's window, as an earned
+    service's are. ``inclusive``: an entry exactly at the cutoff is in the window (the behaviour-less HPA's rule)."""
+    if window_s <= spec_window_s or not _floor_applies(floor):
+        return state.recommendations
+    cutoff = now - spec_window_s
+    recent = tuple(e for e in state.recommendations if e[0] > cutoff or (inclusive and e[0] == cutoff))
+    return recent + state.reactive_recommendations
+
+
 def decide_service(
     policy: ServicePolicy,
     obs: ServiceObservation | None,
@@ -214,7 +241,8 @@ def decide_service(
     if not state.recommendations:
         # upstream recordInitialRecommendation: a new (or restarted) controller remembers the current replicas as a
         # recommendation, so nothing scales down before a whole scale-down window has been observed
-        state = ServiceState(((now, current),), state.scale_events)
+        seeded = ((now, current),) if floor is not None and not floor.shadow else ()
+        state = ServiceState(((now, current),), state.scale_events, seeded)
 
     def decision(desired: int, reason: Reason, detail: str) -> ScaleDecision:
         return ScaleDecision(policy.key, current, desired, reason, detail, recommend_only)
@@ -232,11 +260,14 @@ def decide_service(
     # HPA's 300 s as trust falls; the lead time while the forecast is unusable). Its recommendations are kept for the
     # longest of those windows, so that a window that grows is in force at once, not after it has filled again.
     retain_s = 0.0
+    spec_down_window_s = policy.scale_down.stabilisation_s
+    full_target_policy: ServicePolicy | None = None  # the spec's target, when the reactive path runs below it
     if floor is not None and not floor.shadow:
         retain_s = max(floor.down_window_s, floor.hold_window_s)
         if wants_headroom(policy):
             retain_s = max(retain_s, DEFAULT_HEADROOM.untrusted_down_window_s)
         if floor.target_ratio < 1.0:
+            full_target_policy = policy
             policy = _with_target_ratio(policy, floor.target_ratio)
         if floor.down_window_s > policy.scale_down.stabilisation_s:
             policy = _with_down_window(policy, floor.down_window_s)
@@ -247,13 +278,28 @@ def decide_service(
         # on its valid metrics while another is invalid); nothing is ever removed on stale data.
         if guard is not None:
             recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; metric stale ({stale})"
+            reactive = recommendation
         elif floor is not None and floor.usable and not floor.shadow and floor.replicas > current:
             recommendation, reason = floor.replicas, floor.reason
             detail = f"{floor.detail}; metric stale ({stale})"
+            reactive = current  # the metric said nothing: only the floor raised it
         else:
             return decision(current, Reason.METRICS_STALE, stale), state
     else:
         recommendation, detail = _metric_recommendation(policy, obs, current)
+        if full_target_policy is not None and floor is not None and floor.usable and floor.trust > 0.0:
+            # The reduced target is headroom for a floor that under-covers (core.headroom). A floor whose measured
+            # coverage earned some trust (partial) and that asks for at least what the metric asks for at the spec's
+            # target covers this tick's demand: the reduced target's extra replicas would count the same doubt
+            # twice. Without any trust (learning, degraded) the floor covering now says little about a cold start
+            # ahead, and the reduced target stays.
+            at_full_target, _ = _metric_recommendation(full_target_policy, obs, current)
+            if floor.replicas >= at_full_target and at_full_target < recommendation:
+                detail = (
+                    f"{detail}; target x {floor.target_ratio:.2f} not applied: forecast floor {floor.replicas} covers "
+                    f"the {at_full_target} of the full target"
+                )
+                recommendation = at_full_target
         if recommendation > current:
             reason = Reason.METRIC_ABOVE_TARGET
         elif recommendation < current:
@@ -262,6 +308,7 @@ def decide_service(
             reason = Reason.WITHIN_TOLERANCE
         if guard is not None and guard[0] > recommendation:
             recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; {detail}"
+        reactive = recommendation
 
     if floor is not None:
         if not floor.usable:
@@ -293,10 +340,20 @@ def decide_service(
         return decision(current, Reason.METRICS_PARTIAL, detail), state
 
     up_rules, down_rules = policy.scale_up, policy.scale_down
+    # what a scale-down window longer than the spec's reads, and the state's reactive history for the next tick
+    history = _down_window_history(
+        state, now, floor, spec_down_window_s, down_rules.stabilisation_s, inclusive=not policy.behavior
+    )
+    reactive_history = state.reactive_recommendations
+    if floor is not None and not floor.shadow:
+        kept = max(retain_s, down_rules.stabilisation_s)
+        reactive_history = (*_prune(reactive_history, now, kept), (now, reactive))
     if not policy.behavior:
-        return _without_behavior(policy, state, now, current, recommendation, reason, detail, decision, retain_s)
+        return _without_behavior(
+            policy, state, now, current, recommendation, reason, detail, decision, retain_s, history, reactive_history
+        )
     stabilised = hpa.stabilise(
-        now, current, recommendation, state.recommendations, up_rules.stabilisation_s, down_rules.stabilisation_s
+        now, current, recommendation, history, up_rules.stabilisation_s, down_rules.stabilisation_s
     )
     if stabilised != recommendation:
         reason = Reason.SCALE_DOWN_STABILISED if stabilised > recommendation else Reason.SCALE_UP_STABILISED
@@ -330,7 +387,7 @@ def decide_service(
     if desired != current and not recommend_only:
         events = _store_event(policy, events, now, desired - current)
     made = replace(decision(desired, reason, detail), recommended_replicas=recommendation)
-    return made, ServiceState(recommendations, events)
+    return made, ServiceState(recommendations, events, reactive_history)
 
 
 def _without_behavior(
@@ -343,11 +400,15 @@ def _without_behavior(
     detail: str,
     decision: Callable[[int, Reason, str], ScaleDecision],
     retain_s: float = 0.0,
+    history: tuple[tuple[float, int], ...] | None = None,
+    reactive_history: tuple[tuple[float, int], ...] = (),
 ) -> tuple[ScaleDecision, ServiceState]:
     """``normalizeDesiredReplicas`` + ``convertDesiredReplicasWithRules``: an HPA without a behavior block.
-    ``retain_s``: keep the recommendations at least this long (a window that may grow, seconds)."""
+    ``retain_s``: keep the recommendations at least this long (a window that may grow, seconds); ``history``: what
+    the window reads (``_down_window_history``; None: the recommendations); ``reactive_history``: the state's."""
     window = policy.scale_down.stabilisation_s
-    stabilised = hpa.stabilise_without_behavior(now, recommendation, state.recommendations, window)
+    read = state.recommendations if history is None else history
+    stabilised = hpa.stabilise_without_behavior(now, recommendation, read, window)
     if stabilised != recommendation:
         reason = Reason.SCALE_DOWN_STABILISED
         detail = f"recommended {recommendation}, stabilised at {stabilised}; {detail}"
@@ -368,7 +429,7 @@ def _without_behavior(
             detail = f"maxReplicas {policy.max_replicas}; {detail}"
     recommendations = (*_prune(state.recommendations, now, max(window, retain_s)), (now, recommendation))
     made = replace(decision(desired, reason, detail), recommended_replicas=recommendation)
-    return made, ServiceState(recommendations, state.scale_events)
+    return made, ServiceState(recommendations, state.scale_events, reactive_history)
 
 
 def decide(

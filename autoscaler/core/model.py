@@ -206,6 +206,9 @@ class ServiceState:
     recommendations: tuple[tuple[float, int], ...] = ()
     # (time, replica change: + up / - down), for the rate policies
     scale_events: tuple[tuple[float, int], ...] = ()
+    # (time, the reactive recommendation: the metric's or the SLO guard's, before the forecast floor), kept for a
+    # service with a forecast floor: a scale-down window longer than the spec's holds only these (``core.decide``)
+    reactive_recommendations: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -298,7 +298,12 @@ def _floor_at_headroom(floor: ReplicaFloor | None, headroom: Headroom | None, me
         return floor  # earned (or not an ACTIVE forecasting service): nothing changes in the decision
     if floor is None:
         floor = ReplicaFloor(0, Reason.FORECAST_MISSING, message or "no forecast", usable=False)
-    return replace(floor, target_ratio=headroom.ratio, down_window_s=max(floor.down_window_s, headroom.down_window_s))
+    return replace(
+        floor,
+        target_ratio=headroom.ratio,
+        down_window_s=max(floor.down_window_s, headroom.down_window_s),
+        trust=headroom.trust,
+    )
 
 
 def _demand(
