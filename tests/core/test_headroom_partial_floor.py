@@ -1,6 +1,7 @@
 """Earned headroom with a usable forecast floor (issue 14): the scale-down window that grows without full trust holds
-the reactive path's recommendations, not the floor's; and with some trust earned, a floor that covers the full
-target's recommendation lifts the reduced target."""
+the reactive path's recommendations, not the floor's; with some trust earned, a floor that covers the full
+target's recommendation lifts the reduced target; and a rise the floor alone asks for within the scale-up tolerance
+is not a scale-up."""
 
 from __future__ import annotations
 
@@ -109,3 +110,19 @@ def test_once_the_forecast_is_unusable_the_grown_window_holds_every_recommendati
             break
         replicas = decision.desired_replicas
     assert (now, replicas) == (195.0, 10)
+
+
+def test_a_small_forecast_driven_rise_is_within_the_scale_up_tolerance() -> None:
+    # 20 replicas on 48 req/s (the metric at 3.2 asks for 15): a floor of 22 is 10 % above 20, within the HPA's
+    # scale-up tolerance, and is not acted on; 23 is a real rise. Either way no scale-down below the floor.
+    no_window = dataclasses.replace(POLICY, scale_down=dataclasses.replace(POLICY.scale_down, stabilisation_s=0.0))
+    obs = ServiceObservation(POLICY.key, 20, 20, metric_total=48.0)
+    for floor_replicas, expected, reason in ((22, 20, Reason.WITHIN_TOLERANCE), (23, 23, Reason.FORECAST_FLOOR)):
+        floor = ReplicaFloor(floor_replicas, Reason.FORECAST_FLOOR, "flat", hold=floor_replicas, hold_window_s=90.0)
+        decision, _ = decide_service(no_window, obs, ServiceState(), 0.0, floor)
+        assert (decision.desired_replicas, decision.reason) == (expected, reason), decision.detail
+    # a rise the metric asks for is not held back by the floor's tolerance: 80 req/s asks for 25
+    floor = ReplicaFloor(22, Reason.FORECAST_FLOOR, "flat", hold=22, hold_window_s=90.0)
+    decision, _ = decide_service(no_window, ServiceObservation(POLICY.key, 20, 20, metric_total=80.0), ServiceState(),
+                                 0.0, floor)
+    assert decision.desired_replicas == 25
