@@ -12,23 +12,16 @@ from autoscaler.core.decide import ReplicaFloor, decide_service
 from autoscaler.core.headroom import HeadroomState
 from autoscaler.core.model import (
     ControllerState,
-    ForecastMode,
-    ForecastPolicy,
-    MetricKind,
     Observation,
     ServiceObservation,
-    ServicePolicy,
     ServiceState,
 )
 from autoscaler.core.predictive import ForecastInput
 from autoscaler.core.reasons import Reason
 from autoscaler.core.tick import PublishedForecast, TickInput, decide_tick
 from forecast.types import Forecast
+from tests.core.test_review34_headroom import POLICY  # chat at 3.2 req/s per replica, P99 floor, 90 s
 
-POLICY = ServicePolicy(
-    namespace="ml", name="chat", min_replicas=1, max_replicas=40, metric=MetricKind.REQUEST_RATE, target=3.2,
-    cold_start_s=90.0, forecast=ForecastPolicy(ForecastMode.ACTIVE, 0.99),
-)
 SPEC_60S = dataclasses.replace(POLICY, scale_down=dataclasses.replace(POLICY.scale_down, stabilisation_s=60.0))
 
 

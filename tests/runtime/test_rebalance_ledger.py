@@ -6,6 +6,7 @@ again in the first leader's hour."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 import pytest
@@ -200,32 +201,30 @@ def test_the_passes_moved_for_merge_as_every_pass_either_saw_once() -> None:
     assert merge_moved_for((), ()) == ()
 
 
+WAITS = replace(CONFIG, max_moves_per_pass=1, max_moves_per_hour=8, retry_after_s=1800.0, retry_after_max_s=14400.0)
+
+
+def passes(c: Controller, cluster: FakeCluster, minutes: Iterable[int], moved_at: list[int]) -> None:
+    """A tick and a rebalance pass at each of ``minutes`` (after T0), the moved replica put back after each (a
+    spreading scheduler's worst case); the minutes whose pass evicted something are appended to ``moved_at``."""
+    for minute in minutes:
+        now = T0 + 60 * minute
+        c.run_once(now)
+        before = len(evicted(cluster))
+        c.rebalance(now + 1)
+        if len(evicted(cluster)) > before:
+            moved_at.append(minute)
+        put_back(cluster)
+
+
 def test_the_doubling_wait_holds_across_a_change_of_leader() -> None:
     """Each pass of moves for a target still waiting doubles its wait (30 min, 1 h, 2 h, ...); the ledger keeps every
     pass, so a new leader after two futile passes waits the third wait (2 h after the last), not the first (30 min)."""
-    config = replace(CONFIG, max_moves_per_pass=1, max_moves_per_hour=8, retry_after_s=1800.0,
-                     retry_after_max_s=14400.0)
-    cluster, record = shared_world(config)
-    first = leader(cluster, record, config)
-    moved_at: list[float] = []
-    for minutes in range(0, 120, 5):  # passes every 5 minutes for 2 hours, the replica put back each time
-        now = T0 + 60 * minutes
-        first.run_once(now)
-        before = len(evicted(cluster))
-        first.rebalance(now + 1)
-        if len(evicted(cluster)) > before:
-            moved_at.append(minutes)
-        put_back(cluster)
+    cluster, record = shared_world(WAITS)
+    moved_at: list[int] = []
+    passes(leader(cluster, record, WAITS), cluster, range(0, 120, 5), moved_at)  # every 5 minutes for 2 hours
     assert moved_at == [0, 30, 90]  # waits of 30 and 60 minutes
     assert [t for t, _ in record.moved_for] == ["gang job/ml/wait"] * 3
-
-    second = leader(cluster, record, config)  # the first one died at minute 120; its memory went with it
-    for minutes in range(120, 330, 5):
-        now = T0 + 60 * minutes
-        second.run_once(now)
-        before = len(evicted(cluster))
-        second.rebalance(now + 1)
-        if len(evicted(cluster)) > before:
-            moved_at.append(minutes)
-        put_back(cluster)
+    # the first leader died at minute 120; its memory went with it
+    passes(leader(cluster, record, WAITS), cluster, range(120, 330, 5), moved_at)
     assert moved_at == [0, 30, 90, 210]  # the third wait, 2 h, whichever leader moved

@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from tests.runtime.test_rebalance_ledger import WAITS, leader, passes, shared_world
+from tests.runtime.test_rebalance_pass import T0, training_pod
 
-from autoscaler.fakes.cluster import FakeCluster
-from tests.runtime.test_rebalance_ledger import leader, put_back, shared_world
-from tests.runtime.test_rebalance_pass import CONFIG, T0, evicted, training_pod
-
-WAITS = replace(CONFIG, max_moves_per_pass=1, max_moves_per_hour=8, retry_after_s=1800.0, retry_after_max_s=14400.0)
 TARGET = "gang job/ml/wait"
-
-
-def _passes(c, cluster: FakeCluster, minutes, moved_at: list[int]) -> None:
-    for minute in minutes:
-        now = T0 + 60 * minute
-        c.run_once(now)
-        before = len(evicted(cluster))
-        c.rebalance(now + 1)
-        if len(evicted(cluster)) > before:
-            moved_at.append(minute)
-        put_back(cluster)
 
 
 def test_a_target_placed_is_forgotten_by_the_controller_too() -> None:
@@ -35,14 +20,14 @@ def test_a_target_placed_is_forgotten_by_the_controller_too() -> None:
     cluster, record = shared_world(WAITS)
     c = leader(cluster, record, WAITS)
     moved_at: list[int] = []
-    _passes(c, cluster, range(0, 100, 5), moved_at)
+    passes(c, cluster, range(0, 100, 5), moved_at)
     assert moved_at == [0, 30, 90]
     del cluster.pods["ml/wait"]  # placed (or deleted)
-    _passes(c, cluster, [100, 215], moved_at)  # within its wait, then past it
+    passes(c, cluster, [100, 215], moved_at)  # within its wait, then past it
     assert TARGET not in {t for t, _ in c.rebalance_state.moved_for}  # forgotten in memory...
     assert record.moved_for == ()  # ... and in the ledger
     cluster.add_pod(training_pod("wait", None, 8))  # waiting again
-    _passes(c, cluster, [220, 245, 250], moved_at)
+    passes(c, cluster, [220, 245, 250], moved_at)
     assert moved_at == [0, 30, 90, 220, 250]  # then the first wait, 30 min, again
 
 
@@ -52,11 +37,11 @@ def test_pin_without_a_ledger_the_controller_forgets_a_placed_target() -> None:
     c = leader(cluster, record, WAITS)
     c.move_ledger = None
     moved_at: list[int] = []
-    _passes(c, cluster, range(0, 100, 5), moved_at)
+    passes(c, cluster, range(0, 100, 5), moved_at)
     del cluster.pods["ml/wait"]
-    _passes(c, cluster, [100, 215], moved_at)
+    passes(c, cluster, [100, 215], moved_at)
     cluster.add_pod(training_pod("wait", None, 8))
-    _passes(c, cluster, [220, 245, 250], moved_at)
+    passes(c, cluster, [220, 245, 250], moved_at)
     assert moved_at == [0, 30, 90, 220, 250]  # then the first wait, 30 min, again
 
 
@@ -64,10 +49,10 @@ def test_a_dry_run_never_writes_the_ledger_even_when_it_forgets() -> None:
     cluster, record = shared_world(WAITS)
     c = leader(cluster, record, WAITS)
     moved_at: list[int] = []
-    _passes(c, cluster, range(0, 100, 5), moved_at)
+    passes(c, cluster, range(0, 100, 5), moved_at)
     c.dry_run = True
     del cluster.pods["ml/wait"]
-    _passes(c, cluster, [215], moved_at)
+    passes(c, cluster, [215], moved_at)
     assert TARGET not in {t for t, _ in c.rebalance_state.moved_for}  # the dry run forgot it...
     assert [t for t, _ in record.moved_for] == [TARGET] * 3  # ... the acting controller's record is untouched
 
@@ -79,8 +64,8 @@ def test_pin_a_refused_move_is_no_pass_in_the_ledger() -> None:
     c = leader(cluster, record, WAITS)
     cluster.block_evictions("inf", "chat-1")
     moved_at: list[int] = []
-    _passes(c, cluster, [0], moved_at)
+    passes(c, cluster, [0], moved_at)
     assert moved_at == [] and record.moved_for == () and c.rebalance_state.moved_for == ()
     cluster.clear_faults()
-    _passes(c, cluster, [5], moved_at)
+    passes(c, cluster, [5], moved_at)
     assert moved_at == [5] and record.moved_for == ((TARGET, T0 + 301),)
