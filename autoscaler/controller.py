@@ -91,9 +91,9 @@ class RebalanceReport:
     protected: frozenset[str] = frozenset()  # owners left alone this pass
 
 
-def protected_owners(tick: TickReport) -> frozenset[str]:
+def protected_owners(tick: TickReport, spare_only: bool = True) -> frozenset[str]:
     """The Deployments the latest tick says a rebalance move must not touch (``core.rebalance.protected_owners``)."""
-    return core_protected_owners(tick.plan.decisions, set(tick.stale) | set(tick.partial))
+    return core_protected_owners(tick.plan.decisions, set(tick.stale) | set(tick.partial), spare_only)
 
 
 def given_back(plan: Plan) -> frozenset[str]:
@@ -291,7 +291,7 @@ class Controller:
         except Exception as exc:
             self.telemetry.error("cluster_read")
             return self._rebalance_held(now, f"cluster_read: {type(exc).__name__}: {exc}")
-        protected = protected_owners(tick)
+        protected = protected_owners(tick, config.spare_replicas_only)
         # A dry run evicts nothing and records nothing, but reads the ledger it is given (``autoscaler plan``): the
         # moves it shows are those the acting controller's hourly budget still allows, not a fresh hour's.
         ledger = self.move_ledger

@@ -560,6 +560,14 @@ class RebalanceSettings(_Group):
     training_on_burst_pools: bool = Field(
         False, description="training may run on the burst pools (false: they are for inference; no gang goes there)"
     )
+    spare_replicas_only: bool = Field(
+        True,
+        description=(
+            "move a Deployment's replica only when the latest tick recommended fewer replicas than it runs (a move "
+            "takes one away for a cold start); false: also when it needs every replica, more GPUs gathered for "
+            "training at some latency"
+        ),
+    )
     ledger_configmap: str = Field(
         "gpu-autoscaler-rebalance-moves",
         max_length=253,
@@ -609,6 +617,7 @@ class RebalanceSettings(_Group):
             training_excluded_pools=frozenset() if self.training_on_burst_pools else pools,
             retry_after_s=self.retry_after_seconds,
             retry_after_max_s=self.retry_after_max_seconds,
+            spare_replicas_only=self.spare_replicas_only,
         )
 
 

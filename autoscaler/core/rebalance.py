@@ -84,6 +84,10 @@ class RebalanceConfig:
     # retry_after_s): a scheduler that spreads (LeastAllocated) puts a moved replica back on the node just emptied
     # every time, and a fixed wait repeated the same futile moves every retry_after_s for as long as the target waited
     retry_after_max_s: float = 4 * HOUR_S
+    # a Deployment's replica moves only when the latest tick recommended fewer replicas than the Deployment has: the
+    # move takes one away for a cold start, and a service that needs every replica it runs has none to spare (off:
+    # also then -- more GPUs gathered for training, at some latency; under a spreading scheduler much of it)
+    spare_replicas_only: bool = True
     burst_pools: frozenset[str] = frozenset()  # node pools to empty (their nodes are paid by the hour)
     burst_empty_below: float = 0.5  # a burst node under this share of its GPUs in use is emptied
     # pools where training may not run (burst pools are tainted for inference); a waiting gang is not placed there
@@ -843,14 +847,22 @@ def _attempts_by_target(moved_for: Iterable[tuple[str, float]], remembered: int)
     return {target: tuple(sorted(times))[-remembered:] for target, times in by_target.items()}
 
 
-def protected_owners(decisions: Iterable[ScaleDecision], unsure: Iterable[str] = ()) -> frozenset[str]:
+def protected_owners(
+    decisions: Iterable[ScaleDecision], unsure: Iterable[str] = (), spare_only: bool = True
+) -> frozenset[str]:
     """Deployments a rebalance move must not touch now (``deployment/<namespace>/<name>``): those whose metrics were
     stale or partial (``unsure`` service keys), and those the tick wanted to grow, guarded on latency or held at their
-    maximum -- a move takes one of their replicas away for a cold start. (A Deployment without a decision has no
-    valid policy this tick: ``managed_services`` leaves it out of the pass altogether.)"""
+    maximum -- a move takes one of their replicas away for a cold start. With ``spare_only``
+    (``RebalanceConfig.spare_replicas_only``) also those the tick recommended as many replicas as they run, or more
+    (forecast floor included): they have none to spare. (A Deployment without a decision has no valid policy this
+    tick: ``managed_services`` leaves it out of the pass altogether.)"""
     keys = set(unsure)
     for decision in decisions:
-        if decision.desired_replicas > decision.current_replicas or decision.reason in _BUSY:
+        if decision.desired_replicas > decision.current_replicas or decision.reason in _BUSY or (
+            spare_only
+            and decision.recommended_replicas is not None
+            and decision.recommended_replicas >= decision.current_replicas
+        ):
             keys.add(decision.key)
     return frozenset(f"{_DEPLOYMENT}{key}" for key in keys)
 

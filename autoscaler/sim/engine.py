@@ -434,7 +434,7 @@ def simulate(
         # 3b. the controller's rebalance job (``Controller.rebalance``), through the same actuator: it leaves alone
         # the services this tick wanted to grow or guarded on latency, and only applied evictions spend the bound
         if rebalancing and rebalance is not None:
-            protected = protected_owners(plan.decisions)
+            protected = protected_owners(plan.decisions, spare_only=rebalance.spare_replicas_only)
             rebalance_snapshot = cluster.snapshot(decided_at)
             moves, planned = plan_rebalance(
                 rebalance_snapshot, decided_at, rebalance, rebalance_state, protected=protected,

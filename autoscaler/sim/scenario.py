@@ -578,6 +578,10 @@ class Rebalance(_Strict):
         14400.0, alias="retryAfterMaxSeconds", ge=0, le=7 * 86400.0,
         description="each further pass of moves for a target still waiting doubles retryAfterSeconds, up to this, s",
     )
+    spare_replicas_only: bool = Field(
+        True, alias="spareReplicasOnly",
+        description="move a replica only when the tick recommended fewer replicas than the Deployment runs",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Rebalance:

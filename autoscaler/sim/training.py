@@ -131,4 +131,5 @@ def rebalance_config(scenario: Scenario, pools: Sequence[NodePool] | None = None
         training_excluded_pools=burst,
         retry_after_s=block.retry_after_seconds,
         retry_after_max_s=block.retry_after_max_seconds,
+        spare_replicas_only=block.spare_replicas_only,
     )

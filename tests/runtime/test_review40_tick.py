@@ -301,7 +301,7 @@ def _rebalance_world() -> tuple[Controller, _EvictedThenTimedOut]:
         writer=cluster,
         policies=FakePolicies([policy_object(chat)]),
         telemetry=Telemetry(),
-        rebalance=RebalanceConfig(max_moves_per_pass=2, max_moves_per_hour=3),
+        rebalance=RebalanceConfig(max_moves_per_pass=2, max_moves_per_hour=3, spare_replicas_only=False),
     )
     controller.acting_since = T0 - 3600
     return controller, cluster

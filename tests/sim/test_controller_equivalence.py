@@ -181,7 +181,9 @@ def test_controller_and_simulator_rebalance_the_same_way() -> None:
 
     services = [constant("a"), constant("b")]
     pools = [NodePool(name="fixed", nodes=4, gpusPerNode=8)]
-    config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=5, retry_after_s=300.0)
+    config = RebalanceConfig(
+        interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=5, retry_after_s=300.0, spare_replicas_only=False
+    )
     jobs = [SimJob("ml", f"train-{k}", 1, 8, 100, 50_000.0, 600.0, 0.0, min_runtime_s=0.0, restart_s=0.0)
             for k in range(2)]
     steps = 240

@@ -203,7 +203,7 @@ def test_moves_never_exceed_the_bounds_over_a_long_run(per_pass: int, per_hour: 
     pools = [NodePool(name="onprem", nodes=4, gpusPerNode=8)]
     # retry_after_s=0: no back-off for a target still waiting after its moves, so the bounds alone hold it
     config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=per_pass, max_moves_per_hour=per_hour,
-                             retry_after_s=0.0)
+                             retry_after_s=0.0, spare_replicas_only=False)
     run = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0, scoring=Scoring.LEAST_ALLOCATED,
                    jobs=jobs, rebalance=config)
     times = _evictions(run)
@@ -220,7 +220,8 @@ def test_a_target_whose_moves_were_undone_waits_before_it_is_moved_for_again() -
     # The same run with the default back-off: each waiting gang is moved for at most once per retry_after_s.
     services = [_service("a", 2), _service("b", 2)]
     pools = [NodePool(name="onprem", nodes=4, gpusPerNode=8)]
-    config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50, retry_after_s=1800.0)
+    config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50, retry_after_s=1800.0,
+                             spare_replicas_only=False)
     run = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0, scoring=Scoring.LEAST_ALLOCATED,
                    jobs=[_job("t1"), _job("t2")], rebalance=config)
     times = sorted(set(_evictions(run)))
@@ -230,7 +231,7 @@ def test_a_target_whose_moves_were_undone_waits_before_it_is_moved_for_again() -
     no_backoff = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0,
                           scoring=Scoring.LEAST_ALLOCATED, jobs=[_job("t1"), _job("t2")],
                           rebalance=RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50,
-                                                    retry_after_s=0.0))
+                                                    retry_after_s=0.0, spare_replicas_only=False))
     assert len(_evictions(no_backoff)) > len(_evictions(run))
 
 
@@ -259,7 +260,8 @@ def test_stranded_gpus_fall_when_the_rebalancer_makes_room_under_bin_packing() -
         for index, name in enumerate(replicas):
             cluster.place_pod("inference", name, f"onprem-{index}")
 
-    config = RebalanceConfig(interval_s=60.0)
+    # each service needs every replica it runs: the spare-replica rule would move none (tests/core/test_rebalance_spare)
+    config = RebalanceConfig(interval_s=60.0, spare_replicas_only=False)
     runs = [
         simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 240, 0.0, scoring=Scoring.MOST_ALLOCATED,
                  jobs=jobs, rebalance=config if on else None, fragmentation=config, prepare=spread)
@@ -288,8 +290,9 @@ def test_a_burst_node_kept_by_one_stray_replica_is_emptied_then_given_back() -> 
         name = min(name for (_, name), p in cluster.pods.items() if p.owner)
         cluster.place_pod("inference", name, "burst-0")
 
+    # steady demand: the service needs every replica it runs, so the spare-replica rule would keep the stray
     config = RebalanceConfig(interval_s=300.0, burst_pools=frozenset({"burst"}), burst_empty_below=0.75,
-                             training_excluded_pools=frozenset({"burst"}))
+                             training_excluded_pools=frozenset({"burst"}), spare_replicas_only=False)
     runs = [
         simulate(CorePolicy("reactive", capacity), services, pools, 0.0, 15.0, 960, 0.0,
                  scoring=Scoring.MOST_ALLOCATED, rebalance=config if on else None, fragmentation=config,
