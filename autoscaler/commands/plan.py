@@ -389,6 +389,12 @@ def _print_rebalance(rebalance: dict[str, Any], out: TextIO) -> None:
         to = ", ".join(f"{n} ({g})" for n, g in sorted(move["expectedTo"].items()))
         out.write(f"  move {move['owner']}: {', '.join(move['pods'])} from {where} to {to}, for {move['for']}\n")
         out.write(f"    {move['detail']}\n")
+    if rebalance["protected"]:
+        # why a target found no movable pods: these services' replicas were not candidates this pass
+        out.write(
+            "  not moved this pass (growing, guarded on latency, at maxReplicas, metrics stale or partial, or no "
+            f"replica to spare): {', '.join(rebalance['protected'])}\n"
+        )
     for note in rebalance["notes"]:
         out.write(f"  note: {note}\n")
 

@@ -87,3 +87,21 @@ def test_the_settings_and_the_scenario_carry_the_rule_on_by_default() -> None:
     assert rebalance_config(scenario).spare_replicas_only is True
     off = scenario.rebalance.model_validate({"spareReplicasOnly": False})
     assert rebalance_config(scenario.model_copy(update={"rebalance": off})).spare_replicas_only is False
+
+
+def test_plan_names_the_services_whose_replicas_were_not_candidates() -> None:
+    """``autoscaler plan``: a target that found no movable pods is explained by the services left alone this pass."""
+    import io
+    from dataclasses import replace
+
+    from autoscaler.commands.plan import plan_document, print_table
+    from tests.runtime.test_rebalance_pass import CONFIG, T0, world
+
+    c, _, _ = world(dry_run=True, config=replace(CONFIG, spare_replicas_only=True))  # chat needs both replicas
+    c.run_once(T0)
+    doc = plan_document(c.last_report, (), c.rebalance(T0))
+    assert doc["rebalance"]["moves"] == [] and doc["rebalance"]["protected"] == ["deployment/inf/chat"]
+    out = io.StringIO()
+    print_table(doc, out)
+    assert "not moved this pass (growing, guarded on latency, at maxReplicas, metrics stale or partial, or no " \
+        "replica to spare): deployment/inf/chat" in out.getvalue()
