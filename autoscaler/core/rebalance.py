@@ -129,8 +129,9 @@ class RebalanceConfig:
 class RebalanceState:
     last_pass_at: float | None = None  # Unix seconds of the last pass
     move_times: tuple[float, ...] = ()  # Unix seconds of the moves of the last hour
-    # (target, Unix seconds of a pass that moved for it): one per pass, for the targets still waiting, the latest
-    # RebalanceConfig.attempts_remembered() of each -- their count sets how long the target waits (retry_wait_s)
+    # (target, Unix seconds of a pass that moved for it): one per pass, for the targets still waiting (or gone from
+    # the snapshot within their current wait), the latest RebalanceConfig.attempts_remembered() of each -- their count
+    # sets how long the target waits (retry_wait_s)
     moved_for: tuple[tuple[str, float], ...] = ()
 
 
