@@ -17,6 +17,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TypeGuard
 
 from autoscaler.core import hpa
 from autoscaler.core.headroom import DEFAULT_HEADROOM, wants_headroom
@@ -200,7 +201,8 @@ def _with_down_window(policy: ServicePolicy, window_s: float) -> ServicePolicy:
     return replace(policy, scale_down=replace(policy.scale_down, stabilisation_s=window_s))
 
 
-def _floor_applies(floor: ReplicaFloor | None) -> bool:
+def _floor_applies(floor: ReplicaFloor | None) -> TypeGuard[ReplicaFloor]:
+    """A forecast floor the decision applies: given, usable and not a shadow."""
     return floor is not None and floor.usable and not floor.shadow
 
 
@@ -279,7 +281,7 @@ def decide_service(
         if guard is not None:
             recommendation, reason, detail = guard[0], Reason.SLO_BREACH, f"{guard[1]}; metric stale ({stale})"
             reactive = recommendation
-        elif floor is not None and floor.usable and not floor.shadow and floor.replicas > current:
+        elif _floor_applies(floor) and floor.replicas > current:
             recommendation, reason = floor.replicas, floor.reason
             detail = f"{floor.detail}; metric stale ({stale})"
             reactive = current  # the metric said nothing: only the floor raised it
@@ -287,7 +289,7 @@ def decide_service(
             return decision(current, Reason.METRICS_STALE, stale), state
     else:
         recommendation, detail = _metric_recommendation(policy, obs, current)
-        if full_target_policy is not None and floor is not None and floor.usable and floor.trust > 0.0:
+        if full_target_policy is not None and _floor_applies(floor) and floor.trust > 0.0:
             # The reduced target is headroom for a floor that under-covers (core.headroom). A floor whose measured
             # coverage earned some trust (partial) and that asks for at least what the metric asks for at the spec's
             # target covers this tick's demand: the reduced target's extra replicas would count the same doubt
@@ -411,16 +413,15 @@ def _without_behavior(
     reason: Reason,
     detail: str,
     decision: Callable[[int, Reason, str], ScaleDecision],
-    retain_s: float = 0.0,
-    history: tuple[tuple[float, int], ...] | None = None,
-    reactive_history: tuple[tuple[float, int], ...] = (),
+    retain_s: float,
+    history: tuple[tuple[float, int], ...],
+    reactive_history: tuple[tuple[float, int], ...],
 ) -> tuple[ScaleDecision, ServiceState]:
     """``normalizeDesiredReplicas`` + ``convertDesiredReplicasWithRules``: an HPA without a behavior block.
     ``retain_s``: keep the recommendations at least this long (a window that may grow, seconds); ``history``: what
-    the window reads (``_down_window_history``; None: the recommendations); ``reactive_history``: the state's."""
+    the window reads (``_down_window_history``); ``reactive_history``: the state's."""
     window = policy.scale_down.stabilisation_s
-    read = state.recommendations if history is None else history
-    stabilised = hpa.stabilise_without_behavior(now, recommendation, read, window)
+    stabilised = hpa.stabilise_without_behavior(now, recommendation, history, window)
     if stabilised != recommendation:
         reason = Reason.SCALE_DOWN_STABILISED
         detail = f"recommended {recommendation}, stabilised at {stabilised}; {detail}"
