@@ -77,7 +77,7 @@ import numpy as np
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import ReplicaFloor
-from autoscaler.core.headroom import DEFAULT_HEADROOM, scores_needed
+from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_excess, scores_needed
 from autoscaler.core.model import Observation, ServicePolicy
 from autoscaler.core.predictive import ForecastInput
 from autoscaler.core.tick import (
@@ -830,6 +830,7 @@ class ForecastService:
                 coverage[0] if coverage is not None else None,
                 coverage[1] if coverage is not None else 0,
                 series[key],
+                self._excess_share(state, quantile, now),
             )
         self._published = MappingProxyType(published)  # the hand-off: one atomic swap
 
@@ -995,6 +996,17 @@ class ForecastService:
             coverage = backtest
         return reliable, f"live: {reason}", _ratio(model_q, base_q), relative, len(scores), coverage
 
+    def _excess_share(self, state: _ServiceState, quantile: float, now: float) -> float:
+        """The share of the provisioned quantile's excess over the median the floor needs, measured on the live
+        scores of the accountability window (``core.headroom.calibrated_excess``; 1 until there are enough)."""
+        s = self.settings
+        scores = [
+            (sc.actual, sc.model_median, sc.model_q)
+            for sc in state.scores
+            if sc.time >= now - s.accountability_window_seconds
+        ]
+        return calibrated_excess(scores, quantile, s.min_scored_samples)[0]
+
     def _verdict_fresh(self, state: _ServiceState, now: float) -> bool:
         """Whether the backtest's verdict still speaks: made within the accountability window."""
         return state.verdict is not None and now - state.verdict_at <= self.settings.accountability_window_seconds
@@ -1122,6 +1134,7 @@ class ForecastService:
                 scored=scored,
                 coverage=coverage[0] if coverage is not None else None,
                 coverage_samples=coverage[1] if coverage is not None else 0,
+                excess_share=self._excess_share(state, quantile, now),
             )
             report.ok.append(key)
         self._published = MappingProxyType(published)  # the hand-off: one atomic swap

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -96,6 +97,38 @@ def scores_needed(quantile: float, min_scored: int) -> int:
     allowed, swung a new service from the full target to the untrusted one within minutes)."""
     allowed = max(1.0 - quantile, 1e-9)
     return max(min_scored, math.ceil(1.0 / allowed - 1e-9))
+
+
+def calibrated_excess(
+    scores: Iterable[tuple[float, float, float]], quantile: float, min_scored: int
+) -> tuple[float, int]:
+    """The share of the provisioned quantile's excess over the median the floor needs, measured (issue 14), and the
+    scores behind it. ``scores``: (actual, median, provisioned quantile) of the forecasts scored in the
+    accountability window. The spec's quantile is the coverage the service needs; each score's
+    r = (actual - median) / (quantile - median) is how much of the excess that value needed, and the conformal
+    ceil((n + 1) q)-th smallest r is the least share that covered a q share of them (split-conformal calibration of
+    the band's width). A forecast whose quantile over-covered (a P99 above 99.9 % of the demand) provisions at that
+    share, at most the whole excess: one that under-covers keeps its quantile, and the reactive path's reduced
+    target (``earned_headroom``) makes up for it, as the module's docstring says (the same doubt is not counted
+    twice). 1 (the quantile itself) until ``scores_needed`` values are scored, and when the order statistic is
+    beyond the scores (too few for the quantile) or is an actual above a zero excess."""
+    ratios = []
+    for actual, median, upper in scores:
+        excess = upper - median
+        if excess > 1e-9:
+            ratios.append((actual - median) / excess)
+        else:  # no band: covered by the median or by nothing
+            ratios.append(-math.inf if actual <= median else math.inf)
+    n = len(ratios)
+    if n < scores_needed(quantile, min_scored):
+        return 1.0, n
+    rank = math.ceil((n + 1) * quantile - 1e-9)
+    if rank > n:
+        return 1.0, n
+    share = sorted(ratios)[rank - 1]
+    if share == math.inf:
+        return 1.0, n
+    return min(1.0, max(0.0, share)), n
 
 
 @dataclass(frozen=True, slots=True)

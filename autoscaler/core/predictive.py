@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.core.decide import ReplicaFloor
 from autoscaler.core.hpa import ceil_replicas
@@ -54,6 +54,8 @@ class PredictiveSettings:
     contended_hold_s: float = 0.0
 
 
+MEDIAN_LEVEL = 0.5  # the level a provisioned quantile's excess is measured from (calibrated_excess)
+
 # The share of a replica's saturation throughput a utilisation-less signal (queue depth) is provisioned at.
 DEFAULT_UTILISATION = 0.7
 
@@ -91,6 +93,25 @@ def lead_time_s(
         ordered = sorted(observed_cold_starts_s)
         cold_start = ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
     return cold_start + (node_boot_s if needs_new_nodes else 0.0)
+
+
+def provisioned_input(latest: ForecastInput, quantile: float, excess_share: float) -> ForecastInput:
+    """The fit the floor reads: its ``quantile`` level narrowed to the median plus ``excess_share`` of its excess
+    over it (``core.headroom.calibrated_excess``: the share the measured coverage needed), the levels between the
+    two dropped. The fit itself when the share is 1, or when the fit lacks the median or the level (then the floor
+    says why, as it always did)."""
+    forecast = latest.forecast
+    median = forecast.quantiles.get(MEDIAN_LEVEL)
+    upper = forecast.quantiles.get(quantile)
+    if excess_share >= 1.0 or median is None or upper is None or quantile <= MEDIAN_LEVEL:
+        return latest
+    share = max(0.0, excess_share)
+    narrowed = tuple(m + share * max(0.0, u - m) for m, u in zip(median, upper, strict=True))
+    # the levels between say nothing calibrated (and could cross the narrowed one): dropped
+    levels = {lv: v for lv, v in forecast.quantiles.items() if not MEDIAN_LEVEL < lv < quantile}
+    levels[quantile] = narrowed
+    calibrated = Forecast(forecast.start, forecast.step_s, levels, forecast.model)
+    return replace(latest, forecast=calibrated)
 
 
 def forecast_floor(

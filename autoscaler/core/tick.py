@@ -45,6 +45,7 @@ from autoscaler.core.predictive import (
     PredictiveSettings,
     forecast_floor,
     lead_time_s,
+    provisioned_input,
     rate_per_replica,
 )
 from autoscaler.core.reasons import Reason
@@ -65,6 +66,9 @@ class PublishedForecast:
     coverage: float | None = None
     coverage_samples: int = 0  # values behind ``coverage`` (live scores, or the bootstrap backtest's)
     series: str | None = None  # what the fitted history is a series of (the source's query); None: it cannot tell
+    # the share of the quantile's excess over the median the floor provisions (``core.headroom.calibrated_excess``,
+    # measured on the live scores; 1: the quantile itself)
+    excess_share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,9 @@ class ForecastReadConfig:
     node_boot_s: float = 0.0  # seconds a new GPU node takes to join; added to the lead when free GPUs are short
     tick_interval_s: float = 15.0  # seconds between ticks: a floor covers the peak over the next tick
     headroom: HeadroomConfig | None = DEFAULT_HEADROOM  # None: every service runs at its spec's target
+    # the floor provisions the quantile's calibrated share of its excess (``PublishedForecast.excess_share``; False:
+    # the quantile as fitted)
+    calibrated_excess: bool = True
     # scale-down holds what the forecast needs within the lead time, and waits a lead time without a forecast
     cold_start_aware: bool = True
     # while lower-priority GPU work waits (``core.cluster.waiting_gpu_work``), a scale-down that would free a node
@@ -218,6 +225,10 @@ def read_forecasts(
                 None, message, headroom,
             )  # fmt: skip
             continue
+        calibrated = config.calibrated_excess and pub.excess_share < 1.0 and pub.quantile == fp.quantile
+        if calibrated:
+            # what the floor, the demand and capacity arbitration read: the quantile's calibrated share
+            pub = replace(pub, latest=provisioned_input(pub.latest, fp.quantile, pub.excess_share))
         rate = rate_per_replica(policy, tick.throughputs.get(key))
         if rate is None:
             message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"
@@ -280,6 +291,9 @@ def read_forecasts(
             floor = ReplicaFloor(
                 0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False, down_window_s=down_window
             )
+        if calibrated and floor is not None and floor.usable:
+            share = f"{pub.excess_share:.0%} of its excess over the median, the share its measured coverage needed"
+            floor = replace(floor, detail=f"{floor.detail} (calibrated: {share})")
         demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
         headroom = _earned(policy, pub, floor, tick.now, config, rules)
         views[key] = ServiceForecastView(

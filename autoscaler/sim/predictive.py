@@ -32,9 +32,9 @@ import numpy as np
 
 from autoscaler.core.arbitrate import EXPECTED_LEVEL, CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot
-from autoscaler.core.headroom import DEFAULT_HEADROOM
+from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_excess
 from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
-from autoscaler.core.predictive import ForecastInput
+from autoscaler.core.predictive import MEDIAN_LEVEL, ForecastInput
 from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, TickConfig
 from autoscaler.sim.policies import CorePolicy, SimService, metrics_delay_steps
 from forecast.types import Forecast, ForecastQuality, assess_reliability, pinball_loss
@@ -73,8 +73,12 @@ class _ServiceForecasting:
     bucket_sum: float = 0.0
     bucket_count: int = 0  # ticks in the bucket being filled
     bucket_seen: int = 0  # ... of which had a rate (the others are gaps)
-    # (target time, model's prediction, baseline's prediction) at the provisioned quantile
-    pending_scores: deque[tuple[float, float, float]] = field(default_factory=deque)
+    # (target time, model's prediction, baseline's prediction) at the provisioned quantile, and the model's median
+    pending_scores: deque[tuple[float, float, float, float]] = field(default_factory=deque)
+    # (time, actual, model's median, model's provisioned quantile) of the values scored in the accountability window:
+    # what the quantile's calibrated share of its excess is measured on (``core.headroom.calibrated_excess``)
+    calibration: deque[tuple[float, float, float, float]] = field(default_factory=deque)
+    excess_share: float = 1.0
     # (time, model's pinball loss, baseline's, |error|, covered) of the values scored in the accountability window,
     # with their running sums (n, model pinball, baseline pinball, |error|, covered): the verdict costs O(1)
     scores: deque[tuple[float, float, float, float, int]] = field(default_factory=deque)
@@ -193,7 +197,7 @@ class PredictivePolicy(CorePolicy):
                     )
                     state.published = PublishedForecast(
                         key, latest, self.config.model, self.quantiles[index], scored=state.scored,
-                        coverage=state.coverage, coverage_samples=state.scored,
+                        coverage=state.coverage, coverage_samples=state.scored, excess_share=state.excess_share,
                     )
                     state.published_from = state.latest
                 assert state.published is not None
@@ -211,11 +215,12 @@ class PredictivePolicy(CorePolicy):
             target = now + view.lead_s
             try:
                 predicted = state.latest.forecast.at(target, self.quantiles[index])
+                median = state.latest.forecast.at(target, MEDIAN_LEVEL)
                 baseline = state.baseline_forecast
                 base = baseline.at(target, self.quantiles[index]) if baseline is not None else math.nan
             except ValueError:
                 continue
-            _expect(state.pending_scores, (target, predicted, base))
+            _expect(state.pending_scores, (target, predicted, base, median))
         return plan
 
     def _bucket_s(self) -> float:
@@ -244,7 +249,8 @@ class PredictivePolicy(CorePolicy):
         # step ends at now - delay, and a forecast for T (the step starting at T) is scored once T is before that end
         # (``<=`` scored a forecast for T against the step ending at T, one step early: review 40).
         while state.pending_scores and state.pending_scores[0][0] < now - self.metrics_delay_s:
-            target, predicted, base = state.pending_scores.popleft()
+            target, predicted, base, median = state.pending_scores.popleft()
+            state.calibration.append((target, rate, median, predicted))
             error = abs(rate - predicted)
             loss = pinball_loss(rate, predicted, quantile)
             self.errors.append(error)
@@ -274,6 +280,13 @@ class PredictivePolicy(CorePolicy):
         state.reliability_detail = f"live: {detail}"
         state.scored = count
         state.coverage = covered / count if count else None
+        while state.calibration and state.calibration[0][0] < now - config.accountability_s:
+            state.calibration.popleft()
+        state.excess_share, _ = calibrated_excess(
+            ((actual, median, upper) for _, actual, median, upper in state.calibration),
+            quantile,
+            config.min_scored_samples,
+        )
 
     def _maybe_refit(self, index: int, state: _ServiceForecasting, now: float) -> None:
         outcome = self._refit_step(index, state, now)
@@ -418,7 +431,7 @@ def _append(state: _ServiceForecasting, value: float, keep: int) -> None:
     state.history_len = size + 1
 
 
-def _expect(pending: deque[tuple[float, float, float]], entry: tuple[float, float, float]) -> None:
+def _expect(pending: deque[tuple[float, float, float, float]], entry: tuple[float, float, float, float]) -> None:
     """Queue a forecast for scoring in target-time order. The lead grows by a node boot while free GPUs are short
     and falls back when they are not: a tick's target can come before an earlier tick's, and ``_observe`` scores
     from the front only, so appended behind it the forecast would wait and be scored on a later time's demand."""

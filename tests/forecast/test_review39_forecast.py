@@ -180,7 +180,7 @@ def test_sim_scores_a_forecast_against_the_demand_of_its_own_interval() -> None:
     state = _ServiceForecasting()
     t0 = 1_000_020.0
     target = t0 + 100 * 15.0 + 7.0  # inside step 100's interval [t0 + 1500, t0 + 1515)
-    state.pending_scores.append((target, 100.0, 100.0))
+    state.pending_scores.append((target, 100.0, 100.0, 100.0))
     for i in range(120):
         now = t0 + (i + 1) * 15.0
         policy._observe(state, now, float(max(i - 2, 0)), 0.9)  # step i sees step i - 2's demand (= i - 2)

@@ -93,7 +93,7 @@ def test_a_forecast_is_scored_against_the_demand_of_the_step_it_forecast() -> No
     policy = PredictivePolicy(ForecastingConfig(), metrics_delay_s=0.0)
     policy.reset([_service([10.0] * 10)], 60.0)
     state = policy.per_service[0]
-    state.pending_scores.append((120.0, 30.0, 30.0))
+    state.pending_scores.append((120.0, 30.0, 30.0, 30.0))
     policy._observe(state, 120.0, 10.0, 0.9)  # the demand of [60, 120)
     policy._observe(state, 180.0, 30.0, 0.9)  # the demand of [120, 180): what was forecast
     assert policy.errors == [0.0]
@@ -105,7 +105,7 @@ def test_a_forecast_is_not_scored_before_its_step_has_been_seen() -> None:
     policy = PredictivePolicy(ForecastingConfig(), metrics_delay_s=60.0)
     policy.reset([_service([10.0] * 10)], 60.0)
     state = policy.per_service[0]
-    state.pending_scores.append((180.0, 30.0, 30.0))
+    state.pending_scores.append((180.0, 30.0, 30.0, 30.0))
     policy._observe(state, 180.0, 10.0, 0.9)
     assert policy.errors == []
     assert len(state.pending_scores) == 1
