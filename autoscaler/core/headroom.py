@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -99,6 +99,30 @@ def scores_needed(quantile: float, min_scored: int) -> int:
     return max(min_scored, math.ceil(1.0 / allowed - 1e-9))
 
 
+def excess_ratio(actual: float, median: float, upper: float) -> float:
+    """How much of a forecast's excess over its median (``upper - median``) the demand that arrived needed:
+    r = (actual - median) / (upper - median); without a band, -inf when the median covered it, else +inf."""
+    excess = upper - median
+    if excess > 1e-9:
+        return (actual - median) / excess
+    return -math.inf if actual <= median else math.inf
+
+
+def calibrated_share(ordered_ratios: Sequence[float], quantile: float, min_scored: int) -> float:
+    """``calibrated_excess`` on the scores' ratios (``excess_ratio``) already sorted ascending: the simulator keeps
+    them sorted as scores come and go, so the share is one index, not a sort per update."""
+    n = len(ordered_ratios)
+    if n < scores_needed(quantile, min_scored):
+        return 1.0
+    rank = math.ceil((n + 1) * quantile - 1e-9)
+    if rank > n:
+        return 1.0
+    share = ordered_ratios[rank - 1]
+    if share == math.inf:
+        return 1.0
+    return min(1.0, max(0.0, share))
+
+
 def calibrated_excess(
     scores: Iterable[tuple[float, float, float]], quantile: float, min_scored: int
 ) -> tuple[float, int]:
@@ -112,23 +136,8 @@ def calibrated_excess(
     target (``earned_headroom``) makes up for it, as the module's docstring says (the same doubt is not counted
     twice). 1 (the quantile itself) until ``scores_needed`` values are scored, and when the order statistic is
     beyond the scores (too few for the quantile) or is an actual above a zero excess."""
-    ratios = []
-    for actual, median, upper in scores:
-        excess = upper - median
-        if excess > 1e-9:
-            ratios.append((actual - median) / excess)
-        else:  # no band: covered by the median or by nothing
-            ratios.append(-math.inf if actual <= median else math.inf)
-    n = len(ratios)
-    if n < scores_needed(quantile, min_scored):
-        return 1.0, n
-    rank = math.ceil((n + 1) * quantile - 1e-9)
-    if rank > n:
-        return 1.0, n
-    share = sorted(ratios)[rank - 1]
-    if share == math.inf:
-        return 1.0, n
-    return min(1.0, max(0.0, share)), n
+    ratios = sorted(excess_ratio(actual, median, upper) for actual, median, upper in scores)
+    return calibrated_share(ratios, quantile, min_scored), len(ratios)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ backtest: a new service earns trust from live scores only.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import math
@@ -32,7 +33,7 @@ import numpy as np
 
 from autoscaler.core.arbitrate import EXPECTED_LEVEL, CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot
-from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_excess
+from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_share, excess_ratio
 from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import MEDIAN_LEVEL, ForecastInput
 from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, TickConfig
@@ -75,9 +76,10 @@ class _ServiceForecasting:
     bucket_seen: int = 0  # ... of which had a rate (the others are gaps)
     # (target time, model's prediction, baseline's prediction) at the provisioned quantile, and the model's median
     pending_scores: deque[tuple[float, float, float, float]] = field(default_factory=deque)
-    # (time, actual, model's median, model's provisioned quantile) of the values scored in the accountability window:
-    # what the quantile's calibrated share of its excess is measured on (``core.headroom.calibrated_excess``)
-    calibration: deque[tuple[float, float, float, float]] = field(default_factory=deque)
+    # (time, excess ratio) of the values scored in the accountability window, and the same ratios kept sorted: what
+    # the quantile's calibrated share of its excess is read from (``core.headroom.calibrated_share``)
+    calibration: deque[tuple[float, float]] = field(default_factory=deque)
+    calibration_sorted: list[float] = field(default_factory=list)
     excess_share: float = 1.0
     # (time, model's pinball loss, baseline's, |error|, covered) of the values scored in the accountability window,
     # with their running sums (n, model pinball, baseline pinball, |error|, covered): the verdict costs O(1)
@@ -250,7 +252,9 @@ class PredictivePolicy(CorePolicy):
         # (``<=`` scored a forecast for T against the step ending at T, one step early: review 40).
         while state.pending_scores and state.pending_scores[0][0] < now - self.metrics_delay_s:
             target, predicted, base, median = state.pending_scores.popleft()
-            state.calibration.append((target, rate, median, predicted))
+            ratio = excess_ratio(rate, median, predicted)
+            state.calibration.append((target, ratio))
+            bisect.insort(state.calibration_sorted, ratio)
             error = abs(rate - predicted)
             loss = pinball_loss(rate, predicted, quantile)
             self.errors.append(error)
@@ -280,13 +284,11 @@ class PredictivePolicy(CorePolicy):
         state.reliability_detail = f"live: {detail}"
         state.scored = count
         state.coverage = covered / count if count else None
+        ordered = state.calibration_sorted
         while state.calibration and state.calibration[0][0] < now - config.accountability_s:
-            state.calibration.popleft()
-        state.excess_share, _ = calibrated_excess(
-            ((actual, median, upper) for _, actual, median, upper in state.calibration),
-            quantile,
-            config.min_scored_samples,
-        )
+            gone = state.calibration.popleft()[1]
+            del ordered[bisect.bisect_left(ordered, gone)]
+        state.excess_share = calibrated_share(ordered, quantile, config.min_scored_samples)
 
     def _maybe_refit(self, index: int, state: _ServiceForecasting, now: float) -> None:
         outcome = self._refit_step(index, state, now)
