@@ -763,6 +763,13 @@ class ForecastSettings(_Group):
         "elsewhere: taking GPUs back from training before its next checkpoint loses its work (0: lead time only), "
         "seconds",
     )
+    calibrated_excess: bool = Field(
+        True,
+        description="the forecast floor provisions the share of the quantile's excess over the median that the "
+        "live scores of the accountability window needed to cover that quantile (split-conformal; never more than "
+        "the quantile itself): a P99 that over-covers is narrowed, one that under-covers is kept (false: the "
+        "quantile as fitted) (on/off)",
+    )
 
     @field_validator("auto_candidates", mode="before")
     @classmethod

@@ -297,6 +297,11 @@ class Forecasting(_Strict):
         "what the forecast needs this far past the lead time (as far as the forecast reaches) when the replicas "
         "wanted back would then not fit elsewhere, seconds (the controller's forecast.contended_hold_seconds)",
     )
+    calibrated_excess: bool = Field(
+        True, alias="calibratedExcess",
+        description="the forecast floor provisions the share of the quantile's excess over the median that the "
+        "scores of the accountability window needed (the controller's forecast.calibrated_excess), on/off",
+    )
     model_params: dict[str, Any] = Field(
         default_factory=dict,
         alias="modelParams",
@@ -365,6 +370,7 @@ class Forecasting(_Strict):
             min_history_s=self.min_history_seconds,
             model_params=dict(self.model_params),
             contended_hold_s=self.contended_hold_seconds,
+            calibrated_excess=self.calibrated_excess,
         )
 
 
