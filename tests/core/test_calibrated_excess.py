@@ -107,3 +107,16 @@ def test_the_floor_says_it_is_calibrated() -> None:
     plan, _ = decide_tick(tick, ControllerState())
     floor = plan.forecasts[p.key].floor
     assert floor is not None and "calibrated: 50% of its excess" in floor.detail
+
+
+def test_the_narrowed_fit_is_built_once_per_fit_and_share() -> None:
+    """Read at every tick between two publications: the same fit and share give the same object; another share or
+    another fit (even an equal one) its own answer."""
+    latest = _forecast()
+    first = provisioned_input(latest, 0.99, 0.25)
+    assert provisioned_input(latest, 0.99, 0.25) is first
+    assert provisioned_input(latest, 0.99, 0.5).forecast.at(NOW, 0.99) == pytest.approx(10.0)
+    other = _forecast()
+    again = provisioned_input(other, 0.99, 0.25)
+    assert again is not first and again.forecast.at(NOW, 0.99) == pytest.approx(9.0)
+    assert again.forecast.start == other.forecast.start
