@@ -90,6 +90,10 @@ class PodInfo:
     # restarts of its containers (status.containerStatuses[].restartCount, summed): after one, its Ready time is
     # that of a recovery (an OOM kill, a liveness probe), not of its start, and measures no cold start
     restarts: int = 0
+    # Unix seconds of the earliest Ready this reader has seen the pod reach (None: none seen before ``ready_at``). A
+    # readiness probe that fails under load and passes again moves the Ready condition's time without a restart; the
+    # cold start is measured to this first one, not to the latest recovery
+    first_ready_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,17 +332,19 @@ def checkpoint_times(pods: Iterable[PodInfo], now: float) -> list[float]:
 
 def cold_starts_by_service(snapshot: ClusterSnapshot) -> dict[str, list[float]]:
     """Observed bind-to-ready seconds of each Deployment's pods (``namespace/name`` -> seconds; from creation when
-    the bind time is unknown; a pod whose containers restarted is left out: its Ready time is a recovery's). A replica
-    that waited for a burst node to boot measured boot + cold start from its creation: with a handful of replicas
-    that one pod was the p95, and the lead then added the node boot again."""
+    the bind time is unknown; a pod whose containers restarted is left out: its Ready time is a recovery's; to the
+    first Ready the reader saw when its readiness has flapped since, ``PodInfo.first_ready_at``). A replica that
+    waited for a burst node to boot measured boot + cold start from its creation: with a handful of replicas that one
+    pod was the p95, and the lead then added the node boot again."""
     out: dict[str, list[float]] = {}
     for pod in snapshot.pods:
         if pod.owner_kind != "Deployment" or not pod.owner_name:
             continue
         start = pod.scheduled_at if pod.scheduled_at is not None else pod.created_at
-        if start is None or pod.ready_at is None or pod.ready_at < start or pod.restarts > 0:
+        ready = pod.first_ready_at if pod.first_ready_at is not None else pod.ready_at
+        if start is None or ready is None or ready < start or pod.restarts > 0:
             continue
-        out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod.ready_at - start)
+        out.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(ready - start)
     return out
 
 

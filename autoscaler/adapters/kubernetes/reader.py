@@ -482,6 +482,8 @@ class KubeClusterReader:
         self._kueue_seen = False
         self._autoscaling = client.AutoscalingV2Api(api_client)
         self.last_stats = ReadStats()
+        # pod uid -> the earliest Ready time read for it (``PodInfo.first_ready_at``), for the pods of the last snapshot
+        self._first_ready: dict[str, float] = {}
         cfg = self.config
         self._pager = Pager(
             page_size=cfg.page_size,
@@ -529,7 +531,7 @@ class KubeClusterReader:
         )
         hpas = self._hpas()
         raw_workloads = self._raw_workloads()
-        pods = self._with_podgroup_min_available(converted)
+        pods = self._with_first_ready(self._with_podgroup_min_available(converted))
         snapshot = ClusterSnapshot(
             time=now,
             deployments=tuple(
@@ -965,6 +967,30 @@ class KubeClusterReader:
             or (suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL))),
         )
         return info, owner
+
+    def _with_first_ready(self, pods: list[PodInfo]) -> list[PodInfo]:
+        """Each pod with the earliest Ready time read for it (``PodInfo.first_ready_at``) when its Ready condition
+        moved since: a readiness probe that failed and passed again (no container restart) is a recovery, not a cold
+        start. Remembered per pod uid for the pods of this snapshot only; a restarted controller starts from their
+        current Ready times."""
+        seen: dict[str, float] = {}
+        out = []
+        for pod in pods:
+            if pod.uid is None:
+                out.append(pod)
+                continue
+            earlier = self._first_ready.get(pod.uid)
+            if pod.ready_at is None:  # not Ready now (a probe failing): the first Ready stays known
+                if earlier is not None:
+                    seen[pod.uid] = earlier
+                    pod = replace(pod, first_ready_at=earlier)
+                out.append(pod)
+                continue
+            first = pod.ready_at if earlier is None else min(earlier, pod.ready_at)
+            seen[pod.uid] = first
+            out.append(replace(pod, first_ready_at=first) if first < pod.ready_at else pod)
+        self._first_ready = seen
+        return out
 
     def _with_podgroup_min_available(self, pods: list[PodInfo]) -> list[PodInfo]:
         """Fill Volcano gangs' minAvailable from their PodGroup's ``spec.minMember`` (one list, only if needed)."""
