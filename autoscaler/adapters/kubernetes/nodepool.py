@@ -59,6 +59,7 @@ from autoscaler.adapters.kubernetes._api import (
     with_read_retries,
 )
 from autoscaler.ports import (
+    ChangedSinceRead,
     NodePoolScaler,
     PortError,
     WriteGuard,
@@ -108,6 +109,14 @@ class NoUnregisteredMachineError(MachineNotFoundError):
     (``remove_unregistered``) found none in the MachineDeployment (every Machine not being deleted has a
     ``status.nodeRef``), or the one it chose got a Node or started going meanwhile. Lowering the size anyway would let
     the MachineSet delete a Machine of its own choosing: a running node, possibly a busy one."""
+
+
+class UnregisteredMachineBootingError(NoUnregisteredMachineError, ChangedSinceRead):
+    """Not scaled down, nothing written: every Machine without a Node is younger than the minimum age -- the one the
+    pool waited on was replaced (a MachineHealthCheck's replacement of a stuck Machine) or a scale-up created it.
+    The premise of the give-back (a Machine that has waited past the provision timeout) is gone: the actuator reports
+    the action ``skipped``, not ``failed`` (no error counted, no give-back back-off for the pool), and the next tick
+    decides again."""
 
 
 class MachinesDeletedFirstError(PortError):
@@ -336,7 +345,8 @@ class MachineDeploymentNodePools:
                 if young
                 else ""
             )
-            raise NoUnregisteredMachineError(
+            error = UnregisteredMachineBootingError if young else NoUnregisteredMachineError
+            raise error(
                 f"MachineDeployment {self.namespace}/{name} has no Machine without a Node (status.nodeRef) that is not "
                 f"already being deleted{' and is old enough' if young else ''}{younger}: not scaled down, the "
                 "MachineSet would remove a node of its own choosing"
