@@ -90,6 +90,9 @@ class PodInfo:
     # restarts of its containers (status.containerStatuses[].restartCount, summed): after one, its Ready time is
     # that of a recovery (an OOM kill, a liveness probe), not of its start, and measures no cold start
     restarts: int = 0
+    # controller.kubernetes.io/pod-deletion-cost (an int32; unset or unreadable: 0, as the ReplicaSet controller
+    # reads it): a ReplicaSet's scale-down deletes its ready pods of lower cost first (``replica_removal_order``)
+    deletion_cost: int = 0
     # Unix seconds of the earliest Ready this reader has seen the pod reach (None: none seen before ``ready_at``). A
     # readiness probe that fails under load and passes again moves the Ready condition's time without a restart; the
     # cold start is measured to this first one, not to the latest recovery
@@ -462,8 +465,10 @@ _PHASE_RANK = {"Pending": 0, "Unknown": 1}  # Running (and anything else) last
 def replica_removal_order(pods: Sequence[PodInfo]) -> list[PodInfo]:
     """The active pods of one Deployment in the order its ReplicaSet deletes them on a scale-down (the ReplicaSet
     controller's ``ActivePodsWithRanks``): unscheduled first, then Pending, Unknown, Running; not ready before
-    ready; then *doubled up* -- a pod on a node holding more of the Deployment's pods first; then the latest ready,
-    then the newest (ties: the later name). Upstream compares ready times in powers of two of their age
+    ready; then the lower ``controller.kubernetes.io/pod-deletion-cost`` first (``PodInfo.deletion_cost``: a person
+    or another tool may have set it); then *doubled up* -- a pod on a node holding more of the Deployment's pods
+    first; then the latest ready, then more container restarts (upstream: the most restarts of one container; here
+    their sum), then the newest (ties: the later name). Upstream compares ready times in powers of two of their age
     (``LogarithmicScaleDown``); exact times keep the order deterministic and agree with it across buckets."""
     on_node: dict[str | None, int] = {}
     for pod in pods:
@@ -473,7 +478,9 @@ def replica_removal_order(pods: Sequence[PodInfo]) -> list[PodInfo]:
         ready_time = pod.ready_at if pod.ready and pod.ready_at is not None else math.inf
         created = pod.created_at if pod.created_at is not None else math.inf
         return (
-            pod.node is not None, _PHASE_RANK.get(pod.phase, 2), pod.ready, -on_node[pod.node], -ready_time, -created,
+            pod.node is not None, _PHASE_RANK.get(pod.phase, 2), pod.ready, pod.deletion_cost, -on_node[pod.node],
+            -ready_time,
+            -pod.restarts, -created,
         )  # fmt: skip
 
     return sorted(sorted(pods, key=lambda p: p.name, reverse=True), key=rank)

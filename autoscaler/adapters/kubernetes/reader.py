@@ -13,6 +13,7 @@ import contextlib
 import gc
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -224,6 +225,21 @@ DO_NOT_DISRUPT_ANNOTATIONS = {
     "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
     "karpenter.sh/do-not-disrupt": "true",
 }
+
+
+POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def deletion_cost(annotations: Mapping[str, Any]) -> int:
+    """``controller.kubernetes.io/pod-deletion-cost`` as the ReplicaSet controller reads it
+    (``GetDeletionCostFromPodAnnotations``): a base-10 int32 without a plus sign or leading zeros, 0 when unset or
+    not such a value (the controller ignores the error and ranks the pod at 0)."""
+    value = annotations.get(POD_DELETION_COST_ANNOTATION)
+    if not isinstance(value, str) or not re.fullmatch(r"0|-?[1-9][0-9]*|-0", value):
+        return 0
+    cost = int(value)
+    return cost if _INT32[0] <= cost <= _INT32[1] else 0
 
 
 def _do_not_disrupt(annotations: Mapping[str, Any]) -> bool:
@@ -704,6 +720,7 @@ class KubeClusterReader:
             },
             tolerations=pod_tolerations(spec),
             restarts=sum(max(0, _int(_map(c).get("restartCount"))) for c in _list(status.get("containerStatuses"))),
+            deletion_cost=deletion_cost(annotations),
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
