@@ -79,7 +79,7 @@ from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import ReplicaFloor
 from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_excess, scores_needed
 from autoscaler.core.model import Observation, ServicePolicy
-from autoscaler.core.predictive import ForecastInput
+from autoscaler.core.predictive import MEDIAN_LEVEL, ForecastInput
 from autoscaler.core.tick import (
     ForecastReadConfig,
     PublishedForecast,
@@ -154,6 +154,8 @@ class FitResult:
     # backtest: share of actuals at or below the provisioned quantile (earns headroom until live scores do)
     coverage: float | None = None
     coverage_samples: int = 0  # backtest: the distinct values behind ``coverage``
+    # backtest: the calibrated share of the quantile's excess over the median (``_backtest_share``; 1: the quantile)
+    excess_share: float = 1.0
     # the fitted model and baseline themselves (pickled back from the worker): the update job re-conditions them
     fitted: tuple[Any, Any] | None = None
     error: str = ""
@@ -241,21 +243,40 @@ def _distinct_scored(result: Any) -> int:
     return len(scored)
 
 
-def _verdict(job: FitJob, model_bt: Any, base_bt: Any) -> tuple[tuple[bool, str, float | None], float | None, int]:
-    """(reliable, reason, pinball ratio), the coverage of the provisioned quantile and the distinct values behind
-    it, from the backtests."""
+def _verdict(
+    job: FitJob, model_bt: Any, base_bt: Any
+) -> tuple[tuple[bool, str, float | None], float | None, int, float]:
+    """(reliable, reason, pinball ratio), the coverage of the provisioned quantile, the distinct values behind it,
+    and the calibrated share of the quantile's excess over the median (``_backtest_share``), from the backtests."""
     model_q, base_q = _quality_at(model_bt, job.quantile), _quality_at(base_bt, job.quantile)
     reliable, reason = assess_reliability(model_q, base_q, max_ratio=job.max_ratio, min_samples=job.min_samples)
     coverage = model_q.upper_coverage if math.isfinite(model_q.upper_coverage) else None
     samples = min(model_q.n, _distinct_scored(model_bt)) if coverage is not None else 0
-    return (reliable, f"backtest: {reason}", _ratio(model_q, base_q)), coverage, samples
+    share = _backtest_share(model_bt, job.quantile, samples, job.min_samples)
+    return (reliable, f"backtest: {reason}", _ratio(model_q, base_q)), coverage, samples, share
+
+
+def _backtest_share(result: Any, quantile: float, samples: int, min_samples: int) -> float:
+    """``core.headroom.calibrated_excess`` on the backtest's scored values, as the live scores give it: what a
+    restarted controller (or a new leader) provisions until its live scores can judge the quantile, as the backtest's
+    coverage earns its headroom meanwhile. 1 when the backtest lacks the median or the level, or scored fewer
+    distinct values than the quantile needs (``scores_needed``)."""
+    levels = list(result.levels)
+    if MEDIAN_LEVEL not in levels or quantile not in levels or samples < scores_needed(quantile, min_samples):
+        return 1.0
+    actuals = np.asarray(result.actuals, dtype=float).ravel()
+    medians = np.asarray(result.predictions[levels.index(MEDIAN_LEVEL)], dtype=float).ravel()
+    uppers = np.asarray(result.predictions[levels.index(quantile)], dtype=float).ravel()
+    scored = np.isfinite(actuals) & np.isfinite(medians) & np.isfinite(uppers)
+    triples = zip(actuals[scored].tolist(), medians[scored].tolist(), uppers[scored].tolist(), strict=True)
+    return calibrated_excess(triples, quantile, min_samples)[0]
 
 
 def _fit(job: FitJob) -> FitResult:
     from forecast.backtest import rolling_origin_backtest
 
     started = time.perf_counter()
-    name, selected, verdict, coverage, samples = job.model, False, None, None, 0
+    name, selected, verdict, coverage, samples, share = job.model, False, None, None, 0, 1.0
     h_bt = max(1, min(job.backtest_horizon_steps, job.horizon_steps))
     n_origins = max(1, job.backtest_origins)
 
@@ -287,7 +308,9 @@ def _fit(job: FitJob) -> FitResult:
             name = BASELINE  # too short to backtest: the baseline until a selection succeeds
         else:
             name, selected = selection.best, True
-            verdict, coverage, samples = _verdict(job, selection.results[name], selection.results[BASELINE])
+            verdict, coverage, samples, share = _verdict(
+                job, selection.results[name], selection.results[BASELINE]
+            )
     elif job.backtest_origins > 0:
         try:
             every = _origin_spacing(job.y.size, h_bt, n_origins, job.step_s)
@@ -300,7 +323,7 @@ def _fit(job: FitJob) -> FitResult:
             }
             model_bt = rolling_origin_backtest(candidate(name), job.y, **kw)
             base_bt = model_bt if name == BASELINE else rolling_origin_backtest(candidate(BASELINE), job.y, **kw)
-            verdict, coverage, samples = _verdict(job, model_bt, base_bt)
+            verdict, coverage, samples, share = _verdict(job, model_bt, base_bt)
         except ValueError:
             verdict = None  # too short to backtest: trust has to come from live scores
 
@@ -322,6 +345,7 @@ def _fit(job: FitJob) -> FitResult:
         verdict=verdict,
         coverage=coverage,
         coverage_samples=samples,
+        excess_share=share,
         fitted=(model, base_model),
     )
 
@@ -592,6 +616,7 @@ class _ServiceState:
     verdict: tuple[bool, str, float | None] | None = None  # from the bootstrap backtest / the selection
     verdict_coverage: float | None = None  # the backtest's coverage of the provisioned quantile
     verdict_samples: int = 0  # the distinct values the backtest scored
+    verdict_share: float = 1.0  # the backtest's calibrated share of the quantile's excess (``_backtest_share``)
     # when the verdict was made: it speaks for ``accountability_window_seconds``, as a live score does
     verdict_at: float = -math.inf
     selected: str | None = None  # auto: the model chosen
@@ -797,6 +822,7 @@ class ForecastService:
                     if result.verdict is not None:
                         state.verdict, state.verdict_coverage = result.verdict, result.coverage
                         state.verdict_samples, state.verdict_at = result.coverage_samples, now
+                        state.verdict_share = result.excess_share
                     state.fitted = result.fitted
                     if state.job_y is not None:
                         state.y, state.y_start = state.job_y
@@ -998,13 +1024,21 @@ class ForecastService:
 
     def _excess_share(self, state: _ServiceState, quantile: float, now: float) -> float:
         """The share of the provisioned quantile's excess over the median the floor needs, measured on the live
-        scores of the accountability window (``core.headroom.calibrated_excess``; 1 until there are enough)."""
+        scores of the accountability window (``core.headroom.calibrated_excess``). Until they are enough to judge the
+        quantile, the bootstrap backtest's share while its verdict speaks (as its coverage does in ``_judge``: a
+        restarted controller keeps the earned headroom and the calibrated floor alike), else 1."""
         s = self.settings
         scores = [
             (sc.actual, sc.model_median, sc.model_q)
             for sc in state.scores
             if sc.time >= now - s.accountability_window_seconds
         ]
+        if (
+            len(scores) < scores_needed(quantile, s.min_scored_samples)
+            and self._verdict_fresh(state, now)
+            and state.verdict_coverage is not None
+        ):
+            return state.verdict_share
         return calibrated_excess(scores, quantile, s.min_scored_samples)[0]
 
     def _verdict_fresh(self, state: _ServiceState, now: float) -> bool:

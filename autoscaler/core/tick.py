@@ -225,10 +225,13 @@ def read_forecasts(
                 None, message, headroom,
             )  # fmt: skip
             continue
-        calibrated = config.calibrated_excess and pub.excess_share < 1.0 and pub.quantile == fp.quantile
-        if calibrated:
-            # what the floor, the demand and capacity arbitration read: the quantile's calibrated share
-            pub = replace(pub, latest=provisioned_input(pub.latest, fp.quantile, pub.excess_share))
+        calibrated = False
+        if config.calibrated_excess and pub.excess_share < 1.0 and pub.quantile == fp.quantile:
+            # what the floor, the demand and capacity arbitration read: the quantile's calibrated share (the fit
+            # itself when it has no stored median or level to narrow between: then the floor does not say it is)
+            narrowed = provisioned_input(pub.latest, fp.quantile, pub.excess_share)
+            calibrated = narrowed is not pub.latest
+            pub = replace(pub, latest=narrowed)
         rate = rate_per_replica(policy, tick.throughputs.get(key))
         if rate is None:
             message = f"metric {policy.metric.value}: set spec.forecast.ratePerReplica to turn demand into replicas"

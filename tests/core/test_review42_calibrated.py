@@ -1,6 +1,6 @@
 """Review 42 of issue 14's calibrated excess (``core.headroom.calibrated_excess``, ``core.predictive.
-provisioned_input``, ``core.tick.read_forecasts``): the defects found (strict xfails) and what was checked and found
-right, pinned."""
+provisioned_input``, ``core.tick.read_forecasts``): the defects found (strict xfails at review, fixed in the same
+stop) and what was checked and found right, pinned."""
 
 from __future__ import annotations
 
@@ -66,14 +66,6 @@ def test_a_median_quantile_publishes_a_share_of_zero() -> None:
     assert calibrated_excess(scores, 0.5, 30) == (0.0, 30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/tick.py:228/294: `calibrated` checks only excess_share < 1 and the same quantile, but "
-    "provisioned_input (core/predictive.py:104) returns the fit unchanged for a quantile <= 0.5 and for a fit whose "
-    "median or quantile is not a stored level (Forecast.at interpolates it everywhere else, and the controller scores "
-    "it so): the floor is not narrowed, yet its detail (decision detail, plan, status lastForecast.message) says "
-    "'(calibrated: N% of its excess over the median...)'",
-)
 @pytest.mark.parametrize(
     ("levels", "quantile", "share"),
     [

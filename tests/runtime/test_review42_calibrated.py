@@ -1,6 +1,6 @@
 """Review 42 of issue 14's calibrated excess in the controller (``autoscaler/forecasting.py`` ``_excess_share``):
-the defects found (strict xfails) and what was checked and found right, pinned. In-process (``workers = 1``), on
-the in-memory ports of ``test_forecasting.py``; time is an argument."""
+the defects found (strict xfails at review, fixed in the same stop) and what was checked and found right, pinned.
+In-process (``workers = 1``), on the in-memory ports of ``test_forecasting.py``; time is an argument."""
 
 from __future__ import annotations
 
@@ -85,21 +85,56 @@ def test_a_new_quantile_starts_its_share_afresh() -> None:
     assert pub.quantile == 0.95 and pub.excess_share == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="forecasting.py:999 _excess_share: the share lives only in the in-memory live scores; after a restart or "
-    "a change of leader the bootstrap backtest restores the coverage (EARNED at once) but not the share, so every "
-    "earned service's floor goes back up to the full quantile for the ~100 minutes a P99 needs to score again (and "
-    "`autoscaler plan`, a fresh ForecastService, never shows the calibrated floor the running controller applies)",
-)
-def test_a_restart_keeps_the_calibrated_share_as_it_keeps_the_coverage() -> None:
+def test_a_restart_provisions_the_backtests_share_as_it_keeps_the_backtests_coverage() -> None:
+    """Fixed (was a strict xfail: the share lived only in the live scores, so a restart went back to the full P99
+    while the backtest's coverage kept the service earned). Now the bootstrap backtest also gives a share
+    (``_backtest_share``) that speaks until the live scores can judge the quantile, as its coverage does. In this
+    world the backtest's P99 under-covers (98.3 %), so its share is 1 -- the same answer the live scores would give on
+    those values; a backtest that over-covers gives less (the next test)."""
     world = _world(0.99)
     end = _run(_service(world), JUMP, 12)
     restarted = _service(world)
     restarted.refit(end)
     pub = restarted.published["ml/chat"]
+    state = restarted._state["ml/chat"]
     assert pub.scored == 0 and pub.coverage is not None and pub.coverage_samples >= 100  # the backtest speaks
-    assert pub.excess_share < 1.0, "the restart provisions the full P99 again until 100 live scores"
+    assert pub.excess_share == state.verdict_share == 1.0
+
+
+def test_the_backtest_share_is_the_calibration_of_its_scores() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from autoscaler.forecasting import _backtest_share
+
+    rng = np.random.default_rng(3)
+    actuals = rng.normal(10.0, 1.0, size=(20, 10))
+    medians = np.full((20, 10), 10.0)
+    uppers = np.full((20, 10), 14.0)  # a P99 4 sigma up: over-covers
+    result = SimpleNamespace(levels=(0.5, 0.99), actuals=actuals, predictions=np.stack([medians, uppers]))
+    triples = list(zip(actuals.ravel(), medians.ravel(), uppers.ravel(), strict=True))
+    share = _backtest_share(result, 0.99, 200, 30)
+    assert share == pytest.approx(calibrated_excess(triples, 0.99, 30)[0]) and share < 0.8
+    assert _backtest_share(result, 0.99, 99, 30) == 1.0  # fewer distinct values than a P99 needs
+    no_median = SimpleNamespace(levels=(0.1, 0.99), actuals=actuals, predictions=np.stack([medians, uppers]))
+    assert _backtest_share(no_median, 0.99, 200, 30) == 1.0  # no median to narrow towards
+
+
+def test_the_backtest_share_speaks_until_the_live_scores_can_judge() -> None:
+    settings = ForecastSettings(model="last_value", workers=1, min_history_seconds=0, bootstrap_origins=0)
+    service = ForecastService(settings, FakeMetricsSource(), lambda: [], refit_interval_s=900.0)
+    now = 1_000_000.0
+    state = _ServiceState(quantile=0.99, verdict=(True, "ok", 0.5), verdict_coverage=0.999, verdict_samples=150,
+                          verdict_share=0.6, verdict_at=now - 600.0)  # fmt: skip
+    assert service._excess_share(state, 0.99, now) == 0.6  # no live scores: the backtest's
+    state.scores.extend(_Score(now - i * 60.0, 14.0, 20.0, 10.0, 20.0) for i in range(99))
+    assert service._excess_share(state, 0.99, now) == 0.6  # 99 < the 100 a P99 needs
+    state.scores.append(_Score(now, 14.0, 20.0, 10.0, 20.0))
+    assert service._excess_share(state, 0.99, now) == pytest.approx(0.4)  # the live scores judge
+    state.scores.clear()
+    state.verdict_at = now - settings.accountability_window_seconds - 1.0
+    assert service._excess_share(state, 0.99, now) == 1.0  # a stale verdict says nothing
 
 
 def test_scores_outside_the_window_say_nothing_and_non_finite_actuals_never_become_scores() -> None:
