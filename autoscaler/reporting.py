@@ -461,6 +461,7 @@ def forecast_gauges(views: Mapping[str, ServiceForecastView], now: float) -> lis
                 fallback_reason=fallback,
                 headroom_ratio=v.headroom.ratio if v.headroom is not None else None,
                 headroom_state=v.headroom.state.value if v.headroom is not None else None,
+                excess_share=v.excess_share if usable else None,
             )
         )
     return out
@@ -509,6 +510,7 @@ def forecast_record(view: ServiceForecastView, quantile: float | None = None) ->
         headroom_state=view.headroom.state.value if view.headroom is not None else None,
         headroom_ratio=round(view.headroom.ratio, 4) if view.headroom is not None else None,
         headroom_message=view.headroom.detail if view.headroom is not None else None,
+        excess_share=round(view.excess_share, 4) if floor is not None and floor.usable else None,
     )
 
 

@@ -173,6 +173,8 @@ class ForecastGauges:
     fallback_reason: str | None = None
     headroom_ratio: float | None = None  # share of the spec's target an ACTIVE forecasting service runs at
     headroom_state: str | None = None  # core.headroom.HeadroomState value
+    # share of the quantile's excess over the median the floor provisioned (calibrated excess); None: no usable floor
+    excess_share: float | None = None
 
 
 class _ForecastCollector(Collector):
@@ -227,6 +229,12 @@ class _ForecastCollector(Collector):
             "target (its quantile covered the demand), lower while learning or when the forecast degrades",
             labels=labels,
         )
+        excess = GaugeMetricFamily(
+            f"{PREFIX}_forecast_excess_share",
+            "Share of the forecast quantile's excess over the median that the service's floor provisions: what its "
+            "recent scores needed to cover that quantile (calibrated excess; 1 = the quantile as fitted)",
+            labels=labels,
+        )
         headroom_state = GaugeMetricFamily(
             f"{PREFIX}_headroom_state",
             "1 for the service's earned-headroom state (learning, earned, partial, degraded, untrusted)",
@@ -236,6 +244,8 @@ class _ForecastCollector(Collector):
             key = [s.namespace, s.service]
             if s.headroom_ratio is not None:
                 headroom.add_metric(key, s.headroom_ratio)
+            if s.excess_share is not None:
+                excess.add_metric(key, s.excess_share)
             if s.headroom_state is not None:
                 headroom_state.add_metric([*key, s.headroom_state], 1)
             if s.fallback_reason is not None:
@@ -248,7 +258,7 @@ class _ForecastCollector(Collector):
                 age.add_metric(key, s.fit_age_s)
             if s.floor_replicas is not None:
                 floor.add_metric(key, s.floor_replicas)
-        return [ratio, reliable, age, floor, fallback, headroom, headroom_state]
+        return [ratio, reliable, age, floor, fallback, headroom, excess, headroom_state]
 
 
 class Telemetry:

@@ -339,6 +339,8 @@ def _headroom(report: Any, key: str) -> dict[str, Any] | None:
         "coverage": headroom.coverage,
         "scored": headroom.scored,
         "detail": headroom.detail,
+        # the share of the quantile's excess over the median the floor provisioned (calibrated excess; 1: the quantile)
+        "excessShare": round(view.excess_share, 4),
     }
 
 
@@ -515,7 +517,9 @@ def print_table(doc: dict[str, Any], out: TextIO) -> None:
             out.write("\nEarned headroom (share of the spec's target each forecasting service runs at):\n")
             for d in headrooms:
                 h = d["headroom"]
-                out.write(f"  {d['service']}: {h['state']}, target x {h['targetRatio']:g} ({h['detail']})\n")
+                # the floor's calibrated share of its quantile's excess, when it provisions less than the quantile
+                share = f", floor at {h['excessShare']:.1%} of its quantile's excess" if h["excessShare"] < 1 else ""
+                out.write(f"  {d['service']}: {h['state']}, target x {h['targetRatio']:g}{share} ({h['detail']})\n")
     else:
         out.write("No GPUScalingPolicy found.\n")
     out.write("\n")

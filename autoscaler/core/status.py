@@ -80,6 +80,8 @@ class ForecastRecord:
     headroom_state: str | None = None  # core.headroom.HeadroomState value
     headroom_ratio: float | None = None  # share of the spec's target the service runs at
     headroom_message: str | None = None
+    # share of the quantile's excess over the median the floor provisions (calibrated excess; 1: the quantile)
+    excess_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,9 @@ class ServiceForecastView:
     demand: float | None  # forecast request rate at the quantile over [now + lead, now + lead + tick], req/s
     message: str = ""  # why there is no floor, when there is none
     headroom: Headroom | None = None  # the target ratio an ACTIVE forecasting service ran at this tick
+    # the share of the quantile's excess over the median the floor provisioned this tick (calibrated excess); 1: the
+    # quantile as fitted
+    excess_share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,13 +298,13 @@ def read_forecasts(
                 0, Reason.FORECAST_STALE, f"latest fit cannot be read: {exc}", usable=False, down_window_s=down_window
             )
         if calibrated and floor is not None and floor.usable:
-            share = f"{pub.excess_share:.0%} of its excess over the median, the share its measured coverage needed"
+            share = f"{pub.excess_share:.1%} of its excess over the median, the share its measured coverage needed"
             floor = replace(floor, detail=f"{floor.detail} (calibrated: {share})")
         demand = _demand(pub.latest, tick.now, lead, fp.quantile, config)
         headroom = _earned(policy, pub, floor, tick.now, config, rules)
         views[key] = ServiceForecastView(
             key, policy.namespace, policy.name, fp.mode, pub, _floor_at_headroom(floor, headroom, ""), lead, demand,
-            headroom=headroom,
+            headroom=headroom, excess_share=pub.excess_share if calibrated else 1.0,
         )  # fmt: skip
     return views
 

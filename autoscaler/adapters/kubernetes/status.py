@@ -89,6 +89,14 @@ class ForecastModel(_Wire):
         None, alias="headroomRatio", gt=0, le=1, description="the share of metric.target the service runs at"
     )
     headroom_message: str | None = Field(None, alias="headroomMessage", description="why, with the coverage")
+    excess_share: float | None = Field(
+        None,
+        alias="excessShare",
+        ge=0,
+        le=1,
+        description="the share of the forecast quantile's excess over the median the floor provisions: what the "
+        "recent scores needed to cover that quantile (calibrated excess; 1 = the quantile as fitted)",
+    )
 
 
 class GPUScalingPolicyStatus(_Wire):
@@ -151,6 +159,7 @@ def merge_status(
             ("headroomState", f.headroom_state),
             ("headroomRatio", f.headroom_ratio),
             ("headroomMessage", f.headroom_message),
+            ("excessShare", f.excess_share),
         ):
             if value is not None:
                 forecast[key] = value
