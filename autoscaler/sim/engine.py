@@ -44,6 +44,7 @@ from autoscaler.actuator import Actuator, GuardContext
 from autoscaler.core.arbitrate import fits_typed
 from autoscaler.core.cluster import ClusterSnapshot, PodInfo
 from autoscaler.core.model import (
+    EvictPod,
     MetricKind,
     Observation,
     Plan,
@@ -225,11 +226,11 @@ def node_autoscaler_plan(
         if due:
             count = len(nodes_of[pool.name])
             # the node found unneeded goes (Cluster Autoscaler deletes that node, not the pool's pick)
-            node = min(due, key=lambda n: (unneeded_since[n], n))
+            removed = min(due, key=lambda n: (unneeded_since[n], n))
             detail = f"node unneeded for {pool.scale_down_unneeded_seconds:g}s"
-            actions.append(ScaleNodePool(pool.name, count - 1, count, Reason.BURST_SCALE_DOWN, detail, node))
+            actions.append(ScaleNodePool(pool.name, count - 1, count, Reason.BURST_SCALE_DOWN, detail, removed))
             # only the node removed: the others found unneeded as long stay due, and go at the next loops
-            unneeded_since.pop(node, None)
+            unneeded_since.pop(removed, None)
             break  # one node per loop, as Cluster Autoscaler removes empty-ish nodes one by one
     return Plan(now, actions=tuple(actions))
 
@@ -445,7 +446,7 @@ def simulate(
             if moves.actions:
                 context = GuardContext(decided_at, policy.guarded_policies(), acting_since=acting_since)
                 for result in actuator.apply(moves.actions, context):
-                    if result.result == "applied":
+                    if result.result == "applied" and isinstance(result.action, EvictPod):
                         applied.add((result.action.namespace, result.action.name))
                         run.rebalance_moves += 1
                         run.rebalance_move_times.append(decided_at)

@@ -20,7 +20,7 @@ def _bucket_max(values: np.ndarray, buckets: int) -> np.ndarray:
     size = int(np.ceil(len(values) / buckets))
     padded = np.full(size * int(np.ceil(len(values) / size)), np.nan)
     padded[: len(values)] = values
-    return np.nanmax(padded.reshape(-1, size), axis=1)
+    return np.asarray(np.nanmax(padded.reshape(-1, size), axis=1))
 
 
 def _bucket_mean(values: np.ndarray, buckets: int) -> np.ndarray:
@@ -29,7 +29,7 @@ def _bucket_mean(values: np.ndarray, buckets: int) -> np.ndarray:
     size = int(np.ceil(len(values) / buckets))
     padded = np.full(size * int(np.ceil(len(values) / size)), np.nan)
     padded[: len(values)] = values
-    return np.nanmean(padded.reshape(-1, size), axis=1)
+    return np.asarray(np.nanmean(padded.reshape(-1, size), axis=1))
 
 
 # The policies whose GPUs-by-use panel is drawn when the scenario has training (in this order, when run).

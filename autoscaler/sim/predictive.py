@@ -137,7 +137,7 @@ class PredictivePolicy(CorePolicy):
         step_s = getattr(self, "step_s", None)
         if not step_s:
             return self.metrics_delay_setting_s
-        return metrics_delay_steps(self.metrics_delay_setting_s, step_s) * step_s
+        return float(metrics_delay_steps(self.metrics_delay_setting_s, step_s) * step_s)
 
     def policy_for(self, service: SimService) -> ServicePolicy:
         forecast = service.policy.forecast
@@ -340,10 +340,10 @@ class PredictivePolicy(CorePolicy):
         history_points = state.history_len
         bucket_s = self._bucket_s()
         if history_points * bucket_s < config.min_history_s:
-            return
+            return None
         refit = now - state.last_refit >= config.refit_s or state.estimator is None
         if not refit and now - state.last_update < config.update_s:
-            return  # nothing due: the published forecast stands (decided before any work on the history)
+            return None  # nothing due: the published forecast stands (decided before any work on the history)
         keep = int(config.history_s / bucket_s)
         first = history_points - keep if 0 < keep < history_points else 0
         window = state.history[first:history_points]  # a view: the models copy what they keep

@@ -48,6 +48,9 @@ from autoscaler.core.model import Mode
 from autoscaler.policy import API_GROUP, API_VERSION, DNS_LABEL, DNS_SUBDOMAIN, KIND, GPUScalingPolicySpec
 from autoscaler.yaml_input import YamlProblem, load_yaml
 
+# the Literal types below spell them out (a type cannot be built from the constants): kept equal here
+assert (f"{API_GROUP}/{API_VERSION}", KIND) == ("gpuautoscaler.dev/v1alpha1", "GPUScalingPolicy")
+
 BUILTIN_PREFIX = "builtin:"
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
@@ -215,8 +218,8 @@ class Metadata(_Strict):
 
 class ServiceEntry(_Strict):
     # the version the controller reads (the CRD serves no other): a typo is refused, as a wrong kind is
-    api_version: Literal["gpuautoscaler.dev/v1alpha1"] = Field(f"{API_GROUP}/{API_VERSION}", alias="apiVersion")
-    kind: Literal["GPUScalingPolicy"] = KIND
+    api_version: Literal["gpuautoscaler.dev/v1alpha1"] = Field("gpuautoscaler.dev/v1alpha1", alias="apiVersion")
+    kind: Literal["GPUScalingPolicy"] = "GPUScalingPolicy"
     metadata: Metadata
     spec: GPUScalingPolicySpec
     simulation: ServiceSimulation
@@ -540,7 +543,9 @@ class Capacity(_Strict):
         "it this long, seconds (0: never)",
     )
     expanders: list[Literal["least-waste", "cheapest", "priority"]] = Field(
-        default_factory=lambda: ["least-waste", "cheapest"], min_length=1, max_length=3
+        default_factory=lambda: ["least-waste", "cheapest"],  # type: ignore[arg-type]
+        min_length=1,
+        max_length=3,
     )
     spend_cap_per_hour: float | None = Field(None, alias="spendCapPerHour", ge=0, le=1e9)
     preemptible_below_priority: int = Field(

@@ -25,7 +25,7 @@ def read_runtimes(path: Path) -> np.ndarray:
     """Runtimes (seconds) of a one-column file with a header line, gzip or plain; refuses anything else."""
     try:
         opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as stream:  # type: ignore[operator]
+        with opener(path, "rt", encoding="utf-8") as stream:
             lines = stream.read(64 * 1024 * 1024).splitlines()
     except (OSError, UnicodeDecodeError, EOFError) as error:
         raise ScenarioError(f"training.generate.runtimes: cannot read {path}: {error}") from None
