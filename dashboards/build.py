@@ -64,6 +64,8 @@ RUNBOOKS_URL = "https://github.com/example/gpu-autoscaler/blob/main/deploy/runbo
 FORECAST_ERROR_SERIES = "namespace_service:gpu_autoscaler_forecast_pinball_ratio:leader"  # error / seasonal naive
 FORECAST_FALLBACK_SERIES = "namespace_service_reason:gpu_autoscaler_forecast_fallback:leader"  # 1 = reactive only
 HEADROOM_SERIES = "namespace_service:gpu_autoscaler_headroom_target_ratio:leader"  # share of the spec's target
+# share of the forecast quantile's excess over the median the floor provisions (calibrated excess)
+EXCESS_SHARE_SERIES = "namespace_service:gpu_autoscaler_forecast_excess_share:leader"
 # The newest successful tick of each installation (followers' zeros and replaced leaders handled by the rule).
 LAST_SUCCESS = "namespace_job:gpu_autoscaler_last_successful_tick_timestamp_seconds:max"
 
@@ -428,6 +430,15 @@ def forecast_row() -> tuple[Row, list[Builder]]:
             "gpu_autoscaler_headroom_target_ratio (the leader's): the share of its spec's target an active "
             "forecasting service runs at. 1 once its forecast's quantile covered the demand; untrustedTargetRatio "
             "(0.75) while it learns or when the forecast degrades (more replicas, not fewer).",
+            width=12,
+        ),
+        timeseries(
+            "Forecast floor: share of its quantile's excess provisioned",
+            "percentunit",
+            [query(f"{EXCESS_SHARE_SERIES}{{{SVC}}}", "{{namespace}}/{{service}}")],
+            "gpu_autoscaler_forecast_excess_share (the leader's): the floor provisions the median plus this share of "
+            "the quantile's excess over it -- what the last accountability window's scores needed to cover the "
+            "quantile (calibrated excess). 1: the quantile as fitted (it under-covered, too few scores, or off).",
             width=12,
         ),
         timeseries(

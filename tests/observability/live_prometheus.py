@@ -115,6 +115,9 @@ def history(start: float) -> list[Series]:
                     const(1.0)))
     s.append(Series("gpu_autoscaler_headroom_target_ratio", {**LEADER, "service": "embed", "namespace": "ml"},
                     const(0.75)))
+    # Calibrated excess (stop 42): chat's floor provisions 60 % of its P99's excess over the median
+    s.append(Series("gpu_autoscaler_forecast_excess_share", {**LEADER, "service": "chat", "namespace": "ml"},
+                    const(0.6)))
     s.append(Series("gpu_autoscaler_forecast_updates_total", {**LEADER, "result": "ok"}, counter(2 / 60)))
     # Capacity arbitration: the leader is 2 GPUs short (GPUAutoscalerCapacityShortfall pending), has 2 burst nodes
     # (56/h, under the 100/h alert threshold) and stops 2 gangs an hour (no thrash); the follower's leftovers from

@@ -69,6 +69,9 @@ def test_forecast_panels_show_the_leaders_values_by_service(promtool: str, tmp_p
             series("gpu_autoscaler_forecast_fallback", "b", f'{chat}, reason="forecast_stale"', "1x10"),
             series("gpu_autoscaler_forecast_pinball_ratio", "b", chat, "3x10"),
             series("gpu_autoscaler_headroom_target_ratio", "b", chat, "0.5x10"),
+            series("gpu_autoscaler_forecast_excess_share", "a", chat, "0.6x10"),
+            series("gpu_autoscaler_forecast_excess_share", "a", search, "1x10"),
+            series("gpu_autoscaler_forecast_excess_share", "b", chat, "1x10"),
         ],
         "promql_expr_test": [],
     }
@@ -79,6 +82,7 @@ def test_forecast_panels_show_the_leaders_values_by_service(promtool: str, tmp_p
     for title, values in (
         ("Forecast error by service (pinball / seasonal naive)", (0.5, 1.4)),
         ("Earned headroom by service (share of the target)", (1, 0.75)),
+        ("Forecast floor: share of its quantile's excess provisioned", (0.6, 1)),
     ):
         for variables in ({}, {"namespace": "ml"}):
             test["promql_expr_test"].append(

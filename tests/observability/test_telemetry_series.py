@@ -106,6 +106,7 @@ def test_forecast_recording_rules_normalise_labels_and_keep_the_leader_only() ->
         "gpu_autoscaler_forecast_pinball_ratio",
         "gpu_autoscaler_forecast_fallback",
         "gpu_autoscaler_headroom_target_ratio",
+        "gpu_autoscaler_forecast_excess_share",
     ):
         [(name, expr)] = [(n, e) for n, e in records.items() if f":{metric}:leader" in n]
         assert '"exported_namespace"' in expr and '"exported_service"' in expr, name
