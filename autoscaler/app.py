@@ -313,8 +313,8 @@ def lease_name(settings: Settings) -> str:
 def build_runtime(
     settings: Settings,
     adapters: Adapters | None = None,
-    refit: Callable[[float], None] | None = None,
-    rebalance: Callable[[float], None] | None = None,
+    refit: Callable[[float], object] | None = None,
+    rebalance: Callable[[float], object] | None = None,
     http: bool = True,
 ) -> Runtime:
     """Everything ``autoscaler run`` needs. ``refit`` defaults to the ``ForecastService``'s refit job, which also

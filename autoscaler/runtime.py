@@ -111,7 +111,7 @@ class Runtime:
         shutdown_grace_s: float = 10.0,
         elector: LeaderElector | None = None,
         refit: Callable[[float], None] = noop_job,
-        rebalance: Callable[[float], None] = noop_job,
+        rebalance: Callable[[float], object] = noop_job,
         forecast_update: Callable[[float], None] | None = None,
         forecast_update_interval_s: float = 60.0,
         http: tuple[str, int] | None = ("", 8080),

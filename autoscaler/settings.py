@@ -456,7 +456,7 @@ class CapacitySettings(_Group):
         "for its replicas costs less than keeping the node this long, seconds (0: only under-used nodes go back)",
     )
     expanders: Annotated[list[Literal["least-waste", "cheapest", "priority"]], NoDecode] = Field(
-        default_factory=lambda: ["least-waste", "cheapest"],
+        default_factory=lambda: ["least-waste", "cheapest"],  # type: ignore[arg-type]
         description="burst pool choice, chained: each breaks the ties of the one before (comma-separated in env)",
     )
     spend_cap_per_hour: float | None = Field(None, ge=0, description="burst spend at most this per hour")
@@ -921,16 +921,16 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", description="text for humans, json for log pipelines")
     # validated from {} rather than built by a factory: its defaults come from the pod (POD_NAMESPACE, POD_NAME), and
     # an error in one must name the setting it fills (leader_election.lease_namespace), which a factory's does not
-    leader_election: LeaderElectionSettings = Field(default_factory=dict)  # type: ignore[arg-type]
-    http: HttpSettings = Field(default_factory=HttpSettings)  # type: ignore[arg-type]
+    leader_election: LeaderElectionSettings = Field(default_factory=dict)  # type: ignore[assignment]
+    http: HttpSettings = Field(default_factory=HttpSettings)
     scheduler_extender: SchedulerExtenderSettings = Field(default_factory=SchedulerExtenderSettings)
-    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)  # type: ignore[arg-type]
-    node_pools: NodePoolSettings = Field(default_factory=NodePoolSettings)  # type: ignore[arg-type]
-    capacity: CapacitySettings = Field(default_factory=CapacitySettings)  # type: ignore[arg-type]
-    rebalance: RebalanceSettings = Field(default_factory=RebalanceSettings)  # type: ignore[arg-type]
-    forecast: ForecastSettings = Field(default_factory=ForecastSettings)  # type: ignore[arg-type]
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    node_pools: NodePoolSettings = Field(default_factory=NodePoolSettings)
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
+    rebalance: RebalanceSettings = Field(default_factory=RebalanceSettings)
+    forecast: ForecastSettings = Field(default_factory=ForecastSettings)
     prometheus: PrometheusSettings = Field(
-        default_factory=PrometheusSettings,  # type: ignore[arg-type]
+        default_factory=PrometheusSettings,
         description="the Prometheus adapter (env AUTOSCALER_PROMETHEUS_*, file key prometheus)",
     )
 

@@ -242,7 +242,7 @@ class FourierARIMA(BaseForecaster):
         self._store(y, drop, result)
 
     def _store_flat(self, y: FloatArray, drop: int) -> None:
-        self.result_ = None
+        self.result_: Any = None  # fitted flat: no statsmodels results to re-condition
         self.n_coarse_ = (y.size - drop) // self.factor_
         self.offsets_ = np.zeros(len(self.levels_))
 

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh test
 echo "== ruff (lint)"
 .venv/bin/ruff check .
-echo "== mypy (type check: core, ports, forecast types, simulator)"
+echo "== mypy (type check: the autoscaler and forecast packages, strict)"
 .venv/bin/mypy
 echo "== import-linter (layering contracts)"
 .venv/bin/lint-imports

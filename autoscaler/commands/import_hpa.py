@@ -13,7 +13,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -159,9 +159,10 @@ def _read_live(args: argparse.Namespace) -> dict[str, Any]:
         response = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(
             args.name, args.namespace, _preload_content=False, _request_timeout=10
         )
-        obj: dict[str, Any] = json.loads(response.data)
+        # _preload_content=False: the raw HTTP response (its body as sent), not the generated model
+        obj: dict[str, Any] = json.loads(cast(Any, response).data)
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]
     obj.setdefault("apiVersion", "autoscaling/v2")
     obj.setdefault("kind", "HorizontalPodAutoscaler")
     return obj

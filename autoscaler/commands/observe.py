@@ -112,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = PrometheusSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-        return _fail(f"invalid Prometheus settings: {problems}")
+        invalid = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        return _fail(f"invalid Prometheus settings: {invalid}")
     try:
         now = parse_time(args.time) if args.time else time.time()
         policies, queries = load_policies(args.policy)

@@ -331,7 +331,7 @@ def _headroom(report: Any, key: str) -> dict[str, Any] | None:
     """The earned headroom (``core.headroom``) an active forecasting service ran at, or None."""
     view = (getattr(report, "forecasts", None) or {}).get(key)
     headroom = view.headroom if view is not None else None
-    if headroom is None:
+    if view is None or headroom is None:
         return None
     return {
         "state": headroom.state.value,

@@ -186,7 +186,7 @@ def parse_quantity(value: object, where: str) -> float:
         if isinstance(value, (int, float)):
             number = float(value)
         elif isinstance(value, str):
-            number = float(k8s_parse(value.strip()))
+            number = float(k8s_parse(value.strip()))  # type: ignore[no-untyped-call]
         else:
             raise HpaImportError(f"{where}: {_show(value)} is not a quantity")
     except OverflowError:  # an integer beyond float64, e.g. 10**400

@@ -993,18 +993,19 @@ class KubeClusterReader:
         seen: dict[str, float] = {}
         out = []
         for pod in pods:
-            if pod.uid is None:
+            uid = pod.uid
+            if uid is None:
                 out.append(pod)
                 continue
-            earlier = self._first_ready.get(pod.uid)
+            earlier = self._first_ready.get(uid)
             if pod.ready_at is None:  # not Ready now (a probe failing): the first Ready stays known
                 if earlier is not None:
-                    seen[pod.uid] = earlier
+                    seen[uid] = earlier
                     pod = replace(pod, first_ready_at=earlier)
                 out.append(pod)
                 continue
             first = pod.ready_at if earlier is None else min(earlier, pod.ready_at)
-            seen[pod.uid] = first
+            seen[uid] = first
             out.append(replace(pod, first_ready_at=first) if first < pod.ready_at else pod)
         self._first_ready = seen
         return out
