@@ -106,7 +106,7 @@ def test_the_floor_says_it_is_calibrated() -> None:
     tick = TickInput(NOW, Observation(NOW, {p.key: obs}), ClusterSnapshot(NOW), {p.key: p}, {p.key: pub})
     plan, _ = decide_tick(tick, ControllerState())
     floor = plan.forecasts[p.key].floor
-    assert floor is not None and "calibrated: 50% of its excess" in floor.detail
+    assert floor is not None and "calibrated: 50.0% of its excess" in floor.detail
 
 
 def test_the_narrowed_fit_is_built_once_per_fit_and_share() -> None:
