@@ -104,7 +104,7 @@ def full_telemetry() -> Telemetry:
     t = Telemetry(identity="a")
     t.services.update([ServiceGauges("ml", "chat", 2, 3, ("no_data",))])
     t.forecasts.update(
-        [ForecastGauges("ml", "chat", 0.8, True, 60.0, 3, "forecast_stale", 0.75, HeadroomState.LEARNING.value)]
+        [ForecastGauges("ml", "chat", 0.8, True, 60.0, 3, "forecast_stale", 0.75, HeadroomState.LEARNING.value, 0.6)]
     )
     t.burst_nodes.labels(pool="cloud-a100").set(1)
     t.forecast_updates.labels(result="ok").inc()
@@ -441,6 +441,7 @@ def test_label_cardinality_is_bounded() -> None:
         "gpu_autoscaler_forecast_pinball_ratio", "gpu_autoscaler_forecast_reliable",
         "gpu_autoscaler_forecast_fit_age_seconds", "gpu_autoscaler_forecast_floor_replicas",
         "gpu_autoscaler_forecast_fallback", "gpu_autoscaler_headroom_target_ratio", "gpu_autoscaler_headroom_state",
+        "gpu_autoscaler_forecast_excess_share",
     }  # fmt: skip
     bounded = {"result", "kind", "reason", "dry_run", "component", "identity", "how", "pool", "verb", "le", "state"}
     for family in t.registry.collect():
