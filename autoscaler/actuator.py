@@ -46,6 +46,7 @@ from autoscaler.core.model import (
     ScaleNodePool,
     ServicePolicy,
     ServiceState,
+    SetPodDeletionCost,
     SuspendWorkload,
 )
 from autoscaler.core.reasons import Reason
@@ -135,7 +136,7 @@ def action_target(action: Action) -> str:
         return f"nodepool/{action.pool}"
     if isinstance(action, SuspendWorkload | ResumeWorkload):
         return f"{action.kind.lower()}/{action.namespace}/{action.name}"
-    if isinstance(action, EvictPod):
+    if isinstance(action, EvictPod | SetPodDeletionCost):
         return f"pod/{action.namespace}/{action.name}"
     return f"deployment/{action.namespace}/{action.name}"
 
@@ -153,6 +154,10 @@ def describe_action(action: Action) -> str:
         return f"evict {action_target(action)}{gang}"
     if isinstance(action, ResumeWorkload):
         return f"resume {action_target(action)}"
+    if isinstance(action, SetPodDeletionCost):
+        if action.cost is None:
+            return f"remove the deletion-cost mark of {action_target(action)}"
+        return f"mark {action_target(action)} with pod-deletion-cost {action.cost}"
     return f"suspend {action_target(action)}"
 
 
@@ -162,14 +167,15 @@ def is_destructive(action: Action) -> bool:
         return action.replicas < action.previous_replicas
     if isinstance(action, ScaleNodePool):
         return action.nodes < action.previous_nodes
-    # Evictions and suspensions take capacity; a resume gives GPUs to training and takes none the forecast needs.
-    return not isinstance(action, ResumeWorkload)
+    # Evictions and suspensions take capacity; a resume gives GPUs to training and takes none the forecast needs; a
+    # deletion-cost mark only orders the replicas of a scale-down (which is guarded itself).
+    return not isinstance(action, ResumeWorkload | SetPodDeletionCost)
 
 
 def _nothing_written(action: Action, result: str) -> str:
     """Why an ``unchanged`` or ``gone`` action wrote nothing, for its result and log."""
     if result == "gone":
-        if isinstance(action, EvictPod):
+        if isinstance(action, EvictPod | SetPodDeletionCost):
             return (
                 "the pod is gone already, or a new pod holds its name (not the uid the plan was made from); "
                 "no Event names it"
@@ -185,6 +191,8 @@ def _nothing_written(action: Action, result: str) -> str:
         return f"the {action.kind} is already running"
     if isinstance(action, ScaleNodePool):
         return f"the pool is already at {action.nodes} nodes, or at the min/max bound it is clamped to"
+    if isinstance(action, SetPodDeletionCost):
+        return "the pod already carries no mark of ours" if action.cost is None else "the pod is already so marked"
     return "already done"
 
 
@@ -236,6 +244,8 @@ def _effect(action: Action) -> tuple[tuple[str, ...], object]:
         return ("workload", action.kind, action.namespace, action.name), action_kind(action)
     if isinstance(action, ScaleDeployment):
         return ("deployment", action.namespace, action.name, str(action.previous_replicas)), action.replicas
+    if isinstance(action, SetPodDeletionCost):
+        return ("pod-deletion-cost", action.namespace, action.name), action.cost
     pool_effect = (action.nodes, action.remove_node, action.remove_unregistered)
     return ("pool", action.pool, str(action.previous_nodes)), pool_effect
 
@@ -680,6 +690,12 @@ class Actuator:
             return _result_of(self.writer.suspend_workload(action.kind, action.namespace, action.name, can_write=guard))
         if isinstance(action, ResumeWorkload):
             return _result_of(self.writer.resume_workload(action.kind, action.namespace, action.name, can_write=guard))
+        if isinstance(action, SetPodDeletionCost):
+            return _result_of(
+                self.writer.set_pod_deletion_cost(
+                    action.namespace, action.name, action.cost, uid=action.uid, can_write=guard
+                )
+            )
         if self.node_pools is None:
             raise RuntimeError("no node-pool scaler is configured")
         # the size the plan counted: a pool resized since (or counted from its registered nodes because its size could
@@ -724,7 +740,9 @@ class Actuator:
         elif isinstance(action, SuspendWorkload | ResumeWorkload):
             obj = (action.kind, action.namespace, action.name)
         else:
-            return  # node pools are cluster-scoped provider objects: log and metric only
+            # node pools are cluster-scoped provider objects; a deletion-cost mark is one per replica of a
+            # scale-down, told by the scale's own Event: log and metric only
+            return
         self.event(
             obj,
             event_reason(action.reason),

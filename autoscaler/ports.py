@@ -184,6 +184,22 @@ class ClusterWriter(Protocol):
         read)."""
         ...
 
+    def set_pod_deletion_cost(
+        self,
+        namespace: str,
+        name: str,
+        cost: int | None,
+        *,
+        uid: str | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> WriteOutcome:
+        """Set the pod's ``controller.kubernetes.io/pod-deletion-cost`` to ``cost`` with this controller's mark
+        beside it (``gpuautoscaler.dev/deletion-cost-by``), or remove both (``cost`` None; a pod without our mark is
+        left as it is): ``WROTE``; already so: ``ALREADY``. No such pod, or one of that name with another ``uid``
+        (recreated since the read): ``GONE``. A cost on the pod that somebody else set (no mark of ours): nothing
+        written, ``ChangedSinceRead``."""
+        ...
+
     def emit_event(
         self,
         kind: str,

@@ -455,6 +455,14 @@ class CapacitySettings(_Group):
         description="a busy burst node is emptied onto the cluster's own nodes when stopping lower-priority training "
         "for its replicas costs less than keeping the node this long, seconds (0: only under-used nodes go back)",
     )
+    choose_scale_down_replicas: bool = Field(
+        False,
+        description="while lower-priority GPU work waits, mark the replicas a scale-down removes -- those on the nodes "
+        "with the most free GPUs -- with a low controller.kubernetes.io/pod-deletion-cost (and "
+        "gpuautoscaler.dev/deletion-cost-by) so that the ReplicaSet deletes them first: whole nodes free for training "
+        "without an eviction, and the next rise takes them back (more gangs stopped); needs pods/patch, "
+        "a Deployment with a deletion cost set by anyone else is never marked",
+    )
     expanders: Annotated[list[Literal["least-waste", "cheapest", "priority"]], NoDecode] = Field(
         default_factory=lambda: ["least-waste", "cheapest"],  # type: ignore[arg-type]
         description="burst pool choice, chained: each breaks the ties of the one before (comma-separated in env)",
@@ -526,6 +534,7 @@ class CapacitySettings(_Group):
             consolidate_horizon_s=self.consolidate_horizon_seconds,
             preempt=self.preempt,
             burst=self.burst,
+            choose_scale_down_replicas=self.choose_scale_down_replicas,
         )
 
 

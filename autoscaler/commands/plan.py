@@ -156,6 +156,17 @@ class ReadOnlyWriter:
     ) -> WriteOutcome:
         raise RuntimeError("autoscaler plan is read-only")
 
+    def set_pod_deletion_cost(
+        self,
+        namespace: str,
+        name: str,
+        cost: int | None,
+        *,
+        uid: str | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> WriteOutcome:
+        raise RuntimeError("autoscaler plan is read-only")
+
     def emit_event(
         self,
         kind: str,

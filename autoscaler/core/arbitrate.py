@@ -135,6 +135,10 @@ class CapacityConfig:
     give_back_retry_s: float = 180.0
     preempt: bool = True  # False: never stop training (burst only)
     burst: bool = True  # False: never add nodes (preempt only)
+    # While lower-priority GPU work waits, a scale-down's replicas are chosen (``core.scale_down_choice``): those on
+    # the nodes with the most free GPUs, marked with a low pod-deletion-cost before the scale so that the ReplicaSet
+    # deletes them first; the contended hold predicts the holes in that order. Off: the ReplicaSet's own order
+    choose_scale_down_replicas: bool = False
 
 
 @dataclass(frozen=True, slots=True)

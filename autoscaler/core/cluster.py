@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -93,6 +93,10 @@ class PodInfo:
     # controller.kubernetes.io/pod-deletion-cost (an int32; unset or unreadable: 0, as the ReplicaSet controller
     # reads it): a ReplicaSet's scale-down deletes its ready pods of lower cost first (``replica_removal_order``)
     deletion_cost: int = 0
+    # who set that cost: None when the pod carries none, ``DELETION_COST_BY_US`` when this controller did (its
+    # ``gpuautoscaler.dev/deletion-cost-by`` mark beside it), "" when somebody else did (a person, another tool): a
+    # Deployment with such a pod is never marked by this controller (``core.scale_down_choice``)
+    deletion_cost_by: str | None = None
     # Unix seconds of the earliest Ready this reader has seen the pod reach (None: none seen before ``ready_at``). A
     # readiness probe that fails under load and passes again moves the Ready condition's time without a restart; the
     # cold start is measured to this first one, not to the latest recovery
@@ -441,35 +445,60 @@ class NodeRoom:
     removal_order: Mapping[str, tuple[tuple[str | None, int], ...]] = field(default_factory=dict)
 
 
-def node_room(snapshot: ClusterSnapshot) -> NodeRoom:
+def deployment_pods(snapshot: ClusterSnapshot) -> dict[str, list[PodInfo]]:
+    """The active pods (not finished, not terminating) of every Deployment, by "namespace/deployment": those its
+    ReplicaSet ranks on a scale-down."""
+    active: dict[str, list[PodInfo]] = {}
+    for pod in snapshot.pods:
+        if pod.owner_kind != "Deployment" or pod.phase in ("Succeeded", "Failed") or pod.terminating:
+            continue
+        active.setdefault(f"{pod.namespace}/{pod.owner_name}", []).append(pod)
+    return active
+
+
+def node_room(snapshot: ClusterSnapshot, choosing: Collection[str] = ()) -> NodeRoom:
+    """``choosing``: the Deployments ("namespace/deployment") whose scale-down replicas this controller chooses
+    this tick (``core.scale_down_choice``): their order is ``replica_removal_order`` with the free GPUs per node, the
+    order the marks it writes before the scale-down make the ReplicaSet follow."""
     ready = {n.name for n in snapshot.nodes if n.ready}
     free = {n: left for n, left in free_gpus_per_node(snapshot).items() if n in ready}
     held: dict[str, dict[str, int]] = {}
-    active: dict[str, list[PodInfo]] = {}
     for pod in snapshot.pods:
         if pod.owner_kind != "Deployment" or pod.phase in ("Succeeded", "Failed"):
             continue
-        key = f"{pod.namespace}/{pod.owner_name}"
         if pod.node in ready:
-            by_node = held.setdefault(key, {})
+            by_node = held.setdefault(f"{pod.namespace}/{pod.owner_name}", {})
             by_node[pod.node] = by_node.get(pod.node, 0) + pod.gpus
-        if not pod.terminating:
-            active.setdefault(key, []).append(pod)
-    order = {key: tuple((p.node, p.gpus) for p in replica_removal_order(pods)) for key, pods in active.items()}
+    order = {
+        key: tuple((p.node, p.gpus) for p in replica_removal_order(pods, free if key in choosing else None))
+        for key, pods in deployment_pods(snapshot).items()
+    }
     return NodeRoom(free, {n.name: n.gpu_product for n in snapshot.nodes}, held, order)
 
 
 _PHASE_RANK = {"Pending": 0, "Unknown": 1}  # Running (and anything else) last
 
+# The mark this controller writes beside a ``controller.kubernetes.io/pod-deletion-cost`` it sets
+# (``gpuautoscaler.dev/deletion-cost-by``), its value, and the cost it gives a replica chosen for a scale-down (the
+# others keep the ReplicaSet's default, 0: the chosen ones are deleted first, right after the not-ready ones)
+DELETION_COST_BY_US = "gpu-autoscaler"
+CHOSEN_DELETION_COST = -1
 
-def replica_removal_order(pods: Sequence[PodInfo]) -> list[PodInfo]:
+
+def replica_removal_order(pods: Sequence[PodInfo], free: Mapping[str, int] | None = None) -> list[PodInfo]:
     """The active pods of one Deployment in the order its ReplicaSet deletes them on a scale-down (the ReplicaSet
     controller's ``ActivePodsWithRanks``): unscheduled first, then Pending, Unknown, Running; not ready before
     ready; then the lower ``controller.kubernetes.io/pod-deletion-cost`` first (``PodInfo.deletion_cost``: a person
     or another tool may have set it); then *doubled up* -- a pod on a node holding more of the Deployment's pods
     first; then the latest ready, then more container restarts (upstream: the most restarts of one container; here
     their sum), then the newest (ties: the later name). Upstream compares ready times in powers of two of their age
-    (``LogarithmicScaleDown``); exact times keep the order deterministic and agree with it across buckets."""
+    (``LogarithmicScaleDown``); exact times keep the order deterministic and agree with it across buckets.
+
+    ``free`` (GPUs free per ready node): the order this controller makes the ReplicaSet follow when it chooses the
+    replicas (``core.scale_down_choice``): the costs it set itself count as unset (it sets them again from this
+    order), and among ready pods of equal cost the one on the node with the most free GPUs goes first -- its
+    deletion frees GPUs where a hole is nearest; of equally roomy nodes, one after the other, by name, so that a
+    scale-down empties one of them rather than some of each -- before the ReplicaSet's own ranks."""
     on_node: dict[str | None, int] = {}
     for pod in pods:
         on_node[pod.node] = on_node.get(pod.node, 0) + 1
@@ -477,8 +506,14 @@ def replica_removal_order(pods: Sequence[PodInfo]) -> list[PodInfo]:
     def rank(pod: PodInfo) -> tuple[object, ...]:
         ready_time = pod.ready_at if pod.ready and pod.ready_at is not None else math.inf
         created = pod.created_at if pod.created_at is not None else math.inf
+        cost = pod.deletion_cost
+        roomiest: tuple[int, str] = (0, "")
+        if free is not None:
+            cost = 0 if pod.deletion_cost_by == DELETION_COST_BY_US else cost
+            if pod.ready and pod.node is not None:
+                roomiest = (-free.get(pod.node, 0), pod.node)  # equally roomy nodes one after the other, whole
         return (
-            pod.node is not None, _PHASE_RANK.get(pod.phase, 2), pod.ready, pod.deletion_cost, -on_node[pod.node],
+            pod.node is not None, _PHASE_RANK.get(pod.phase, 2), pod.ready, cost, roomiest, -on_node[pod.node],
             -ready_time,
             -pod.restarts, -created,
         )  # fmt: skip

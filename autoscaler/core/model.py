@@ -336,7 +336,24 @@ class ScaleNodePool:
     unregistered_min_age_s: float = 0.0
 
 
-Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool
+@dataclass(frozen=True, slots=True)
+class SetPodDeletionCost:
+    """Set (``cost``) or remove (None) the ``controller.kubernetes.io/pod-deletion-cost`` of one replica of a
+    Deployment, with this controller's mark beside it (``gpuautoscaler.dev/deletion-cost-by``): planned right before
+    the Deployment's scale-down, so that its ReplicaSet deletes the chosen replicas (``core.scale_down_choice``).
+    ``uid``: the pod the plan was made from (a precondition: a successor of the same name is not marked). A mark not
+    written never stops the scale-down: the ReplicaSet then deletes in its own order."""
+
+    namespace: str
+    name: str
+    uid: str | None
+    cost: int | None
+    reason: Reason
+    detail: str
+    deployment: str = ""  # the Deployment it is a replica of (its name)
+
+
+Action = ScaleDeployment | EvictPod | SuspendWorkload | ResumeWorkload | ScaleNodePool | SetPodDeletionCost
 
 
 @dataclass(frozen=True, slots=True)

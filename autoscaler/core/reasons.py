@@ -43,6 +43,7 @@ class Reason(StrEnum):
     BURST_NODE_NOT_READY = "burst_node_not_ready"
     RESUME_TRAINING = "resume_training"
     REBALANCE = "rebalance"
+    SCALE_DOWN_CHOICE = "scale_down_choice"
     # Baselines used by the simulator
     STATIC_PEAK = "static_peak"
     ORACLE = "oracle"
@@ -97,6 +98,11 @@ _TEXT: dict[Reason, str] = {
         "resume it"
     ),
     Reason.REBALANCE: "move GPU work to keep whole nodes free against fragmentation",
+    Reason.SCALE_DOWN_CHOICE: (
+        "a scale-down's replicas chosen while lower-priority GPU work waits: those on the nodes with the most free "
+        "GPUs are marked with a low pod-deletion-cost, so that the ReplicaSet deletes them first and a whole node "
+        "frees sooner (a mark of ours on a replica not chosen now is removed)"
+    ),
     Reason.STATIC_PEAK: "static provisioning for the trace's peak",
     Reason.ORACLE: "oracle: provisioned for the known future demand at now + cold start",
 }

@@ -23,7 +23,9 @@ from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrat
 from autoscaler.core.cluster import (
     ClusterSnapshot,
     NodeRoom,
+    PodInfo,
     cold_starts_by_service,
+    deployment_pods,
     free_gpus,
     hole_for_waiting_work,
     node_room,
@@ -49,6 +51,7 @@ from autoscaler.core.predictive import (
     rate_per_replica,
 )
 from autoscaler.core.reasons import Reason
+from autoscaler.core.scale_down_choice import choosing, mark_scale_downs
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +146,7 @@ class _SnapshotFacts:
     tick until something changes, and these walks over every pod were a tenth of a forecasting tick there: they are
     kept for the tuples they were computed from (immutable, held here, so their identity cannot be reused)."""
 
-    __slots__ = ("_preemptible", "_room", "cold_starts", "free", "snapshot", "waiting")
+    __slots__ = ("_pods", "_preemptible", "_room", "cold_starts", "free", "snapshot", "waiting")
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
@@ -153,7 +156,8 @@ class _SnapshotFacts:
         self.free = free_gpus(snapshot)
         self.waiting = tuple(waiting_gpu_work(snapshot))
         self._preemptible: dict[int, int] = {}
-        self._room: NodeRoom | None = None
+        self._room: dict[frozenset[str], NodeRoom] = {}
+        self._pods: dict[str, list[PodInfo]] | None = None
 
     def same_content(self, snapshot: ClusterSnapshot) -> bool:
         kept = self.snapshot
@@ -165,10 +169,25 @@ class _SnapshotFacts:
             found = self._preemptible[below_priority] = preemptible_gpus(self.snapshot, below_priority)
         return found
 
-    def room(self) -> NodeRoom:
-        if self._room is None:
-            self._room = node_room(self.snapshot)
-        return self._room
+    def room(self, choosing: frozenset[str] = frozenset()) -> NodeRoom:
+        """The room per node, with the removal order of the Deployments in ``choosing`` as this controller chooses
+        it (``core.scale_down_choice``)."""
+        found = self._room.get(choosing)
+        if found is None:
+            found = self._room[choosing] = node_room(self.snapshot, choosing)
+        return found
+
+    def pods(self) -> Mapping[str, Sequence[PodInfo]]:
+        """The active pods of every Deployment (``core.cluster.deployment_pods``)."""
+        if self._pods is None:
+            self._pods = deployment_pods(self.snapshot)
+        return self._pods
+
+    def choosing(self, policies: Mapping[str, ServicePolicy], capacity: CapacityConfig | None) -> frozenset[str]:
+        """The services whose scale-down replicas this tick chooses (none unless ``choose_scale_down_replicas``)."""
+        if capacity is None or not capacity.choose_scale_down_replicas:
+            return frozenset()
+        return choosing(policies, self.pods(), self.waiting)
 
 
 _last_facts: list[_SnapshotFacts] = []  # one entry: the facts of the latest snapshot read
@@ -204,7 +223,7 @@ def read_forecasts(
     runs_at = pod_priorities(tick.snapshot) if capacity is not None and capacity.preempt else {}
     views: dict[str, ServiceForecastView] = {}
     waiting = facts.waiting if config.contended_hold_s > 0 else ()
-    room = facts.room() if waiting else None
+    room = facts.room(facts.choosing(tick.policies, capacity)) if waiting else None
     free_ready = sum(room.free.values()) if room is not None else 0
     deployments = {(d.namespace, d.name): d for d in tick.snapshot.deployments}
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
@@ -404,7 +423,13 @@ def decide_tick(
         tick.pool_bounds,
     )
     actions, report, capacity = arbitrate(arbitration, state.capacity, config.capacity)
-    return replace(plan, actions=plan.actions + tuple(actions), capacity=report), replace(new_state, capacity=capacity)
+    planned = plan.actions + tuple(actions)
+    if config.capacity.choose_scale_down_replicas:
+        # the replicas each scale-down removes, marked right before it, in the order the hold predicted its holes in
+        facts = _snapshot_facts(tick.snapshot)
+        chosen = facts.choosing(tick.policies, config.capacity)
+        planned = mark_scale_downs(planned, facts.pods(), chosen, facts.room(chosen).free)
+    return replace(plan, actions=planned, capacity=report), replace(new_state, capacity=capacity)
 
 
 def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:

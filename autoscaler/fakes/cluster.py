@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.core.cluster import (
+    DELETION_COST_BY_US,
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
     DeploymentInfo,
@@ -59,6 +60,7 @@ OPS = (
     "evict_pod",
     "suspend_workload",
     "resume_workload",
+    "set_pod_deletion_cost",
     "emit_event",
     "node_count",
     "bounds",
@@ -403,6 +405,41 @@ class FakeCluster:
             del self.pods[key]
             self._record("evict_pod", args, "evicted")
             return EvictionOutcome.EVICTED
+
+    def set_pod_deletion_cost(
+        self,
+        namespace: str,
+        name: str,
+        cost: int | None,
+        *,
+        uid: str | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> WriteOutcome:
+        """As the real writer: the cost and our mark set on the pod (``PodInfo.deletion_cost``/``deletion_cost_by``,
+        what the reader would read back), or both removed; a cost somebody else set is ``ChangedSinceRead``."""
+        with self._lock:
+            args = (namespace, name, cost)
+            try:
+                self._check_fault("set_pod_deletion_cost")
+            except Exception:
+                self._record("set_pod_deletion_cost", args, "failed")
+                raise
+            key = _key(namespace, name)
+            pod = self.pods.get(key)
+            if pod is None or (uid is not None and pod.uid is not None and pod.uid != uid):
+                self._record("set_pod_deletion_cost", args, "gone")
+                return WriteOutcome.GONE
+            if pod.deletion_cost_by is not None and pod.deletion_cost_by != DELETION_COST_BY_US:
+                self._record("set_pod_deletion_cost", args, "skipped")
+                raise ChangedSinceRead(f"pod {namespace}/{name}: a deletion cost somebody else set: not touched")
+            wanted = (cost, DELETION_COST_BY_US) if cost is not None else (0, None)
+            if (pod.deletion_cost, pod.deletion_cost_by) == wanted:
+                self._record("set_pod_deletion_cost", args, "unchanged")
+                return WriteOutcome.ALREADY
+            self._may_write("set_pod_deletion_cost", args, can_write)
+            self.pods[key] = replace(pod, deletion_cost=wanted[0], deletion_cost_by=wanted[1])
+            self._record("set_pod_deletion_cost", args, "applied")
+            return WriteOutcome.WROTE
 
     def suspend_workload(
         self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None

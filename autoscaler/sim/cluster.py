@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from autoscaler.core.cluster import (
+    DELETION_COST_BY_US,
     ClusterSnapshot,
     DeploymentInfo,
     NodeInfo,
@@ -58,7 +59,14 @@ from autoscaler.core.extender import MAX_EXTENDER_PRIORITY, fgd_scores_per_node,
 from autoscaler.core.fragmentation import GPU_MILLI, GpuNode, Task, TaskMix, learn_task_mix
 from autoscaler.core.rebalance import REBALANCE_LABEL
 from autoscaler.core.victims import TrainingRules
-from autoscaler.ports import EvictionOutcome, PortError, WriteGuard, WriteOutcome, refuse_pool_size_changed
+from autoscaler.ports import (
+    ChangedSinceRead,
+    EvictionOutcome,
+    PortError,
+    WriteGuard,
+    WriteOutcome,
+    refuse_pool_size_changed,
+)
 
 PREEMPTIBLE_LABEL = TrainingRules().non_preemptible_label
 APP_LABEL = "app"  # a Deployment's replicas carry app=<deployment name> (what a PodDisruptionBudget selects)
@@ -106,6 +114,10 @@ class SimPod:
     node: str | None = None
     ready_at: float | None = None  # set when bound
     bound_at: float | None = None  # when the scheduler bound it (its cold start runs from here)
+    # controller.kubernetes.io/pod-deletion-cost and who set it (``PodInfo.deletion_cost``, ``deletion_cost_by``):
+    # the ReplicaSet's scale-down reads the cost (``_reconcile``)
+    deletion_cost: int = 0
+    deletion_cost_by: str | None = None
 
     def ready(self, now: float) -> bool:
         return self.ready_at is not None and now >= self.ready_at
@@ -670,7 +682,7 @@ class SimCluster:
                     ready_by_owner[p.owner] = ready_by_owner.get(p.owner, 0) + 1
             job = self.jobs.get(p.gang) if p.gang is not None else None
             shown = (
-                p.node, ready, p.ready_at, p.priority,
+                p.node, ready, p.ready_at, p.priority, p.deletion_cost, p.deletion_cost_by,
                 None if job is None else (job.checkpoint_at, job.preemptible, job.rebalance_allowed),
             )  # fmt: skip
             entry = previous.get(key)
@@ -692,6 +704,8 @@ class SimCluster:
                     last_checkpoint_at=self._checkpoint_of(p),
                     labels=self._labels_of(p),
                     gpu_product=p.gpu_product,
+                    deletion_cost=p.deletion_cost,
+                    deletion_cost_by=p.deletion_cost_by,
                 )
                 entry = (p, shown, info)
             cache[key] = entry
@@ -825,6 +839,30 @@ class SimCluster:
             if healthy - desired <= 0:
                 return True
         return False
+
+    def set_pod_deletion_cost(
+        self,
+        namespace: str,
+        name: str,
+        cost: int | None,
+        *,
+        uid: str | None = None,  # simulated pods carry none: nothing to compare
+        can_write: WriteGuard | None = None,
+    ) -> WriteOutcome:
+        """The pod's deletion cost and our mark (what the real writer annotates), read by the ReplicaSet's next
+        scale-down; a cost somebody else set is not touched (``ChangedSinceRead``)."""
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            return WriteOutcome.GONE
+        if pod.deletion_cost_by is not None and pod.deletion_cost_by != DELETION_COST_BY_US:
+            raise ChangedSinceRead(f"pod {namespace}/{name}: a deletion cost somebody else set: not touched")
+        wanted = (cost, DELETION_COST_BY_US) if cost is not None else (0, None)
+        if (pod.deletion_cost, pod.deletion_cost_by) == wanted:
+            return WriteOutcome.ALREADY
+        self.writes.append((self.now, "set_pod_deletion_cost", (namespace, name, cost)))
+        pod.deletion_cost, pod.deletion_cost_by = wanted
+        self._dirty = True
+        return WriteOutcome.WROTE
 
     def suspend_workload(
         self, kind: str, namespace: str, name: str, *, can_write: WriteGuard | None = None
@@ -960,6 +998,7 @@ class SimCluster:
         return PodInfo(
             pod.namespace, pod.name, pod.node, pod.gpus, pod.priority, "Running" if pod.node is not None else "Pending",
             ready, created_at=pod.created_at, ready_at=pod.ready_at if ready else None,
+            deletion_cost=pod.deletion_cost, deletion_cost_by=pod.deletion_cost_by,
         )  # fmt: skip
 
     def _reconcile(self, dep: SimDeployment) -> None:

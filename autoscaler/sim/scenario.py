@@ -542,6 +542,11 @@ class Capacity(_Strict):
         description="a busy burst node is emptied when stopping training for its replicas costs less than keeping "
         "it this long, seconds (0: never)",
     )
+    choose_scale_down_replicas: bool = Field(
+        False, alias="chooseScaleDownReplicas",
+        description="while lower-priority GPU work waits, a scale-down deletes the replicas on the nodes with the most "
+        "free GPUs first (the controller's pod-deletion-cost marks; capacity.choose_scale_down_replicas)",
+    )
     expanders: list[Literal["least-waste", "cheapest", "priority"]] = Field(
         default_factory=lambda: ["least-waste", "cheapest"],  # type: ignore[arg-type]
         min_length=1,

@@ -112,6 +112,7 @@ def capacity_config(scenario: Scenario, pools: Sequence[NodePool] | None = None)
         burst_idle_cooldown_s=capacity.burst_idle_cooldown_seconds,
         resume_after_s=capacity.resume_after_seconds,
         consolidate_horizon_s=capacity.consolidate_horizon_seconds,
+        choose_scale_down_replicas=capacity.choose_scale_down_replicas,
     )
 
 

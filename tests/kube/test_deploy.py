@@ -461,6 +461,9 @@ def test_rbac_allows_exactly_what_a_full_tick_does(
     PolicyLoader(api_client).load()
     reads = _request_permissions(apiserver)  # what a dry-run tick does besides Events
     PolicyLoader(api_client).sync(writer, 0)
+    chat_pod = o.deployment_pod("chat", 0, "ml")["metadata"]["name"]
+    writer.set_pod_deletion_cost("ml", chat_pod, -1)  # a scale-down's replica chosen (get + patch)
+    writer.set_pod_deletion_cost("ml", chat_pod, None)  # the mark removed
     writer.scale_deployment("ml", "chat", 3)
     writer.evict_pod("ml", "v0")
     for kind, name in (("Job", "train"), ("JobSet", "js"), ("Workload", "wl"), ("PyTorchJob", "pt"), ("TFJob", "tf")):

@@ -25,6 +25,7 @@ from kubernetes import client
 
 from autoscaler.adapters.kubernetes.config import load_api_client
 from autoscaler.adapters.kubernetes.leader_label import LEADER_LABEL, KubernetesLeaderPodLabel
+from autoscaler.adapters.kubernetes.reader import DELETION_COST_BY_ANNOTATION, POD_DELETION_COST_ANNOTATION
 from autoscaler.settings import LeaderElectionSettings, SchedulerExtenderSettings
 from tests.kube import objects as o
 from tests.kube.fake_apiserver import FakeApiServer
@@ -37,6 +38,7 @@ from tests.kube.test_deploy import (
     find,
     kustomize,
 )
+from tests.kube.test_workload_patch_policy import choose, policy_of, variable
 
 OVERLAY = DEPLOY / "overlays" / "scheduler-extender"
 CONFIG_FILE = OVERLAY / "kube-scheduler-config.yaml"
@@ -179,9 +181,11 @@ def test_the_role_grants_exactly_the_label_writes(overlay: list[dict[str, Any]],
     ]  # fmt: skip
     assert binding["metadata"]["namespace"] == namespace
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
-    # pods are patched in the controller's namespace only: the cluster-wide role still reads them, never writes
+    # the cluster-wide role patches pods for the deletion-cost marks of a scale-down's replicas only: the admission
+    # policy confines that to two annotations, and the label to pods of the controller's namespace
+    # (tests/kube/test_workload_patch_policy.py)
     cluster_rules = find(overlay, "ClusterRole", "gpu-autoscaler")["rules"]
-    assert not _allowed(cluster_rules, "", "pods", "patch")
+    assert _allowed(cluster_rules, "", "pods", "patch") and not _allowed(cluster_rules, "", "pods", "update")
 
 
 # ---- the scheduler's own namespace ---------------------------------------------------------------------------------
@@ -249,6 +253,16 @@ def test_the_controllers_pod_role_cannot_reach_the_scheduler(overlay: list[dict[
     assert ("", "pods", "patch") in grants_in(overlay, subject, CONTROLLER_NAMESPACE)
     there = grants_in(overlay, subject, scheduler["metadata"]["namespace"])
     risky = {(g, r, v) for g, r, v in there if v in TAKEOVER.get((g, r), set()) or "*" in (g, r, v)}
+    # The ClusterRole's pods/patch (the deletion-cost marks of a scale-down's replicas) reaches the scheduler's pods
+    # too; the admission policy lets the controller change only those two annotations of a pod there: no image, no
+    # label, nothing in its spec (tests/kube/test_workload_patch_policy.py, and on a real API server
+    # tests/realkube/test_workload_patch_policy_real.py)
+    policy, _ = policy_of(overlay)
+    assert choose(variable(policy, "ownAnnotations"), "pods") == [
+        POD_DELETION_COST_ANNOTATION, DELETION_COST_BY_ANNOTATION
+    ]  # fmt: skip
+    assert any("may label only pods of its own namespace" in v["message"] for v in policy["spec"]["validations"])
+    risky -= {("", "pods", "patch")}
     assert risky == set(), f"the controller's ServiceAccount may {sorted(risky)} in the scheduler's namespace"
     # and no controller pod lives with the scheduler (the leader sweeps labels in its own namespace only)
     assert not [d for d in overlay if d["kind"] == "Deployment" and d is not scheduler

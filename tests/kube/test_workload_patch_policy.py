@@ -23,6 +23,7 @@ import yaml
 
 from autoscaler.adapters.kubernetes.leader_label import LEADER_LABEL
 from autoscaler.adapters.kubernetes.nodepool import DELETE_MACHINE_ANNOTATION, MARKED_BY_ANNOTATION
+from autoscaler.adapters.kubernetes.reader import DELETION_COST_BY_ANNOTATION, POD_DELETION_COST_ANNOTATION
 from autoscaler.adapters.kubernetes.workloads import OUR_ANNOTATIONS, WORKLOAD_KINDS
 from tests.kube.test_deploy import DEPLOY, K8S_VERSION, kustomize
 
@@ -185,8 +186,8 @@ def test_every_object_the_controller_may_patch_is_confined(
         if "/" not in resource
     }
     assert writable - UNCONFINED <= matched, sorted(writable - UNCONFINED - matched)
-    if overlay.endswith("scheduler-extender"):
-        assert ("", "pods") in writable  # the leader label's Role: the reason pods are in the policy
+    # the deletion-cost marks of a scale-down's replicas (every overlay but dry-run), and the leader label's Role
+    assert (("", "pods") in writable) == (overlay != "overlays/dry-run")
 
 
 def test_the_policy_lets_through_exactly_what_the_adapters_write(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -211,5 +212,6 @@ def test_the_policy_lets_through_exactly_what_the_adapters_write(rendered: dict[
     assert choose(flag, "machines") == choose(flag, "pods") == ""  # nothing in their spec
     assert choose(annotations, "machines") == [DELETE_MACHINE_ANNOTATION, MARKED_BY_ANNOTATION]
     assert choose(labels, "machines") == []
-    assert choose(annotations, "pods") == []
+    # a scale-down's chosen replicas (writer.py set_pod_deletion_cost): the cost and our mark beside it, nothing else
+    assert choose(annotations, "pods") == [POD_DELETION_COST_ANNOTATION, DELETION_COST_BY_ANNOTATION]
     assert choose(labels, "pods") == [LEADER_LABEL]

@@ -6,8 +6,9 @@ not installed here), then the controller acts with a TokenRequest token of the S
 
 - the real adapters' writes go through: ``KubeClusterWriter.suspend_workload`` / ``resume_workload`` of a Job, a
   JobSet, a PyTorchJob, a TFJob and a Kueue Workload (minimal CRDs, schema open), ``MachineDeploymentNodePools.scale``
-  marking a Cluster API Machine before a scale-down, ``KubernetesLeaderPodLabel`` labelling the leader's pod (with the
-  scheduler-extender overlay's Role, which is what lets it patch pods);
+  marking a Cluster API Machine before a scale-down, ``KubeClusterWriter.set_pod_deletion_cost`` marking (and
+  unmarking) a replica of any namespace for a scale-down, ``KubernetesLeaderPodLabel`` labelling the leader's pod (with
+  the scheduler-extender overlay's Role);
 - anything else the same token sends is refused (403, the policy's message) and changes nothing: a pod template's
   image, command or serviceAccountName, a Job's parallelism or (never started) nodeSelector and tolerations,
   another spec field, labels and annotations other than its own (the workload owner's gpuautoscaler.dev/ ones too),
@@ -37,7 +38,10 @@ from autoscaler.adapters.kubernetes._api import MERGE_PATCH
 from autoscaler.adapters.kubernetes.config import load_api_client
 from autoscaler.adapters.kubernetes.leader_label import LEADER_LABEL, KubernetesLeaderPodLabel
 from autoscaler.adapters.kubernetes.nodepool import DELETE_MACHINE_ANNOTATION, MARKED_BY_ANNOTATION
+from autoscaler.adapters.kubernetes.reader import DELETION_COST_BY_ANNOTATION, POD_DELETION_COST_ANNOTATION
 from autoscaler.adapters.kubernetes.workloads import MIN_RUNTIME_ANNOTATION, OUR_ANNOTATIONS, WORKLOAD_KINDS
+from autoscaler.core.cluster import DELETION_COST_BY_US
+from autoscaler.ports import WriteOutcome
 from tests.kube import objects as o
 from tests.realkube.control_plane import REPO, ApiError, ControlPlane, find_kubectl
 from tests.realkube.manifests import gpu_pod_spec, job, running_ready
@@ -497,3 +501,38 @@ def test_a_pod_only_labelled_leader_in_its_namespace(
     image = {"spec": {"containers": [{"name": "controller", "image": "registry.k8s.io/pause:3.10"}]}}
     assert_admin_may(cp, path, image, content_type=STRATEGIC)
     assert cp.get(path)["spec"]["containers"][0]["image"] == "registry.k8s.io/pause:3.10"
+
+
+# ---- pods: a scale-down's chosen replicas (capacity.choose_scale_down_replicas) ----------------------------------
+
+
+def test_a_pod_only_marked_with_its_deletion_cost(
+    control_plane: ControlPlane, namespace: str, controller: Controller
+) -> None:
+    """The base ClusterRole's pods/patch (any namespace) carries the deletion-cost marks of a scale-down's replicas:
+    the policy lets the controller set and remove exactly those two annotations, and nothing else of a pod there --
+    no label (not even its leader label outside its namespace), no other annotation, nothing in its spec."""
+    cp, ctrl = control_plane, controller
+    pod = {"metadata": {"name": "r", "annotations": {"note": "kept"}}, "spec": gpu_pod_spec(1)}
+    cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+    path = f"/api/v1/namespaces/{namespace}/pods/r"
+    cp.wait("pod r running", lambda: running_ready(cp.get(path)) or None, timeout_s=60)
+    wait_enforced(cp, ctrl, path)
+    uid = cp.get(path)["metadata"]["uid"]
+    marks = writer(ctrl)
+    assert marks.set_pod_deletion_cost(namespace, "r", -1, uid=uid) is WriteOutcome.WROTE
+    assert cp.get(path)["metadata"]["annotations"] == {
+        "note": "kept", POD_DELETION_COST_ANNOTATION: "-1", DELETION_COST_BY_ANNOTATION: DELETION_COST_BY_US
+    }  # fmt: skip
+    for body, says in (
+        ({"metadata": {"labels": {LEADER_LABEL: "gpu-autoscaler"}}}, OWN_NAMESPACE),
+        ({"metadata": {"labels": {"app": "x"}}}, LABELS),  # out of its Service
+        ({"metadata": {"annotations": {"note": "changed"}}}, ANNOTATIONS),
+        ({"spec": {"activeDeadlineSeconds": 1}}, SPEC),
+        ({"metadata": {"ownerReferences": [bogus_owner()]}}, METADATA),
+    ):
+        assert_denied(cp, ctrl, path, body, says)
+    assert marks.set_pod_deletion_cost(namespace, "r", None, uid=uid) is WriteOutcome.WROTE
+    assert cp.get(path)["metadata"]["annotations"] == {"note": "kept"}
+    # a pod recreated under the name since the plan read it is not marked
+    assert marks.set_pod_deletion_cost(namespace, "r", -1, uid="0-not-this-pod") is WriteOutcome.GONE

@@ -34,6 +34,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     served_first,
 )
 from autoscaler.core.cluster import (
+    DELETION_COST_BY_US,
     SELECTOR_OPERATORS,
     SERVING_OWNER_KINDS,
     ClusterSnapshot,
@@ -240,6 +241,18 @@ def deletion_cost(annotations: Mapping[str, Any]) -> int:
         return 0
     cost = int(value)
     return cost if _INT32[0] <= cost <= _INT32[1] else 0
+
+
+# The mark this controller writes beside a deletion cost it sets (``core.scale_down_choice``), and its value
+DELETION_COST_BY_ANNOTATION = "gpuautoscaler.dev/deletion-cost-by"
+
+
+def deletion_cost_by(annotations: Mapping[str, Any]) -> str | None:
+    """Who set the pod's deletion cost (``PodInfo.deletion_cost_by``): None when it carries none,
+    ``DELETION_COST_BY_US`` when our mark is beside it, "" when somebody else set it."""
+    if POD_DELETION_COST_ANNOTATION not in annotations:
+        return None
+    return DELETION_COST_BY_US if annotations.get(DELETION_COST_BY_ANNOTATION) == DELETION_COST_BY_US else ""
 
 
 def _do_not_disrupt(annotations: Mapping[str, Any]) -> bool:
@@ -721,6 +734,7 @@ class KubeClusterReader:
             tolerations=pod_tolerations(spec),
             restarts=sum(max(0, _int(_map(c).get("restartCount"))) for c in _list(status.get("containerStatuses"))),
             deletion_cost=deletion_cost(annotations),
+            deletion_cost_by=deletion_cost_by(annotations),
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:

@@ -43,7 +43,11 @@ from autoscaler.adapters.kubernetes._api import (
     may_write,
     with_read_retries,
 )
-from autoscaler.adapters.kubernetes.reader import suspended_by_us_at
+from autoscaler.adapters.kubernetes.reader import (
+    DELETION_COST_BY_ANNOTATION,
+    POD_DELETION_COST_ANNOTATION,
+    suspended_by_us_at,
+)
 from autoscaler.adapters.kubernetes.status import StatusUpdate, merge_status
 from autoscaler.adapters.kubernetes.workloads import (
     OUR_ANNOTATIONS,
@@ -56,6 +60,7 @@ from autoscaler.adapters.kubernetes.workloads import (
     at_first_served,
     served_first,
 )
+from autoscaler.core.cluster import DELETION_COST_BY_US
 from autoscaler.policy import API_GROUP, API_VERSION, KIND, PLURAL
 from autoscaler.ports import (
     ChangedSinceRead,
@@ -492,6 +497,83 @@ class KubeClusterWriter:
         elif outcome is WriteOutcome.ALREADY:
             log.info("%s: already running: nothing written", what)
         return outcome
+
+    def set_pod_deletion_cost(
+        self,
+        namespace: str,
+        name: str,
+        cost: int | None,
+        *,
+        uid: str | None = None,
+        can_write: WriteGuard | None = None,
+    ) -> WriteOutcome:
+        """Mark a replica for its Deployment's scale-down: ``controller.kubernetes.io/pod-deletion-cost`` set to
+        ``cost`` and ``gpuautoscaler.dev/deletion-cost-by: gpu-autoscaler`` beside it, in one JSON merge patch of the
+        pod's metadata; ``cost`` None removes both (only from a pod that carries our mark). ``WROTE``; already so:
+        ``ALREADY``.
+
+        The patch carries the ``resourceVersion`` just read (409: read and decide again) and the ``uid``: a pod of
+        that name with another uid (recreated since the tick read it), or none (404), is ``GONE``, nothing written. A
+        cost on the pod that somebody else set (no mark of ours beside it: a person's, another tool's) is never
+        overwritten nor removed: ``ChangedSinceRead``. ``can_write``: asked immediately before every PATCH. The
+        ValidatingAdmissionPolicy (deploy/base/admissionpolicy.yaml) lets the controller change these two
+        annotations of a pod and nothing else."""
+        value = None if cost is None else str(int(cost))
+        what = (
+            f"remove the deletion-cost mark of pod {namespace}/{name}"
+            if value is None
+            else f"mark pod {namespace}/{name} with pod-deletion-cost {value}"
+        )
+        gone = [False]
+
+        def read() -> JSON:
+            return self._read(what, self._core.read_namespaced_pod, name, namespace)
+
+        def decide(pod: JSON) -> JSON | None:
+            meta = pod.get("metadata") or {}
+            if uid and meta.get("uid") != uid:
+                gone[0] = True
+                return None
+            annotations = meta.get("annotations") or {}
+            ours = annotations.get(DELETION_COST_BY_ANNOTATION) == DELETION_COST_BY_US
+            if POD_DELETION_COST_ANNOTATION in annotations and not ours:
+                raise ChangedSinceRead(
+                    f"{what}: not written: the pod carries a deletion cost somebody else set "
+                    f"({annotations.get(POD_DELETION_COST_ANNOTATION)!r}); the next tick decides on fresh data"
+                )
+            if value is None:
+                if not ours and DELETION_COST_BY_ANNOTATION not in annotations:
+                    return None
+                wanted: dict[str, str | None] = dict.fromkeys(
+                    (POD_DELETION_COST_ANNOTATION, DELETION_COST_BY_ANNOTATION)
+                )  # merge patch: null removes the key
+            else:
+                if ours and annotations.get(POD_DELETION_COST_ANNOTATION) == value:
+                    return None
+                wanted = {POD_DELETION_COST_ANNOTATION: value, DELETION_COST_BY_ANNOTATION: DELETION_COST_BY_US}
+            body_meta: JSON = {"resourceVersion": meta["resourceVersion"], "annotations": wanted}
+            if uid:
+                body_meta["uid"] = uid  # immutable: a patch reaching another pod of that name is refused
+            return {"metadata": body_meta}
+
+        def write(body: JSON) -> JSON:
+            return self._call(what, self._core.patch_namespaced_pod, name, namespace, body, _content_type=MERGE_PATCH)
+
+        try:
+            written = self._read_modify_write(what, read, decide, write, can_write)
+        except KubeApiError as exc:
+            if exc.status != 404:
+                raise
+            log.info("%s: no such pod: nothing written", what)
+            return WriteOutcome.GONE
+        if gone[0]:
+            log.info("%s: not written: a new pod of that name holds another uid than %s", what, uid)
+            return WriteOutcome.GONE
+        if not written:
+            log.info("%s: already so: nothing written", what)
+            return WriteOutcome.ALREADY
+        log.info("%s: done", what)
+        return WriteOutcome.WROTE
 
     def emit_event(
         self,
