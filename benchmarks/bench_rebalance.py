@@ -15,6 +15,7 @@ and the peak RSS of the process.
     python -m benchmarks.bench_rebalance                  # 3 seeds, 3 days each, 6 configurations (~10 min)
     python -m benchmarks.bench_rebalance --seeds 12 --days 1 --scorings MostAllocated
     python -m benchmarks.bench_rebalance --scorings MostAllocated --rebalance burstEmptyBelow=0.75
+    python -m benchmarks.bench_rebalance --capacity chooseScaleDownReplicas=true   # a scale-down's replicas chosen
     python -m benchmarks.bench_rebalance --quick          # one seed, 6 hours (what the tests run)
 """
 
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         "--rebalance", default="", metavar="FIELD=VALUE,...",
         help="override fields of the scenario's rebalance block, e.g. burstEmptyBelow=0.75,maxMovesPerHour=4",
     )
+    parser.add_argument(
+        "--capacity", default="", metavar="FIELD=VALUE,...",
+        help="override fields of the scenario's capacity block in every run, e.g. chooseScaleDownReplicas=true",
+    )
     parser.add_argument("--quick", action="store_true", help="one seed, 6 hours (the test suite's smoke run)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -78,11 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         key, _, value = item.partition("=")
         overrides[key.strip()] = value.strip()
     block = type(base_scenario.rebalance).model_validate(overrides)
+    capacity_fields: dict[str, Any] = dict(base_scenario.capacity.model_dump(by_alias=True))
+    for item in (part for part in args.capacity.split(",") if part.strip()):
+        key, _, value = item.partition("=")
+        capacity_fields[key.strip()] = value.strip()
+    capacity = type(base_scenario.capacity).model_validate(capacity_fields)
     bound = block.max_moves_per_hour
     print(
         f"mixed-training: {args.days:g} days at {base_scenario.step_seconds:g} s, seeds {seeds}, policy {args.policy}; "
         f"rebalancer: a pass every {block.interval_seconds:g} s, <= {block.max_moves_per_pass} pods/pass, "
         f"<= {bound} pods/hour, >= {block.min_gain_per_move:g} GPUs per pod moved"
+        + (f"; capacity: {args.capacity}" if args.capacity.strip() else "")
     )
     configs = [(scoring, on) for scoring in scorings for on in (False, True)]
     label = {c: f"{c[0]}{' +rebalance' if c[1] else ''}" for c in configs}
@@ -103,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                     "duration_seconds": args.days * 86400.0,
                     "gpu_scoring": scoring,
                     "rebalance": block.model_copy(update={"enabled": on}),
+                    "capacity": capacity,
                 }
             )
             started = time.perf_counter()
