@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -327,7 +328,6 @@ def test_apply_and_delete_scheduler_extender(
         assert can_i(kubectl, controller, "patch", "pods", NAMESPACE)
         assert can_i(kubectl, controller, "list", "pods", NAMESPACE)
         for verb, resource in (
-            ("patch", "pods"),
             ("update", "pods"),
             ("create", "pods"),
             ("patch", "pods/ephemeralcontainers"),
@@ -339,6 +339,31 @@ def test_apply_and_delete_scheduler_extender(
             ("update", "leases.coordination.k8s.io/gpu-placement-scheduler"),
         ):
             assert not can_i(kubectl, controller, verb, resource, sched_ns), (verb, resource, sched_ns)
+        # pods/patch is the base ClusterRole's (the deletion-cost marks of a scale-down's replicas, any namespace):
+        # the admission policy lets the controller change only those two annotations of a pod there -- the
+        # scheduler's image, its labels, anything else is refused (dry run: nothing changes either way)
+        sched_pod = pods["items"][0]
+        container = sched_pod["spec"]["containers"][0]["name"]
+        def refused(body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+            return kubectl.run(
+                "patch", "pod", sched_pod["metadata"]["name"], "-n", sched_ns, "--as", controller, "--dry-run=server",
+                "-p", json.dumps(body), check=False,
+            )  # fmt: skip
+
+        image = {"spec": {"containers": [{"name": container, "image": "attacker.example/miner:1"}]}}
+        deadline = time.monotonic() + 30  # the policy is enforced shortly after it is created (its informers)
+        while refused(image).returncode == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for body in (image, {"metadata": {"labels": {"app.kubernetes.io/name": "x"}}},
+                     {"metadata": {"annotations": {"note": "x"}}}):  # fmt: skip
+            done = refused(body)
+            assert done.returncode != 0 and "gpu-autoscaler-patch-scope" in done.stderr, (body, done.stderr)
+        marked = {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1",
+                                               "gpuautoscaler.dev/deletion-cost-by": "gpu-autoscaler"}}}  # fmt: skip
+        kubectl.run(
+            "patch", "pod", sched_pod["metadata"]["name"], "-n", sched_ns, "--as", controller, "--dry-run=server",
+            "--type=merge", "-p", json.dumps(marked),
+        )  # fmt: skip
         # The scheduler's ServiceAccount kept what it needs after the move: its Lease in its namespace, and binding
         # pods anywhere (system:kube-scheduler, bound to the ServiceAccount of its new namespace).
         sched_user = f"system:serviceaccount:{sched_ns}:{sched_account}"
