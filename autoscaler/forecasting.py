@@ -901,7 +901,7 @@ class ForecastService:
         quantile = policy.forecast.quantile
         levels = tuple(sorted({*BASE_LEVELS, quantile}))
         lead = self._leads.get(key, policy.cold_start_s)
-        live = sum(1 for sc in state.scores if sc.time >= now - s.accountability_window_seconds)
+        live = len(self._window_scores(state, now))
         candidates: tuple[str, ...] = ()
         model = s.model
         if s.model == AUTO:
@@ -992,7 +992,7 @@ class ForecastService:
         a restarted controller need not earn its headroom again from nothing. Older, it says nothing (the next refit
         backtests again): the live path judges the few scores there are (unreliable below ``min_scored_samples``)."""
         s = self.settings
-        scores = [sc for sc in state.scores if sc.time >= now - s.accountability_window_seconds]
+        scores = self._window_scores(state, now)
         relative = None
         if scores:
             mean_actual = sum(sc.actual for sc in scores) / len(scores)
@@ -1028,11 +1028,7 @@ class ForecastService:
         quantile, the bootstrap backtest's share while its verdict speaks (as its coverage does in ``_judge``: a
         restarted controller keeps the earned headroom and the calibrated floor alike), else 1."""
         s = self.settings
-        scores = [
-            (sc.actual, sc.model_median, sc.model_q)
-            for sc in state.scores
-            if sc.time >= now - s.accountability_window_seconds
-        ]
+        scores = [(sc.actual, sc.model_median, sc.model_q) for sc in self._window_scores(state, now)]
         if (
             len(scores) < scores_needed(quantile, s.min_scored_samples)
             and self._verdict_fresh(state, now)
@@ -1040,6 +1036,12 @@ class ForecastService:
         ):
             return state.verdict_share
         return calibrated_excess(scores, quantile, s.min_scored_samples)[0]
+
+    def _window_scores(self, state: _ServiceState, now: float) -> list[_Score]:
+        """The live scores of the accountability window (by sample time, its edge included): what the verdict, the
+        coverage and the calibrated share are all judged on."""
+        since = now - self.settings.accountability_window_seconds
+        return [sc for sc in state.scores if sc.time >= since]
 
     def _verdict_fresh(self, state: _ServiceState, now: float) -> bool:
         """Whether the backtest's verdict still speaks: made within the accountability window."""

@@ -514,8 +514,7 @@ def replica_removal_order(pods: Sequence[PodInfo], free: Mapping[str, int] | Non
                 roomiest = (-free.get(pod.node, 0), pod.node)  # equally roomy nodes one after the other, whole
         return (
             pod.node is not None, _PHASE_RANK.get(pod.phase, 2), pod.ready, cost, roomiest, -on_node[pod.node],
-            -ready_time,
-            -pod.restarts, -created,
+            -ready_time, -pod.restarts, -created,
         )  # fmt: skip
 
     return sorted(sorted(pods, key=lambda p: p.name, reverse=True), key=rank)

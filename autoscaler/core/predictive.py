@@ -123,8 +123,8 @@ def _narrowed(latest: ForecastInput, quantile: float, excess_share: float) -> Fo
     forecast = latest.forecast
     median = forecast.quantiles.get(MEDIAN_LEVEL)
     upper = forecast.quantiles.get(quantile)
-    if excess_share >= 1.0 or median is None or upper is None or quantile <= MEDIAN_LEVEL:
-        return latest
+    if median is None or upper is None or quantile <= MEDIAN_LEVEL:
+        return latest  # nothing to narrow between: the floor reads (and says) the fit as it is
     share = max(0.0, excess_share)
     narrowed = tuple(m + share * max(0.0, u - m) for m, u in zip(median, upper, strict=True))
     # the levels between say nothing calibrated (and could cross the narrowed one): dropped
