@@ -761,7 +761,13 @@ def arbitrate(
     unread = {p.name for p in config.pools if p.name not in read}
     overdue, unregistered_since = _provision_overdue(unregistered, state, config, now, unread)
     stuck_booting = _stuck_booting(snapshot, config, now)
-    busy = {p.node for p in snapshot.pods if p.node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")}
+    bound = [p for p in snapshot.pods if p.node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")]
+    busy = {p.node for p in bound}
+    # ... of which a stuck node still *holds* only the pods not being deleted: the node lifecycle controller evicts
+    # the pods of a NotReady node once their toleration (300 s by default) runs out, their owners re-create them
+    # elsewhere, and the deleted ones stay Terminating until the kubelet answers or the node goes -- nothing on it
+    # comes back, so it is given back like an empty one (its Machine billed meanwhile, all night)
+    holding = {p.node for p in bound if not p.terminating}
     # A stuck node with GPU pods bound served once (its kubelet went NotReady since): no capacity, but no sign that
     # the pool's new nodes fail, so it neither closes the pool nor counts as a provisioning failure
     never_served = {node: v for node, v in stuck_booting.items() if node not in busy}
@@ -1135,8 +1141,9 @@ def arbitrate(
         )  # fmt: skip
     # A registered burst node not ready past the provision limit (its device plugin never reported GPUs, its kubelet
     # NotReady) hosts nothing and is billed: given back by name (its Machine), one per pool and tick, shortfall or
-    # not, never below the pool's minimum, and only with no GPU pod on it; its pool is not grown while such a node is
-    # counted, then backs off like a pool whose nodes never registered.
+    # not, never below the pool's minimum, and only with no GPU pod on it that is not being deleted; its pool is not
+    # grown while such a node is counted, then backs off like a pool whose nodes never registered (one that served
+    # once, GPU pods bound, neither closes its pool nor counts as a failure).
     for node, (pool_name, age) in sorted(stuck_booting.items(), key=lambda kv: (-kv[1][1], kv[0])):
         stuck = (
             f"{node} ({pool_name}): not ready for {age:.0f}s since it registered or last changed (no GPUs reported, or "
@@ -1147,13 +1154,15 @@ def arbitrate(
         if stuck_pool is None or pool_name in given_back or pool_name in give_back_failed_at:
             notes.append(stuck)
             continue
-        if node in busy:
+        if node in holding:
             notes.append(f"{stuck}; not given back, and its pool not closed: GPU pods are bound to it")
             continue
         if stuck_pool.nodes <= stuck_pool.min_nodes:
             notes.append(f"{stuck}; not given back: the pool is at its minimum size {stuck_pool.min_nodes}")
             continue
         given_back.add(pool_name)
+        if node in busy:
+            stuck = f"{stuck}; the GPU pods bound to it are all being deleted (evicted, re-created elsewhere)"
         notes.append(f"{stuck}; given back")
         actions.append(
             ScaleNodePool(
