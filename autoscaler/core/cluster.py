@@ -406,6 +406,14 @@ class WaitingGpuWork:
     priority: int
     gpus: int  # GPUs one of its pods needs on one node
     gpu_product: str | None = None  # the GPU type it selects; None = any
+    # GPUs the whole work takes once it starts, all its pods at once (a gang): every pod of a suspended workload, or
+    # the pending pods of one gang; 0: its one pod's ``gpus``
+    work_gpus: int = 0
+
+    @property
+    def takes(self) -> int:
+        """GPUs it takes from the free ones when it starts (a gang starts whole or not at all)."""
+        return max(self.work_gpus, self.gpus)
 
 
 def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
@@ -417,16 +425,26 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
         if node.ready:
             largest[node.gpu_product] = max(largest.get(node.gpu_product, 0), node.allocatable_gpus)
     biggest = max(largest.values(), default=0)
-    out = [
-        WaitingGpuWork(p.priority, p.gpus, p.gpu_product)
+    pending = [
+        p
         for p in snapshot.pods
         if p.node is None
         and p.gpus > 0
         and p.phase == "Pending"
         and p.gpus <= (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))
     ]
+    gangs: dict[tuple[str, str], int] = {}
+    for p in pending:
+        if p.gang is not None:
+            gangs[(p.namespace, p.gang)] = gangs.get((p.namespace, p.gang), 0) + p.gpus
+    out = [
+        WaitingGpuWork(
+            p.priority, p.gpus, p.gpu_product, gangs.get((p.namespace, p.gang), 0) if p.gang is not None else 0
+        )
+        for p in pending
+    ]
     out += [
-        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product)
+        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product, w.gpus)
         for w in snapshot.workloads
         if w.suspended and (w.suspended_by_us_at is not None or w.queued) and w.pod_gpus and max(w.pod_gpus) > 0
     ]

@@ -24,6 +24,7 @@ from autoscaler.core.cluster import (
     ClusterSnapshot,
     NodeRoom,
     PodInfo,
+    WaitingGpuWork,
     cold_starts_by_service,
     deployment_pods,
     free_gpus,
@@ -303,8 +304,12 @@ def read_forecasts(
                 # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
                 # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window: the
                 # work the hole is for (its size, its GPU type), and what higher-priority floors take is no room.
+                # That work starts whole: a gang whose last pod the hole fits takes its other pods' free GPUs too
+                # (the freed ones and the hole's at most), which counting its one pod left to the next rise's
+                # preemption, every window edge.
                 comeback = (floor.contended_hold - current) * gpus_per_replica
-                if hole[1] + comeback > free_ready - taken_before:
+                takes = _gang_takes(lower, hole[1], room, free_ready + hole[0] * gpus_per_replica)
+                if takes + comeback > free_ready - taken_before:
                     # A scale-down of fewer than ``hole[0]`` replicas frees no node enough for the waiting work:
                     # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.
                     held = max(floor.hold, min(floor.contended_hold, current - (hole[0] - 1)))
@@ -434,3 +439,13 @@ def decide_tick(
 
 def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:
     return any(p.forecast is not None for p in policies.values())
+
+
+def _gang_takes(waiting: Sequence[WaitingGpuWork], pod_gpus: int, room: NodeRoom | None, free_after: int) -> int:
+    """The GPUs the waiting work a hole of ``pod_gpus`` is for takes once it starts: the largest whole gang with pods
+    of that size that the hole completes -- its pods need a node with ``pod_gpus`` free each: the hole, and the
+    nodes with that room already (any such gang may be the one the scheduler or the queue starts) -- at most the
+    GPUs free after the scale-down, at least the one pod."""
+    slots = 1 + sum(free // pod_gpus for free in room.free.values()) if room is not None and pod_gpus > 0 else 1
+    gangs = [w.takes for w in waiting if w.gpus == pod_gpus and -(-w.takes // pod_gpus) <= slots]
+    return max(pod_gpus, min(max(gangs, default=pod_gpus), free_after))
