@@ -256,14 +256,16 @@ class PredictivePolicy(CorePolicy):
         # (``<=`` scored a forecast for T against the step ending at T, one step early: review 40).
         while state.pending_scores and state.pending_scores[0][0] < now - self.metrics_delay_s:
             target, predicted, base, median = state.pending_scores.popleft()
-            ratio = excess_ratio(rate, median, predicted)
-            state.calibration.append((target, ratio))
-            bisect.insort(state.calibration_sorted, ratio)
             error = abs(rate - predicted)
             loss = pinball_loss(rate, predicted, quantile)
             self.errors.append(error)
             self.pinball.append(loss)
             if math.isfinite(base):
+                # the scores the coverage is judged on are those the calibrated share is (the controller's one
+                # window, ``_window_scores``): a forecast without a baseline to judge it against earns neither
+                ratio = excess_ratio(rate, median, predicted)
+                state.calibration.append((target, ratio))
+                bisect.insort(state.calibration_sorted, ratio)
                 entry = (target, loss, pinball_loss(rate, base, quantile), error, int(rate <= predicted))
                 state.scores.append(entry)
                 _add(state.sums, entry, 1.0)

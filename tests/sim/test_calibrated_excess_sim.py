@@ -63,3 +63,34 @@ def test_the_controller_setting_reaches_the_tick() -> None:
         settings = ForecastSettings(model="last_value", workers=1, calibrated_excess=value)
         service = ForecastService(settings, FakeMetricsSource(), lambda: [], refit_interval_s=900.0)
         assert service.read_config().calibrated_excess is value
+
+
+def test_a_score_without_a_baseline_counts_for_neither_the_coverage_nor_the_share() -> None:
+    """The controller judges its coverage and calibrates its share on one window of scores (``_window_scores``). The
+    simulator scored a forecast without a baseline forecast (NaN) into the share but not into the coverage: the share
+    then read scores the coverage never judged (stop 43). Every third score here has no baseline: both must see the
+    other two thirds only."""
+    rng = random.Random(11)
+    config = ForecastingConfig()
+    policy = PredictivePolicy(config, metrics_delay_s=0.0)
+    policy.reset([_service()], 60.0)
+    state = policy.per_service[0]
+    judged: list[tuple[float, float, float, float]] = []
+    for minute in range(300):
+        now = 60.0 * (minute + 2)
+        target = now - 60.0
+        median = 10.0 + rng.random()
+        upper = median + 2.0
+        # the ones without a baseline are the ones the band would miss: counted, they would raise the share to 1
+        baseless = minute % 3 == 0
+        actual = median + (3.0 if baseless else rng.uniform(-1.0, 0.5))
+        state.pending_scores.append((target, upper, float("nan") if baseless else upper, median))
+        policy._observe(state, now, actual, 0.99)
+        if not baseless:
+            judged.append((target, actual, median, upper))
+        policy._judge(state, 0.99, now)
+    kept = [(a, m, u) for t, a, m, u in judged if t >= 60.0 * 301 - config.accountability_s]
+    assert state.scored == len(kept) == len(state.calibration)
+    assert state.coverage == 1.0
+    assert state.excess_share == pytest.approx(calibrated_excess(kept, 0.99, config.min_scored_samples)[0])
+    assert state.excess_share < 1.0
