@@ -766,8 +766,11 @@ def arbitrate(
     # ... of which a stuck node still *holds* only the pods not being deleted: the node lifecycle controller evicts
     # the pods of a NotReady node once their toleration (300 s by default) runs out, their owners re-create them
     # elsewhere, and the deleted ones stay Terminating until the kubelet answers or the node goes -- nothing on it
-    # comes back, so it is given back like an empty one (its Machine billed meanwhile, all night)
-    holding = {p.node for p in bound if not p.terminating}
+    # comes back, so it is given back like an empty one (its Machine billed meanwhile, all night). Not before the
+    # grace period of each has run out (``PodInfo.deletion_at``): a stuck node's kubelet still reports (the reader
+    # takes one whose kubelet is lost as leaving), so until then it runs the pod's shutdown -- a training pod's
+    # checkpoint on SIGTERM -- which giving the node back would kill
+    holding = {p.node for p in bound if not p.terminating or (p.deletion_at is not None and now < p.deletion_at)}
     # A stuck node with GPU pods bound served once (its kubelet went NotReady since): no capacity, but no sign that
     # the pool's new nodes fail, so it neither closes the pool nor counts as a provisioning failure
     never_served = {node: v for node, v in stuck_booting.items() if node not in busy}

@@ -76,6 +76,10 @@ class PodInfo:
     gpu_product: str | None = None
     # being deleted (deletionTimestamp set): it still holds its GPUs through its grace period, then frees them
     terminating: bool = False
+    # when its grace period ends, Unix seconds: ``metadata.deletionTimestamp``, which the API server sets to the
+    # deletion request + the grace period (None: not being deleted, or not read). Until then a kubelet that answers
+    # still runs it (a training pod writing its checkpoint on SIGTERM)
+    deletion_at: float | None = None
     uid: str | None = None  # metadata.uid: an eviction names this pod, not a successor with the same name
     # Unix seconds the scheduler bound it (PodScheduled); bound to ready is the measured cold start (creation when
     # unknown): waiting for a node is node boot, which the lead adds on its own when GPUs are short

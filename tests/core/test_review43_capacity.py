@@ -60,13 +60,10 @@ def test_pin_a_stuck_node_with_evicted_pods_is_given_back_once_per_pool_and_tick
     assert [(b.remove_node, b.previous_nodes, b.nodes) for b in backs] == [("burst-b", 2, 1)]  # the oldest first
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pod being deleted whose grace period still runs counts as gone: a stuck node whose kubelet still runs "
-    "(the reader marks a node whose kubelet is lost as leaving, so every stuck node's kubelet reports) is given "
-    "back while a training pod on it writes its checkpoint in its terminationGracePeriod -- SIGKILLed, work lost",
-)
 def test_a_stuck_node_is_kept_while_a_deleted_pod_on_it_is_within_its_grace_period() -> None:
+    """Fixed (was: a pod being deleted whose grace period still runs counted as gone: a stuck node, whose kubelet
+    still reports -- the reader takes one whose kubelet is lost as leaving -- was given back while a training pod on
+    it wrote its checkpoint in its terminationGracePeriod: SIGKILLed, the work since the last checkpoint lost)."""
     # a training pod deleted 600 s ago with a 30-minute grace period (its checkpoint on SIGTERM): the API server set
     # its deletionTimestamp to the deletion + the grace period, NOW + 1200
     checkpointing = _pod("train-0", True, "Job", deletion_at=NOW + 1200.0)

@@ -55,3 +55,4 @@ def test_a_bound_pod_being_deleted_holds_its_gpus_and_says_it_is_terminating(
     (pod,) = snap.pods
     assert pod.terminating and not pod.ready  # leaving: no serving capacity, no victim again
     assert free_gpus(snap) == 8 - 4  # its GPUs are held until its grace period ends
+    assert pod.deletion_at == 1767225900.0  # 2026-01-01T00:05:00Z: when its grace period ends (review 43)

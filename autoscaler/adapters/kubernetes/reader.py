@@ -726,6 +726,7 @@ class KubeClusterReader:
             labels=dict(labels),
             gpu_product=product,
             terminating=terminating,
+            deletion_at=parse_time(meta.get("deletionTimestamp")) if terminating else None,
             uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
             do_not_disrupt=_do_not_disrupt(annotations),
             node_selector={
