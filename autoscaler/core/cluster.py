@@ -545,6 +545,14 @@ def replica_removal_order(pods: Sequence[PodInfo], free: Mapping[str, int] | Non
 def hole_for_waiting_work(
     room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]
 ) -> tuple[int, int] | None:
+    """``hole_node_for_waiting_work`` without the node."""
+    hole = hole_node_for_waiting_work(room, service, waiting)
+    return None if hole is None else hole[:2]
+
+
+def hole_node_for_waiting_work(
+    room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]
+) -> tuple[int, int, str] | None:
     """The fewest of the service's ("namespace/deployment") replicas a scale-down must remove -- in the order its
     ReplicaSet deletes them -- before one node is left with free GPUs enough for one of the ``waiting`` pods, and the
     GPUs of the waiting pod that hole is for (the smallest one that does not fit on that node yet, of its GPU type:
@@ -553,7 +561,8 @@ def hole_for_waiting_work(
     service's GPUs on any node together, or already fit where they are: they wait for something else). A smaller
     scale-down hands the waiting work nothing it can use. The ReplicaSet takes replicas from the nodes most crowded
     with them first, not from the node a hole would open soonest: a bin-packed service frees GPUs on its full nodes
-    before its last, half-empty one. Cost: the service's replicas x the distinct waiting sizes."""
+    before its last, half-empty one. Cost: the service's replicas x the distinct waiting sizes. The third item:
+    the node the hole opens on."""
     sizes: dict[str | None, list[int]] = {}
     for work in waiting:
         sizes.setdefault(work.gpu_product, []).append(work.gpus)
@@ -571,5 +580,5 @@ def hole_for_waiting_work(
             if free < w <= free + freed[node]
         ]  # fmt: skip
         if fits:
-            return removed, min(fits)
+            return removed, min(fits), node
     return None

@@ -28,7 +28,7 @@ from autoscaler.core.cluster import (
     cold_starts_by_service,
     deployment_pods,
     free_gpus,
-    hole_for_waiting_work,
+    hole_node_for_waiting_work,
     node_room,
     preemptible_gpus,
     replica_gpus,
@@ -272,7 +272,7 @@ def read_forecasts(
             )  # fmt: skip
             continue
         lower = [w for w in waiting if w.priority < policy.priority]
-        hole = hole_for_waiting_work(room, key, lower) if lower and room is not None else None
+        hole = hole_node_for_waiting_work(room, key, lower) if lower and room is not None else None
         settings = PredictiveSettings(
             rate_per_replica=rate,
             quantile=fp.quantile,
@@ -300,7 +300,7 @@ def read_forecasts(
             if floor is not None and floor.usable and not floor.shadow:
                 # what this floor takes is no room for the services after it (their leads, their comebacks)
                 taken += max(0, floor.replicas - current) * gpus_per_replica
-            if floor is not None and hole is not None and floor.contended_hold > floor.hold:
+            if floor is not None and hole is not None and room is not None and floor.contended_hold > floor.hold:
                 # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
                 # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window: the
                 # work the hole is for (its size, its GPU type), and what higher-priority floors take is no room.
@@ -308,7 +308,7 @@ def read_forecasts(
                 # (the freed ones and the hole's at most), which counting its one pod left to the next rise's
                 # preemption, every window edge.
                 comeback = (floor.contended_hold - current) * gpus_per_replica
-                takes = _gang_takes(lower, hole[1], room, free_ready + hole[0] * gpus_per_replica)
+                takes = _gang_takes(lower, hole[1], hole[2], room, free_ready + hole[0] * gpus_per_replica)
                 if takes + comeback > free_ready - taken_before:
                     # A scale-down of fewer than ``hole[0]`` replicas frees no node enough for the waiting work:
                     # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.
@@ -441,11 +441,23 @@ def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:
     return any(p.forecast is not None for p in policies.values())
 
 
-def _gang_takes(waiting: Sequence[WaitingGpuWork], pod_gpus: int, room: NodeRoom | None, free_after: int) -> int:
-    """The GPUs the waiting work a hole of ``pod_gpus`` is for takes once it starts: the largest whole gang with pods
-    of that size that the hole completes -- its pods need a node with ``pod_gpus`` free each: the hole, and the
-    nodes with that room already (any such gang may be the one the scheduler or the queue starts) -- at most the
-    GPUs free after the scale-down, at least the one pod."""
-    slots = 1 + sum(free // pod_gpus for free in room.free.values()) if room is not None and pod_gpus > 0 else 1
-    gangs = [w.takes for w in waiting if w.gpus == pod_gpus and -(-w.takes // pod_gpus) <= slots]
+def _gang_takes(
+    waiting: Sequence[WaitingGpuWork], pod_gpus: int, hole_node: str, room: NodeRoom, free_after: int
+) -> int:
+    """The GPUs the waiting work a hole of ``pod_gpus`` on ``hole_node`` is for takes once it starts: the largest
+    whole gang with pods of that size, of the hole's GPU type, that the hole completes -- its pods need a node of its
+    type with ``pod_gpus`` free each: the hole, and the nodes with that room already (any such gang may be the one
+    the scheduler or the queue starts) -- at most the GPUs free after the scale-down, at least the one pod."""
+    product = room.product.get(hole_node)
+    gangs = []
+    for w in waiting:
+        if w.gpus != pod_gpus or pod_gpus <= 0 or w.gpu_product not in (None, product):
+            continue  # not the hole's work: another size, or another GPU type than the hole's node
+        slots = 1 + sum(
+            free // pod_gpus
+            for node, free in room.free.items()
+            if node != hole_node and (w.gpu_product is None or room.product.get(node) == w.gpu_product)
+        )
+        if -(-w.takes // pod_gpus) <= slots:
+            gangs.append(w.takes)
     return max(pod_gpus, min(max(gangs, default=pod_gpus), free_after))

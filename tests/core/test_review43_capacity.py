@@ -185,13 +185,10 @@ def test_pin_the_contended_hold_counts_the_gang_the_hole_completes(kw: dict[str,
         ),
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="_gang_takes ignores GPU types: it counts a waiting gang of another type than the hole's node, and free "
-    "GPUs of nodes of another type as the gang's slots; a gang that cannot start in the hole is counted and the "
-    "service held from a scale-down (its GPUs kept, billed) for nothing",
-)
 def test_a_gang_of_another_gpu_type_than_the_hole_is_not_counted(kw: dict[str, object]) -> None:
+    """Fixed (was: ``_gang_takes`` ignored GPU types: it counted a waiting gang of another type than the hole's node,
+    and free GPUs of nodes of another type as the gang's slots; a gang that cannot start in the hole was counted and
+    the service held from a scale-down -- its GPUs kept, billed -- for nothing)."""
     # the 2 x 8 gang can start nowhere (one A100 slot: the hole; n3 is an H100): the hole takes 8 at most, the
     # comeback's 2 find n3's 8 free
     assert _decide(**kw) == FREE  # type: ignore[arg-type]
