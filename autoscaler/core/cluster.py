@@ -413,11 +413,26 @@ class WaitingGpuWork:
     # GPUs the whole work takes once it starts, all its pods at once (a gang): every pod of a suspended workload, or
     # the pending pods of one gang; 0: its one pod's ``gpus``
     work_gpus: int = 0
+    # the GPUs of each pod that starts with it (the gang's pending pods, a suspended workload's pods; empty: its one
+    # pod), and how many of them must find a node for it to start (a gang's minAvailable less its pods already
+    # running; 0: all of them)
+    pods: tuple[int, ...] = ()
+    min_pods: int = 0
 
     @property
     def takes(self) -> int:
-        """GPUs it takes from the free ones when it starts (a gang starts whole or not at all)."""
+        """GPUs it takes from the free ones when it starts with all its pods (a gang starts whole or not at all)."""
         return max(self.work_gpus, self.gpus)
+
+    @property
+    def gang(self) -> tuple[int, ...]:
+        """The GPUs of each pod that starts with it, largest first."""
+        return tuple(sorted(self.pods, reverse=True)) if self.pods else (self.gpus,)
+
+    @property
+    def needed_pods(self) -> int:
+        """How many of ``gang`` must find a node for it to start."""
+        return min(self.min_pods, len(self.gang)) if self.min_pods > 0 else len(self.gang)
 
 
 def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
@@ -429,26 +444,37 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
         if node.ready:
             largest[node.gpu_product] = max(largest.get(node.gpu_product, 0), node.allocatable_gpus)
     biggest = max(largest.values(), default=0)
-    pending = [
-        p
-        for p in snapshot.pods
-        if p.node is None
-        and p.gpus > 0
-        and p.phase == "Pending"
-        and p.gpus <= (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))
-    ]
-    gangs: dict[tuple[str, str], int] = {}
+    unplaced = [p for p in snapshot.pods if p.node is None and p.gpus > 0 and p.phase == "Pending"]
+    too_big = [p for p in unplaced if p.gpus > (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))]
+    # a gang one of whose pods no node could hold never starts: none of its pods waits for a hole either
+    never = {(p.namespace, p.gang) for p in too_big if p.gang is not None}
+    pending = [p for p in unplaced if p not in too_big and (p.namespace, p.gang) not in never]
+    gangs: dict[tuple[str, str], list[int]] = {}
     for p in pending:
         if p.gang is not None:
-            gangs[(p.namespace, p.gang)] = gangs.get((p.namespace, p.gang), 0) + p.gpus
-    out = [
-        WaitingGpuWork(
-            p.priority, p.gpus, p.gpu_product, gangs.get((p.namespace, p.gang), 0) if p.gang is not None else 0
-        )
-        for p in pending
-    ]
+            gangs.setdefault((p.namespace, p.gang), []).append(p.gpus)
+    # a gang's pods already placed count towards its minAvailable (Volcano, Kueue's partial admission)
+    placed: dict[tuple[str, str], int] = {}
+    min_available: dict[tuple[str, str], int] = {}
+    for p in snapshot.pods:
+        if p.gang is None:
+            continue
+        key = (p.namespace, p.gang)
+        if p.gang_min_available is not None:
+            min_available[key] = p.gang_min_available
+        if p.node is not None and p.phase not in ("Succeeded", "Failed") and not p.terminating:
+            placed[key] = placed.get(key, 0) + 1
+    out: list[WaitingGpuWork] = []
+    for p in pending:
+        if p.gang is None:
+            out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product))
+            continue
+        key = (p.namespace, p.gang)
+        sizes = tuple(gangs[key])
+        needed = max(1, min_available[key] - placed.get(key, 0)) if key in min_available else 0
+        out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, sum(sizes), sizes, needed))
     out += [
-        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product, w.gpus)
+        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product, w.gpus, tuple(g for g in w.pod_gpus if g > 0))
         for w in snapshot.workloads
         if w.suspended and (w.suspended_by_us_at is not None or w.queued) and w.pod_gpus and max(w.pod_gpus) > 0
     ]
@@ -552,7 +578,7 @@ def hole_for_waiting_work(
 
 def hole_node_for_waiting_work(
     room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]
-) -> tuple[int, int, str] | None:
+) -> tuple[int, int, str, int] | None:
     """The fewest of the service's ("namespace/deployment") replicas a scale-down must remove -- in the order its
     ReplicaSet deletes them -- before one node is left with free GPUs enough for one of the ``waiting`` pods, and the
     GPUs of the waiting pod that hole is for (the smallest one that does not fit on that node yet, of its GPU type:
@@ -561,8 +587,8 @@ def hole_node_for_waiting_work(
     service's GPUs on any node together, or already fit where they are: they wait for something else). A smaller
     scale-down hands the waiting work nothing it can use. The ReplicaSet takes replicas from the nodes most crowded
     with them first, not from the node a hole would open soonest: a bin-packed service frees GPUs on its full nodes
-    before its last, half-empty one. Cost: the service's replicas x the distinct waiting sizes. The third item:
-    the node the hole opens on."""
+    before its last, half-empty one. Cost: the service's replicas x the distinct waiting sizes. The third and fourth
+    items: the node the hole opens on, and its free GPUs then."""
     sizes: dict[str | None, list[int]] = {}
     for work in waiting:
         sizes.setdefault(work.gpu_product, []).append(work.gpus)
@@ -580,5 +606,5 @@ def hole_node_for_waiting_work(
             if free < w <= free + freed[node]
         ]  # fmt: skip
         if fits:
-            return removed, min(fits), node
+            return removed, min(fits), node, free + freed[node]
     return None

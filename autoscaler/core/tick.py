@@ -308,7 +308,7 @@ def read_forecasts(
                 # (the freed ones and the hole's at most), which counting its one pod left to the next rise's
                 # preemption, every window edge.
                 comeback = (floor.contended_hold - current) * gpus_per_replica
-                takes = _gang_takes(lower, hole[1], hole[2], room, free_ready + hole[0] * gpus_per_replica)
+                takes = _gang_takes(lower, hole, room, free_ready + hole[0] * gpus_per_replica)
                 if takes + comeback > free_ready - taken_before:
                     # A scale-down of fewer than ``hole[0]`` replicas frees no node enough for the waiting work:
                     # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.
@@ -442,22 +442,35 @@ def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:
 
 
 def _gang_takes(
-    waiting: Sequence[WaitingGpuWork], pod_gpus: int, hole_node: str, room: NodeRoom, free_after: int
+    waiting: Sequence[WaitingGpuWork], hole: tuple[int, int, str, int], room: NodeRoom, free_after: int
 ) -> int:
-    """The GPUs the waiting work a hole of ``pod_gpus`` on ``hole_node`` is for takes once it starts: the largest
-    whole gang with pods of that size, of the hole's GPU type, that the hole completes -- its pods need a node of its
-    type with ``pod_gpus`` free each: the hole, and the nodes with that room already (any such gang may be the one
-    the scheduler or the queue starts) -- at most the GPUs free after the scale-down, at least the one pod."""
+    """The GPUs the waiting work a hole is for (``hole_node_for_waiting_work``: pods of ``hole[1]`` GPUs, on node
+    ``hole[2]``, which has ``hole[3]`` free once the scale-down is made) takes once it starts, the most of any such
+    work (any may be the one the scheduler or the queue starts): its pods placed largest first, each on the fullest
+    node of its GPU type with room (the hole's node with its room then, the others with their free GPUs now); a work
+    whose pods needed to start (``WaitingGpuWork.needed_pods``: all of a gang's, or its minAvailable) do not all find
+    one does not start and takes nothing but the one pod counted. At most the GPUs free after the scale-down."""
+    pod_gpus, hole_node, hole_free = hole[1], hole[2], hole[3]
     product = room.product.get(hole_node)
-    gangs = []
+    most = pod_gpus
     for w in waiting:
         if w.gpus != pod_gpus or pod_gpus <= 0 or w.gpu_product not in (None, product):
             continue  # not the hole's work: another size, or another GPU type than the hole's node
-        slots = 1 + sum(
-            free // pod_gpus
+        room_left = {
+            node: free
             for node, free in room.free.items()
-            if node != hole_node and (w.gpu_product is None or room.product.get(node) == w.gpu_product)
-        )
-        if -(-w.takes // pod_gpus) <= slots:
-            gangs.append(w.takes)
-    return max(pod_gpus, min(max(gangs, default=pod_gpus), free_after))
+            if node != hole_node and free > 0 and (w.gpu_product is None or room.product.get(node) == w.gpu_product)
+        }
+        room_left[hole_node] = hole_free
+        placed = taken = 0
+        for size in w.gang:
+            fitting = [node for node, free in room_left.items() if free >= size]
+            if not fitting:
+                continue
+            node = min(fitting, key=lambda n: (room_left[n], n))  # best fit: the fullest node it fits on
+            room_left[node] -= size
+            placed += 1
+            taken += size
+        if placed >= w.needed_pods:
+            most = max(most, taken)
+    return max(pod_gpus, min(most, free_after))

@@ -121,3 +121,36 @@ def test_waiting_gpu_work_carries_the_gpus_of_the_whole_gang() -> None:
     snapshot = ClusterSnapshot(0.0, pods=(*gang_pods, lone), nodes=NODES, workloads=(_job("suspended", (8, 8, 4)),))
     works = waiting_gpu_work(snapshot)
     assert sorted((w.gpus, w.takes) for w in works) == [(4, 4), (8, 16), (8, 16), (8, 20)]
+
+
+def _pending(gang: str, sizes: tuple[int, ...], min_available: int | None = None) -> tuple[PodInfo, ...]:
+    return tuple(
+        dataclasses.replace(
+            PodInfo("ml", f"{gang}-{i}", None, gpus, 100, "Pending", False, "Job", gang),
+            gang=f"job/ml/{gang}", gang_min_available=min_available,
+        )
+        for i, gpus in enumerate(sizes)
+    )  # fmt: skip
+
+
+def test_a_gang_one_of_whose_pods_no_node_could_hold_waits_for_no_hole() -> None:
+    """A 2-pod gang whose second pod asks for 16 GPUs on 8-GPU nodes never starts: neither of its pods is waiting
+    work (it used to keep its 8-GPU pod, counted as a gang of 8 + 16 the hole completes)."""
+    works = waiting_gpu_work(ClusterSnapshot(0.0, pods=_pending("g", (8, 16)), nodes=NODES))
+    assert works == []
+
+
+@pytest.mark.parametrize(
+    ("min_available", "running", "needed"),
+    [(None, 0, 3), (2, 0, 2), (2, 1, 1), (3, 2, 1), (1, 0, 1), (2, 2, 1)],
+)
+def test_a_pending_gang_needs_its_min_available_less_its_pods_placed(
+    min_available: int | None, running: int, needed: int
+) -> None:
+    pods = _pending("g", (8, 8, 8), min_available)
+    placed = tuple(
+        dataclasses.replace(p, name=f"run-{i}", node="n1", phase="Running") for i, p in enumerate(pods[:running])
+    )
+    works = waiting_gpu_work(ClusterSnapshot(0.0, pods=(*pods[running:], *placed), nodes=NODES))
+    assert {w.needed_pods for w in works} == {needed}
+    assert {w.gang for w in works} == {(8,) * (3 - running)}

@@ -194,23 +194,18 @@ def test_a_gang_of_another_gpu_type_than_the_hole_is_not_counted(kw: dict[str, o
     assert _decide(**kw) == FREE  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pending gang with gang_min_available below its pods starts with min_available of them (Volcano, "
-    "Kueue's partial admission), but _gang_takes counts it only when the hole completes all its pending pods: a "
-    "3 x 8 gang with minAvailable 2 takes the hole and n3 (16 GPUs) and is preempted by the comeback",
-)
 def test_a_pending_gang_that_starts_at_its_min_available_is_counted() -> None:
+    """Fixed in the same stop (was a strict xfail): a pending gang with gang_min_available below its pods starts with
+    min_available of them (Volcano, Kueue's partial admission), but _gang_takes counts it only when the hole
+    completes all its pending pods: a 3 x 8 gang with minAvailable 2 takes the hole and n3 (16 GPUs) and is
+    preempted by the comeback."""
     assert _decide(pods=tuple(_pending("g", 3, min_available=2))) == HELD
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="slots are counted in pods of the hole's size only: a suspended (8, 4) gang needs the hole and any node "
-    "with 4 free, but n3's 4 free count 0 slots and ceil(12 / 8) = 2 > 1: counted as its one 8-GPU pod; it starts "
-    "on the hole and n3, takes all 12 free GPUs and the comeback preempts it",
-)
 def test_a_gang_with_a_smaller_second_pod_is_counted() -> None:
+    """Fixed in the same stop (was a strict xfail): slots are counted in pods of the hole's size only: a suspended (8,
+    4) gang needs the hole and any node with 4 free, but n3's 4 free count 0 slots and ceil(12 / 8) = 2 > 1: counted
+    as its one 8-GPU pod; it starts on the hole and n3, takes all 12 free GPUs and the comeback preempts it."""
     assert _decide(workloads=(_job("gang", (8, 4)),), pods=(_used("n3", 4),)) == HELD
 
 
