@@ -449,12 +449,17 @@ def _stuck_booting(snapshot: ClusterSnapshot, config: CapacityConfig, now: float
     """Burst nodes not ready for longer than their pool's provision limit since they registered or their Ready
     condition last changed (``NodeInfo.state_since``), and not leaving (node -> (pool, how long)): no capacity on its
     way. Most often the device plugin never reported GPUs (a driver or image problem); counted as booting, such a node
-    hid a shortfall for as long as it stayed."""
+    hid a shortfall for as long as it stayed. Also a broken one (``NodeInfo.broken``: its kubelet lost, or NotReady
+    long after it served) that nobody is removing: read as out of service, no capacity either, but billed for as long
+    as it stays -- all night, without a MachineHealthCheck to replace it (and the Cluster Autoscaler, which removes
+    unready nodes after 20 minutes, does not manage the pools this controller owns)."""
     names = {p.name for p in config.pools}
     out: dict[str, tuple[str, float]] = {}
     for n in snapshot.nodes:
-        if n.pool not in names or n.pool is None or n.ready or n.leaving or n.state_since is None:
+        if n.pool not in names or n.pool is None or n.ready or n.state_since is None:
             continue
+        if n.leaving and not (n.broken and n.out_of_service):
+            continue  # being removed (a removal taint, being deleted), or cordoned by hand and not broken
         age = now - n.state_since
         if age >= _provision_limit(n.pool, config):
             out[n.name] = (n.pool, age)
@@ -771,9 +776,11 @@ def arbitrate(
     # takes one whose kubelet is lost as leaving), so until then it runs the pod's shutdown -- a training pod's
     # checkpoint on SIGTERM -- which giving the node back would kill
     holding = {p.node for p in bound if not p.terminating or (p.deletion_at is not None and now < p.deletion_at)}
-    # A stuck node with GPU pods bound served once (its kubelet went NotReady since): no capacity, but no sign that
-    # the pool's new nodes fail, so it neither closes the pool nor counts as a provisioning failure
-    never_served = {node: v for node, v in stuck_booting.items() if node not in busy}
+    # A stuck node with GPU pods bound served once (its kubelet went NotReady since), and so did a broken one (its
+    # kubelet lost, NotReady long after it registered its GPUs): no capacity, but no sign that the pool's new nodes
+    # fail, so it neither closes the pool nor counts as a provisioning failure
+    broken = {n.name for n in snapshot.nodes if n.broken}
+    never_served = {node: v for node, v in stuck_booting.items() if node not in busy and node not in broken}
     stuck_pools = {pool for pool, _ in never_served.values()}
     failed_at = _failed_at(overdue, unregistered_since, never_served, config, now)
     provision_failures, backing_off = _provision_backoff(failed_at, state, config, now)

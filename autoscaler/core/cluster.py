@@ -122,6 +122,10 @@ class NodeInfo:
     # taint and not being deleted, or broken (its kubelet lost, Ready Unknown; every GPU unhealthy, allocatable 0 of
     # a capacity above 0). No room and not on its way, but no node "requested, not registered" either
     out_of_service: bool = False
+    # broken since ``state_since``, not by anyone's choice: its kubelet lost (Ready Unknown), or Ready False long
+    # after it registered with its GPUs (a container runtime down, a driver crash). Billed and useless: a burst node
+    # broken past its pool's provision limit is given back like one that never became ready (``core.arbitrate``)
+    broken: bool = False
     # its NoSchedule / NoExecute taints other than the transient node-condition ones (not-ready, uninitialized...):
     # a pod that does not tolerate one is never scheduled there
     taints: tuple[Taint, ...] = ()

@@ -16,10 +16,10 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.core.arbitrate import CapacityConfig
-from autoscaler.core.cluster import PodInfo
+from autoscaler.core.cluster import NodeInfo, PodInfo
 from autoscaler.core.model import ScaleNodePool
 from autoscaler.core.reasons import Reason
-from tests.core.test_burst_provisioning import LONG, POOL, booting_node, full, tick
+from tests.core.test_burst_provisioning import LONG, NOW, POOL, booting_node, full, tick
 
 
 def bound(name: str, terminating: bool, gpus: int = 1, phase: str = "Running") -> PodInfo:
@@ -96,3 +96,41 @@ def test_an_evicted_stuck_node_at_its_pool_minimum_is_kept() -> None:
     )
     assert not_ready_give_backs(actions) == []
     assert any("the pool is at its minimum size 1" in n for n in report.notes)
+
+
+# -- a burst node broken after it served (its kubelet lost): read as out of service, and never given back ------------
+#
+# Before: the reader reads a node whose kubelet is lost (Ready Unknown), or that went NotReady long after it registered
+# its GPUs, as leaving and out of service; the stuck-node path skipped leaving nodes and the give-back only looks at
+# ready ones, so such a burst node was billed until somebody removed it. Now it is given back like a stuck one: past
+# the provision limit since its Ready condition changed, one per pool and tick, with no live GPU pod on it, without
+# counting a provisioning failure.
+
+
+def broken_node(age_s: float, name: str = "burst-a", **kw: object) -> NodeInfo:
+    node = NodeInfo(name, 0, "A100", "burst", False, leaving=True, out_of_service=True, broken=True)
+    return replace(node, state_since=NOW - age_s, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("node", "pods", "given_back"),
+    [
+        pytest.param(broken_node(900.0), (), True, id="broken past the limit, empty"),
+        pytest.param(broken_node(300.0), (), False, id="broken within the limit"),
+        pytest.param(broken_node(900.0), (bound("chat-9", terminating=False),), False, id="a GPU pod not deleted"),
+        pytest.param(broken_node(900.0), (bound("chat-9", terminating=True),), True, id="its GPU pod evicted"),
+        pytest.param(
+            broken_node(900.0, out_of_service=False), (), False, id="broken and being removed (a removal taint)"
+        ),
+        pytest.param(broken_node(900.0, broken=False), (), False, id="cordoned by hand, not broken"),
+    ],
+)
+def test_a_broken_burst_node_is_given_back_past_the_limit(
+    node: NodeInfo, pods: tuple[PodInfo, ...], given_back: bool
+) -> None:
+    actions, report, state = tick(full(node, extra_pods=pods), {"burst": 1})
+    backs = not_ready_give_backs(actions)
+    assert [b.remove_node for b in backs] == (["burst-a"] if given_back else [])
+    # it served once: no provisioning failure, its pool not closed to the shortfall
+    assert state.provision_failures == {}
+    assert not any("never became ready" in o.detail for o in report.options if o.kind == "burst")

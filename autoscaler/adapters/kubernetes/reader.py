@@ -1117,6 +1117,7 @@ class KubeClusterReader:
             labels=dict(labels),
             leaving=away,
             out_of_service=(cordoned or lost or unhealthy) and not leaving and not deleting,
+            broken=lost,
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
             # a VM recreated under an old Node object's name boots on it: counted from its Ready condition's change
             state_since=_latest(created, changed),

@@ -1,0 +1,54 @@
+"""``NodeInfo.broken`` (stop 43): the reader marks a node broken, not by anyone's choice, when its kubelet is lost
+(Ready Unknown) or when it went NotReady long after it registered its GPUs; the arbitration gives such a burst node
+back past its pool's provision limit (``tests/core/test_stuck_burst_node_evicted.py``). Cordoned, tainted for
+removal, still booting, or re-imaged under an old name: not broken."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from tests.kube import objects as o
+from tests.kube.fake_apiserver import FakeApiServer
+from tests.kube.test_review38_reader import NOW, _iso, _not_ready_node, _snapshot
+
+
+def _lost(name: str, since: float) -> dict[str, Any]:
+    node = o.node(name, pool="burst", ready=False)
+    node["status"]["conditions"][0].update(
+        {"status": "Unknown", "reason": "NodeStatusUnknown", "lastTransitionTime": _iso(since)}
+    )
+    return node
+
+
+def test_a_lost_or_failed_node_is_broken_and_nothing_else_is(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    tainted = _lost("tainted-lost", NOW - 600)
+    tainted["spec"]["taints"] = [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}]
+    apiserver.seed(
+        o.node("plain", pool="burst"),
+        o.node("cordoned", pool="burst", unschedulable=True),
+        _lost("lost", NOW - 600),
+        tainted,
+        _not_ready_node("failed", created=NOW - 365 * 86400, not_ready_since=NOW - 60, gpus_reported=True),
+        _not_ready_node("booting", created=NOW - 120, not_ready_since=NOW - 120, gpus_reported=False),
+        _not_ready_node("reimaged", created=NOW - 365 * 86400, not_ready_since=NOW - 60, gpus_reported=False),
+    )
+    nodes = _snapshot(api_client, gpu_pools=frozenset({"burst"})).nodes
+    assert {n.name: (n.broken, n.out_of_service) for n in nodes} == {
+        "plain": (False, False),
+        "cordoned": (False, True),
+        "lost": (True, True),
+        "tainted-lost": (True, False),  # broken, but being removed: not out of service, not given back again
+        "failed": (True, True),
+        "booting": (False, False),
+        "reimaged": (False, False),
+    }
+    # how long it has been broken: since its Ready condition changed
+    assert {n.name: n.state_since for n in nodes if n.broken} == {
+        "lost": NOW - 600,
+        "tainted-lost": NOW - 600,
+        "failed": NOW - 60,
+    }
