@@ -16,7 +16,7 @@ from autoscaler.core.model import ControllerState, ScaleNodePool
 from autoscaler.core.reasons import Reason
 from autoscaler.core.tick import ForecastReadConfig, TickConfig, decide_tick
 from tests.core.test_burst_provisioning import NOW, booting_node, full, tick
-from tests.core.test_contended_hold_gangs import RISE
+from tests.core.test_contended_hold_gangs import RISE, _chat
 from tests.core.test_review39_predictive import CHAT, CHAT_NO_WINDOW, _desired, _earned, _tick
 
 # ---- 1. a stuck burst node whose GPU pods are all being deleted (d43787f) -----------------------------------------
@@ -81,14 +81,6 @@ def test_a_stuck_node_is_kept_while_a_deleted_pod_on_it_is_within_its_grace_peri
 
 def _node(name: str, product: str = "A100") -> NodeInfo:
     return NodeInfo(name, 8, product, None, True)
-
-
-def _chat(node: str, count: int, first: int, cost: int = 0) -> tuple[PodInfo, ...]:
-    return tuple(
-        PodInfo("ml", f"chat-{first + i}", node, 1, 1000, "Running", True, "Deployment", "chat", ready_at=0.0,
-                deletion_cost=cost)
-        for i in range(count)
-    )  # fmt: skip
 
 
 def _job(name: str, pods: tuple[int, ...], product: str | None = None) -> WorkloadInfo:
