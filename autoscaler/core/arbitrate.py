@@ -1170,6 +1170,13 @@ def arbitrate(
         if stuck_pool.nodes <= stuck_pool.min_nodes:
             notes.append(f"{stuck}; not given back: the pool is at its minimum size {stuck_pool.min_nodes}")
             continue
+        if pool_name in added_nodes:
+            # A broken node, or a stuck one that served, does not close its pool: grown for a shortfall this tick,
+            # it is given back at a later one (both writes expect the size read: the second would be refused)
+            notes.append(
+                f"{stuck}; not given back this tick: its pool is grown this tick (one resize per pool and tick)"
+            )
+            continue
         given_back.add(pool_name)
         if node in busy:
             stuck = f"{stuck}; the GPU pods bound to it are all being deleted (evicted, re-created elsewhere)"

@@ -448,7 +448,10 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
         if node.ready:
             largest[node.gpu_product] = max(largest.get(node.gpu_product, 0), node.allocatable_gpus)
     biggest = max(largest.values(), default=0)
-    unplaced = [p for p in snapshot.pods if p.node is None and p.gpus > 0 and p.phase == "Pending"]
+    # (not one being deleted: a deleted Job's pod held by a finalizer never starts)
+    unplaced = [
+        p for p in snapshot.pods if p.node is None and p.gpus > 0 and p.phase == "Pending" and not p.terminating
+    ]
     too_big = [p for p in unplaced if p.gpus > (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))]
     # a gang one of whose pods no node could hold never starts: none of its pods waits for a hole either
     never = {(p.namespace, p.gang) for p in too_big if p.gang is not None}

@@ -449,13 +449,24 @@ def _gang_takes(
     work (any may be the one the scheduler or the queue starts): its pods placed largest first, each on the fullest
     node of its GPU type with room (the hole's node with its room then, the others with their free GPUs now); a work
     whose pods needed to start (``WaitingGpuWork.needed_pods``: all of a gang's, or its minAvailable) do not all find
-    one does not start and takes nothing but the one pod counted. At most the GPUs free after the scale-down."""
+    one does not start and takes nothing but the one pod counted. At most the GPUs free after the scale-down.
+
+    The hole's work is any whose pod does not fit on the hole's node now and does once the scale-down is made, not
+    only the smallest size the hole is named for: a replica of several GPUs frees room for larger work as well, and
+    the scheduler may start that. One gang is placed once, not once per pending pod (its entries are alike): a
+    64-pod gang's 64 entries made 64 identical placements over every node, seconds a tick with thousands of pods."""
     pod_gpus, hole_node, hole_free = hole[1], hole[2], hole[3]
     product = room.product.get(hole_node)
+    free_now = room.free.get(hole_node, 0)
     most = pod_gpus
+    seen: set[tuple[str | None, tuple[int, ...], int]] = set()
     for w in waiting:
-        if w.gpus != pod_gpus or pod_gpus <= 0 or w.gpu_product not in (None, product):
-            continue  # not the hole's work: another size, or another GPU type than the hole's node
+        if pod_gpus <= 0 or not free_now < w.gpus <= hole_free or w.gpu_product not in (None, product):
+            continue  # not the hole's work: a size it does not start, or another GPU type than the hole's node
+        shape = (w.gpu_product, w.gang, w.needed_pods)
+        if shape in seen:
+            continue  # another pending pod of a gang placed already (or a gang just like it): the same count
+        seen.add(shape)
         room_left = {
             node: free
             for node, free in room.free.items()

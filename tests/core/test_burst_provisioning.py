@@ -45,8 +45,10 @@ def tick(
     config: CapacityConfig = LONG,
     state: CapacityState | None = None,
     now: float = NOW,
+    want: int = 12,
 ):  # type: ignore[no-untyped-def]
-    decision = ScaleDecision(CHAT.key, 8, 12, Reason.METRIC_ABOVE_TARGET, "")
+    """chat runs 8 replicas and wants ``want`` (12: 4 short)."""
+    decision = ScaleDecision(CHAT.key, 8, want, Reason.METRIC_ABOVE_TARGET, "")
     arb = ArbitrationInput(now, replace(snapshot, time=now), {CHAT.key: CHAT}, [decision], {}, pool_nodes=pool_nodes)
     return arbitrate(arb, state or CapacityState(), config)
 

@@ -153,9 +153,6 @@ def test_pin_a_broken_node_is_no_capacity_for_a_shortfall() -> None:
     assert [s.covered_by_booting for s in report.shortfalls] == [0]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a broken node's pool grown and given back in one tick: two resizes from one read"
-)
 def test_a_pool_is_not_both_grown_and_given_a_broken_node_back_in_one_tick() -> None:
     """WRONG (was): chat is 4 replicas short and the broken node's pool is the one to grow: the tick planned
     ScaleNodePool(burst 1 -> 2, BURST_SCALE_UP) and ScaleNodePool(burst 1 -> 0, BURST_NODE_NOT_READY, burst-a), both
@@ -236,7 +233,6 @@ def test_pin_waiting_gpu_work(pods: tuple[PodInfo, ...], expected: list[tuple[in
     assert works(*pods) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="an unscheduled pod being deleted is counted as waiting work")
 def test_a_pending_pod_being_deleted_is_no_waiting_work() -> None:
     """WRONG (was): an unscheduled GPU pod with a deletionTimestamp -- a deleted or suspended Job's pod held by
     the Job controller's tracking finalizer, a JobSet restarting its gang -- was waiting work: it holds an inference
@@ -310,7 +306,6 @@ def test_pin_gang_takes(
     assert _gang_takes(waiting, hole, room, 10**6) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="_gang_takes counts only work of the hole's smallest size")
 def test_a_larger_waiting_job_the_hole_fits_too_is_counted() -> None:
     """WRONG (was): the service's one 8-GPU replica on n1 goes: n1 has 8 free. A 4-GPU job and an 8-GPU job wait
     (no node has 4 free now). ``hole_node_for_waiting_work`` names the hole by its smallest waiting size (4: the

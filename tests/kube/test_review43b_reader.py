@@ -48,9 +48,6 @@ def test_pin_broken_and_since_when(
     assert (node.broken, node.state_since) == expected
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a lost node without a Ready lastTransitionTime is read broken since its creation"
-)
 def test_a_lost_node_without_a_transition_time_is_not_broken_since_its_creation(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:

@@ -1117,7 +1117,9 @@ class KubeClusterReader:
             labels=dict(labels),
             leaving=away,
             out_of_service=(cordoned or lost or unhealthy) and not leaving and not deleting,
-            broken=lost,
+            # (only when it is known since when: without the Ready condition's change, ``state_since`` would be
+            # its creation, and a node lost a moment ago read as broken for as long as it has existed)
+            broken=lost and changed is not None,
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
             # a VM recreated under an old Node object's name boots on it: counted from its Ready condition's change
             state_since=_latest(created, changed),
