@@ -780,6 +780,8 @@ def arbitrate(
     # kubelet lost, NotReady long after it registered its GPUs): no capacity, but no sign that the pool's new nodes
     # fail, so it neither closes the pool nor counts as a provisioning failure
     broken = {n.name for n in snapshot.nodes if n.broken}
+    # nodes annotated not to be removed by an autoscaler (scale-down-disabled, do-not-disrupt): never given back
+    kept = {n.name for n in snapshot.nodes if n.do_not_disrupt}
     never_served = {node: v for node, v in stuck_booting.items() if node not in busy and node not in broken}
     stuck_pools = {pool for pool, _ in never_served.values()}
     failed_at = _failed_at(overdue, unregistered_since, never_served, config, now)
@@ -1167,6 +1169,9 @@ def arbitrate(
         if node in holding:
             notes.append(f"{stuck}; not given back, and its pool not closed: GPU pods are bound to it")
             continue
+        if node in kept:
+            notes.append(f"{stuck}; not given back: annotated not to be removed by an autoscaler")
+            continue
         if stuck_pool.nodes <= stuck_pool.min_nodes:
             notes.append(f"{stuck}; not given back: the pool is at its minimum size {stuck_pool.min_nodes}")
             continue
@@ -1472,6 +1477,7 @@ def _give_back(
     now = arb.now
     actions: list[Action] = []
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
+    kept = {n.name for n in arb.snapshot.nodes if n.do_not_disrupt}  # scale-down disabled on them: never given back
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
     # the nodes each Deployment's pods cannot be scheduled on: no room for the pods of a node given back
     barred = {f"{d.namespace}/{d.name}": _barred(arb.snapshot, d) for d in arb.snapshot.deployments}
@@ -1492,11 +1498,16 @@ def _give_back(
             continue
         # Spare: the pool's emptiest node's pods fit on the other free GPUs and the replicas coming over a boot
         # (the forecast's, those a rate limit holds back) still fit without that node, each whole on one node.
-        mine = {
+        pool_free = {
             n: left
             for n, left in free.items()
             if node_pool.get(n) == pool.name and n not in received and n not in placed
         }
+        mine = {n: left for n, left in pool_free.items() if n not in kept}
+        if pool_free and not mine:
+            unneeded.pop(pool.name, None)
+            notes.append(f"{pool.name}: its nodes are annotated not to be removed by an autoscaler: not given back")
+            continue
         if not mine and any(node_pool.get(n) == pool.name for n in received):
             notes.append(f"{pool.name}: its nodes take pods moved off a node given back this tick: not before the next")
             continue

@@ -122,10 +122,6 @@ class NodeInfo:
     # taint and not being deleted, or broken (its kubelet lost, Ready Unknown; every GPU unhealthy, allocatable 0 of
     # a capacity above 0). No room and not on its way, but no node "requested, not registered" either
     out_of_service: bool = False
-    # broken since ``state_since``, not by anyone's choice: its kubelet lost (Ready Unknown), or Ready False long
-    # after it registered with its GPUs (a container runtime down, a driver crash). Billed and useless: a burst node
-    # broken past its pool's provision limit is given back like one that never became ready (``core.arbitrate``)
-    broken: bool = False
     # its NoSchedule / NoExecute taints other than the transient node-condition ones (not-ready, uninitialized...):
     # a pod that does not tolerate one is never scheduled there
     taints: tuple[Taint, ...] = ()
@@ -134,6 +130,14 @@ class NodeInfo:
     # reported GPUs, its kubelet NotReady) is no capacity on its way. Not the registration alone: a VM recreated
     # under its old Node object's name boots on a days-old object
     state_since: float | None = None
+    # broken since ``state_since``, not by anyone's choice: its kubelet lost (Ready Unknown), or Ready False long
+    # after it registered with its GPUs (a container runtime down, a driver crash). Billed and useless: a burst node
+    # broken past its pool's provision limit is given back like one that never became ready (``core.arbitrate``)
+    broken: bool = False
+    # annotated not to be removed by an autoscaler (``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"``,
+    # ``karpenter.sh/do-not-disrupt: "true"`` on the Node: a person investigating it, a node kept on purpose): never
+    # given back, emptied or consolidated, broken or idle
+    do_not_disrupt: bool = False
 
 
 def schedulable_on(deployment: DeploymentInfo, node: NodeInfo) -> bool:

@@ -578,6 +578,10 @@ def plan_rebalance(
         if node.name in landed:
             notes.append(f"burst node {node.name}: this pass's moves or a waiting pod land on it, not emptied")
             continue
+        if node.do_not_disrupt:
+            # never given back (the arbitration keeps it): emptying it would evict its pods for nothing
+            notes.append(f"burst node {node.name}: annotated not to be removed by an autoscaler, not emptied")
+            continue
         keeper = next(
             (
                 p

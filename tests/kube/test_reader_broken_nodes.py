@@ -52,3 +52,24 @@ def test_a_lost_or_failed_node_is_broken_and_nothing_else_is(
         "tainted-lost": NOW - 600,
         "failed": NOW - 60,
     }
+
+
+def test_a_node_annotated_not_to_be_removed_is_read_so(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    """``NodeInfo.do_not_disrupt``: the Cluster Autoscaler's scale-down-disabled and Karpenter's do-not-disrupt on the
+    Node (values as those autoscalers read them, case and spaces aside); a pod's safe-to-evict on a Node means
+    nothing."""
+    annotated = {
+        "ca": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"},
+        "karpenter": {"karpenter.sh/do-not-disrupt": " True "},
+        "ca-false": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "false"},
+        "pod-annotation": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+        "plain": {},
+    }
+    nodes = []
+    for name, marks in annotated.items():
+        raw = o.node(name, pool="burst")
+        raw["metadata"]["annotations"] = marks
+        nodes.append(raw)
+    apiserver.seed(*nodes)
+    got = {n.name: n.do_not_disrupt for n in _snapshot(api_client, gpu_pools=frozenset({"burst"})).nodes}
+    assert got == {"ca": True, "karpenter": True, "ca-false": False, "pod-annotation": False, "plain": False}

@@ -228,6 +228,14 @@ DO_NOT_DISRUPT_ANNOTATIONS = {
 }
 
 
+# ... and with which a Node is kept from being removed by an autoscaler (the Cluster Autoscaler's, Karpenter's): no
+# give-back, no emptying, no consolidation of that node.
+NODE_DO_NOT_DISRUPT_ANNOTATIONS = {
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+
+
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -255,10 +263,10 @@ def deletion_cost_by(annotations: Mapping[str, Any]) -> str | None:
     return DELETION_COST_BY_US if annotations.get(DELETION_COST_BY_ANNOTATION) == DELETION_COST_BY_US else ""
 
 
-def _do_not_disrupt(annotations: Mapping[str, Any]) -> bool:
+def _do_not_disrupt(annotations: Mapping[str, Any], which: Mapping[str, str] = DO_NOT_DISRUPT_ANNOTATIONS) -> bool:
     return any(
         isinstance(annotations.get(key), str) and annotations[key].strip().lower() == value
-        for key, value in DO_NOT_DISRUPT_ANNOTATIONS.items()
+        for key, value in which.items()
     )
 
 
@@ -1120,6 +1128,10 @@ class KubeClusterReader:
             # (only when it is known since when: without the Ready condition's change, ``state_since`` would be
             # its creation, and a node lost a moment ago read as broken for as long as it has existed)
             broken=lost and changed is not None,
+            do_not_disrupt=_do_not_disrupt(
+                meta["annotations"] if isinstance(meta.get("annotations"), dict) else {},
+                NODE_DO_NOT_DISRUPT_ANNOTATIONS,
+            ),
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
             # a VM recreated under an old Node object's name boots on it: counted from its Ready condition's change
             state_since=_latest(created, changed),
