@@ -1158,9 +1158,12 @@ def arbitrate(
     # once, GPU pods bound, neither closes its pool nor counts as a failure).
     for node, (pool_name, age) in sorted(stuck_booting.items(), key=lambda kv: (-kv[1][1], kv[0])):
         stuck = (
-            f"{node} ({pool_name}): not ready for {age:.0f}s since it registered or last changed (no GPUs reported, or "
-            "its kubelet NotReady), past the provision timeout: counted as no capacity, the pool not grown while it "
-            "is counted (check its device plugin, driver, kubelet)"
+            f"{node} ({pool_name}): broken for {age:.0f}s (its kubelet lost, or NotReady long after it registered its "
+            "GPUs), past the provision timeout: no capacity (check its kubelet, container runtime, driver)"
+            if node in broken
+            else f"{node} ({pool_name}): not ready for {age:.0f}s since it registered or last changed (no GPUs "
+            "reported, or its kubelet NotReady), past the provision timeout: counted as no capacity, the pool not "
+            "grown while it is counted (check its device plugin, driver, kubelet)"
         )
         stuck_pool = sizes.get(pool_name)
         if stuck_pool is None or pool_name in given_back or pool_name in give_back_failed_at:

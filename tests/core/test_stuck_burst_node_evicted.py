@@ -135,3 +135,11 @@ def test_a_broken_burst_node_is_given_back_past_the_limit(
     # it served once: no provisioning failure, its pool not closed to the shortfall
     assert state.provision_failures == {}
     assert not any("never became ready" in o.detail for o in report.options if o.kind == "burst")
+
+
+def test_a_broken_node_is_noted_as_broken_not_as_booting() -> None:
+    """``autoscaler plan``'s note names what is wrong: a broken node's kubelet or runtime, not a device plugin that
+    never reported GPUs."""
+    _, report, _ = tick(full(broken_node(900.0)), {"burst": 1}, want=8)
+    assert any(n.startswith("burst-a (burst): broken for 900s") and n.endswith("given back") for n in report.notes)
+    assert not any("no GPUs reported" in n for n in report.notes)
