@@ -134,6 +134,10 @@ class NodeInfo:
     # after it registered with its GPUs (a container runtime down, a driver crash). Billed and useless: a burst node
     # broken past its pool's provision limit is given back like one that never became ready (``core.arbitrate``)
     broken: bool = False
+    # every GPU unhealthy while its kubelet reports (allocatable 0 of a GPU capacity above 0: a GPU fallen off the bus,
+    # a driver's XID errors); broken too, since the reader first saw it so (``state_since``; the Node object keeps no
+    # time for it, and a device plugin restarting zeroes it for a moment)
+    gpus_unhealthy: bool = False
     # annotated not to be removed by an autoscaler (``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"``,
     # ``karpenter.sh/do-not-disrupt: "true"`` on the Node: a person investigating it, a node kept on purpose): never
     # given back, emptied or consolidated, broken or idle

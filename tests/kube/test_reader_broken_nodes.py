@@ -73,3 +73,36 @@ def test_a_node_annotated_not_to_be_removed_is_read_so(apiserver: FakeApiServer,
     apiserver.seed(*nodes)
     got = {n.name: n.do_not_disrupt for n in _snapshot(api_client, gpu_pools=frozenset({"burst"})).nodes}
     assert got == {"ca": True, "karpenter": True, "ca-false": False, "pod-annotation": False, "plain": False}
+
+
+def _gpus(raw: dict[str, Any] | None, allocatable: str) -> dict[str, Any]:
+    assert raw is not None
+    # a copy: the fixture's capacity and allocatable are one dict
+    raw["status"]["allocatable"] = {**raw["status"]["allocatable"], "nvidia.com/gpu": allocatable}
+    return raw
+
+
+def test_a_node_whose_gpus_all_went_unhealthy_is_broken_since_first_seen_so(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """Every GPU unhealthy while the kubelet reports Ready (allocatable 0 of 8: a GPU fallen off the bus) is broken,
+    since this reader first saw it so -- the Node keeps no time for it; healthy again, it starts afresh; a new reader
+    (a restarted controller) counts from its own first sight."""
+    from autoscaler.adapters.kubernetes import KubeClusterReader, ReaderConfig
+
+    apiserver.seed(_gpus(o.node("sick", pool="burst"), "0"), o.node("well", pool="burst"))
+    reader = KubeClusterReader(api_client, ReaderConfig(gpu_pools=frozenset({"burst"})), sleep=lambda s: None)
+
+    def read(at: float) -> dict[str, tuple[bool, bool, float | None]]:
+        return {
+            n.name: (n.broken, n.gpus_unhealthy, n.state_since if n.broken else None) for n in reader.snapshot(at).nodes
+        }
+
+    assert read(NOW) == {"sick": (True, True, NOW), "well": (False, False, None)}
+    assert read(NOW + 600)["sick"] == (True, True, NOW)
+    apiserver.update_object(_gpus(apiserver.get("v1", "Node", "sick"), "8"))
+    assert read(NOW + 700)["sick"] == (False, False, None)
+    apiserver.update_object(_gpus(apiserver.get("v1", "Node", "sick"), "0"))
+    assert read(NOW + 800)["sick"] == (True, True, NOW + 800)
+    fresh = KubeClusterReader(api_client, ReaderConfig(gpu_pools=frozenset({"burst"})), sleep=lambda s: None)
+    assert {n.name: n.state_since for n in fresh.snapshot(NOW + 900).nodes if n.broken} == {"sick": NOW + 900}

@@ -521,6 +521,8 @@ class KubeClusterReader:
         self.last_stats = ReadStats()
         # pod uid -> the earliest Ready time read for it (``PodInfo.first_ready_at``), for the pods of the last snapshot
         self._first_ready: dict[str, float] = {}
+        # node name -> when this reader first saw every GPU of it unhealthy, for the nodes so in the last snapshot
+        self._unhealthy_since: dict[str, float] = {}
         cfg = self.config
         self._pager = Pager(
             page_size=cfg.page_size,
@@ -569,6 +571,7 @@ class KubeClusterReader:
         hpas = self._hpas()
         raw_workloads = self._raw_workloads()
         pods = self._with_first_ready(self._with_podgroup_min_available(converted))
+        nodes = self._with_unhealthy_since(nodes, now)
         snapshot = ClusterSnapshot(
             time=now,
             deployments=tuple(
@@ -1033,6 +1036,21 @@ class KubeClusterReader:
         self._first_ready = seen
         return out
 
+    def _with_unhealthy_since(self, nodes: list[NodeInfo], now: float) -> list[NodeInfo]:
+        """Each node whose GPUs are all unhealthy while its kubelet reports, broken since this reader first saw it
+        so (``NodeInfo.gpus_unhealthy``): the Node keeps no time for it. Remembered for the nodes so in this snapshot
+        only: a node healthy again starts afresh, and a restarted controller waits a whole provision limit again."""
+        seen: dict[str, float] = {}
+        out = []
+        for node in nodes:
+            if node.gpus_unhealthy and not node.broken:
+                since = self._unhealthy_since.get(node.name, now)
+                seen[node.name] = since
+                node = replace(node, broken=True, state_since=since)
+            out.append(node)
+        self._unhealthy_since = seen
+        return out
+
     def _with_podgroup_min_available(self, pods: list[PodInfo]) -> list[PodInfo]:
         """Fill Volcano gangs' minAvailable from their PodGroup's ``spec.minMember`` (one list, only if needed)."""
         wanted = {p.gang for p in pods if p.gang and p.gang.startswith("volcano/") and p.gang_min_available is None}
@@ -1128,6 +1146,7 @@ class KubeClusterReader:
             # (only when it is known since when: without the Ready condition's change, ``state_since`` would be
             # its creation, and a node lost a moment ago read as broken for as long as it has existed)
             broken=lost and changed is not None,
+            gpus_unhealthy=unhealthy and ready,
             do_not_disrupt=_do_not_disrupt(
                 meta["annotations"] if isinstance(meta.get("annotations"), dict) else {},
                 NODE_DO_NOT_DISRUPT_ANNOTATIONS,
