@@ -1492,9 +1492,19 @@ def _give_back(
     # Disruptions this tick's consolidations took from each PodDisruptionBudget, as the preemption path counts them
     # between services: two pools' victims under one budget must stay within it together.
     pdb_spent: dict[str, int] = {}
+    # per pool, its kept nodes the provider still counts (not those being removed: a removal taint, a deletion)
+    kept_in: dict[str | None, int] = {}
+    for n in arb.snapshot.nodes:
+        if n.name in kept and not (n.leaving and not n.out_of_service):
+            kept_in[n.pool] = kept_in.get(n.pool, 0) + 1
     for pool in pools:
         if pool.nodes <= pool.min_nodes:
             unneeded.pop(pool.name, None)
+            continue
+        if pool.nodes <= kept_in.get(pool.name, 0):
+            # every node it has is kept: none can be given back, so none is waited for (a resume included)
+            unneeded.pop(pool.name, None)
+            notes.append(f"{pool.name}: its nodes are annotated not to be removed by an autoscaler: not given back")
             continue
         burst_left = True
         if pool.name in resized:
@@ -1507,16 +1517,17 @@ def _give_back(
             if node_pool.get(n) == pool.name and n not in received and n not in placed
         }
         mine = {n: left for n, left in pool_free.items() if n not in kept}
-        if pool_free and not mine:
-            unneeded.pop(pool.name, None)
-            notes.append(f"{pool.name}: its nodes are annotated not to be removed by an autoscaler: not given back")
-            continue
+        # (a node that took moved pods first: its pool's timer stands for the next tick, a kept node beside it or not)
         if not mine and any(node_pool.get(n) == pool.name for n in received):
             notes.append(f"{pool.name}: its nodes take pods moved off a node given back this tick: not before the next")
             continue
         if not mine and any(node_pool.get(n) == pool.name for n in placed):
             unneeded.pop(pool.name, None)
             notes.append(f"{pool.name}: its nodes take this tick's Pending replicas: not given back")
+            continue
+        if pool_free and not mine:
+            unneeded.pop(pool.name, None)
+            notes.append(f"{pool.name}: its nodes are annotated not to be removed by an autoscaler: not given back")
             continue
         spare_here = max(mine.values(), default=0)
         others = sum(free.values()) - spare_here

@@ -629,11 +629,14 @@ def plan_rebalance(
         if ratio < config.min_gain_per_move:
             notes.append(f"burst node {node.name}: {ratio:.2f} GPU(s) per move < {config.min_gain_per_move:g}")
             continue
-        # Emptier burst nodes are being emptied too: only the on-prem nodes and fuller burst nodes receive.
+        # Emptier burst nodes are being emptied too: only the on-prem nodes, fuller burst nodes and kept ones (never
+        # emptied nor given back) receive.
         emptier = frozenset(
             n.name
             for n in cluster.nodes.values()
-            if n.pool in config.burst_pools and n.allocatable_gpus - free.get(n.name, 0) <= used
+            if n.pool in config.burst_pools
+            and not n.do_not_disrupt
+            and n.allocatable_gpus - free.get(n.name, 0) <= used
         )
         trial = dict(free)
         drain: list[tuple[_Unit, dict[str, int]]] = []

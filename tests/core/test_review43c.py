@@ -1,7 +1,8 @@
 """Review of stop 43c: ``NodeInfo.do_not_disrupt`` (a Node kept from autoscalers by its annotation) in the capacity
 arbitration and the rebalancer, and a node whose GPUs all went unhealthy read as broken (``NodeInfo.gpus_unhealthy``).
 
-Pins what was checked and found right; the defects found are pinned by the tests marked so below (fixed here)."""
+Pins what was checked and found right; the defects found are pinned by the tests whose docstrings say "Defect"
+(fixed by review 43c)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def _shrinks(actions: list[object]) -> list[tuple[Reason, str | None]]:
     [
         pytest.param(0, (), True, id="no burst node: resumed"),
         pytest.param(1, (), False, id="an idle burst node: given back first, resume waits"),
-        pytest.param(1, ("b0",), True, marks=pytest.mark.xfail(strict=True, reason="a pool of kept nodes held back every resume for ever"), id="its one burst node kept: never given back, resume does not wait for it"),
-        pytest.param(2, ("b0", "b1"), True, marks=pytest.mark.xfail(strict=True, reason="a pool of kept nodes held back every resume for ever"), id="every burst node kept"),
+        pytest.param(1, ("b0",), True, id="its one burst node kept: never given back, resume does not wait for it"),
+        pytest.param(2, ("b0", "b1"), True, id="every burst node kept"),
         pytest.param(2, ("b0",), False, id="one of two kept: the other is given back first"),
     ],
 )
@@ -66,7 +67,6 @@ def test_a_pool_whose_every_node_is_kept_does_not_hold_back_a_resume(
         assert "burst: its nodes are annotated not to be removed by an autoscaler: not given back" in report.notes
 
 
-@pytest.mark.xfail(strict=True, reason="the kept check ran before the received one")
 def test_a_kept_node_does_not_reset_the_spare_timer_of_a_pool_whose_other_node_took_moved_pods() -> None:
     """Defect (62a063a): the "annotated" check ran before the "its nodes take pods moved off a node given back this
     tick" one, so a pool whose only other node received the pods of another pool's give-back had its spare timer
@@ -88,7 +88,6 @@ def test_a_kept_node_does_not_reset_the_spare_timer_of_a_pool_whose_other_node_t
     assert after.burst_unneeded_since.get("second") == NOW - 100
 
 
-@pytest.mark.xfail(strict=True, reason="a kept node counted among the emptier burst nodes")
 def test_the_rebalancer_empties_a_burst_node_onto_a_kept_one() -> None:
     """Defect (62a063a): emptying a burst node, the rebalancer moves nothing onto the emptier burst nodes (they are
     being emptied too) -- a kept one included, which is never emptied nor given back: the underused node stayed,
@@ -105,6 +104,19 @@ def test_the_rebalancer_empties_a_burst_node_onto_a_kept_one() -> None:
 
 
 # -- pins -----------------------------------------------------------------------------------------------------------
+
+
+def test_a_kept_node_being_removed_does_not_make_its_pool_all_kept() -> None:
+    """The provider no longer counts a node being removed (a removal taint): the pool's one counted node is the
+    other, idle one -- given back after its cooldown, not taken as kept."""
+    pods = tuple(replica(i, "n1") for i in range(4))
+    going = replace(node("k0", pool="burst", ready=False), leaving=True, do_not_disrupt=True)
+    snapshot = ClusterSnapshot(NOW, pods=pods, nodes=(node("n1"), going, node("b1", pool="burst")))
+    config = CapacityConfig(pools=(replace(POOL, nodes=1),), burst_idle_cooldown_s=600.0)
+    state = CapacityState(free_since=NOW - 9999, burst_unneeded_since={"burst": NOW - 9999})
+    actions, report, _ = run(snapshot, 4, config, state)
+    assert _shrinks(actions) == [(Reason.BURST_SCALE_DOWN, "b1")]
+    assert not any("annotated not to be removed" in n for n in report.notes)
 
 
 def test_a_kept_stuck_node_does_not_stop_another_stuck_node_of_its_pool_being_given_back() -> None:

@@ -74,13 +74,13 @@ def test_a_device_plugin_restart_read_once_starts_no_clock(
     assert _by_name(reader, NOW + 60)["n"].state_since == NOW + 60
 
 
-@pytest.mark.xfail(strict=True, reason="the reader's memory is keyed by name: a re-created node inherits the old time")
 def test_a_node_recreated_under_the_same_name_does_not_inherit_the_old_ones_time(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
-    """Every GPU unhealthy, the Node deleted and a new one registered under its name between two reads (a VM
-    recreated, its GPUs unhealthy at once): the new node is broken since no earlier than it registered and became
-    Ready, not since the reader first saw the old one -- else it is given back a provision limit early."""
+    """Defect (76e9e36): every GPU unhealthy, the Node deleted and a new one registered under its name between two
+    reads (a VM recreated, its GPUs unhealthy at once): the new node is broken since no earlier than it registered and
+    became Ready, not since the reader first saw the old one -- else it is given back a provision limit early. (A
+    kubelet restart, its Ready condition changing, restarts the clock too: later, never earlier.)"""
     apiserver.seed(_gpus(o.node("n", pool="burst"), "0"))
     reader = _reader(api_client)
     assert _by_name(reader, NOW)["n"].state_since == NOW
@@ -92,6 +92,12 @@ def test_a_node_recreated_under_the_same_name_does_not_inherit_the_old_ones_time
     got = _by_name(reader, NOW + 600)["n"]
     assert (got.broken, got.gpus_unhealthy) == (True, True)
     assert got.state_since == NOW + 300
+    # remembered from there on; a Ready condition changed in the future (a skewed clock) counts from now at most
+    assert _by_name(reader, NOW + 900)["n"].state_since == NOW + 300
+    skewed = _gpus(apiserver.get("v1", "Node", "n"), "0")
+    skewed["status"]["conditions"][0]["lastTransitionTime"] = _iso(NOW + 5000)
+    apiserver.update_object(skewed)
+    assert _by_name(reader, NOW + 1000)["n"].state_since == NOW + 1000
 
 
 def test_an_unhealthy_node_is_broken_before_the_snapshot_is_built(

@@ -1045,6 +1045,9 @@ class KubeClusterReader:
         for node in nodes:
             if node.gpus_unhealthy and not node.broken:
                 since = self._unhealthy_since.get(node.name, now)
+                # not before it registered or its Ready condition last changed: a Node re-created under the name (a
+                # VM recreated), or a kubelet restarted, is not charged with the time the old one was seen so
+                since = max(since, min(node.state_since, now)) if node.state_since is not None else since
                 seen[node.name] = since
                 node = replace(node, broken=True, state_since=since)
             out.append(node)
