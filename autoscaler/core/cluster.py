@@ -422,19 +422,16 @@ class WaitingGpuWork:
     priority: int
     gpus: int  # GPUs one of its pods needs on one node
     gpu_product: str | None = None  # the GPU type it selects; None = any
-    # GPUs the whole work takes once it starts, all its pods at once (a gang): every pod of a suspended workload, or
-    # the pending pods of one gang; 0: its one pod's ``gpus``
-    work_gpus: int = 0
-    # the GPUs of each pod that starts with it (the gang's pending pods, a suspended workload's pods; empty: its one
-    # pod), and how many of them must find a node for it to start (a gang's minAvailable less its pods already
-    # running; 0: all of them)
+    # the GPUs of each pod that starts with it, all at once (a gang: the pending pods of one gang, a suspended
+    # workload's pods; empty: its one pod), and how many of them must find a node for it to start (a gang's
+    # minAvailable less its pods already running; 0: all of them)
     pods: tuple[int, ...] = ()
     min_pods: int = 0
 
     @property
     def takes(self) -> int:
         """GPUs it takes from the free ones when it starts with all its pods (a gang starts whole or not at all)."""
-        return max(self.work_gpus, self.gpus)
+        return sum(self.gang)
 
     @property
     def gang(self) -> tuple[int, ...]:
@@ -460,10 +457,13 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
     unplaced = [
         p for p in snapshot.pods if p.node is None and p.gpus > 0 and p.phase == "Pending" and not p.terminating
     ]
-    too_big = [p for p in unplaced if p.gpus > (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))]
+
+    def fits(p: PodInfo) -> bool:
+        return p.gpus <= (biggest if p.gpu_product is None else largest.get(p.gpu_product, 0))
+
     # a gang one of whose pods no node could hold never starts: none of its pods waits for a hole either
-    never = {(p.namespace, p.gang) for p in too_big if p.gang is not None}
-    pending = [p for p in unplaced if p not in too_big and (p.namespace, p.gang) not in never]
+    never = {(p.namespace, p.gang) for p in unplaced if p.gang is not None and not fits(p)}
+    pending = [p for p in unplaced if fits(p) and (p.namespace, p.gang) not in never]
     gangs: dict[tuple[str, str], list[int]] = {}
     for p in pending:
         if p.gang is not None:
@@ -487,9 +487,9 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
         key = (p.namespace, p.gang)
         sizes = tuple(gangs[key])
         needed = max(1, min_available[key] - placed.get(key, 0)) if key in min_available else 0
-        out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, sum(sizes), sizes, needed))
+        out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, sizes, needed))
     out += [
-        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product, w.gpus, tuple(g for g in w.pod_gpus if g > 0))
+        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product, tuple(g for g in w.pod_gpus if g > 0))
         for w in snapshot.workloads
         if w.suspended and (w.suspended_by_us_at is not None or w.queued) and w.pod_gpus and max(w.pod_gpus) > 0
     ]

@@ -304,9 +304,8 @@ def read_forecasts(
                 # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
                 # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window: the
                 # work the hole is for (its size, its GPU type), and what higher-priority floors take is no room.
-                # That work starts whole: a gang whose last pod the hole fits takes its other pods' free GPUs too
-                # (the freed ones and the hole's at most), which counting its one pod left to the next rise's
-                # preemption, every window edge.
+                # That work starts whole: a gang whose last pod the hole fits takes free GPUs for its other pods
+                # too; counted as its one pod, it was left to the next rise to preempt, at every window edge.
                 comeback = (floor.contended_hold - current) * gpus_per_replica
                 takes = _gang_takes(lower, hole, room, free_ready + hole[0] * gpus_per_replica)
                 if takes + comeback > free_ready - taken_before:
@@ -463,7 +462,8 @@ def _gang_takes(
     for w in waiting:
         if pod_gpus <= 0 or not free_now < w.gpus <= hole_free or w.gpu_product not in (None, product):
             continue  # not the hole's work: a size it does not start, or another GPU type than the hole's node
-        shape = (w.gpu_product, w.gang, w.needed_pods)
+        gang = w.gang
+        shape = (w.gpu_product, gang, w.needed_pods)
         if shape in seen:
             continue  # another pending pod of a gang placed already (or a gang just like it): the same count
         seen.add(shape)
@@ -474,7 +474,7 @@ def _gang_takes(
         }
         room_left[hole_node] = hole_free
         placed = taken = 0
-        for size in w.gang:
+        for size in gang:
             fitting = [node for node, free in room_left.items() if free >= size]
             if not fitting:
                 continue

@@ -69,7 +69,7 @@ def test_the_queued_kueue_job_counts_as_waiting_gpu_work(
         o.workload("jobset-llama-ef56", "ml", pod_sets=[(2, 8)], priority=5, owner=("JobSet", "llama")),
     )
     snap = _reader(api_client).snapshot(NOW)
-    assert waiting_gpu_work(snap) == [WaitingGpuWork(5, 8, None, work_gpus=16, pods=(8, 8))]  # the whole gang
+    assert waiting_gpu_work(snap) == [WaitingGpuWork(5, 8, None, pods=(8, 8))]  # the whole gang
 
 
 def test_a_workload_we_deactivated_stays_ours_not_queued(
