@@ -1453,6 +1453,10 @@ def _node_given_back(free: dict[str, int], node: str, after: Mapping[str, int]) 
     return received
 
 
+# the note of a pool none of whose nodes may be given back (``NodeInfo.do_not_disrupt``)
+_ALL_KEPT = "its nodes are annotated not to be removed by an autoscaler: not given back"
+
+
 def _give_back(
     arb: ArbitrationInput,
     config: CapacityConfig,
@@ -1504,7 +1508,7 @@ def _give_back(
         if pool.nodes <= kept_in.get(pool.name, 0):
             # every node it has is kept: none can be given back, so none is waited for (a resume included)
             unneeded.pop(pool.name, None)
-            notes.append(f"{pool.name}: its nodes are annotated not to be removed by an autoscaler: not given back")
+            notes.append(f"{pool.name}: {_ALL_KEPT}")
             continue
         burst_left = True
         if pool.name in resized:
@@ -1527,7 +1531,7 @@ def _give_back(
             continue
         if pool_free and not mine:
             unneeded.pop(pool.name, None)
-            notes.append(f"{pool.name}: its nodes are annotated not to be removed by an autoscaler: not given back")
+            notes.append(f"{pool.name}: {_ALL_KEPT}")
             continue
         spare_here = max(mine.values(), default=0)
         others = sum(free.values()) - spare_here

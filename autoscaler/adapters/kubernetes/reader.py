@@ -1150,10 +1150,7 @@ class KubeClusterReader:
             # its creation, and a node lost a moment ago read as broken for as long as it has existed)
             broken=lost and changed is not None,
             gpus_unhealthy=unhealthy and ready,
-            do_not_disrupt=_do_not_disrupt(
-                meta["annotations"] if isinstance(meta.get("annotations"), dict) else {},
-                NODE_DO_NOT_DISRUPT_ANNOTATIONS,
-            ),
+            do_not_disrupt=_do_not_disrupt(_map(meta.get("annotations")), NODE_DO_NOT_DISRUPT_ANNOTATIONS),
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
             # a VM recreated under an old Node object's name boots on it: counted from its Ready condition's change
             state_since=_latest(created, changed),
