@@ -77,7 +77,7 @@ import numpy as np
 
 from autoscaler.core.cluster import ClusterSnapshot
 from autoscaler.core.decide import ReplicaFloor
-from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_excess, scores_needed
+from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_excess, judges_coverage, scores_needed
 from autoscaler.core.model import Observation, ServicePolicy
 from autoscaler.core.predictive import MEDIAN_LEVEL, ForecastInput
 from autoscaler.core.tick import (
@@ -234,13 +234,28 @@ def _origin_spacing(n: int, horizon: int, origins: int, step_s: float) -> int:
     return max(1, min(round(BOOTSTRAP_SPACING_S / step_s), span // max(1, origins - 1)))
 
 
-def _distinct_scored(result: Any) -> int:
-    """The distinct time steps a backtest scored (a finite actual): on a short history the origins' horizons overlap,
-    and one actual scored by several origins is one value of evidence, not several."""
+def _distinct_scored(result: Any, judged: Any) -> int:
+    """The distinct time steps of ``judged`` (a mask over the backtest's actuals) a backtest scored: on a short
+    history the origins' horizons overlap, and one actual scored by several origins is one value of evidence, not
+    several."""
     scored: set[int] = set()
-    for origin, actuals in zip(result.origins, result.actuals, strict=True):
-        scored.update(int(origin) + int(i) for i in np.flatnonzero(np.isfinite(actuals)))
+    for origin, row in zip(result.origins, judged, strict=True):
+        scored.update(int(origin) + int(i) for i in np.flatnonzero(row))
     return len(scored)
+
+
+def _backtest_coverage(result: Any, quantile: float) -> tuple[float | None, int]:
+    """The share of the backtest's values at or below its ``quantile`` predictions, and the distinct values behind
+    it, on the values that judge a coverage (demand above 0, ``core.headroom.judges_coverage``) as the live scores
+    are judged: None and 0 when there are none."""
+    actuals = np.asarray(result.actuals, dtype=float)
+    uppers = np.asarray(result.predictions[list(result.levels).index(quantile)], dtype=float)
+    judged = np.isfinite(actuals) & np.isfinite(uppers) & (np.nan_to_num(actuals, nan=0.0) > 0.0)
+    count = int(judged.sum())
+    if count == 0:
+        return None, 0
+    coverage = float(np.mean(actuals[judged] <= uppers[judged]))
+    return coverage, min(count, _distinct_scored(result, judged))
 
 
 def _verdict(
@@ -250,8 +265,7 @@ def _verdict(
     and the calibrated share of the quantile's excess over the median (``_backtest_share``), from the backtests."""
     model_q, base_q = _quality_at(model_bt, job.quantile), _quality_at(base_bt, job.quantile)
     reliable, reason = assess_reliability(model_q, base_q, max_ratio=job.max_ratio, min_samples=job.min_samples)
-    coverage = model_q.upper_coverage if math.isfinite(model_q.upper_coverage) else None
-    samples = min(model_q.n, _distinct_scored(model_bt)) if coverage is not None else 0
+    coverage, samples = _backtest_coverage(model_bt, job.quantile)
     share = _backtest_share(model_bt, job.quantile, samples, job.min_samples)
     return (reliable, f"backtest: {reason}", _ratio(model_q, base_q)), coverage, samples, share
 
@@ -267,7 +281,8 @@ def _backtest_share(result: Any, quantile: float, samples: int, min_samples: int
     actuals = np.asarray(result.actuals, dtype=float).ravel()
     medians = np.asarray(result.predictions[levels.index(MEDIAN_LEVEL)], dtype=float).ravel()
     uppers = np.asarray(result.predictions[levels.index(quantile)], dtype=float).ravel()
-    scored = np.isfinite(actuals) & np.isfinite(medians) & np.isfinite(uppers)
+    # the values the coverage is judged on (``_backtest_coverage``): an idle minute needed none of any excess
+    scored = np.isfinite(actuals) & np.isfinite(medians) & np.isfinite(uppers) & (np.nan_to_num(actuals) > 0.0)
     triples = zip(actuals[scored].tolist(), medians[scored].tolist(), uppers[scored].tolist(), strict=True)
     return calibrated_excess(triples, quantile, min_samples)[0]
 
@@ -901,7 +916,8 @@ class ForecastService:
         quantile = policy.forecast.quantile
         levels = tuple(sorted({*BASE_LEVELS, quantile}))
         lead = self._leads.get(key, policy.cold_start_s)
-        live = len(self._window_scores(state, now))
+        # the live values that judge the quantile's coverage (demand above 0: ``_judge``)
+        live = sum(1 for sc in self._window_scores(state, now) if judges_coverage(sc.actual))
         candidates: tuple[str, ...] = ()
         model = s.model
         if s.model == AUTO:
@@ -1014,8 +1030,9 @@ class ForecastService:
         reliable, reason = assess_reliability(
             model_q, base_q, max_ratio=s.reliability_max_ratio, min_samples=s.min_scored_samples
         )
-        coverage = (sum(1 for sc in scores if sc.actual <= sc.model_q) / len(scores), len(scores)) if scores else None
-        if backtest is not None and len(scores) < scores_needed(quantile, s.min_scored_samples):
+        judged = [sc for sc in scores if judges_coverage(sc.actual)]  # an idle minute is covered by any forecast
+        coverage = (sum(1 for sc in judged if sc.actual <= sc.model_q) / len(judged), len(judged)) if judged else None
+        if backtest is not None and len(judged) < scores_needed(quantile, s.min_scored_samples):
             # Too few live values to judge this quantile's coverage (100 for a P99): the backtest's still speaks, as
             # it did before the live scores reached min_scored_samples -- else a restarted P99 service swung from
             # earned to learning half an hour after the restart and back an hour later.
@@ -1028,7 +1045,11 @@ class ForecastService:
         quantile, the bootstrap backtest's share while its verdict speaks (as its coverage does in ``_judge``: a
         restarted controller keeps the earned headroom and the calibrated floor alike), else 1."""
         s = self.settings
-        scores = [(sc.actual, sc.model_median, sc.model_q) for sc in self._window_scores(state, now)]
+        scores = [
+            (sc.actual, sc.model_median, sc.model_q)
+            for sc in self._window_scores(state, now)
+            if judges_coverage(sc.actual)  # as the coverage: an idle minute needed none of any excess
+        ]
         if (
             len(scores) < scores_needed(quantile, s.min_scored_samples)
             and self._verdict_fresh(state, now)

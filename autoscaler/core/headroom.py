@@ -99,6 +99,16 @@ def scores_needed(quantile: float, min_scored: int) -> int:
     return max(min_scored, math.ceil(1.0 / allowed - 1e-9))
 
 
+def judges_coverage(actual: float) -> bool:
+    """Whether a scored value is evidence of how well a quantile covers the demand: only demand above 0 is. Every
+    forecast covers no demand (a rate or a utilisation is never below 0), whatever its quantile, so an idle minute
+    says nothing of the upper tail; counted as covered, the idle half of a window (a service unused at night) halved
+    the misses of the busy half, and a forecast that missed its rises twice as often as allowed earned full trust and
+    a narrow calibrated excess. Such values still count for the verdict (a forecast of demand where none came is
+    penalised by its pinball loss)."""
+    return actual > 0.0
+
+
 def excess_ratio(actual: float, median: float, upper: float) -> float:
     """How much of a forecast's excess over its median (``upper - median``) the demand that arrived needed:
     r = (actual - median) / (upper - median); without a band, -inf when the median covered it, else +inf."""

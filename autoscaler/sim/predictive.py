@@ -33,7 +33,7 @@ import numpy as np
 
 from autoscaler.core.arbitrate import EXPECTED_LEVEL, CapacityConfig
 from autoscaler.core.cluster import ClusterSnapshot
-from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_share, excess_ratio
+from autoscaler.core.headroom import DEFAULT_HEADROOM, calibrated_share, excess_ratio, judges_coverage
 from autoscaler.core.model import ForecastMode, ForecastPolicy, Observation, Plan, ServicePolicy
 from autoscaler.core.predictive import MEDIAN_LEVEL, ForecastInput
 from autoscaler.core.tick import ForecastReadConfig, PublishedForecast, TickConfig
@@ -84,15 +84,17 @@ class _ServiceForecasting:
     calibration: deque[tuple[float, float]] = field(default_factory=deque)
     calibration_sorted: list[float] = field(default_factory=list)
     excess_share: float = 1.0
-    # (time, model's pinball loss, baseline's, |error|, covered) of the values scored in the accountability window,
-    # with their running sums (n, model pinball, baseline pinball, |error|, covered): the verdict costs O(1)
-    scores: deque[tuple[float, float, float, float, int]] = field(default_factory=deque)
-    sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0])
+    # (time, model's pinball loss, baseline's, |error|, covered, judges the coverage) of the values scored in the
+    # accountability window, with their running sums (n, model pinball, baseline pinball, |error|, covered, judged):
+    # the verdict costs O(1)
+    scores: deque[tuple[float, float, float, float, int, int]] = field(default_factory=deque)
+    sums: list[float] = field(default_factory=lambda: [0.0] * 6)
     reliable: bool = False
     reliability_detail: str = "no scored forecasts yet"
     # the verdict's coverage of the provisioned quantile and the values behind it, as of the latest judgement
     coverage: float | None = None
-    scored: int = 0
+    scored: int = 0  # live values scored (the verdict's)
+    coverage_samples: int = 0  # ... of which judge the coverage (demand above 0)
     # what the tick reads, rebuilt only when the refit step publishes (as the controller's hand-off is)
     published: PublishedForecast | None = None
     published_from: ForecastInput | None = None
@@ -203,7 +205,8 @@ class PredictivePolicy(CorePolicy):
                     )
                     state.published = PublishedForecast(
                         key, latest, self.config.model, self.quantiles[index], scored=state.scored,
-                        coverage=state.coverage, coverage_samples=state.scored, excess_share=state.excess_share,
+                        coverage=state.coverage, coverage_samples=state.coverage_samples,
+                        excess_share=state.excess_share,
                     )
                     state.published_from = state.latest
                 assert state.published is not None
@@ -262,11 +265,15 @@ class PredictivePolicy(CorePolicy):
             self.pinball.append(loss)
             if math.isfinite(base):
                 # the scores the coverage is judged on are those the calibrated share is (the controller's one
-                # window, ``_window_scores``): a forecast without a baseline to judge it against earns neither
-                ratio = excess_ratio(rate, median, predicted)
-                state.calibration.append((target, ratio))
-                bisect.insort(state.calibration_sorted, ratio)
-                entry = (target, loss, pinball_loss(rate, base, quantile), error, int(rate <= predicted))
+                # window, ``_window_scores``): a forecast without a baseline to judge it against earns neither, and
+                # an idle minute (no demand: covered by any forecast) counts for the verdict only
+                judged = judges_coverage(rate)
+                if judged:
+                    ratio = excess_ratio(rate, median, predicted)
+                    state.calibration.append((target, ratio))
+                    bisect.insort(state.calibration_sorted, ratio)
+                covered = int(judged and rate <= predicted)
+                entry = (target, loss, pinball_loss(rate, base, quantile), error, covered, int(judged))
                 state.scores.append(entry)
                 _add(state.sums, entry, 1.0)
 
@@ -279,9 +286,11 @@ class PredictivePolicy(CorePolicy):
             _add(state.sums, state.scores.popleft(), -1.0)
         count = len(state.scores)
         n = max(count, 1)
-        model_sum, base_sum, error_sum, covered = state.sums[1:]
+        model_sum, base_sum, error_sum, covered, judged_sum = state.sums[1:]
+        judged = round(judged_sum)  # the values that judge the coverage (demand above 0)
         levels = (quantile, quantile)
-        model = ForecastQuality(config.model, count, error_sum / n, {quantile: model_sum / n}, math.nan, covered / n,
+        coverage = covered / judged if judged else math.nan
+        model = ForecastQuality(config.model, count, error_sum / n, {quantile: model_sum / n}, math.nan, coverage,
                                 levels)
         base = ForecastQuality(BASELINE, count, math.nan, {quantile: base_sum / n}, math.nan, math.nan, levels)
         state.reliable, detail = assess_reliability(
@@ -289,7 +298,8 @@ class PredictivePolicy(CorePolicy):
         )
         state.reliability_detail = f"live: {detail}"
         state.scored = count
-        state.coverage = covered / count if count else None
+        state.coverage = coverage if judged else None
+        state.coverage_samples = judged
         ordered = state.calibration_sorted
         while state.calibration and state.calibration[0][0] < now - config.accountability_s:
             gone = state.calibration.popleft()[1]
@@ -453,9 +463,9 @@ def _expect(pending: deque[tuple[float, float, float, float]], entry: tuple[floa
     pending.insert(index, entry)
 
 
-def _add(sums: list[float], entry: tuple[float, float, float, float, int], sign: float) -> None:
+def _add(sums: list[float], entry: tuple[float, float, float, float, int, int], sign: float) -> None:
     sums[0] += sign
-    for k in range(1, 5):
+    for k in range(1, 6):
         sums[k] += sign * entry[k]
 
 
