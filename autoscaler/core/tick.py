@@ -221,18 +221,21 @@ def read_forecasts(
     # the training each may preempt: only training below the service's own preemptor priority (the arbitration
     # stops no gang at or above it), so a service below the training waits for a node to boot
     taken = 0
+    taken_of: dict[str | None, int] = {}  # the same by the GPU type the services select (None: any)
     runs_at = pod_priorities(tick.snapshot) if capacity is not None and capacity.preempt else {}
     views: dict[str, ServiceForecastView] = {}
     waiting = facts.waiting if config.contended_hold_s > 0 else ()
     room = facts.room(facts.choosing(tick.policies, capacity)) if waiting else None
-    free_ready = sum(room.free.values()) if room is not None else 0
+    free_of: dict[str | None, int] = {}  # free GPUs on the ready nodes of a GPU type (None: of every type)
     deployments = {(d.namespace, d.name): d for d in tick.snapshot.deployments}
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
         fp = policy.forecast
         if fp is None:
             continue
         # what one replica takes on a node: its pod template's request when read (capacity arbitration counts it so)
-        gpus_per_replica = replica_gpus(policy.gpus_per_replica, deployments.get((policy.namespace, policy.name)))
+        deployment = deployments.get((policy.namespace, policy.name))
+        gpus_per_replica = replica_gpus(policy.gpus_per_replica, deployment)
+        gpu_type = deployment.gpu_product if deployment is not None else None  # the nodes its replicas may use
         pub = tick.forecasts.get(key)
         observed = cold_starts.get(key, ())
         lead = lead_time_s(policy.cold_start_s, observed)
@@ -296,19 +299,30 @@ def read_forecasts(
                 if extra > free:
                     lead = lead_time_s(policy.cold_start_s, observed, config.node_boot_s, needs_new_nodes=True)
                     floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
-            taken_before = taken  # by the services before this one: this one's own floor is in its comeback
+            # by the services before this one (this one's own floor is in its comeback), of a GPU type its replicas
+            # may use: those of any type may take GPUs of its type, and take any when it selects none
+            taken_before = sum(gpus for kind, gpus in taken_of.items() if _types_meet(kind, gpu_type))
             if floor is not None and floor.usable and not floor.shadow:
                 # what this floor takes is no room for the services after it (their leads, their comebacks)
-                taken += max(0, floor.replicas - current) * gpus_per_replica
+                grows = max(0, floor.replicas - current) * gpus_per_replica
+                taken += grows
+                taken_of[gpu_type] = taken_of.get(gpu_type, 0) + grows
             if floor is not None and hole is not None and room is not None and floor.contended_hold > floor.hold:
                 # Taking the GPUs back costs a stopped gang only when the waiting work, once started in the hole,
                 # leaves too few free GPUs elsewhere for the replicas the forecast wants back over the window: the
                 # work the hole is for (its size, its GPU type), and what higher-priority floors take is no room.
                 # That work starts whole: a gang whose last pod the hole fits takes free GPUs for its other pods
                 # too; counted as its one pod, it was left to the next rise to preempt, at every window edge.
+                # All counted on the nodes of the GPU type the replicas select: free GPUs of another type are no
+                # room for them, and a floor or a gang's pod of another type takes none of theirs.
+                usable = free_of.get(gpu_type)
+                if usable is None:
+                    usable = free_of[gpu_type] = sum(
+                        left for node, left in room.free.items() if _of_type(room, node, gpu_type)
+                    )
                 comeback = (floor.contended_hold - current) * gpus_per_replica
-                takes = _gang_takes(lower, hole, room, free_ready + hole[0] * gpus_per_replica)
-                if takes + comeback > free_ready - taken_before:
+                takes = _gang_takes(lower, hole, room, usable + hole[0] * gpus_per_replica, gpu_type)
+                if takes + comeback > usable - taken_before:
                     # A scale-down of fewer than ``hole[0]`` replicas frees no node enough for the waiting work:
                     # those GPUs would sit idle, not be taken, so only the larger scale-downs are held back.
                     held = max(floor.hold, min(floor.contended_hold, current - (hole[0] - 1)))
@@ -440,15 +454,33 @@ def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:
     return any(p.forecast is not None for p in policies.values())
 
 
+def _types_meet(kind: str | None, other: str | None) -> bool:
+    """Whether pods selecting GPU type ``kind`` may take GPUs of ``other`` (None: any type)."""
+    return kind is None or other is None or kind == other
+
+
+def _of_type(room: NodeRoom, node: str, gpu_type: str | None) -> bool:
+    """Whether pods selecting ``gpu_type`` (None: any) may run on ``node``: a node without the GPU type label is no
+    node a selector of one matches."""
+    return gpu_type is None or room.product.get(node) == gpu_type
+
+
 def _gang_takes(
-    waiting: Sequence[WaitingGpuWork], hole: tuple[int, int, str, int], room: NodeRoom, free_after: int
+    waiting: Sequence[WaitingGpuWork],
+    hole: tuple[int, int, str, int],
+    room: NodeRoom,
+    free_after: int,
+    gpu_type: str | None = None,
 ) -> int:
     """The GPUs the waiting work a hole is for (``hole_node_for_waiting_work``: pods of ``hole[1]`` GPUs, on node
-    ``hole[2]``, which has ``hole[3]`` free once the scale-down is made) takes once it starts, the most of any such
-    work (any may be the one the scheduler or the queue starts): its pods placed largest first, each on the fullest
-    node of its GPU type with room (the hole's node with its room then, the others with their free GPUs now); a work
-    whose pods needed to start (``WaitingGpuWork.needed_pods``: all of a gang's, or its minAvailable) do not all find
-    one does not start and takes nothing but the one pod counted. At most the GPUs free after the scale-down.
+    ``hole[2]``, which has ``hole[3]`` free once the scale-down is made) takes once it starts from the nodes of
+    ``gpu_type`` (the service's; None: every node), the most of any such work (any may be the one the scheduler or
+    the queue starts): its pods placed largest first, each on a node of its GPU type with room (the hole's node with
+    its room then, the others with their free GPUs now), one of ``gpu_type`` first (where the scheduler may put it:
+    the worst case for the service's comeback), the fullest first; a work whose pods needed to start
+    (``WaitingGpuWork.needed_pods``: all of a gang's, or its minAvailable less its pods placed) do not all find one
+    does not start and takes nothing but the one pod counted. At most ``free_after``, the GPUs of ``gpu_type`` free
+    after the scale-down.
 
     The hole's work is any whose pod does not fit on the hole's node now and does once the scale-down is made, not
     only the smallest size the hole is named for: a replica of several GPUs frees room for larger work as well, and
@@ -478,10 +510,12 @@ def _gang_takes(
             fitting = [node for node, free in room_left.items() if free >= size]
             if not fitting:
                 continue
-            node = min(fitting, key=lambda n: (room_left[n], n))  # best fit: the fullest node it fits on
+            # the service's type first, then best fit: the fullest node it fits on
+            node = min(fitting, key=lambda n: (not _of_type(room, n, gpu_type), room_left[n], n))
             room_left[node] -= size
             placed += 1
-            taken += size
+            if _of_type(room, node, gpu_type):
+                taken += size
         if placed >= w.needed_pods:
             most = max(most, taken)
     return max(pod_gpus, min(most, free_after))
