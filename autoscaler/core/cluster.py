@@ -67,6 +67,8 @@ class PodInfo:
     owner_kind: str | None = None
     owner_name: str | None = None
     gang: str | None = None  # gang id (Volcano job, Kueue workload, JobSet, PyTorchJob, or a plain label)
+    # the pods of its gang that must start together (minAvailable, minMember; None: unknown, all of them), counted in
+    # the pods a snapshot holds: the Kubernetes reader takes off the gang's live pods it leaves out (asking no GPU)
     gang_min_available: int | None = None
     created_at: float | None = None  # Unix seconds
     ready_at: float | None = None  # Unix seconds
@@ -424,7 +426,9 @@ class WaitingGpuWork:
     gpu_product: str | None = None  # the GPU type it selects; None = any
     # the GPUs of each pod that starts with it, all at once (a gang: the pending pods of one gang, a suspended
     # workload's pods; empty: its one pod), and how many of them must find a node for it to start (a gang's
-    # minAvailable less its pods already running; 0: all of them)
+    # minAvailable less its pods already placed and its pending pods that ask for no GPU; 0: all of them). More than
+    # its pods: too few of the gang's pods exist to reach its minAvailable, and a gang scheduler starts none of it
+    # until they do (Volcano, coscheduling): it cannot start.
     pods: tuple[int, ...] = ()
     min_pods: int = 0
 
@@ -440,8 +444,8 @@ class WaitingGpuWork:
 
     @property
     def needed_pods(self) -> int:
-        """How many of ``gang`` must find a node for it to start."""
-        return min(self.min_pods, len(self.gang)) if self.min_pods > 0 else len(self.gang)
+        """How many of ``gang`` must find a node for it to start (more than ``gang`` holds: it cannot start)."""
+        return self.min_pods if self.min_pods > 0 else len(self.gang)
 
 
 def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
@@ -468,7 +472,8 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
     for p in pending:
         if p.gang is not None:
             gangs.setdefault((p.namespace, p.gang), []).append(p.gpus)
-    # a gang's pods already placed count towards its minAvailable (Volcano, Kueue's partial admission)
+    # a gang's pods already placed count towards its minAvailable (Volcano, Kueue's partial admission), and so do its
+    # pending pods that ask for no GPU (an MPI launcher, read with includeNonGpuPods): they wait for no GPU
     placed: dict[tuple[str, str], int] = {}
     min_available: dict[tuple[str, str], int] = {}
     for p in snapshot.pods:
@@ -477,7 +482,9 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
         key = (p.namespace, p.gang)
         if p.gang_min_available is not None:
             min_available[key] = p.gang_min_available
-        if p.node is not None and p.phase not in ("Succeeded", "Failed") and not p.terminating:
+        if p.phase in ("Succeeded", "Failed") or p.terminating:
+            continue
+        if p.node is not None or (p.gpus <= 0 and p.phase == "Pending"):
             placed[key] = placed.get(key, 0) + 1
     out: list[WaitingGpuWork] = []
     for p in pending:
@@ -486,6 +493,7 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
             continue
         key = (p.namespace, p.gang)
         sizes = tuple(gangs[key])
+        # more than ``sizes`` when fewer of its pods exist than its minAvailable: it cannot start (``needed_pods``)
         needed = max(1, min_available[key] - placed.get(key, 0)) if key in min_available else 0
         out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, sizes, needed))
     out += [

@@ -478,9 +478,9 @@ def _gang_takes(
     the queue starts): its pods placed largest first, each on a node of its GPU type with room (the hole's node with
     its room then, the others with their free GPUs now), one of ``gpu_type`` first (where the scheduler may put it:
     the worst case for the service's comeback), the fullest first; a work whose pods needed to start
-    (``WaitingGpuWork.needed_pods``: all of a gang's, or its minAvailable less its pods placed) do not all find one
-    does not start and takes nothing but the one pod counted. At most ``free_after``, the GPUs of ``gpu_type`` free
-    after the scale-down.
+    (``WaitingGpuWork.needed_pods``: all of a gang's, or its minAvailable less its pods placed; more than its pods
+    when too few of them exist to reach its minAvailable) do not all find one does not start and takes nothing but
+    the one pod counted. At most ``free_after``, the GPUs of ``gpu_type`` free after the scale-down.
 
     The hole's work is any whose pod does not fit on the hole's node now and does once the scale-down is made, not
     only the smallest size the hole is named for: a replica of several GPUs frees room for larger work as well, and

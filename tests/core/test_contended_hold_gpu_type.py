@@ -1,16 +1,22 @@
-"""The contended hold counts only the GPUs the service's replicas could come back to.
+"""The contended hold counts only the GPUs the service's replicas could come back to, and a gang too few of whose
+pods exist to reach its minAvailable as unable to start.
 
 The contended hold (``core.tick.read_forecasts``) keeps a forecasting service from a scale-down that opens a hole for
 waiting lower-priority GPU work when the replicas its forecast wants back within the window would then find too few
-free GPUs: the work started in the hole would be preempted at the next rise.
+free GPUs: the work started in the hole would be preempted at the next rise. Two defects:
 
-The defect: the room the replicas come back to was the free GPUs of every ready node, of every GPU type
-(``sum(room.free.values())``), and the GPUs higher-priority floors take were counted against it whatever their
-type: free GPUs on nodes of another type than the service's Deployment selects (``DeploymentInfo.gpu_product``)
-are no room for its replicas, so the hold was let go when they sat on other-type nodes; a higher-priority service
-of another type takes none of the service's room, so the hold was kept for nothing. Now the room, the GPUs taken
-before, and what the hole's waiting gang takes (``_gang_takes``) are counted on the service's GPU type only (every
-type when the Deployment selects none).
+1. The room the replicas come back to was the free GPUs of every ready node, of every GPU type
+   (``sum(room.free.values())``), and the GPUs higher-priority floors take were counted against it whatever their
+   type: free GPUs on nodes of another type than the service's Deployment selects (``DeploymentInfo.gpu_product``)
+   are no room for its replicas, so the hold was let go when they sat on other-type nodes; a higher-priority service
+   of another type takes none of the service's room, so the hold was kept for nothing. Now the room, the GPUs taken
+   before, and what the hole's waiting gang takes (``_gang_takes``) are counted on the service's GPU type only (every
+   type when the Deployment selects none).
+2. A gang whose minAvailable exceeds the pods it has so far (placed and pending) cannot start: gang schedulers admit
+   none of it until minAvailable of its pods exist. ``WaitingGpuWork.needed_pods`` clamped the minimum to the pending
+   pods, so such a gang was counted as starting with all of them. Its pending pods that ask for no GPU (an MPI
+   launcher) count towards its minAvailable as its placed ones do (the Kubernetes reader, which leaves such pods
+   out unless includeNonGpuPods, takes them off the minAvailable it reads: ``tests/kube/test_gang_members_unread.py``).
 
 chat runs 10 replicas of 1 GPU: 8 on n1 (full), 2 on n2 (6 free, marked to go first); its floor asks for 8, its
 forecast wants 12 back within the contended window (a comeback of 2). Removing n2's 2 replicas opens an 8-GPU hole on
@@ -23,7 +29,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo, WorkloadInfo
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo, WorkloadInfo, waiting_gpu_work
 from autoscaler.core.model import ControllerState
 from autoscaler.core.tick import ForecastReadConfig, TickConfig, decide_tick
 from tests.core.test_contended_hold_gangs import RISE, _chat
@@ -39,6 +45,24 @@ def _node(name: str, product: str | None = "A100") -> NodeInfo:
 
 def _job(name: str, pods: tuple[int, ...], product: str | None = None) -> WorkloadInfo:
     return WorkloadInfo("Job", "ml", name, f"job/ml/{name}", True, 100, pods, product, suspended_by_us_at=-60.0)
+
+
+def _pending(gang: str, sizes: tuple[int, ...], min_available: int | None = None) -> tuple[PodInfo, ...]:
+    return tuple(
+        replace(
+            PodInfo("ml", f"{gang}-{i}", None, gpus, 100, "Pending", False, "Job", gang),
+            gang=f"job/ml/{gang}", gang_min_available=min_available,
+        )
+        for i, gpus in enumerate(sizes)
+    )  # fmt: skip
+
+
+def _running(gang: str, count: int, min_available: int | None, node: str = "n1", gpus: int = 0) -> tuple[PodInfo, ...]:
+    """Pods of the gang already placed (on n1, holding ``gpus`` each: n1 is full, so none by default)."""
+    return tuple(
+        replace(pod, name=f"{gang}-run-{i}", node=node, phase="Running", ready=True)
+        for i, pod in enumerate(_pending(gang, (gpus,) * count, min_available))
+    )
 
 
 def _used(node: str, gpus: int) -> PodInfo:
@@ -157,3 +181,69 @@ def test_the_contended_hold_counts_the_room_of_the_services_gpu_type(
     kw: dict[str, object], desired: int, why: str
 ) -> None:
     assert _decide(**kw) == desired, why  # type: ignore[arg-type]
+
+
+# ---- 2. a gang too few of whose pods exist to reach its minAvailable ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pods", "desired", "why"),
+    [
+        pytest.param(
+            _pending("g", (8, 8), min_available=3),
+            FREE,
+            "2 pods of a gang of minAvailable 3: the scheduler starts none of it until a third exists; the hole's 8 "
+            "sit idle or go to one pod, the comeback finds n3's 8 (defect: counted as starting on the hole and n3, "
+            "held)",
+            id="2 pods of 3",
+        ),
+        pytest.param(
+            (*_pending("g", (8, 8), min_available=4), *_running("g", 1, 4)),
+            FREE,
+            "1 placed and 2 pending of minAvailable 4: 3 pods, one short (defect: held)",
+            id="3 pods of 4, one placed",
+        ),
+        pytest.param(
+            _pending("g", (8, 8), min_available=2),
+            HELD,
+            "2 pods of minAvailable 2: it starts on the hole and n3, all 16 free GPUs",
+            id="2 pods of 2",
+        ),
+        pytest.param(
+            (*_pending("g", (8, 8), min_available=3), *_pending("g", (0,), min_available=3)),
+            HELD,
+            "2 GPU pods and a pending launcher without GPUs (read with includeNonGpuPods): 3 pods, it starts",
+            id="2 GPU pods and a pending launcher of 3",
+        ),
+        pytest.param(
+            (*_pending("g", (8, 8), min_available=3), *_running("g", 1, 3)),
+            HELD,
+            "2 pending and a running launcher without GPUs of minAvailable 3: its 2 GPU pods start it",
+            id="2 GPU pods and a running launcher of 3",
+        ),
+    ],
+)
+def test_a_gang_too_few_of_whose_pods_exist_does_not_start(pods: tuple[PodInfo, ...], desired: int, why: str) -> None:
+    assert _decide(pods=pods) == desired, why
+
+
+@pytest.mark.parametrize(
+    ("pods", "startable"),
+    [
+        pytest.param(_pending("g", (8, 8), 3), False, id="2 of 3"),
+        pytest.param((*_pending("g", (8, 8), 3), *_running("g", 1, 3)), True, id="2 pending + 1 placed of 3"),
+        pytest.param((*_pending("g", (8, 8), 3), *_pending("g", (0,), 3)), True, id="2 + a pending GPU-less of 3"),
+        pytest.param(
+            (*_pending("g", (8, 8), 3), replace(_running("g", 1, 3)[0], terminating=True)),
+            False,
+            id="2 pending + 1 being deleted of 3",
+        ),
+        pytest.param(_pending("g", (8, 8)), True, id="no minAvailable: all its pods"),
+    ],
+)
+def test_waiting_gpu_work_needs_more_pods_than_it_has_when_too_few_exist(
+    pods: tuple[PodInfo, ...], startable: bool
+) -> None:
+    works = [w for w in waiting_gpu_work(ClusterSnapshot(0.0, pods=pods, nodes=(_node("n1"), _node("n2")))) if w.gpus]
+    assert works
+    assert {w.needed_pods <= len(w.gang) for w in works} == {startable}

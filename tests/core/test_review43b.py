@@ -200,18 +200,23 @@ def _member(name: str, node_name: str | None, phase: str, min_available: int | N
     [
         pytest.param(
             (_member("a", None, "Pending"), _member("b", "n1", "Pending")),
-            [(8, (8,), 1)],
-            id="a gang pod bound, Pending (not running yet): placed, counts towards minAvailable 3 -> 2 -> 1 left",
+            [(8, (8,), 2)],
+            id="a gang pod bound, Pending (not running yet): placed, counts towards minAvailable 3 -> 2 left, of 1",
         ),
         pytest.param(
             (_member("a", None, "Pending"), _member("b", "n1", "Running", terminating=True)),
-            [(8, (8,), 1)],
-            id="a gang pod being deleted: not placed (minAvailable 3, 1 pending: all of it)",
+            [(8, (8,), 3)],
+            id="a gang pod being deleted: not placed (minAvailable 3, 1 pending: cannot start)",
         ),
         pytest.param(
             (_member("a", None, "Pending", min_available=5), _member("b", None, "Pending", min_available=5)),
+            [(8, (8, 8), 5), (8, (8, 8), 5)],
+            id="minAvailable above its pods: more than its pods, it cannot start (was: clamped to its 2)",
+        ),
+        pytest.param(
+            (_member("a", None, "Pending"), _member("b", None, "Pending"), _member("c", None, "Pending", gpus=0)),
             [(8, (8, 8), 2), (8, (8, 8), 2)],
-            id="minAvailable above its pods: all its pending pods",
+            id="a pending pod of no GPU counts towards minAvailable 3: 2 left, its 2 GPU pods",
         ),
         pytest.param(
             (*pending("g", 1), *pending("g", 1, namespace="other")),

@@ -517,6 +517,9 @@ class KubeClusterReader:
         # is a Workload list that 404s asked again at Kueue's other version, so a cluster without Kueue pays no
         # second 404 every tick. (Once a version answered, it is asked first and the other one always follows.)
         self._kueue_seen = False
+        # gang -> the pods of it the last snapshot left out for asking no GPU ("namespace/name": a list restarted
+        # after its continue token expired converts a pod twice), counted off its minAvailable
+        self._unread_members: dict[str, set[str]] = {}
         self._autoscaling = client.AutoscalingV2Api(api_client)
         self.last_stats = ReadStats()
         # pod uid -> the earliest Ready time read for it (``PodInfo.first_ready_at``), for the pods of the last snapshot
@@ -550,6 +553,7 @@ class KubeClusterReader:
         started, self._calls = time.monotonic(), 0
         self._kueue_seen = False
         cfg = self.config
+        self._unread_members = {}
         priority_classes, default_priority = self._priority_classes()
         deployments = self._pager.items(
             "list deployments",
@@ -570,7 +574,7 @@ class KubeClusterReader:
         )
         hpas = self._hpas()
         raw_workloads = self._raw_workloads()
-        pods = self._with_first_ready(self._with_podgroup_min_available(converted))
+        pods = self._with_first_ready(self._with_unread_members(self._with_podgroup_min_available(converted)))
         nodes = self._with_unhealthy_since(nodes, now)
         snapshot = ClusterSnapshot(
             time=now,
@@ -674,11 +678,45 @@ class KubeClusterReader:
                 return f"podgroup/{namespace}/{labels[key]}", min_available
         return None, None
 
+    def _count_unread_member(self, meta: JSON, spec: JSON, status: JSON) -> None:
+        """A pod left out for asking no GPU (an MPI launcher, a Ray head, a parameter server) still counts towards
+        its gang's minAvailable: noted under its gang, for ``_with_unread_members``. Not one being deleted, finished,
+        or held by a scheduling gate before it was bound (the scheduler does not place it: it brings the gang no
+        nearer its minimum, as such GPU pods are not read either)."""
+        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+            return
+        if not spec.get("nodeName") and _list(spec.get("schedulingGates")):
+            return
+        namespace = meta.get("namespace", "")
+        gang, _ = self._gang(namespace, meta.get("labels") or {}, meta.get("annotations") or {})
+        if gang is None:  # as ``_pod``: a non-serving controller's pods are one job (a ReplicaSet is serving)
+            owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
+            kind, name = (owner.get("kind"), owner.get("name")) if owner is not None else (None, None)
+            if kind and name and kind not in SERVING_OWNER_KINDS:
+                gang = f"owner/{namespace}/{kind}/{name}"
+        if gang is not None:
+            self._unread_members.setdefault(gang, set()).add(f"{namespace}/{meta.get('name', '')}")
+
+    def _with_unread_members(self, pods: list[PodInfo]) -> list[PodInfo]:
+        """A gang's minAvailable less its live pods left out for asking no GPU (``_count_unread_member``): what its
+        pods read must reach (``PodInfo.gang_min_available``). Read whole, the GPU pods of an MPI job whose
+        launcher asks for none would look one short of its minAvailable, a gang that cannot start."""
+        unread = self._unread_members
+        if not unread:
+            return pods
+        return [
+            replace(pod, gang_min_available=max(1, pod.gang_min_available - len(unread[pod.gang])))
+            if pod.gang in unread and pod.gang_min_available is not None
+            else pod
+            for pod in pods
+        ]
+
     def _pod(self, raw: JSON, priority_classes: Mapping[str, int], default_priority: int) -> PodInfo | None:
         cfg = self.config
         meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
         gpus = pod_gpus(spec, cfg.gpu_resource)
         if gpus <= 0 and not cfg.include_non_gpu_pods and not _requests_any(spec, cfg.accelerator_resource_prefixes):
+            self._count_unread_member(meta, spec, status)
             return None
         labels = meta.get("labels") or {}
         annotations = meta.get("annotations") or {}
