@@ -220,22 +220,61 @@ def _place(
     gpus: int,
     gpu_type: str | None = None,
     node_types: Mapping[str, str | None] | None = None,
+    beside: dict[str, tuple[int, int]] | None = None,
+    needs: tuple[int, int] = (0, 0),
 ) -> int:
     """Place up to ``replicas`` replicas of ``gpus`` GPUs on nodes of ``gpu_type`` (None: any), best fit (the
-    fullest node that fits first), consuming ``free``; returns how many were placed."""
+    fullest node that fits first), consuming ``free``; returns how many were placed. A replica that requests CPU or
+    memory (``needs``: millicores, bytes) fits only a node with that much free ``beside`` its GPUs, when known there
+    (``NodeInfo.free_beside_gpus``), and consumes it."""
+    checks = beside is not None and (needs[0] > 0 or needs[1] > 0)
     placed = 0
     while placed < replicas:
         fits = [
             (left, node)
             for node, left in free.items()
-            if left >= gpus and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
+            if left >= gpus
+            and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
+            and (not checks or _fits_beside(beside, node, needs))
         ]
         if not fits:
             break
         _, node = min(fits)
         free[node] -= gpus
+        if checks and beside is not None and node in beside:
+            cpu, memory = beside[node]
+            beside[node] = (cpu - needs[0], memory - needs[1])
         placed += 1
     return placed
+
+
+def _fits_beside(beside: Mapping[str, tuple[int, int]] | None, node: str, needs: tuple[int, int]) -> bool:
+    """Whether the node's CPU and memory free beside its GPUs hold one more pod requesting ``needs`` (a node whose
+    are not known: yes)."""
+    room = beside.get(node) if beside is not None else None
+    return room is None or (room[0] >= needs[0] and room[1] >= needs[1])
+
+
+def _beside_text(needs: tuple[int, int]) -> str:
+    """``8 CPU and 64 GiB memory`` (what is requested of either)."""
+    parts = []
+    if needs[0] > 0:
+        parts.append(f"{needs[0] / 1000:g} CPU")
+    if needs[1] > 0:
+        parts.append(f"{needs[1] / 2**30:.3g} GiB memory")
+    return " and ".join(parts)
+
+
+def replica_beside_gpus(deployment: DeploymentInfo | None) -> tuple[int, int]:
+    """(CPU millicores, memory bytes) one replica of the Deployment requests (its pod template); (0, 0) not known."""
+    if deployment is None:
+        return 0, 0
+    return deployment.cpu_milli_per_pod, deployment.memory_bytes_per_pod
+
+
+def _free_beside_gpus(snapshot: ClusterSnapshot) -> dict[str, tuple[int, int]]:
+    """Each ready node's CPU and memory free beside its GPUs, where known (``NodeInfo.free_beside_gpus``)."""
+    return {n.name: n.free_beside_gpus for n in snapshot.nodes if n.ready and n.free_beside_gpus is not None}
 
 
 def _barred(snapshot: ClusterSnapshot, deployment: DeploymentInfo | None) -> frozenset[str]:
@@ -326,12 +365,14 @@ def _place_usable(
     gpus: int,
     gpu_type: str | None,
     node_types: Mapping[str, str | None],
+    beside: dict[str, tuple[int, int]] | None = None,
+    needs: tuple[int, int] = (0, 0),
 ) -> int:
-    """``_place`` on the entries of ``room`` the pods may use, consuming ``room``."""
+    """``_place`` on the entries of ``room`` the pods may use, consuming ``room`` (and ``beside``)."""
     if not barred:
-        return _place(room, replicas, gpus, gpu_type, node_types)
+        return _place(room, replicas, gpus, gpu_type, node_types, beside, needs)
     view = _only_usable(room, barred)
-    placed = _place(view, replicas, gpus, gpu_type, node_types)
+    placed = _place(view, replicas, gpus, gpu_type, node_types, beside, needs)
     room.update(view)
     return placed
 
@@ -587,11 +628,14 @@ def fits_typed(
     node_types: Mapping[str, str | None],
     deployment_types: Mapping[str, str | None],
     barred: Mapping[str, Set[str]] | None = None,
+    beside: Mapping[str, tuple[int, int]] | None = None,
 ) -> dict[str, int] | None:
     """``free`` after placing every pod (largest first, best fit) on a node of the GPU type it runs on (its own
     selector, else its Deployment's; None: any) that its Deployment's pods may use (``barred``: Deployment
-    "namespace/name" -> nodes its pods cannot be scheduled on), or None when one does not fit."""
+    "namespace/name" -> nodes its pods cannot be scheduled on), or None when one does not fit. With ``beside``, a
+    pod fits a node only with the CPU and memory it requests free there too (where known)."""
     left = dict(free)
+    room = dict(beside) if beside is not None else None
     placing = []
     for pod in pods:
         key = f"{pod.namespace}/{pod.owner_name}"
@@ -601,7 +645,8 @@ def fits_typed(
     # given back hung on the order the API lists pods in
     placing.sort(key=lambda item: (-item[0].gpus, item[1] is None, -len(item[2])))
     for pod, wanted, barred_nodes in placing:
-        if _place_usable(left, barred_nodes, 1, pod.gpus, wanted, node_types) == 0:
+        needs = (pod.cpu_milli, pod.memory_bytes)
+        if _place_usable(left, barred_nodes, 1, pod.gpus, wanted, node_types, room, needs) == 0:
             return None
     return left
 
@@ -735,6 +780,14 @@ def _return_gpus(free: dict[str, int], victim: GangCandidate) -> None:
             free[node] += gpus
 
 
+def _return_beside(beside: dict[str, tuple[int, int]], victim: GangCandidate) -> None:
+    """The victim's CPU and memory back in ``beside``, on the nodes whose are known."""
+    for node, (cpu, memory) in victim.beside_by_node.items():
+        known = beside.get(node)
+        if known is not None:
+            beside[node] = (known[0] + cpu, known[1] + memory)
+
+
 def _stop_actions(
     victim: GangCandidate, workloads: Mapping[str, WorkloadInfo], detail: str, service: str
 ) -> list[EvictPod | SuspendWorkload]:
@@ -791,6 +844,8 @@ def arbitrate(
         snapshot, {p.name for p in config.pools}, node_types, config.pools, coming, frozenset(stuck_booting)
     )
     free_read = dict(free)  # to tell the nodes this tick's Pending replicas were counted onto
+    # CPU and memory beside the free GPUs, where the nodes say: consumed and given back as the GPUs are
+    beside = _free_beside_gpus(snapshot)
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
@@ -828,6 +883,7 @@ def arbitrate(
             continue
         # a replica's GPUs are what its pods request (a policy may leave gpusPerReplica at its default of 1)
         g = replica_gpus(policy.gpus_per_replica, deployments.get(key))
+        needs = replica_beside_gpus(deployments.get(key))
         gpu_type = gpu_types.get(key)
         # only the nodes its pods may be scheduled on are room for them (nodeSelector, taints)
         barred = _barred(snapshot, deployments.get(key))
@@ -840,7 +896,9 @@ def arbitrate(
             for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
             if all(n.name in barred for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
         )
-        unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types)
+        # a node whose free GPUs lack the CPU or memory beside them for a replica is no room for it either: its
+        # replica stays Pending there, the shortfall is real
+        unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types, beside, needs)
         # Its stretch without GPUs goes on while replicas have none, on booting nodes' room or not (a hold neither
         # starts nor ends it: it says nothing about demand)
         previous_since = state.service_short_since.get(key)
@@ -910,8 +968,10 @@ def arbitrate(
                 f"below {preemptor} is preempted (the scheduler would evict the replicas for anything above)"
             )
         lower = _budgets_left([c for c in candidates if c.gang not in taken and c.priority < preemptor], pdb_spent)
-        need = GpuNeed(short, g, gpu_type)
-        choice = choose_victims(need, _only_usable(free, barred), lower, node_types) if config.preempt else None
+        need = GpuNeed(short, g, gpu_type, needs[0], needs[1])
+        choice = None
+        if config.preempt:
+            choice = choose_victims(need, _only_usable(free, barred), lower, node_types, beside=beside)
         preempt_cost = None
         if choice is not None and choice.met and choice.victims:
             victim_gpus = sum(v.gpus for v in choice.victims)
@@ -1002,6 +1062,8 @@ def arbitrate(
                 text += f" > burst {burst_cost:.2f}"
         elif choice is not None:
             text = f"{shortage}; no set of preemptible lower-priority gangs frees enough"
+            if need.beside_gpus and beside:
+                text += f" (GPUs with {_beside_text(needs)} beside them, per replica)"
         else:
             text = f"{shortage}; preemption disabled"
         if burst_cost is not None and burst is not None and burst.chosen is not None:
@@ -1051,7 +1113,8 @@ def arbitrate(
             for victim in choice.victims:
                 taken.add(victim.gang)
                 actions.extend(_take_victim(victim, free, pdb_spent, workloads, text, key))
-            _place_usable(free, barred, short, g, gpu_type, node_types)
+                _return_beside(beside, victim)
+            _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool
@@ -1239,6 +1302,7 @@ def arbitrate(
                 set(give_back_failed_at),
                 placed={n for n, left in free.items() if left < free_read.get(n, left)},
                 gathered=gathered,
+                beside=beside,
             )
         )
     report = CapacityReport(
@@ -1323,14 +1387,21 @@ def _consolidation(
         gpu_type = next(t for t in wanted if t is not None)
     # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's
     # extra demand over a boot must fit too, as for a spare node.
-    need = GpuNeed(len(pods) + math.ceil(reserve / gpus_per_replica), gpus_per_replica, gpu_type)
+    # (and with the most CPU and memory any of them requests)
+    need = GpuNeed(
+        len(pods) + math.ceil(reserve / gpus_per_replica),
+        gpus_per_replica,
+        gpu_type,
+        max(p.cpu_milli for p in pods),
+        max(p.memory_bytes for p in pods),
+    )
     # only the nodes every moved replica may be scheduled on (nodeSelector, taints): training stopped elsewhere frees
     # nothing for them
     deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
     barred = frozenset().union(*(_barred(arb.snapshot, deployments.get(p.key)) for p in policies))
     elsewhere = {n: left for n, left in free.items() if n != node and _usable(n, barred)}
     lower = [c for c in candidates if c.priority < priority and node not in c.gpus_by_node]
-    choice = choose_victims(need, elsewhere, lower, node_types)
+    choice = choose_victims(need, elsewhere, lower, node_types, beside=_free_beside_gpus(arb.snapshot))
     if not choice.met:
         return "stopping every preemptible lower-priority gang would not make room for its replicas elsewhere"
     hours = horizon_s / 3600.0
@@ -1473,6 +1544,7 @@ def _give_back(
     retry_wait: Set[str] = frozenset(),
     placed: Set[str] = frozenset(),
     gathered: list[str] | None = None,
+    beside: Mapping[str, tuple[int, int]] | None = None,
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
     ``pod_priorities``, computed once per tick by the caller. ``resized``: pools already resized this tick (a node
@@ -1544,7 +1616,7 @@ def _give_back(
         # replicas then wait, and the next short tick would buy it again.
         after = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
-            node_types, gpu_types, barred,
+            node_types, gpu_types, barred, beside,
         ) if mine else None  # fmt: skip
         guarded = next(
             (
@@ -1607,9 +1679,13 @@ def _give_back(
         # the moved replicas must fit once the victims' GPUs are back, each whole on a node of its type: else the
         # stops would be for nothing and the replicas left without GPUs
         trial = {n: left for n, left in free.items() if n != emptiest}
+        trial_beside = dict(beside) if beside is not None else None
         for victim in victims:
             _return_gpus(trial, victim)
-        if fits_typed(trial, _live_gpu_pods(arb.snapshot, emptiest), node_types, gpu_types, barred) is None:
+            if trial_beside is not None:
+                _return_beside(trial_beside, victim)
+        pods_here = _live_gpu_pods(arb.snapshot, emptiest)
+        if fits_typed(trial, pods_here, node_types, gpu_types, barred, trial_beside) is None:
             unneeded.pop(pool.name, None)
             notes.append(f"{busy}; {detail}: its replicas would not fit once the stops are made: not emptied")
             continue
@@ -1626,7 +1702,7 @@ def _give_back(
         unneeded.pop(pool.name, None)
         moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
-            node_types, gpu_types, barred,
+            node_types, gpu_types, barred, trial_beside,
         )  # fmt: skip
         received |= _node_given_back(free, emptiest, moved or {})
     suspended = sorted(

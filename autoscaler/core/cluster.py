@@ -53,6 +53,9 @@ class DeploymentInfo:
     tolerations: tuple[Toleration, ...] = ()
     # GPUs one of its pods requests (the pod template, as kube-scheduler counts it); None: not read
     gpus_per_pod: int | None = None
+    # CPU (millicores) and memory (bytes) one of its pods requests, as kube-scheduler counts them; 0: none or not read
+    cpu_milli_per_pod: int = 0
+    memory_bytes_per_pod: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,9 @@ class PodInfo:
     # readiness probe that fails under load and passes again moves the Ready condition's time without a restart; the
     # cold start is measured to this first one, not to the latest recovery
     first_ready_at: float | None = None
+    # CPU (millicores) and memory (bytes) it requests, as kube-scheduler counts them; 0: none or not read
+    cpu_milli: int = 0
+    memory_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +150,11 @@ class NodeInfo:
     # ``karpenter.sh/do-not-disrupt: "true"`` on the Node: a person investigating it, a node kept on purpose): never
     # given back, emptied or consolidated, broken or idle
     do_not_disrupt: bool = False
+    # (CPU millicores, memory bytes) its allocatable leaves after the requests of every pod bound to it, GPU pods or
+    # not (the snapshot holds only the GPU pods), terminating ones included as kube-scheduler counts them; None: not
+    # known. A replica requesting more of either than is free here (its GPUs freed or not) stays Pending
+    # (``core.victims``)
+    free_beside_gpus: tuple[int, int] | None = None
 
 
 def schedulable_on(deployment: DeploymentInfo, node: NodeInfo) -> bool:

@@ -25,7 +25,11 @@ returns the best set found, which is still minimal and meets the need, and says 
 
 The need is per replica: ``replicas`` replicas of ``gpus_per_replica`` GPUs each, every replica on one node, on nodes
 of ``gpu_type`` (None: any). A need is met when the free GPUs after the victims leave, node by node, room for all the
-replicas (sum over nodes of floor(free / gpus_per_replica)).
+replicas (sum over nodes of floor(free / gpus_per_replica)). A replica that also requests CPU or memory
+(``GpuNeed.cpu_milli``, ``memory_bytes``) fits a node only with that much of each free there too (``Beside``: what the
+node's allocatable leaves after every pod bound to it, the victims' own requests given back): GPUs freed on a node
+whose CPU or memory is taken by pods that stay host nothing, and stopping a gang for them would lose its work for a
+replica that stays Pending. A node whose CPU and memory are not known is room by its GPUs alone.
 """
 
 from __future__ import annotations
@@ -50,6 +54,18 @@ class GpuNeed:
     replicas: int
     gpus_per_replica: int = 1
     gpu_type: str | None = None  # NodeInfo.gpu_product; None = any GPU node
+    cpu_milli: int = 0  # CPU one replica requests, millicores (0: none, or not known)
+    memory_bytes: int = 0  # memory one replica requests, bytes (0: none, or not known)
+
+    @property
+    def beside_gpus(self) -> bool:
+        """Whether a node's CPU or memory can keep a replica off it."""
+        return self.cpu_milli > 0 or self.memory_bytes > 0
+
+
+# (CPU millicores, memory bytes) free on a node beside its GPUs: its allocatable less the requests of the pods bound
+# there (``core.cluster.free_beside_gpus``); a node without an entry is not known and is room by its GPUs alone
+Beside = Mapping[str, tuple[int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +85,8 @@ class GangCandidate:
     pdb_use: tuple[tuple[str, int, int], ...] = ()
     # uid of each pod of ``pods`` as read (None: unknown): an eviction names the pod read, not a successor
     pod_uids: tuple[str | None, ...] = ()
+    # node -> (CPU millicores, memory bytes) the gang's pods request there: given back with its GPUs when it stops
+    beside_by_node: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -139,8 +157,12 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
     for gang, pods in sorted(members.items()):
         min_runtime_s = own_runtime.get(gang, rules.min_runtime_s)
         by_node: dict[str, int] = defaultdict(int)
+        beside: dict[str, tuple[int, int]] = {}
         for pod in pods:
             by_node[pod.node or ""] += pod.gpus
+            if pod.cpu_milli or pod.memory_bytes:
+                cpu, memory = beside.get(pod.node or "", (0, 0))
+                beside[pod.node or ""] = (cpu + pod.cpu_milli, memory + pod.memory_bytes)
         # The gang runs from when its last pod became ready (a gang that queued for hours and started a minute ago
         # has a minute of work to lose and is inside its minimum runtime); before that, from its last pod's bind: a
         # gang whose pods waited hours for room and were bound a minute ago (one still pulling its image) has not
@@ -213,6 +235,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 why_not=why_not,
                 pdb_use=pdb_use,
                 pod_uids=tuple(p.uid for p in pods),
+                beside_by_node=beside,
             )
         )
     return out
@@ -287,14 +310,35 @@ def _pdb_blocks(snapshot: ClusterSnapshot, pods: Sequence[PodInfo], evicted: boo
     return None
 
 
-def need_met(free: Mapping[str, int], need: GpuNeed, node_types: Mapping[str, str | None]) -> bool:
+def need_met(
+    free: Mapping[str, int], need: GpuNeed, node_types: Mapping[str, str | None], beside: Beside | None = None
+) -> bool:
+    """Whether ``free`` GPUs (and, for a need that requests them, the CPU and memory ``beside`` them) hold the
+    need's replicas, each whole on one node of its GPU type."""
     slots = 0
+    check_beside = beside is not None and need.beside_gpus
     for node, gpus in free.items():
         if need.gpu_type is None or node_types.get(node) == need.gpu_type:
-            slots += gpus // need.gpus_per_replica
+            fit = gpus // need.gpus_per_replica
+            if check_beside and fit > 0:
+                fit = min(fit, _fit_beside(beside.get(node), need))  # type: ignore[union-attr]
+            slots += fit
             if slots >= need.replicas:
                 return True
     return slots >= need.replicas
+
+
+def _fit_beside(room: tuple[int, int] | None, need: GpuNeed) -> int:
+    """Replicas of ``need`` the CPU and memory ``room`` of a node holds (unbounded when not known)."""
+    if room is None:
+        return 1 << 30
+    cpu, memory = room
+    fit = 1 << 30
+    if need.cpu_milli > 0:
+        fit = min(fit, max(0, cpu) // need.cpu_milli)
+    if need.memory_bytes > 0:
+        fit = min(fit, max(0, memory) // need.memory_bytes)
+    return fit
 
 
 def _order_key(c: GangCandidate) -> tuple[int, float, float, str]:
@@ -323,11 +367,15 @@ def choose_victims(
     candidates: Sequence[GangCandidate],
     node_types: Mapping[str, str | None],
     max_search_nodes: int = 20_000,
+    beside: Beside | None = None,
 ) -> VictimChoice:
-    """The cheapest minimal set of whole eligible gangs whose GPUs, added to ``free``, meet ``need``."""
+    """The cheapest minimal set of whole eligible gangs whose GPUs, added to ``free``, meet ``need``; with ``beside``
+    (a need that requests CPU or memory), whose CPU and memory added to it hold the replicas as well."""
+    if not need.beside_gpus or not beside:
+        beside = None  # room by GPUs alone: the search as it always was
     eligible = sorted((c for c in candidates if c.why_not is None), key=_order_key)
     ineligible = tuple(c for c in candidates if c.why_not is not None)
-    if need.replicas <= 0 or need_met(free, need, node_types):
+    if need.replicas <= 0 or need_met(free, need, node_types, beside):
         return VictimChoice((), True, True, ineligible)
     # GPUs freed on a node that is not ready (absent from ``free``) host nothing: only the ready nodes count.
     node_types = {n: t for n, t in node_types.items() if n in free}
@@ -337,20 +385,20 @@ def choose_victims(
         for c in eligible
         if any(n in free and (need.gpu_type is None or node_types.get(n) == need.gpu_type) for n in c.gpus_by_node)
     ]
-    if not need_met(_freed(free, useful), need, node_types):
+    if not _met_after(free, beside, useful, need, node_types):
         return VictimChoice((), False, True, ineligible)
     priorities = sorted({c.priority for c in useful}, reverse=True)
 
     # Incumbent: greedy in order, then made minimal. When the cheap gangs taken first use up a PodDisruptionBudget
     # that a later, sufficient gang needed, greedy again starting from each of the first few gangs in turn: a search
     # cut short (max_search_nodes) must not report "impossible" when one such pass finds a set.
-    greedy = _greedy(useful, free, need, node_types, first=None)
+    greedy = _greedy(useful, free, need, node_types, first=None, beside=beside)
     for start in useful[:GREEDY_RESTARTS]:
-        if need_met(_freed(free, greedy), need, node_types):
+        if _met_after(free, beside, greedy, need, node_types):
             break
-        greedy = _greedy(useful, free, need, node_types, first=start)
-    greedy_met = need_met(_freed(free, greedy), need, node_types)
-    best: list[GangCandidate] = _minimal(greedy, free, need, node_types) if greedy_met else []
+        greedy = _greedy(useful, free, need, node_types, first=start, beside=beside)
+    greedy_met = _met_after(free, beside, greedy, need, node_types)
+    best: list[GangCandidate] = _minimal(greedy, free, need, node_types, beside) if greedy_met else []
     best_cost: tuple[object, ...] | None = victim_set_cost(best, priorities) if greedy_met else None
 
     # Branch and bound over include/exclude, in the greedy order. Cost only grows with additions, so a partial set
@@ -360,8 +408,17 @@ def choose_victims(
     exact = True
     none_free = dict.fromkeys(free, 0)
     suffix_free = [_freed(none_free, useful[i:]) for i in range(len(useful) + 1)]
+    none_beside = dict.fromkeys(beside, (0, 0)) if beside is not None else None
+    suffix_beside = [
+        _freed_beside(none_beside, useful[i:]) if none_beside is not None else None for i in range(len(useful) + 1)
+    ]
 
-    def search(index: int, chosen: list[GangCandidate], current: dict[str, int]) -> None:
+    def search(
+        index: int,
+        chosen: list[GangCandidate],
+        current: dict[str, int],
+        current_beside: dict[str, tuple[int, int]] | None,
+    ) -> None:
         nonlocal best, best_cost, explored, exact
         if explored >= max_search_nodes:
             exact = False
@@ -369,24 +426,27 @@ def choose_victims(
         explored += 1
         if best_cost is not None and victim_set_cost(chosen, priorities) >= best_cost:
             return
-        if need_met(current, need, node_types):
-            minimal = _minimal(chosen, free, need, node_types)
+        if need_met(current, need, node_types, current_beside):
+            minimal = _minimal(chosen, free, need, node_types, beside)
             minimal_cost = victim_set_cost(minimal, priorities)
             if best_cost is None or minimal_cost < best_cost:
                 best, best_cost = minimal, minimal_cost
             return
         if index == len(useful):
             return
-        if not need_met(_add(current, suffix_free[index]), need, node_types):
+        rest_beside = suffix_beside[index]
+        bound_beside = _add_beside(current_beside, rest_beside) if current_beside is not None and rest_beside else None
+        if not need_met(_add(current, suffix_free[index]), need, node_types, bound_beside):
             return
         candidate = useful[index]
         if within_budgets([*chosen, candidate]):
             chosen.append(candidate)
-            search(index + 1, chosen, _add(current, candidate.gpus_by_node))
+            with_beside = _add_beside(current_beside, candidate.beside_by_node) if current_beside is not None else None
+            search(index + 1, chosen, _add(current, candidate.gpus_by_node), with_beside)
             chosen.pop()
-        search(index + 1, chosen, current)
+        search(index + 1, chosen, current, current_beside)
 
-    search(0, [], dict(free))
+    search(0, [], dict(free), dict(beside) if beside is not None else None)
     if not best:  # every set that frees enough takes some PodDisruptionBudget below its minimum
         return VictimChoice((), False, exact, ineligible, explored)
     return VictimChoice(tuple(sorted(best, key=_order_key)), True, exact, ineligible, explored)
@@ -395,12 +455,25 @@ def choose_victims(
 GREEDY_RESTARTS = 32  # greedy passes started from each of the first gangs when the plain pass meets nothing
 
 
+def _met_after(
+    free: Mapping[str, int],
+    beside: Beside | None,
+    victims: Sequence[GangCandidate],
+    need: GpuNeed,
+    node_types: Mapping[str, str | None],
+) -> bool:
+    """Whether the need is met once ``victims`` are gone (their GPUs, and their CPU and memory, given back)."""
+    after = _freed_beside(beside, victims) if beside is not None else None
+    return need_met(_freed(free, victims), need, node_types, after)
+
+
 def _greedy(
     useful: Sequence[GangCandidate],
     free: Mapping[str, int],
     need: GpuNeed,
     node_types: Mapping[str, str | None],
     first: GangCandidate | None,
+    beside: Beside | None = None,
 ) -> list[GangCandidate]:
     """Gangs in order (``first`` before the others), each taken when the set stays within every budget, until the
     need is met."""
@@ -410,7 +483,7 @@ def _greedy(
         if not within_budgets([*chosen, c]):
             continue
         chosen.append(c)
-        if need_met(_freed(free, chosen), need, node_types):
+        if _met_after(free, beside, chosen, need, node_types):
             break
     return chosen
 
@@ -424,6 +497,16 @@ def _add(free: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+def _add_beside(room: Beside, extra: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """``room`` plus ``extra`` (CPU and memory) on the nodes ``room`` knows (the others are not bounded by them)."""
+    out = dict(room)
+    for node, (cpu, memory) in extra.items():
+        known = out.get(node)
+        if known is not None:
+            out[node] = (known[0] + cpu, known[1] + memory)
+    return out
+
+
 def _freed(free: Mapping[str, int], victims: Iterable[GangCandidate]) -> dict[str, int]:
     out = dict(free)
     for v in victims:
@@ -433,13 +516,25 @@ def _freed(free: Mapping[str, int], victims: Iterable[GangCandidate]) -> dict[st
     return out
 
 
+def _freed_beside(room: Beside, victims: Iterable[GangCandidate]) -> dict[str, tuple[int, int]]:
+    out = dict(room)
+    for v in victims:
+        if v.beside_by_node:
+            out = _add_beside(out, v.beside_by_node)
+    return out
+
+
 def _minimal(
-    victims: Sequence[GangCandidate], free: Mapping[str, int], need: GpuNeed, node_types: Mapping[str, str | None]
+    victims: Sequence[GangCandidate],
+    free: Mapping[str, int],
+    need: GpuNeed,
+    node_types: Mapping[str, str | None],
+    beside: Beside | None = None,
 ) -> list[GangCandidate]:
     """Drop victims that turned out unneeded, the most expensive first."""
     kept = list(victims)
     for v in sorted(victims, key=_order_key, reverse=True):
         trial = [k for k in kept if k is not v]
-        if need_met(_freed(free, trial), need, node_types):
+        if _met_after(free, beside, trial, need, node_types):
             kept = trial
     return kept

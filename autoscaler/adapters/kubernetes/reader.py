@@ -10,6 +10,7 @@ installed (404) is skipped, and a list RBAC does not allow (403) is said once in
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import math
@@ -172,6 +173,24 @@ def node_taints(raw: Any, ignore: tuple[str, ...] = (), ready: bool = False) -> 
     return tuple(out)
 
 
+def _allocatable_beside(allocatable: Mapping[str, Any]) -> tuple[int, int] | None:
+    """A node's allocatable (CPU millicores, memory bytes); None unless both are there and readable."""
+    cpu, memory = allocatable.get("cpu"), allocatable.get("memory")
+    if cpu is None or memory is None or isinstance(cpu, bool) or isinstance(memory, bool):
+        return None
+    cpu_milli, memory_bytes = _scaled_quantity(str(cpu), 1000), _scaled_quantity(str(memory), 1)
+    return (cpu_milli, memory_bytes) if cpu_milli > 0 and memory_bytes > 0 else None
+
+
+def _template_beside(pod_spec: Mapping[str, Any]) -> dict[str, int]:
+    """``DeploymentInfo``'s CPU and memory per pod from its template (0 where it cannot be read)."""
+    try:
+        cpu, memory = requests_beside_gpus(pod_spec)
+    except (AttributeError, TypeError):
+        return {}
+    return {"cpu_milli_per_pod": cpu, "memory_bytes_per_pod": memory}
+
+
 def _template_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
     """GPUs a pod of this template requests, None when it cannot be read (containers that are not objects)."""
     try:
@@ -309,6 +328,51 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
     overhead = spec.get("overhead")
     extra = _int(overhead.get(resource)) if isinstance(overhead, Mapping) else 0
     return effective_request(app, init, extra)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scaled_quantity(value: str, scale: int) -> int:
+    """A Kubernetes quantity times ``scale``, rounded up (``"500m"`` CPU x 1000 = 500 millicores, ``"64Gi"`` x 1 =
+    bytes); 0 when it cannot be read (a request the scheduler would have refused never reaches a bound pod). Pods
+    repeat a few quantities: each is parsed once."""
+    from decimal import Decimal, InvalidOperation
+
+    from kubernetes.utils import parse_quantity
+
+    try:
+        amount = Decimal(parse_quantity(value)) * scale  # type: ignore[no-untyped-call]
+    except (ValueError, TypeError, InvalidOperation, ArithmeticError):
+        return 0
+    if not amount.is_finite() or amount <= 0:
+        return 0
+    return int(amount.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _request_of(container: Mapping[str, Any], resource: str, scale: int) -> int:
+    resources = _map(container.get("resources"))
+    requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
+    value = requests.get(resource, limits.get(resource))  # a limit alone is the request (the API server's default)
+    if value is None or isinstance(value, bool):
+        return 0
+    return _scaled_quantity(str(value), scale)
+
+
+def requests_beside_gpus(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(CPU millicores, memory bytes) a pod (template) requests, as kube-scheduler counts them
+    (``core.cluster.effective_request``: sidecar init containers beside what starts after them, the pod's overhead
+    on top); a quantity that cannot be read counts 0 (unknown: it keeps no replica off a node)."""
+    out = []
+    for resource, scale in (("cpu", 1000), ("memory", 1)):
+        app = [_request_of(c, resource, scale) for c in _list(spec.get("containers")) if isinstance(c, Mapping)]
+        init = [
+            (_request_of(c, resource, scale), c.get("restartPolicy") == "Always")
+            for c in _list(spec.get("initContainers"))
+            if isinstance(c, Mapping)
+        ]
+        overhead = _map(spec.get("overhead")).get(resource)
+        extra = _scaled_quantity(str(overhead), scale) if overhead is not None and not isinstance(overhead, bool) else 0
+        out.append(effective_request(app, init, extra))
+    return out[0], out[1]
 
 
 def _requests_any(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
@@ -526,6 +590,8 @@ class KubeClusterReader:
         self._first_ready: dict[str, float] = {}
         # node name -> when this reader first saw every GPU of it unhealthy, for the nodes so in the last snapshot
         self._unhealthy_since: dict[str, float] = {}
+        # node name -> (CPU millicores, memory bytes) the pods bound to it request, summed as the pods are read
+        self._beside_used: dict[str, tuple[int, int]] = {}
         cfg = self.config
         self._pager = Pager(
             page_size=cfg.page_size,
@@ -562,9 +628,10 @@ class KubeClusterReader:
         )
         # Finished pods hold no GPUs; let the server drop them rather than shipping them to us. Pods and nodes are
         # converted page by page: their raw JSON is most of a large cluster's list, and is never held whole.
+        self._beside_used = {}
         converted, pod_count = self._pager.converted(
             "list pods",
-            lambda raw: self._pod(raw, priority_classes, default_priority),
+            lambda raw: self._pod(self._count_beside(raw), priority_classes, default_priority),
             self._core.list_pod_for_all_namespaces,
             field_selector="status.phase!=Succeeded,status.phase!=Failed",
         )
@@ -575,7 +642,7 @@ class KubeClusterReader:
         hpas = self._hpas()
         raw_workloads = self._raw_workloads()
         pods = self._with_first_ready(self._with_unread_members(self._with_podgroup_min_available(converted)))
-        nodes = self._with_unhealthy_since(nodes, now)
+        nodes = self._with_free_beside_gpus(self._with_unhealthy_since(nodes, now))
         snapshot = ClusterSnapshot(
             time=now,
             deployments=tuple(
@@ -643,6 +710,7 @@ class KubeClusterReader:
             node_selector=selector,
             tolerations=pod_tolerations(_map(pod_spec)),
             gpus_per_pod=_template_gpus(_map(pod_spec), gpu_resource),
+            **_template_beside(_map(pod_spec)),
         )
 
     def _gang(
@@ -755,6 +823,7 @@ class KubeClusterReader:
             # scheduler marked Unschedulable). Once its gates are removed it is read as any pending pod.
             return None
         product = pinned_product(spec, cfg.gpu_product_label)
+        cpu_milli, memory_bytes = requests_beside_gpus(spec)
         return PodInfo(
             namespace=namespace,
             name=meta.get("name", ""),
@@ -785,6 +854,8 @@ class KubeClusterReader:
             restarts=sum(max(0, _int(_map(c).get("restartCount"))) for c in _list(status.get("containerStatuses"))),
             deletion_cost=deletion_cost(annotations),
             deletion_cost_by=deletion_cost_by(annotations),
+            cpu_milli=cpu_milli,
+            memory_bytes=memory_bytes,
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
@@ -1074,6 +1145,32 @@ class KubeClusterReader:
         self._first_ready = seen
         return out
 
+    def _count_beside(self, raw: JSON) -> JSON:
+        """Adds the CPU and memory a bound pod requests to its node's (every pod: the CPU-only pods the snapshot
+        leaves out take a node's CPU and memory as well); returns the pod."""
+        spec = raw.get("spec") or {}
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        if node:
+            try:
+                cpu, memory = requests_beside_gpus(spec)
+            except (AttributeError, TypeError):
+                return raw
+            used = self._beside_used.get(node, (0, 0))
+            self._beside_used[node] = (used[0] + cpu, used[1] + memory)
+        return raw
+
+    def _with_free_beside_gpus(self, nodes: list[NodeInfo]) -> list[NodeInfo]:
+        """Each node's CPU and memory free beside its GPUs (``NodeInfo.free_beside_gpus``): its allocatable (read
+        with the node, ``free_beside_gpus`` holding it until now) less what the pods bound to it request."""
+        out = []
+        for node in nodes:
+            if node.free_beside_gpus is not None:
+                cpu, memory = node.free_beside_gpus
+                used_cpu, used_memory = self._beside_used.get(node.name, (0, 0))
+                node = replace(node, free_beside_gpus=(cpu - used_cpu, memory - used_memory))
+            out.append(node)
+        return out
+
     def _with_unhealthy_since(self, nodes: list[NodeInfo], now: float) -> list[NodeInfo]:
         """Each node whose GPUs are all unhealthy while its kubelet reports, broken since this reader first saw it
         so (``NodeInfo.gpus_unhealthy``): the Node keeps no time for it. Remembered for the nodes so in this snapshot
@@ -1192,6 +1289,8 @@ class KubeClusterReader:
             taints=node_taints(taints, cfg.leaving_taints, ready=ready),
             # a VM recreated under an old Node object's name boots on it: counted from its Ready condition's change
             state_since=_latest(created, changed),
+            # its allocatable for now: the pods' requests are taken off once all are read (``_with_free_beside_gpus``)
+            free_beside_gpus=_allocatable_beside(allocatable),
         )
 
     @staticmethod
