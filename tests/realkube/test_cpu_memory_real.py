@@ -1,0 +1,165 @@
+"""CPU and memory beside the GPUs against a real control plane: the reader's view of a node's CPU (its allocatable
+less every bound pod's requests, a CPU-only pod included) steers the victim search away from a gang whose node the
+replica could not use, and the real kube-scheduler agrees -- with that gang gone the replica stays Unschedulable
+("Insufficient cpu"), with the gang the search chose gone it is bound.
+
+Two kwok nodes of a GPU product no other test selects (8 GPUs, 16 CPUs, 64 Gi each). On node a: a CPU-only pod
+requesting 12 CPUs and a 1-pod training gang (8 GPUs, 1 CPU) checkpointed a minute ago -- the cheaper one to stop. On
+node b: a gang checkpointed an hour ago. The chat replica asks 1 GPU and 6 CPUs: a has 3 left with its gang gone."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from autoscaler.adapters.kubernetes import KubeClusterReader
+from autoscaler.adapters.kubernetes._api import format_time
+from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
+from autoscaler.core.cluster import ClusterSnapshot
+from autoscaler.core.model import CapacityState, EvictPod, ScaleDecision, ServicePolicy
+from autoscaler.core.reasons import Reason
+from autoscaler.core.victims import TrainingRules
+from tests.realkube import manifests
+from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, ControlPlane, GpuNode
+
+pytestmark = [pytest.mark.integration, pytest.mark.realkube]
+
+GANG_LABEL = "training.kubeflow.org/job-name"  # the reader's kubeflow gang source
+PAUSE = "registry.k8s.io/pause:3.10"
+
+
+def _pod(name: str, node: str, product: str, gpus: int, cpu: str, memory: str, labels: dict[str, str],
+         annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": memory}}
+    if gpus:
+        resources["limits"] = {GPU_RESOURCE: str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
+        "spec": {
+            "nodeSelector": {GPU_PRODUCT_LABEL: product, "kubernetes.io/hostname": node},
+            "containers": [{"name": "c", "image": PAUSE, "resources": resources}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def _chat_spec(product: str) -> dict[str, Any]:
+    return {
+        "nodeSelector": {GPU_PRODUCT_LABEL: product},
+        "containers": [{"name": "c", "image": PAUSE, "resources": {
+            "requests": {"cpu": "6", "memory": "8Gi"}, "limits": {GPU_RESOURCE: "1"}}}],
+        "terminationGracePeriodSeconds": 0,
+    }  # fmt: skip
+
+
+def _running_on(cp: ControlPlane, namespace: str, name: str) -> str | None:
+    pod = cp.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    if pod.get("status", {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"):
+        return str(pod["spec"].get("nodeName") or "") or None
+    return None
+
+
+def _unschedulable_why(cp: ControlPlane, namespace: str, name: str) -> str | None:
+    pod = cp.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return str(condition.get("message") or "")
+    return None
+
+
+def _delete(cp: ControlPlane, namespace: str, name: str) -> None:
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    cp.request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    cp.wait(f"pod {name} gone", lambda: (not cp.exists(path)) or None, timeout_s=60)
+
+
+@pytest.fixture
+def nodes(control_plane: ControlPlane) -> Iterator[tuple[str, str, str]]:
+    cp = control_plane
+    tag = secrets.token_hex(3)
+    product = f"CPU-TEST-{tag}"
+    names = (f"cpu-{tag}-a", f"cpu-{tag}-b")
+    for name in names:
+        cp.request("POST", "/api/v1/nodes", cp.node_manifest(GpuNode(name, 8, product, "onprem", cpu="16",
+                                                                     memory="64Gi")))  # fmt: skip
+    try:
+        cp.wait_nodes_schedulable(list(names), timeout_s=60)
+        yield product, names[0], names[1]
+    finally:
+        for name in names:
+            cp.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+def test_the_victim_search_and_the_scheduler_agree_on_cpu(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient, nodes: tuple[str, str, str]
+) -> None:
+    cp = control_plane
+    product, node_a, node_b = nodes
+    now = time.time()
+    pods = [
+        _pod("cpu-hog", node_a, product, 0, "12", "4Gi", {"app": "hog"}),
+        _pod("fresh-0", node_a, product, 8, "1", "4Gi", {GANG_LABEL: "fresh"},
+             {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)}),
+        _pod("old-0", node_b, product, 8, "1", "4Gi", {GANG_LABEL: "old"},
+             {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)}),
+    ]  # fmt: skip
+    for body in pods:
+        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    for name in ("cpu-hog", "fresh-0", "old-0"):
+        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
+               manifests.deployment("chat", 0, _chat_spec(product), labels={"app": "chat"}))  # fmt: skip
+
+    reader = KubeClusterReader(api_client, sleep=lambda s: None)
+    read = reader.snapshot(time.time())
+    mine = {n.name: n for n in read.nodes if n.name in (node_a, node_b)}
+    # allocatable less every bound pod: the CPU-only pod (not in the snapshot) too
+    assert mine[node_a].free_beside_gpus == (16_000 - 12_000 - 1_000, 64 * 2**30 - 8 * 2**30)
+    assert mine[node_b].free_beside_gpus == (15_000, 60 * 2**30)
+    # only this test's nodes and pods: the session's other tests leave theirs behind
+    snapshot = dataclasses.replace(
+        read,
+        nodes=tuple(mine.values()),
+        pods=tuple(p for p in read.pods if p.namespace == namespace),
+        deployments=tuple(d for d in read.deployments if d.namespace == namespace),
+        workloads=(),
+    )
+    chat = ServicePolicy(namespace, "chat", max_replicas=4, priority=1000)
+    config = CapacityConfig(pools=(), training=TrainingRules(min_runtime_s=0.0))
+
+    def victims(view: ClusterSnapshot) -> list[str]:
+        decision = ScaleDecision(chat.key, 0, 1, Reason.METRIC_ABOVE_TARGET, "")
+        arb = ArbitrationInput(time.time(), view, {chat.key: chat}, [decision])
+        actions, _, _ = arbitrate(arb, CapacityState(), config)
+        return sorted({a.gang or "" for a in actions if isinstance(a, EvictPod)})
+
+    assert victims(snapshot) == [f"kubeflow/{namespace}/old"]
+    # without the CPU the cheaper gang on node a would have been stopped
+    blind = dataclasses.replace(
+        snapshot, nodes=tuple(dataclasses.replace(n, free_beside_gpus=None) for n in snapshot.nodes)
+    )
+    assert victims(blind) == [f"kubeflow/{namespace}/fresh"]
+
+    # The real scheduler: with "fresh" gone, node a has the GPUs but not the CPU -- the replica waits
+    _delete(cp, namespace, "fresh-0")
+    cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
+               content_type="application/merge-patch+json")  # fmt: skip
+    replica = cp.wait(
+        "a chat pod",
+        lambda: next(iter(p["metadata"]["name"] for p in cp.pods(namespace, "app=chat")), None),
+        timeout_s=60,
+    )
+    why = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
+    assert "Insufficient cpu" in why, why
+    # with the gang the search chose gone, it is bound on node b
+    _delete(cp, namespace, "old-0")
+    assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b
