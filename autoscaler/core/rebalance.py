@@ -468,8 +468,10 @@ def plan_rebalance(
     units = [u for u in units if u.owner not in protected]
     if managed is not None:
         allowed = frozenset(f"{_DEPLOYMENT}{key}" for key in managed)
-        # a Deployment no valid policy scales moves only when its owner opted it in, on every pod
-        units = [u for u in units if u.training or u.owner in allowed or _opted_in(u.pods)]
+        # a Deployment no valid policy scales moves only when its owner opted it in, on every pod (every replica,
+        # not only the one a unit moves: a replica labelled by hand does not opt its Deployment in)
+        opted = _opted_in_deployments(snapshot)
+        units = [u for u in units if u.training or u.owner in allowed or u.owner in opted]
     free = dict(cluster.soon)
     pdb_used: dict[str, int] = defaultdict(int)
     moved_owners: set[str] = set()
@@ -877,6 +879,18 @@ def protected_owners(
 
 def _opted_in(pods: Sequence[PodInfo]) -> bool:
     return bool(pods) and all(p.labels.get(REBALANCE_LABEL) == "allowed" for p in pods)
+
+
+def _opted_in_deployments(snapshot: ClusterSnapshot) -> frozenset[str]:
+    """The Deployments (``deployment/<namespace>/<name>``) every GPU pod of which carries
+    ``gpuautoscaler.dev/rebalance=allowed``."""
+    replicas: dict[str, list[PodInfo]] = defaultdict(list)
+    for pod in snapshot.pods:
+        if pod.owner_kind != "Deployment" or not pod.owner_name or pod.gpus <= 0:
+            continue
+        if pod.phase not in ("Succeeded", "Failed"):
+            replicas[f"{_DEPLOYMENT}{pod.namespace}/{pod.owner_name}"].append(pod)
+    return frozenset(owner for owner, pods in replicas.items() if _opted_in(pods))
 
 
 def resumable_suspended(plan: Plan) -> frozenset[str] | None:

@@ -17,7 +17,6 @@ from tests.core.test_rebalance import BASE_NODES, BASE_PODS, CONFIG, NOW, evicte
 ALLOWED = {REBALANCE_LABEL: "allowed"}
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the opt-in label is read on the moved replica alone")
 def test_a_deployment_without_a_policy_moves_only_when_every_pod_opts_in() -> None:
     """WRONG: chat has no valid policy (``managed`` leaves it out); only chat-1 carries
     ``gpuautoscaler.dev/rebalance=allowed`` -- and chat-1 is moved: the planner reads the label on the replica it

@@ -732,7 +732,6 @@ def moved_pods(world: World, plan: RebalancePlan) -> list[PodInfo]:
 # ---- the properties ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the opt-in label is read on the moved replica alone")
 @PROPERTIES
 @given(WORLDS)
 def test_only_restartable_pods_move_within_every_budget(world: World) -> None:
