@@ -16,7 +16,8 @@ Rules:
   and did not opt in, keeps its replicas where they are; a training gang only when
   its pods carry ``gpuautoscaler.dev/rebalance=allowed`` and its last checkpoint is recent (``checkpoint_max_age_s``:
   moving it throws that work away), and then the whole gang. Nothing on a NotReady node (nor on a node the caller
-  says is leaving: ``leaving``), nothing not ready, no pod of any other owner (a bare pod is not recreated; a
+  says is leaving: ``leaving``, nor on one annotated not to be disrupted: ``NodeInfo.do_not_disrupt``), nothing not
+  ready, no pod of any other owner (a bare pod is not recreated; a
   StatefulSet's identity and volumes are its own; a DaemonSet's or a static pod comes back on the same node). A
   service that is only recommended for (``recommend-only``) is not managed (``managed_services``).
 - **What a move is for** (targets, in order): (1) *waiting work*: pending GPU pods (a gang counts whole: all its
@@ -232,6 +233,9 @@ def _pod_key(pod: PodInfo) -> tuple[str, str]:
 
 def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfig) -> tuple[list[_Unit], list[str]]:
     ready_nodes = {n.name for n in snapshot.nodes if n.ready}
+    # annotated not to be disrupted by an autoscaler (a person investigating it, a node kept on purpose): as the
+    # Cluster Autoscaler and Karpenter, the rebalancer evicts no pod off it (it may still take pods moved onto it)
+    kept = {n.name for n in snapshot.nodes if n.do_not_disrupt}
     budgets_of = _Budgets(snapshot)
     deployments = {(d.namespace, d.name): d for d in snapshot.deployments}
     types = {(w.gang): w.gpu_product for w in snapshot.workloads}
@@ -257,7 +261,7 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
         for pod in sorted(pods, key=lambda p: p.name):
             if pod.do_not_disrupt:
                 continue  # its owner said no autoscaler evicts it (safe-to-evict "false", do-not-disrupt "true")
-            if pod.node in ready_nodes and pod.ready:
+            if pod.node in ready_nodes and pod.node not in kept and pod.ready:
                 gpu_type = pod.gpu_product or dep.gpu_product
                 owner = f"deployment/{key[0]}/{key[1]}"
                 budgets = budgets_of.covering(pod)
@@ -283,6 +287,13 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
         guarded = next((p for p in pods if p.do_not_disrupt), None)
         if guarded is not None:
             notes.append(f"gang {gang}: {guarded.namespace}/{guarded.name} is annotated not to be disrupted: not moved")
+            continue
+        on_kept = next((p for p in pods if p.node in kept), None)
+        if on_kept is not None:
+            notes.append(
+                f"gang {gang}: {on_kept.namespace}/{on_kept.name} runs on node {on_kept.node}, annotated not to be "
+                "disrupted: not moved"
+            )
             continue
         unevictable = unevictable_under_budgets(snapshot, pods)
         if unevictable is not None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from autoscaler.core.rebalance import REBALANCE_LABEL, RebalanceState, plan_rebalance
 from tests.core.test_rebalance import BASE_NODES, BASE_PODS, CONFIG, NOW, evicted, gang, node, snap
 
@@ -18,7 +16,9 @@ ALLOWED = {REBALANCE_LABEL: "allowed"}
 
 
 def test_a_deployment_without_a_policy_moves_only_when_every_pod_opts_in() -> None:
-    """WRONG: chat has no valid policy (``managed`` leaves it out); only chat-1 carries
+    """Fixed (was a strict xfail).
+
+    WRONG: chat has no valid policy (``managed`` leaves it out); only chat-1 carries
     ``gpuautoscaler.dev/rebalance=allowed`` -- and chat-1 is moved: the planner reads the label on the replica it
     moves, not on every replica of the Deployment (with the labelled one on n1 instead nothing moves, by chance).
     RIGHT: as the module says ("a Deployment no valid policy scales moves only when its owner opted it in, on every
@@ -32,9 +32,10 @@ def test_a_deployment_without_a_policy_moves_only_when_every_pod_opts_in() -> No
     assert evicted(plan) == ["inf/chat-1"]
 
 
-@pytest.mark.xfail(strict=True, reason="defect: pods on a node annotated do-not-disrupt are moved")
 def test_no_replica_moves_off_a_kept_node() -> None:
-    """WRONG: n2 is annotated not to be disrupted by an autoscaler (``NodeInfo.do_not_disrupt``: Cluster Autoscaler's
+    """Fixed (was a strict xfail).
+
+    WRONG: n2 is annotated not to be disrupted by an autoscaler (``NodeInfo.do_not_disrupt``: Cluster Autoscaler's
     scale-down-disabled, Karpenter's do-not-disrupt -- a person investigating it, a node kept on purpose); the
     rebalancer evicts chat-1 off it to make room there for the waiting gang. Neither of those autoscalers ever evicts
     a pod off such a node, and the rebalancer does not empty one (burst nodes). RIGHT: the pods of a kept node stay;
@@ -45,10 +46,9 @@ def test_no_replica_moves_off_a_kept_node() -> None:
     assert any("job/ml/wait" in n and "no bounded set" in n for n in plan.notes)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a gang on a node annotated do-not-disrupt is moved")
 def test_no_gang_moves_off_a_kept_node() -> None:
-    """``test_rebalance``'s movable gang (two 1-GPU pods on n1, allowed, checkpointed a minute ago) makes room for
-    the waiting 8-GPU gang on n1; with n1 kept it stays, and the plan says why."""
+    """Fixed (was a strict xfail). ``test_rebalance``'s movable gang (two 1-GPU pods on n1, allowed, checkpointed a
+    minute ago) makes room for the waiting 8-GPU gang on n1; with n1 kept it stays, and the plan says why."""
     nodes = [replace(node("n1"), do_not_disrupt=True), node("n2")]
     pods = [
         *gang("fixed", ["n2"], gpus=4),

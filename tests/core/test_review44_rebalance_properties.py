@@ -20,7 +20,6 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -763,7 +762,6 @@ def test_only_restartable_pods_move_within_every_budget(world: World) -> None:
         assert sum(1 for p in moved if pdb.selects(p)) <= pdb.disruptions_allowed, pdb.name
 
 
-@pytest.mark.xfail(strict=True, reason="defect: pods on a node annotated do-not-disrupt are moved")
 @PROPERTIES
 @given(WORLDS)
 def test_nothing_moves_off_a_kept_node(world: World) -> None:
