@@ -370,6 +370,19 @@ class _Cluster:
             if pod.node in self.nodes and not pod.terminating and pod.phase not in ("Succeeded", "Failed"):
                 staying[pod.node] += pod.gpus
         self.soon = {name: max(0, n.allocatable_gpus - staying[name]) for name, n in self.nodes.items()}
+        # CPU and memory free beside the GPUs (``NodeInfo.free_beside_gpus``, where the node says), the requests of
+        # the GPU pods being deleted given back as their GPUs are: a moved pod lands, and a waiting pod starts, only
+        # where its CPU and memory fit too
+        leaving: dict[str, tuple[int, int]] = {}
+        for pod in snapshot.pods:
+            if pod.node in self.nodes and pod.terminating and pod.phase not in ("Succeeded", "Failed"):
+                cpu, memory = leaving.get(pod.node, (0, 0))
+                leaving[pod.node] = (cpu + pod.cpu_milli, memory + pod.memory_bytes)
+        self.soon_beside: dict[str, tuple[int, int]] = {}
+        for name, n in self.nodes.items():
+            if n.free_beside_gpus is not None:
+                back = leaving.get(name, (0, 0))
+                self.soon_beside[name] = (n.free_beside_gpus[0] + back[0], n.free_beside_gpus[1] + back[1])
         self.config = config
 
     def allowed(self, node: str, gpu_type: str | None, training: bool, pods: Sequence[PodInfo] = ()) -> bool:
@@ -391,24 +404,57 @@ class _Cluster:
         training: bool,
         exclude: frozenset[str] = frozenset(),
         pods: Sequence[PodInfo] = (),
+        beside: dict[str, tuple[int, int]] | None = None,
     ) -> dict[str, int] | None:
-        """Best fit, largest pod first: node -> GPUs taken, consuming ``free``; None (and ``free`` untouched) when
-        one pod does not fit. The burst nodes are the last resort: a move onto one keeps it alive."""
+        """Best fit, largest pod first: node -> GPUs taken, consuming ``free`` (and the CPU and memory ``beside``
+        them, where known, by what each of ``pods`` requests); None (and both untouched) when one pod does not fit.
+        The burst nodes are the last resort: a move onto one keeps it alive."""
         taken: dict[str, int] = defaultdict(int)
         trial = dict(free)
-        for gpus in sorted(pod_gpus, reverse=True):
+        trial_beside = dict(beside) if beside is not None else None
+        needs = _needs(pod_gpus, pods)
+        for i in sorted(range(len(pod_gpus)), key=lambda k: -pod_gpus[k]):
+            gpus, need = pod_gpus[i], needs[i]
             fits = [
                 (self.nodes[n].pool in self.config.burst_pools, left, n)
                 for n, left in trial.items()
-                if left >= gpus and n not in exclude and self.allowed(n, gpu_type, training, pods)
+                if left >= gpus
+                and n not in exclude
+                and self.allowed(n, gpu_type, training, pods)
+                and _fits_beside(trial_beside, n, need)
             ]
             if not fits:
                 return None
             _, _, node = min(fits)
             trial[node] -= gpus
             taken[node] += gpus
+            _take_beside(trial_beside, node, need)
         free.update(trial)
+        if beside is not None and trial_beside is not None:
+            beside.update(trial_beside)
         return dict(taken)
+
+
+def _needs(pod_gpus: Sequence[int], pods: Sequence[PodInfo]) -> list[tuple[int, int]]:
+    """(CPU millicores, memory bytes) of each pod of ``pod_gpus`` (``pods`` in the same order; none known: 0)."""
+    if len(pods) != len(pod_gpus):
+        return [(0, 0)] * len(pod_gpus)
+    return [(p.cpu_milli, p.memory_bytes) for p in pods]
+
+
+def _fits_beside(beside: Mapping[str, tuple[int, int]] | None, node: str, need: tuple[int, int]) -> bool:
+    """Whether ``node``'s CPU and memory (where known) hold ``need`` too."""
+    room = beside.get(node) if beside is not None else None
+    return room is None or (room[0] >= need[0] and room[1] >= need[1])
+
+
+def _take_beside(beside: dict[str, tuple[int, int]] | None, node: str, need: tuple[int, int], sign: int = 1) -> None:
+    """``need`` taken from (``sign`` -1: given back to) ``node``'s CPU and memory, where known."""
+    if beside is None or (need[0] == 0 and need[1] == 0):
+        return
+    room = beside.get(node)
+    if room is not None:
+        beside[node] = (room[0] - sign * need[0], room[1] - sign * need[1])
 
 
 def stranded_gpus(snapshot: ClusterSnapshot, config: RebalanceConfig | None = None) -> int:
@@ -484,6 +530,7 @@ def plan_rebalance(
         opted = _opted_in_deployments(snapshot)
         units = [u for u in units if u.training or u.owner in allowed or u.owner in opted]
     free = dict(cluster.soon)
+    beside = dict(cluster.soon_beside)  # CPU and memory beside ``free``, where the nodes say
     pdb_used: dict[str, int] = defaultdict(int)
     moved_owners: set[str] = set()
     served: set[str] = set()  # targets the moves make room for (they hold their GPUs in ``free`` from then on)
@@ -519,13 +566,16 @@ def plan_rebalance(
     attempts = _attempts_by_target(state.moved_for, config.attempts_remembered())
     for target in targets:
         trial = dict(free)
-        placed = cluster.place(trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods)
+        trial_beside = dict(beside)
+        placed = cluster.place(
+            trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods, beside=trial_beside
+        )
         if placed is not None:
             # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
             # first (targets come highest priority first): a lower target's moves must not count on it, nor may a
             # burst node it will land on be emptied -- also when it was moved for lately (the room may be the one
             # those moves made, the scheduler not having bound it yet).
-            free = trial
+            free, beside = trial, trial_beside
             landed.update(placed)
             continue
         if target.suspended is not None and resumable is not None and target.suspended not in resumable:
@@ -550,17 +600,17 @@ def plan_rebalance(
             )
             break
         candidates = [u for u in units if usable(u)]
-        found = _make_room(cluster, free, target, candidates, budget - _pods_moved(moves), pdb_used)
+        found = _make_room(cluster, free, beside, target, candidates, budget - _pods_moved(moves), pdb_used)
         if found is None:
             notes.append(
                 f"{target.name}: {sum(target.pod_gpus)} GPU(s) do not fit, and no bounded set of movable "
                 "pods makes room"
             )
             continue
-        chosen, after, homes = found
+        chosen, after, after_beside, homes = found
         if not chosen:
             # it fits once placed pod by pod: nothing to move, but the room found is its own, as when it fits
-            free = after
+            free, beside = after, after_beside
             landed.update(homes)
             continue
         gain = sum(target.pod_gpus)
@@ -571,7 +621,7 @@ def plan_rebalance(
                 f"{ratio:.2f} GPU(s) per move < {config.min_gain_per_move:g}"
             )
             continue
-        free = after
+        free, beside = after, after_beside
         served.add(target.name)
         landed.update(homes)  # the target's pods land there: a burst node among them is kept, not emptied
         commit(
@@ -652,18 +702,24 @@ def plan_rebalance(
             and n.allocatable_gpus - free.get(n.name, 0) <= used
         )
         trial = dict(free)
+        trial_beside = dict(beside)
         drain: list[tuple[_Unit, dict[str, int]]] = []
         for unit in on_node:
             for n, g in unit.gpus_by_node.items():
                 trial[n] = trial.get(n, 0) + g
-            dest = cluster.place(trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=emptier, pods=unit.pods)
+            for pod in unit.pods:
+                _take_beside(trial_beside, pod.node or "", (pod.cpu_milli, pod.memory_bytes), sign=-1)
+            dest = cluster.place(
+                trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=emptier, pods=unit.pods,
+                beside=trial_beside,
+            )  # fmt: skip
             if dest is None:
                 break
             drain.append((unit, dest))
         if len(drain) < len(on_node):
             notes.append(f"burst node {node.name}: its {used} GPU(s) in use do not fit on the other nodes")
             continue
-        free = trial
+        free, beside = trial, trial_beside
         moves_left -= needed
         commit(
             drain,
@@ -712,17 +768,20 @@ def plan_rebalance(
 def _make_room(
     cluster: _Cluster,
     free: Mapping[str, int],
+    beside: Mapping[str, tuple[int, int]],
     target: _Target,
     units: Sequence[_Unit],
     budget: int,
     pdb_used: Mapping[str, int],
-) -> tuple[list[tuple[_Unit, dict[str, int]]], dict[str, int], set[str]] | None:
+) -> tuple[list[tuple[_Unit, dict[str, int]]], dict[str, int], dict[str, tuple[int, int]], set[str]] | None:
     """The fewest movable units whose moves let every pod of ``target`` fit: pod by pod (largest first), the node of
     its type needing the fewest moves (then the fewest GPUs moved) becomes its home (pods of one target may share a
-    home); the units moved off it must fit on other nodes than the homes. Returns the moves with their destinations,
-    the free GPUs after them (the target's GPUs taken) and the target's homes, or None when ``budget`` moves do not
-    do it."""
+    home); the units moved off it must fit on other nodes than the homes. A pod needs its CPU and memory beside the
+    GPUs on its home as well (``beside``, where the node says): units moved off give theirs back, and are moved only
+    where theirs fit. Returns the moves with their destinations, the free GPUs and CPU and memory after them (the
+    target's taken) and the target's homes, or None when ``budget`` moves do not do it."""
     work = dict(free)
+    work_beside = dict(beside)
     homes: set[str] = set()
     chosen: list[tuple[_Unit, dict[str, int]]] = []
     taken: set[str] = set()
@@ -734,49 +793,69 @@ def _make_room(
             on_one_node[next(iter(unit.gpus_by_node))].append(unit)
     for listed in on_one_node.values():
         listed.sort(key=lambda u: (-u.gpus, u.owner))
-    for gpus in sorted(target.pod_gpus, reverse=True):
+    needs = _needs(target.pod_gpus, target.pods)
+    for i in sorted(range(len(target.pod_gpus)), key=lambda k: -target.pod_gpus[k]):
+        gpus, pod_needs = target.pod_gpus[i], needs[i]
         chosen_units = [u for u, _ in chosen]
-        best: tuple[tuple[int, int, str], list[tuple[_Unit, dict[str, int]]], dict[str, int], str] | None = None
+        best: (
+            tuple[tuple[int, int, str], list[tuple[_Unit, dict[str, int]]], dict[str, int], dict[str, tuple[int, int]],
+                  str] | None
+        ) = None  # fmt: skip
         for node in sorted(work):
             # a node already home to an earlier pod of the target may take this one too (the scheduler packs a
             # gang's pods wherever they fit); its GPUs left, and any freed for this pod, are what counts
             if not cluster.allowed(node, target.gpu_type, target.training, target.pods):
                 continue
-            if work[node] >= gpus:
-                best = ((0, 0, node), [], dict(work), node)
+            room = work_beside.get(node)
+            if work[node] >= gpus and _fits_beside(work_beside, node, pod_needs):
+                best = ((0, 0, node), [], dict(work), dict(work_beside), node)
                 break
-            need = gpus - work[node]
+            # what must leave: GPUs, and the CPU and memory the pod lacks there (where known)
+            need = max(0, gpus - work[node])
+            short_cpu = max(0, pod_needs[0] - room[0]) if room is not None else 0
+            short_memory = max(0, pod_needs[1] - room[1]) if room is not None else 0
             here = [u for u in on_one_node.get(node, ()) if u.owner not in taken]
             if sum(u.gpus for u in here) < need:
                 continue
             picked: list[_Unit] = []
-            freed = 0
+            freed = freed_cpu = freed_memory = 0
             for unit in here:
-                if freed >= need:
+                if freed >= need and freed_cpu >= short_cpu and freed_memory >= short_memory:
                     break
                 # one unit per owner in a pass, and every budget held over all the pass's moves together
                 if not _admissible([*chosen_units, *picked, unit], pdb_used):
                     continue
                 picked.append(unit)
                 freed += unit.gpus
-            if freed < need:
+                freed_cpu += sum(p.cpu_milli for p in unit.pods if p.node == node)
+                freed_memory += sum(p.memory_bytes for p in unit.pods if p.node == node)
+            if freed < need or freed_cpu < short_cpu or freed_memory < short_memory:
                 continue
             # minimal: drop the smallest while the rest still frees enough
             for unit in sorted(picked, key=lambda u: u.gpus):
-                if freed - unit.gpus >= need:
+                cpu = sum(p.cpu_milli for p in unit.pods if p.node == node)
+                memory = sum(p.memory_bytes for p in unit.pods if p.node == node)
+                if freed - unit.gpus >= need and freed_cpu - cpu >= short_cpu and freed_memory - memory >= short_memory:
                     picked.remove(unit)
                     freed -= unit.gpus
+                    freed_cpu -= cpu
+                    freed_memory -= memory
+            if not picked:
+                continue
             moves = sum(len(u.pods) for u in picked)
             if moves + sum(len(u.pods) for u, _ in chosen) > budget:
                 continue
             trial = dict(work)
             trial[node] += freed
+            trial_beside = dict(work_beside)
+            _take_beside(trial_beside, node, (freed_cpu, freed_memory), sign=-1)
             dests = []
             exclude = frozenset(homes | {node})
             for unit in picked:
                 dest = cluster.place(
-                    trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=exclude, pods=unit.pods
-                )
+                    trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=exclude, pods=unit.pods,
+                    beside=trial_beside,
+                )  # fmt: skip
                 if dest is None:
                     break
                 dests.append((unit, dest))
@@ -784,16 +863,17 @@ def _make_room(
                 continue
             key = (moves, freed, node)
             if best is None or key < best[0]:
-                best = (key, dests, trial, node)
+                best = (key, dests, trial, trial_beside, node)
         if best is None:
             return None
-        _, dests, work, node = best
+        _, dests, work, work_beside, node = best
         work[node] -= gpus
+        _take_beside(work_beside, node, pod_needs)
         homes.add(node)
         for unit, _ in dests:
             taken.add(unit.owner)
         chosen.extend(dests)
-    return chosen, work, homes
+    return chosen, work, work_beside, homes
 
 
 def _admissible(units: Sequence[_Unit], pdb_used: Mapping[str, int]) -> bool:
