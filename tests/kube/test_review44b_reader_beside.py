@@ -22,7 +22,6 @@ def _cpu_pod(name: str, node: str, cpu: str) -> dict:
     return raw
 
 
-@pytest.mark.xfail(strict=True, reason="a 410 restart of the pod list counts the pages read before it twice")
 def test_an_expired_pod_list_restarted_counts_each_pod_once(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:

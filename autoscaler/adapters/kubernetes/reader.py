@@ -191,6 +191,20 @@ def _template_beside(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     return {"cpu_milli_per_pod": cpu, "memory_bytes_per_pod": memory}
 
 
+def _bound_beside(raw: JSON) -> tuple[str, int, int] | None:
+    """(node, CPU millicores, memory bytes) a pod bound to a node requests there (every pod: the CPU-only pods the
+    snapshot leaves out take a node's CPU and memory as well); None when it is bound nowhere or requests neither."""
+    spec = raw.get("spec") or {}
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if not node or not isinstance(node, str):
+        return None
+    try:
+        cpu, memory = requests_beside_gpus(spec)
+    except (AttributeError, TypeError):
+        return None
+    return (node, cpu, memory) if cpu or memory else None
+
+
 def _template_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
     """GPUs a pod of this template requests, None when it cannot be read (containers that are not objects)."""
     try:
@@ -628,13 +642,29 @@ class KubeClusterReader:
         )
         # Finished pods hold no GPUs; let the server drop them rather than shipping them to us. Pods and nodes are
         # converted page by page: their raw JSON is most of a large cluster's list, and is never held whole.
-        self._beside_used = {}
-        converted, pod_count = self._pager.converted(
+        def convert(raw: JSON) -> tuple[PodInfo | None, tuple[str, int, int] | None] | None:
+            used = _bound_beside(raw)
+            pod = self._pod(raw, priority_classes, default_priority)
+            return None if pod is None and used is None else (pod, used)
+
+        entries, pod_count = self._pager.converted(
             "list pods",
-            lambda raw: self._pod(self._count_beside(raw), priority_classes, default_priority),
+            convert,
             self._core.list_pod_for_all_namespaces,
             field_selector="status.phase!=Succeeded,status.phase!=Failed",
         )
+        # summed over this list's own items: a list restarted after its continue token expired (``Pager``) converts
+        # its first pages again, and a sum kept as they were converted counted their pods twice
+        self._beside_used = {}
+        converted = []
+        for pod, used in entries:
+            if pod is not None:
+                converted.append(pod)
+            if used is not None:
+                node, cpu, memory = used
+                before = self._beside_used.get(node, (0, 0))
+                self._beside_used[node] = (before[0] + cpu, before[1] + memory)
+        del entries
         nodes, node_count = self._pager.converted("list nodes", self._node, self._core.list_node)
         raw_pdbs = self._pager.items(
             "list poddisruptionbudgets", self._policy.list_pod_disruption_budget_for_all_namespaces
@@ -1144,20 +1174,6 @@ class KubeClusterReader:
             out.append(replace(pod, first_ready_at=first) if first < pod.ready_at else pod)
         self._first_ready = seen
         return out
-
-    def _count_beside(self, raw: JSON) -> JSON:
-        """Adds the CPU and memory a bound pod requests to its node's (every pod: the CPU-only pods the snapshot
-        leaves out take a node's CPU and memory as well); returns the pod."""
-        spec = raw.get("spec") or {}
-        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        if node:
-            try:
-                cpu, memory = requests_beside_gpus(spec)
-            except (AttributeError, TypeError):
-                return raw
-            used = self._beside_used.get(node, (0, 0))
-            self._beside_used[node] = (used[0] + cpu, used[1] + memory)
-        return raw
 
     def _with_free_beside_gpus(self, nodes: list[NodeInfo]) -> list[NodeInfo]:
         """Each node's CPU and memory free beside its GPUs (``NodeInfo.free_beside_gpus``): its allocatable (read
