@@ -347,19 +347,28 @@ def pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
 @functools.lru_cache(maxsize=4096)
 def _scaled_quantity(value: str, scale: int) -> int:
     """A Kubernetes quantity times ``scale``, rounded up (``"500m"`` CPU x 1000 = 500 millicores, ``"64Gi"`` x 1 =
-    bytes); 0 when it cannot be read (a request the scheduler would have refused never reaches a bound pod). Pods
-    repeat a few quantities: each is parsed once."""
-    from decimal import Decimal, InvalidOperation
+    bytes), at most ``QUANTITY_CAP`` (the API server keeps a decimal exponent uncapped: "1e999990" is more than any
+    node has, not an integer of millions of digits built for seconds); 0 when it cannot be read (a request the
+    scheduler would have refused never reaches a bound pod). Pods repeat a few quantities: each is parsed once."""
+    from decimal import MAX_EMAX, MIN_EMIN, Decimal, InvalidOperation, localcontext
 
     from kubernetes.utils import parse_quantity
 
     try:
-        amount = Decimal(parse_quantity(value)) * scale  # type: ignore[no-untyped-call]
+        with localcontext() as context:  # an exponent past the default context's is a huge amount, not unreadable
+            context.Emax, context.Emin = MAX_EMAX, MIN_EMIN
+            amount = Decimal(parse_quantity(value)) * scale  # type: ignore[no-untyped-call]
     except (ValueError, TypeError, InvalidOperation, ArithmeticError):
         return 0
     if not amount.is_finite() or amount <= 0:
         return 0
+    if amount >= QUANTITY_CAP:
+        return QUANTITY_CAP
     return int(amount.to_integral_value(rounding="ROUND_CEILING"))
+
+
+# what a quantity counts at most (int64's largest, as the API server's own integer amounts): more than any node has
+QUANTITY_CAP = (1 << 63) - 1
 
 
 def _request_of(container: Mapping[str, Any], resource: str, scale: int) -> int:
