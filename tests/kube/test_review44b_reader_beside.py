@@ -35,7 +35,6 @@ def test_an_expired_pod_list_restarted_counts_each_pod_once(
     assert snapshot.nodes[0].free_beside_gpus[0] == 96_000 - 7_000
 
 
-@pytest.mark.xfail(strict=True, reason="pod-level requests (spec.resources, PodLevelResources) are not read")
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [

@@ -394,7 +394,12 @@ def requests_beside_gpus(spec: Mapping[str, Any]) -> tuple[int, int]:
         ]
         overhead = _map(spec.get("overhead")).get(resource)
         extra = _scaled_quantity(str(overhead), scale) if overhead is not None and not isinstance(overhead, bool) else 0
-        out.append(effective_request(app, init, extra))
+        # a pod-level request (``spec.resources``, PodLevelResources) replaces the containers' (``PodRequests``)
+        pod_level = _map(_map(spec.get("resources")).get("requests")).get(resource)
+        if pod_level is not None and not isinstance(pod_level, bool):
+            out.append(_scaled_quantity(str(pod_level), scale) + extra)
+        else:
+            out.append(effective_request(app, init, extra))
     return out[0], out[1]
 
 
