@@ -629,11 +629,13 @@ def fits_typed(
     deployment_types: Mapping[str, str | None],
     barred: Mapping[str, Set[str]] | None = None,
     beside: Mapping[str, tuple[int, int]] | None = None,
+    beside_left: dict[str, tuple[int, int]] | None = None,
 ) -> dict[str, int] | None:
     """``free`` after placing every pod (largest first, best fit) on a node of the GPU type it runs on (its own
     selector, else its Deployment's; None: any) that its Deployment's pods may use (``barred``: Deployment
     "namespace/name" -> nodes its pods cannot be scheduled on), or None when one does not fit. With ``beside``, a
-    pod fits a node only with the CPU and memory it requests free there too (where known)."""
+    pod fits a node only with the CPU and memory it requests free there too (where known); ``beside_left`` is then
+    given what they leave of it (when all fit)."""
     left = dict(free)
     room = dict(beside) if beside is not None else None
     placing = []
@@ -648,6 +650,9 @@ def fits_typed(
         needs = (pod.cpu_milli, pod.memory_bytes)
         if _place_usable(left, barred_nodes, 1, pod.gpus, wanted, node_types, room, needs) == 0:
             return None
+    if beside_left is not None and room is not None:
+        beside_left.clear()
+        beside_left.update(room)
     return left
 
 
@@ -1340,6 +1345,7 @@ def _consolidation(
     candidates: Sequence[GangCandidate],
     reserve: int,
     runs_at: Mapping[str, int],
+    beside: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[tuple[GangCandidate, ...], str, str] | str | None:
     """Whether to empty the busy burst ``node`` onto the cluster's other nodes, stopping lower-priority training to
     make room, because that costs less than keeping the node for ``consolidate_horizon_s``: the victims, the reason
@@ -1401,7 +1407,9 @@ def _consolidation(
     barred = frozenset().union(*(_barred(arb.snapshot, deployments.get(p.key)) for p in policies))
     elsewhere = {n: left for n, left in free.items() if n != node and _usable(n, barred)}
     lower = [c for c in candidates if c.priority < priority and node not in c.gpus_by_node]
-    choice = choose_victims(need, elsewhere, lower, node_types, beside=_free_beside_gpus(arb.snapshot))
+    # the CPU and memory this tick's placements left (``free``'s companion), else the snapshot's
+    room = beside if beside is not None else _free_beside_gpus(arb.snapshot)
+    choice = choose_victims(need, elsewhere, lower, node_types, beside=room)
     if not choice.met:
         return "stopping every preemptible lower-priority gang would not make room for its replicas elsewhere"
     hours = horizon_s / 3600.0
@@ -1555,6 +1563,8 @@ def _give_back(
     counted onto (their room is theirs: given back, the replicas would have none, and the next tick buy it again)."""
     now = arb.now
     actions: list[Action] = []
+    # the CPU and memory beside the free GPUs, taken as ``free`` is by the pods of a node given back
+    beside = dict(beside) if beside is not None else None
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
     kept = {n.name for n in arb.snapshot.nodes if n.do_not_disrupt}  # scale-down disabled on them: never given back
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
@@ -1614,9 +1624,10 @@ def _give_back(
         # Its pods must fit, each on one node of the GPU type it runs on, with the forecast's reserve left free:
         # a sum of free GPUs over every other node (any type, however scattered) would give back a node whose
         # replicas then wait, and the next short tick would buy it again.
+        beside_after: dict[str, tuple[int, int]] = {}
         after = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
-            node_types, gpu_types, barred, beside,
+            node_types, gpu_types, barred, beside, beside_after,
         ) if mine else None  # fmt: skip
         guarded = next(
             (
@@ -1655,6 +1666,8 @@ def _give_back(
                 )
                 unneeded.pop(pool.name, None)
                 received |= _node_given_back(free, emptiest, after)
+                if beside is not None:
+                    beside = beside_after
             continue
         busy = (
             f"{pool.name}: no node spare ({used_on_node} of {pool.gpus_per_node} GPUs in use, {others} free "
@@ -1702,9 +1715,11 @@ def _give_back(
         unneeded.pop(pool.name, None)
         moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
-            node_types, gpu_types, barred, trial_beside,
+            node_types, gpu_types, barred, trial_beside, beside_after,
         )  # fmt: skip
         received |= _node_given_back(free, emptiest, moved or {})
+        if beside is not None and moved is not None:
+            beside = beside_after
     suspended = sorted(
         (w for w in workloads.values() if w.suspended and w.suspended_by_us_at is not None),
         key=lambda w: (-w.priority, w.suspended_by_us_at, w.namespace, w.name),

@@ -40,7 +40,6 @@ def _give_backs(actions) -> list[str]:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the pods of a burst node given back do not take the CPU they are counted on")
 def test_two_burst_nodes_given_back_in_one_tick_do_not_share_the_cpu_of_one_replica() -> None:
     """b0 and c0 (two burst pools) each run one chat replica (1 GPU, 16 CPUs). n2 runs six and has 2 free GPUs
     (the fullest node: the moved replicas are counted there first) but 16 free CPUs: room for one of them. One
