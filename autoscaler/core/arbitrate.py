@@ -1676,7 +1676,7 @@ def _give_back(
         plan = None
         if mine:
             within = _budgets_left(candidates, pdb_spent)
-            plan = _consolidation(arb, config, pool, emptiest, free, node_types, within, reserve, runs_at)
+            plan = _consolidation(arb, config, pool, emptiest, free, node_types, within, reserve, runs_at, beside)
         if plan is None or isinstance(plan, str):
             unneeded.pop(pool.name, None)
             notes.append(busy if plan is None else f"{busy}; {plan}")

@@ -120,7 +120,6 @@ def _busy_burst_with_pending(n2_cpu: int, n3_cpu: int) -> tuple[ArbitrationInput
     return arb, CapacityConfig(pools=(pool,), burst_idle_cooldown_s=0.0, consolidate_horizon_s=1800.0)
 
 
-@pytest.mark.xfail(strict=True, reason="the consolidation's victim search reads the snapshot's CPU, not this tick's")
 def test_consolidation_counts_the_cpu_this_ticks_pending_replicas_took() -> None:
     """n2 had 5.5 CPUs free, the Pending replica took one: 4 of b0's 5 replicas fit there, not 5. The victim search
     must see that and stop g (n3 has the CPU), as the check made before the stops does -- not find "nothing to stop"
