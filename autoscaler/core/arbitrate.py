@@ -388,16 +388,35 @@ def _place_on_coming(
     gpus: int,
     gpu_type: str | None,
     node_types: Mapping[str, str | None],
+    beside: dict[str, tuple[int, int]] | None = None,
+    needs: tuple[int, int] = (0, 0),
+    returning_beside: Mapping[str, tuple[int, int]] | None = None,
 ) -> int:
     """``_place_usable`` on the capacity on its way (``booting``), a ready node's GPUs coming back together with its
     free ones: 4 free beside 4 returning hold an 8-GPU replica, where either alone does not (and a second gang was
     stopped for the replica, tick after tick of the first one's grace period). What is placed takes the returning
-    GPUs first, then the node's free ones; both maps are consumed."""
+    GPUs first, then the node's free ones; both maps are consumed. On a ready node whose CPU and memory are known
+    (``beside``) a replica needs them too: those free there and those its terminating pods give back
+    (``returning_beside``); what it takes is taken from ``beside``."""
     returning = {key: key[: -len(RETURNING)] for key in booting if key.endswith(RETURNING)}
     room = dict(booting)
     for key, ready_node in returning.items():
         room[key] += free.get(ready_node, 0)
-    placed = _place_usable(room, barred, replicas, gpus, gpu_type, node_types)
+    coming_beside: dict[str, tuple[int, int]] | None = None
+    if beside is not None and (needs[0] > 0 or needs[1] > 0):
+        coming_beside = {}
+        for key, ready_node in returning.items():
+            known = beside.get(ready_node)
+            if known is not None:
+                back = (returning_beside or {}).get(ready_node, (0, 0))
+                coming_beside[key] = (known[0] + back[0], known[1] + back[1])
+    before_beside = dict(coming_beside or {})
+    placed = _place_usable(room, barred, replicas, gpus, gpu_type, node_types, coming_beside, needs)
+    if beside is not None and coming_beside is not None:
+        for key, (cpu, memory) in before_beside.items():
+            ready_node, left = returning[key], coming_beside[key]
+            known = beside[ready_node]
+            beside[ready_node] = (known[0] - (cpu - left[0]), known[1] - (memory - left[1]))
     for key, before in booting.items():
         node = returning.get(key)
         if node is None:
@@ -608,14 +627,33 @@ def _free_by_node(
     # GPUs of terminating pods on ready nodes are on their way back too (a gang stopped by an earlier tick, a
     # replica scaled down), and so are those of a gang whose workload is suspended (its controller deletes its pods):
     # counted as coming, so that a tick in their grace period does not stop a second gang for the same shortfall.
-    stopping = suspended_gangs(snapshot)
-    for pod in snapshot.pods:
-        leaving = pod.terminating or (pod.gang is not None and pod.gang in stopping)
-        if leaving and pod.node in ready and pod.gpus > 0 and pod.phase not in ("Succeeded", "Failed"):
-            key = f"{pod.node}{RETURNING}"
-            booting[key] = booting.get(key, 0) + pod.gpus
-            node_types[key] = node_types.get(pod.node)
+    for pod in _returning_pods(snapshot, ready):
+        key = f"{pod.node}{RETURNING}"
+        booting[key] = booting.get(key, 0) + pod.gpus
+        node_types[key] = node_types.get(pod.node or "")
     return ready, booting
+
+
+def _returning_pods(snapshot: ClusterSnapshot, ready: Mapping[str, int]) -> list[PodInfo]:
+    """The GPU pods on ``ready`` nodes whose GPUs are coming back: terminating, or of a suspended gang."""
+    stopping = suspended_gangs(snapshot)
+    return [
+        pod
+        for pod in snapshot.pods
+        if (pod.terminating or (pod.gang is not None and pod.gang in stopping))
+        and pod.node in ready
+        and pod.gpus > 0
+        and pod.phase not in ("Succeeded", "Failed")
+    ]
+
+
+def _returning_beside(snapshot: ClusterSnapshot, ready: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """Per ready node, the CPU and memory its returning pods (``_returning_pods``) give back with their GPUs."""
+    out: dict[str, tuple[int, int]] = {}
+    for pod in _returning_pods(snapshot, ready):
+        cpu, memory = out.get(pod.node or "", (0, 0))
+        out[pod.node or ""] = (cpu + pod.cpu_milli, memory + pod.memory_bytes)
+    return out
 
 
 def _live_gpu_pods(snapshot: ClusterSnapshot, node: str) -> list[PodInfo]:
@@ -851,6 +889,7 @@ def arbitrate(
     free_read = dict(free)  # to tell the nodes this tick's Pending replicas were counted onto
     # CPU and memory beside the free GPUs, where the nodes say: consumed and given back as the GPUs are
     beside = _free_beside_gpus(snapshot)
+    returning_beside = _returning_beside(snapshot, free) if beside else {}
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)
@@ -910,7 +949,9 @@ def arbitrate(
         if unplaced > 0 and (previous_since is not None or decision.reason not in _UNSURE_HOLDS):
             short_since_by_service[key] = min(previous_since if previous_since is not None else now, now)
         boot_room = sum(v for k, v in booting.items() if not k.endswith(RETURNING))
-        on_booting = _place_on_coming(free, booting, barred | set(closed), unplaced, g, gpu_type, node_types)
+        on_booting = _place_on_coming(
+            free, booting, barred | set(closed), unplaced, g, gpu_type, node_types, beside, needs, returning_beside
+        )
         if sum(v for k, v in booting.items() if not k.endswith(RETURNING)) < boot_room:
             blockers.append(
                 _Blocker(key, policy.priority, on_booting, "they wait for a node's boot", gpu_type, barred, g, True)

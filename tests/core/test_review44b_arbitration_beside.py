@@ -5,7 +5,7 @@ takes its GPUs: a second burst node given back in the same tick does not count i
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
 
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
@@ -186,7 +186,6 @@ def _returning(n2_cpu: int) -> ClusterSnapshot:
     return ClusterSnapshot(NOW, deployments=(deployment,), pods=tuple(pods), nodes=nodes, workloads=workloads)
 
 
-@pytest.mark.xfail(strict=True, reason="GPUs coming back on a node are counted room without the CPU beside them")
 def test_returning_gpus_without_the_cpu_beside_them_are_no_room() -> None:
     """n2's 8 GPUs come back with 2 + 1 CPUs beside them: no room for a replica of 16 CPUs. The shortfall is seen
     and met on n3 (as free GPUs without the CPU are no room), not waited on until the pod is gone."""
@@ -205,3 +204,32 @@ def test_returning_gpus_with_the_cpu_their_pods_give_back_are_room() -> None:
     arb = ArbitrationInput(NOW, _returning(15_000), {CHAT.key: CHAT}, decisions)
     actions, report, _ = arbitrate(arb, CapacityState(), CapacityConfig(pools=()))
     assert actions == [] and (not report.shortfalls or report.shortfalls[0].replicas == 0), (actions, report)
+
+
+def test_a_replica_counted_onto_returning_gpus_takes_the_cpu_beside_them() -> None:
+    """n2: 3 free GPUs and 4 coming back (a terminating 4-GPU pod of 1 CPU), 9 CPUs free. Chat's Pending replica
+    (4 GPUs, 8 CPUs) is counted onto the returning GPUs and takes 8 of the 10 CPUs there; search's (1 GPU, 8 CPUs,
+    a lower priority) then has no room on n2's free GPUs: its shortfall is seen."""
+    search = ServicePolicy("inference", "search", max_replicas=40, priority=500)
+    gone = PodInfo("ml", "gone-0", "n2", 4, 100, "Running", True, "Job", "gone", gang="job/ml/gone",
+                   created_at=NOW - 7200, cpu_milli=1000, terminating=True)  # fmt: skip
+    nodes = (node("n1", (0, 0)), node("n2", (9_000, 500 * GI)))
+    pods = [
+        PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat", created_at=NOW - 3600)
+        for i in range(8)
+    ]
+    deployments = (
+        DeploymentInfo("inference", "chat", 8, 8, cpu_milli_per_pod=8_000),
+        DeploymentInfo("inference", "search", 0, 0, cpu_milli_per_pod=8_000),
+    )
+    snapshot = ClusterSnapshot(NOW, deployments=deployments, pods=(*pods, gone), nodes=nodes)
+    decisions = [
+        ScaleDecision(CHAT.key, 8, 9, Reason.METRIC_ABOVE_TARGET, ""),
+        ScaleDecision(search.key, 0, 1, Reason.METRIC_ABOVE_TARGET, ""),
+    ]
+    chat = dataclasses.replace(CHAT, gpus_per_replica=4)
+    arb = ArbitrationInput(NOW, snapshot, {CHAT.key: chat, search.key: search}, decisions)
+    _, report, _ = arbitrate(arb, CapacityState(), CapacityConfig(pools=()))
+    short = {s.service: s.replicas for s in report.shortfalls}
+    assert short.get(search.key) == 1, report.shortfalls
+    assert not short.get(CHAT.key), report.shortfalls
