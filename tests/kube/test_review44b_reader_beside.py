@@ -71,9 +71,6 @@ def test_a_huge_quantity_is_read_at_once_and_counts_more_than_any_node_has(value
     assert _scaled_quantity("64Gi", 1) == 64 * GI and _scaled_quantity("1.5", 1000) == 1500  # as before
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a GPU pod's CPU and memory are read twice a snapshot (its node's sum, its PodInfo)"
-)
 def test_each_pods_requests_are_read_once_a_snapshot(
     apiserver: FakeApiServer, api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -191,18 +191,13 @@ def _template_beside(pod_spec: Mapping[str, Any]) -> dict[str, int]:
     return {"cpu_milli_per_pod": cpu, "memory_bytes_per_pod": memory}
 
 
-def _bound_beside(raw: JSON) -> tuple[str, int, int] | None:
-    """(node, CPU millicores, memory bytes) a pod bound to a node requests there (every pod: the CPU-only pods the
-    snapshot leaves out take a node's CPU and memory as well); None when it is bound nowhere or requests neither."""
-    spec = raw.get("spec") or {}
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    if not node or not isinstance(node, str):
-        return None
+def _requests_read(raw: JSON) -> tuple[int, int]:
+    """``requests_beside_gpus`` of a pod as listed ((0, 0) when its spec cannot be read). Every pod counts, bound to
+    a node: the CPU-only pods the snapshot leaves out take a node's CPU and memory as well."""
     try:
-        cpu, memory = requests_beside_gpus(spec)
+        return requests_beside_gpus(_map(raw.get("spec")))
     except (AttributeError, TypeError):
-        return None
-    return (node, cpu, memory) if cpu or memory else None
+        return 0, 0
 
 
 def _template_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
@@ -371,35 +366,58 @@ def _scaled_quantity(value: str, scale: int) -> int:
 QUANTITY_CAP = (1 << 63) - 1
 
 
-def _request_of(container: Mapping[str, Any], resource: str, scale: int) -> int:
-    resources = _map(container.get("resources"))
-    requests, limits = _map(resources.get("requests")), _map(resources.get("limits"))
-    value = requests.get(resource, limits.get(resource))  # a limit alone is the request (the API server's default)
+def _amount(value: Any, scale: int) -> int:
+    """A quantity as read from the API (``_scaled_quantity``); 0 when absent or not a quantity."""
     if value is None or isinstance(value, bool):
         return 0
-    return _scaled_quantity(str(value), scale)
+    return _scaled_quantity(value if isinstance(value, str) else str(value), scale)
+
+
+def _requests_of(container: Mapping[str, Any]) -> tuple[int, int]:
+    """(CPU millicores, memory bytes) one container requests; a limit alone is the request (the API server's
+    default)."""
+    resources = container.get("resources")
+    if not resources or not isinstance(resources, Mapping):
+        return 0, 0
+    requests, limits = _dict(resources.get("requests")), _dict(resources.get("limits"))
+    cpu, memory = requests.get("cpu"), requests.get("memory")
+    if cpu is None:
+        cpu = limits.get("cpu")
+    if memory is None:
+        memory = limits.get("memory")
+    return _amount(cpu, 1000), _amount(memory, 1)
 
 
 def requests_beside_gpus(spec: Mapping[str, Any]) -> tuple[int, int]:
     """(CPU millicores, memory bytes) a pod (template) requests, as kube-scheduler counts them
     (``core.cluster.effective_request``: sidecar init containers beside what starts after them, the pod's overhead
-    on top); a quantity that cannot be read counts 0 (unknown: it keeps no replica off a node)."""
+    on top, a pod-level request in place of the containers'); a quantity that cannot be read counts 0 (unknown: it
+    keeps no replica off a node). One pass over the containers: every pod of the cluster is read so each tick."""
+    app_cpu = app_memory = 0
+    for container in _list(spec.get("containers")):
+        if type(container) is dict or isinstance(container, Mapping):
+            cpu, memory = _requests_of(container)
+            app_cpu += cpu
+            app_memory += memory
+    init_cpu: list[tuple[int, bool]] = []
+    init_memory: list[tuple[int, bool]] = []
+    for container in _list(spec.get("initContainers")):
+        if type(container) is dict or isinstance(container, Mapping):
+            cpu, memory = _requests_of(container)
+            sidecar = container.get("restartPolicy") == "Always"
+            init_cpu.append((cpu, sidecar))
+            init_memory.append((memory, sidecar))
+    overhead = _dict(spec.get("overhead"))
+    # a pod-level request (``spec.resources``, PodLevelResources) replaces the containers' (``PodRequests``)
+    pod_level = _dict(_dict(spec.get("resources")).get("requests"))
     out = []
-    for resource, scale in (("cpu", 1000), ("memory", 1)):
-        app = [_request_of(c, resource, scale) for c in _list(spec.get("containers")) if isinstance(c, Mapping)]
-        init = [
-            (_request_of(c, resource, scale), c.get("restartPolicy") == "Always")
-            for c in _list(spec.get("initContainers"))
-            if isinstance(c, Mapping)
-        ]
-        overhead = _map(spec.get("overhead")).get(resource)
-        extra = _scaled_quantity(str(overhead), scale) if overhead is not None and not isinstance(overhead, bool) else 0
-        # a pod-level request (``spec.resources``, PodLevelResources) replaces the containers' (``PodRequests``)
-        pod_level = _map(_map(spec.get("resources")).get("requests")).get(resource)
-        if pod_level is not None and not isinstance(pod_level, bool):
-            out.append(_scaled_quantity(str(pod_level), scale) + extra)
+    for resource, scale, app, init in (("cpu", 1000, app_cpu, init_cpu), ("memory", 1, app_memory, init_memory)):
+        extra = _amount(overhead.get(resource), scale)
+        level = pod_level.get(resource)
+        if level is not None and not isinstance(level, bool):
+            out.append(_amount(level, scale) + extra)
         else:
-            out.append(effective_request(app, init, extra))
+            out.append(effective_request([app], init, extra))
     return out[0], out[1]
 
 
@@ -523,6 +541,11 @@ def deployment_for_replicaset(rs_name: str, pod_template_hash: str | None) -> st
 
 def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    """``_map``, its common case (a JSON object) first: every pod's requests are read so, each tick."""
+    return value if type(value) is dict else _map(value)
 
 
 def _list(value: Any) -> list[Any]:
@@ -657,8 +680,10 @@ class KubeClusterReader:
         # Finished pods hold no GPUs; let the server drop them rather than shipping them to us. Pods and nodes are
         # converted page by page: their raw JSON is most of a large cluster's list, and is never held whole.
         def convert(raw: JSON) -> tuple[PodInfo | None, tuple[str, int, int] | None] | None:
-            used = _bound_beside(raw)
-            pod = self._pod(raw, priority_classes, default_priority)
+            requests = _requests_read(raw)  # read once: for its node's sum and for the pod
+            node = _map(raw.get("spec")).get("nodeName")
+            used = (node, *requests) if node and isinstance(node, str) and (requests[0] or requests[1]) else None
+            pod = self._pod(raw, priority_classes, default_priority, requests)
             return None if pod is None and used is None else (pod, used)
 
         entries, pod_count = self._pager.converted(
@@ -823,7 +848,13 @@ class KubeClusterReader:
             for pod in pods
         ]
 
-    def _pod(self, raw: JSON, priority_classes: Mapping[str, int], default_priority: int) -> PodInfo | None:
+    def _pod(
+        self,
+        raw: JSON,
+        priority_classes: Mapping[str, int],
+        default_priority: int,
+        requests: tuple[int, int] | None = None,
+    ) -> PodInfo | None:
         cfg = self.config
         meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
         gpus = pod_gpus(spec, cfg.gpu_resource)
@@ -867,7 +898,7 @@ class KubeClusterReader:
             # scheduler marked Unschedulable). Once its gates are removed it is read as any pending pod.
             return None
         product = pinned_product(spec, cfg.gpu_product_label)
-        cpu_milli, memory_bytes = requests_beside_gpus(spec)
+        cpu_milli, memory_bytes = requests if requests is not None else requests_beside_gpus(spec)
         return PodInfo(
             namespace=namespace,
             name=meta.get("name", ""),
