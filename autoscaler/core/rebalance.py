@@ -252,8 +252,10 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
             gangs[pod.gang].append(pod)
     for key, pods in sorted(replicas.items()):
         dep = deployments.get(key)
-        if dep is None or dep.ready_replicas < dep.spec_replicas or any(not p.ready for p in pods):
-            continue  # a replica is starting: moving another takes the service below what it asked for
+        # a pod being deleted is no serving replica whatever its Ready condition says (the Kubernetes reader reads it
+        # not ready; a snapshot from elsewhere may not)
+        if dep is None or dep.ready_replicas < dep.spec_replicas or any(not p.ready or p.terminating for p in pods):
+            continue  # a replica is starting or leaving: moving another takes the service below what it asked for
         if len(pods) < 2 or dep.spec_replicas < 2 or len(pods) > dep.spec_replicas:
             # its only replica: a move is an outage however short. Also a Deployment scaled down (spec 1, two pods
             # while the ReplicaSet deletes one): the one moved may be the one it keeps
@@ -299,7 +301,7 @@ def _movable_units(snapshot: ClusterSnapshot, now: float, config: RebalanceConfi
         if unevictable is not None:
             notes.append(f"gang {gang}: {unevictable}")
             continue
-        if not all(p.node in ready_nodes and p.ready for p in pods):
+        if not all(p.node in ready_nodes and p.ready and not p.terminating for p in pods):
             continue
         checkpoints = checkpoint_times(pods, now)
         if not checkpoints or now - max(checkpoints) > config.checkpoint_max_age_s:

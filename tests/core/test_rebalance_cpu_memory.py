@@ -114,3 +114,19 @@ def test_terminating_pods_give_their_cpu_back() -> None:
     pods = [*_with_requests(BASE_PODS, {"wait-0": 16_000}), staying]
     plan, _ = plan_rebalance(snap(nodes, pods), NOW, CONFIG, RebalanceState())
     assert evicted(plan) == ["inf/chat-1"]
+
+
+def test_a_pod_being_deleted_is_never_moved_even_if_read_ready() -> None:
+    """Review 44 noticed: the planner relied on the Kubernetes reader marking a terminating pod not ready. A snapshot
+    that says ready and terminating (another reader, a fake) must not have the pod moved, nor its Deployment's other
+    replica (the service is already losing one)."""
+    pods = [replace(p, terminating=True) if p.name == "chat-0" else p for p in BASE_PODS]
+    plan, _ = plan_rebalance(snap(BASE_NODES, pods), NOW, CONFIG, RebalanceState())
+    assert evicted(plan) == []
+    movable = gang("small", ["n2", "n2"], gpus=1, allowed=True, checkpoint_age=60.0)
+    pods = [*gang("fixed", ["n1"], gpus=4), *gang("wait", [None]), *movable]
+    plan, _ = plan_rebalance(snap([node("n1"), node("n2")], pods), NOW, CONFIG, RebalanceState())
+    assert evicted(plan) == ["ml/small-0", "ml/small-1"]
+    leaving = [replace(p, terminating=True) if p.name == "small-1" else p for p in pods]
+    plan, _ = plan_rebalance(snap([node("n1"), node("n2")], leaving), NOW, CONFIG, RebalanceState())
+    assert evicted(plan) == []
