@@ -55,6 +55,8 @@ from autoscaler.core.cluster import (
     DeploymentInfo,
     PodInfo,
     WorkloadInfo,
+    add_beside,
+    fits_beside,
     free_gpus_per_node,
     replica_gpus,
     schedulable_on,
@@ -235,24 +237,16 @@ def _place(
             for node, left in free.items()
             if left >= gpus
             and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
-            and (not checks or _fits_beside(beside, node, needs))
+            and (not checks or fits_beside(beside, node, needs))
         ]
         if not fits:
             break
         _, node = min(fits)
         free[node] -= gpus
-        if checks and beside is not None and node in beside:
-            cpu, memory = beside[node]
-            beside[node] = (cpu - needs[0], memory - needs[1])
+        if checks:
+            add_beside(beside, node, needs, -1)
         placed += 1
     return placed
-
-
-def _fits_beside(beside: Mapping[str, tuple[int, int]] | None, node: str, needs: tuple[int, int]) -> bool:
-    """Whether the node's CPU and memory free beside its GPUs hold one more pod requesting ``needs`` (a node whose
-    are not known: yes)."""
-    room = beside.get(node) if beside is not None else None
-    return room is None or (room[0] >= needs[0] and room[1] >= needs[1])
 
 
 def _beside_text(needs: tuple[int, int]) -> str:
@@ -825,10 +819,8 @@ def _return_gpus(free: dict[str, int], victim: GangCandidate) -> None:
 
 def _return_beside(beside: dict[str, tuple[int, int]], victim: GangCandidate) -> None:
     """The victim's CPU and memory back in ``beside``, on the nodes whose are known."""
-    for node, (cpu, memory) in victim.beside_by_node.items():
-        known = beside.get(node)
-        if known is not None:
-            beside[node] = (known[0] + cpu, known[1] + memory)
+    for node, amount in victim.beside_by_node.items():
+        add_beside(beside, node, amount)
 
 
 def _stop_actions(

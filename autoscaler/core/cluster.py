@@ -428,6 +428,23 @@ def free_gpus_per_node(snapshot: ClusterSnapshot) -> dict[str, int]:
     return {n.name: max(0, n.allocatable_gpus - used.get(n.name, 0)) for n in snapshot.nodes}
 
 
+def fits_beside(room: Mapping[str, tuple[int, int]] | None, node: str, need: tuple[int, int]) -> bool:
+    """Whether ``node``'s CPU and memory free beside its GPUs (``room``: node -> (millicores, bytes), as
+    ``NodeInfo.free_beside_gpus``) hold ``need`` too; a node whose are not known (no entry, or no ``room``): yes."""
+    known = room.get(node) if room is not None else None
+    return known is None or (known[0] >= need[0] and known[1] >= need[1])
+
+
+def add_beside(room: dict[str, tuple[int, int]] | None, node: str, amount: tuple[int, int], sign: int = 1) -> None:
+    """``amount`` (millicores, bytes) added to (``sign`` -1: taken from) ``node``'s CPU and memory in ``room``, where
+    known: a node without an entry stays unbounded by them."""
+    if room is None or (amount[0] == 0 and amount[1] == 0):
+        return
+    known = room.get(node)
+    if known is not None:
+        room[node] = (known[0] + sign * amount[0], known[1] + sign * amount[1])
+
+
 @dataclass(frozen=True, slots=True)
 class WaitingGpuWork:
     """GPU work waiting for GPUs: a pending pod, or one pod of a suspended workload."""

@@ -49,7 +49,9 @@ from autoscaler.core.cluster import (
     STATIC_POD_OWNER_KIND,
     ClusterSnapshot,
     PodInfo,
+    add_beside,
     checkpoint_times,
+    fits_beside,
     free_gpus_per_node,
     pod_schedulable_on,
 )
@@ -423,14 +425,14 @@ class _Cluster:
                 if left >= gpus
                 and n not in exclude
                 and self.allowed(n, gpu_type, training, pods)
-                and _fits_beside(trial_beside, n, need)
+                and fits_beside(trial_beside, n, need)
             ]
             if not fits:
                 return None
             _, _, node = min(fits)
             trial[node] -= gpus
             taken[node] += gpus
-            _take_beside(trial_beside, node, need)
+            add_beside(trial_beside, node, need, -1)
         free.update(trial)
         if beside is not None and trial_beside is not None:
             beside.update(trial_beside)
@@ -442,21 +444,6 @@ def _needs(pod_gpus: Sequence[int], pods: Sequence[PodInfo]) -> list[tuple[int, 
     if len(pods) != len(pod_gpus):
         return [(0, 0)] * len(pod_gpus)
     return [(p.cpu_milli, p.memory_bytes) for p in pods]
-
-
-def _fits_beside(beside: Mapping[str, tuple[int, int]] | None, node: str, need: tuple[int, int]) -> bool:
-    """Whether ``node``'s CPU and memory (where known) hold ``need`` too."""
-    room = beside.get(node) if beside is not None else None
-    return room is None or (room[0] >= need[0] and room[1] >= need[1])
-
-
-def _take_beside(beside: dict[str, tuple[int, int]] | None, node: str, need: tuple[int, int], sign: int = 1) -> None:
-    """``need`` taken from (``sign`` -1: given back to) ``node``'s CPU and memory, where known."""
-    if beside is None or (need[0] == 0 and need[1] == 0):
-        return
-    room = beside.get(node)
-    if room is not None:
-        beside[node] = (room[0] - sign * need[0], room[1] - sign * need[1])
 
 
 def stranded_gpus(snapshot: ClusterSnapshot, config: RebalanceConfig | None = None) -> int:
@@ -710,7 +697,7 @@ def plan_rebalance(
             for n, g in unit.gpus_by_node.items():
                 trial[n] = trial.get(n, 0) + g
             for pod in unit.pods:
-                _take_beside(trial_beside, pod.node or "", (pod.cpu_milli, pod.memory_bytes), sign=-1)
+                add_beside(trial_beside, pod.node or "", (pod.cpu_milli, pod.memory_bytes))
             dest = cluster.place(
                 trial, unit.pod_gpus, unit.gpu_type, unit.training, exclude=emptier, pods=unit.pods,
                 beside=trial_beside,
@@ -809,7 +796,7 @@ def _make_room(
             if not cluster.allowed(node, target.gpu_type, target.training, target.pods):
                 continue
             room = work_beside.get(node)
-            if work[node] >= gpus and _fits_beside(work_beside, node, pod_needs):
+            if work[node] >= gpus and fits_beside(work_beside, node, pod_needs):
                 best = ((0, 0, node), [], dict(work), dict(work_beside), node)
                 break
             # what must leave: GPUs, and the CPU and memory the pod lacks there (where known)
@@ -850,7 +837,7 @@ def _make_room(
             trial = dict(work)
             trial[node] += freed
             trial_beside = dict(work_beside)
-            _take_beside(trial_beside, node, (freed_cpu, freed_memory), sign=-1)
+            add_beside(trial_beside, node, (freed_cpu, freed_memory))
             dests = []
             exclude = frozenset(homes | {node})
             for unit in picked:
@@ -870,7 +857,7 @@ def _make_room(
             return None
         _, dests, work, work_beside, node = best
         work[node] -= gpus
-        _take_beside(work_beside, node, pod_needs)
+        add_beside(work_beside, node, pod_needs, -1)
         homes.add(node)
         for unit, _ in dests:
             taken.add(unit.owner)

@@ -44,6 +44,7 @@ from autoscaler.core.cluster import (
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
     PodInfo,
+    add_beside,
     checkpoint_times,
     free_gpus_per_node,
 )
@@ -500,10 +501,8 @@ def _add(free: Mapping[str, int], extra: Mapping[str, int]) -> dict[str, int]:
 def _add_beside(room: Beside, extra: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
     """``room`` plus ``extra`` (CPU and memory) on the nodes ``room`` knows (the others are not bounded by them)."""
     out = dict(room)
-    for node, (cpu, memory) in extra.items():
-        known = out.get(node)
-        if known is not None:
-            out[node] = (known[0] + cpu, known[1] + memory)
+    for node, amount in extra.items():
+        add_beside(out, node, amount)
     return out
 
 
