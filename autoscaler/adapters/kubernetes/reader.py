@@ -182,22 +182,17 @@ def _allocatable_beside(allocatable: Mapping[str, Any]) -> tuple[int, int] | Non
     return (cpu_milli, memory_bytes) if cpu_milli > 0 and memory_bytes > 0 else None
 
 
-def _template_beside(pod_spec: Mapping[str, Any]) -> dict[str, int]:
-    """``DeploymentInfo``'s CPU and memory per pod from its template (0 where it cannot be read)."""
-    try:
-        cpu, memory = requests_beside_gpus(pod_spec)
-    except (AttributeError, TypeError):
-        return {}
-    return {"cpu_milli_per_pod": cpu, "memory_bytes_per_pod": memory}
-
-
-def _requests_read(raw: JSON) -> tuple[int, int]:
-    """``requests_beside_gpus`` of a pod as listed ((0, 0) when its spec cannot be read). Every pod counts, bound to
-    a node: the CPU-only pods the snapshot leaves out take a node's CPU and memory as well."""
-    try:
-        return requests_beside_gpus(_map(raw.get("spec")))
-    except (AttributeError, TypeError):
-        return 0, 0
+def _with_free_beside_gpus(nodes: list[NodeInfo], requested: Mapping[str, tuple[int, int]]) -> list[NodeInfo]:
+    """Each node's CPU and memory free beside its GPUs (``NodeInfo.free_beside_gpus``): its allocatable (read with
+    the node, ``free_beside_gpus`` holding it until now) less what the pods bound to it request (``requested``)."""
+    out = []
+    for node in nodes:
+        if node.free_beside_gpus is not None:
+            cpu, memory = node.free_beside_gpus
+            used_cpu, used_memory = requested.get(node.name, (0, 0))
+            node = replace(node, free_beside_gpus=(cpu - used_cpu, memory - used_memory))
+        out.append(node)
+    return out
 
 
 def _template_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
@@ -641,8 +636,6 @@ class KubeClusterReader:
         self._first_ready: dict[str, float] = {}
         # node name -> when this reader first saw every GPU of it unhealthy, for the nodes so in the last snapshot
         self._unhealthy_since: dict[str, float] = {}
-        # node name -> (CPU millicores, memory bytes) the pods bound to it request, summed as the pods are read
-        self._beside_used: dict[str, tuple[int, int]] = {}
         cfg = self.config
         self._pager = Pager(
             page_size=cfg.page_size,
@@ -677,10 +670,13 @@ class KubeClusterReader:
             self._apps.list_deployment_for_all_namespaces,
             **({"label_selector": cfg.deployment_label_selector} if cfg.deployment_label_selector else {}),
         )
+
         # Finished pods hold no GPUs; let the server drop them rather than shipping them to us. Pods and nodes are
         # converted page by page: their raw JSON is most of a large cluster's list, and is never held whole.
         def convert(raw: JSON) -> tuple[PodInfo | None, tuple[str, int, int] | None] | None:
-            requests = _requests_read(raw)  # read once: for its node's sum and for the pod
+            # read once, for its node's sum and for the pod; every pod bound to a node counts: the CPU-only pods the
+            # snapshot leaves out take a node's CPU and memory as well
+            requests = requests_beside_gpus(_map(raw.get("spec")))
             node = _map(raw.get("spec")).get("nodeName")
             used = (node, *requests) if node and isinstance(node, str) and (requests[0] or requests[1]) else None
             pod = self._pod(raw, priority_classes, default_priority, requests)
@@ -694,15 +690,15 @@ class KubeClusterReader:
         )
         # summed over this list's own items: a list restarted after its continue token expired (``Pager``) converts
         # its first pages again, and a sum kept as they were converted counted their pods twice
-        self._beside_used = {}
+        requested: dict[str, tuple[int, int]] = {}  # node -> (CPU millicores, memory bytes) its pods request
         converted = []
         for pod, used in entries:
             if pod is not None:
                 converted.append(pod)
             if used is not None:
                 node, cpu, memory = used
-                before = self._beside_used.get(node, (0, 0))
-                self._beside_used[node] = (before[0] + cpu, before[1] + memory)
+                before = requested.get(node, (0, 0))
+                requested[node] = (before[0] + cpu, before[1] + memory)
         del entries
         nodes, node_count = self._pager.converted("list nodes", self._node, self._core.list_node)
         raw_pdbs = self._pager.items(
@@ -711,7 +707,7 @@ class KubeClusterReader:
         hpas = self._hpas()
         raw_workloads = self._raw_workloads()
         pods = self._with_first_ready(self._with_unread_members(self._with_podgroup_min_available(converted)))
-        nodes = self._with_free_beside_gpus(self._with_unhealthy_since(nodes, now))
+        nodes = _with_free_beside_gpus(self._with_unhealthy_since(nodes, now), requested)
         snapshot = ClusterSnapshot(
             time=now,
             deployments=tuple(
@@ -760,6 +756,7 @@ class KubeClusterReader:
         replicas = spec.get("replicas")
         pod_spec = ((spec.get("template") or {}).get("spec")) or {}
         product = pinned_product(_map(pod_spec), gpu_product_label)
+        cpu_milli, memory_bytes = requests_beside_gpus(_map(pod_spec))
         # the GPU type is ``gpu_product`` (matched on the pool's type for a node not labelled yet): not repeated here
         selector = {
             k: v
@@ -779,7 +776,8 @@ class KubeClusterReader:
             node_selector=selector,
             tolerations=pod_tolerations(_map(pod_spec)),
             gpus_per_pod=_template_gpus(_map(pod_spec), gpu_resource),
-            **_template_beside(_map(pod_spec)),
+            cpu_milli_per_pod=cpu_milli,
+            memory_bytes_per_pod=memory_bytes,
         )
 
     def _gang(
@@ -1218,18 +1216,6 @@ class KubeClusterReader:
             seen[uid] = first
             out.append(replace(pod, first_ready_at=first) if first < pod.ready_at else pod)
         self._first_ready = seen
-        return out
-
-    def _with_free_beside_gpus(self, nodes: list[NodeInfo]) -> list[NodeInfo]:
-        """Each node's CPU and memory free beside its GPUs (``NodeInfo.free_beside_gpus``): its allocatable (read
-        with the node, ``free_beside_gpus`` holding it until now) less what the pods bound to it request."""
-        out = []
-        for node in nodes:
-            if node.free_beside_gpus is not None:
-                cpu, memory = node.free_beside_gpus
-                used_cpu, used_memory = self._beside_used.get(node.name, (0, 0))
-                node = replace(node, free_beside_gpus=(cpu - used_cpu, memory - used_memory))
-            out.append(node)
         return out
 
     def _with_unhealthy_since(self, nodes: list[NodeInfo], now: float) -> list[NodeInfo]:
