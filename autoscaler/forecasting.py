@@ -244,13 +244,19 @@ def _distinct_scored(result: Any, judged: Any) -> int:
     return len(scored)
 
 
+def _judging(actuals: np.ndarray) -> np.ndarray:
+    """``core.headroom.judges_coverage`` over a backtest's actuals (NaN: no)."""
+    judged: np.ndarray = np.nan_to_num(actuals, nan=0.0) > 0.0
+    return judged
+
+
 def _backtest_coverage(result: Any, quantile: float) -> tuple[float | None, int]:
     """The share of the backtest's values at or below its ``quantile`` predictions, and the distinct values behind
     it, on the values that judge a coverage (demand above 0, ``core.headroom.judges_coverage``) as the live scores
     are judged: None and 0 when there are none."""
     actuals = np.asarray(result.actuals, dtype=float)
     uppers = np.asarray(result.predictions[list(result.levels).index(quantile)], dtype=float)
-    judged = np.isfinite(actuals) & np.isfinite(uppers) & (np.nan_to_num(actuals, nan=0.0) > 0.0)
+    judged = np.isfinite(actuals) & np.isfinite(uppers) & _judging(actuals)
     count = int(judged.sum())
     if count == 0:
         return None, 0
@@ -282,7 +288,7 @@ def _backtest_share(result: Any, quantile: float, samples: int, min_samples: int
     medians = np.asarray(result.predictions[levels.index(MEDIAN_LEVEL)], dtype=float).ravel()
     uppers = np.asarray(result.predictions[levels.index(quantile)], dtype=float).ravel()
     # the values the coverage is judged on (``_backtest_coverage``): an idle minute needed none of any excess
-    scored = np.isfinite(actuals) & np.isfinite(medians) & np.isfinite(uppers) & (np.nan_to_num(actuals) > 0.0)
+    scored = np.isfinite(actuals) & np.isfinite(medians) & np.isfinite(uppers) & _judging(actuals)
     triples = zip(actuals[scored].tolist(), medians[scored].tolist(), uppers[scored].tolist(), strict=True)
     return calibrated_excess(triples, quantile, min_samples)[0]
 
@@ -917,7 +923,7 @@ class ForecastService:
         levels = tuple(sorted({*BASE_LEVELS, quantile}))
         lead = self._leads.get(key, policy.cold_start_s)
         # the live values that judge the quantile's coverage (demand above 0: ``_judge``)
-        live = sum(1 for sc in self._window_scores(state, now) if judges_coverage(sc.actual))
+        live = len(self._coverage_scores(state, now))
         candidates: tuple[str, ...] = ()
         model = s.model
         if s.model == AUTO:
@@ -1045,11 +1051,8 @@ class ForecastService:
         quantile, the bootstrap backtest's share while its verdict speaks (as its coverage does in ``_judge``: a
         restarted controller keeps the earned headroom and the calibrated floor alike), else 1."""
         s = self.settings
-        scores = [
-            (sc.actual, sc.model_median, sc.model_q)
-            for sc in self._window_scores(state, now)
-            if judges_coverage(sc.actual)  # as the coverage: an idle minute needed none of any excess
-        ]
+        # as the coverage: an idle minute needed none of any excess
+        scores = [(sc.actual, sc.model_median, sc.model_q) for sc in self._coverage_scores(state, now)]
         if (
             len(scores) < scores_needed(quantile, s.min_scored_samples)
             and self._verdict_fresh(state, now)
@@ -1063,6 +1066,11 @@ class ForecastService:
         coverage and the calibrated share are all judged on."""
         since = now - self.settings.accountability_window_seconds
         return [sc for sc in state.scores if sc.time >= since]
+
+    def _coverage_scores(self, state: _ServiceState, now: float) -> list[_Score]:
+        """The window's scores that judge the quantile's coverage and calibrated excess (demand above 0,
+        ``core.headroom.judges_coverage``): any forecast covers an idle minute."""
+        return [sc for sc in self._window_scores(state, now) if judges_coverage(sc.actual)]
 
     def _verdict_fresh(self, state: _ServiceState, now: float) -> bool:
         """Whether the backtest's verdict still speaks: made within the accountability window."""
