@@ -1658,8 +1658,9 @@ def _give_back(
         # a sum of free GPUs over every other node (any type, however scattered) would give back a node whose
         # replicas then wait, and the next short tick would buy it again.
         beside_after: dict[str, tuple[int, int]] = {}
+        pods_here = _live_gpu_pods(arb.snapshot, emptiest) if mine else []
         after = fits_typed(
-            {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
+            {n: left for n, left in free.items() if n != emptiest}, pods_here,
             node_types, gpu_types, barred, beside, beside_after,
         ) if mine else None  # fmt: skip
         guarded = next(
@@ -1730,7 +1731,6 @@ def _give_back(
             _return_gpus(trial, victim)
             if trial_beside is not None:
                 _return_beside(trial_beside, victim)
-        pods_here = _live_gpu_pods(arb.snapshot, emptiest)
         if fits_typed(trial, pods_here, node_types, gpu_types, barred, trial_beside) is None:
             unneeded.pop(pool.name, None)
             notes.append(f"{busy}; {detail}: its replicas would not fit once the stops are made: not emptied")
@@ -1747,7 +1747,7 @@ def _give_back(
         )
         unneeded.pop(pool.name, None)
         moved = fits_typed(
-            {n: left for n, left in free.items() if n != emptiest}, _live_gpu_pods(arb.snapshot, emptiest),
+            {n: left for n, left in free.items() if n != emptiest}, pods_here,
             node_types, gpu_types, barred, trial_beside, beside_after,
         )  # fmt: skip
         received |= _node_given_back(free, emptiest, moved or {})
