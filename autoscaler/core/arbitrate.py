@@ -58,6 +58,7 @@ from autoscaler.core.cluster import (
     add_beside,
     fits_beside,
     free_gpus_per_node,
+    gpu_types_meet,
     replica_gpus,
     schedulable_on,
 )
@@ -320,10 +321,6 @@ class _Blocker:
     on_boot: bool = False
 
 
-def _types_meet(a: str | None, b: str | None) -> bool:
-    return a is None or b is None or a == b
-
-
 def _takes_freed(blocker: _Blocker, nodes: Set[str], snapshot: ClusterSnapshot, pools: Sequence[BurstPool]) -> bool:
     """Whether the blocker's Pending pods could take GPUs freed on ``nodes`` (a preemption's victims' nodes): one of
     them not leaving, not barred to its pods, of a GPU type they select (a node not yet labelled: its pool's type)
@@ -333,7 +330,7 @@ def _takes_freed(blocker: _Blocker, nodes: Set[str], snapshot: ClusterSnapshot, 
         if n.name not in nodes or n.leaving or n.name in blocker.barred or n.allocatable_gpus < blocker.gpus:
             continue
         kind = n.gpu_product if n.gpu_product is not None else pool_types.get(n.pool or "")
-        if _types_meet(kind, blocker.gpu_type):
+        if gpu_types_meet(kind, blocker.gpu_type):
             return True
     return False
 
@@ -342,7 +339,7 @@ def _takes_bought(blocker: _Blocker, pool: BurstPool, snapshot: ClusterSnapshot)
     """Whether the blocker's Pending pods could take a node bought in ``pool``: of a GPU type they select, with as
     many GPUs as one of its replicas requests, and not barred to them where the pool's registered nodes show (its
     labels and taints; with no registered node they are unknown: taken as shared)."""
-    if not _types_meet(pool.gpu_type, blocker.gpu_type) or pool.gpus_per_node < blocker.gpus:
+    if not gpu_types_meet(pool.gpu_type, blocker.gpu_type) or pool.gpus_per_node < blocker.gpus:
         return False
     registered = [n for n in snapshot.nodes if n.pool == pool.name and not n.leaving]
     return not registered or any(n.name not in blocker.barred for n in registered)

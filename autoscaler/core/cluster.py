@@ -428,6 +428,11 @@ def free_gpus_per_node(snapshot: ClusterSnapshot) -> dict[str, int]:
     return {n.name: max(0, n.allocatable_gpus - used.get(n.name, 0)) for n in snapshot.nodes}
 
 
+def gpu_types_meet(kind: str | None, other: str | None) -> bool:
+    """Whether pods selecting GPU type ``kind`` may take GPUs of ``other`` (None: any type)."""
+    return kind is None or other is None or kind == other
+
+
 def fits_beside(room: Mapping[str, tuple[int, int]] | None, node: str, need: tuple[int, int]) -> bool:
     """Whether ``node``'s CPU and memory free beside its GPUs (``room``: node -> (millicores, bytes), as
     ``NodeInfo.free_beside_gpus``) hold ``need`` too; a node whose are not known (no entry, or no ``room``): yes."""

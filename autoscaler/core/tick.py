@@ -28,6 +28,7 @@ from autoscaler.core.cluster import (
     cold_starts_by_service,
     deployment_pods,
     free_gpus,
+    gpu_types_meet,
     hole_node_for_waiting_work,
     node_room,
     preemptible_gpus,
@@ -301,7 +302,7 @@ def read_forecasts(
                     floor = forecast_floor(policy, pub.latest, settings, tick.now, lead, config.tick_interval_s)
             # by the services before this one (this one's own floor is in its comeback), of a GPU type its replicas
             # may use: those of any type may take GPUs of its type, and take any when it selects none
-            taken_before = sum(gpus for kind, gpus in taken_of.items() if _types_meet(kind, gpu_type))
+            taken_before = sum(gpus for kind, gpus in taken_of.items() if gpu_types_meet(kind, gpu_type))
             if floor is not None and floor.usable and not floor.shadow:
                 # what this floor takes is no room for the services after it (their leads, their comebacks)
                 grows = max(0, floor.replicas - current) * gpus_per_replica
@@ -452,11 +453,6 @@ def decide_tick(
 
 def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:
     return any(p.forecast is not None for p in policies.values())
-
-
-def _types_meet(kind: str | None, other: str | None) -> bool:
-    """Whether pods selecting GPU type ``kind`` may take GPUs of ``other`` (None: any type)."""
-    return kind is None or other is None or kind == other
 
 
 def _of_type(room: NodeRoom, node: str, gpu_type: str | None) -> bool:
