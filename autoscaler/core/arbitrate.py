@@ -60,6 +60,7 @@ from autoscaler.core.cluster import (
     free_gpus_per_node,
     gpu_types_meet,
     replica_gpus,
+    requests_by_node,
     schedulable_on,
 )
 from autoscaler.core.model import (
@@ -638,15 +639,6 @@ def _returning_pods(snapshot: ClusterSnapshot, ready: Mapping[str, int]) -> list
     ]
 
 
-def _returning_beside(snapshot: ClusterSnapshot, ready: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-    """Per ready node, the CPU and memory its returning pods (``_returning_pods``) give back with their GPUs."""
-    out: dict[str, tuple[int, int]] = {}
-    for pod in _returning_pods(snapshot, ready):
-        cpu, memory = out.get(pod.node or "", (0, 0))
-        out[pod.node or ""] = (cpu + pod.cpu_milli, memory + pod.memory_bytes)
-    return out
-
-
 def _live_gpu_pods(snapshot: ClusterSnapshot, node: str) -> list[PodInfo]:
     return [p for p in snapshot.pods if p.node == node and p.gpus > 0 and p.phase not in ("Succeeded", "Failed")]
 
@@ -878,7 +870,8 @@ def arbitrate(
     free_read = dict(free)  # to tell the nodes this tick's Pending replicas were counted onto
     # CPU and memory beside the free GPUs, where the nodes say: consumed and given back as the GPUs are
     beside = _free_beside_gpus(snapshot)
-    returning_beside = _returning_beside(snapshot, free) if beside else {}
+    # the CPU and memory the returning pods (``_returning_pods``) give back with their GPUs
+    returning_beside = requests_by_node(_returning_pods(snapshot, free)) if beside else {}
     # The policies' Deployments are not even candidates; every other serving replica (a Deployment whose policy is
     # invalid this tick, or that has none) is a candidate only to say why it is not taken (``core.victims``).
     managed = frozenset(arb.policies)

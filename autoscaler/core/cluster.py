@@ -428,6 +428,17 @@ def free_gpus_per_node(snapshot: ClusterSnapshot) -> dict[str, int]:
     return {n.name: max(0, n.allocatable_gpus - used.get(n.name, 0)) for n in snapshot.nodes}
 
 
+def requests_by_node(pods: Iterable[PodInfo]) -> dict[str, tuple[int, int]]:
+    """(CPU millicores, memory bytes) ``pods`` request on each node they are bound to (pods requesting neither, or on
+    no node, left out): what they give back beside their GPUs when they go."""
+    out: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        if pod.node and (pod.cpu_milli or pod.memory_bytes):
+            cpu, memory = out.get(pod.node, (0, 0))
+            out[pod.node] = (cpu + pod.cpu_milli, memory + pod.memory_bytes)
+    return out
+
+
 def gpu_types_meet(kind: str | None, other: str | None) -> bool:
     """Whether pods selecting GPU type ``kind`` may take GPUs of ``other`` (None: any type)."""
     return kind is None or other is None or kind == other

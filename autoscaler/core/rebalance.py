@@ -54,6 +54,7 @@ from autoscaler.core.cluster import (
     fits_beside,
     free_gpus_per_node,
     pod_schedulable_on,
+    requests_by_node,
 )
 from autoscaler.core.model import EvictPod, Plan, ScaleDecision
 from autoscaler.core.reasons import Reason
@@ -377,16 +378,13 @@ class _Cluster:
         # CPU and memory free beside the GPUs (``NodeInfo.free_beside_gpus``, where the node says), the requests of
         # the GPU pods being deleted given back as their GPUs are: a moved pod lands, and a waiting pod starts, only
         # where its CPU and memory fit too
-        leaving: dict[str, tuple[int, int]] = {}
-        for pod in snapshot.pods:
-            if pod.node in self.nodes and pod.terminating and pod.phase not in ("Succeeded", "Failed"):
-                cpu, memory = leaving.get(pod.node, (0, 0))
-                leaving[pod.node] = (cpu + pod.cpu_milli, memory + pod.memory_bytes)
-        self.soon_beside: dict[str, tuple[int, int]] = {}
-        for name, n in self.nodes.items():
-            if n.free_beside_gpus is not None:
-                back = leaving.get(name, (0, 0))
-                self.soon_beside[name] = (n.free_beside_gpus[0] + back[0], n.free_beside_gpus[1] + back[1])
+        self.soon_beside = {n.name: n.free_beside_gpus for n in self.nodes.values() if n.free_beside_gpus is not None}
+        leaving = (
+            p for p in snapshot.pods
+            if p.node in self.nodes and p.terminating and p.phase not in ("Succeeded", "Failed")
+        )  # fmt: skip
+        for node, amount in requests_by_node(leaving).items():
+            add_beside(self.soon_beside, node, amount)
         self.config = config
 
     def allowed(self, node: str, gpu_type: str | None, training: bool, pods: Sequence[PodInfo] = ()) -> bool:

@@ -47,6 +47,7 @@ from autoscaler.core.cluster import (
     add_beside,
     checkpoint_times,
     free_gpus_per_node,
+    requests_by_node,
 )
 
 
@@ -158,12 +159,8 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
     for gang, pods in sorted(members.items()):
         min_runtime_s = own_runtime.get(gang, rules.min_runtime_s)
         by_node: dict[str, int] = defaultdict(int)
-        beside: dict[str, tuple[int, int]] = {}
         for pod in pods:
             by_node[pod.node or ""] += pod.gpus
-            if pod.cpu_milli or pod.memory_bytes:
-                cpu, memory = beside.get(pod.node or "", (0, 0))
-                beside[pod.node or ""] = (cpu + pod.cpu_milli, memory + pod.memory_bytes)
         # The gang runs from when its last pod became ready (a gang that queued for hours and started a minute ago
         # has a minute of work to lose and is inside its minimum runtime); before that, from its last pod's bind: a
         # gang whose pods waited hours for room and were bound a minute ago (one still pulling its image) has not
@@ -236,7 +233,7 @@ def gangs_from_snapshot(snapshot: ClusterSnapshot, now: float, rules: TrainingRu
                 why_not=why_not,
                 pdb_use=pdb_use,
                 pod_uids=tuple(p.uid for p in pods),
-                beside_by_node=beside,
+                beside_by_node=requests_by_node(pods),
             )
         )
     return out
