@@ -9,23 +9,10 @@ import dataclasses
 
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
-from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, PodInfo
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, PodInfo
 from autoscaler.core.model import CapacityState, ScaleDecision, ScaleNodePool, ServicePolicy
 from autoscaler.core.reasons import Reason
-
-NOW = 100_000.0
-GI = 1 << 30
-CHAT = ServicePolicy("inference", "chat", max_replicas=40, priority=1000)
-
-
-def node(name: str, free_beside: tuple[int, int] | None, pool: str | None = "onprem") -> NodeInfo:
-    return NodeInfo(name, 8, "A100", pool, True, free_beside_gpus=free_beside)
-
-
-def chat_replica(i: int, node_name: str | None) -> PodInfo:
-    return PodInfo("inference", f"chat-{i}", node_name, 1, 1000, "Running" if node_name else "Pending",
-                   node_name is not None, "Deployment", "chat", created_at=NOW - 3600, ready_at=NOW - 3500,
-                   cpu_milli=16_000, memory_bytes=64 * GI)  # fmt: skip
+from tests.core.test_cpu_memory_beside_gpus import CHAT, GI, NOW, chat_replica, node
 
 
 def run(snapshot: ClusterSnapshot, replicas: int, config: CapacityConfig):
