@@ -394,7 +394,11 @@ class CapacitySettings(_Group):
         2.0, ge=0, description="what one training GPU-hour is worth (lost or delayed work), currency per GPU-hour"
     )
     slo_risk_per_gpu_hour: float = Field(
-        20.0, ge=0, description="cost of one GPU-hour of inference demand left without a GPU, currency per GPU-hour"
+        20.0,
+        ge=0,
+        description="cost of one GPU-hour of inference demand left without a GPU (during a node's boot; and a "
+        "forecast shortfall that would cost less than this left unserved is waited out while latency meets the "
+        "SLO), currency per GPU-hour",
     )
     assumed_shortfall_seconds: float = Field(
         1800.0, gt=0, description="how long a shortfall lasts when no usable forecast says, seconds"

@@ -17,8 +17,12 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
      SLO risk of waiting for the boot (``slo_risk_per_gpu_hour`` x the GPUs short x boot).
      Allowed only when the shortfall lasts longer than boot + billing, or when no preemptible capacity is left
      (``core.burst.worth_a_node``).
-   The cheaper allowed option is chosen. How long the shortfall lasts comes from the service's forecast when it is
-   usable (the first time the forecast fits in the capacity it has), else ``assumed_shortfall_s``. A shortfall no
+   The cheaper allowed option is chosen -- unless leaving the shortfall unserved costs less still (*wait*:
+   ``slo_risk_per_gpu_hour`` x the GPUs short x its duration, every one of them unserved throughout, the most
+   waiting can cost): a shortfall the usable forecast sizes (its quantile's, mostly demand that does not come) is
+   then waited out while the service's latency meets its SLO (``ArbitrationInput.over_slo``). How long the
+   shortfall lasts comes from the service's forecast when it is usable (the first time the forecast fits in the
+   capacity it has), else ``assumed_shortfall_s``. A shortfall no
    usable forecast vouches for is acted on only once the service has been short for ``shortfall_confirm_s`` and
    while its metric (before the scale-down stabilisation) still asks for the replicas; a service whose Pending
    replicas get no GPUs this tick (confirming, holding, waited out) makes every later one wait: the scheduler gives
@@ -201,6 +205,9 @@ class ArbitrationInput:
     # annotations; None where unset, or not read): the provider clamps every write to them, so the pool is planned
     # within the tighter of them and the configured ``min_nodes`` / ``max_nodes``
     pool_bounds: Mapping[str, tuple[int | None, int | None]] | None = None
+    # the services whose fresh latency is above their SLO this tick: a shortfall of theirs is never waited out as
+    # cheaper than acting (its demand is already being served late)
+    over_slo: Set[str] = frozenset()
 
 
 def _bound_replicas(snapshot: ClusterSnapshot, policy: ServicePolicy) -> int:
@@ -757,6 +764,29 @@ def _bound_notes(configured: Sequence[BurstPool], bounded: Sequence[BurstPool]) 
     return notes
 
 
+def _cheaper_to_wait(
+    gpus_short: int, duration_s: float, action_cost: float | None, preempting: bool, config: CapacityConfig
+) -> str | None:
+    """Why a forecast shortfall is waited out rather than acted on, or None. Leaving demand without GPUs has its
+    price in the same currency (``slo_risk_per_gpu_hour`` per GPU-hour): every GPU short, unserved for the whole
+    shortfall, is the most waiting can cost (the forecast's shortfall is its quantile's, a P99's: most of it demand
+    that does not come). When even that is below the cheaper action -- a 16-GPU gang stopped, or a node bought for
+    its billing period, for one replica short at the P99 for half an hour -- the action costs more than it can save.
+    The caller asks only for a shortfall the forecast sizes (one without a usable forecast is the metric's demand,
+    already here) and only while the service meets its SLO (a breach is demand served late now)."""
+    if action_cost is None:
+        return None
+    unserved = gpus_short * duration_s / 3600.0 * config.slo_risk_per_gpu_hour
+    if unserved >= action_cost:
+        return None
+    action = "preempting" if preempting else "a burst node"
+    return (
+        f"{gpus_short} GPU(s) of demand unserved for ~{duration_s:.0f}s cost at most {unserved:.2f} "
+        f"(sloRiskPerGpuHour {config.slo_risk_per_gpu_hour:g}), less than {action} ({action_cost:.2f}), and latency "
+        "meets the SLO: waited out"
+    )
+
+
 def _wait(service: str, detail: str) -> CapacityOption:
     """The option chosen when a shortfall is neither preempted for nor burst for this tick."""
     return CapacityOption(service, "wait", 0.0, True, detail)
@@ -1080,6 +1110,10 @@ def arbitrate(
         shortage = f"{key}: {short} replica(s) x {g} GPU short for ~{duration:.0f}s ({basis})"
         pick_preempt = preempt_cost is not None and (burst_cost is None or preempt_cost <= burst_cost)
         pick_burst = not pick_preempt and burst_cost is not None
+        if wait_why is None and basis == "forecast" and (pick_preempt or pick_burst) and key not in arb.over_slo:
+            wait_why = _cheaper_to_wait(
+                short * g, duration, preempt_cost if pick_preempt else burst_cost, pick_preempt, config
+            )
         if choice is not None and choice.met and choice.victims:
             names = ", ".join(v.gang for v in choice.victims)
             text = (

@@ -15,6 +15,7 @@ The plan carries the forecast views (``Plan.forecasts``) so that reporting does 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -440,6 +441,7 @@ def decide_tick(
         tick.pool_nodes,
         config.forecast.tick_interval_s,
         tick.pool_bounds,
+        _over_slo(tick),
     )
     actions, report, capacity = arbitrate(arbitration, state.capacity, config.capacity)
     planned = plan.actions + tuple(actions)
@@ -449,6 +451,20 @@ def decide_tick(
         chosen = facts.choosing(tick.policies, config.capacity)
         planned = mark_scale_downs(planned, facts.pods(), chosen, facts.room(chosen).free)
     return replace(plan, actions=planned, capacity=report), replace(new_state, capacity=capacity)
+
+
+def _over_slo(tick: TickInput) -> frozenset[str]:
+    """The services whose latency this tick is above their SLO (as the SLO guard reads it: a fresh sample, not NaN):
+    the arbitration never waits out their shortfall as cheaper than acting."""
+    over = set()
+    for key, policy in tick.policies.items():
+        obs = tick.observation.services.get(key)
+        slo = policy.latency_slo_s
+        if obs is None or slo is None or obs.latency_s is None or math.isnan(obs.latency_s):
+            continue
+        if obs.latency_s > slo:
+            over.add(key)
+    return frozenset(over)
 
 
 def _any_forecasting(policies: Mapping[str, ServicePolicy]) -> bool:

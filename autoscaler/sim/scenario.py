@@ -520,7 +520,9 @@ class Capacity(_Strict):
     )
     slo_risk_per_gpu_hour: float = Field(
         20.0, alias="sloRiskPerGpuHour", ge=0, le=100_000,
-        description="cost of one GPU-hour of inference demand left without a GPU, $ per GPU-hour",
+        description="cost of one GPU-hour of inference demand left without a GPU (during a node's boot; and a "
+        "forecast shortfall that would cost less than this left unserved is waited out while latency meets the "
+        "SLO), $ per GPU-hour",
     )
     slo_miss_per_1k_requests: float = Field(
         1.0, alias="sloMissPer1kRequests", ge=0, le=100_000,
