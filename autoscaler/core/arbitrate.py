@@ -19,8 +19,8 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
      (``core.burst.worth_a_node``).
    The cheaper allowed option is chosen -- unless leaving the shortfall unserved costs less still (*wait*:
    ``slo_risk_per_gpu_hour`` x the GPUs short x its duration, every one of them unserved throughout, the most
-   waiting can cost): a shortfall the usable forecast sizes (its quantile's, mostly demand that does not come) is
-   then waited out while the service's latency meets its SLO (``ArbitrationInput.over_slo``). How long the
+   waiting can cost): a shortfall the usable forecast vouches for (its quantile's, mostly demand that does not
+   come) is then waited out while the service's latency meets its SLO (``ArbitrationInput.over_slo``). How long the
    shortfall lasts comes from the service's forecast when it is usable (the first time the forecast fits in the
    capacity it has), else ``assumed_shortfall_s``. A shortfall no
    usable forecast vouches for is acted on only once the service has been short for ``shortfall_confirm_s`` and
@@ -772,8 +772,9 @@ def _cheaper_to_wait(
     shortfall, is the most waiting can cost (the forecast's shortfall is its quantile's, a P99's: most of it demand
     that does not come). When even that is below the cheaper action -- a 16-GPU gang stopped, or a node bought for
     its billing period, for one replica short at the P99 for half an hour -- the action costs more than it can save.
-    The caller asks only for a shortfall the forecast sizes (one without a usable forecast is the metric's demand,
-    already here) and only while the service meets its SLO (a breach is demand served late now)."""
+    The caller asks only for a shortfall the forecast vouches for (one without a usable forecast, or that the
+    forecast fits from now + lead on, is the metric's demand, already here) and only while the service meets its SLO
+    (a breach is demand served late now)."""
     if action_cost is None:
         return None
     unserved = gpus_short * duration_s / 3600.0 * config.slo_risk_per_gpu_hour
@@ -1110,7 +1111,10 @@ def arbitrate(
         shortage = f"{key}: {short} replica(s) x {g} GPU short for ~{duration:.0f}s ({basis})"
         pick_preempt = preempt_cost is not None and (burst_cost is None or preempt_cost <= burst_cost)
         pick_burst = not pick_preempt and burst_cost is not None
-        if wait_why is None and basis == "forecast" and (pick_preempt or pick_burst) and key not in arb.over_slo:
+        # Only a shortfall the forecast vouches for: one it does not (it fits from now + lead on) is the metric's
+        # demand, already here, and its "duration" is the lead alone -- costed afresh each tick over that same lead,
+        # it would look cheaper to wait for as long as the metric asks.
+        if wait_why is None and vouched and (pick_preempt or pick_burst) and key not in arb.over_slo:
             wait_why = _cheaper_to_wait(
                 short * g, duration, preempt_cost if pick_preempt else burst_cost, pick_preempt, config
             )
