@@ -327,6 +327,9 @@ class _Blocker:
     # its replicas are counted on nodes still booting: GPUs freed sooner (a preemption's) go to its Pending pods
     # first, but a node bought later boots after its own and is no race
     on_boot: bool = False
+    # its shortfall is waited out as cheaper than acting (``_cheaper_to_wait``): a choice, not a constraint, which a
+    # later service's action it would take the GPUs of revokes (``arbitrate``)
+    waited_out: bool = False
 
 
 def _takes_freed(blocker: _Blocker, nodes: Set[str], snapshot: ClusterSnapshot, pools: Sequence[BurstPool]) -> bool:
@@ -866,7 +869,27 @@ def _stop_actions(
 def arbitrate(
     arb: ArbitrationInput, state: CapacityState, config: CapacityConfig
 ) -> tuple[list[Action], CapacityReport, CapacityState]:
-    """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next."""
+    """The preemptions, burst scale-ups and give-backs of this tick, their report, and the state for the next.
+
+    A shortfall waited out as cheaper than acting leaves its replicas Pending, and the scheduler gives them first
+    what a later (lower-priority) service's action frees or buys: that service then waits behind a wait that was
+    chosen, not forced -- every tick, for as long as the forecast stays above capacity, however late its own demand
+    is served. Waiting saves nothing once the GPUs would go to the waiting service anyway, so such a wait-out is
+    revoked and the tick decided again with that service acted on (at most once per service: each pass revokes at
+    least one more, and a revoked one never waits out again this tick)."""
+    acting: dict[str, str] = {}
+    while True:
+        actions, report, new_state, revoked = _arbitrate(arb, state, config, acting)
+        if not revoked:
+            return actions, report, new_state
+        acting = {**acting, **revoked}
+
+
+def _arbitrate(
+    arb: ArbitrationInput, state: CapacityState, config: CapacityConfig, acting: Mapping[str, str]
+) -> tuple[list[Action], CapacityReport, CapacityState, dict[str, str]]:
+    """``arbitrate``'s pass with the services of ``acting`` never waited out as cheaper (why: its value), and the
+    services whose wait-out a later service's action would make moot (why: its value)."""
     now, snapshot = arb.now, arb.snapshot
     node_types = {n.name: n.gpu_product for n in snapshot.nodes}
     unregistered = _unregistered(snapshot, config.pools, arb.pool_nodes)
@@ -928,6 +951,8 @@ def arbitrate(
     # them: what a later service frees or buys, the scheduler gives to their pods first where they may use it
     blockers: list[_Blocker] = []
     priority_notes: list[str] = []  # services whose pods run below their policy's priority
+    revoked: dict[str, str] = {}  # waited-out services a later one's action would hand the GPUs to (``arbitrate``)
+    acting_notes: list[str] = []  # ... and, in the pass that acts for them, why
     pdb_spent: dict[str, int] = {}  # disruptions this tick's victims take from each PodDisruptionBudget
     ordered = sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0]))
     runs_at = pod_priorities(snapshot)
@@ -1114,10 +1139,15 @@ def arbitrate(
         # Only a shortfall the forecast vouches for: one it does not (it fits from now + lead on) is the metric's
         # demand, already here, and its "duration" is the lead alone -- costed afresh each tick over that same lead,
         # it would look cheaper to wait for as long as the metric asks.
+        cheap = False
         if wait_why is None and vouched and (pick_preempt or pick_burst) and key not in arb.over_slo:
-            wait_why = _cheaper_to_wait(
+            cheaper = _cheaper_to_wait(
                 short * g, duration, preempt_cost if pick_preempt else burst_cost, pick_preempt, config
             )
+            if cheaper is not None and key in acting:
+                acting_notes.append(f"{key}: not waited out ({cheaper.removesuffix(': waited out')}): {acting[key]}")
+            else:
+                wait_why, cheap = cheaper, cheaper is not None
         if choice is not None and choice.met and choice.victims:
             names = ", ".join(v.gang for v in choice.victims)
             text = (
@@ -1148,12 +1178,21 @@ def arbitrate(
         # So is one whose replicas wait for a node's boot, for GPUs freed before the node is up.
         if pick_preempt and choice is not None:
             freed = {node for v in choice.victims for node in v.gpus_by_node}
-            blocker = next((b for b in blockers if b.service != key and _takes_freed(b, freed, snapshot, pools)), None)
+            takers = [b for b in blockers if b.service != key and _takes_freed(b, freed, snapshot, pools)]
         elif pick_burst and burst is not None and burst.chosen is not None:
             bought = burst.chosen.pool
-            blocker = next((b for b in blockers if not b.on_boot and _takes_bought(b, bought, snapshot)), None)
+            takers = [b for b in blockers if not b.on_boot and _takes_bought(b, bought, snapshot)]
         else:
-            blocker = None
+            takers = []
+        blocker = takers[0] if takers else None
+        if wait_why is None and takers and all(b.waited_out for b in takers):
+            # Only waited-out services stand between this one and its action: their wait is revoked (``arbitrate``)
+            for b in takers:
+                revoked.setdefault(
+                    b.service,
+                    f"{key} (priority {policy.priority}) would {'preempt' if pick_preempt else 'burst'} for GPUs its "
+                    "Pending replicas take first: waiting saves nothing",
+                )
         if blocker is not None and blocker.on_boot:
             wait_why = (
                 f"{blocker.service} (priority {blocker.priority}) has {blocker.replicas} replica(s) waiting for a "
@@ -1170,7 +1209,9 @@ def arbitrate(
             then = "preempt" if pick_preempt else "burst" if pick_burst else None
             pick_preempt = pick_burst = False
             waiting_for.add(key)
-            blockers.append(_Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g))
+            blockers.append(
+                _Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g, waited_out=cheap and not takers)
+            )
             then_text = f" (then: {then})" if then else ""
             options.append(_wait(key, f"{shortage}; neither preempt nor burst this tick: {wait_why}{then_text}"))
         options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))
@@ -1213,7 +1254,7 @@ def arbitrate(
                 )
             )
 
-    notes: list[str] = [*_bound_notes(config.pools, pools), *stale_holds, *priority_notes]
+    notes: list[str] = [*_bound_notes(config.pools, pools), *stale_holds, *priority_notes, *acting_notes]
     # A node that never registered costs (a VM that booted and could not join is billed; a request stuck in a
     # quota holds the pool's size) and hosts nothing: its Machine is given back, one per pool and tick (the
     # provider removes a Machine without a Node, never a registered one), never below the pool's minimum.
@@ -1393,6 +1434,7 @@ def arbitrate(
             short_since_by_service,
             give_back_failed_at,
         ),
+        revoked,
     )
 
 

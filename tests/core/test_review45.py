@@ -96,7 +96,6 @@ def _two_services_arbitrate(over: frozenset[str], state: CapacityState | None = 
     return arbitrate(arb, state or CapacityState(), RISK_10)
 
 
-@pytest.mark.xfail(strict=True, reason="review 45 finding 2: not fixed yet")
 def test_a_waited_out_service_does_not_starve_a_lower_one_it_would_take_the_gpus_from() -> None:
     """chat's one replica short at the P99 is cheaper to wait out; search, below it, is over its SLO and two short
     now. What search would free, chat's Pending pod takes first (the blockers), so search waited behind a shortfall
