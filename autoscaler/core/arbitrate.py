@@ -205,8 +205,9 @@ class ArbitrationInput:
     # annotations; None where unset, or not read): the provider clamps every write to them, so the pool is planned
     # within the tighter of them and the configured ``min_nodes`` / ``max_nodes``
     pool_bounds: Mapping[str, tuple[int | None, int | None]] | None = None
-    # the services whose fresh latency is above their SLO this tick: a shortfall of theirs is never waited out as
-    # cheaper than acting (its demand is already being served late)
+    # the services whose latency is not seen to meet their SLO this tick (above it; unknown on an incomplete reading;
+    # no SLO at all -- ``core.tick._over_slo``): a shortfall of theirs is never waited out as cheaper than acting
+    # (its demand may already be served late)
     over_slo: Set[str] = frozenset()
 
 

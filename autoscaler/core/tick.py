@@ -454,15 +454,25 @@ def decide_tick(
 
 
 def _over_slo(tick: TickInput) -> frozenset[str]:
-    """The services whose latency this tick is above their SLO (as the SLO guard reads it: a fresh sample, not NaN):
-    the arbitration never waits out their shortfall as cheaper than acting."""
+    """The services whose latency this tick is not seen to meet their SLO: the arbitration never waits out their
+    shortfall as cheaper than acting, a wait-out being safe only while latency shows no demand served late.
+
+    Above the SLO as the SLO guard reads it (a sample, not NaN); or unknown on an incomplete reading -- the reader
+    leaves the latency out with a reason when its query fails, its sample is old, or no request finished in the
+    window while requests wait (the deepest overload reads as no latency at all); or no SLO to meet. A latency
+    absent without any reason is a window without traffic: nothing is served late."""
     over = set()
     for key, policy in tick.policies.items():
         obs = tick.observation.services.get(key)
         slo = policy.latency_slo_s
-        if obs is None or slo is None or obs.latency_s is None or math.isnan(obs.latency_s):
+        if obs is None:
             continue
-        if obs.latency_s > slo:
+        if slo is None:
+            over.add(key)
+        elif obs.latency_s is None or math.isnan(obs.latency_s):
+            if obs.partial_reasons or obs.stale_reasons:
+                over.add(key)
+        elif obs.latency_s > slo:
             over.add(key)
     return frozenset(over)
 

@@ -164,7 +164,6 @@ def _tick_over_slo(monkeypatch: pytest.MonkeyPatch, policy: ServicePolicy, obs: 
     return over
 
 
-@pytest.mark.xfail(strict=False, reason="review 45 finding 3: not fixed yet")
 @pytest.mark.parametrize(
     ("case", "latency_s", "partial", "stale", "over"),
     [
@@ -204,7 +203,6 @@ def test_a_latency_not_read_is_not_one_that_meets_the_slo(
     assert (RATE_CHAT.key in _tick_over_slo(monkeypatch, RATE_CHAT, obs)) is over, case
 
 
-@pytest.mark.xfail(strict=True, reason="review 45 finding 3: not fixed yet")
 def test_a_service_without_a_latency_slo_is_not_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without a latency SLO nothing can show a waited-out shortfall being served late (the escape the wait-out
     relies on), and "latency meets the SLO" in its detail is no claim the controller can make: acted on as before."""
