@@ -770,15 +770,15 @@ def _bound_notes(configured: Sequence[BurstPool], bounded: Sequence[BurstPool]) 
 
 def _cheaper_to_wait(
     gpus_short: int, duration_s: float, action_cost: float | None, preempting: bool, config: CapacityConfig
-) -> str | None:
-    """Why a forecast shortfall is waited out rather than acted on, or None. Leaving demand without GPUs has its
-    price in the same currency (``slo_risk_per_gpu_hour`` per GPU-hour): every GPU short, unserved for the whole
-    shortfall, is the most waiting can cost (the forecast's shortfall is its quantile's, a P99's: most of it demand
-    that does not come). When even that is below the cheaper action -- a 16-GPU gang stopped, or a node bought for
-    its billing period, for one replica short at the P99 for half an hour -- the action costs more than it can save.
-    The caller asks only for a shortfall the forecast vouches for (one without a usable forecast, or that the
-    forecast fits from now + lead on, is the metric's demand, already here) and only while the service meets its SLO
-    (a breach is demand served late now)."""
+) -> tuple[str, float] | None:
+    """Why a forecast shortfall is waited out rather than acted on, and the most waiting costs; or None. Leaving demand
+    without GPUs has its price in the same currency (``slo_risk_per_gpu_hour`` per GPU-hour): every GPU short, unserved
+    for the whole shortfall, is the most waiting can cost (the forecast's shortfall is its quantile's, a P99's: most of
+    it demand that does not come). When even that is below the cheaper action -- a 16-GPU gang stopped, or a node bought
+    for its billing period, for one replica short at the P99 for half an hour -- the action costs more than it can save.
+    The caller asks only for a shortfall the forecast vouches for (one without a usable forecast, or that the forecast
+    fits from now + lead on, is the metric's demand, already here) and only while the service meets its SLO (a breach is
+    demand served late now)."""
     if action_cost is None:
         return None
     unserved = gpus_short * duration_s / 3600.0 * config.slo_risk_per_gpu_hour
@@ -789,12 +789,14 @@ def _cheaper_to_wait(
         f"{gpus_short} GPU(s) of demand unserved for ~{duration_s:.0f}s cost at most {unserved:.2f} "
         f"(sloRiskPerGpuHour {config.slo_risk_per_gpu_hour:g}), less than {action} ({action_cost:.2f}), and latency "
         "meets the SLO: waited out"
-    )
+    ), unserved
 
 
-def _wait(service: str, detail: str) -> CapacityOption:
-    """The option chosen when a shortfall is neither preempted for nor burst for this tick."""
-    return CapacityOption(service, "wait", 0.0, True, detail)
+def _wait(service: str, detail: str, cost: float = 0.0) -> CapacityOption:
+    """The option chosen when a shortfall is neither preempted for nor burst for this tick. ``cost``: what waiting
+    was priced at when that was the choice (a wait-out, beside the actions' costs in ``autoscaler plan``); 0 when it
+    is forced (confirming, behind another service, over before a replica is ready)."""
+    return CapacityOption(service, "wait", cost, True, detail)
 
 
 def _budgets_left(candidates: Sequence[GangCandidate], spent: Mapping[str, int]) -> list[GangCandidate]:
@@ -1140,15 +1142,15 @@ def _arbitrate(
         # Only a shortfall the forecast vouches for: one it does not (it fits from now + lead on) is the metric's
         # demand, already here, and its "duration" is the lead alone -- costed afresh each tick over that same lead,
         # it would look cheaper to wait for as long as the metric asks.
-        cheap = False
+        cheap: float | None = None  # the most waiting costs, when the wait is that choice
         if wait_why is None and vouched and (pick_preempt or pick_burst) and key not in arb.over_slo:
             cheaper = _cheaper_to_wait(
                 short * g, duration, preempt_cost if pick_preempt else burst_cost, pick_preempt, config
             )
             if cheaper is not None and key in acting:
-                acting_notes.append(f"{key}: not waited out ({cheaper.removesuffix(': waited out')}): {acting[key]}")
-            else:
-                wait_why, cheap = cheaper, cheaper is not None
+                acting_notes.append(f"{key}: not waited out ({cheaper[0].removesuffix(': waited out')}): {acting[key]}")
+            elif cheaper is not None:
+                wait_why, cheap = cheaper
         if choice is not None and choice.met and choice.victims:
             names = ", ".join(v.gang for v in choice.victims)
             text = (
@@ -1210,11 +1212,13 @@ def _arbitrate(
             then = "preempt" if pick_preempt else "burst" if pick_burst else None
             pick_preempt = pick_burst = False
             waiting_for.add(key)
-            blockers.append(
-                _Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g, waited_out=cheap and not takers)
-            )
+            chose = cheap is not None and not takers  # waited out by choice, not behind another service
+            blockers.append(_Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g, False, chose))
             then_text = f" (then: {then})" if then else ""
-            options.append(_wait(key, f"{shortage}; neither preempt nor burst this tick: {wait_why}{then_text}"))
+            priced = cheap if cheap is not None and chose else 0.0
+            options.append(
+                _wait(key, f"{shortage}; neither preempt nor burst this tick: {wait_why}{then_text}", priced)
+            )
         options.append(CapacityOption(key, "preempt", preempt_cost, pick_preempt, text))
         options.append(CapacityOption(key, "burst", burst_cost, pick_burst, btext))
         if pick_preempt and choice is not None:

@@ -350,3 +350,21 @@ def test_a_nan_or_missing_latency_never_trips_the_request_rate_guard() -> None:
         obs = ServiceObservation("ml/chat", 6, 6, metric_total=15.0, latency_s=latency)
         decision, _ = decide_service(RATE, obs, ServiceState(), 0.0)
         assert decision.desired_replicas == 6 and decision.reason is not Reason.SLO_BREACH
+
+
+# ---- Finding 6: the plan showed a priced wait-out at cost 0 ------------------------------------------------------
+
+
+def test_a_waited_out_shortfall_shows_what_waiting_was_priced_at() -> None:
+    """``autoscaler plan`` lists each option with its cost: the wait-out chosen at 0.00 beside a preemption at 16.27
+    read as free, when it was chosen for costing at most 10.00 (1 GPU x 1 h x 10). A forced wait (behind another
+    service, confirming) stays at 0: it was not priced."""
+    arb = ArbitrationInput(
+        NOW, full_cluster(), {RATE_CHAT.key: RATE_CHAT}, [chat_decision(8, 9)], {RATE_CHAT.key: (flat(9.0), 0.99, 90.0)}
+    )
+    _, report, _ = arbitrate(arb, CapacityState(), RISK_10)
+    wait = chosen(report, RATE_CHAT.key)
+    assert wait.kind == "wait" and wait.cost == pytest.approx(10.0)
+    # search, blocked behind chat's wait-out in a pass that is then revoked, and chat acted on: no priced wait left
+    _, report, _ = _two_services_arbitrate(frozenset({SEARCH.key}))
+    assert all(o.cost == 0.0 for o in report.options if o.kind == "wait")
