@@ -37,10 +37,6 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.reasons import Reason
 
-#: Metrics that count the demand itself rather than how busy the replicas are: the SLO guard adds one ready replica
-#: on a breach instead of growing with the latency's overshoot (``_slo_guard``).
-DEMAND_METRICS = frozenset({MetricKind.REQUEST_RATE})
-
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFloor:
@@ -128,13 +124,12 @@ def _slo_guard(policy: ServicePolicy, obs: ServiceObservation, current: int) -> 
     Growth is computed from the *ready* replicas, as Knative's panic mode does: pods already starting are capacity
     on its way, so a breach that lasts through a cold start does not double the Deployment on every tick.
 
-    Only a metric that saturates grows in proportion to the latency's overshoot. A GPU busy on one request reads
-    100 % however many wait, so the metric cannot see the missing capacity and the overshoot is the only measure of
-    it. A request rate counts the demand itself: the metric's own recommendation already asks for what the demand
-    needs, and a breach means those replicas are not all ready yet (or the target is above what a replica serves).
-    There the guard asks for one more ready replica: the overshoot, doubling the ready replicas whenever latency
-    was twice the SLO, bought at most 0.06 points of requests within SLO on 26 of the trace matrix's 30 rows for
-    up to 12 % more GPU-hours (benchmarks/README.md, stop 45).
+    Every metric grows in proportion to the overshoot, a request rate too: the default request counter
+    (``vllm:request_success_total``) counts *finished* requests, which saturate at what the ready replicas serve as a
+    busy GPU's utilisation does, so in an overload the metric reads on target and the overshoot is the only measure
+    of what waits. One more ready replica per breach on a request rate (stop 45, measured and reverted) passed 7 of
+    the trace matrix's 30 rows instead of 4, but only because the simulator reports the arrival rate: against a
+    finished-request rate it adds one replica per cold start to a service twice over capacity.
     """
     if not policy.slo_guard or policy.latency_slo_s is None or obs.latency_s is None:
         return None
@@ -142,12 +137,6 @@ def _slo_guard(policy: ServicePolicy, obs: ServiceObservation, current: int) -> 
     if math.isnan(latency) or latency <= policy.latency_slo_s:
         return None
     ready = obs.ready_replicas
-    if policy.metric in DEMAND_METRICS:
-        replicas = max(current, ready + 1)
-        return replicas, (
-            f"latency {latency:.3g}s > SLO {policy.latency_slo_s:g}s with {ready} ready (one more ready replica: "
-            f"the {policy.metric.value} counts the demand)"
-        )
     # In proportion to the overshoot, bounded: queueing latency explodes near saturation, so the ratio overstates
     # the missing capacity.
     factor = min(policy.slo_guard_max_factor, latency / policy.latency_slo_s)

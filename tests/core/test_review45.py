@@ -211,7 +211,7 @@ def test_a_service_without_a_latency_slo_is_not_waited_out(monkeypatch: pytest.M
     assert no_slo.key in _tick_over_slo(monkeypatch, no_slo, obs)
 
 
-# ---- Finding 4 (open): the request rate read is the finished requests', which saturates ---------------------------
+# ---- Finding 4 (decided): the request rate read is the finished requests', which saturates -------------------------
 
 
 RATE = ServicePolicy(
@@ -220,17 +220,13 @@ RATE = ServicePolicy(
 )  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 45 (open, decision needed): the default request_count_metric is vllm:request_success_total -- "
-    "finished requests, which saturate at what the ready replicas serve; the simulator reports the arrival rate "
-    "(sim/engine.py _observe), so the trace matrix that justified one-more-replica never saw a saturated rate",
-)
+# Decided at stop 45: the one-more-replica guard on a request rate is reverted (core.decide._slo_guard): every metric
+# grows in proportion to the overshoot again.
 def test_a_saturated_request_rate_breach_grows_in_proportion() -> None:
     """6 replicas each finishing their 2.5 requests/s (the target, what a replica serves) while 30/s arrive: the
     finished-request rate reads 15, exactly on target, and cannot see the other 15; latency is at twice the SLO and
-    climbing. The guard is the only measure of the missing capacity, as for a busy GPU, yet it adds one replica per
-    cold start (7 now, 8 once that one is ready...) where the proportional growth asked for 12."""
+    climbing. The guard is the only measure of the missing capacity, as for a busy GPU: the proportional growth asks
+    for 12 (the one-more-replica version added one replica per cold start: 7 now, 8 once that one was ready)."""
     obs = ServiceObservation("ml/chat", 6, 6, metric_total=15.0, latency_s=8.0)
     decision, _ = decide_service(RATE, obs, ServiceState(), 0.0)
     assert decision.desired_replicas == 12, decision.detail
@@ -332,10 +328,10 @@ def test_the_waited_out_service_keeps_its_shortfall_stretch() -> None:
 @pytest.mark.parametrize(
     ("spec", "ready", "max_replicas", "desired"),
     [
-        (3, 0, 40, 3),  # nothing ready yet: the 3 starting are the answer (max(current, 0 + 1))
-        (1, 0, 40, 1),
-        (40, 40, 40, 40),  # at maxReplicas: one more is not asked beyond it
-        (8, 9, 40, 10),  # a surge pod ready above spec (rolling update): one more than the ready
+        (3, 0, 40, 3),  # nothing ready yet: the 3 starting are the answer (max(current, ceil(max(0, 1) x 2)))
+        (1, 0, 40, 2),
+        (40, 40, 40, 40),  # at maxReplicas: nothing asked beyond it
+        (8, 9, 40, 16),  # a surge pod ready above spec (rolling update): the 9 ready doubled, within the rate limit
     ],
 )
 def test_the_request_rate_guard_at_its_edges(spec: int, ready: int, max_replicas: int, desired: int) -> None:
