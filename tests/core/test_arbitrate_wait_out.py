@@ -24,6 +24,7 @@ from autoscaler.core.model import (
     Observation,
     ScaleNodePool,
     ServiceObservation,
+    ServicePolicy,
     SuspendWorkload,
 )
 from autoscaler.core.tick import TickConfig, TickInput, decide_tick
@@ -156,6 +157,12 @@ def test_the_tick_hands_the_arbitration_the_services_over_their_slo(
     monkeypatch: pytest.MonkeyPatch, latency_s: float | None, over: bool
 ) -> None:
     """``decide_tick`` reads the latency as the SLO guard does: a fresh sample above the SLO (not at it, not NaN)."""
+    obs = ServiceObservation(RATE_CHAT.key, 8, 8, metric_total=8.0, latency_s=latency_s, request_rate=8.0)
+    assert over_slo_handed(monkeypatch, RATE_CHAT, obs) == (frozenset({RATE_CHAT.key}) if over else frozenset())
+
+
+def over_slo_handed(monkeypatch: pytest.MonkeyPatch, policy: ServicePolicy, obs: ServiceObservation) -> frozenset[str]:
+    """What one ``decide_tick`` of ``policy`` on ``obs`` hands the arbitration as ``over_slo``."""
     from autoscaler.core import tick as tick_module
 
     seen: list[frozenset[str]] = []
@@ -166,7 +173,7 @@ def test_the_tick_hands_the_arbitration_the_services_over_their_slo(
         return real(arb, state, config)
 
     monkeypatch.setattr(tick_module, "arbitrate", spy)
-    obs = ServiceObservation(RATE_CHAT.key, 8, 8, metric_total=8.0, latency_s=latency_s, request_rate=8.0)
-    tick = TickInput(NOW, Observation(NOW, {RATE_CHAT.key: obs}), full_cluster(), {RATE_CHAT.key: RATE_CHAT})
+    tick = TickInput(NOW, Observation(NOW, {policy.key: obs}), full_cluster(), {policy.key: policy})
     decide_tick(tick, ControllerState(), TickConfig(capacity=CapacityConfig()))
-    assert seen == [frozenset({RATE_CHAT.key}) if over else frozenset()]
+    [over] = seen
+    return over

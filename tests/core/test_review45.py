@@ -18,9 +18,7 @@ from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, NodeInfo, P
 from autoscaler.core.decide import decide_service
 from autoscaler.core.model import (
     CapacityState,
-    ControllerState,
     MetricKind,
-    Observation,
     ScaleDecision,
     ScaleNodePool,
     ServiceObservation,
@@ -28,9 +26,8 @@ from autoscaler.core.model import (
     ServiceState,
 )
 from autoscaler.core.reasons import Reason
-from autoscaler.core.tick import TickConfig, TickInput, decide_tick
 from tests.core.test_arbitrate import NOW, POOL, full_cluster, gang_pods, job, node, replica
-from tests.core.test_arbitrate_wait_out import RATE_CHAT, RISK_10, acted, flat
+from tests.core.test_arbitrate_wait_out import RATE_CHAT, RISK_10, acted, flat, over_slo_handed
 
 SEARCH = replace(RATE_CHAT, name="search", priority=500)
 BURST_ONLY = CapacityConfig(pools=(POOL,), preempt=False)
@@ -148,20 +145,7 @@ def test_a_lower_service_itself_confirming_does_not_revoke_the_wait_out() -> Non
 
 
 def _tick_over_slo(monkeypatch: pytest.MonkeyPatch, policy: ServicePolicy, obs: ServiceObservation) -> frozenset[str]:
-    from autoscaler.core import tick as tick_module
-
-    seen: list[frozenset[str]] = []
-    real = tick_module.arbitrate
-
-    def spy(arb, state, config):  # type: ignore[no-untyped-def]
-        seen.append(frozenset(arb.over_slo))
-        return real(arb, state, config)
-
-    monkeypatch.setattr(tick_module, "arbitrate", spy)
-    tick = TickInput(NOW, Observation(NOW, {policy.key: obs}), full_cluster(), {policy.key: policy})
-    decide_tick(tick, ControllerState(), TickConfig(capacity=CapacityConfig()))
-    [over] = seen
-    return over
+    return over_slo_handed(monkeypatch, policy, obs)
 
 
 @pytest.mark.parametrize(
