@@ -516,7 +516,10 @@ def _observe(
     elif metric is MetricKind.ENGINE_ACTIVE:
         pods = PodMetrics(sampled, seen_util / 100.0 * sampled, ready - sampled, starting)
     elif metric is MetricKind.REQUEST_RATE:
-        total = seen_rate
+        # The controller's default counter counts finished requests: in an overload it reads what the replicas
+        # ready then serve, not the demand (the arrivals read it all, and flattered every policy scaling on it in
+        # the bursts: azure-llm-code at 300 s 89.04 % within SLO on arrivals, 73.05 % on finished requests)
+        total = min(seen_rate, sampled * service.throughput) if service.rate_counts_finished else seen_rate
     else:  # queue depth: mean requests waiting, Little's law on the M/M/c waiting time, at most a step's arrivals
         # (at or over capacity, or with no ready replica, the queue has no steady state: it grows; an infinite depth
         # is an invalid sample to the controller, which then held exactly when it had to scale up)

@@ -57,6 +57,9 @@ class SimService:
     slo_s: float
     quantile: float  # the latency quantile the SLO applies to
     forecast_quantile: float = 0.9  # demand quantile the predictive policy provisions for
+    # What its request-rate metric counts (``simulation.requestRateCounts``): finished requests, at most what the
+    # ready replicas serve, as the controller's default counter does (True); or the arrivals (False)
+    rate_counts_finished: bool = True
 
     def need(self, rate: float) -> int:
         """Fewest replicas meeting the SLO at ``rate``, within the policy's bounds (none for no demand when

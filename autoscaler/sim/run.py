@@ -210,6 +210,7 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
                 slo_s=latency.slo_seconds,
                 quantile=latency.quantile,
                 forecast_quantile=entry.spec.forecast.quantile,
+                rate_counts_finished=entry.simulation.request_rate_counts == "finished",
             )
         )
         starts.append(resampled.start)

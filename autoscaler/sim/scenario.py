@@ -182,6 +182,13 @@ class ServiceSimulation(_Strict):
     base_latency_seconds: float = Field(
         alias="baseLatencySeconds", gt=0, le=3600, description="latency of a request that does not queue, seconds"
     )
+    request_rate_counts: Literal["finished", "arrivals"] = Field(
+        "finished",
+        alias="requestRateCounts",
+        description="what a request_rate metric reads: 'finished' requests per second, at most what the ready "
+        "replicas serve (the controller's default counter, vllm:request_success_total), or 'arrivals' (a gateway's "
+        "count of requests received); the forecasts learn from the arrivals either way",
+    )
 
 
 NAMESPACE_MAX = 63
