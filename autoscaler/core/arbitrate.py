@@ -405,21 +405,19 @@ def _place_on_coming(
     room = dict(booting)
     for key, ready_node in returning.items():
         room[key] += free.get(ready_node, 0)
+    # the ready node's CPU and memory free now plus what its terminating pods give back, under the returning key
     coming_beside: dict[str, tuple[int, int]] | None = None
     if beside is not None and (needs[0] > 0 or needs[1] > 0):
-        coming_beside = {}
+        coming_beside = {key: beside[ready_node] for key, ready_node in returning.items() if ready_node in beside}
         for key, ready_node in returning.items():
-            known = beside.get(ready_node)
-            if known is not None:
-                back = (returning_beside or {}).get(ready_node, (0, 0))
-                coming_beside[key] = (known[0] + back[0], known[1] + back[1])
-    before_beside = dict(coming_beside or {})
+            add_beside(coming_beside, key, (returning_beside or {}).get(ready_node, (0, 0)))
     placed = _place_usable(room, barred, replicas, gpus, gpu_type, node_types, coming_beside, needs)
     if beside is not None and coming_beside is not None:
-        for key, (cpu, memory) in before_beside.items():
-            ready_node, left = returning[key], coming_beside[key]
-            known = beside[ready_node]
-            beside[ready_node] = (known[0] - (cpu - left[0]), known[1] - (memory - left[1]))
+        # what the placements left, less what is still on its way back, is what is free on the node now
+        for key, left in coming_beside.items():
+            ready_node = returning[key]
+            beside[ready_node] = left
+            add_beside(beside, ready_node, (returning_beside or {}).get(ready_node, (0, 0)), -1)
     for key, before in booting.items():
         node = returning.get(key)
         if node is None:
