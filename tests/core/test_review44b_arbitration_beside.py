@@ -12,6 +12,7 @@ from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, PodInfo
 from autoscaler.core.model import CapacityState, ScaleDecision, ScaleNodePool, ServicePolicy
 from autoscaler.core.reasons import Reason
+from tests.core.test_arbitrate import gang_pods
 from tests.core.test_cpu_memory_beside_gpus import CHAT, GI, NOW, chat_replica, node
 
 
@@ -73,23 +74,7 @@ def _busy_burst_with_pending(n2_cpu: int, n3_cpu: int) -> tuple[ArbitrationInput
                        created_at=NOW - 3600, cpu_milli=1000)  # fmt: skip
 
     pods = [replica(i, "n1") for i in range(8)] + [replica(10 + i, "b0") for i in range(5)]
-    pods.append(
-        PodInfo(
-            "ml",
-            "g-0",
-            "n3",
-            8,
-            100,
-            "Running",
-            True,
-            "Job",
-            "g",
-            gang="job/ml/g",
-            created_at=NOW - 7200,
-            last_checkpoint_at=NOW - 225,
-            cpu_milli=1000,
-        )
-    )
+    pods += [dataclasses.replace(p, cpu_milli=1000) for p in gang_pods("g", ["n3"], checkpoint_age=225)]
     nodes = (
         node("n1", (0, GI)),
         node("n2", (n2_cpu, 500 * GI)),
@@ -148,23 +133,7 @@ def _returning(n2_cpu: int) -> ClusterSnapshot:
             terminating=True,
         )
     )
-    pods.append(
-        PodInfo(
-            "ml",
-            "old-0",
-            "n3",
-            8,
-            100,
-            "Running",
-            True,
-            "Job",
-            "old",
-            gang="job/ml/old",
-            created_at=NOW - 7200,
-            last_checkpoint_at=NOW - 600,
-            cpu_milli=1000,
-        )
-    )
+    pods += [dataclasses.replace(p, cpu_milli=1000) for p in gang_pods("old", ["n3"], checkpoint_age=600)]
     nodes = (node("n1", (0, 0)), node("n2", (n2_cpu, 500 * GI)), node("n3", (100_000, 500 * GI)))
     from autoscaler.core.cluster import WorkloadInfo
 

@@ -77,12 +77,11 @@ def _two_services() -> ClusterSnapshot:
     return ClusterSnapshot(NOW, pods=tuple(pods), nodes=nodes, workloads=(job("old-ckpt"), job("new-ckpt")))
 
 
-def _two_services_arbitrate(over: frozenset[str], state: CapacityState | None = None, now: float = NOW):  # type: ignore[no-untyped-def]
-    decisions = [
-        chat_decision(8, 9),  # one replica short at its P99: cheaper to wait (RISK_10)
-        ScaleDecision(SEARCH.key, 8, 10, Reason.SLO_BREACH, ""),  # the metric's demand, no forecast
-    ]
-    arb = ArbitrationInput(
+def _two_services_input(
+    decisions: list[ScaleDecision], over: frozenset[str] = frozenset(), now: float = NOW
+) -> ArbitrationInput:
+    """``_two_services`` at ``now``, chat with a usable flat forecast of 9 replicas' demand, search with none."""
+    return ArbitrationInput(
         now,
         replace(_two_services(), time=now),
         {RATE_CHAT.key: RATE_CHAT, SEARCH.key: SEARCH},
@@ -90,7 +89,14 @@ def _two_services_arbitrate(over: frozenset[str], state: CapacityState | None = 
         {RATE_CHAT.key: (flat(9.0, now), 0.99, 90.0)},
         over_slo=over,
     )
-    return arbitrate(arb, state or CapacityState(), RISK_10)
+
+
+def _two_services_arbitrate(over: frozenset[str], state: CapacityState | None = None, now: float = NOW):  # type: ignore[no-untyped-def]
+    decisions = [
+        chat_decision(8, 9),  # one replica short at its P99: cheaper to wait (RISK_10)
+        ScaleDecision(SEARCH.key, 8, 10, Reason.SLO_BREACH, ""),  # the metric's demand, no forecast
+    ]
+    return arbitrate(_two_services_input(decisions, over, now), state or CapacityState(), RISK_10)
 
 
 def test_a_waited_out_service_does_not_starve_a_lower_one_it_would_take_the_gpus_from() -> None:
@@ -111,13 +117,7 @@ def test_a_waited_out_service_with_nothing_below_it_acting_stays_waited_out() ->
     """The revocation above is only for a later action the waited-out replicas would take: search within its SLO
     and without a shortfall leaves chat's wait-out as it was."""
     decisions = [chat_decision(8, 9), ScaleDecision(SEARCH.key, 8, 8, Reason.WITHIN_TOLERANCE, "")]
-    arb = ArbitrationInput(
-        NOW,
-        _two_services(),
-        {RATE_CHAT.key: RATE_CHAT, SEARCH.key: SEARCH},
-        decisions,
-        {RATE_CHAT.key: (flat(9.0), 0.99, 90.0)},
-    )
+    arb = _two_services_input(decisions)
     actions, report, _ = arbitrate(arb, CapacityState(), RISK_10)
     assert actions == []
     assert "waited out" in chosen(report, RATE_CHAT.key).detail
@@ -128,13 +128,7 @@ def test_a_lower_service_itself_confirming_does_not_revoke_the_wait_out() -> Non
     """search's own shortfall not yet confirmed (no forecast, first seen now): it would not act this tick, so chat's
     wait-out stands (search waits behind it, as it would for its confirmation)."""
     decisions = [chat_decision(8, 9), ScaleDecision(SEARCH.key, 8, 10, Reason.METRIC_ABOVE_TARGET, "")]
-    arb = ArbitrationInput(
-        NOW,
-        _two_services(),
-        {RATE_CHAT.key: RATE_CHAT, SEARCH.key: SEARCH},
-        decisions,
-        {RATE_CHAT.key: (flat(9.0), 0.99, 90.0)},
-    )
+    arb = _two_services_input(decisions)
     actions, report, _ = arbitrate(arb, CapacityState(), replace(RISK_10, shortfall_confirm_s=30.0))
     assert actions == []
     assert "waited out" in chosen(report, RATE_CHAT.key).detail
@@ -288,14 +282,7 @@ def test_over_slo_is_per_service() -> None:
     """search over its SLO does not lift chat's wait-out when nothing of search's would go to chat's pods: here
     search has no shortfall, so chat stays waited out although another service breaches."""
     decisions = [chat_decision(8, 9), ScaleDecision(SEARCH.key, 8, 8, Reason.WITHIN_TOLERANCE, "")]
-    arb = ArbitrationInput(
-        NOW,
-        _two_services(),
-        {RATE_CHAT.key: RATE_CHAT, SEARCH.key: SEARCH},
-        decisions,
-        {RATE_CHAT.key: (flat(9.0), 0.99, 90.0)},
-        over_slo=frozenset({SEARCH.key}),
-    )
+    arb = _two_services_input(decisions, frozenset({SEARCH.key}))
     actions, report, _ = arbitrate(arb, CapacityState(), RISK_10)
     assert actions == [] and "waited out" in chosen(report, RATE_CHAT.key).detail
 
