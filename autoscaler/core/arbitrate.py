@@ -29,7 +29,8 @@ wants -- a lead time ahead when its forecast is usable (the forecast floor), rea
    its pods what they would free or buy first; one whose replicas wait for a burst node's boot makes a later one's
    preemption wait the same way (its victims' GPUs are free before the node is up). A waiting service's options are
    still costed (``then: ...``).
-3. **Give back**, when no service is short: a burst pool whose spare GPUs have covered the coming demand for
+3. **Give back**, when no service is short (while shortfalls are only waited out: every pool but those their
+   replicas could run on, whose timers stand): a burst pool whose spare GPUs have covered the coming demand for
    ``burst_idle_cooldown_s`` loses one node; once no burst node is left above its minimum and there has been no
    shortfall for ``resume_after_s``, the workloads this controller suspended are resumed where their GPUs are free.
    Both leave room for the replicas inference will want (the forecast's peak over a boot, resp. the gang's minimum
@@ -1381,19 +1382,37 @@ def _arbitrate(
         for d in arb.decisions
         if d.key in arb.policies and d.current_replicas > 0 and d.reason in _UNSURE_HOLDS and not d.recommend_only
     )
+    # Only shortfalls waited out as cheaper than acting (a choice, not a constraint; it can last hours, as long as the
+    # forecast's quantile stays above capacity): a burst pool their replicas could run on keeps its timer where it
+    # stands (as while a shortfall is confirmed: its room is what a grown shortfall would be placed on); a pool none
+    # of them can use (another GPU type, too few GPUs a node, barred) is given back as on a tick without a shortfall,
+    # and suspended training resumed on what is free -- the waiting replicas were placed first, so what is left is
+    # room they cannot use. The cluster's short/free stretches stand: neither is decided.
+    waited_out_only = (
+        bool(waiting_for)
+        and waiting_for <= {b.service for b in blockers if b.waited_out}
+        and not stale_holds
+        and not unsure
+    )
     if any(s.service not in waiting_for for s in shortfalls):
         short_since = short_since if short_since is not None else now
         free_since = None
         unneeded, resumable = {}, {}
-    elif stale_holds or waiting_for or unsure:
+    elif (stale_holds or waiting_for or unsure) and not waited_out_only:
         if unsure and not stale_holds:
             notes.append(f"nothing given back this tick: {', '.join(unsure)} hold(s) on incomplete metrics")
         # neither known to be short nor free (a hold, a shortfall not confirmed yet): nothing given back, the
         # timers stand until a tick decides
         pass
     else:
-        short_since = None
-        free_since = free_since if free_since is not None else now
+        held = None
+        if waited_out_only:
+            waiters = [b for b in blockers if b.service in waiting_for]
+            pools_held = {p.name for p in pools if any(_takes_bought(b, p, snapshot) for b in waiters)}
+            held = (pools_held, ", ".join(sorted(waiting_for)))
+        else:
+            short_since = None
+            free_since = free_since if free_since is not None else now
         lower = [c for c in candidates if c.gang not in taken]
         actions.extend(
             _give_back(
@@ -1413,6 +1432,7 @@ def _arbitrate(
                 placed={n for n, left in free.items() if left < free_read.get(n, left)},
                 gathered=gathered,
                 beside=beside,
+                held=held,
             )
         )
     report = CapacityReport(
@@ -1659,6 +1679,7 @@ def _give_back(
     placed: Set[str] = frozenset(),
     gathered: list[str] | None = None,
     beside: Mapping[str, tuple[int, int]] | None = None,
+    held: tuple[Set[str], str] | None = None,
 ) -> list[Action]:
     """Burst nodes first, then the training this controller suspended. ``runs_at``: the snapshot's
     ``pod_priorities``, computed once per tick by the caller. ``resized``: pools already resized this tick (a node
@@ -1666,7 +1687,9 @@ def _give_back(
     tick (one resize per pool and tick). ``retry_wait``:
     pools whose last give-back failed within ``give_back_retry_s``: their spare timers are kept as usual (set, reset
     when a node is busy again), only the give-back itself waits. ``placed``: nodes this tick's Pending replicas were
-    counted onto (their room is theirs: given back, the replicas would have none, and the next tick buy it again)."""
+    counted onto (their room is theirs: given back, the replicas would have none, and the next tick buy it again).
+    ``held``: while shortfalls are waited out, the pools their replicas could run on and the services waiting: those
+    pools' timers stand where they are (none of their nodes given back)."""
     now = arb.now
     actions: list[Action] = []
     # the CPU and memory beside the free GPUs, taken as ``free`` is by the pods of a node given back
@@ -1700,6 +1723,9 @@ def _give_back(
             continue
         burst_left = True
         if pool.name in resized:
+            continue
+        if held is not None and pool.name in held[0]:
+            notes.append(f"{pool.name}: its nodes could host {held[1]}, whose shortfall is waited out: not given back")
             continue
         # Spare: the pool's emptiest node's pods fit on the other free GPUs and the replicas coming over a boot
         # (the forecast's, those a rate limit holds back) still fit without that node, each whole on one node.
@@ -1857,8 +1883,10 @@ def _give_back(
         }
         after = _fits(usable, workload.pod_gpus)
         if after is None or not _reserve_fits({**free, **after}, reserved, node_types):
-            if after is None and gathered is not None and _enough_once_gathered(
-                usable, free, workload, reserved, node_types
+            if (
+                after is None
+                and gathered is not None
+                and _enough_once_gathered(usable, free, workload, reserved, node_types)
             ):
                 gathered.append(key)
             resumable.pop(key, None)

@@ -141,8 +141,8 @@ def test_a_waited_out_shortfall_is_acted_on_once_it_grows() -> None:
 
 
 def test_nothing_is_given_back_while_a_shortfall_is_waited_out() -> None:
-    """A waited-out shortfall is still a shortfall: the give-back's timers stand (no burst node given back, nothing
-    resumed) as while one is confirmed."""
+    """A waited-out shortfall is still a shortfall: the cluster's short/free stretches stand as while one is
+    confirmed (what may be given back meanwhile -- pools the waiting replicas cannot use -- is review 45's tests)."""
     actions, report, state = arbitrate_once(9, RISK_10, demand=9.0)
     assert actions == []
     assert state.free_since is None

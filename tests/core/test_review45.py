@@ -210,42 +210,90 @@ def test_a_saturated_request_rate_breach_grows_in_proportion() -> None:
     assert decision.desired_replicas == 12, decision.detail
 
 
-# ---- Finding 5 (open): a long wait-out holds every give-back ------------------------------------------------------
+# ---- Finding 5 (decided at stop 46): a long wait-out held every give-back ------------------------------------------
 
 
 H100 = BurstPool("h100", 8, "H100", boot_s=300.0, price_per_gpu_hour=6.0, nodes=1, min_nodes=0, max_nodes=2)
+A100_POOL = BurstPool("a100", 8, "A100", boot_s=300.0, price_per_gpu_hour=4.0, nodes=1, min_nodes=0, max_nodes=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 45 (open, decision needed): a waited-out shortfall counts as 'waiting' in the give-back gate, "
-    "so an idle burst node its pods cannot even use is never given back while the P99 stays above capacity "
-    "(test_arbitrate_wait_out pins the timers standing on purpose)",
-)
-def test_an_idle_burst_node_the_waiting_service_cannot_use_is_given_back() -> None:
-    """chat selects A100 and is one replica short at its P99, cheaper to wait out, tick after tick. An H100 burst
-    node left idle from earlier is no room for chat (another GPU type) and billed 48/h: the give-back would return
-    it after its cooldown, but a wait-out holds every give-back's timer where it stands, and the wait-out lasts as
-    long as the forecast stays above capacity (hours). Before the wait-out the shortfall was acted on and over."""
+def _waited_out_beside(  # type: ignore[no-untyped-def]
+    pool: BurstPool, chat_gpus: int, burst_pods: tuple[PodInfo, ...] = (), free_on_n4: int = 0, minutes: int = 15
+):
+    """chat (A100, ``chat_gpus`` a replica) one replica short at its P99 for ``minutes``, waited out every tick,
+    beside a node ``b0`` of ``pool`` running ``burst_pods``, and an on-prem A100 node with ``free_on_n4`` GPUs free:
+    the minutes a node of the pool is given back, and the last tick's notes."""
     base = full_cluster()
+    big = replace(RATE_CHAT, gpus_per_replica=chat_gpus)
+    chat = [replace(replica(i, "n1"), gpus=chat_gpus) for i in range(8 // chat_gpus)]
+    filler = PodInfo("ml", "filler", "n4", 8 - free_on_n4, 100, "Running", True, "Deployment", "filler")
     snapshot = replace(
         base,
-        nodes=(*base.nodes, NodeInfo("h0", 8, "H100", "h100", True)),
-        deployments=(DeploymentInfo("inference", "chat", 9, 8, gpu_product="A100"),),
+        pods=(*chat, *(p for p in base.pods if p.owner_kind != "Deployment"), filler, *burst_pods),
+        nodes=(
+            *base.nodes,
+            NodeInfo("n4", 8, "A100", "onprem", True),
+            NodeInfo("b0", 8, pool.gpu_type, pool.name, True),
+        ),
+        deployments=(
+            DeploymentInfo("inference", "chat", len(chat) + 1, len(chat), gpu_product="A100", gpus_per_pod=chat_gpus),
+        ),
     )
-    config = replace(RISK_10, pools=(H100,), burst_idle_cooldown_s=600.0)
+    # waiting costs 1 a GPU-hour: an hour of even 8 GPUs short is cheaper than stopping a gang (~16)
+    config = replace(RISK_10, slo_risk_per_gpu_hour=1.0, pools=(pool,), burst_idle_cooldown_s=600.0)
     state = CapacityState()
-    given_back = []
-    for minute in range(15):
+    given_back: list[int] = []
+    notes: list[str] = []
+    for minute in range(minutes):
         now = NOW + 60.0 * minute
-        forecasts = {RATE_CHAT.key: (flat(9.0, now), 0.99, 90.0)}
-        arb = ArbitrationInput(
-            now, replace(snapshot, time=now), {RATE_CHAT.key: RATE_CHAT}, [chat_decision(8, 9)], forecasts
-        )
+        forecasts = {big.key: (flat(len(chat) + 1.0, now), 0.99, 90.0)}
+        decision = ScaleDecision(big.key, len(chat), len(chat) + 1, Reason.FORECAST_FLOOR, "")
+        arb = ArbitrationInput(now, replace(snapshot, time=now), {big.key: big}, [decision], forecasts)
         actions, report, state = arbitrate(arb, state, config)
-        assert "waited out" in chosen(report, RATE_CHAT.key).detail
+        assert "waited out" in chosen(report, big.key).detail, report.options
+        assert state.free_since is None and state.short_since is None  # neither stretch decided
         given_back += [minute for a in actions if isinstance(a, ScaleNodePool) and a.nodes < a.previous_nodes]
-    assert given_back, "the idle H100 node is never given back"
+        notes = list(report.notes)
+    return given_back, notes
+
+
+def test_an_idle_burst_node_the_waiting_service_cannot_use_is_given_back() -> None:
+    """Fixed (was a strict xfail). chat selects A100 and is one replica short at its P99, cheaper to wait out, tick
+    after tick. An H100 burst node left idle from earlier is no room for chat (another GPU type) and billed 48/h:
+    a wait-out held every give-back's timer where it stood, for as long as the forecast stayed above capacity
+    (hours). Now only the pools the waiting replicas could run on are held: the H100 node goes after its 600 s."""
+    given_back, _ = _waited_out_beside(H100, chat_gpus=1)
+    assert given_back == [10]
+
+
+def test_a_burst_node_the_waiting_service_could_use_is_kept() -> None:
+    """The control: chat's replicas take 8 GPUs; an A100 burst node runs one 1-GPU pod that would fit in the 4 GPUs
+    free on n4 -- spare, and given back after 600 s on a tick without a shortfall. Emptied, it is the room a replica
+    of chat needs, so its timer stands while chat waits out its shortfall, with a note saying why."""
+    stray = PodInfo("inference", "embed-0", "b0", 1, 1000, "Running", True, "Deployment", "embed")
+    given_back, notes = _waited_out_beside(A100_POOL, chat_gpus=8, burst_pods=(stray,), free_on_n4=4)
+    assert given_back == []
+    assert any("could host inference/chat" in n and "waited out" in n for n in notes), notes
+
+
+def test_suspended_training_is_resumed_on_gpus_the_waiting_service_cannot_use() -> None:
+    """A gang this controller suspended an hour ago fits on an idle H100 node of the cluster's own (chat selects
+    A100): while chat waits out its shortfall the gang is resumed there, as on a tick without one -- the waiting
+    replicas were placed first, so what is left free is room they cannot use (a wait-out held it suspended)."""
+    base = full_cluster()
+    suspended = job("stopped", suspended=True, by_us=NOW - 3600.0)
+    snapshot = replace(
+        base,
+        nodes=(*base.nodes, NodeInfo("h4", 8, "H100", "onprem", True)),
+        deployments=(DeploymentInfo("inference", "chat", 9, 8, gpu_product="A100"),),
+        workloads=(*base.workloads, suspended),
+    )
+    forecasts = {RATE_CHAT.key: (flat(9.0), 0.99, 90.0)}
+    arb = ArbitrationInput(NOW, snapshot, {RATE_CHAT.key: RATE_CHAT}, [chat_decision(8, 9)], forecasts)
+    state = replace(CapacityState(), resumable_since={"Job/ml/stopped": NOW - 7200.0})
+    actions, report, _ = arbitrate(arb, state, RISK_10)
+    assert "waited out" in chosen(report, RATE_CHAT.key).detail
+    assert [(type(a).__name__, a.name) for a in actions] == [("ResumeWorkload", "stopped")], report.notes
 
 
 # ---- Checked and found right -------------------------------------------------------------------------------------
