@@ -475,6 +475,13 @@ class WaitingGpuWork:
     # until they do (Volcano, coscheduling): it cannot start.
     pods: tuple[int, ...] = ()
     min_pods: int = 0
+    # where its pods may be scheduled (a pending pod's own spec): its nodeSelector and its tolerations (None: not read,
+    # a suspended workload's -- anywhere its GPU type allows)
+    node_selector: Mapping[str, str] = field(default_factory=dict, compare=False)
+    tolerations: tuple[Toleration, ...] | None = None
+    # suspended by this controller: it waits for the arbitration's resume, which waits for room beyond the forecast's
+    # reserve -- room a hole may make even where it fits the free GPUs by count
+    resumed_by_us: bool = False
 
     @property
     def takes(self) -> int:
@@ -533,18 +540,72 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
     out: list[WaitingGpuWork] = []
     for p in pending:
         if p.gang is None:
-            out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product))
+            out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, (), 0, p.node_selector, p.tolerations))
             continue
         key = (p.namespace, p.gang)
         sizes = tuple(gangs[key])
         # more than ``sizes`` when fewer of its pods exist than its minAvailable: it cannot start (``needed_pods``)
         needed = max(1, min_available[key] - placed.get(key, 0)) if key in min_available else 0
-        out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, sizes, needed))
+        out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, sizes, needed, p.node_selector, p.tolerations))
     out += [
-        WaitingGpuWork(w.priority, max(w.pod_gpus), w.gpu_product, tuple(g for g in w.pod_gpus if g > 0))
+        WaitingGpuWork(
+            w.priority,
+            max(w.pod_gpus),
+            w.gpu_product,
+            tuple(g for g in w.pod_gpus if g > 0),
+            resumed_by_us=w.suspended_by_us_at is not None,
+        )
         for w in snapshot.workloads
         if w.suspended and (w.suspended_by_us_at is not None or w.queued) and w.pod_gpus and max(w.pod_gpus) > 0
     ]
+    return out
+
+
+def waiting_for_room(
+    waiting: Sequence[WaitingGpuWork], snapshot: ClusterSnapshot, not_room: Collection[str] = ()
+) -> list[WaitingGpuWork]:
+    """The waiting work that does not start on the GPUs free now: those of the ready nodes (not leaving) of its GPU
+    type that its pods may be scheduled on, outside the pools in ``not_room`` (burst pools, which take inference
+    only) -- a gang whole, or the pods of it it needs, each on one node (largest first, best fit). Work that starts
+    there already waits for something else (a Kueue workload queued for quota, a pod the scheduler has not bound yet,
+    CPU or memory): a GPU freed elsewhere is not what it waits for. Each is judged alone against the free GPUs.
+    Work this controller suspended is always kept: its resume waits for room beyond the forecast's reserve, which a
+    hole may be."""
+    free = free_gpus_per_node(snapshot)
+    nodes = [
+        n for n in snapshot.nodes if n.ready and not n.leaving and n.pool not in not_room and free.get(n.name, 0) > 0
+    ]
+    judged: dict[tuple[object, ...], bool] = {}
+    out = []
+    for work in waiting:
+        if work.resumed_by_us:
+            out.append(work)
+            continue
+        key = (
+            work.gpu_product,
+            work.gang,
+            work.needed_pods,
+            tuple(sorted(work.node_selector.items())),
+            work.tolerations,
+        )
+        starts = judged.get(key)
+        if starts is None:
+            left = {
+                n.name: free[n.name]
+                for n in nodes
+                if work.gpu_product in (None, n.gpu_product)  # an unlabelled node is no match for a selector
+                and (work.tolerations is None or _admits(n, work.node_selector, work.tolerations))
+            }
+            found = 0
+            for gpus in work.gang:
+                room = [name for name, count in left.items() if count >= gpus]
+                if room:
+                    best = min(room, key=lambda name: (left[name], name))
+                    left[best] -= gpus
+                    found += 1
+            starts = judged[key] = found >= work.needed_pods
+        if not starts:
+            out.append(work)
     return out
 
 
@@ -635,9 +696,7 @@ def replica_removal_order(pods: Sequence[PodInfo], free: Mapping[str, int] | Non
     return sorted(sorted(pods, key=lambda p: p.name, reverse=True), key=rank)
 
 
-def hole_for_waiting_work(
-    room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]
-) -> tuple[int, int] | None:
+def hole_for_waiting_work(room: NodeRoom, service: str, waiting: Sequence[WaitingGpuWork]) -> tuple[int, int] | None:
     """``hole_node_for_waiting_work`` without the node."""
     hole = hole_node_for_waiting_work(room, service, waiting)
     return None if hole is None else hole[:2]

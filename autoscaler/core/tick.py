@@ -34,6 +34,7 @@ from autoscaler.core.cluster import (
     node_room,
     preemptible_gpus,
     replica_gpus,
+    waiting_for_room,
     waiting_gpu_work,
 )
 from autoscaler.core.decide import ReplicaFloor, decide
@@ -149,7 +150,7 @@ class _SnapshotFacts:
     tick until something changes, and these walks over every pod were a tenth of a forecasting tick there: they are
     kept for the tuples they were computed from (immutable, held here, so their identity cannot be reused)."""
 
-    __slots__ = ("_pods", "_preemptible", "_room", "cold_starts", "free", "snapshot", "waiting")
+    __slots__ = ("_for_room", "_pods", "_preemptible", "_room", "cold_starts", "free", "snapshot", "waiting")
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
@@ -161,6 +162,7 @@ class _SnapshotFacts:
         self._preemptible: dict[int, int] = {}
         self._room: dict[frozenset[str], NodeRoom] = {}
         self._pods: dict[str, list[PodInfo]] | None = None
+        self._for_room: dict[frozenset[str], tuple[WaitingGpuWork, ...]] = {}
 
     def same_content(self, snapshot: ClusterSnapshot) -> bool:
         kept = self.snapshot
@@ -178,6 +180,14 @@ class _SnapshotFacts:
         found = self._room.get(choosing)
         if found is None:
             found = self._room[choosing] = node_room(self.snapshot, choosing)
+        return found
+
+    def waiting_for_room(self, not_room: frozenset[str]) -> tuple[WaitingGpuWork, ...]:
+        """The waiting work that does not start on the GPUs free now outside the pools ``not_room``
+        (``core.cluster.waiting_for_room``)."""
+        found = self._for_room.get(not_room)
+        if found is None:
+            found = self._for_room[not_room] = tuple(waiting_for_room(self.waiting, self.snapshot, not_room))
         return found
 
     def pods(self) -> Mapping[str, Sequence[PodInfo]]:
@@ -228,6 +238,8 @@ def read_forecasts(
     views: dict[str, ServiceForecastView] = {}
     waiting = facts.waiting if config.contended_hold_s > 0 else ()
     room = facts.room(facts.choosing(tick.policies, capacity)) if waiting else None
+    burst_pools = frozenset(p.name for p in capacity.pools) if capacity is not None else frozenset()
+    waiting_room = facts.waiting_for_room(burst_pools) if waiting else ()
     free_of: dict[str | None, int] = {}  # free GPUs on the ready nodes of a GPU type (None: of every type)
     deployments = {(d.namespace, d.name): d for d in tick.snapshot.deployments}
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
@@ -244,8 +256,9 @@ def read_forecasts(
         if pub is None:
             floor = None
             if config.cold_start_aware and fp.mode is ForecastMode.ACTIVE:
-                floor = ReplicaFloor(0, Reason.FORECAST_MISSING, "no forecast fitted yet", usable=False,
-                                     down_window_s=lead)
+                floor = ReplicaFloor(
+                    0, Reason.FORECAST_MISSING, "no forecast fitted yet", usable=False, down_window_s=lead
+                )
             message = "no forecast fitted yet"
             headroom = _earned(policy, pub, floor, tick.now, config, rules)
             views[key] = ServiceForecastView(
@@ -276,7 +289,9 @@ def read_forecasts(
                 demand, message, headroom,
             )  # fmt: skip
             continue
-        lower = [w for w in waiting if w.priority < policy.priority]
+        # (work that starts on the GPUs free now waits for something else -- quota, the scheduler's next pass -- not
+        # for a hole; burst pools take inference only)
+        lower = [w for w in waiting_room if w.priority < policy.priority]
         hole = hole_node_for_waiting_work(room, key, lower) if lower and room is not None else None
         settings = PredictiveSettings(
             rate_per_replica=rate,

@@ -3,7 +3,8 @@
 
 Defects (each an ``xfail(strict=True)`` test below, failing on the code as it was; fixed in the same stop, their tests
 say "Fixed", except the case of defect 1 whose small job is queued for quota and fits the free GPUs already: left as a
-strict xfail, see its reason):
+strict xfail until stop 46, when waiting work that starts on the GPUs free now stopped counting as waiting for a
+hole -- ``core.cluster.waiting_for_room``):
 
 1. The contended hold's comeback check (``read_forecasts``) takes ``smallest = min(w.gpus for w in lower)``: the
    smallest of *all* lower-priority waiting work, not of the work that needs the hole the scale-down would open. A
@@ -148,16 +149,7 @@ SMALL_H100 = PodInfo("ml", "h-small", None, 1, 100, "Pending", False, "Job", "h-
 @pytest.mark.parametrize(
     ("extra_pods", "workloads", "nodes"),
     [
-        pytest.param(
-            (), (SMALL_QUEUED,), A100, id="a 2-GPU workload queued for quota, fits already",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="left: work that fits the free GPUs by count alone may still be unable to use them (burst "
-                "nodes take inference only; NodeRoom knows no taints), so it is not filtered out: a filter on GPU "
-                "counts dropped the contended hold for training that burst nodes' free GPUs could not host (the "
-                "mixed scenario's predictive column: gangs stopped 19 -> 22)",
-            ),
-        ),
+        pytest.param((), (SMALL_QUEUED,), A100, id="a 2-GPU workload queued for quota, fits already"),
         pytest.param((H100_JOB, SMALL_H100), (), (*A100, H100_FULL), id="a 1-GPU pod waiting for an H100"),
     ],
 )
