@@ -136,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-days", type=float, help="with --matrix: run longer traces on their first N days only")
     parser.add_argument("--workers", type=int, default=2, help="with --matrix: processes (at most 2)")
     parser.add_argument("--markdown", action="store_true", help="with --matrix: print the table as Markdown")
+    parser.add_argument(
+        "--hpa-frontier", nargs="?", const=",".join(f"{t:g}" for t in traces_matrix.HPA_FRONTIER_TARGETS),
+        help="with --matrix: also run the HPA alone at these GPU utilisation targets, percent (default "
+        f"{','.join(f'{t:g}' for t in traces_matrix.HPA_FRONTIER_TARGETS)}), and compare the predictive policy's "
+        "GPU-hours with the cheapest target that reaches its SLO",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.matrix:
         return matrix_main(args)
@@ -197,15 +203,25 @@ def matrix_main(args: argparse.Namespace) -> int:
         names = args.traces.split(",") if args.traces else list(traces_matrix.TRACES)
         colds = [float(c) for c in args.cold_starts.split(",")] if args.cold_starts else list(traces_matrix.COLD_STARTS)
     began = time.perf_counter()
+    targets = [float(t) for t in args.hpa_frontier.split(",")] if args.hpa_frontier else []
     rows = traces_matrix.run_matrix(
-        names, colds, quick=args.quick, workers=max(1, min(args.workers, 2)), max_days=args.max_days
-    )
+        names, colds, quick=args.quick, workers=max(1, min(args.workers, 2)), max_days=args.max_days,
+        hpa_targets=targets,
+    )  # fmt: skip
     wall = time.perf_counter() - began
     print(traces_matrix.format_rows(rows, markdown=args.markdown))
     failing = [row for row in rows if row["verdict"]["failures"]]
     print(f"rows: {len(rows)}, passing every criterion: {len(rows) - len(failing)}; wall time {wall:.0f} s")
     for row in failing:
         print(f"FAIL {row['trace']} cold {row['cold_start']:g}: " + "; ".join(row["verdict"]["failures"]))
+    if targets:
+        beaten = [row for row in rows if row["verdict"].get("gpu_vs_hpa_at_slo") is False]
+        print(f"against the HPA tuned to its SLO (targets {args.hpa_frontier} and 70 %): predictive uses no more "
+              f"GPU-hours on {len(rows) - len(beaten)} of {len(rows)} rows")
+        for row in beaten:
+            matched, pred = row["verdict"]["hpa_at_slo"], row["policies"]["predictive"]
+            print(f"MORE {row['trace']} cold {row['cold_start']:g}: GPU-h {pred['gpu_hours']:.1f} > hpa at "
+                  f"{matched['target']:g} % {matched['gpu_hours']:.1f} ({matched['slo_attainment']:.2%} within SLO)")
     if args.json:
         args.json.write_text(json.dumps({"wall_seconds": wall, "rows": rows}, indent=2) + "\n", encoding="utf-8")
     return 0
