@@ -7,6 +7,8 @@ packaged default (``autoscaler/sim/scenarios/default.yaml``: the same node pools
 target 3.2, P95 latency SLO 4 s, active P99 ``phase_naive`` forecast, 60 s scale-down window) except:
 
 - the trace (a rate-series CSV in a temporary directory) and its ``traceScale``;
+- the forecasts learn from the finished requests (``simulation.forecastLearnsFrom: finished``), as the controller's
+  history of its default counter reads them, not from the arrivals;
 - the cold start (30, 90 or 300 s);
 - for traces of an hour or less, the forecasting history the one-hour Azure rows of ``bench_predictive`` use (an hour
   of history, forecasts from 5 minutes, refit every 10 minutes);
@@ -194,6 +196,9 @@ def matrix_scenario(
     service["spec"]["coldStartSeconds"] = cold_start
     service["simulation"]["trace"] = str(trace_path)
     service["simulation"]["traceScale"] = scale
+    # the forecasts learn from the finished requests, as the controller's history of its default counter reads them
+    # (the rows run in pool workers, in process anyway: no forecasting workers to lose)
+    service["simulation"]["forecastLearnsFrom"] = "finished"
     forecasting = data["forecasting"]
     if span_s <= SHORT_TRACE_S + 1e-6:
         forecasting.update(historySeconds=3600.0, minHistorySeconds=300.0, refitSeconds=600)

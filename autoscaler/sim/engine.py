@@ -511,6 +511,8 @@ def _observe(
     pods = None
     total = None
     sampled = ready if seen_ready is None else min(ready, seen_ready)
+    # what the ready replicas finished: the default counter's rate, in an overload at most their throughput
+    finished = min(seen_rate, sampled * service.throughput)
     if metric is MetricKind.GPU_UTILIZATION:
         pods = PodMetrics(sampled, seen_util * sampled, ready - sampled, starting)
     elif metric is MetricKind.ENGINE_ACTIVE:
@@ -519,7 +521,7 @@ def _observe(
         # The controller's default counter counts finished requests: in an overload it reads what the replicas
         # ready then serve, not the demand (the arrivals read it all, and flattered every policy scaling on it in
         # the bursts: azure-llm-code at 300 s 89.04 % within SLO on arrivals, 73.05 % on finished requests)
-        total = min(seen_rate, sampled * service.throughput) if service.rate_counts_finished else seen_rate
+        total = finished if service.rate_counts_finished else seen_rate
     else:  # queue depth: mean requests waiting, Little's law on the M/M/c waiting time, at most a step's arrivals
         # (at or over capacity, or with no ready replica, the queue has no steady state: it grows; an infinite depth
         # is an invalid sample to the controller, which then held exactly when it had to scale up)
@@ -533,7 +535,8 @@ def _observe(
         pods=pods,
         metric_total=total,
         latency_s=seen_latency,
-        request_rate=seen_rate,
+        # the demand the forecasts learn from: the arrivals, or what the controller's history reads
+        request_rate=finished if service.forecast_learns_finished else seen_rate,
         status_replicas=spec if created is None else created,
     )
 

@@ -60,6 +60,9 @@ class SimService:
     # What its request-rate metric counts (``simulation.requestRateCounts``): finished requests, at most what the
     # ready replicas serve, as the controller's default counter does (True); or the arrivals (False)
     rate_counts_finished: bool = True
+    # What its forecasts learn from (``simulation.forecastLearnsFrom``): the arrivals (False), or the finished
+    # requests, at most what the ready replicas served (True), as the controller's history of its default counter
+    forecast_learns_finished: bool = False
 
     def need(self, rate: float) -> int:
         """Fewest replicas meeting the SLO at ``rate``, within the policy's bounds (none for no demand when

@@ -177,7 +177,14 @@ class PredictivePolicy(CorePolicy):
         forecasts of the whole run are computed from them in worker processes while the run goes on."""
         self.end()
         # a daemonic process (a multiprocessing pool's worker) may not start processes: the same run, in-process
-        if self.forecast_workers > 0 and self.services and not multiprocessing.current_process().daemon:
+        # Forecasts that learn from the finished requests depend on the run's own replicas: computed in the run
+        learns_in_run = any(s.forecast_learns_finished for s in self.services)
+        if (
+            self.forecast_workers > 0
+            and self.services
+            and not learns_in_run
+            and not multiprocessing.current_process().daemon
+        ):
             self._pipeline = ForecastPipeline(self, seen_rates, start, steps, self.forecast_workers)
 
     def end(self) -> None:

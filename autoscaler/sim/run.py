@@ -211,6 +211,7 @@ def build_services(scenario: Scenario, base_dir: Path) -> tuple[list[SimService]
                 quantile=latency.quantile,
                 forecast_quantile=entry.spec.forecast.quantile,
                 rate_counts_finished=entry.simulation.request_rate_counts == "finished",
+                forecast_learns_finished=entry.simulation.forecast_learns_from == "finished",
             )
         )
         starts.append(resampled.start)

@@ -187,7 +187,14 @@ class ServiceSimulation(_Strict):
         alias="requestRateCounts",
         description="what a request_rate metric reads: 'finished' requests per second, at most what the ready "
         "replicas serve (the controller's default counter, vllm:request_success_total), or 'arrivals' (a gateway's "
-        "count of requests received); the forecasts learn from the arrivals either way",
+        "count of requests received)",
+    )
+    forecast_learns_from: Literal["arrivals", "finished"] = Field(
+        "arrivals",
+        alias="forecastLearnsFrom",
+        description="the request rate the forecasts learn from and are scored against: 'arrivals' (the demand; "
+        "computed beside the run in worker processes), or 'finished' requests, at most what the ready replicas "
+        "served, as the controller's history query of the default counter reads it (in the run's process: slower)",
     )
 
 

@@ -4,7 +4,8 @@ The controller's default request counter (``vllm:request_success_total``) counts
 it reads what the ready replicas serve, not the demand. The simulator reported the arrivals, which flattered every
 policy scaling on a request rate in the bursts (and measured an SLO-guard change as a gain that, against finished
 requests, lost up to 16 points within the SLO on azure-llm-code: benchmarks/README.md, stop 45). The forecasts still
-learn from the arrivals (``ServiceObservation.request_rate``), in process and in the forecasting workers alike.
+learn from the arrivals (``ServiceObservation.request_rate``), in process and in the forecasting workers alike,
+unless ``simulation.forecastLearnsFrom: finished`` (stop 46: ``tests/sim/test_forecast_learns_from.py``).
 """
 
 from __future__ import annotations
