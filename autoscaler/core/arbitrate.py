@@ -949,6 +949,9 @@ def _arbitrate(
     stale_holds: list[str] = []
     short_since_by_service: dict[str, float] = {}  # the services short this tick, since when
     waiting_for: set[str] = set()  # short services not acted on this tick (confirming, or behind one that waits)
+    # ... of which those whose own shortfall is cheaper to wait out (``_cheaper_to_wait``), behind another service or
+    # not: a wait by choice either way (it would wait with nobody before it)
+    by_choice: set[str] = set()
     # the services, in priority order, whose replicas wait for GPUs this tick without any being freed or bought for
     # them: what a later service frees or buys, the scheduler gives to their pods first where they may use it
     blockers: list[_Blocker] = []
@@ -1211,6 +1214,8 @@ def _arbitrate(
             then = "preempt" if pick_preempt else "burst" if pick_burst else None
             pick_preempt = pick_burst = False
             waiting_for.add(key)
+            if cheap is not None:
+                by_choice.add(key)
             chose = cheap is not None and not takers  # waited out by choice, not behind another service
             blockers.append(_Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g, False, chose))
             then_text = f" (then: {then})" if then else ""
@@ -1388,12 +1393,9 @@ def _arbitrate(
     # of them can use (another GPU type, too few GPUs a node, barred) is given back as on a tick without a shortfall,
     # and suspended training resumed on what is free -- the waiting replicas were placed first, so what is left is
     # room they cannot use. The cluster's short/free stretches stand: neither is decided.
-    waited_out_only = (
-        bool(waiting_for)
-        and waiting_for <= {b.service for b in blockers if b.waited_out}
-        and not stale_holds
-        and not unsure
-    )
+    # (a service behind another counts when its own shortfall is cheaper to wait out: two waited out together, the
+    # later one behind the first, held every give-back)
+    waited_out_only = bool(waiting_for) and waiting_for <= by_choice and not stale_holds and not unsure
     if any(s.service not in waiting_for for s in shortfalls):
         short_since = short_since if short_since is not None else now
         free_since = None

@@ -76,12 +76,10 @@ def _chat_and_search(  # type: ignore[no-untyped-def]
     return given_back, report, state
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a wait by choice behind another waited-out service is not a ``waited_out`` blocker: every give-back held",
-)
 def test_two_waited_out_services_of_one_gpu_type_still_give_back_a_pool_neither_can_use() -> None:
-    """WRONG: search's shortfall is cheaper to wait out too, but what it would free chat's Pending pod takes first, so
+    """Fixed (was a strict xfail).
+
+    WRONG: search's shortfall is cheaper to wait out too, but what it would free chat's Pending pod takes first, so
     its wait is recorded as "behind chat" (``_Blocker.waited_out`` False: a wait by choice *and* behind another
     service). ``waited_out_only`` asks every waiting service to be a ``waited_out`` blocker, so two services of one
     GPU type waiting out their P99 together held every give-back, as before a9d0bd4: the idle H100 node (48/h) that
