@@ -482,6 +482,11 @@ class WaitingGpuWork:
     # suspended by this controller: it waits for the arbitration's resume, which waits for room beyond the forecast's
     # reserve -- room a hole may make even where it fits the free GPUs by count
     resumed_by_us: bool = False
+    # (CPU millicores, memory bytes) each of its pods requests beside its GPUs (a pending pod's own; (0, 0): none,
+    # or not read -- a suspended workload's)
+    beside: tuple[int, int] = field(default=(0, 0), compare=False)
+    # the gang of a pending pod ((namespace, gang id)): its pending pods are one entry each, alike, one work
+    gang_key: tuple[str, str] | None = field(default=None, compare=False)
 
     @property
     def takes(self) -> int:
@@ -539,14 +544,22 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
             placed[key] = placed.get(key, 0) + 1
     out: list[WaitingGpuWork] = []
     for p in pending:
+        beside = (p.cpu_milli, p.memory_bytes)
         if p.gang is None:
-            out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, (), 0, p.node_selector, p.tolerations))
+            out.append(
+                WaitingGpuWork(p.priority, p.gpus, p.gpu_product, (), 0, p.node_selector, p.tolerations, beside=beside)
+            )
             continue
         key = (p.namespace, p.gang)
         sizes = tuple(gangs[key])
         # more than ``sizes`` when fewer of its pods exist than its minAvailable: it cannot start (``needed_pods``)
         needed = max(1, min_available[key] - placed.get(key, 0)) if key in min_available else 0
-        out.append(WaitingGpuWork(p.priority, p.gpus, p.gpu_product, sizes, needed, p.node_selector, p.tolerations))
+        out.append(
+            WaitingGpuWork(
+                p.priority, p.gpus, p.gpu_product, sizes, needed, p.node_selector, p.tolerations,
+                beside=beside, gang_key=key,
+            )
+        )  # fmt: skip
     out += [
         WaitingGpuWork(
             w.priority,
@@ -566,47 +579,72 @@ def waiting_for_room(
 ) -> list[WaitingGpuWork]:
     """The waiting work that does not start on the GPUs free now: those of the ready nodes (not leaving) of its GPU
     type that its pods may be scheduled on, outside the pools in ``not_room`` (burst pools, which take inference
-    only) -- a gang whole, or the pods of it it needs, each on one node (largest first, best fit). Work that starts
-    there already waits for something else (a Kueue workload queued for quota, a pod the scheduler has not bound yet,
-    CPU or memory): a GPU freed elsewhere is not what it waits for. Each is judged alone against the free GPUs.
-    Work this controller suspended is always kept: its resume waits for room beyond the forecast's reserve, which a
-    hole may be."""
+    only), with the CPU and memory its pods request beside them where the node says -- a gang whole, or the pods of
+    it it needs, each on one node (largest first, best fit). Work that starts there already waits for something else
+    (a Kueue workload queued for quota, a pod the scheduler has not bound yet): a GPU freed elsewhere is not what it
+    waits for. The free GPUs hold what they hold once: the work takes them in the scheduler's order, higher priority
+    first (then as listed), and what no longer fits in what the work before it took waits for room. Work this
+    controller suspended is always kept, and takes none: its resume waits for room beyond the forecast's reserve,
+    which a hole may be. In the order of ``waiting``."""
     free = free_gpus_per_node(snapshot)
     nodes = [
         n for n in snapshot.nodes if n.ready and not n.leaving and n.pool not in not_room and free.get(n.name, 0) > 0
     ]
-    judged: dict[tuple[object, ...], bool] = {}
-    out = []
-    for work in waiting:
+    left = {n.name: free[n.name] for n in nodes}
+    # CPU and memory beside the free GPUs, where known (a node without an entry: unbounded by them)
+    left_beside = {n.name: n.free_beside_gpus for n in nodes if n.free_beside_gpus is not None}
+    eligible: dict[tuple[object, ...], list[str]] = {}  # the nodes a GPU type, nodeSelector and tolerations allow
+    gangs: dict[tuple[str, str], bool] = {}  # whether each gang starts (its pending pods are alike: placed once)
+    # shapes that did not start: the room only shrinks, so work of such a shape never starts later in the walk (a
+    # thousand pods alike, the cluster full, are placed once)
+    failed: set[tuple[object, ...]] = set()
+    waits: set[int] = set()
+    for index in sorted(range(len(waiting)), key=lambda i: -waiting[i].priority):
+        work = waiting[index]
         if work.resumed_by_us:
-            out.append(work)
+            waits.add(index)
             continue
-        key = (
-            work.gpu_product,
-            work.gang,
-            work.needed_pods,
-            tuple(sorted(work.node_selector.items())),
-            work.tolerations,
-        )
-        starts = judged.get(key)
-        if starts is None:
-            left = {
-                n.name: free[n.name]
+        if work.gang_key is not None and work.gang_key in gangs:
+            if not gangs[work.gang_key]:
+                waits.add(index)
+            continue
+        where = (work.gpu_product, tuple(sorted(work.node_selector.items())), work.tolerations)
+        shape = (where, work.gang, work.needed_pods, work.beside)
+        if shape in failed:
+            waits.add(index)
+            if work.gang_key is not None:
+                gangs[work.gang_key] = False
+            continue
+        names = eligible.get(where)
+        if names is None:
+            names = eligible[where] = [
+                n.name
                 for n in nodes
                 if work.gpu_product in (None, n.gpu_product)  # an unlabelled node is no match for a selector
                 and (work.tolerations is None or _admits(n, work.node_selector, work.tolerations))
-            }
-            found = 0
-            for gpus in work.gang:
-                room = [name for name, count in left.items() if count >= gpus]
-                if room:
-                    best = min(room, key=lambda name: (left[name], name))
-                    left[best] -= gpus
-                    found += 1
-            starts = judged[key] = found >= work.needed_pods
-        if not starts:
-            out.append(work)
-    return out
+            ]
+        room = {name: left[name] for name in names if left[name] > 0}
+        room_beside = {name: left_beside[name] for name in room if name in left_beside}
+        found = 0
+        for gpus in work.gang:
+            fitting = [
+                name for name, count in room.items() if count >= gpus and fits_beside(room_beside, name, work.beside)
+            ]
+            if fitting:
+                best = min(fitting, key=lambda name: (room[name], name))
+                room[best] -= gpus
+                add_beside(room_beside, best, work.beside, -1)
+                found += 1
+        starts = found >= work.needed_pods
+        if work.gang_key is not None:
+            gangs[work.gang_key] = starts
+        if starts:
+            left.update(room)
+            left_beside.update(room_beside)
+        else:
+            failed.add(shape)
+            waits.add(index)
+    return [work for index, work in enumerate(waiting) if index in waits]
 
 
 @dataclass(frozen=True, slots=True)

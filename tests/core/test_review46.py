@@ -131,9 +131,10 @@ def test_the_reference_holds() -> None:
     assert _contended((TRAINER,), (*A100, N4)) == 10
 
 
-@pytest.mark.xfail(strict=True, reason="waiting_for_room counts free GPUs without the CPU and memory beside them")
 def test_work_lacking_cpu_beside_the_free_gpus_waits_for_the_hole() -> None:
-    """WRONG: the 8-GPU trainer (16 CPUs) fits n4's 8 free GPUs by count, but n4 has 2 CPUs left beside them
+    """Fixed (was a strict xfail).
+
+    WRONG: the 8-GPU trainer (16 CPUs) fits n4's 8 free GPUs by count, but n4 has 2 CPUs left beside them
     (``NodeInfo.free_beside_gpus``): kube-scheduler leaves it Pending there. ``waiting_for_room`` counted GPUs
     only, so the trainer was taken to "wait for something else (CPU or memory)" and the hold dropped: chat 20 -> 10,
     and the hole on n1 -- GPUs *and* the CPUs chat's replicas held there -- is exactly where it starts, to be
@@ -145,9 +146,10 @@ def test_work_lacking_cpu_beside_the_free_gpus_waits_for_the_hole() -> None:
     assert [w.gpus for w in waiting_for_room(waiting_gpu_work(snapshot), snapshot)] == [8]
 
 
-@pytest.mark.xfail(strict=True, reason="waiting_for_room judges each piece of work alone against the same free GPUs")
 def test_two_trainers_and_one_free_node_one_waits_for_the_hole() -> None:
-    """WRONG: two 8-GPU trainers Pending and one free 8-GPU node: each judged alone fits n4, so neither counted as
+    """Fixed (was a strict xfail).
+
+    WRONG: two 8-GPU trainers Pending and one free 8-GPU node: each judged alone fits n4, so neither counted as
     waiting for room, and the hold dropped this tick (20 -> 10). The scheduler binds one to n4; the other starts in
     the hole the scale-down opens on n1 -- the one the hold is for -- and is preempted at the rise. "Judged at the
     next tick" is too late: the scale-down is this tick's. RIGHT: the free GPUs hold what they hold once: the waiting
@@ -156,9 +158,10 @@ def test_two_trainers_and_one_free_node_one_waits_for_the_hole() -> None:
     assert _contended((TRAINER, second), (*A100, N4)) == 13
 
 
-@pytest.mark.xfail(strict=True, reason="waiting_for_room judges each piece of work alone against the same free GPUs")
 def test_a_higher_priority_pending_replica_takes_the_free_gpus_first() -> None:
-    """WRONG: a Pending 8-GPU replica of another service (priority 2000) and the trainer (100) both fit n4 alone: the
+    """Fixed (was a strict xfail).
+
+    WRONG: a Pending 8-GPU replica of another service (priority 2000) and the trainer (100) both fit n4 alone: the
     trainer was not counted as waiting, though the scheduler binds the replica there first and the trainer then
     waits -- for the hole on n1. RIGHT: higher priority first: the trainer waits for room, the hold stands (13)."""
     replica = PodInfo("ml", "big-0", None, 8, 2000, "Pending", False, "Deployment", "big", tolerations=())
@@ -232,15 +235,15 @@ BUSY = PodInfo("ml", "busy", "full", 8, 5000, "Running", True, "Job", "busy")
             (_pending("p", 4, cpu_milli=4_000),), (replace(FREE8, free_beside_gpus=(8_000, 1 << 30)),), False,
             id="CPU enough beside the free GPUs: room",
         ),
+        # fixed (was a strict xfail)
         pytest.param(
             (_pending("p", 4, memory_bytes=1 << 31),), (replace(FREE8, free_beside_gpus=(8_000, 1 << 30)),), True,
             id="memory short beside the free GPUs: no room",
-            marks=pytest.mark.xfail(strict=True, reason="waiting_for_room counts GPUs without CPU and memory"),
         ),
+        # fixed (was a strict xfail)
         pytest.param(
             (*_gang("g", 4, 2), _pending("p", 1)), (FREE8,), True,
             id="a gang taking the free node whole leaves a 1-GPU pod of its priority waiting",
-            marks=pytest.mark.xfail(strict=True, reason="waiting_for_room judges each piece of work alone"),
         ),
     ],
 )  # fmt: skip
@@ -248,10 +251,10 @@ def test_waiting_for_room_edges(pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo
     assert bool(_room(pods, nodes)) is waits
 
 
-@pytest.mark.xfail(strict=True, reason="waiting_for_room judges each piece of work alone against the same free GPUs")
 def test_a_gangs_pods_are_placed_once() -> None:
-    """A 4 x 2 gang's four entries (one per pending pod) take the 8 free GPUs once, not four times: a 2-GPU pod of
-    lower priority still waits, and so does each of the gang's own entries when the gang does not fit."""
+    """Fixed (was a strict xfail). A 4 x 2 gang's four entries (one per pending pod) take the 8 free GPUs once, not
+    four times: a 2-GPU pod of lower priority then waits (judged alone it fit the same 8), and so does each of the
+    gang's own entries when the gang does not fit."""
     gang = tuple(replace(p, priority=200) for p in _gang("g", 2, 4))
     left = _room((*gang, _pending("p", 2)), (FREE8,))
     assert [(w.priority, w.gpus) for w in left] == [(100, 2)]
@@ -276,3 +279,10 @@ def test_work_this_controller_suspended_takes_no_free_gpus() -> None:
     by_us = WorkloadInfo("Job", "ml", "w", "job/ml/w", True, 500, (8,), None, -60.0)
     left = _room((_pending("p", 4),), (FREE8,), (by_us,))
     assert [(w.gpus, w.resumed_by_us) for w in left] == [(8, True)]
+
+
+def test_alike_work_fills_the_free_gpus_then_waits() -> None:
+    """Three 4-GPU pods alike and 8 free GPUs: two start, the third waits (a shape that no longer fits is not
+    placed again: the room only shrinks)."""
+    left = _room(tuple(_pending(f"p{i}", 4) for i in range(3)), (FREE8,))
+    assert [w.gpus for w in left] == [4]

@@ -111,8 +111,9 @@ def test_waiting_for_room(
     assert bool(waiting_for_room(waiting, snapshot, {BURST})) is waits
 
 
-def test_each_piece_of_work_is_judged_alone() -> None:
-    """Two 4-GPU pods and one 4-GPU hole free: each alone starts there, and neither is counted as waiting for
-    another hole (the scheduler binds one, the other is Pending again at the next tick and judged then)."""
+def test_the_free_gpus_are_taken_once() -> None:
+    """Two 4-GPU pods and one 4-GPU hole free: one starts there, the other waits for room (review 46: judged each
+    alone, neither was counted, and the scale-down this tick opened the hole the second one then took -- "judged at
+    the next tick" came after the scale-down)."""
     snapshot = ClusterSnapshot(0.0, pods=(*BUSY, *_pending("a", 4), *_pending("b", 4)), nodes=NODES)
-    assert waiting_for_room(waiting_gpu_work(snapshot), snapshot) == []
+    assert [w.gpus for w in waiting_for_room(waiting_gpu_work(snapshot), snapshot)] == [4]
