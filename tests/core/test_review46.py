@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
+from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import (
     ClusterSnapshot,
     DeploymentInfo,
@@ -26,7 +27,7 @@ from autoscaler.core.model import CapacityState, ControllerState, ScaleDecision,
 from autoscaler.core.reasons import Reason
 from autoscaler.core.tick import ForecastReadConfig, TickConfig, _SnapshotFacts, decide_tick
 from forecast.types import Forecast
-from tests.core.test_arbitrate import NOW, full_cluster
+from tests.core.test_arbitrate import NOW, full_cluster, replica
 from tests.core.test_arbitrate_wait_out import RATE_CHAT, RISK_10, flat
 from tests.core.test_review39_predictive import A100, CHAT, CHAT_NO_WINDOW, SPREAD, _desired, _earned, _tick
 from tests.core.test_review45 import H100, SEARCH, chosen
@@ -286,3 +287,49 @@ def test_alike_work_fills_the_free_gpus_then_waits() -> None:
     placed again: the room only shrinks)."""
     left = _room(tuple(_pending(f"p{i}", 4) for i in range(3)), (FREE8,))
     assert [w.gpus for w in left] == [4]
+
+
+def test_a_pool_with_one_node_the_waiting_replicas_may_use_is_held_whole() -> None:
+    """Checked: chat's replicas take 8 GPUs and one is short, waited out. An A100 burst pool of two nodes: b0 runs a
+    stray 1-GPU pod (7 free: no room for a replica), b1 is idle but tainted against chat's pods. A node bought there
+    may host chat (not every registered node is barred to it), so the pool's timer stands while chat waits out its
+    shortfall -- b1 is not given back, the note says why. With b0 tainted too, the pool is no room for chat at all
+    and its idle node goes after the 600 s."""
+    taint = Taint("dedicated", "batch")
+    pool = BurstPool("a100", 8, "A100", boot_s=300.0, price_per_gpu_hour=4.0, nodes=2, min_nodes=0, max_nodes=2)
+    config = replace(RISK_10, slo_risk_per_gpu_hour=1.0, pools=(pool,), burst_idle_cooldown_s=600.0)
+    big = replace(RATE_CHAT, gpus_per_replica=8)
+    stray = PodInfo("inference", "embed-0", "b0", 1, 1000, "Running", True, "Deployment", "embed")
+
+    def given_back(tainted: tuple[str, ...]) -> tuple[list[int], tuple[str, ...]]:
+        base = full_cluster()
+        burst = tuple(
+            NodeInfo(n, 8, "A100", "a100", True, taints=(taint,) if n in tainted else ()) for n in ("b0", "b1")
+        )
+        snapshot = replace(
+            base,
+            pods=(replace(replica(0, "n1"), gpus=8), *(p for p in base.pods if p.owner_kind != "Deployment"), stray),
+            nodes=(*base.nodes, *burst),
+            deployments=(DeploymentInfo("inference", "chat", 2, 1, gpu_product="A100", gpus_per_pod=8),),
+        )
+        minutes: list[int] = []
+        state, notes = CapacityState(), ()
+        for minute in range(12):
+            now = NOW + 60.0 * minute
+            arb = ArbitrationInput(
+                now,
+                replace(snapshot, time=now),
+                {big.key: big},
+                [ScaleDecision(big.key, 1, 2, Reason.FORECAST_FLOOR, "")],
+                {big.key: (flat(2.0, now), 0.99, 90.0)},
+            )
+            actions, report, state = arbitrate(arb, state, config)
+            assert "waited out" in chosen(report, big.key).detail
+            minutes += [minute for a in actions if isinstance(a, ScaleNodePool) and a.nodes < a.previous_nodes]
+            notes = report.notes
+        return minutes, notes
+
+    minutes, notes = given_back(("b1",))
+    assert minutes == [] and any("could host inference/chat" in n for n in notes), notes
+    minutes, notes = given_back(("b0", "b1"))
+    assert minutes == [10], notes
