@@ -9,7 +9,6 @@ reads it; such forecasts depend on the run's own replicas, so they are computed 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,8 @@ from autoscaler.sim.policies import SimService
 from autoscaler.sim.predictive import PredictivePolicy
 from autoscaler.sim.registry import make_policy
 from autoscaler.sim.run import build_services
-from autoscaler.sim.scenario import ScenarioError, default_scenario_path, load_scenario, parse_scenario
+from autoscaler.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from tests.sim.test_request_rate_counts import scenario_with
 
 POLICY = ServicePolicy("inference", "chat", metric=MetricKind.REQUEST_RATE, target=3.0)
 
@@ -55,12 +55,7 @@ def test_what_the_forecasts_learn(
 
 
 def _scenario(learns: object | None) -> dict[str, Any]:
-    import yaml
-
-    data = copy.deepcopy(yaml.safe_load(default_scenario_path().read_text(encoding="utf-8")))
-    if learns is not None:
-        data["services"][0]["simulation"]["forecastLearnsFrom"] = learns
-    return data
+    return scenario_with(forecastLearnsFrom=learns)
 
 
 def test_arrivals_by_default_and_finished_on_request() -> None:

@@ -49,14 +49,17 @@ def test_the_request_rate_read(case: str, finished: bool, ready: int, seen_ready
     assert obs.request_rate == rate, case  # what the forecasts learn from: the arrivals either way
 
 
-def _scenario(counts: object | None) -> dict:  # type: ignore[type-arg]
+def scenario_with(**simulation: object) -> dict:  # type: ignore[type-arg]
+    """The packaged default scenario's data with these ``simulation`` fields of its service set (None: left out)."""
     import yaml
 
-    data = yaml.safe_load(default_scenario_path().read_text(encoding="utf-8"))
-    data = copy.deepcopy(data)
-    if counts is not None:
-        data["services"][0]["simulation"]["requestRateCounts"] = counts
+    data = copy.deepcopy(yaml.safe_load(default_scenario_path().read_text(encoding="utf-8")))
+    data["services"][0]["simulation"].update({k: v for k, v in simulation.items() if v is not None})
     return data
+
+
+def _scenario(counts: object | None) -> dict:  # type: ignore[type-arg]
+    return scenario_with(requestRateCounts=counts)
 
 
 def test_finished_requests_by_default_and_arrivals_on_request() -> None:
