@@ -23,8 +23,7 @@ from autoscaler.sim.policies import SimService
 from autoscaler.sim.predictive import PredictivePolicy
 from autoscaler.sim.registry import make_policy
 from autoscaler.sim.run import build_services
-from autoscaler.sim.scenario import ScenarioError, load_scenario, parse_scenario
-from tests.sim.test_request_rate_counts import scenario_with
+from autoscaler.sim.scenario import load_scenario
 
 POLICY = ServicePolicy("inference", "chat", metric=MetricKind.REQUEST_RATE, target=3.0)
 
@@ -54,19 +53,7 @@ def test_what_the_forecasts_learn(
     assert obs.request_rate == pytest.approx(learnt), case
 
 
-def _scenario(learns: object | None) -> dict[str, Any]:
-    return scenario_with(forecastLearnsFrom=learns)
-
-
-def test_arrivals_by_default_and_finished_on_request() -> None:
-    assert parse_scenario(_scenario(None)).services[0].simulation.forecast_learns_from == "arrivals"
-    assert parse_scenario(_scenario("finished")).services[0].simulation.forecast_learns_from == "finished"
-
-
-@pytest.mark.parametrize("bad", ["metric", "", 0, "Finished"])
-def test_a_bad_value_names_the_field(bad: object) -> None:
-    with pytest.raises(ScenarioError, match="forecastLearnsFrom"):
-        parse_scenario(_scenario(bad))
+# the field parsed, its default and bad values: tests/sim/test_request_rate_counts.py (FIELDS)
 
 
 def _overloaded_run(learns_finished: bool, workers: int) -> tuple[PredictivePolicy, Any]:

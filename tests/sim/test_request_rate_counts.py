@@ -58,16 +58,21 @@ def scenario_with(**simulation: object) -> dict:  # type: ignore[type-arg]
     return data
 
 
-def _scenario(counts: object | None) -> dict:  # type: ignore[type-arg]
-    return scenario_with(requestRateCounts=counts)
+# (scenario field, parsed attribute, default, the other value, bad values): the simulation's two choices of count
+FIELDS = [
+    ("requestRateCounts", "request_rate_counts", "finished", "arrivals", ["completed", "", 1, "Finished"]),
+    # what the forecasts learn from (stop 46, tests/sim/test_forecast_learns_from.py)
+    ("forecastLearnsFrom", "forecast_learns_from", "arrivals", "finished", ["metric", "", 0, "Finished"]),
+]
 
 
-def test_finished_requests_by_default_and_arrivals_on_request() -> None:
-    assert parse_scenario(_scenario(None)).services[0].simulation.request_rate_counts == "finished"
-    assert parse_scenario(_scenario("arrivals")).services[0].simulation.request_rate_counts == "arrivals"
+@pytest.mark.parametrize(("field", "attribute", "default", "other", "bads"), FIELDS, ids=[f[0] for f in FIELDS])
+def test_the_default_and_the_other_value(field: str, attribute: str, default: str, other: str, bads: list) -> None:  # type: ignore[type-arg]
+    parsed = [parse_scenario(scenario_with(**{field: value})).services[0].simulation for value in (None, other)]
+    assert [getattr(p, attribute) for p in parsed] == [default, other]
 
 
-@pytest.mark.parametrize("bad", ["completed", "", 1, "Finished"])
-def test_a_bad_value_names_the_field(bad: object) -> None:
-    with pytest.raises(ScenarioError, match="requestRateCounts"):
-        parse_scenario(_scenario(bad))
+@pytest.mark.parametrize(("field", "bad"), [(f[0], bad) for f in FIELDS for bad in f[4]], ids=lambda v: repr(v))
+def test_a_bad_value_names_the_field(field: str, bad: object) -> None:
+    with pytest.raises(ScenarioError, match=field):
+        parse_scenario(scenario_with(**{field: bad}))
