@@ -523,7 +523,19 @@ class Controller:
         counts = {}
         bounds: dict[str, tuple[int | None, int | None]] = {}
         read_bounds = getattr(self.node_pools, "bounds", None)
+        # both from one read where the provider can (the Cluster API adapter: one GET of the MachineDeployment)
+        read_both = getattr(self.node_pools, "size_and_bounds", None)
         for pool in self.capacity.pools:
+            if callable(read_both):
+                try:
+                    count, (low, high) = read_both(pool.name)
+                except Exception as exc:
+                    self.telemetry.error("node_pool")
+                    log.warning("node pool %s: cannot read its size: %s", pool.name, exc)
+                    continue
+                counts[pool.name] = count
+                bounds[pool.name] = self._pool_bounds_read[pool.name] = (low, high)
+                continue
             try:
                 counts[pool.name] = self.node_pools.node_count(pool.name)
             except Exception as exc:

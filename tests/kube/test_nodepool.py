@@ -194,3 +194,15 @@ def test_no_mark_when_the_size_does_not_go_down(
     pools(api_client).scale("burst", nodes, remove_node="node-a")
     assert apiserver.get(MD, "MachineDeployment", "burst", "capi-system")["spec"]["replicas"] == replicas
     assert marked(apiserver) == set()
+
+
+def test_size_and_bounds_in_one_get(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
+    """The controller reads a pool's size and its Cluster Autoscaler bounds every tick: one GET of the
+    MachineDeployment gives both (its spec.replicas is what the scale subresource reads)."""
+    apiserver.seed(o.machine_deployment_crd(), o.machine_deployment("b", replicas=3, min_size=1, max_size=4))
+    p = pools(api_client)
+    before = len(apiserver.requests)
+    assert p.size_and_bounds("b") == (p.node_count("b"), p.bounds("b")) == (3, (1, 4))
+    gets = [r for r in apiserver.requests[before:] if r.method == "GET"]
+    assert len(gets) == 3  # size_and_bounds, node_count (the scale subresource), bounds: one each
+    assert gets[0].path == "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi-system/machinedeployments/b"

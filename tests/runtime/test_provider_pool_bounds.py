@@ -142,3 +142,49 @@ def test_a_failed_bounds_read_keeps_the_bounds_last_read() -> None:
     assert all(a.nodes <= 1 for a in plan.actions if isinstance(a, ScaleNodePool))  # never the configured 4
     assert any("provider allows at most 1" in n for n in plan.capacity.notes)
     assert plan.capacity.pools[0].max_nodes == 1
+
+
+class OneRead:
+    """A provider that reads the size and the bounds in one request (``size_and_bounds``, as the Cluster API adapter
+    does): its separate methods must not be called as well (a second GET per pool and tick)."""
+
+    def __init__(self, cluster: FakeCluster, fail: bool = False) -> None:
+        self.cluster, self.fail, self.reads = cluster, fail, 0
+
+    def size_and_bounds(self, pool: str) -> tuple[int, tuple[int | None, int | None]]:
+        self.reads += 1
+        if self.fail:
+            raise ConnectionError("apiserver unreachable")
+        return self.cluster.node_count(pool), self.cluster.bounds(pool)
+
+    def node_count(self, pool: str) -> int:
+        raise AssertionError("node_count read beside size_and_bounds")
+
+    def bounds(self, pool: str) -> tuple[int | None, int | None]:
+        raise AssertionError("bounds read beside size_and_bounds")
+
+    def scale(self, pool: str, nodes: int, expected: int | None = None, remove_node: str | None = None, **kw):  # type: ignore[no-untyped-def]
+        return self.cluster.scale(pool, nodes, expected, remove_node, **kw)
+
+
+@pytest.mark.parametrize(("provider_max", "resizes"), [(None, [(0, 2)]), (1, [])])
+def test_size_and_bounds_are_read_in_one_request(provider_max: int | None, resizes: list[tuple[int, int]]) -> None:
+    """The same plans as with the two reads (the sanity case above, and the provider's max of 1 making training
+    stop instead), from one read per pool and tick."""
+    controller, cluster = world(provider_max=provider_max)
+    provider = OneRead(cluster)
+    controller.node_pools = provider
+    plan = controller.run_once(T0)
+    assert [(a.previous_nodes, a.nodes) for a in plan.actions if isinstance(a, ScaleNodePool)] == resizes
+    assert (stops(plan) >= 1) is (provider_max == 1)
+    assert any("provider allows at most 1" in n for n in plan.capacity.notes) is (provider_max == 1)
+    assert provider.reads == 1
+
+
+def test_a_failed_one_read_leaves_the_pool_to_the_snapshot_and_the_tick_goes_on() -> None:
+    """As a size that cannot be read: the pool's nodes are counted from the snapshot, its bounds the configured
+    ones, and the tick still plans (no crash, no resize below what the snapshot shows)."""
+    controller, cluster = world(provider_max=1)
+    controller.node_pools = OneRead(cluster, fail=True)
+    plan = controller.run_once(T0)
+    assert all(a.nodes >= a.previous_nodes for a in plan.actions if isinstance(a, ScaleNodePool))

@@ -253,6 +253,13 @@ class MachineDeploymentNodePools:
         md = self._get(f"read MachineDeployment {self._md_name(pool)}", self._md_name(pool))
         return _bounds(md, self._bad_annotations)
 
+    def size_and_bounds(self, pool: str) -> tuple[int, tuple[int | None, int | None]]:
+        """``node_count`` and ``bounds`` from one read of the MachineDeployment: its ``spec.replicas`` is what the
+        scale subresource reads (the controller reads both every tick and pool: one request instead of two)."""
+        name = self._md_name(pool)
+        md = self._get(f"read MachineDeployment {self.namespace}/{name}", name)
+        return int((md.get("spec") or {}).get("replicas") or 0), _bounds(md, self._bad_annotations)
+
     def _machines(self, name: str, can_write: WriteGuard | None = None) -> list[JSON]:
         """The Machines of MachineDeployment ``name`` (every MachineSet of it)."""
         what = f"list Machines of MachineDeployment {self.namespace}/{name}"
