@@ -531,7 +531,10 @@ class Controller:
                     count, (low, high) = read_both(pool.name)
                 except Exception as exc:
                     self.telemetry.error("node_pool")
-                    log.warning("node pool %s: cannot read its size: %s", pool.name, exc)
+                    log.warning("node pool %s: cannot read its size and min/max size: %s", pool.name, exc)
+                    # the snapshot counts its nodes; the last bounds read stand (as below)
+                    if pool.name in self._pool_bounds_read:
+                        bounds[pool.name] = self._pool_bounds_read[pool.name]
                     continue
                 counts[pool.name] = count
                 bounds[pool.name] = self._pool_bounds_read[pool.name] = (low, high)

@@ -181,10 +181,17 @@ def test_size_and_bounds_are_read_in_one_request(provider_max: int | None, resiz
     assert provider.reads == 1
 
 
-def test_a_failed_one_read_leaves_the_pool_to_the_snapshot_and_the_tick_goes_on() -> None:
-    """As a size that cannot be read: the pool's nodes are counted from the snapshot, its bounds the configured
-    ones, and the tick still plans (no crash, no resize below what the snapshot shows)."""
+def test_a_failed_one_read_leaves_the_pool_to_the_snapshot_and_keeps_the_bounds_last_read() -> None:
+    """As a size that cannot be read: the pool's nodes are counted from the snapshot and the tick still plans; the
+    provider's bounds last read stand (falling back to the configured ones would swap the plan between stopping
+    training and a burst the provider clamps, as ``test_a_failed_bounds_read_keeps_the_bounds_last_read``)."""
     controller, cluster = world(provider_max=1)
-    controller.node_pools = OneRead(cluster, fail=True)
-    plan = controller.run_once(T0)
-    assert all(a.nodes >= a.previous_nodes for a in plan.actions if isinstance(a, ScaleNodePool))
+    provider = OneRead(cluster)
+    controller.node_pools = provider
+    first = controller.run_once(T0)
+    assert stops(first) >= 1  # the provider's max of 1 read: training stopped, no burst
+    provider.fail = True
+    plan = controller.run_once(T0 + 15.0)
+    assert all(a.nodes <= 1 for a in plan.actions if isinstance(a, ScaleNodePool))  # never the configured 4
+    assert any("provider allows at most 1" in n for n in plan.capacity.notes), plan.capacity.notes
+    assert plan.capacity.pools[0].max_nodes == 1
