@@ -53,7 +53,7 @@ import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from autoscaler.core.burst import BurstChoice, BurstOption, BurstPool, choose_burst, worth_a_node
+from autoscaler.core.burst import BurstChoice, BurstOption, BurstPool, choose_burst, largest_burst, worth_a_node
 from autoscaler.core.cluster import (
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
@@ -1094,13 +1094,11 @@ def _arbitrate(
             # No pool can take the whole shortfall (its maximum, its provider's) and no training can be stopped
             # for it: the nodes the pools still allow, for as many replicas as they host (as the Cluster
             # Autoscaler caps a scale-up at the group's maximum), rather than none
-            for replicas in range(short - 1, 0, -1):
-                partial = choose_burst(
-                    usable_pools, replicas, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour
-                )
-                if partial.chosen is not None:
-                    burst, capped = BurstChoice(partial.chosen, burst.options), replicas
-                    break
+            found = largest_burst(
+                usable_pools, short - 1, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour
+            )
+            if found is not None:
+                burst, capped = BurstChoice(found[1].chosen, burst.options), found[0]
         burst_cost = None
         burst_why = "no burst pool configured" if not pools else "burst disabled"
         if pools and config.burst and not usable_pools:

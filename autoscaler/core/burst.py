@@ -114,6 +114,31 @@ def choose_burst(
     return BurstChoice(best, tuple(options))
 
 
+def largest_burst(
+    pools: Sequence[BurstPool],
+    at_most: int,
+    gpus_per_replica: int = 1,
+    gpu_type: str | None = None,
+    expanders: Sequence[str] = ("least-waste", "cheapest"),
+    spend_per_hour: float = 0.0,
+    spend_cap_per_hour: float | None = None,
+) -> tuple[int, BurstChoice] | None:
+    """The most replicas, at most ``at_most``, that some pool can still take (its maximum, the spend cap), and
+    ``choose_burst``'s choice for them; None when not even one fits. Whether a pool can take k replicas only gets
+    harder as k grows (its nodes for them never fall), so the largest is found by bisection: log2(at_most) choices
+    where counting down from ``at_most`` made as many as replicas were short."""
+    best: tuple[int, BurstChoice] | None = None
+    low, high = 1, at_most
+    while low <= high:
+        middle = (low + high) // 2
+        choice = choose_burst(pools, middle, gpus_per_replica, gpu_type, expanders, spend_per_hour, spend_cap_per_hour)
+        if choice.chosen is not None:
+            best, low = (middle, choice), middle + 1
+        else:
+            high = middle - 1
+    return best
+
+
 def worth_a_node(shortfall_s: float, pool: BurstPool, preemptible_gpus_left: int, gpus_needed: int) -> tuple[bool, str]:
     """Whether a forecast shortfall of ``shortfall_s`` seconds justifies booting a node of ``pool`` (and why)."""
     if preemptible_gpus_left < gpus_needed:

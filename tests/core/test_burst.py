@@ -79,3 +79,61 @@ def test_give_back_after_the_cooldown_emptiest_first() -> None:
     assert [n.name for n in nodes_to_release(nodes, 700.0, 600.0)] == ["b0", "b1"]
     assert [n.name for n in nodes_to_release(nodes, 1200.0, 600.0)] == ["b0", "b3", "b1"]
     assert [n.name for n in nodes_to_release(nodes, 1200.0, 600.0, keep=1)] == ["b0", "b3"]
+
+
+# ---- the largest burst the pools still allow (the capped burst of ``core.arbitrate``) ----------------------------
+
+
+def _largest_by_counting_down(pools, at_most, g, gpu_type, spend, cap):  # type: ignore[no-untyped-def]
+    """The reference: ``choose_burst`` for at_most, at_most - 1, ... replicas until one fits (what the arbitration
+    did before stop 46)."""
+    for replicas in range(at_most, 0, -1):
+        choice = choose_burst(pools, replicas, g, gpu_type, ("least-waste", "cheapest"), spend, cap)
+        if choice.chosen is not None:
+            return replicas, choice
+    return None
+
+
+def test_the_largest_burst_is_the_one_counting_down_finds() -> None:
+    """Random pools (sizes, maxima, prices, GPU types), replica sizes, spend caps: bisection gives the same replicas
+    and the same choice as counting down, with at most log2 + 1 choices."""
+    import random
+
+    from autoscaler.core.burst import largest_burst
+
+    rng = random.Random(46)
+    for _ in range(400):
+        pools = [
+            BurstPool(
+                f"p{i}", rng.choice([1, 2, 4, 8]), rng.choice(["A100", "H100"]), 300.0, nodes=(n := rng.randint(0, 3)),
+                max_nodes=n + rng.randint(0, 4), price_per_gpu_hour=rng.choice([1.0, 2.5, 4.0]),
+            )
+            for i in range(rng.randint(1, 3))
+        ]  # fmt: skip
+        at_most = rng.randint(1, 60)
+        g = rng.choice([1, 2, 4, 8])
+        gpu_type = rng.choice([None, "A100", "H100"])
+        spend = rng.choice([0.0, 10.0])
+        cap = rng.choice([None, 20.0, 60.0, 200.0])
+        expected = _largest_by_counting_down(pools, at_most, g, gpu_type, spend, cap)
+        found = largest_burst(pools, at_most, g, gpu_type, ("least-waste", "cheapest"), spend, cap)
+        assert (found is None) is (expected is None), (pools, at_most, g, gpu_type, cap)
+        if found is not None and expected is not None:
+            assert found[0] == expected[0] and found[1].chosen == expected[1].chosen
+
+
+def test_the_largest_burst_asks_log2_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autoscaler.core.burst as burst_module
+
+    calls = []
+    real = burst_module.choose_burst
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(burst_module, "choose_burst", counting)
+    pool = BurstPool("p", 8, "A100", 300.0, 4.0, nodes=0, max_nodes=3)  # room for 24 one-GPU replicas
+    found = burst_module.largest_burst([pool], 1000, 1, "A100")
+    assert found is not None and found[0] == 24
+    assert len(calls) <= 10  # counting down from 1,000 asked 977
