@@ -93,6 +93,9 @@ class ReadOnlyNodePools:
         self._pools = pools
         if hasattr(pools, "bounds"):
             self.bounds = pools.bounds
+        # both in one read where the provider can, as the controller of ``autoscaler run`` reads them
+        if hasattr(pools, "size_and_bounds"):
+            self.size_and_bounds = pools.size_and_bounds
 
     def node_count(self, pool: str) -> int:
         return int(self._pools.node_count(pool))

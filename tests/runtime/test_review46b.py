@@ -45,7 +45,6 @@ def capi(tmp_path: Path) -> Iterator[tuple[FakeApiServer, object]]:
 # ---- findings --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="ReadOnlyNodePools does not pass size_and_bounds on")
 def test_plan_command_reads_size_and_bounds_in_one_request_as_the_controller_does() -> None:
     """Fixed (was a strict xfail). ``autoscaler plan`` "reads exactly what autoscaler run reads": its node pools are
     the provider's wrapped read-only (``ReadOnlyNodePools``), which passed ``node_count`` and ``bounds`` on but not
