@@ -528,6 +528,11 @@ def _observe(
         capacity = ready * service.throughput
         wait = math.inf if seen_rate >= capacity else _mean_wait(ready, seen_rate, service.throughput)
         total = 0.0 if seen_rate <= 0 else seen_rate * min(wait, step_s)
+    # The history the forecasts learn from is the counter's range query: at the sample it reads what the replicas
+    # ready then finished, those gone since included (their series stay), unlike the instantaneous metric above
+    # (review 46b: capped at the replicas ready now, a step was learnt as a demand no counter ever read)
+    served = ready if seen_ready is None else seen_ready
+    learnt = min(seen_rate, served * service.throughput) if service.forecast_learns_finished else seen_rate
     return ServiceObservation(
         key=service.policy.key,
         spec_replicas=spec,
@@ -536,7 +541,7 @@ def _observe(
         metric_total=total,
         latency_s=seen_latency,
         # the demand the forecasts learn from: the arrivals, or what the controller's history reads
-        request_rate=finished if service.forecast_learns_finished else seen_rate,
+        request_rate=learnt,
         status_replicas=spec if created is None else created,
     )
 

@@ -37,11 +37,11 @@ def _service(counts_finished: bool = True) -> SimService:
 # ---- findings: what the forecasts learn ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="the learnt history caps at the replicas ready now, not those ready then")
 def test_the_history_learns_what_the_replicas_ready_at_the_sample_served() -> None:
-    """The controller's history is a range query of its counter: at time t it reads what the pods ready at t
-    finished, whether or not they are still there (their series stay in Prometheus). The simulator records the
-    delayed step once, at the tick that sees it, and the step was served by ``seen_ready`` replicas.
+    """Fixed (was a strict xfail). The controller's history is a range query of its counter: at time t it reads
+    what the pods ready at t finished, whether or not they are still there (their series stay in Prometheus). The
+    simulator records the delayed step once, at the tick that sees it, and the step was served by ``seen_ready``
+    replicas.
 
     WRONG: 8 replicas ready at the sample served 28 of 30 req/s; 2 are gone by the tick (a scale-down decided on older
     metrics, an eviction): the history learns 21 req/s (6 x 3.5), a demand no counter ever read, and keeps it.
@@ -96,6 +96,27 @@ def test_pin_only_the_forecasts_read_what_they_learn_from(policy_name: str) -> N
     assert (arrivals.gpu_seconds, arrivals.requests_in_slo_steps, arrivals.scale_actions) == (
         finished.gpu_seconds, finished.requests_in_slo_steps, finished.scale_actions,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(("learns", "started"), [((False, False), True), ((False, True), False), ((True, True), False)])
+def test_pin_services_mixing_arrivals_and_finished_start_no_forecasting_worker(
+    learns: tuple[bool, bool], started: bool
+) -> None:
+    """A worker computes from the arrivals known before the run: one service learning from the finished requests
+    (which depend on the run's replicas) keeps every service in the run's process -- nothing to diverge from."""
+    from autoscaler.sim.predictive import PredictivePolicy
+
+    services = [
+        dataclasses.replace(_service(), policy=dataclasses.replace(POLICY, name=f"s{k}"), forecast_learns_finished=f)
+        for k, f in enumerate(learns)
+    ]
+    policy = PredictivePolicy(forecast_workers=2)
+    policy.reset(services, 15.0)
+    try:
+        policy.begin([np.zeros(4) for _ in services], 0.0, 4)
+        assert (policy._pipeline is not None) is started
+    finally:
+        policy.end()
 
 
 # ---- pins: the HPA frontier ------------------------------------------------------------------------------------
