@@ -206,3 +206,51 @@ def test_size_and_bounds_in_one_get(apiserver: FakeApiServer, api_client: client
     gets = [r for r in apiserver.requests[before:] if r.method == "GET"]
     assert len(gets) == 3  # size_and_bounds, node_count (the scale subresource), bounds: one each
     assert gets[0].path == "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi-system/machinedeployments/b"
+
+
+MD_PATH = "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi-system/machinedeployments"
+
+
+# ---- review 46b pins: size_and_bounds (moved here from tests/runtime/test_review46b.py) ----------------------
+
+
+def test_pin_size_and_bounds_reads_the_mapped_machine_deployment_with_one_call(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """With ``pools={...}`` the pool name is mapped to its MachineDeployment as ``node_count`` and ``bounds`` map
+    it; ``api_calls`` counts the one request."""
+    apiserver.seed(o.machine_deployment_crd(), o.machine_deployment("md-burst", replicas=3, min_size=1, max_size=5))
+    pools = MachineDeploymentNodePools(api_client, "capi-system", {"burst": "md-burst"}, sleep=lambda s: None)
+    before, calls = len(apiserver.requests), pools.api_calls
+    assert pools.size_and_bounds("burst") == (3, (1, 5))
+    assert pools.api_calls == calls + 1
+    assert [(r.method, r.path) for r in apiserver.requests[before:]] == [("GET", f"{MD_PATH}/md-burst")]
+    assert pools.size_and_bounds("burst") == (pools.node_count("burst"), pools.bounds("burst"))
+
+
+def test_pin_size_and_bounds_of_an_unknown_pool_raises_and_sends_nothing(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.seed(o.machine_deployment_crd(), o.machine_deployment("md-burst", replicas=3))
+    pools = MachineDeploymentNodePools(api_client, "capi-system", {"burst": "md-burst"}, sleep=lambda s: None)
+    before, calls = len(apiserver.requests), pools.api_calls
+    with pytest.raises(UnknownPoolError, match="'other'"):
+        pools.size_and_bounds("other")
+    assert len(apiserver.requests) == before and pools.api_calls == calls
+
+
+@pytest.mark.parametrize("case", ["spec.replicas absent", "being deleted"])
+def test_pin_size_and_bounds_agrees_with_node_count(
+    apiserver: FakeApiServer, api_client: client.ApiClient, case: str
+) -> None:
+    """The scale subresource of a custom resource reads a missing ``spec.replicas`` as 0, as the one GET does; a
+    MachineDeployment being deleted still reports its ``spec.replicas`` through both (the resize refuses it)."""
+    md = o.machine_deployment("b", replicas=2, min_size=0, max_size=4)
+    if case == "spec.replicas absent":
+        del md["spec"]["replicas"]
+    else:
+        md["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        md["metadata"]["finalizers"] = ["machinedeployment.cluster.x-k8s.io"]
+    apiserver.seed(o.machine_deployment_crd(), md)
+    pools = MachineDeploymentNodePools(api_client, "capi-system", sleep=lambda s: None)
+    assert pools.size_and_bounds("b") == (pools.node_count("b"), pools.bounds("b"))

@@ -56,8 +56,9 @@ def test_what_the_forecasts_learn(
 # the field parsed, its default and bad values: tests/sim/test_request_rate_counts.py (FIELDS)
 
 
-def _overloaded_run(learns_finished: bool, workers: int) -> tuple[PredictivePolicy, Any]:
-    """Half a day of the default scenario with the demand doubled and at most 8 replicas: overloaded at every peak."""
+def overloaded(learns_finished: bool, hours: float) -> tuple[Any, list[Any], float, int]:
+    """``hours`` of the default scenario with the demand doubled and at most 8 replicas (overloaded at the peaks):
+    the scenario, its services, start and steps."""
     scenario, base = load_scenario(Path(run_module.__file__).parent / "scenarios" / "default.yaml")
     services, start, steps = build_services(scenario, base)
     services = [
@@ -67,7 +68,12 @@ def _overloaded_run(learns_finished: bool, workers: int) -> tuple[PredictivePoli
         )
         for s in services
     ]  # fmt: skip
-    steps = min(steps, int(0.5 * 86_400 / scenario.step_seconds))
+    return scenario, services, start, min(steps, int(hours * 3600 / scenario.step_seconds))
+
+
+def _overloaded_run(learns_finished: bool, workers: int) -> tuple[PredictivePolicy, Any]:
+    """Half a day overloaded at every peak (``overloaded``)."""
+    scenario, services, start, steps = overloaded(learns_finished, 12.0)
     policy = make_policy(
         "predictive", forecasting=scenario.forecasting.to_config(), node_boot_s=300.0,
         metrics_delay_s=scenario.metrics_delay_seconds, forecast_workers=workers,

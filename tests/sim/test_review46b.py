@@ -21,10 +21,9 @@ from autoscaler.core.model import MetricKind, ServicePolicy
 from autoscaler.sim.engine import _observe, simulate
 from autoscaler.sim.policies import SimService
 from autoscaler.sim.registry import make_policy
-from autoscaler.sim.run import build_services
-from autoscaler.sim.scenario import load_scenario
 from benchmarks import traces_matrix
 from benchmarks.traces_matrix import format_rows, hpa_at_slo, judge
+from tests.sim.test_forecast_learns_from import overloaded
 
 POLICY = ServicePolicy("inference", "chat", metric=MetricKind.REQUEST_RATE, target=3.0)
 
@@ -69,17 +68,8 @@ def test_pin_the_history_is_what_the_sampled_step_served(
 
 
 def _short_overloaded_run(policy_name: str, learns_finished: bool) -> Any:
-    """Six hours of the default scenario with the demand doubled and at most 8 replicas: overloaded at the peaks."""
-    scenario, base = load_scenario(Path(run_module.__file__).parent / "scenarios" / "default.yaml")
-    services, start, steps = build_services(scenario, base)
-    services = [
-        dataclasses.replace(
-            s, rates=np.asarray(s.rates, dtype=np.float64) * 2.0,
-            policy=dataclasses.replace(s.policy, max_replicas=8), forecast_learns_finished=learns_finished,
-        )
-        for s in services
-    ]  # fmt: skip
-    steps = min(steps, int(6 * 3600 / scenario.step_seconds))
+    """Six hours overloaded at the peaks (``test_forecast_learns_from.overloaded``)."""
+    scenario, services, start, steps = overloaded(learns_finished, 6.0)
     policy = make_policy(policy_name, node_boot_s=300.0, metrics_delay_s=scenario.metrics_delay_seconds,
                          forecasting=scenario.forecasting.to_config())  # fmt: skip
     return simulate(
