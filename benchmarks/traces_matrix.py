@@ -384,6 +384,11 @@ def _headroom_cell(shares: dict[str, float]) -> str:
     return " ".join(f"{short[s]}{v:.0%}" for s, v in shares.items()) or "-"
 
 
+def _ratio(value: float, reference: float) -> str:
+    """``value`` ÷ ``reference`` to two decimals; "-" without a reference (the oracle made no scaling action)."""
+    return f"{value / reference:.2f}" if reference else "-"
+
+
 def _matched_cell(row: dict[str, Any]) -> str:
     """The HPA tuned to the predictive policy's SLO: its GPU-hours ÷ the oracle's and its target, or "none" when no
     target tried reaches that SLO."""
@@ -396,7 +401,7 @@ def _matched_cell(row: dict[str, Any]) -> str:
 
 def format_rows(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
     frontier = any("hpa_frontier" in row for row in rows)
-    head = ["trace", "cold s", "h", "oracle GPU-h", "pred SLO", "pred GPU-h÷o", "pred acts", "hpa SLO",
+    head = ["trace", "cold s", "h", "oracle GPU-h", "pred SLO", "pred GPU-h÷o", "pred acts", "acts÷o", "hpa SLO",
             "hpa GPU-h÷o", "hpa acts", "SLO≥hpa-0.1", "GPU≤hpa", "≥99.5%@90", "headroom E/P/L/U/D", "secs"]
     if frontier:
         head[-1:-1] = ["hpa@pred SLO GPU-h÷o", "GPU≤hpa@SLO"]
@@ -407,6 +412,7 @@ def format_rows(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
         cells = [
             row["trace"], f"{row['cold_start']:g}", f"{row['simulated_hours']:.0f}", f"{o['gpu_hours']:.1f}",
             f"{p['slo_attainment']:.2%}", f"{p['gpu_hours_vs_oracle']:.3f}", str(p["scale_actions"]),
+            _ratio(p["scale_actions"], o["scale_actions"]),
             f"{h['slo_attainment']:.2%}", f"{h['gpu_hours_vs_oracle']:.3f}", str(h["scale_actions"]),
             _mark(v["slo_vs_hpa"]), _mark(v["gpu_vs_hpa"]), _mark(v["servegen_995_at_90s"]),
             _headroom_cell(row["headroom_shares"]),

@@ -74,3 +74,26 @@ def test_quick_trace_matrix_with_the_hpa_frontier(capsys: pytest.CaptureFixture[
     assert "against the HPA tuned to its SLO" in out
     rows = [line for line in out.splitlines() if line.startswith(traces_matrix.QUICK_TRACES)]
     assert len(rows) == 2 and all("%)" in row or "none" in row for row in rows), rows
+
+
+@pytest.mark.parametrize(
+    ("pred_actions", "oracle_actions", "cell"), [(6820, 2155, "3.16"), (5, 0, "-"), (3, 3, "1.00")]
+)
+def test_the_table_shows_the_scaling_actions_against_the_oracles(
+    pred_actions: int, oracle_actions: int, cell: str
+) -> None:
+    """``acts÷o``: the predictive policy's scaling actions ÷ the oracle's (what tracking the demand needs at least;
+    issue 14's "<= 1.5 x the HPA's" is below the oracle's own count on the default row)."""
+    from benchmarks.traces_matrix import format_rows
+
+    def figures(actions: int) -> dict[str, float]:
+        return {"slo_attainment": 0.995, "gpu_hours": 100.0, "gpu_hours_vs_oracle": 1.2, "scale_actions": actions}
+
+    row: dict[str, object] = {
+        "trace": "t", "cold_start": 90.0, "simulated_hours": 24.0, "seconds": 1.0, "headroom_shares": {},
+        "policies": {"predictive": figures(pred_actions), "hpa": figures(100), "oracle": figures(oracle_actions)},
+    }  # fmt: skip
+    row["verdict"] = judge(row, servegen=False)
+    head, _, line = format_rows([row], markdown=True).splitlines()
+    cells = dict(zip(head.split("|"), line.split("|"), strict=True))
+    assert cells[" acts÷o "].strip() == cell
