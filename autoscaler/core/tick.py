@@ -236,10 +236,12 @@ def read_forecasts(
     taken_of: dict[str | None, int] = {}  # the same by the GPU type the services select (None: any)
     runs_at = pod_priorities(tick.snapshot) if capacity is not None and capacity.preempt else {}
     views: dict[str, ServiceForecastView] = {}
-    waiting = facts.waiting if config.contended_hold_s > 0 else ()
-    room = facts.room(facts.choosing(tick.policies, capacity)) if waiting else None
+    # the lower-priority work a scale-down could open a hole for: not what starts on the GPUs free now (it waits for
+    # something else -- quota, the scheduler's next pass), nor on burst nodes (inference only)
     burst_pools = frozenset(p.name for p in capacity.pools) if capacity is not None else frozenset()
-    waiting_room = facts.waiting_for_room(burst_pools) if waiting else ()
+    waiting_room = facts.waiting_for_room(burst_pools) if config.contended_hold_s > 0 and facts.waiting else ()
+    # the room per node is read for the holes only: none without such work
+    room = facts.room(facts.choosing(tick.policies, capacity)) if waiting_room else None
     free_of: dict[str | None, int] = {}  # free GPUs on the ready nodes of a GPU type (None: of every type)
     deployments = {(d.namespace, d.name): d for d in tick.snapshot.deployments}
     for key, policy in sorted(tick.policies.items(), key=lambda kv: (-kv[1].priority, kv[0])):
@@ -289,8 +291,6 @@ def read_forecasts(
                 demand, message, headroom,
             )  # fmt: skip
             continue
-        # (work that starts on the GPUs free now waits for something else -- quota, the scheduler's next pass -- not
-        # for a hole; burst pools take inference only)
         lower = [w for w in waiting_room if w.priority < policy.priority]
         hole = hole_node_for_waiting_work(room, key, lower) if lower and room is not None else None
         settings = PredictiveSettings(
