@@ -61,9 +61,9 @@ from autoscaler.core.cluster import (
     PodInfo,
     WorkloadInfo,
     add_beside,
-    fits_beside,
     free_gpus_per_node,
     gpu_types_meet,
+    place_best_fit,
     replica_gpus,
     requests_by_node,
     schedulable_on,
@@ -227,39 +227,6 @@ def _bound_replicas(snapshot: ClusterSnapshot, policy: ServicePolicy) -> int:
     )
 
 
-def _place(
-    free: dict[str, int],
-    replicas: int,
-    gpus: int,
-    gpu_type: str | None = None,
-    node_types: Mapping[str, str | None] | None = None,
-    beside: dict[str, tuple[int, int]] | None = None,
-    needs: tuple[int, int] = (0, 0),
-) -> int:
-    """Place up to ``replicas`` replicas of ``gpus`` GPUs on nodes of ``gpu_type`` (None: any), best fit (the
-    fullest node that fits first), consuming ``free``; returns how many were placed. A replica that requests CPU or
-    memory (``needs``: millicores, bytes) fits only a node with that much free ``beside`` its GPUs, when known there
-    (``NodeInfo.free_beside_gpus``), and consumes it."""
-    checks = beside is not None and (needs[0] > 0 or needs[1] > 0)
-    placed = 0
-    while placed < replicas:
-        fits = [
-            (left, node)
-            for node, left in free.items()
-            if left >= gpus
-            and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
-            and (not checks or fits_beside(beside, node, needs))
-        ]
-        if not fits:
-            break
-        _, node = min(fits)
-        free[node] -= gpus
-        if checks:
-            add_beside(beside, node, needs, -1)
-        placed += 1
-    return placed
-
-
 def _beside_text(needs: tuple[int, int]) -> str:
     """``8 CPU and 64 GiB memory`` (what is requested of either)."""
     parts = []
@@ -374,9 +341,9 @@ def _place_usable(
 ) -> int:
     """``_place`` on the entries of ``room`` the pods may use, consuming ``room`` (and ``beside``)."""
     if not barred:
-        return _place(room, replicas, gpus, gpu_type, node_types, beside, needs)
+        return place_best_fit(room, replicas, gpus, gpu_type, node_types, beside, needs)
     view = _only_usable(room, barred)
-    placed = _place(view, replicas, gpus, gpu_type, node_types, beside, needs)
+    placed = place_best_fit(view, replicas, gpus, gpu_type, node_types, beside, needs)
     room.update(view)
     return placed
 
@@ -435,7 +402,7 @@ def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | 
     """``free`` after placing every pod (largest first, each by ``_place``), or None when one does not fit."""
     left = dict(free)
     for gpus in sorted(pod_gpus, reverse=True):
-        if _place(left, 1, gpus) == 0:
+        if place_best_fit(left, 1, gpus) == 0:
             return None
     return left
 

@@ -446,9 +446,45 @@ def gpu_types_meet(kind: str | None, other: str | None) -> bool:
 
 def fits_beside(room: Mapping[str, tuple[int, int]] | None, node: str, need: tuple[int, int]) -> bool:
     """Whether ``node``'s CPU and memory free beside its GPUs (``room``: node -> (millicores, bytes), as
-    ``NodeInfo.free_beside_gpus``) hold ``need`` too; a node whose are not known (no entry, or no ``room``): yes."""
+    ``NodeInfo.free_beside_gpus``) hold ``need`` too; a node whose are not known (no entry, or no ``room``): yes.
+    Only what the pod requests is checked, as kube-scheduler's NodeResourcesFit does: a node whose pods already
+    request more memory than it has (allocatable shrunk under them, static pods) still takes a pod that requests
+    no memory."""
     known = room.get(node) if room is not None else None
-    return known is None or (known[0] >= need[0] and known[1] >= need[1])
+    return known is None or ((need[0] <= 0 or known[0] >= need[0]) and (need[1] <= 0 or known[1] >= need[1]))
+
+
+def place_best_fit(
+    free: dict[str, int],
+    replicas: int,
+    gpus: int,
+    gpu_type: str | None = None,
+    node_types: Mapping[str, str | None] | None = None,
+    beside: dict[str, tuple[int, int]] | None = None,
+    needs: tuple[int, int] = (0, 0),
+) -> int:
+    """Place up to ``replicas`` pods of ``gpus`` GPUs each on nodes of ``gpu_type`` (None: any), best fit (the
+    fullest node that fits first, then by name), consuming ``free``; returns how many were placed. A pod that
+    requests CPU or memory (``needs``: millicores, bytes) fits only a node with that much free ``beside`` its GPUs,
+    when known there (``NodeInfo.free_beside_gpus``), and consumes it."""
+    checks = beside is not None and (needs[0] > 0 or needs[1] > 0)
+    placed = 0
+    while placed < replicas:
+        fits = [
+            (left, node)
+            for node, left in free.items()
+            if left >= gpus
+            and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
+            and (not checks or fits_beside(beside, node, needs))
+        ]
+        if not fits:
+            break
+        _, node = min(fits)
+        free[node] -= gpus
+        if checks:
+            add_beside(beside, node, needs, -1)
+        placed += 1
+    return placed
 
 
 def add_beside(room: dict[str, tuple[int, int]] | None, node: str, amount: tuple[int, int], sign: int = 1) -> None:
@@ -625,16 +661,7 @@ def waiting_for_room(
             ]
         room = {name: left[name] for name in names if left[name] > 0}
         room_beside = {name: left_beside[name] for name in room if name in left_beside}
-        found = 0
-        for gpus in work.gang:
-            fitting = [
-                name for name, count in room.items() if count >= gpus and fits_beside(room_beside, name, work.beside)
-            ]
-            if fitting:
-                best = min(fitting, key=lambda name: (room[name], name))
-                room[best] -= gpus
-                add_beside(room_beside, best, work.beside, -1)
-                found += 1
+        found = sum(place_best_fit(room, 1, gpus, beside=room_beside, needs=work.beside) for gpus in work.gang)
         starts = found >= work.needed_pods
         if work.gang_key is not None:
             gangs[work.gang_key] = starts

@@ -53,6 +53,7 @@ def _workload(gpus: tuple[int, ...], queued: bool = False, by_us: float | None =
 NODES = (_node("n1"), _node("n2"), _node("n3"))
 BUSY = (_used("n1", 8), _used("n2", 4), _used("n3", 6))
 TAINT = Taint("dedicated", "inference")
+GIB = 2**30
 
 
 @pytest.mark.parametrize(
@@ -88,6 +89,16 @@ TAINT = Taint("dedicated", "inference")
             _pending("p", 4, node_selector={"zone": "b"}, tolerations=()), (),
             (_node("n1"), _node("n2", labels={"zone": "a"}), _node("n3")), True,
             id="a nodeSelector the free node does not meet",
+        ),
+        pytest.param(
+            _pending("p", 4, memory_bytes=8 * GIB), (),
+            (_node("n1"), _node("n2", free_beside_gpus=(-500, 64 * GIB)), _node("n3")), False,
+            id="a pod asking memory only: n2's CPU over-requested is not checked (kube-scheduler's NodeResourcesFit)",
+        ),
+        pytest.param(
+            _pending("p", 4, cpu_milli=1000), (),
+            (_node("n1"), _node("n2", free_beside_gpus=(-500, 64 * GIB)), _node("n3")), True,
+            id="a pod asking CPU: n2 has none left beside its GPUs",
         ),
         pytest.param(_pending("g", 2, gang=2), (), NODES, False, id="a 2 x 2 gang: n2 and n3 hold it"),
         pytest.param(_pending("g", 2, gang=4), (), NODES, True, id="a 4 x 2 gang: 6 free GPUs are too few"),
