@@ -67,6 +67,7 @@ from autoscaler.core.cluster import (
     replica_gpus,
     requests_by_node,
     schedulable_on,
+    selected_by,
 )
 from autoscaler.core.model import (
     Action,
@@ -1662,6 +1663,7 @@ def _give_back(
     # the CPU and memory beside the free GPUs, taken as ``free`` is by the pods of a node given back
     beside = dict(beside) if beside is not None else None
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
+    nodes_by_name = {n.name: n for n in arb.snapshot.nodes}
     kept = {n.name for n in arb.snapshot.nodes if n.do_not_disrupt}  # scale-down disabled on them: never given back
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
     # the nodes each Deployment's pods cannot be scheduled on: no room for the pods of a node given back
@@ -1842,11 +1844,17 @@ def _give_back(
         runtime = max(runtime, config.resume_horizon_s)
         reserved = _reserved(arb, runtime)
         reserve = _reserve_gpus(reserved)
-        # Training goes back on the cluster's own nodes: the burst pools are for inference (tainted so).
+        # Training goes back on the cluster's own nodes: the burst pools are for inference (tainted so), and on those
+        # its template's nodeSelector allows (resumed onto free GPUs elsewhere, its pods would only wait Pending).
         usable = {
             n: left
             for n, left in free.items()
-            if workload.gpu_product in (None, node_types.get(n)) and node_pool.get(n) not in burst_names
+            if workload.gpu_product in (None, node_types.get(n))
+            and node_pool.get(n) not in burst_names
+            and (
+                not workload.node_selector
+                or (n in nodes_by_name and selected_by(nodes_by_name[n], workload.node_selector))
+            )
         }
         after = _fits(usable, workload.pod_gpus)
         if after is None or not _reserve_fits({**free, **after}, reserved, node_types):

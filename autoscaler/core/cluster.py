@@ -172,8 +172,13 @@ def pod_schedulable_on(pod: PodInfo, node: NodeInfo) -> bool:
     return _admits(node, pod.node_selector, pod.tolerations)
 
 
+def selected_by(node: NodeInfo, node_selector: Mapping[str, str]) -> bool:
+    """Whether ``node`` carries every label of ``node_selector`` (an unlabelled node is no match for a selector)."""
+    return all(node.labels.get(key) == value for key, value in node_selector.items())
+
+
 def _admits(node: NodeInfo, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> bool:
-    if node.ready and any(node.labels.get(key) != value for key, value in node_selector.items()):
+    if node.ready and not selected_by(node, node_selector):
         return False
     return all(
         any(t.tolerates(taint) for t in tolerations)
@@ -307,6 +312,12 @@ class WorkloadInfo:
     # suspended by a queue until admitted (Kueue: the object carries kueue.x-k8s.io/queue-name): waiting for capacity,
     # not paused by someone on purpose
     queued: bool = False
+    # where its GPU pods may be scheduled, as its pod template says (the first that asks for GPUs): its nodeSelector
+    # (admission only adds to it -- Kueue a flavor's node labels -- so a node it rules out is ruled out), and the
+    # (CPU millicores, memory bytes) each pod requests beside its GPUs. Its tolerations are not kept: admission adds
+    # some the template never shows (a Kueue flavor's, a webhook's), so a taint is no reason to rule a node out.
+    node_selector: Mapping[str, str] = field(default_factory=dict, compare=False)
+    pod_beside: tuple[int, int] = field(default=(0, 0), compare=False)
 
     @property
     def gpus(self) -> int:
@@ -511,15 +522,15 @@ class WaitingGpuWork:
     # until they do (Volcano, coscheduling): it cannot start.
     pods: tuple[int, ...] = ()
     min_pods: int = 0
-    # where its pods may be scheduled (a pending pod's own spec): its nodeSelector and its tolerations (None: not read,
-    # a suspended workload's -- anywhere its GPU type allows)
+    # where its pods may be scheduled (a pending pod's own spec, a suspended workload's pod template): its nodeSelector
+    # and its tolerations (None: not read, a suspended workload's -- admission adds tolerations its template lacks)
     node_selector: Mapping[str, str] = field(default_factory=dict, compare=False)
     tolerations: tuple[Toleration, ...] | None = None
     # suspended by this controller: it waits for the arbitration's resume, which waits for room beyond the forecast's
     # reserve -- room a hole may make even where it fits the free GPUs by count
     resumed_by_us: bool = False
-    # (CPU millicores, memory bytes) each of its pods requests beside its GPUs (a pending pod's own; (0, 0): none,
-    # or not read -- a suspended workload's)
+    # (CPU millicores, memory bytes) each of its pods requests beside its GPUs (a pending pod's own, a suspended
+    # workload's template's; (0, 0): none, or not read)
     beside: tuple[int, int] = field(default=(0, 0), compare=False)
     # the gang of a pending pod ((namespace, gang id)): its pending pods are one entry each, alike, one work
     gang_key: tuple[str, str] | None = field(default=None, compare=False)
@@ -602,7 +613,9 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
             max(w.pod_gpus),
             w.gpu_product,
             tuple(g for g in w.pod_gpus if g > 0),
+            node_selector=w.node_selector,
             resumed_by_us=w.suspended_by_us_at is not None,
+            beside=w.pod_beside,
         )
         for w in snapshot.workloads
         if w.suspended and (w.suspended_by_us_at is not None or w.queued) and w.pod_gpus and max(w.pod_gpus) > 0
@@ -657,6 +670,7 @@ def waiting_for_room(
                 n.name
                 for n in nodes
                 if work.gpu_product in (None, n.gpu_product)  # an unlabelled node is no match for a selector
+                and selected_by(n, work.node_selector)
                 and (work.tolerations is None or _admits(n, work.node_selector, work.tolerations))
             ]
         room = {name: left[name] for name in names if left[name] > 0}

@@ -569,3 +569,34 @@ def test_a_budget_with_match_expressions_stops_the_planner_taking_the_gang(
     assert gang.gang == "job/ml/train"
     assert gang.pdb_use == (("ml/train", 3, 1),)
     assert gang.why_not == "PodDisruptionBudget ml/train allows 1 of its 3"
+
+
+def test_a_suspended_workload_says_where_its_gpu_pods_go(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """Stop 47: the nodeSelector and CPU and memory of the first pod template that asks for GPUs (a driver without
+    GPUs says nothing of where the GPU pods go); a Workload standing for its Job with no podSets of its own takes its
+    Job's. Tolerations are not read (admission adds some)."""
+    trainer = o.job("trainer", "ml", gpus=8, suspend=True, product=o.A100)
+    trainer["spec"]["template"]["spec"]["nodeSelector"]["pool"] = "train"
+    trainer["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "12", "memory": "96Gi"}
+    driver = o.replicated_job("driver", 1, 1, 0)
+    driver["template"]["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "cpu"}
+    workers = o.replicated_job("workers", 2, 1, 8)
+    workers["template"]["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "train"}
+    queued = o.job("queued", "ml", gpus=2, suspend=True)
+    queued["spec"]["template"]["spec"]["nodeSelector"] = {"zone": "b"}
+    apiserver.seed(
+        o.jobset_crd(),
+        o.workload_crd(),
+        trainer,
+        o.jobset("llama", "ml", suspend=True, replicated_jobs=[driver, workers]),
+        queued,
+        o.workload("job-queued-cd34", "ml", owner=("Job", "queued")),  # no podSets of its own
+    )
+    workloads = {w.name: w for w in reader(api_client).snapshot(NOW).workloads}
+    got = workloads["trainer"]
+    assert got.node_selector == {"nvidia.com/gpu.product": o.A100, "pool": "train"}
+    assert got.pod_beside == (12_000, 96 * 2**30)
+    assert workloads["llama"].node_selector == {"pool": "train"} and workloads["llama"].pod_beside == (0, 0)
+    assert workloads["job-queued-cd34"].node_selector == {"zone": "b"}

@@ -1081,6 +1081,9 @@ class KubeClusterReader:
                     queued=info.queued or waiting,
                     pod_gpus=info.pod_gpus or parent.pod_gpus,
                     gpu_product=info.gpu_product or parent.gpu_product,
+                    # where its pods go, from the same templates its GPUs were read from
+                    node_selector=info.node_selector if info.pod_gpus else parent.node_selector,
+                    pod_beside=info.pod_beside if info.pod_gpus else parent.pod_beside,
                     min_runtime_s=info.min_runtime_s if info.min_runtime_s is not None else parent.min_runtime_s,
                 )
         kept = [w for w in found.values() if w.gpus > 0]
@@ -1138,6 +1141,7 @@ class KubeClusterReader:
         gpus: list[int] = []
         priorities: list[int] = []
         product: str | None = None
+        gpu_template: Mapping[str, Any] | None = None  # the first pod template that asks for GPUs
         for template, count in templates:
             pod_spec = _map(template.get("spec"))
             try:
@@ -1155,6 +1159,8 @@ class KubeClusterReader:
             )
             if product is None:
                 product = pinned_product(pod_spec, cfg.gpu_product_label)
+            if gpu_template is None:
+                gpu_template = pod_spec
         priority = max(priorities, default=default_priority)
         if kind == "Workload" and spec.get("priority") is not None:
             priority = _int(spec.get("priority"), priority)
@@ -1190,6 +1196,12 @@ class KubeClusterReader:
             min_runtime_s=_seconds(own.get(MIN_RUNTIME_ANNOTATION)),
             queued=awaiting_quota
             or (suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL))),
+            node_selector={
+                k: v
+                for k, v in _map((gpu_template or {}).get("nodeSelector")).items()
+                if isinstance(k, str) and isinstance(v, str)
+            },
+            pod_beside=requests_beside_gpus(gpu_template) if gpu_template is not None else (0, 0),
         )
         return info, owner
 
