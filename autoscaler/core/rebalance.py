@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from autoscaler.core.cluster import (
     SERVING_OWNER_KINDS,
@@ -55,6 +55,7 @@ from autoscaler.core.cluster import (
     free_gpus_per_node,
     pod_schedulable_on,
     requests_by_node,
+    selected_by,
 )
 from autoscaler.core.model import EvictPod, Plan, ScaleDecision
 from autoscaler.core.reasons import Reason
@@ -196,6 +197,10 @@ class _Target:
     # the waiting pods themselves (none for a suspended workload): their home must admit them (nodeSelector, taints)
     pods: tuple[PodInfo, ...] = ()
     suspended: str | None = None  # a workload this controller suspended: "<kind>/<namespace>/<name>"
+    # a suspended workload's, from its pod template (it has no pods): the nodeSelector its home must meet, and the
+    # (CPU millicores, memory bytes) each of its pods requests beside its GPUs
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    beside: tuple[int, int] = (0, 0)
 
 
 class _Budgets:
@@ -353,8 +358,14 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
         if w.suspended and w.suspended_by_us_at is not None and w.pod_gpus:
             targets.append(
                 _Target(
-                    f"{w.kind} {w.namespace}/{w.name} (suspended)", w.priority, w.pod_gpus, w.gpu_product, True,
+                    f"{w.kind} {w.namespace}/{w.name} (suspended)",
+                    w.priority,
+                    w.pod_gpus,
+                    w.gpu_product,
+                    True,
                     suspended=f"{w.kind}/{w.namespace}/{w.name}",
+                    node_selector=w.node_selector,
+                    beside=w.pod_beside,
                 )
             )
     targets.sort(key=lambda t: (-t.priority, -sum(t.pod_gpus), t.name))
@@ -387,14 +398,24 @@ class _Cluster:
             add_beside(self.soon_beside, node, amount)
         self.config = config
 
-    def allowed(self, node: str, gpu_type: str | None, training: bool, pods: Sequence[PodInfo] = ()) -> bool:
+    def allowed(
+        self,
+        node: str,
+        gpu_type: str | None,
+        training: bool,
+        pods: Sequence[PodInfo] = (),
+        node_selector: Mapping[str, str] | None = None,
+    ) -> bool:
         """Whether ``pods`` (of that GPU type; training or not) may run on ``node``: its GPU type, its pool, and
         what each pod's own nodeSelector and tolerations admit (a node tainted for maintenance is no destination
-        for a pod that does not tolerate it: the pod's replacement would land elsewhere, or wait)."""
+        for a pod that does not tolerate it: the pod's replacement would land elsewhere, or wait), or, for pods not
+        made yet (a suspended workload's), its template's ``node_selector``."""
         info = self.nodes[node]
         if gpu_type is not None and info.gpu_product != gpu_type:
             return False
         if training and info.pool in self.config.training_excluded_pools:
+            return False
+        if node_selector and not selected_by(info, node_selector):
             return False
         return all(pod_schedulable_on(pod, info) for pod in pods)
 
@@ -407,6 +428,8 @@ class _Cluster:
         exclude: frozenset[str] = frozenset(),
         pods: Sequence[PodInfo] = (),
         beside: dict[str, tuple[int, int]] | None = None,
+        node_selector: Mapping[str, str] | None = None,
+        pod_beside: tuple[int, int] = (0, 0),
     ) -> dict[str, int] | None:
         """Best fit, largest pod first: node -> GPUs taken, consuming ``free`` (and the CPU and memory ``beside``
         them, where known, by what each of ``pods`` requests); None (and both untouched) when one pod does not fit.
@@ -414,7 +437,7 @@ class _Cluster:
         taken: dict[str, int] = defaultdict(int)
         trial = dict(free)
         trial_beside = dict(beside) if beside is not None else None
-        needs = _needs(pod_gpus, pods)
+        needs = _needs(pod_gpus, pods, pod_beside)
         for i in sorted(range(len(pod_gpus)), key=lambda k: -pod_gpus[k]):
             gpus, need = pod_gpus[i], needs[i]
             fits = [
@@ -422,7 +445,7 @@ class _Cluster:
                 for n, left in trial.items()
                 if left >= gpus
                 and n not in exclude
-                and self.allowed(n, gpu_type, training, pods)
+                and self.allowed(n, gpu_type, training, pods, node_selector)
                 and fits_beside(trial_beside, n, need)
             ]
             if not fits:
@@ -437,10 +460,11 @@ class _Cluster:
         return dict(taken)
 
 
-def _needs(pod_gpus: Sequence[int], pods: Sequence[PodInfo]) -> list[tuple[int, int]]:
-    """(CPU millicores, memory bytes) of each pod of ``pod_gpus`` (``pods`` in the same order; none known: 0)."""
+def _needs(pod_gpus: Sequence[int], pods: Sequence[PodInfo], each: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
+    """(CPU millicores, memory bytes) of each pod of ``pod_gpus`` (``pods`` in the same order; without them,
+    ``each``: a suspended workload's template's, else 0)."""
     if len(pods) != len(pod_gpus):
-        return [(0, 0)] * len(pod_gpus)
+        return [each] * len(pod_gpus)
     return [(p.cpu_milli, p.memory_bytes) for p in pods]
 
 
@@ -460,7 +484,7 @@ def _stranded(cluster: _Cluster, targets: Sequence[_Target], free: Mapping[str, 
         if left <= 0:
             continue
         # GPUs of a type (or pool) no waiting pod may use are idle, not fragmented: they do not count
-        allowed = [t for t in targets if cluster.allowed(node, t.gpu_type, t.training, t.pods)]
+        allowed = [t for t in targets if cluster.allowed(node, t.gpu_type, t.training, t.pods, t.node_selector)]
         if allowed and not any(g <= left for t in allowed for g in t.pod_gpus):
             stranded += left
     return stranded
@@ -555,7 +579,14 @@ def plan_rebalance(
         trial = dict(free)
         trial_beside = dict(beside)
         placed = cluster.place(
-            trial, target.pod_gpus, target.gpu_type, target.training, pods=target.pods, beside=trial_beside
+            trial,
+            target.pod_gpus,
+            target.gpu_type,
+            target.training,
+            pods=target.pods,
+            beside=trial_beside,
+            node_selector=target.node_selector,
+            pod_beside=target.beside,
         )
         if placed is not None:
             # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
@@ -780,7 +811,7 @@ def _make_room(
             on_one_node[next(iter(unit.gpus_by_node))].append(unit)
     for listed in on_one_node.values():
         listed.sort(key=lambda u: (-u.gpus, u.owner))
-    needs = _needs(target.pod_gpus, target.pods)
+    needs = _needs(target.pod_gpus, target.pods, target.beside)
     for i in sorted(range(len(target.pod_gpus)), key=lambda k: -target.pod_gpus[k]):
         gpus, pod_needs = target.pod_gpus[i], needs[i]
         chosen_units = [u for u, _ in chosen]
@@ -791,7 +822,7 @@ def _make_room(
         for node in sorted(work):
             # a node already home to an earlier pod of the target may take this one too (the scheduler packs a
             # gang's pods wherever they fit); its GPUs left, and any freed for this pod, are what counts
-            if not cluster.allowed(node, target.gpu_type, target.training, target.pods):
+            if not cluster.allowed(node, target.gpu_type, target.training, target.pods, target.node_selector):
                 continue
             room = work_beside.get(node)
             if work[node] >= gpus and fits_beside(work_beside, node, pod_needs):
@@ -946,10 +977,14 @@ def protected_owners(
     tick: ``managed_services`` leaves it out of the pass altogether.)"""
     keys = set(unsure)
     for decision in decisions:
-        if decision.desired_replicas > decision.current_replicas or decision.reason in _BUSY or (
-            spare_only
-            and decision.recommended_replicas is not None
-            and decision.recommended_replicas >= decision.current_replicas
+        if (
+            decision.desired_replicas > decision.current_replicas
+            or decision.reason in _BUSY
+            or (
+                spare_only
+                and decision.recommended_replicas is not None
+                and decision.recommended_replicas >= decision.current_replicas
+            )
         ):
             keys.add(decision.key)
     return frozenset(f"{_DEPLOYMENT}{key}" for key in keys)

@@ -3,11 +3,14 @@
 Until stop 46 a suspended workload (one this controller suspended, or one queued in Kueue for quota) carried only its
 pods' GPUs and GPU type: its resume counted free GPUs on nodes its nodeSelector rules out (resumed there, its pods
 only wait Pending while the GPUs they were counted on stay free), and ``waiting_for_room`` judged a queued workload
-to start on such nodes (so it was not counted as waiting for a hole). The template's tolerations are not kept:
+to start on such nodes (so it was not counted as waiting for a hole), and the rebalancer moved pods to gather
+room for it there. The template's tolerations are not kept:
 admission adds some it never shows (a Kueue flavor's, a webhook's), so a taint rules nothing out for it.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -112,3 +115,33 @@ def test_a_queued_workload_starts_only_where_its_template_allows(workload: Workl
     waiting = waiting_gpu_work(snapshot)
     assert [w.takes for w in waiting] == [8]
     assert bool(waiting_for_room(waiting, snapshot)) is waits
+
+
+def _rebalance_world(n2_labels: dict[str, str], selector: dict[str, str], beside: tuple[int, int] = (0, 0)):
+    """chat: 7 replicas on n1, 1 on n2 (8 GPUs free, 1 + 7); a suspended 8-GPU Job fits on neither node as is."""
+    from tests.core import test_rebalance as reb
+
+    pods = [reb.replica("chat", i, "n1") for i in range(7)] + [reb.replica("chat", 7, "n2")]
+    nodes = [reb.node("n1"), replace(reb.node("n2"), labels=n2_labels, free_beside_gpus=(64_000, 512 * GIB))]
+    return reb.snap(nodes, pods, workloads=(_workload(selector, beside),))
+
+
+@pytest.mark.parametrize(
+    ("n2_labels", "selector", "beside", "moved"),
+    [
+        pytest.param({}, {}, (0, 0), ["inf/chat-7"], id="no selector: chat-7 moves to n1, n2 emptied for the Job"),
+        pytest.param(TRAIN, TRAIN, (0, 0), ["inf/chat-7"], id="n2 is what its selector asks for: the same move"),
+        pytest.param({}, TRAIN, (0, 0), [], id="no node its selector allows: emptying n2 would not start it"),
+        pytest.param({}, {}, (96_000, 0), [], id="its pods ask 96 CPUs, n2 has 64 beside its GPUs: no move"),
+    ],
+)  # fmt: skip
+def test_the_rebalancer_gathers_room_for_a_suspended_workload_only_where_it_may_run(
+    n2_labels: dict[str, str], selector: dict[str, str], beside: tuple[int, int], moved: list[str]
+) -> None:
+    from autoscaler.core.rebalance import RebalanceConfig, RebalanceState, plan_rebalance
+    from tests.core import test_rebalance as reb
+
+    plan, _ = plan_rebalance(
+        _rebalance_world(n2_labels, selector, beside), reb.NOW, RebalanceConfig(), RebalanceState()
+    )
+    assert reb.evicted(plan) == moved
