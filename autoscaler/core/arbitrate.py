@@ -1690,12 +1690,15 @@ def _give_back(
             unneeded.pop(pool.name, None)
             notes.append(f"{pool.name}: {_ALL_KEPT}")
             continue
-        burst_left = True
         if pool.name in resized:
+            burst_left = True
             continue
         if held is not None and pool.name in held[0]:
+            # kept for the waiting replicas, not waiting to be given back: no reason for training to wait (those
+            # replicas were placed first, so the GPUs left free are room they cannot use)
             notes.append(f"{pool.name}: its nodes could host {held[1]}, whose shortfall is waited out: not given back")
             continue
+        burst_left = True
         # Spare: the pool's emptiest node's pods fit on the other free GPUs and the replicas coming over a boot
         # (the forecast's, those a rate limit holds back) still fit without that node, each whole on one node.
         pool_free = {
