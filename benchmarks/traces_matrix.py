@@ -44,7 +44,7 @@ import tarfile
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,6 +311,8 @@ def run_row(job: Job) -> dict[str, Any]:
                 "gpu_hours": figures[p]["gpu_hours"],
                 "gpu_hours_vs_oracle": figures[p]["gpu_hours_vs_oracle"],
                 "scale_actions": figures[p]["scale_actions"],
+                "scale_downs": figures[p]["scale_downs"],
+                "scale_downs_undone": figures[p]["scale_downs_undone"],
                 "burst_gpu_hours": figures[p]["burst_gpu_hours"],
                 "forecast_mae": figures[p].get("forecast_mae"),
                 "decisions_by_reason": figures[p]["decisions_by_reason"],
@@ -399,10 +401,19 @@ def _matched_cell(row: dict[str, Any]) -> str:
     return f"{matched['gpu_hours'] / oracle:.3f} ({matched['target']:g} %)"
 
 
+def _undone_cell(predictive: Mapping[str, Any], hpa: Mapping[str, Any]) -> str:
+    """The scale-downs undone within a cold start, the predictive policy's / the HPA's ("-": a row measured before
+    they were counted)."""
+    if "scale_downs_undone" not in predictive or "scale_downs_undone" not in hpa:
+        return "-"
+    return f"{predictive['scale_downs_undone']} / {hpa['scale_downs_undone']}"
+
+
 def format_rows(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
     frontier = any("hpa_frontier" in row for row in rows)
     head = ["trace", "cold s", "h", "oracle GPU-h", "pred SLO", "pred GPU-h÷o", "pred acts", "acts÷o", "hpa SLO",
-            "hpa GPU-h÷o", "hpa acts", "SLO≥hpa-0.1", "GPU≤hpa", "≥99.5%@90", "headroom E/P/L/U/D", "secs"]
+            "hpa GPU-h÷o", "hpa acts", "undone p/h", "SLO≥hpa-0.1", "GPU≤hpa", "≥99.5%@90", "headroom E/P/L/U/D",
+            "secs"]
     if frontier:
         head[-1:-1] = ["hpa@pred SLO GPU-h÷o", "GPU≤hpa@SLO"]
     table = [head]
@@ -414,6 +425,7 @@ def format_rows(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
             f"{p['slo_attainment']:.2%}", f"{p['gpu_hours_vs_oracle']:.3f}", str(p["scale_actions"]),
             _ratio(p["scale_actions"], o["scale_actions"]),
             f"{h['slo_attainment']:.2%}", f"{h['gpu_hours_vs_oracle']:.3f}", str(h["scale_actions"]),
+            _undone_cell(p, h),
             _mark(v["slo_vs_hpa"]), _mark(v["gpu_vs_hpa"]), _mark(v["servegen_995_at_90s"]),
             _headroom_cell(row["headroom_shares"]),
         ]

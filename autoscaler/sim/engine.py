@@ -90,6 +90,11 @@ class PolicyRun:
     burst_gpu_seconds: float = 0.0
     burst_cost: float = 0.0
     scale_actions: int = 0
+    # steps where a service's replicas fell, and those of them followed within the service's cold start by replicas
+    # above the level they fell to (``scale_downs_undone``: issue 14's waste, a replica wanted back before a new one
+    # could even have started)
+    scale_downs: int = 0
+    scale_downs_undone: int = 0
     requests: float = 0.0
     requests_in_slo_steps: float = 0.0
     requests_within_latency: float = 0.0  # per-request estimate from the latency distribution's tail
@@ -480,7 +485,28 @@ def simulate(
     run.timelines = [
         ServiceTimeline(ready_hist[k], spec_hist[k], latency_hist[k], within_hist[k]) for k in range(count)
     ]
+    for k, service in enumerate(services):
+        downs, undone = scale_downs_undone(spec_hist[k], math.ceil(service.policy.cold_start_s / step_s))
+        run.scale_downs += downs
+        run.scale_downs_undone += undone
     return run
+
+
+def scale_downs_undone(spec: np.ndarray, within_steps: int) -> tuple[int, int]:
+    """(scale-downs, those undone) in a series of replica counts: the steps where it falls, and those of them after
+    which it rises above the level it fell to within ``within_steps`` steps (a service's cold start: the replica
+    wanted back before a replacement could even have started, so the scale-down bought nothing and costs a cold
+    start)."""
+    series = np.asarray(spec, dtype=np.int64)
+    if series.size < 2 or within_steps < 1:
+        return int(np.count_nonzero(np.diff(series) < 0)), 0
+    falls = np.flatnonzero(np.diff(series) < 0) + 1  # the first step at the lower level
+    if falls.size == 0:
+        return 0, 0
+    # the most replicas over the next ``within_steps`` steps after each step (the series' last value past its end)
+    padded = np.concatenate([series, np.full(within_steps, series[-1])])
+    ahead = np.lib.stride_tricks.sliding_window_view(padded[1:], within_steps).max(axis=1)
+    return int(falls.size), int(np.count_nonzero(ahead[falls] > series[falls]))
 
 
 def _observe(
