@@ -618,9 +618,14 @@ class KubeClusterReader:
         self._calls = 0
         self._podgroups_missing_logged = False
         self._hpas_missing_logged = False
+        # the HPAs the last list that answered read; None until one answered (``_hpas``)
+        self._last_hpas: tuple[HpaInfo, ...] | None = None
+        self._hpas_kept_logged = False
         self._workloads_forbidden_logged: set[str] = set()
         # the workload kinds the last read was refused (403): a Job Kueue manages is then not suspended directly
         self._workloads_forbidden: frozenset[str] = frozenset()
+        # the workload kinds whose list answered since this reader started: one of them refused later holds the snapshot
+        self._workloads_answered: set[str] = set()
         self._kueue_unreadable_logged = False
         self._served_versions: dict[str, str] = {}  # workload kind -> the version its list last answered at
         # Something read in this snapshot is managed by Kueue (a kueue.x-k8s.io/ label, annotation or gate): only then
@@ -933,7 +938,10 @@ class KubeClusterReader:
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
         """Every HorizontalPodAutoscaler (autoscaling/v2). Without RBAC for them (403) the controller goes on as
-        before, saying once that it cannot see HPAs: an upgrade must not stop the scaling."""
+        before, saying once that it cannot see HPAs: an upgrade must not stop the scaling. A list refused after one
+        answered (an authorization webhook down, a ClusterRole being re-applied) is not "no HPA": the HPAs last read
+        are kept, so a Deployment an HPA scales stays recommend-only instead of being scaled down by two
+        controllers for an API error."""
         if not self.config.read_hpas:
             return ()
         try:
@@ -943,6 +951,15 @@ class KubeClusterReader:
         except KubeApiError as exc:
             if exc.status not in (403, 404):
                 raise
+            if self._last_hpas is not None:
+                if not self._hpas_kept_logged:  # once while the list stays refused
+                    log.warning(
+                        "HorizontalPodAutoscalers not readable (%s): the %d read last are kept until the list answers",
+                        exc,
+                        len(self._last_hpas),
+                    )
+                    self._hpas_kept_logged = True
+                return self._last_hpas
             if not self._hpas_missing_logged:
                 log.warning(
                     "HorizontalPodAutoscalers not readable (%s): a Deployment an HPA also scales is not "
@@ -967,14 +984,18 @@ class KubeClusterReader:
                     desired_replicas=None if status.get("desiredReplicas") is None else _int(status["desiredReplicas"]),
                 )
             )
-        return tuple(out)
+        self._last_hpas, self._hpas_kept_logged = tuple(out), False
+        return self._last_hpas
 
     # -- training workloads --
 
     def _raw_workloads(self) -> dict[str, list[JSON]]:
         """Every object of each suspendable kind (kind -> items). A CRD that is not installed (404) is skipped
         silently; a kind RBAC does not let us list (403) is said once and skipped: its gangs are then evicted pod by
-        pod instead of suspended, and what we suspended is not resumed."""
+        pod instead of suspended, and what we suspended is not resumed. A kind whose list answered before and is
+        refused now (an authorization webhook down, a ClusterRole being re-applied) fails the snapshot instead: read
+        as "none of that kind", its training lost what protects it (its own minimum runtime, a Kueue Workload
+        standing for it) and was stopped for an API error."""
         self._workloads_forbidden = frozenset()
         if not self.config.read_workloads:
             return {}
@@ -994,6 +1015,16 @@ class KubeClusterReader:
                     continue
                 if exc.status != 403:
                     raise
+                if kind in self._workloads_answered:
+                    raise KubeApiError(
+                        what,
+                        exc.status,
+                        exc.reason,
+                        f"{exc.message or 'refused'}; refused after it answered: held, as on any failed list (its "
+                        "training's own minimum runtime, suspension and Kueue Workload unknown: acting without them "
+                        f"could stop training they protect); grant list on {spec.plural}.{spec.group}, or restart "
+                        "the controller to go on without them",
+                    ) from exc
                 forbidden.add(kind)
                 if kind not in self._workloads_forbidden_logged:
                     log.warning(
@@ -1007,6 +1038,7 @@ class KubeClusterReader:
                     self._workloads_forbidden_logged.add(kind)
                 continue
             out[kind] = items
+            self._workloads_answered.add(kind)
             if not self._kueue_seen:
                 self._kueue_seen = any(_kueue_marked(_map(_map(item).get("metadata"))) for item in items)
         self._workloads_forbidden = frozenset(forbidden)
