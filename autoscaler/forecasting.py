@@ -1215,6 +1215,7 @@ class ForecastService:
             node_boot_s=s.node_boot_seconds,
             tick_interval_s=self.tick_interval_s,
             contended_hold_s=s.contended_hold_seconds,
+            scale_down_hold_leads=s.scale_down_hold_leads,
             calibrated_excess=s.calibrated_excess,
             # a forecast is LEARNING until it has as many scores as the reliability verdict needs; the window holds
             # one live score per forecast step at most; until the first refit of this leadership term, nothing is judged

@@ -766,6 +766,14 @@ class ForecastSettings(_Group):
         description="added to the lead time when the cluster lacks free GPUs for the forecast's extra replicas "
         "(GPU node boot until allocatable), seconds",
     )
+    scale_down_hold_leads: float = Field(
+        2.0,
+        ge=1,
+        le=10,
+        description="with a usable forecast a scale-down never goes below what the forecast needs from now to now + "
+        "this many lead times: 1 = until a replica asked for now could serve; 2 = also the replicas the forecast "
+        "floor would add back within a cold start, before a replacement could even have started (lead times)",
+    )
     contended_hold_seconds: float = Field(
         1800.0,
         ge=0,

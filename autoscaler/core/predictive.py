@@ -48,6 +48,10 @@ class PredictiveSettings:
     # scale-down accounts for the cost of coming back: never below what the forecast needs within the lead time,
     # and without a usable forecast a stabilisation window of at least the lead time
     cold_start_aware: bool = True
+    # ... from now to now + this many lead times (1: until a replica asked for now could serve; 2: also the replicas
+    # the floor of a tick within the next lead time would add back -- a scale-down undone within its cold start),
+    # lead times
+    hold_leads: float = 2.0
     # and, while lower-priority GPU work waits for GPUs, what it needs this many seconds further (up to the
     # forecast's end), as ``ReplicaFloor.contended_hold``: a GPU given back goes to that work at once, and taking it
     # back before the work's next checkpoint loses what it did since the last one
@@ -171,9 +175,16 @@ def forecast_floor(
     replicas = _replicas(demand, policy, settings)
     hold = contended = 0
     contended_end = target_time
+    hold_window_s = lead_s
     if settings.cold_start_aware:
         # The demand between now and the floor's own window: a replica needed again before it could be ready.
-        hold = max(replicas, _replicas(forecast.max_over(now, target_time, settings.quantile), policy, settings))
+        # ... or wanted back within its cold start (``hold_leads`` 2): the floor of a tick up to a lead time from now
+        # reads the demand up to a lead time after that tick, so a replica removed now that the forecast wants by
+        # now + 2 leads is added back before a replacement could even have started (issue 14 item 2).
+        hold_window_s = max(lead_s, min(settings.hold_leads * lead_s, forecast.end - now))
+        hold = max(
+            replicas, _replicas(forecast.max_over(now, now + hold_window_s, settings.quantile), policy, settings)
+        )
         contended_end = max(target_time, min(target_time + settings.contended_hold_s, forecast.end))
         if contended_end > target_time:
             contended = max(hold, _replicas(forecast.max_over(now, contended_end, settings.quantile), policy, settings))
@@ -182,7 +193,7 @@ def forecast_floor(
         f"/ {settings.rate_per_replica:g} per replica"
     )
     return ReplicaFloor(
-        replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow, hold=hold, hold_window_s=lead_s,
+        replicas, Reason.FORECAST_FLOOR, detail, shadow=settings.shadow, hold=hold, hold_window_s=hold_window_s,
         contended_hold=contended, contended_window_s=contended_end - now,
     )
 

@@ -112,6 +112,9 @@ class ForecastReadConfig:
     calibrated_excess: bool = True
     # scale-down holds what the forecast needs within the lead time, and waits a lead time without a forecast
     cold_start_aware: bool = True
+    # ... what it needs from now to now + this many lead times (``PredictiveSettings.hold_leads``; 1: only until a
+    # replica asked for now could serve, 2: also those the floor would add back within a cold start), lead times
+    scale_down_hold_leads: float = 2.0
     # while lower-priority GPU work waits (``core.cluster.waiting_gpu_work``), a scale-down that would free a node
     # enough for it also holds what the forecast needs this many seconds past the lead time, as far as the forecast
     # reaches, when the replicas wanted back would then not fit elsewhere (about a training checkpoint interval;
@@ -300,6 +303,7 @@ def read_forecasts(
             max_fit_age_periods=config.max_fit_age_periods,
             shadow=fp.mode is ForecastMode.SHADOW,
             cold_start_aware=config.cold_start_aware,
+            hold_leads=config.scale_down_hold_leads,
             contended_hold_s=config.contended_hold_s if hole is not None else 0.0,
         )
         try:

@@ -57,6 +57,9 @@ class ForecastingConfig:
     # while lower-priority GPU work waits, a scale-down keeps what the forecast needs this far past the lead time
     # (the controller's forecast.contended_hold_seconds), seconds
     contended_hold_s: float = 1800.0
+    # a scale-down keeps what the forecast needs from now to now + this many lead times (the controller's
+    # forecast.scale_down_hold_leads), lead times
+    scale_down_hold_leads: float = 2.0
     # the floor provisions the quantile's calibrated share of its excess over the median (the controller's
     # forecast.calibrated_excess; False: the quantile as fitted)
     calibrated_excess: bool = True
@@ -161,6 +164,7 @@ class PredictivePolicy(CorePolicy):
                 tick_interval_s=step_s,
                 contended_hold_s=self.config.contended_hold_s,
                 calibrated_excess=self.config.calibrated_excess,
+                scale_down_hold_leads=self.config.scale_down_hold_leads,
                 # a forecast is LEARNING until it has as many scores as the reliability verdict needs
                 headroom=dataclasses.replace(DEFAULT_HEADROOM, min_scored=self.config.min_scored_samples),
             ),

@@ -308,6 +308,12 @@ class Forecasting(_Strict):
         1800.0, alias="minHistorySeconds", ge=0, le=366 * 86400.0,
         description="no forecast before this much history, seconds",
     )
+    scale_down_hold_leads: float = Field(
+        2.0, alias="scaleDownHoldLeads", ge=1, le=10,
+        description="a scale-down never goes below what the forecast needs from now to now + this many lead times "
+        "(1: until a replica asked for now could serve; 2: also those the floor would add back within a cold "
+        "start), lead times (the controller's forecast.scale_down_hold_leads)",
+    )
     contended_hold_seconds: float = Field(
         1800.0, alias="contendedHoldSeconds", ge=0, le=86400.0,
         description="while lower-priority GPU work waits, a scale-down that would free a node enough for it keeps "
@@ -388,6 +394,7 @@ class Forecasting(_Strict):
             model_params=dict(self.model_params),
             contended_hold_s=self.contended_hold_seconds,
             calibrated_excess=self.calibrated_excess,
+            scale_down_hold_leads=self.scale_down_hold_leads,
         )
 
 

@@ -282,8 +282,9 @@ TIGHT = (*_chat("n1", 5, 0), SMALL_JOB, *_chat("n2", 8, 5), *_chat("n3", 7, 13))
     ("case", "placed", "pods", "workloads", "hold_s", "desired", "window_s", "spare_nodes"),
     [
         # demand falls to 16 req/s (5 replicas at 3.2) at now + lead; nothing waits: follow it down as far as the
-        # cold start allows (the first minute still needs 32 / 3.2 = 10)
-        ("nothing waits", SPREAD, (), (), 1800.0, 10, 90, 0),
+        # cold start allows (the first minute still needs 32 / 3.2 = 10; the hold reads two lead times, 180 s:
+        # a replica the floor would add back within a cold start is kept, stop 47)
+        ("nothing waits", SPREAD, (), (), 1800.0, 10, 180, 0),
         # a lower-priority trainer waits for GPUs: the next edge (minute 20, 56 req/s) wants 18 back; the hold
         # reaches the forecast's end (1,800 s), not now + lead + 1,800 s; a scale-down of 7 opens no hole: 13
         ("lower-priority pod pending", SPREAD, (_waiting_pod(100),), (), 1800.0, 13, 1800, 0),
@@ -293,22 +294,22 @@ TIGHT = (*_chat("n1", 5, 0), SMALL_JOB, *_chat("n2", 8, 5), *_chat("n3", 7, 13))
          (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,), suspended_by_us_at=-60.0),), 1800.0, 13, 1800, 0),
         # paused by somebody on purpose: it waits for them, not for capacity
         ("lower-priority workload paused by hand", SPREAD, (),
-         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),), 1800.0, 10, 90, 0),
+         (WorkloadInfo("Job", "ml", "t", "job/ml/t", True, 100, (8,)),), 1800.0, 10, 180, 0),
         # up to 7 replicas (n2's) can go without opening a hole: down to 20 - 7 = 13
         ("a small scale-down hands the trainer nothing", TIGHT, (_waiting_pod(100),), (), 1800.0, 13, 1800, 0),
         # an empty spare node: the trainer in the hole still leaves room for the edge's replicas, nothing to hold
-        ("the comeback fits elsewhere", SPREAD, (_waiting_pod(100),), (), 1800.0, 10, 90, 1),
+        ("the comeback fits elsewhere", SPREAD, (_waiting_pod(100),), (), 1800.0, 10, 180, 1),
         # a higher-priority pod waiting takes the GPUs before anything of ours would: no reason to hold
-        ("only higher-priority work waits", SPREAD, (_waiting_pod(5000),), (), 1800.0, 10, 90, 0),
+        ("only higher-priority work waits", SPREAD, (_waiting_pod(5000),), (), 1800.0, 10, 180, 0),
         # a pending pod without GPUs is not waiting for ours, nor one no node could hold (16 GPUs, 8-GPU nodes)
-        ("a CPU pod pending", SPREAD, (_waiting_pod(100, gpus=0),), (), 1800.0, 10, 90, 0),
-        ("a pod no node can hold", SPREAD, (_waiting_pod(100, gpus=16),), (), 1800.0, 10, 90, 0),
+        ("a CPU pod pending", SPREAD, (_waiting_pod(100, gpus=0),), (), 1800.0, 10, 180, 0),
+        ("a pod no node can hold", SPREAD, (_waiting_pod(100, gpus=16),), (), 1800.0, 10, 180, 0),
         # the replicas hold no node the trainer could use (all on nodes of another GPU type)
         ("the trainer needs another GPU type", SPREAD,
-         (dataclasses.replace(_waiting_pod(100), gpu_product="H100"),), (), 1800.0, 10, 90, 0),
+         (dataclasses.replace(_waiting_pod(100), gpu_product="H100"),), (), 1800.0, 10, 180, 0),
         # 600 s past the lead (690 s) ends before the edge: it needs no more than the cold start's 10
-        ("hold shorter than the gap", SPREAD, (_waiting_pod(100),), (), 600.0, 10, 90, 0),
-        ("hold off", SPREAD, (_waiting_pod(100),), (), 0.0, 10, 90, 0),
+        ("hold shorter than the gap", SPREAD, (_waiting_pod(100),), (), 600.0, 10, 180, 0),
+        ("hold off", SPREAD, (_waiting_pod(100),), (), 0.0, 10, 180, 0),
     ],
 )
 def test_contended_hold(case: str, placed: tuple, pods: tuple, workloads: tuple,  # type: ignore[type-arg]

@@ -221,7 +221,7 @@ def test_the_gpus_a_higher_priority_floor_takes_are_not_room_for_the_comeback() 
 
 def _reference(
     med: list[float], top: list[float], start: float, step: float, q: float, now: float, lead: float, window: float,
-    contended_s: float, rate: float, lo: int, hi: int,
+    contended_s: float, rate: float, lo: int, hi: int, hold_leads: float = 1.0,
 ) -> tuple[int, int, int] | None:  # fmt: skip
     n = len(med)
     end = start + n * step
@@ -243,7 +243,8 @@ def _reference(
     if not 0 <= index(target) < n:
         return None
     floor = replicas(peak(target, target + window))
-    hold = max(floor, replicas(peak(now, target)))
+    # the hold: up to ``hold_leads`` lead times from now, as far as the forecast reaches (stop 47: 2 by default)
+    hold = max(floor, replicas(peak(now, max(target, min(now + hold_leads * lead, end)))))
     contended_end = max(target, min(target + contended_s, end))
     contended = max(hold, replicas(peak(now, contended_end))) if contended_end > target else 0
     return floor, hold, contended
@@ -264,16 +265,17 @@ def test_the_floor_hold_and_contended_hold_match_a_reference_on_random_forecasts
         rate = rng.choice([1.0, 2.5, 3.2])
         now = start + rng.uniform(-step, n * step)
         lead, window, contended_s = rng.choice([0.0, 15.0, 90.0, 390.0]), rng.choice([0.0, 15.0]), rng.choice([0, 600])
-        settings = PredictiveSettings(rate, q, refit_period_s=1e9, contended_hold_s=contended_s)
+        hold_leads = rng.choice([1.0, 1.5, 2.0])
+        settings = PredictiveSettings(rate, q, refit_period_s=1e9, contended_hold_s=contended_s, hold_leads=hold_leads)
         floor = forecast_floor(policy, ForecastInput(forecast, 0.0), settings, now, lead, window)
-        expected = _reference(med, top, start, step, q, now, lead, window, contended_s, rate, lo, hi)
+        expected = _reference(med, top, start, step, q, now, lead, window, contended_s, rate, lo, hi, hold_leads)
         assert floor is not None
         if expected is None:
             assert not floor.usable and floor.reason is Reason.FORECAST_STALE
             continue
         checked += 1
         assert floor.usable and (floor.replicas, floor.hold, floor.contended_hold) == expected
-        assert lo <= floor.replicas <= floor.hold <= hi and floor.hold_window_s == lead
+        assert lo <= floor.replicas <= floor.hold <= hi and lead <= floor.hold_window_s <= hold_leads * lead + 1e-9
         if floor.contended_hold:
             assert floor.hold <= floor.contended_hold <= hi and floor.contended_window_s >= lead
     assert checked > 500

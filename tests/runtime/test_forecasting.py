@@ -888,3 +888,22 @@ def test_the_gpus_a_replica_takes_come_from_its_pod_template_when_read() -> None
     assert world.service.readout(JUMP - 100, policies, snapshot, observation).views["ml/high"].lead_s == 90.0
     wide = _replace(snapshot, deployments=tuple(_replace(d, gpus_per_pod=2) for d in snapshot.deployments))
     assert world.service.readout(JUMP - 100, policies, wide, observation).views["ml/high"].lead_s == 390.0
+
+
+# stop 47: how far a scale-down's hold reads (tests/core/test_scale_down_hold_leads.py), one setting for the tick
+@pytest.mark.parametrize(("value", "expected"), [(None, 2.0), ("1", 1.0), ("3.5", 3.5)])
+def test_the_scale_down_hold_reaches_the_tick(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: float
+) -> None:
+    if value is not None:
+        monkeypatch.setenv("AUTOSCALER_FORECAST__SCALE_DOWN_HOLD_LEADS", value)
+    assert load_settings().forecast.scale_down_hold_leads == expected
+    world = World(scale_down_hold_leads=expected)
+    assert world.service.read_config().scale_down_hold_leads == expected
+
+
+@pytest.mark.parametrize("value", ["0.5", "11", "two"])
+def test_a_scale_down_hold_out_of_range_names_the_setting(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AUTOSCALER_FORECAST__SCALE_DOWN_HOLD_LEADS", value)
+    with pytest.raises(SettingsError, match="AUTOSCALER_FORECAST__SCALE_DOWN_HOLD_LEADS"):
+        load_settings()

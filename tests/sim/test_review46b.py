@@ -152,7 +152,8 @@ def test_pin_run_row_runs_each_extra_target_alone_and_not_the_default_twice(monk
         target = data.get("baselines", {}).get("hpaTargetUtilization")
         runs.append((tuple(policies), target))
         figures = {"slo_attainment": 0.99, "gpu_hours": 100.0 - (target or 70.0) / 10, "gpu_hours_vs_oracle": 1.0,
-                   "scale_actions": 1, "burst_gpu_hours": 0.0, "decisions_by_reason": {}}  # fmt: skip
+                   "scale_actions": 1, "scale_downs": 0, "scale_downs_undone": 0, "burst_gpu_hours": 0.0,
+                   "decisions_by_reason": {}}  # fmt: skip
         report = {"policies": {p: dict(figures) for p in policies},
                   "scenario": {"services": [{"mean_rate": 1.0, "peak_rate": 2.0}]}}  # fmt: skip
         return SimpleNamespace(report=report, steps=4, step_s=15.0)

@@ -71,3 +71,27 @@ def test_the_report_counts_them_per_policy() -> None:
         assert figures["scale_downs"] <= figures["scale_actions"], name
     assert result.report["policies"]["reactive"]["scale_downs"] > 0
     assert "scale-downs undone within a cold start" in format_table(result.report)
+
+
+def _forecasting(**fields: object) -> dict:  # type: ignore[type-arg]
+    import copy
+
+    import yaml
+
+    from autoscaler.sim.scenario import default_scenario_path
+
+    data = copy.deepcopy(yaml.safe_load(default_scenario_path().read_text(encoding="utf-8")))
+    data["forecasting"].update(fields)
+    return data
+
+
+def test_the_scale_down_hold_is_a_scenario_setting() -> None:
+    """``forecasting.scaleDownHoldLeads`` (the controller's ``forecast.scale_down_hold_leads``, default 2 lead
+    times): how far a scale-down's hold reads the forecast (tests/core/test_scale_down_hold_leads.py)."""
+    from autoscaler.sim.scenario import ScenarioError, parse_scenario
+
+    assert parse_scenario(_forecasting()).forecasting.scale_down_hold_leads == 2.0
+    assert parse_scenario(_forecasting(scaleDownHoldLeads=1)).forecasting.scale_down_hold_leads == 1.0
+    for bad in (0.5, 11, "two"):
+        with pytest.raises(ScenarioError, match="scaleDownHoldLeads"):
+            parse_scenario(_forecasting(scaleDownHoldLeads=bad))
