@@ -16,7 +16,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -414,6 +414,24 @@ def requests_beside_gpus(spec: Mapping[str, Any]) -> tuple[int, int]:
         else:
             out.append(effective_request([app], init, extra))
     return out[0], out[1]
+
+
+def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], tuple[int, int]]:
+    """``WorkloadInfo.node_selector`` and ``pod_beside`` of a workload whose GPU pods come from ``templates`` (pod
+    specs): one selector and one request stand for all its pods, so when its templates differ (a PyTorchJob's master
+    and workers on different pools) only what every one of them asks is kept -- the labels all select alike, and per
+    resource the least any requests -- never stricter for a pod than the scheduler is (the first template's alone
+    ruled out, for every pod, the nodes only the other templates' pods may use: such a workload was never resumed)."""
+    selectors = [
+        {k: v for k, v in _map(t.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)}
+        for t in templates
+    ]
+    common = dict(selectors[0]) if selectors else {}
+    for other in selectors[1:]:
+        common = {k: v for k, v in common.items() if other.get(k) == v}
+    requests = [requests_beside_gpus(t) for t in templates]
+    beside = (min(r[0] for r in requests), min(r[1] for r in requests)) if requests else (0, 0)
+    return common, beside
 
 
 def _requests_any(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
@@ -1173,7 +1191,7 @@ class KubeClusterReader:
         gpus: list[int] = []
         priorities: list[int] = []
         product: str | None = None
-        gpu_template: Mapping[str, Any] | None = None  # the first pod template that asks for GPUs
+        gpu_templates: list[Mapping[str, Any]] = []  # the pod templates that ask for GPUs
         for template, count in templates:
             pod_spec = _map(template.get("spec"))
             try:
@@ -1191,8 +1209,7 @@ class KubeClusterReader:
             )
             if product is None:
                 product = pinned_product(pod_spec, cfg.gpu_product_label)
-            if gpu_template is None:
-                gpu_template = pod_spec
+            gpu_templates.append(pod_spec)
         priority = max(priorities, default=default_priority)
         if kind == "Workload" and spec.get("priority") is not None:
             priority = _int(spec.get("priority"), priority)
@@ -1215,6 +1232,7 @@ class KubeClusterReader:
             ),
             None,
         )
+        node_selector, pod_beside = _gpu_pods_place(gpu_templates)
         info = WorkloadInfo(
             kind=kind,
             namespace=namespace,
@@ -1228,12 +1246,8 @@ class KubeClusterReader:
             min_runtime_s=_seconds(own.get(MIN_RUNTIME_ANNOTATION)),
             queued=awaiting_quota
             or (suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL))),
-            node_selector={
-                k: v
-                for k, v in _map((gpu_template or {}).get("nodeSelector")).items()
-                if isinstance(k, str) and isinstance(v, str)
-            },
-            pod_beside=requests_beside_gpus(gpu_template) if gpu_template is not None else (0, 0),
+            node_selector=node_selector,
+            pod_beside=pod_beside,
         )
         return info, owner
 
