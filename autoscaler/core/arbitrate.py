@@ -228,6 +228,11 @@ def _bound_replicas(snapshot: ClusterSnapshot, policy: ServicePolicy) -> int:
     )
 
 
+def _with_beside(needs: tuple[int, int]) -> str:
+    """`` (each pod with 8 CPU and 64 GiB memory beside its GPUs)``, or nothing when a pod requests neither."""
+    return f" (each pod with {_beside_text(needs)} beside its GPUs)" if needs[0] > 0 or needs[1] > 0 else ""
+
+
 def _beside_text(needs: tuple[int, int]) -> str:
     """``8 CPU and 64 GiB memory`` (what is requested of either)."""
     parts = []
@@ -399,12 +404,22 @@ def _place_on_coming(
     return placed
 
 
-def _fits(free: Mapping[str, int], pod_gpus: Sequence[int]) -> dict[str, int] | None:
-    """``free`` after placing every pod (largest first, each by ``_place``), or None when one does not fit."""
+def _fits(
+    free: Mapping[str, int],
+    pod_gpus: Sequence[int],
+    beside: dict[str, tuple[int, int]] | None = None,
+    needs: tuple[int, int] = (0, 0),
+) -> dict[str, int] | None:
+    """``free`` after placing every pod (largest first, each by ``place_best_fit``), or None when one does not fit.
+    Each pod requesting ``needs`` (CPU millicores, memory bytes) fits only where that much is free ``beside`` the
+    GPUs (where known), and takes it: ``beside`` is consumed only when every pod fits."""
     left = dict(free)
+    room = dict(beside) if beside is not None else None
     for gpus in sorted(pod_gpus, reverse=True):
-        if place_best_fit(left, 1, gpus) == 0:
+        if place_best_fit(left, 1, gpus, beside=room, needs=needs) == 0:
             return None
+    if beside is not None and room is not None:
+        beside.update(room)
     return left
 
 
@@ -1859,7 +1874,9 @@ def _give_back(
                 or (n in nodes_by_name and selected_by(nodes_by_name[n], workload.node_selector))
             )
         }
-        after = _fits(usable, workload.pod_gpus)
+        # ... and where the CPU and memory its pods request are free beside the GPUs (where the nodes say)
+        resumed_beside = dict(beside) if beside is not None else None
+        after = _fits(usable, workload.pod_gpus, resumed_beside, workload.pod_beside)
         if after is None or not _reserve_fits({**free, **after}, reserved, node_types):
             if (
                 after is None
@@ -1870,8 +1887,8 @@ def _give_back(
             resumable.pop(key, None)
             notes.append(
                 f"{workload.kind} {workload.namespace}/{workload.name}: {workload.gpus} GPU(s) do not fit in the free "
-                f"GPUs with {reserve} reserved for coming replicas over its {runtime:g}s minimum "
-                "runtime (the forecast's, those a scale-up rate limit holds back)"
+                f"GPUs{_with_beside(workload.pod_beside)} with {reserve} reserved for coming replicas over its "
+                f"{runtime:g}s minimum runtime (the forecast's, those a scale-up rate limit holds back)"
             )
             continue
         since = resumable.setdefault(key, now)
@@ -1883,6 +1900,7 @@ def _give_back(
             continue
         for node, left in after.items():
             free[node] = left
+        beside = resumed_beside
         resumable.pop(key, None)
         detail = (
             f"{workload.gpus} GPU(s) free for {now - since:.0f}s, forecast keeps them free for {runtime:g}s "

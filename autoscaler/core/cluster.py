@@ -312,9 +312,10 @@ class WorkloadInfo:
     # suspended by a queue until admitted (Kueue: the object carries kueue.x-k8s.io/queue-name): waiting for capacity,
     # not paused by someone on purpose
     queued: bool = False
-    # where its GPU pods may be scheduled, as its pod template says (the first that asks for GPUs): its nodeSelector
-    # (admission only adds to it -- Kueue a flavor's node labels -- so a node it rules out is ruled out), and the
-    # (CPU millicores, memory bytes) each pod requests beside its GPUs. Its tolerations are not kept: admission adds
+    # where its GPU pods may be scheduled, as its pod templates that ask for GPUs say: its nodeSelector (admission
+    # only adds to it -- Kueue a flavor's node labels -- so a node it rules out is ruled out), and the (CPU
+    # millicores, memory bytes) each pod requests beside its GPUs; templates that differ (a master's and its
+    # workers'): the labels all select alike, and the least any requests. Its tolerations are not kept: admission adds
     # some the template never shows (a Kueue flavor's, a webhook's), so a taint is no reason to rule a node out.
     node_selector: Mapping[str, str] = field(default_factory=dict, compare=False)
     pod_beside: tuple[int, int] = field(default=(0, 0), compare=False)
@@ -698,6 +699,13 @@ class NodeRoom:
     held: Mapping[str, Mapping[str, int]]  # "namespace/deployment" -> node -> GPUs
     # "namespace/deployment" -> (node or None when unscheduled, GPUs) of each active pod, first deleted first
     removal_order: Mapping[str, tuple[tuple[str | None, int], ...]] = field(default_factory=dict)
+    # each node's labels: a hole opens for waiting work only on a node its nodeSelector allows (none: no label)
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def selects(self, node: str, node_selector: Mapping[str, str]) -> bool:
+        """Whether ``node`` carries every label of ``node_selector`` (``selected_by``)."""
+        labels = self.labels.get(node, {})
+        return all(labels.get(key) == value for key, value in node_selector.items())
 
 
 def deployment_pods(snapshot: ClusterSnapshot) -> dict[str, list[PodInfo]]:
@@ -728,7 +736,9 @@ def node_room(snapshot: ClusterSnapshot, choosing: Collection[str] = ()) -> Node
         key: tuple((p.node, p.gpus) for p in replica_removal_order(pods, free if key in choosing else None))
         for key, pods in deployment_pods(snapshot).items()
     }
-    return NodeRoom(free, {n.name: n.gpu_product for n in snapshot.nodes}, held, order)
+    return NodeRoom(
+        free, {n.name: n.gpu_product for n in snapshot.nodes}, held, order, {n.name: n.labels for n in snapshot.nodes}
+    )
 
 
 _PHASE_RANK = {"Pending": 0, "Unknown": 1}  # Running (and anything else) last
@@ -786,18 +796,24 @@ def hole_node_for_waiting_work(
 ) -> tuple[int, int, str, int] | None:
     """The fewest of the service's ("namespace/deployment") replicas a scale-down must remove -- in the order its
     ReplicaSet deletes them -- before one node is left with free GPUs enough for one of the ``waiting`` pods, and the
-    GPUs of the waiting pod that hole is for (the smallest one that does not fit on that node yet, of its GPU type:
-    the work that would take the freed GPUs, not any waiting work; a small job for another GPU type takes nothing a
-    scale-down frees here). None when no scale-down would (the waiting pods need more than the free GPUs and the
-    service's GPUs on any node together, or already fit where they are: they wait for something else). A smaller
-    scale-down hands the waiting work nothing it can use. The ReplicaSet takes replicas from the nodes most crowded
-    with them first, not from the node a hole would open soonest: a bin-packed service frees GPUs on its full nodes
-    before its last, half-empty one. Cost: the service's replicas x the distinct waiting sizes. The third and fourth
-    items: the node the hole opens on, and its free GPUs then."""
-    sizes: dict[str | None, list[int]] = {}
+    GPUs of the waiting pod that hole is for (the smallest one that does not fit on that node yet, of its GPU type
+    and whose nodeSelector the node meets: the work that would take the freed GPUs, not any waiting work; a small job
+    for another GPU type, or for other nodes, takes nothing a scale-down frees here). None when no scale-down would
+    (the waiting pods need more than the free GPUs and the service's GPUs on any node together, or already fit where
+    they are: they wait for something else). A smaller scale-down hands the waiting work nothing it can use. The
+    ReplicaSet takes replicas from the nodes most crowded with them first, not from the node a hole would open
+    soonest: a bin-packed service frees GPUs on its full nodes before its last, half-empty one. Cost: the service's
+    replicas x the distinct waiting sizes. The third and fourth items: the node the hole opens on, and its free GPUs
+    then."""
+    # by GPU type, then by nodeSelector (a node its selector rules out is no hole for the work)
+    sizes: dict[str | None, dict[tuple[tuple[str, str], ...], list[int]]] = {}
     for work in waiting:
-        sizes.setdefault(work.gpu_product, []).append(work.gpus)
-    ordered = {product: sorted(set(gpus)) for product, gpus in sizes.items()}
+        selector = tuple(sorted(work.node_selector.items()))
+        sizes.setdefault(work.gpu_product, {}).setdefault(selector, []).append(work.gpus)
+    ordered = {
+        product: {selector: sorted(set(gpus)) for selector, gpus in by_selector.items()}
+        for product, by_selector in sizes.items()
+    }
     freed: dict[str, int] = {}
     for removed, (node, gpus) in enumerate(room.removal_order.get(service, ()), start=1):
         free = room.free.get(node) if node is not None else None
@@ -807,9 +823,13 @@ def hole_node_for_waiting_work(
         product = room.product.get(node)
         # the waiting pods that do not fit on this node yet and would once these replicas are gone
         fits = [
-            w for w in (*ordered.get(None, ()), *(ordered.get(product, ()) if product is not None else ()))
+            w
+            for by_selector in (ordered.get(None, {}), ordered.get(product, {}) if product is not None else {})
+            for selector, listed in by_selector.items()
+            if not selector or room.selects(node, dict(selector))
+            for w in listed
             if free < w <= free + freed[node]
-        ]  # fmt: skip
+        ]
         if fits:
             return removed, min(fits), node, free + freed[node]
     return None

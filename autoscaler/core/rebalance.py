@@ -828,10 +828,11 @@ def _make_room(
             if work[node] >= gpus and fits_beside(work_beside, node, pod_needs):
                 best = ((0, 0, node), [], dict(work), dict(work_beside), node)
                 break
-            # what must leave: GPUs, and the CPU and memory the pod lacks there (where known)
+            # what must leave: GPUs, and the CPU and memory the pod lacks there (where known; only what it requests,
+            # as ``fits_beside``: a node over-requested in a resource the pod does not ask for still takes it)
             need = max(0, gpus - work[node])
-            short_cpu = max(0, pod_needs[0] - room[0]) if room is not None else 0
-            short_memory = max(0, pod_needs[1] - room[1]) if room is not None else 0
+            short_cpu = max(0, pod_needs[0] - room[0]) if room is not None and pod_needs[0] > 0 else 0
+            short_memory = max(0, pod_needs[1] - room[1]) if room is not None and pod_needs[1] > 0 else 0
             here = [u for u in on_one_node.get(node, ()) if u.owner not in taken]
             if sum(u.gpus for u in here) < need:
                 continue

@@ -531,19 +531,29 @@ def _gang_takes(
     product = room.product.get(hole_node)
     free_now = room.free.get(hole_node, 0)
     most = pod_gpus
-    seen: set[tuple[str | None, tuple[int, ...], int]] = set()
+    seen: set[tuple[object, ...]] = set()
     for w in waiting:
-        if pod_gpus <= 0 or not free_now < w.gpus <= hole_free or w.gpu_product not in (None, product):
-            continue  # not the hole's work: a size it does not start, or another GPU type than the hole's node
+        if (
+            pod_gpus <= 0
+            or not free_now < w.gpus <= hole_free
+            or w.gpu_product not in (None, product)
+            or not room.selects(hole_node, w.node_selector)
+        ):
+            # not the hole's work: a size it does not start, another GPU type than the hole's node, or a node its
+            # nodeSelector rules out
+            continue
         gang = w.gang
-        shape = (w.gpu_product, gang, w.needed_pods)
+        shape = (w.gpu_product, tuple(sorted(w.node_selector.items())), gang, w.needed_pods)
         if shape in seen:
             continue  # another pending pod of a gang placed already (or a gang just like it): the same count
         seen.add(shape)
         room_left = {
             node: free
             for node, free in room.free.items()
-            if node != hole_node and free > 0 and (w.gpu_product is None or room.product.get(node) == w.gpu_product)
+            if node != hole_node
+            and free > 0
+            and (w.gpu_product is None or room.product.get(node) == w.gpu_product)
+            and room.selects(node, w.node_selector)
         }
         room_left[hole_node] = hole_free
         placed = taken = 0
