@@ -1,5 +1,6 @@
 """Review 34 against the real kube-apiserver: a Job Kueue manages is not suspended through its own spec while Kueue
-Workloads cannot be read (403 on workloads.kueue.x-k8s.io, Jobs readable): Kueue would start the admitted Job again.
+Workloads cannot be read (403 on workloads.kueue.x-k8s.io from the start, Jobs readable): Kueue would start the
+admitted Job again (refused after it answered, the snapshot fails instead: review 47).
 Its gang is left to pod-by-pod eviction; a Job no queue manages is still suspended through its spec. And a Workload
 stands for its owner only when the owner reference names the kind in its own API group."""
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from autoscaler.adapters.kubernetes import KubeApiError
 from autoscaler.adapters.kubernetes.config import load_api_client
 from tests.kube import objects as o
 from tests.realkube.control_plane import ControlPlane
@@ -58,8 +60,13 @@ def test_a_kueue_job_is_not_suspendable_while_workloads_are_forbidden(
         readable = {w.name for w in r.snapshot(NOW).workloads if w.namespace == namespace}
         assert readable == {"queued-train", "plain-train"}  # no Workload for it yet: Kueue does not run here
         proxy.inject("GET", r"^/apis/kueue.x-k8s.io/v1beta1/workloads$", 403)
-        forbidden = {w.name for w in r.snapshot(NOW).workloads if w.namespace == namespace}
+        # refused from the start (a reader that never saw the list answer: an install without the permission)
+        forbidden = {w.name for w in reader(api).snapshot(NOW).workloads if w.namespace == namespace}
         assert forbidden == {"plain-train"}
+        # review 47: refused after it answered (an authorization webhook down, a ClusterRole re-applied) the snapshot
+        # fails and the tick holds -- read as none, the training Kueue manages would lose its protections
+        with pytest.raises(KubeApiError, match="refused after it answered"):
+            r.snapshot(NOW)
 
 
 def test_a_workload_owned_by_another_groups_job_does_not_stand_for_the_batch_job(
