@@ -174,7 +174,12 @@ def pod_schedulable_on(pod: PodInfo, node: NodeInfo) -> bool:
 
 def selected_by(node: NodeInfo, node_selector: Mapping[str, str]) -> bool:
     """Whether ``node`` carries every label of ``node_selector`` (an unlabelled node is no match for a selector)."""
-    return all(node.labels.get(key) == value for key, value in node_selector.items())
+    return labels_select(node.labels, node_selector)
+
+
+def labels_select(labels: Mapping[str, str], node_selector: Mapping[str, str]) -> bool:
+    """Whether a node's ``labels`` hold every label of ``node_selector`` (kube-scheduler's nodeSelector match)."""
+    return all(labels.get(key) == value for key, value in node_selector.items())
 
 
 def _admits(node: NodeInfo, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> bool:
@@ -704,8 +709,7 @@ class NodeRoom:
 
     def selects(self, node: str, node_selector: Mapping[str, str]) -> bool:
         """Whether ``node`` carries every label of ``node_selector`` (``selected_by``)."""
-        labels = self.labels.get(node, {})
-        return all(labels.get(key) == value for key, value in node_selector.items())
+        return labels_select(self.labels.get(node, {}), node_selector)
 
 
 def deployment_pods(snapshot: ClusterSnapshot) -> dict[str, list[PodInfo]]:
