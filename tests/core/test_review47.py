@@ -11,6 +11,7 @@ from autoscaler.core.model import CapacityState, ResumeWorkload, ScaleDecision, 
 from autoscaler.core.reasons import Reason
 from autoscaler.core.rebalance import RebalanceConfig, RebalanceState, plan_rebalance
 from tests.core import test_rebalance as reb
+from tests.core.test_suspended_workload_placement import _replicas  # the same 1-GPU chat replicas
 
 NOW = 100_000.0
 GIB = 2**30
@@ -54,14 +55,6 @@ def test_make_room_for_a_pending_pod_requesting_nothing_beside_its_gpus() -> Non
 
 def _node(name: str, **kw: object) -> NodeInfo:
     return NodeInfo(name, 8, "A100", "onprem", True, **kw)  # type: ignore[arg-type]
-
-
-def _replicas(node: str, count: int) -> list[PodInfo]:
-    return [
-        PodInfo("inference", f"chat-{node}-{i}", node, 1, 1000, "Running", True, "Deployment", "chat",
-                created_at=NOW - 3600)
-        for i in range(count)
-    ]  # fmt: skip
 
 
 def _resumed(nodes: tuple[NodeInfo, ...], workloads: tuple[WorkloadInfo, ...]) -> list[str]:
