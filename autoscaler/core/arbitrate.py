@@ -862,10 +862,19 @@ def arbitrate(
     is served. Waiting saves nothing once the GPUs would go to the waiting service anyway, so such a wait-out is
     revoked and the tick decided again with that service acted on (at most once per service: each pass revokes at
     least one more, and a revoked one never waits out again this tick)."""
+    unread = arb.snapshot.training_unread
+    if unread and config.preempt:
+        # A workload kind's list refused after it answered: its training's own minimum runtime, suspension and Kueue
+        # Workload are unknown, so none is stopped this tick; bursting and giving back go on (an API error never
+        # causes a preemption, nor holds the scaling).
+        config = replace(config, preempt=False)
     acting: dict[str, str] = {}
     while True:
         actions, report, new_state, revoked = _arbitrate(arb, state, config, acting)
         if not revoked:
+            if unread:
+                why = f"no training stopped this tick: {', '.join(unread)} refused after it answered"
+                report = replace(report, notes=(*report.notes, why))
             return actions, report, new_state
         acting = {**acting, **revoked}
 

@@ -340,6 +340,10 @@ class ClusterSnapshot:
     pdbs: tuple[PodDisruptionBudgetInfo, ...] = ()
     hpas: tuple[HpaInfo, ...] = ()
     workloads: tuple[WorkloadInfo, ...] = ()
+    # suspendable workload kinds whose list answered before and was refused this time ("jobs.batch", ...): the
+    # training of those kinds is unknown this tick (its own minimum runtime, its suspension, a Kueue Workload standing
+    # for it), so no training is stopped on it; everything else goes on
+    training_unread: tuple[str, ...] = ()
 
 
 def effective_request(app: Sequence[int], init: Sequence[tuple[int, bool]], overhead: int = 0) -> int:

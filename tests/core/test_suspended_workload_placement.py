@@ -145,3 +145,19 @@ def test_the_rebalancer_gathers_room_for_a_suspended_workload_only_where_it_may_
         _rebalance_world(n2_labels, selector, beside), reb.NOW, RebalanceConfig(), RebalanceState()
     )
     assert reb.evicted(plan) == moved
+
+
+def test_no_training_is_stopped_while_a_workload_kind_could_not_be_read() -> None:
+    """Review 47b, then degraded (stop 47): a suspendable kind's list refused after it answered leaves its training
+    unknown (``ClusterSnapshot.training_unread``). The arbitration stops no training that tick -- the gang below
+    would be preempted for chat's shortfall otherwise -- and says why; it still sees the shortfall."""
+    from tests.core.test_arbitrate import CHAT, full_cluster, run
+
+    config = CapacityConfig()
+    stopping, _, _ = run(full_cluster(), 12, config)
+    assert any(type(a).__name__ in ("SuspendWorkload", "EvictPod") for a in stopping)  # the premise
+    unread = replace(full_cluster(), training_unread=("jobs.batch",))
+    actions, report, _ = run(unread, 12, config)
+    assert not any(type(a).__name__ in ("SuspendWorkload", "EvictPod") for a in actions), actions
+    assert report.shortfalls and report.shortfalls[0].service == CHAT.key
+    assert any("no training stopped" in n and "jobs.batch" in n for n in report.notes), report.notes

@@ -642,8 +642,11 @@ class KubeClusterReader:
         self._workloads_forbidden_logged: set[str] = set()
         # the workload kinds the last read was refused (403): a Job Kueue manages is then not suspended directly
         self._workloads_forbidden: frozenset[str] = frozenset()
-        # the workload kinds whose list answered since this reader started: one of them refused later holds the snapshot
+        # the workload kinds whose list answered since this reader started: one of them refused later is named in the
+        # snapshot (``ClusterSnapshot.training_unread``), said once per refusal
         self._workloads_answered: set[str] = set()
+        self._workloads_unread_logged: set[str] = set()
+        self._training_unread: tuple[str, ...] = ()
         self._kueue_unreadable_logged = False
         self._served_versions: dict[str, str] = {}  # workload kind -> the version its list last answered at
         # Something read in this snapshot is managed by Kueue (a kueue.x-k8s.io/ label, annotation or gate): only then
@@ -742,6 +745,7 @@ class KubeClusterReader:
             pdbs=tuple(self._pdb(p) for p in raw_pdbs),
             hpas=hpas,
             workloads=self._workloads(raw_workloads, priority_classes, default_priority),
+            training_unread=self._training_unread,
         )
         self.last_stats = ReadStats(
             api_calls=self._calls,
@@ -1011,14 +1015,17 @@ class KubeClusterReader:
         """Every object of each suspendable kind (kind -> items). A CRD that is not installed (404) is skipped
         silently; a kind RBAC does not let us list (403) is said once and skipped: its gangs are then evicted pod by
         pod instead of suspended, and what we suspended is not resumed. A kind whose list answered before and is
-        refused now (an authorization webhook down, a ClusterRole being re-applied) fails the snapshot instead: read
-        as "none of that kind", its training lost what protects it (its own minimum runtime, a Kueue Workload
-        standing for it) and was stopped for an API error."""
+        refused now (an authorization webhook down, a ClusterRole being re-applied) is named in
+        ``ClusterSnapshot.training_unread``: read as "none of that kind", its training lost what protects it (its own
+        minimum runtime, a Kueue Workload standing for it) and was stopped for an API error; now no training is
+        stopped while it lasts, and the scaling goes on."""
         self._workloads_forbidden = frozenset()
+        self._training_unread = ()
         if not self.config.read_workloads:
             return {}
         out: dict[str, list[JSON]] = {}
         forbidden: set[str] = set()
+        unread: list[str] = []
         for kind, spec in WORKLOAD_KINDS.items():
             what = f"list {spec.plural}.{spec.group}"
             try:
@@ -1033,17 +1040,18 @@ class KubeClusterReader:
                     continue
                 if exc.status != 403:
                     raise
+                forbidden.add(kind)  # (a Job Kueue manages is then not suspended through its own spec either)
                 if kind in self._workloads_answered:
-                    raise KubeApiError(
-                        what,
-                        exc.status,
-                        exc.reason,
-                        f"{exc.message or 'refused'}; refused after it answered: held, as on any failed list (its "
-                        "training's own minimum runtime, suspension and Kueue Workload unknown: acting without them "
-                        f"could stop training they protect); grant list on {spec.plural}.{spec.group}, or restart "
-                        "the controller to go on without them",
-                    ) from exc
-                forbidden.add(kind)
+                    unread.append(f"{spec.plural}.{spec.group}")
+                    if kind not in self._workloads_unread_logged:
+                        log.warning(
+                            "%s refused after it answered (%s): no training is stopped until it answers again (its "
+                            "own minimum runtime, suspension and Kueue Workload unknown); grant list on %s.%s, or "
+                            "restart the controller to go on without them",
+                            what, exc, spec.plural, spec.group,
+                        )  # fmt: skip
+                        self._workloads_unread_logged.add(kind)
+                    continue
                 if kind not in self._workloads_forbidden_logged:
                     log.warning(
                         "%s not readable (%s): their gangs are evicted pod by pod instead of suspended, and those "
@@ -1057,9 +1065,11 @@ class KubeClusterReader:
                 continue
             out[kind] = items
             self._workloads_answered.add(kind)
+            self._workloads_unread_logged.discard(kind)
             if not self._kueue_seen:
                 self._kueue_seen = any(_kueue_marked(_map(_map(item).get("metadata"))) for item in items)
         self._workloads_forbidden = frozenset(forbidden)
+        self._training_unread = tuple(unread)
         return out
 
     def _list_served(self, what: str, kind: str, spec: WorkloadKind, may_fall_back: bool = True) -> list[JSON]:
