@@ -486,7 +486,9 @@ def simulate(
         ServiceTimeline(ready_hist[k], spec_hist[k], latency_hist[k], within_hist[k]) for k in range(count)
     ]
     for k, service in enumerate(services):
-        downs, undone = scale_downs_undone(spec_hist[k], math.ceil(service.policy.cold_start_s / step_s))
+        # a rise k steps after the fall came k x step_s later: within the cold start while k x step_s <= it
+        within = math.floor(service.policy.cold_start_s / step_s + 1e-9)
+        downs, undone = scale_downs_undone(spec_hist[k], within)
         run.scale_downs += downs
         run.scale_downs_undone += undone
     return run
