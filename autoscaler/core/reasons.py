@@ -77,8 +77,8 @@ _TEXT: dict[Reason, str] = {
     Reason.FORECAST_FLOOR: "forecast demand at now + cold start needs more replicas: scale up ahead of demand",
     Reason.FORECAST_UNRELIABLE: "forecast error is above its threshold: reactive scaling only",
     Reason.FORECAST_HOLD: (
-        "scale-down held: the forecast needs these replicas again within a cold start (longer while lower-priority "
-        "GPU work waits to take them)"
+        "scale-down held: the forecast needs these replicas again before a replacement could serve, or would add "
+        "them back within a cold start (longer while lower-priority GPU work waits to take them)"
     ),
     Reason.FORECAST_MISSING: "no forecast fitted yet (too little history): reactive scaling only",
     Reason.FORECAST_STALE: "the latest forecast is too old or does not reach now + lead time: reactive scaling only",
