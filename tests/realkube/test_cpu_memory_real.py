@@ -129,7 +129,14 @@ def test_the_victim_search_and_the_scheduler_agree_on_cpu(
     snapshot = dataclasses.replace(
         read,
         nodes=tuple(mine.values()),
-        pods=tuple(p for p in read.pods if p.namespace == namespace),
+        # both gangs have run for two hours (created seconds ago here: a gang's lost work is counted from its start
+        # when that is later than its checkpoint, and "old", ready a second after "fresh" under load, was then the
+        # cheaper one -- the blind check below flaked in a loaded CI run)
+        pods=tuple(
+            dataclasses.replace(p, created_at=now - 7200, scheduled_at=now - 7200, ready_at=now - 7200)
+            for p in read.pods
+            if p.namespace == namespace
+        ),
         deployments=tuple(d for d in read.deployments if d.namespace == namespace),
         workloads=(),
     )
