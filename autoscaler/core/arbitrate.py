@@ -63,11 +63,11 @@ from autoscaler.core.cluster import (
     add_beside,
     free_gpus_per_node,
     gpu_types_meet,
+    labels_select,
     place_best_fit,
     replica_gpus,
     requests_by_node,
     schedulable_on,
-    selected_by,
 )
 from autoscaler.core.model import (
     Action,
@@ -1687,7 +1687,7 @@ def _give_back(
     # the CPU and memory beside the free GPUs, taken as ``free`` is by the pods of a node given back
     beside = dict(beside) if beside is not None else None
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
-    nodes_by_name = {n.name: n for n in arb.snapshot.nodes}
+    node_labels = {n.name: n.labels for n in arb.snapshot.nodes}
     kept = {n.name for n in arb.snapshot.nodes if n.do_not_disrupt}  # scale-down disabled on them: never given back
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
     # the nodes each Deployment's pods cannot be scheduled on: no room for the pods of a node given back
@@ -1878,10 +1878,7 @@ def _give_back(
             for n, left in free.items()
             if workload.gpu_product in (None, node_types.get(n))
             and node_pool.get(n) not in burst_names
-            and (
-                not workload.node_selector
-                or (n in nodes_by_name and selected_by(nodes_by_name[n], workload.node_selector))
-            )
+            and labels_select(node_labels.get(n, {}), workload.node_selector)
         }
         # ... and where the CPU and memory its pods request are free beside the GPUs (where the nodes say)
         resumed_beside = dict(beside) if beside is not None else None

@@ -416,16 +416,19 @@ def requests_beside_gpus(spec: Mapping[str, Any]) -> tuple[int, int]:
     return out[0], out[1]
 
 
+def node_selector_of(spec: Mapping[str, Any]) -> dict[str, str]:
+    """A pod (template) spec's ``nodeSelector``, its string entries only (anything else a malformed object carries
+    selects nothing kube-scheduler would match)."""
+    return {k: v for k, v in _map(spec.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)}
+
+
 def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], tuple[int, int]]:
     """``WorkloadInfo.node_selector`` and ``pod_beside`` of a workload whose GPU pods come from ``templates`` (pod
     specs): one selector and one request stand for all its pods, so when its templates differ (a PyTorchJob's master
     and workers on different pools) only what every one of them asks is kept -- the labels all select alike, and per
     resource the least any requests -- never stricter for a pod than the scheduler is (the first template's alone
     ruled out, for every pod, the nodes only the other templates' pods may use: such a workload was never resumed)."""
-    selectors = [
-        {k: v for k, v in _map(t.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)}
-        for t in templates
-    ]
+    selectors = [node_selector_of(t) for t in templates]
     common = dict(selectors[0]) if selectors else {}
     for other in selectors[1:]:
         common = {k: v for k, v in common.items() if other.get(k) == v}
@@ -785,11 +788,7 @@ class KubeClusterReader:
         product = pinned_product(_map(pod_spec), gpu_product_label)
         cpu_milli, memory_bytes = requests_beside_gpus(_map(pod_spec))
         # the GPU type is ``gpu_product`` (matched on the pool's type for a node not labelled yet): not repeated here
-        selector = {
-            k: v
-            for k, v in _map(_map(pod_spec).get("nodeSelector")).items()
-            if isinstance(v, str) and k != gpu_product_label
-        }
+        selector = {k: v for k, v in node_selector_of(_map(pod_spec)).items() if k != gpu_product_label}
         return DeploymentInfo(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
@@ -947,9 +946,7 @@ class KubeClusterReader:
             deletion_at=parse_time(meta.get("deletionTimestamp")) if terminating else None,
             uid=meta.get("uid") if isinstance(meta.get("uid"), str) else None,
             do_not_disrupt=_do_not_disrupt(annotations),
-            node_selector={
-                k: v for k, v in _map(spec.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)
-            },
+            node_selector=node_selector_of(spec),
             tolerations=pod_tolerations(spec),
             restarts=sum(max(0, _int(_map(c).get("restartCount"))) for c in _list(status.get("containerStatuses"))),
             deletion_cost=deletion_cost(annotations),
