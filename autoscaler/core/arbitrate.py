@@ -1878,7 +1878,7 @@ def _give_back(
             for n, left in free.items()
             if workload.gpu_product in (None, node_types.get(n))
             and node_pool.get(n) not in burst_names
-            and labels_select(node_labels.get(n, {}), workload.node_selector)
+            and labels_select(node_labels.get(n, {}), workload.node_selector, n)
         }
         # ... and where the CPU and memory its pods request are free beside the GPUs (where the nodes say)
         resumed_beside = dict(beside) if beside is not None else None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -173,13 +174,124 @@ def pod_schedulable_on(pod: PodInfo, node: NodeInfo) -> bool:
 
 
 def selected_by(node: NodeInfo, node_selector: Mapping[str, str]) -> bool:
-    """Whether ``node`` carries every label of ``node_selector`` (an unlabelled node is no match for a selector)."""
-    return labels_select(node.labels, node_selector)
+    """Whether ``node`` carries every label of ``node_selector`` and meets its required node affinity, if it is a
+    ``NodeSelector`` with one (an unlabelled node is no match for a selector)."""
+    return labels_select(node.labels, node_selector, node.name)
 
 
-def labels_select(labels: Mapping[str, str], node_selector: Mapping[str, str]) -> bool:
-    """Whether a node's ``labels`` hold every label of ``node_selector`` (kube-scheduler's nodeSelector match)."""
-    return all(labels.get(key) == value for key, value in node_selector.items())
+def labels_select(labels: Mapping[str, str], node_selector: Mapping[str, str], node_name: str | None = None) -> bool:
+    """Whether a node's ``labels`` (and its name, for a ``matchFields`` term) meet ``node_selector``: every label of
+    the nodeSelector, and one term of its required node affinity when it is a ``NodeSelector`` with one
+    (kube-scheduler's NodeAffinity filter: the nodeSelector and the required affinity must both match)."""
+    if not all(labels.get(key) == value for key, value in node_selector.items()):
+        return False
+    affinity = node_selector.affinity if isinstance(node_selector, NodeSelector) else None
+    # a term without requirements matches no node (``v1.NodeSelectorTerm``: "a null or empty term matches no objects")
+    return affinity is None or any(term and all(r.holds(labels, node_name) for r in term) for term in affinity)
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One requirement of a required node affinity term (``v1.NodeSelectorRequirement``): a node label ``key``, or
+    with ``on_name`` a ``matchFields`` requirement on the node's name (key ``metadata.name``, the only field the API
+    allows); ``operator`` In, NotIn, Exists, DoesNotExist, Gt or Lt (Gt and Lt on one integer value). Anything the
+    API server would refuse (another operator, another field, a Gt on a word) holds on no node: its term admits
+    nothing, as a term kube-scheduler cannot parse."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+    on_name: bool = False
+
+    def holds(self, labels: Mapping[str, str], node_name: str | None) -> bool:
+        """Whether a node with ``labels`` (and name ``node_name``; None: unknown, no name matches) meets it."""
+        if self.on_name:
+            if self.key != "metadata.name":
+                return False
+            value, present = node_name, node_name is not None
+        else:
+            value, present = labels.get(self.key), self.key in labels
+        operator = self.operator
+        if operator == "In":
+            return present and value in self.values
+        if operator == "NotIn":
+            return not present or value not in self.values
+        if operator == "Exists":
+            return present and not self.values
+        if operator == "DoesNotExist":
+            return not present and not self.values
+        if operator in ("Gt", "Lt") and len(self.values) == 1 and present and value is not None:
+            # both sides base-10 int64, as the label selector parses them; a label that is no integer: no match
+            if not (_INTEGER.fullmatch(value) and _INTEGER.fullmatch(self.values[0])):
+                return False
+            have, bound = int(value), int(self.values[0])
+            return have > bound if operator == "Gt" else have < bound
+        return False
+
+
+class NodeSelector(Mapping[str, str]):
+    """Where a pod may be scheduled by node labels: its ``nodeSelector`` (this mapping's items) and the terms of its
+    ``requiredDuringSchedulingIgnoredDuringExecution`` node affinity (``affinity``: a node meets one term whose every
+    requirement holds; None: no required affinity; ``()``: one that admits no node). A plain mapping stands for a
+    nodeSelector alone wherever a selector is taken, and equals a ``NodeSelector`` of the same labels without
+    affinity. Immutable and hashable. Preferred affinity is no filter and is not kept."""
+
+    __slots__ = ("_labels", "affinity")
+
+    def __init__(
+        self, labels: Mapping[str, str] | None = None, affinity: tuple[tuple[NodeRequirement, ...], ...] | None = None
+    ) -> None:
+        self._labels: dict[str, str] = dict(labels or {})
+        self.affinity = affinity
+
+    def __getitem__(self, key: str) -> str:
+        return self._labels[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._labels)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __bool__(self) -> bool:
+        # a selector of affinity alone still rules nodes out (``if node_selector:`` must not skip it)
+        return bool(self._labels) or self.affinity is not None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NodeSelector):
+            return self._labels == other._labels and self.affinity == other.affinity
+        if isinstance(other, Mapping):
+            return self.affinity is None and self._labels == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((frozenset(self._labels.items()), self.affinity))
+
+    def __repr__(self) -> str:
+        return f"NodeSelector({self._labels!r}, affinity={self.affinity!r})"
+
+
+def selector_with_affinity(
+    labels: Mapping[str, str], affinity: tuple[tuple[NodeRequirement, ...], ...] | None
+) -> Mapping[str, str]:
+    """The selector of a pod with nodeSelector ``labels`` and required affinity terms ``affinity``: a plain dict when
+    it has no required affinity (the common case, compared and printed as before), else a ``NodeSelector``."""
+    return dict(labels) if affinity is None else NodeSelector(labels, affinity)
+
+
+def without_label(selector: Mapping[str, str], key: str) -> Mapping[str, str]:
+    """``selector`` without the nodeSelector label ``key`` (its affinity kept)."""
+    labels = {k: v for k, v in selector.items() if k != key}
+    return selector_with_affinity(labels, selector.affinity if isinstance(selector, NodeSelector) else None)
+
+
+def selector_key(selector: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...], object]:
+    """A hashable stand-in for ``selector``, equal for selectors that admit the same nodes by the same rule (a cache
+    keyed on the labels alone would give work with a required affinity the nodes found for work without)."""
+    return tuple(sorted(selector.items())), selector.affinity if isinstance(selector, NodeSelector) else None
 
 
 def _admits(node: NodeInfo, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> bool:
@@ -667,7 +779,7 @@ def waiting_for_room(
             if not gangs[work.gang_key]:
                 waits.add(index)
             continue
-        where = (work.gpu_product, tuple(sorted(work.node_selector.items())), work.tolerations)
+        where = (work.gpu_product, selector_key(work.node_selector), work.tolerations)
         shape = (where, work.gang, work.needed_pods, work.beside)
         if shape in failed:
             waits.add(index)
@@ -712,8 +824,8 @@ class NodeRoom:
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def selects(self, node: str, node_selector: Mapping[str, str]) -> bool:
-        """Whether ``node`` carries every label of ``node_selector`` (``selected_by``)."""
-        return labels_select(self.labels.get(node, {}), node_selector)
+        """Whether ``node`` meets ``node_selector`` (``selected_by``: its labels, and its required affinity)."""
+        return labels_select(self.labels.get(node, {}), node_selector, node)
 
 
 def deployment_pods(snapshot: ClusterSnapshot) -> dict[str, list[PodInfo]]:
@@ -814,12 +926,12 @@ def hole_node_for_waiting_work(
     replicas x the distinct waiting sizes. The third and fourth items: the node the hole opens on, and its free GPUs
     then."""
     # by GPU type, then by nodeSelector (a node its selector rules out is no hole for the work)
-    sizes: dict[str | None, dict[tuple[tuple[str, str], ...], list[int]]] = {}
+    sizes: dict[str | None, dict[object, tuple[Mapping[str, str], list[int]]]] = {}
     for work in waiting:
-        selector = tuple(sorted(work.node_selector.items()))
-        sizes.setdefault(work.gpu_product, {}).setdefault(selector, []).append(work.gpus)
+        by_selector = sizes.setdefault(work.gpu_product, {})
+        by_selector.setdefault(selector_key(work.node_selector), (work.node_selector, []))[1].append(work.gpus)
     ordered = {
-        product: {selector: sorted(set(gpus)) for selector, gpus in by_selector.items()}
+        product: [(selector, sorted(set(gpus))) for selector, gpus in by_selector.values()]
         for product, by_selector in sizes.items()
     }
     freed: dict[str, int] = {}
@@ -832,9 +944,9 @@ def hole_node_for_waiting_work(
         # the waiting pods that do not fit on this node yet and would once these replicas are gone
         fits = [
             w
-            for by_selector in (ordered.get(None, {}), ordered.get(product, {}) if product is not None else {})
-            for selector, listed in by_selector.items()
-            if not selector or room.selects(node, dict(selector))
+            for by_selector in (ordered.get(None, []), ordered.get(product, []) if product is not None else [])
+            for selector, listed in by_selector
+            if not selector or room.selects(node, selector)
             for w in listed
             if free < w <= free + freed[node]
         ]

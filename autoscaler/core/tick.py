@@ -34,6 +34,7 @@ from autoscaler.core.cluster import (
     node_room,
     preemptible_gpus,
     replica_gpus,
+    selector_key,
     waiting_for_room,
     waiting_gpu_work,
 )
@@ -543,7 +544,7 @@ def _gang_takes(
             # nodeSelector rules out
             continue
         gang = w.gang
-        shape = (w.gpu_product, tuple(sorted(w.node_selector.items())), gang, w.needed_pods)
+        shape = (w.gpu_product, selector_key(w.node_selector), gang, w.needed_pods)
         if shape in seen:
             continue  # another pending pod of a gang placed already (or a gang just like it): the same count
         seen.add(shape)

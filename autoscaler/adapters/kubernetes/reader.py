@@ -43,6 +43,8 @@ from autoscaler.core.cluster import (
     HpaInfo,
     LabelTest,
     NodeInfo,
+    NodeRequirement,
+    NodeSelector,
     PodDisruptionBudgetInfo,
     PodInfo,
     Taint,
@@ -50,6 +52,8 @@ from autoscaler.core.cluster import (
     WorkloadInfo,
     effective_request,
     selector_matching_every_pod,
+    selector_with_affinity,
+    without_label,
 )
 
 log = logging.getLogger(__name__)
@@ -416,13 +420,39 @@ def requests_beside_gpus(spec: Mapping[str, Any]) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def node_selector_of(spec: Mapping[str, Any]) -> dict[str, str]:
-    """A pod (template) spec's ``nodeSelector``, its string entries only (anything else a malformed object carries
-    selects nothing kube-scheduler would match)."""
-    return {k: v for k, v in _map(spec.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)}
+def node_selector_of(spec: Mapping[str, Any]) -> Mapping[str, str]:
+    """Where a pod (template) spec lets kube-scheduler place it by node labels: its ``nodeSelector`` (string entries
+    only: anything else a malformed object carries selects nothing kube-scheduler would match) and, when it has one,
+    its required node affinity (``core.cluster.NodeSelector``). A plain dict when it has no required affinity."""
+    labels = {k: v for k, v in _map(spec.get("nodeSelector")).items() if isinstance(k, str) and isinstance(v, str)}
+    return selector_with_affinity(labels, required_affinity_of(spec))
 
 
-def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], tuple[int, int]]:
+def required_affinity_of(spec: Mapping[str, Any]) -> tuple[tuple[NodeRequirement, ...], ...] | None:
+    """The terms of a pod spec's ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` (None when
+    it has none), each the requirements of its ``matchExpressions`` and ``matchFields``. A requirement the API server
+    would refuse (a key or value that is no string) is kept as one that holds nowhere: its term admits no node, as
+    kube-scheduler treats a term it cannot parse. Only the required affinity filters nodes; the preferred one scores."""
+    node_affinity = _map(_map(spec.get("affinity")).get("nodeAffinity"))
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return None
+    terms = []
+    for raw_term in _list(required.get("nodeSelectorTerms")):
+        term = _map(raw_term)
+        requirements = []
+        for on_name, field_name in ((False, "matchExpressions"), (True, "matchFields")):
+            for raw_expr in _list(term.get(field_name)):
+                expr = _map(raw_expr)
+                key, operator, values = expr.get("key"), expr.get("operator"), _list(expr.get("values"))
+                if not (isinstance(key, str) and isinstance(operator, str) and all(isinstance(v, str) for v in values)):
+                    key, operator, values = "", "", []  # holds nowhere
+                requirements.append(NodeRequirement(key, operator, tuple(values), on_name))
+        terms.append(tuple(requirements))
+    return tuple(terms)
+
+
+def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, str], tuple[int, int]]:
     """``WorkloadInfo.node_selector`` and ``pod_beside`` of a workload whose GPU pods come from ``templates`` (pod
     specs): one selector and one request stand for all its pods, so when its templates differ (a PyTorchJob's master
     and workers on different pools) only what every one of them asks is kept -- the labels all select alike, and per
@@ -432,9 +462,13 @@ def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[dict[str, s
     common = dict(selectors[0]) if selectors else {}
     for other in selectors[1:]:
         common = {k: v for k, v in common.items() if other.get(k) == v}
+    # a required affinity only when every template has the same one (templates of different affinities: none kept,
+    # looser than any, as the labels are)
+    affinities = {s.affinity if isinstance(s, NodeSelector) else None for s in selectors}
+    affinity = next(iter(affinities)) if len(affinities) == 1 else None
     requests = [requests_beside_gpus(t) for t in templates]
     beside = (min(r[0] for r in requests), min(r[1] for r in requests)) if requests else (0, 0)
-    return common, beside
+    return selector_with_affinity(common, affinity), beside
 
 
 def _requests_any(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
@@ -788,7 +822,7 @@ class KubeClusterReader:
         product = pinned_product(_map(pod_spec), gpu_product_label)
         cpu_milli, memory_bytes = requests_beside_gpus(_map(pod_spec))
         # the GPU type is ``gpu_product`` (matched on the pool's type for a node not labelled yet): not repeated here
-        selector = {k: v for k, v in node_selector_of(_map(pod_spec)).items() if k != gpu_product_label}
+        selector = without_label(node_selector_of(_map(pod_spec)), gpu_product_label)
         return DeploymentInfo(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
