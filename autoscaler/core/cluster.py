@@ -822,10 +822,26 @@ class NodeRoom:
     removal_order: Mapping[str, tuple[tuple[str | None, int], ...]] = field(default_factory=dict)
     # each node's labels: a hole opens for waiting work only on a node its nodeSelector allows (none: no label)
     labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # each node's NoSchedule / NoExecute taints (``NodeInfo.taints``; none: untainted): a hole opens for a pending pod
+    # only on a node whose taints it tolerates
+    taints: Mapping[str, tuple[Taint, ...]] = field(default_factory=dict)
 
     def selects(self, node: str, node_selector: Mapping[str, str]) -> bool:
         """Whether ``node`` meets ``node_selector`` (``selected_by``: its labels, and its required affinity)."""
         return labels_select(self.labels.get(node, {}), node_selector, node)
+
+    def admits(self, node: str, work: WaitingGpuWork) -> bool:
+        """Whether the waiting ``work``'s pods may be scheduled on ``node``: its nodeSelector and required affinity,
+        and its tolerations against the node's taints (tolerations not read -- a suspended workload's, which
+        admission adds to -- tolerate every taint)."""
+        if not self.selects(node, work.node_selector):
+            return False
+        tolerations = work.tolerations
+        return tolerations is None or all(
+            any(t.tolerates(taint) for t in tolerations)
+            for taint in self.taints.get(node, ())
+            if taint.effect in ("NoSchedule", "NoExecute")
+        )
 
 
 def deployment_pods(snapshot: ClusterSnapshot) -> dict[str, list[PodInfo]]:
@@ -857,7 +873,12 @@ def node_room(snapshot: ClusterSnapshot, choosing: Collection[str] = ()) -> Node
         for key, pods in deployment_pods(snapshot).items()
     }
     return NodeRoom(
-        free, {n.name: n.gpu_product for n in snapshot.nodes}, held, order, {n.name: n.labels for n in snapshot.nodes}
+        free,
+        {n.name: n.gpu_product for n in snapshot.nodes},
+        held,
+        order,
+        {n.name: n.labels for n in snapshot.nodes},
+        {n.name: n.taints for n in snapshot.nodes if n.taints},
     )
 
 
@@ -917,22 +938,23 @@ def hole_node_for_waiting_work(
     """The fewest of the service's ("namespace/deployment") replicas a scale-down must remove -- in the order its
     ReplicaSet deletes them -- before one node is left with free GPUs enough for one of the ``waiting`` pods, and the
     GPUs of the waiting pod that hole is for (the smallest one that does not fit on that node yet, of its GPU type
-    and whose nodeSelector the node meets: the work that would take the freed GPUs, not any waiting work; a small job
-    for another GPU type, or for other nodes, takes nothing a scale-down frees here). None when no scale-down would
+    and whose nodeSelector, required affinity and tolerations the node meets: the work that would take the freed
+    GPUs, not any waiting work; a small job for another GPU type, or for other nodes, takes nothing a scale-down frees
+    here). None when no scale-down would
     (the waiting pods need more than the free GPUs and the service's GPUs on any node together, or already fit where
     they are: they wait for something else). A smaller scale-down hands the waiting work nothing it can use. The
     ReplicaSet takes replicas from the nodes most crowded with them first, not from the node a hole would open
     soonest: a bin-packed service frees GPUs on its full nodes before its last, half-empty one. Cost: the service's
     replicas x the distinct waiting sizes. The third and fourth items: the node the hole opens on, and its free GPUs
     then."""
-    # by GPU type, then by nodeSelector (a node its selector rules out is no hole for the work)
-    sizes: dict[str | None, dict[object, tuple[Mapping[str, str], list[int]]]] = {}
+    # by GPU type, then by where its pods may go (a node its selector or taints rule out is no hole for the work)
+    sizes: dict[str | None, dict[object, tuple[WaitingGpuWork, list[int]]]] = {}
     for work in waiting:
-        by_selector = sizes.setdefault(work.gpu_product, {})
-        by_selector.setdefault(selector_key(work.node_selector), (work.node_selector, []))[1].append(work.gpus)
+        by_place = sizes.setdefault(work.gpu_product, {})
+        by_place.setdefault((selector_key(work.node_selector), work.tolerations), (work, []))[1].append(work.gpus)
     ordered = {
-        product: [(selector, sorted(set(gpus))) for selector, gpus in by_selector.values()]
-        for product, by_selector in sizes.items()
+        product: [(first, sorted(set(gpus))) for first, gpus in by_place.values()]
+        for product, by_place in sizes.items()
     }
     freed: dict[str, int] = {}
     for removed, (node, gpus) in enumerate(room.removal_order.get(service, ()), start=1):
@@ -944,9 +966,9 @@ def hole_node_for_waiting_work(
         # the waiting pods that do not fit on this node yet and would once these replicas are gone
         fits = [
             w
-            for by_selector in (ordered.get(None, []), ordered.get(product, []) if product is not None else [])
-            for selector, listed in by_selector
-            if not selector or room.selects(node, selector)
+            for by_place in (ordered.get(None, []), ordered.get(product, []) if product is not None else [])
+            for first, listed in by_place
+            if room.admits(node, first)
             for w in listed
             if free < w <= free + freed[node]
         ]

@@ -538,13 +538,13 @@ def _gang_takes(
             pod_gpus <= 0
             or not free_now < w.gpus <= hole_free
             or w.gpu_product not in (None, product)
-            or not room.selects(hole_node, w.node_selector)
+            or not room.admits(hole_node, w)
         ):
             # not the hole's work: a size it does not start, another GPU type than the hole's node, or a node its
-            # nodeSelector rules out
+            # nodeSelector, required affinity or tolerations rule out
             continue
         gang = w.gang
-        shape = (w.gpu_product, selector_key(w.node_selector), gang, w.needed_pods)
+        shape = (w.gpu_product, selector_key(w.node_selector), w.tolerations, gang, w.needed_pods)
         if shape in seen:
             continue  # another pending pod of a gang placed already (or a gang just like it): the same count
         seen.add(shape)
@@ -554,7 +554,7 @@ def _gang_takes(
             if node != hole_node
             and free > 0
             and (w.gpu_product is None or room.product.get(node) == w.gpu_product)
-            and room.selects(node, w.node_selector)
+            and room.admits(node, w)
         }
         room_left[hole_node] = hole_free
         placed = taken = 0

@@ -20,7 +20,12 @@ from autoscaler.core.cluster import (
     NodeInfo,
     NodeRequirement,
     NodeSelector,
+    PodInfo,
+    Taint,
+    Toleration,
+    hole_node_for_waiting_work,
     labels_select,
+    node_room,
     selected_by,
     selector_key,
     selector_with_affinity,
@@ -31,6 +36,7 @@ from autoscaler.core.cluster import (
 from tests.core import test_review34_arbitration as r34
 from tests.core import test_suspended_workload_placement as swp
 
+NOW = 100_000.0
 LABELS = {"pool": "onprem", "zone": "a", "driver": "550", "gpu": "A100"}
 
 
@@ -192,3 +198,48 @@ def test_the_rebalancer_gathers_room_only_where_the_affinity_admits(
     world = swp._rebalance_world(n2_labels, OFF_BURST)  # type: ignore[arg-type]
     plan, _ = plan_rebalance(world, reb.NOW, RebalanceConfig(), RebalanceState())
     assert reb.evicted(plan) == moved
+
+
+# -- the contended hold's hole: only on a node the waiting pod's selector, affinity and tolerations admit -----------
+
+
+def _hold_world(n1_taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...], selector: object = None):
+    """chat's 8 replicas fill n1; n2 is full of other training; one 8-GPU training pod is Pending (its spec read:
+    its tolerations and its selector)."""
+    chat = [
+        PodInfo("inference", f"chat-{i}", "n1", 1, 1000, "Running", True, "Deployment", "chat", created_at=NOW - 3600)
+        for i in range(8)
+    ]
+    other = PodInfo("ml", "other-0", "n2", 8, 50, "Running", True, "Job", "other", gang="job/ml/other")
+    pending = PodInfo("ml", "waits-0", None, 8, 100, "Pending", False, "Job", "waits", gang="job/ml/waits",
+                      tolerations=tolerations, node_selector=selector or {})  # type: ignore[arg-type]  # fmt: skip
+    nodes = (
+        NodeInfo("n1", 8, "A100", "onprem", True, labels={"pool": "serve"}, taints=n1_taints),
+        NodeInfo("n2", 8, "A100", "onprem", True, labels={"pool": "train"}),
+    )
+    return ClusterSnapshot(NOW, pods=(*chat, other, pending), nodes=nodes)
+
+
+SERVE_ONLY = (Taint("dedicated", "serve", "NoSchedule"),)
+
+
+@pytest.mark.parametrize(
+    ("taints", "tolerations", "selector", "hole"),
+    [
+        pytest.param((), (), None, (8, 8, "n1", 8), id="untainted n1: chat's 8 replicas make the hole"),
+        pytest.param(SERVE_ONLY, (), None, None, id="n1 tainted for serving, the pod does not tolerate it: no hole"),
+        pytest.param(SERVE_ONLY, (Toleration("dedicated", "Equal", "serve", "NoSchedule"),), None, (8, 8, "n1", 8),
+                     id="tolerated: the hole"),
+        pytest.param((), (), NodeSelector({}, ((NodeRequirement("pool", "NotIn", ("serve",)),),)), None,
+                     id="its required affinity keeps it off the serving pool: no hole"),
+    ],
+)  # fmt: skip
+def test_a_hole_opens_only_on_a_node_the_waiting_pod_may_use(
+    taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...], selector: object, hole: object
+) -> None:
+    """Until stop 48 the hole search read the waiting pod's nodeSelector but not its tolerations: the contended hold
+    kept chat's replicas (GPUs billed) for a pod that could never take their GPUs."""
+    snapshot = _hold_world(taints, tolerations, selector)
+    waiting = waiting_for_room(waiting_gpu_work(snapshot), snapshot)
+    assert [w.takes for w in waiting] == [8]
+    assert hole_node_for_waiting_work(node_room(snapshot), "inference/chat", waiting) == hole
