@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -191,6 +192,52 @@ def labels_select(labels: Mapping[str, str], node_selector: Mapping[str, str], n
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_INT64 = range(-(2**63), 2**63)
+# apimachinery's label key name part and label value (content.IsLabelKey, IsLabelValue), and a DNS-1123 subdomain
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _int64(text: str) -> int | None:
+    """``strconv.ParseInt(text, 10, 64)``: None when it fails (no integer, or beyond int64)."""
+    if not _INTEGER.fullmatch(text):
+        return None
+    number = int(text)
+    return number if number in _INT64 else None
+
+
+def _label_key(key: str) -> bool:
+    parts = key.split("/")
+    if len(parts) > 2:
+        return False
+    if len(parts) == 2 and not (0 < len(parts[0]) <= 253 and _DNS_SUBDOMAIN.fullmatch(parts[0])):
+        return False
+    name = parts[-1]
+    return 0 < len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
+
+
+def _label_value(value: str) -> bool:
+    return value == "" or (len(value) <= 63 and _LABEL_NAME.fullmatch(value) is not None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parses(requirement: NodeRequirement) -> bool:
+    """Whether kube-scheduler parses ``requirement`` (component-helpers' nodeaffinity: ``labels.NewRequirement`` for
+    a label, ``nodeSelectorRequirementsAsFieldSelector`` for a field); a term with one it cannot parse matches no
+    node. The API server checks less than this for a pod (not the values), and nothing of a custom resource's
+    template."""
+    operator, values = requirement.operator, requirement.values
+    if requirement.on_name:
+        return requirement.key == "metadata.name" and operator in ("In", "NotIn") and len(values) == 1
+    if operator in ("In", "NotIn"):
+        count = len(values) > 0
+    elif operator in ("Exists", "DoesNotExist"):
+        count = not values
+    elif operator in ("Gt", "Lt"):
+        count = len(values) == 1 and _int64(values[0]) is not None
+    else:
+        return False
+    return count and _label_key(requirement.key) and all(_label_value(v) for v in values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +245,9 @@ class NodeRequirement:
     """One requirement of a required node affinity term (``v1.NodeSelectorRequirement``): a node label ``key``, or
     with ``on_name`` a ``matchFields`` requirement on the node's name (key ``metadata.name``, the only field the API
     allows); ``operator`` In, NotIn, Exists, DoesNotExist, Gt or Lt (Gt and Lt on one integer value). Anything the
-    API server would refuse (another operator, another field, a Gt on a word) holds on no node: its term admits
-    nothing, as a term kube-scheduler cannot parse."""
+    API server would refuse (another operator, another field, a Gt on a word) or kube-scheduler cannot parse
+    (``_parses``: a value no label can have, In or NotIn without values) holds on no node: its term admits nothing,
+    as kube-scheduler treats a term it cannot parse."""
 
     key: str
     operator: str
@@ -208,9 +256,9 @@ class NodeRequirement:
 
     def holds(self, labels: Mapping[str, str], node_name: str | None) -> bool:
         """Whether a node with ``labels`` (and name ``node_name``; None: unknown, no name matches) meets it."""
+        if not _parses(self):
+            return False
         if self.on_name:
-            if self.key != "metadata.name":
-                return False
             value, present = node_name, node_name is not None
         else:
             value, present = labels.get(self.key), self.key in labels
@@ -223,11 +271,11 @@ class NodeRequirement:
             return present and not self.values
         if operator == "DoesNotExist":
             return not present and not self.values
-        if operator in ("Gt", "Lt") and len(self.values) == 1 and present and value is not None:
-            # both sides base-10 int64, as the label selector parses them; a label that is no integer: no match
-            if not (_INTEGER.fullmatch(value) and _INTEGER.fullmatch(self.values[0])):
+        if operator in ("Gt", "Lt") and present and value is not None:
+            # both sides base-10 int64, as the label selector parses them; a label that is no int64: no match
+            have, bound = _int64(value), _int64(self.values[0])
+            if have is None or bound is None:
                 return False
-            have, bound = int(value), int(self.values[0])
             return have > bound if operator == "Gt" else have < bound
         return False
 
