@@ -431,21 +431,38 @@ def node_selector_of(spec: Mapping[str, Any]) -> Mapping[str, str]:
 def required_affinity_of(spec: Mapping[str, Any]) -> tuple[tuple[NodeRequirement, ...], ...] | None:
     """The terms of a pod spec's ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` (None when
     it has none), each the requirements of its ``matchExpressions`` and ``matchFields``. A requirement the API server
-    would refuse (a key or value that is no string) is kept as one that holds nowhere: its term admits no node, as
-    kube-scheduler treats a term it cannot parse. Only the required affinity filters nodes; the preferred one scores."""
-    node_affinity = _map(_map(spec.get("affinity")).get("nodeAffinity"))
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    if not isinstance(required, Mapping):
-        return None
+    would refuse (a key or value that is no string, values or expressions that are no list) is kept as one that holds
+    nowhere: its term admits no node, as kube-scheduler treats a term it cannot parse; an affinity that is no object
+    where one is due has no terms, and admits no node either (never read as none, which admits every node). Only the
+    required affinity filters nodes; the preferred one scores."""
+    required: Any = spec
+    for field_name in ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"):
+        required = required.get(field_name)
+        if required is None:
+            return None
+        if not isinstance(required, Mapping):
+            return ()  # unreadable: admits no node
     terms = []
     for raw_term in _list(required.get("nodeSelectorTerms")):
         term = _map(raw_term)
         requirements = []
         for on_name, field_name in ((False, "matchExpressions"), (True, "matchFields")):
-            for raw_expr in _list(term.get(field_name)):
+            raw_exprs = term.get(field_name)
+            if raw_exprs is None:
+                raw_exprs = []
+            elif not isinstance(raw_exprs, list):
+                raw_exprs = [None]  # unreadable: a requirement that holds nowhere
+            for raw_expr in raw_exprs:
                 expr = _map(raw_expr)
-                key, operator, values = expr.get("key"), expr.get("operator"), _list(expr.get("values"))
-                if not (isinstance(key, str) and isinstance(operator, str) and all(isinstance(v, str) for v in values)):
+                key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values", [])
+                if values is None:
+                    values = []
+                if not (
+                    isinstance(key, str)
+                    and isinstance(operator, str)
+                    and isinstance(values, list)
+                    and all(isinstance(v, str) for v in values)
+                ):
                     key, operator, values = "", "", []  # holds nowhere
                 requirements.append(NodeRequirement(key, operator, tuple(values), on_name))
         terms.append(tuple(requirements))
