@@ -571,7 +571,12 @@ class RebalanceSettings(_Group):
         ),
     )
     training_on_burst_pools: bool = Field(
-        False, description="training may run on the burst pools (false: they are for inference; no gang goes there)"
+        False,
+        description=(
+            "pending training may be given room on the burst pools (false: they are for inference; no gang goes "
+            "there). Training this controller suspended is resumed only onto the cluster's own nodes either way, so "
+            "no room is gathered for it on a burst node"
+        ),
     )
     spare_replicas_only: bool = Field(
         True,

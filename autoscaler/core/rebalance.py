@@ -405,15 +405,20 @@ class _Cluster:
         training: bool,
         pods: Sequence[PodInfo] = (),
         node_selector: Mapping[str, str] | None = None,
+        suspended: bool = False,
     ) -> bool:
         """Whether ``pods`` (of that GPU type; training or not) may run on ``node``: its GPU type, its pool, and
         what each pod's own nodeSelector and tolerations admit (a node tainted for maintenance is no destination
         for a pod that does not tolerate it: the pod's replacement would land elsewhere, or wait), or, for pods not
-        made yet (a suspended workload's), its template's ``node_selector``."""
+        made yet (a suspended workload's), its template's ``node_selector``. A workload this controller suspended
+        (``suspended``) never goes to a burst pool, whatever ``training_excluded_pools`` says: the capacity
+        arbitration resumes it only onto the cluster's own nodes, so room gathered on a burst node never resumes it."""
         info = self.nodes[node]
         if gpu_type is not None and info.gpu_product != gpu_type:
             return False
         if training and info.pool in self.config.training_excluded_pools:
+            return False
+        if suspended and info.pool in self.config.burst_pools:
             return False
         if node_selector and not selected_by(info, node_selector):
             return False
@@ -430,6 +435,7 @@ class _Cluster:
         beside: dict[str, tuple[int, int]] | None = None,
         node_selector: Mapping[str, str] | None = None,
         pod_beside: tuple[int, int] = (0, 0),
+        suspended: bool = False,
     ) -> dict[str, int] | None:
         """Best fit, largest pod first: node -> GPUs taken, consuming ``free`` (and the CPU and memory ``beside``
         them, where known, by what each of ``pods`` requests); None (and both untouched) when one pod does not fit.
@@ -445,7 +451,7 @@ class _Cluster:
                 for n, left in trial.items()
                 if left >= gpus
                 and n not in exclude
-                and self.allowed(n, gpu_type, training, pods, node_selector)
+                and self.allowed(n, gpu_type, training, pods, node_selector, suspended)
                 and fits_beside(trial_beside, n, need)
             ]
             if not fits:
@@ -484,7 +490,11 @@ def _stranded(cluster: _Cluster, targets: Sequence[_Target], free: Mapping[str, 
         if left <= 0:
             continue
         # GPUs of a type (or pool) no waiting pod may use are idle, not fragmented: they do not count
-        allowed = [t for t in targets if cluster.allowed(node, t.gpu_type, t.training, t.pods, t.node_selector)]
+        allowed = [
+            t
+            for t in targets
+            if cluster.allowed(node, t.gpu_type, t.training, t.pods, t.node_selector, t.suspended is not None)
+        ]
         if allowed and not any(g <= left for t in allowed for g in t.pod_gpus):
             stranded += left
     return stranded
@@ -587,6 +597,7 @@ def plan_rebalance(
             beside=trial_beside,
             node_selector=target.node_selector,
             pod_beside=target.beside,
+            suspended=target.suspended is not None,
         )
         if placed is not None:
             # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
@@ -822,7 +833,9 @@ def _make_room(
         for node in sorted(work):
             # a node already home to an earlier pod of the target may take this one too (the scheduler packs a
             # gang's pods wherever they fit); its GPUs left, and any freed for this pod, are what counts
-            if not cluster.allowed(node, target.gpu_type, target.training, target.pods, target.node_selector):
+            if not cluster.allowed(
+                node, target.gpu_type, target.training, target.pods, target.node_selector, target.suspended is not None
+            ):
                 continue
             room = work_beside.get(node)
             if work[node] >= gpus and fits_beside(work_beside, node, pod_needs):

@@ -243,3 +243,29 @@ def test_a_hole_opens_only_on_a_node_the_waiting_pod_may_use(
     waiting = waiting_for_room(waiting_gpu_work(snapshot), snapshot)
     assert [w.takes for w in waiting] == [8]
     assert hole_node_for_waiting_work(node_room(snapshot), "inference/chat", waiting) == hole
+
+
+# -- the rebalancer and the resume agree on burst pools -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n2_pool", "moved"),
+    [
+        pytest.param("onprem", ["inf/chat-7"], id="n2 on-prem: chat-7 moves to n1, n2 emptied for the Job"),
+        pytest.param("burst", [], id="n2 a burst node: the resume never puts training there, no move"),
+    ],
+)
+def test_room_for_suspended_training_is_never_gathered_on_a_burst_node(n2_pool: str, moved: list[str]) -> None:
+    """``rebalance.training_on_burst_pools: true`` (``training_excluded_pools`` empty) lets pending training land on
+    the burst pools, but the capacity arbitration resumes the training it suspended only onto the cluster's own nodes:
+    the rebalancer emptied a burst node for a suspended Job the resume would never put there (chat-7 evicted for
+    nothing). The burst node is not emptied as a burst node either here (``burst_empty_below`` 0)."""
+    from autoscaler.core.rebalance import RebalanceConfig, RebalanceState, plan_rebalance
+    from tests.core import test_rebalance as reb
+
+    world = swp._rebalance_world({}, {})
+    world = replace(world, nodes=(world.nodes[0], replace(world.nodes[1], pool=n2_pool)))
+    config = RebalanceConfig(burst_pools=frozenset({"burst"}), training_excluded_pools=frozenset(),
+                             burst_empty_below=0.0)  # fmt: skip
+    plan, _ = plan_rebalance(world, reb.NOW, config, RebalanceState())
+    assert reb.evicted(plan) == moved
