@@ -287,13 +287,18 @@ class NodeSelector(Mapping[str, str]):
     nodeSelector alone wherever a selector is taken, and equals a ``NodeSelector`` of the same labels without
     affinity. Immutable and hashable. Preferred affinity is no filter and is not kept."""
 
-    __slots__ = ("_labels", "affinity")
+    __slots__ = ("_affinity", "_labels")
 
     def __init__(
         self, labels: Mapping[str, str] | None = None, affinity: tuple[tuple[NodeRequirement, ...], ...] | None = None
     ) -> None:
         self._labels: dict[str, str] = dict(labels or {})
-        self.affinity = affinity
+        self._affinity = affinity
+
+    @property
+    def affinity(self) -> tuple[tuple[NodeRequirement, ...], ...] | None:
+        """The required affinity's terms (read-only: the selector is hashed and used as a cache key)."""
+        return self._affinity
 
     def __getitem__(self, key: str) -> str:
         return self._labels[key]
