@@ -570,6 +570,27 @@ class RebalanceSettings(_Group):
             "(a spreading scheduler puts moved replicas back; set it to retry_after_seconds for a fixed wait)"
         ),
     )
+    put_back_checks: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description=(
+            "after this many passes of moves in a row whose room was refilled (their target still waiting and "
+            "fitting nowhere at a later pass: a spreading scheduler puts moved replicas back), no move is made for "
+            "put_back_hold_seconds, count (0: never held)"
+        ),
+    )
+    put_back_hold_seconds: float = Field(
+        14400.0, ge=0, description="how long moves are held after put_back_checks refilled rooms in a row, seconds"
+    )
+    put_back_watch_seconds: float = Field(
+        900.0,
+        ge=0,
+        description=(
+            "a target moved for that still fits where its moves made room is watched this long; fitting still, the "
+            "room was kept (not refilled), seconds"
+        ),
+    )
     training_on_burst_pools: bool = Field(
         False,
         description=(
@@ -636,6 +657,9 @@ class RebalanceSettings(_Group):
             retry_after_s=self.retry_after_seconds,
             retry_after_max_s=self.retry_after_max_seconds,
             spare_replicas_only=self.spare_replicas_only,
+            put_back_checks=self.put_back_checks,
+            put_back_hold_s=self.put_back_hold_seconds,
+            put_back_watch_s=self.put_back_watch_seconds,
         )
 
 

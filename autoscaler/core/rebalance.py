@@ -66,6 +66,7 @@ from autoscaler.core.victims import pdbs_covering, unevictable_under_budgets
 REBALANCE_LABEL = "gpuautoscaler.dev/rebalance"
 HOUR_S = 3600.0
 _DEPLOYMENT = "deployment/"  # owner prefix of a Deployment's replicas: "deployment/<namespace>/<name>"
+_BURST_TARGET = "burst node "  # a move's target when it empties a burst node: "burst node <node>"
 # Controllers of pods that are part of their node: a DaemonSet's pod, and a static pod (the kubelet runs it from a
 # file; its mirror pod's controller is the Node). Evicted, either comes back on the same node; on a node being
 # emptied neither needs to move (it goes with the node).
@@ -97,6 +98,15 @@ class RebalanceConfig:
     burst_empty_below: float = 0.5  # a burst node under this share of its GPUs in use is emptied
     # pools where training may not run (burst pools are tainted for inference); a waiting gang is not placed there
     training_excluded_pools: frozenset[str] = frozenset()
+    # after this many passes of moves in a row whose room was refilled -- their target still waiting at a later pass
+    # and fitting nowhere again: a spreading scorer (LeastAllocated) puts the moved replica, or the next new one,
+    # back on the node just emptied --, no move is made for ``put_back_hold_s`` seconds: one probe pass per hold
+    # then, until a target is placed (0: never held)
+    put_back_checks: int = 3
+    put_back_hold_s: float = 4 * HOUR_S
+    # seconds a target moved for is watched while it still fits where the moves made room (the arbitration's resume
+    # waits out its own quiet period first); fitting still then, the room was kept (not put back)
+    put_back_watch_s: float = 900.0
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -109,6 +119,8 @@ class RebalanceConfig:
             raise ValueError("retry_after_s must be >= 0 seconds")
         if self.retry_after_max_s < 0:
             raise ValueError("retry_after_max_s must be >= 0 seconds")
+        if self.put_back_checks < 0 or self.put_back_hold_s < 0 or self.put_back_watch_s < 0:
+            raise ValueError("put_back_checks, put_back_hold_s and put_back_watch_s must be >= 0")
 
     def retry_wait_s(self, attempts: int) -> float:
         """Seconds a target waits after its ``attempts``-th pass of moves (1 for the first) before it is moved for
@@ -138,6 +150,20 @@ class RebalanceState:
     # the snapshot within their current wait), the latest RebalanceConfig.attempts_remembered() of each -- their count
     # sets how long the target waits (retry_wait_s)
     moved_for: tuple[tuple[str, float], ...] = ()
+    # the targets of the moves made lately, (target, Unix seconds of the moves), watched until judged, and of the
+    # latest ones judged, (Unix seconds judged, the room refilled: put back): at most
+    # RebalanceConfig.put_back_checks. Kept in memory only: a new leader starts watching afresh
+    watching: tuple[tuple[str, float], ...] = ()
+    put_back: tuple[tuple[float, bool], ...] = ()
+
+
+def put_back_hold(state: RebalanceState, now: float, config: RebalanceConfig) -> float:
+    """Seconds moves are still held: the latest ``put_back_checks`` moves judged were all put back, the last of them
+    less than ``put_back_hold_s`` ago (0: not held)."""
+    checks = config.put_back_checks
+    if checks <= 0 or len(state.put_back) < checks or not all(back for _, back in state.put_back[-checks:]):
+        return 0.0
+    return max(0.0, state.put_back[-1][0] + config.put_back_hold_s - now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,6 +569,15 @@ def plan_rebalance(
     targets = _targets(snapshot)
     stranded_before = _stranded(cluster, targets)
     units, notes = _movable_units(snapshot, now, config)
+    state = _judge_moves(state, cluster, targets, now, config)
+    held = put_back_hold(state, now, config)
+    if held > 0:
+        notes.append(
+            f"moves held for {held:.0f}s more: the last {config.put_back_checks} moved pods were put back by the "
+            "scheduler on the node they left (a spreading scorer fills the room a move makes with the moved pod; "
+            "the scheduler extender or a bin-packing scorer makes moves land)"
+        )
+        budget = 0
     units = [u for u in units if u.owner not in protected]
     if managed is not None:
         allowed = frozenset(f"{_DEPLOYMENT}{key}" for key in managed)
@@ -752,7 +787,7 @@ def plan_rebalance(
         moves_left -= needed
         commit(
             drain,
-            f"burst node {node.name}",
+            f"{_BURST_TARGET}{node.name}",
             gain,
             f"empties burst node {node.name} ({used} of {node.allocatable_gpus} GPUs in use) for its give-back",
         )
@@ -791,7 +826,40 @@ def plan_rebalance(
     )
     moved_for = tuple(earlier) + tuple((t, now) for t in dict.fromkeys(m.target for m in moves))
     plan = RebalancePlan(True, tuple(moves), actions, stranded_before, stranded_after, tuple(notes))
-    return plan, RebalanceState(now, times, moved_for)
+    return plan, RebalanceState(now, times, moved_for, state.watching, state.put_back)
+
+
+def _judge_moves(
+    state: RebalanceState, cluster: _Cluster, targets: Sequence[_Target], now: float, config: RebalanceConfig
+) -> RebalanceState:
+    """``state`` with the targets it watches judged: kept (False) when the target is placed or gone; put back (True)
+    when it still waits and fits nowhere as things are -- the room its moves made was taken again (under a spreading
+    scorer, by the moved replica's replacement or the service's next new replica); still watched while it fits where
+    they made room (the scheduler, or the arbitration's resume after its quiet period, has not placed it yet), and
+    kept once it has fitted there for ``put_back_watch_s`` (the room was not taken: it waits for something else)."""
+    if not state.watching:
+        return state
+    waiting = {t.name: t for t in targets}
+    watching: list[tuple[str, float]] = []
+    put_back = list(state.put_back)
+    for name, moved_at in state.watching:
+        target = waiting.get(name)
+        if target is None:
+            put_back.append((now, False))
+            continue
+        fits = cluster.place(
+            dict(cluster.soon), target.pod_gpus, target.gpu_type, target.training, pods=target.pods,
+            beside=dict(cluster.soon_beside), node_selector=target.node_selector, pod_beside=target.beside,
+            suspended=target.suspended is not None,
+        )  # fmt: skip
+        if fits is None:
+            put_back.append((now, True))
+        elif now - moved_at < config.put_back_watch_s:
+            watching.append((name, moved_at))
+        else:
+            put_back.append((now, False))  # the room is still there: not refilled (the target waits for another thing)
+    kept = tuple(put_back[-config.put_back_checks :]) if config.put_back_checks > 0 else ()
+    return replace(state, watching=tuple(watching), put_back=kept)
 
 
 def _make_room(
@@ -943,7 +1011,15 @@ def record_pass(
     # time -- one after now (a wall clock stepped back) still waits out retry_after_s, not only this pass's applied
     this_pass = len(dict.fromkeys(m.target for m in plan.moves))
     kept = planned.moved_for[: len(planned.moved_for) - this_pass]
-    return RebalanceState(planned.last_pass_at, recent + (now,) * made, kept + tuple((t, now) for t in targets))
+    # the targets of the moves made are watched: whether the room the moves made was kept for them (``_judge_moves``)
+    watched = tuple((t, now) for t in targets if not t.startswith(_BURST_TARGET))
+    return RebalanceState(
+        planned.last_pass_at,
+        recent + (now,) * made,
+        kept + tuple((t, now) for t in targets),
+        planned.watching + watched,
+        planned.put_back,
+    )
 
 
 def merge_move_times(kept: Iterable[float], recorded: Iterable[float], now: float) -> tuple[float, ...]:

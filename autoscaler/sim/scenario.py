@@ -617,6 +617,18 @@ class Rebalance(_Strict):
         14400.0, alias="retryAfterMaxSeconds", ge=0, le=7 * 86400.0,
         description="each further pass of moves for a target still waiting doubles retryAfterSeconds, up to this, s",
     )
+    put_back_checks: int = Field(
+        3, alias="putBackChecks", ge=0, le=100,
+        description="after this many passes of moves in a row whose room was refilled, moves hold putBackHoldSeconds",
+    )
+    put_back_hold_seconds: float = Field(
+        14400.0, alias="putBackHoldSeconds", ge=0, le=7 * 86400.0,
+        description="how long moves are held after putBackChecks refilled rooms in a row, s",
+    )
+    put_back_watch_seconds: float = Field(
+        900.0, alias="putBackWatchSeconds", ge=0, le=86400.0,
+        description="a target still fitting where its moves made room this long after them had its room kept, s",
+    )
     spare_replicas_only: bool = Field(
         True, alias="spareReplicasOnly",
         description="move a replica only when the tick recommended fewer replicas than the Deployment runs",

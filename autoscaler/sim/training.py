@@ -132,5 +132,8 @@ def rebalance_config(scenario: Scenario, pools: Sequence[NodePool] | None = None
         training_excluded_pools=burst,
         retry_after_s=block.retry_after_seconds,
         retry_after_max_s=block.retry_after_max_seconds,
+        put_back_checks=block.put_back_checks,
+        put_back_hold_s=block.put_back_hold_seconds,
+        put_back_watch_s=block.put_back_watch_seconds,
         spare_replicas_only=block.spare_replicas_only,
     )

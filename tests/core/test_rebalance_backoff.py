@@ -69,30 +69,44 @@ def _passes(config: RebalanceConfig, hours: float, pods=BASE_PODS) -> tuple[list
 
 
 def test_a_target_whose_moves_are_always_undone_is_moved_for_ever_more_rarely() -> None:
-    moved, _ = _passes(CONFIG, 16)
+    alone = replace(CONFIG, put_back_checks=0)  # the per-target wait alone (the put-back hold: below)
+    moved, _ = _passes(alone, 16)
     assert moved == [0.0, 1800.0, 5400.0, 12600.0, 27000.0, 41400.0, 55800.0]
-    fixed, _ = _passes(replace(CONFIG, retry_after_max_s=CONFIG.retry_after_s), 16)
+    fixed, _ = _passes(replace(alone, retry_after_max_s=CONFIG.retry_after_s), 16)
     assert fixed == [i * 1800.0 for i in range(32)]  # the wait of before: every 30 minutes for 16 hours
 
 
+def test_with_the_put_back_hold_three_refilled_rooms_hold_every_move_for_four_hours() -> None:
+    """Stop 48: each pass of moves is judged at the next pass -- the gang still waits and fits nowhere: the room was
+    refilled (here the cluster is unchanged, as when a spreading scorer puts the moved replica back). After three in
+    a row no move is made for ``put_back_hold_s`` (4 h) after the third judgement (5,700 s), whatever the target's
+    own wait (12,600 s): one probe pass per hold then."""
+    moved, state = _passes(CONFIG, 16)
+    assert moved == [0.0, 1800.0, 5400.0, 20100.0, 34800.0, 49500.0]
+    assert [back for _, back in state.put_back] == [True, True, True]
+    fixed, _ = _passes(replace(CONFIG, retry_after_max_s=CONFIG.retry_after_s), 16)
+    assert fixed == [0.0, 1800.0, 3600.0, 18300.0, 33000.0, 47700.0]  # the fixed wait is held too
+
+
 def test_a_target_no_longer_waiting_is_forgotten_once_its_wait_is_over_and_its_wait_starts_over() -> None:
-    _, state = _passes(CONFIG, 4)  # four passes of moves (0, 0.5, 1.5, 3.5 h): the next wait would be 4 h
+    config = replace(CONFIG, put_back_checks=0)  # the per-target wait alone
+    _, state = _passes(config, 4)  # four passes of moves (0, 0.5, 1.5, 3.5 h): the next wait would be 4 h
     assert [t for t, _ in state.moved_for] == [TARGET] * 4
     placed = [p for p in BASE_PODS if not p.name.startswith("wait")]  # the gang ran (or was deleted)
     # missing from a snapshot within its wait (its pods being recreated, say): remembered
     soon = NOW + 4 * 3600
-    plan, planned = plan_rebalance(snap(BASE_NODES, placed), soon, CONFIG, state)
+    plan, planned = plan_rebalance(snap(BASE_NODES, placed), soon, config, state)
     assert plan.actions == () and [t for t, _ in planned.moved_for] == [TARGET] * 4
     # ... once the wait (4 h after 3.5 h) is over, forgotten
     later = NOW + 7.5 * 3600
     state = record_pass(state, planned, plan, soon, set())
-    plan, planned = plan_rebalance(snap(BASE_NODES, placed), later, CONFIG, state)
+    plan, planned = plan_rebalance(snap(BASE_NODES, placed), later, config, state)
     assert plan.actions == () and planned.moved_for == ()
     state = record_pass(state, planned, plan, later, set())
     assert state.moved_for == ()
     # a gang of the same name waits again five minutes later: moved for at once, its first wait 1800 s again
     back = later + CONFIG.interval_s
-    plan, planned = plan_rebalance(snap(BASE_NODES, list(BASE_PODS)), back, CONFIG, state)
+    plan, planned = plan_rebalance(snap(BASE_NODES, list(BASE_PODS)), back, config, state)
     assert len(plan.actions) == 1 and planned.moved_for == ((TARGET, back),)
 
 
