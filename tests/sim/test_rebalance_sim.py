@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -201,9 +202,10 @@ def test_moves_never_exceed_the_bounds_over_a_long_run(per_pass: int, per_hour: 
     services = [_service("a", 2), _service("b", 2)]
     jobs = [_job("t1"), _job("t2")]
     pools = [NodePool(name="onprem", nodes=4, gpusPerNode=8)]
-    # retry_after_s=0: no back-off for a target still waiting after its moves, so the bounds alone hold it
+    # retry_after_s=0, put_back_checks=0: no back-off for a target still waiting after its moves, nor the put-back
+    # hold, so the bounds alone hold it
     config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=per_pass, max_moves_per_hour=per_hour,
-                             retry_after_s=0.0, spare_replicas_only=False)
+                             retry_after_s=0.0, spare_replicas_only=False, put_back_checks=0)
     run = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0, scoring=Scoring.LEAST_ALLOCATED,
                    jobs=jobs, rebalance=config)
     times = _evictions(run)
@@ -217,11 +219,12 @@ def test_moves_never_exceed_the_bounds_over_a_long_run(per_pass: int, per_hour: 
 
 
 def test_a_target_whose_moves_were_undone_waits_before_it_is_moved_for_again() -> None:
-    # The same run with the default back-off: each waiting gang is moved for at most once per retry_after_s.
+    # The same run with the default back-off: each waiting gang is moved for at most once per retry_after_s (the
+    # put-back hold off: it is the test below).
     services = [_service("a", 2), _service("b", 2)]
     pools = [NodePool(name="onprem", nodes=4, gpusPerNode=8)]
     config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50, retry_after_s=1800.0,
-                             spare_replicas_only=False)
+                             spare_replicas_only=False, put_back_checks=0)
     run = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0, scoring=Scoring.LEAST_ALLOCATED,
                    jobs=[_job("t1"), _job("t2")], rebalance=config)
     times = sorted(set(_evictions(run)))
@@ -231,8 +234,28 @@ def test_a_target_whose_moves_were_undone_waits_before_it_is_moved_for_again() -
     no_backoff = simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0,
                           scoring=Scoring.LEAST_ALLOCATED, jobs=[_job("t1"), _job("t2")],
                           rebalance=RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50,
-                                                    retry_after_s=0.0, spare_replicas_only=False))
+                                                    retry_after_s=0.0, spare_replicas_only=False, put_back_checks=0))
     assert len(_evictions(no_backoff)) > len(_evictions(run))
+
+
+def test_under_a_spreading_scorer_the_put_back_hold_stops_the_moves_after_three_refilled_rooms() -> None:
+    """Stop 48: the same world (LeastAllocated puts each moved replica back on the node it left, both gangs wait on).
+    With the put-back hold the passes of moves stop after three judged put back, for 4 hours: over 5 hours at most
+    three passes and one probe, against the back-off alone's more; the cluster's figures otherwise alike."""
+    services = [_service("a", 2), _service("b", 2)]
+    pools = [NodePool(name="onprem", nodes=4, gpusPerNode=8)]
+
+    def run(checks: int) -> PolicyRun:
+        config = RebalanceConfig(interval_s=60.0, max_moves_per_pass=2, max_moves_per_hour=50, retry_after_s=1800.0,
+                                 spare_replicas_only=False, put_back_checks=checks)
+        return simulate(CorePolicy("reactive"), services, pools, 0.0, 15.0, 1200, 0.0,
+                        scoring=Scoring.LEAST_ALLOCATED, jobs=[_job("t1"), _job("t2")], rebalance=config)
+
+    held, alone = sorted(set(_evictions(run(3)))), sorted(set(_evictions(run(0))))
+    assert len(held) < len(alone), (held, alone)
+    assert len(held) <= 4, held
+    # after the third pass of moves, nothing for put_back_hold_s (4 h) but the probe
+    assert all(b - a >= 4 * HOUR_S - 120.0 for a, b in pairwise(held[2:])), held
 
 
 def test_the_rebalancer_does_not_run_beside_the_baselines_and_is_off_without_a_config() -> None:
