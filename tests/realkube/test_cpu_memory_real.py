@@ -157,6 +157,13 @@ def test_the_victim_search_and_the_scheduler_agree_on_cpu(
     assert victims(blind) == [f"kubeflow/{namespace}/fresh"]
 
     # The real scheduler: with "fresh" gone, node a has the GPUs but not the CPU -- the replica waits
+    assert_the_scheduler_agrees(cp, namespace, "Insufficient cpu", node_b)
+
+
+def assert_the_scheduler_agrees(cp: ControlPlane, namespace: str, why_waiting: str, node_b: str) -> None:
+    """The real kube-scheduler's side of a victim-search test: with the gang the search left alone ("fresh-0") gone,
+    the chat replica (scaled to 1) stays Unschedulable, its reason holding ``why_waiting``; with the gang it chose
+    ("old-0") gone, it is bound on ``node_b``."""
     _delete(cp, namespace, "fresh-0")
     cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
                content_type="application/merge-patch+json")  # fmt: skip
@@ -166,7 +173,6 @@ def test_the_victim_search_and_the_scheduler_agree_on_cpu(
         timeout_s=60,
     )
     why = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
-    assert "Insufficient cpu" in why, why
-    # with the gang the search chose gone, it is bound on node b
+    assert why_waiting in why, why
     _delete(cp, namespace, "old-0")
     assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b

@@ -28,7 +28,7 @@ from autoscaler.core.reasons import Reason
 from autoscaler.core.victims import TrainingRules
 from tests.realkube import manifests
 from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, NODE_POOL_LABEL, ControlPlane, GpuNode
-from tests.realkube.test_cpu_memory_real import GANG_LABEL, _delete, _pod, _running_on, _unschedulable_why
+from tests.realkube.test_cpu_memory_real import GANG_LABEL, _pod, _running_on, assert_the_scheduler_agrees
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
 
@@ -120,17 +120,6 @@ def test_the_victim_search_and_the_scheduler_agree_on_required_node_affinity(
     )
     assert victims(blind) == [f"kubeflow/{namespace}/fresh"]
 
-    # The real scheduler: with "fresh" gone, node a has the GPUs but the affinity rules it out -- the replica waits
-    _delete(cp, namespace, "fresh-0")
-    cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
-               content_type="application/merge-patch+json")  # fmt: skip
-    replica = cp.wait(
-        "a chat pod",
-        lambda: next(iter(p["metadata"]["name"] for p in cp.pods(namespace, "app=chat")), None),
-        timeout_s=60,
-    )
-    why = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
-    assert "affinity" in why, why
+    # The real scheduler: with "fresh" gone, node a has the GPUs but the affinity rules it out -- the replica waits;
     # with the gang the search chose gone, it is bound on node b
-    _delete(cp, namespace, "old-0")
-    assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b
+    assert_the_scheduler_agrees(cp, namespace, "affinity", node_b)
