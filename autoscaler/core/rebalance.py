@@ -119,8 +119,9 @@ class RebalanceConfig:
             raise ValueError("retry_after_s must be >= 0 seconds")
         if self.retry_after_max_s < 0:
             raise ValueError("retry_after_max_s must be >= 0 seconds")
-        if self.put_back_checks < 0 or self.put_back_hold_s < 0 or self.put_back_watch_s < 0:
-            raise ValueError("put_back_checks, put_back_hold_s and put_back_watch_s must be >= 0")
+        for name in ("put_back_checks", "put_back_hold_s", "put_back_watch_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
 
     def retry_wait_s(self, attempts: int) -> float:
         """Seconds a target waits after its ``attempts``-th pass of moves (1 for the first) before it is moved for
@@ -163,7 +164,8 @@ def put_back_hold(state: RebalanceState, now: float, config: RebalanceConfig) ->
     checks = config.put_back_checks
     if checks <= 0 or len(state.put_back) < checks or not all(back for _, back in state.put_back[-checks:]):
         return 0.0
-    return max(0.0, state.put_back[-1][0] + config.put_back_hold_s - now)
+    # at most put_back_hold_s: a judgement after now (a wall clock stepped back) does not hold moves for longer
+    return min(config.put_back_hold_s, max(0.0, state.put_back[-1][0] + config.put_back_hold_s - now))
 
 
 @dataclass(frozen=True, slots=True)
@@ -855,7 +857,8 @@ def _judge_moves(
         if fits is None:
             put_back.append((now, True))
         elif now - moved_at < config.put_back_watch_s:
-            watching.append((name, moved_at))
+            # watched from now at the latest: moves after now (a wall clock stepped back) are not watched for longer
+            watching.append((name, min(moved_at, now)))
         else:
             put_back.append((now, False))  # the room is still there: not refilled (the target waits for another thing)
     kept = tuple(put_back[-config.put_back_checks :]) if config.put_back_checks > 0 else ()
@@ -1011,13 +1014,18 @@ def record_pass(
     # time -- one after now (a wall clock stepped back) still waits out retry_after_s, not only this pass's applied
     this_pass = len(dict.fromkeys(m.target for m in plan.moves))
     kept = planned.moved_for[: len(planned.moved_for) - this_pass]
-    # the targets of the moves made are watched: whether the room the moves made was kept for them (``_judge_moves``)
-    watched = tuple((t, now) for t in targets if not t.startswith(_BURST_TARGET))
+    # the targets of the moves made are watched: whether the room the moves made was kept for them (``_judge_moves``).
+    # Only a target whose every eviction was made: one refused (a PodDisruptionBudget) left its room unmade, and the
+    # target still fitting nowhere is no room put back. A target moved for again while watched is watched once, from
+    # these moves (judged twice, one refilled room would count twice towards put_back_checks).
+    unmade = {m.target for m in plan.moves if not all(p in applied for p in m.pods)}
+    watched = tuple((t, now) for t in targets if t not in unmade and not t.startswith(_BURST_TARGET))
+    again = {t for t, _ in watched}
     return RebalanceState(
         planned.last_pass_at,
         recent + (now,) * made,
         kept + tuple((t, now) for t in targets),
-        planned.watching + watched,
+        tuple(w for w in planned.watching if w[0] not in again) + watched,
         planned.put_back,
     )
 
