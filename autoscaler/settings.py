@@ -575,7 +575,7 @@ class RebalanceSettings(_Group):
         ge=0,
         le=100,
         description=(
-            "after this many passes of moves in a row whose room was refilled (their target still waiting and "
+            "after this many targets moved for in a row whose room was refilled (their target still waiting and "
             "fitting nowhere at a later pass: a spreading scheduler puts moved replicas back), no move is made for "
             "put_back_hold_seconds, count (0: never held)"
         ),

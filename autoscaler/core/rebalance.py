@@ -98,7 +98,7 @@ class RebalanceConfig:
     burst_empty_below: float = 0.5  # a burst node under this share of its GPUs in use is emptied
     # pools where training may not run (burst pools are tainted for inference); a waiting gang is not placed there
     training_excluded_pools: frozenset[str] = frozenset()
-    # after this many passes of moves in a row whose room was refilled -- their target still waiting at a later pass
+    # after this many targets moved for in a row whose room was refilled -- their target still waiting at a later pass
     # and fitting nowhere again: a spreading scorer (LeastAllocated) puts the moved replica, or the next new one,
     # back on the node just emptied --, no move is made for ``put_back_hold_s`` seconds: one probe pass per hold
     # then, until a target is placed (0: never held)

@@ -619,7 +619,7 @@ class Rebalance(_Strict):
     )
     put_back_checks: int = Field(
         3, alias="putBackChecks", ge=0, le=100,
-        description="after this many passes of moves in a row whose room was refilled, moves hold putBackHoldSeconds",
+        description="after this many targets moved for in a row whose room was refilled, moves hold putBackHoldSeconds",
     )
     put_back_hold_seconds: float = Field(
         14400.0, alias="putBackHoldSeconds", ge=0, le=7 * 86400.0,
