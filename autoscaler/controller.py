@@ -45,6 +45,7 @@ from autoscaler.core.rebalance import (
     merge_move_times,
     merge_moved_for,
     plan_rebalance,
+    put_back_hold,
     record_pass,
     resumable_suspended,
 )
@@ -392,6 +393,7 @@ class Controller:
         if plan.ran:
             self.telemetry.stranded_gpus.set(plan.stranded_gpus)
         self.telemetry.rebalance_moves_last_hour.set(len(self.rebalance_state.move_times))
+        self.telemetry.rebalance_held_seconds.set(put_back_hold(self.rebalance_state, now, config))
         for move in plan.moves:
             log.info("rebalance: move %s (%s): %s", move.owner, move.target, move.detail)
         for note in plan.notes:

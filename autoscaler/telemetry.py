@@ -422,6 +422,12 @@ class Telemetry:
             "rebalance.max_moves_per_hour), pods",
             registry=r,
         )
+        self.rebalance_held_seconds = Gauge(
+            f"{PREFIX}_rebalance_held_seconds",
+            "Seconds the rebalancer still holds every move at the latest pass (the put-back hold: "
+            "rebalance.put_back_checks targets in a row whose room the scheduler refilled), 0 when not held, seconds",
+            registry=r,
+        )
 
         # Placement advice for kube-scheduler (issue 15): its HTTP extender, served from the latest snapshot.
         self.extender_requests = Counter(

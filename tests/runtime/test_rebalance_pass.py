@@ -234,3 +234,23 @@ def test_a_target_still_waiting_after_its_move_is_not_moved_for_again_before_ret
         elif moved_at:
             assert any("still waiting" in n for n in report.plan.notes), report.plan.notes
     assert moved_at == [T0, T0 + 1800]
+
+
+def test_the_put_back_hold_shows_as_a_gauge_and_holds_the_pass() -> None:
+    """Stop 48: three targets in a row whose room the scheduler refilled hold every move for put_back_hold_s; the
+    leader's pass moves nothing and ``gpu_autoscaler_rebalance_held_seconds`` says how long the hold still runs."""
+    from autoscaler.core.rebalance import RebalanceState
+
+    c, cluster, _ = world()
+    c.run_once(T0)
+    c.rebalance_state = RebalanceState(put_back=((T0 - 60.0, True), (T0 - 30.0, True), (T0, True)))
+    report = c.rebalance(T0 + 1)
+    assert report is not None and report.plan is not None and report.plan.actions == ()
+    assert any(n.startswith("moves held for") for n in report.plan.notes), report.plan.notes
+    assert evicted(cluster) == []
+    assert sample(c, "gpu_autoscaler_rebalance_held_seconds") == CONFIG.put_back_hold_s - 1
+    # not held: 0
+    c2, cluster2, _ = world()
+    c2.run_once(T0)
+    c2.rebalance(T0 + 1)
+    assert evicted(cluster2) == ["chat-1"] and sample(c2, "gpu_autoscaler_rebalance_held_seconds") == 0.0
