@@ -186,7 +186,7 @@ def labels_select(labels: Mapping[str, str], node_selector: Mapping[str, str], n
     (kube-scheduler's NodeAffinity filter: the nodeSelector and the required affinity must both match)."""
     if not all(labels.get(key) == value for key, value in node_selector.items()):
         return False
-    affinity = node_selector.affinity if isinstance(node_selector, NodeSelector) else None
+    affinity = affinity_of(node_selector)
     # a term without requirements matches no node (``v1.NodeSelectorTerm``: "a null or empty term matches no objects")
     return affinity is None or any(term and all(r.holds(labels, node_name) for r in term) for term in affinity)
 
@@ -257,27 +257,15 @@ class NodeRequirement:
     def holds(self, labels: Mapping[str, str], node_name: str | None) -> bool:
         """Whether a node with ``labels`` (and name ``node_name``; None: unknown, no name matches) meets it."""
         if not _parses(self):
-            return False
-        if self.on_name:
-            value, present = node_name, node_name is not None
-        else:
-            value, present = labels.get(self.key), self.key in labels
-        operator = self.operator
-        if operator == "In":
-            return present and value in self.values
-        if operator == "NotIn":
-            return not present or value not in self.values
-        if operator == "Exists":
-            return present and not self.values
-        if operator == "DoesNotExist":
-            return not present and not self.values
-        if operator in ("Gt", "Lt") and present and value is not None:
-            # both sides base-10 int64, as the label selector parses them; a label that is no int64: no match
-            have, bound = _int64(value), _int64(self.values[0])
+            return False  # (so the operator is known, Exists has no values, Gt one integer...)
+        value = node_name if self.on_name else labels.get(self.key)
+        if self.operator in ("Gt", "Lt"):
+            # both sides base-10 int64, as the label selector parses them; no label, or one that is no int64: no match
+            have, bound = _int64(value) if value is not None else None, _int64(self.values[0])
             if have is None or bound is None:
                 return False
-            return have > bound if operator == "Gt" else have < bound
-        return False
+            return have > bound if self.operator == "Gt" else have < bound
+        return set_requirement_holds(self.operator, self.values, value)
 
 
 class NodeSelector(Mapping[str, str]):
@@ -327,6 +315,11 @@ class NodeSelector(Mapping[str, str]):
         return f"NodeSelector({self._labels!r}, affinity={self.affinity!r})"
 
 
+def affinity_of(selector: Mapping[str, str]) -> tuple[tuple[NodeRequirement, ...], ...] | None:
+    """The required affinity's terms of ``selector`` (None: a plain nodeSelector, or a ``NodeSelector`` without)."""
+    return selector.affinity if isinstance(selector, NodeSelector) else None
+
+
 def selector_with_affinity(
     labels: Mapping[str, str], affinity: tuple[tuple[NodeRequirement, ...], ...] | None
 ) -> Mapping[str, str]:
@@ -338,22 +331,26 @@ def selector_with_affinity(
 def without_label(selector: Mapping[str, str], key: str) -> Mapping[str, str]:
     """``selector`` without the nodeSelector label ``key`` (its affinity kept)."""
     labels = {k: v for k, v in selector.items() if k != key}
-    return selector_with_affinity(labels, selector.affinity if isinstance(selector, NodeSelector) else None)
+    return selector_with_affinity(labels, affinity_of(selector))
 
 
 def selector_key(selector: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...], object]:
     """A hashable stand-in for ``selector``, equal for selectors that admit the same nodes by the same rule (a cache
     keyed on the labels alone would give work with a required affinity the nodes found for work without)."""
-    return tuple(sorted(selector.items())), selector.affinity if isinstance(selector, NodeSelector) else None
+    return tuple(sorted(selector.items())), affinity_of(selector)
 
 
 def _admits(node: NodeInfo, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> bool:
     if node.ready and not selected_by(node, node_selector):
         return False
+    return tolerates_all(tolerations, node.taints)
+
+
+def tolerates_all(tolerations: Sequence[Toleration], taints: Iterable[Taint]) -> bool:
+    """Whether ``tolerations`` tolerate every NoSchedule / NoExecute taint of ``taints`` (kube-scheduler's
+    TaintToleration filter)."""
     return all(
-        any(t.tolerates(taint) for t in tolerations)
-        for taint in node.taints
-        if taint.effect in ("NoSchedule", "NoExecute")
+        any(t.tolerates(taint) for t in tolerations) for taint in taints if taint.effect in ("NoSchedule", "NoExecute")
     )
 
 
@@ -383,6 +380,20 @@ class HpaInfo:
 SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
 
+def set_requirement_holds(operator: str, values: Collection[str], value: str | None) -> bool:
+    """Whether a label's ``value`` (``None``: the label is absent) meets one set-based requirement of a Kubernetes
+    label selector (``operator`` one of ``SELECTOR_OPERATORS``): In (present, value in values), NotIn (absent, or
+    value not in values), Exists, DoesNotExist. Pod selectors (``LabelTest``) and node affinity
+    (``NodeRequirement``) alike."""
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    return value is None  # DoesNotExist
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class LabelTest:
     """What a label selector requires of one label key when it is more than one value (``matchExpressions``).
@@ -404,18 +415,7 @@ class LabelTest:
 
     def accepts(self, value: str | None) -> bool:
         """Whether a label value (``None``: the pod lacks the label) meets every requirement."""
-        for operator, values in self.requirements:
-            if operator == "In":
-                ok = value is not None and value in values
-            elif operator == "NotIn":
-                ok = value is None or value not in values
-            elif operator == "Exists":
-                ok = value is not None
-            else:  # DoesNotExist
-                ok = value is None
-            if not ok:
-                return False
-        return True
+        return all(set_requirement_holds(operator, values, value) for operator, values in self.requirements)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, LabelTest):
@@ -889,12 +889,7 @@ class NodeRoom:
         admission adds to -- tolerate every taint)."""
         if not self.selects(node, work.node_selector):
             return False
-        tolerations = work.tolerations
-        return tolerations is None or all(
-            any(t.tolerates(taint) for t in tolerations)
-            for taint in self.taints.get(node, ())
-            if taint.effect in ("NoSchedule", "NoExecute")
-        )
+        return work.tolerations is None or tolerates_all(work.tolerations, self.taints.get(node, ()))
 
 
 def deployment_pods(snapshot: ClusterSnapshot) -> dict[str, list[PodInfo]]:

@@ -44,12 +44,12 @@ from autoscaler.core.cluster import (
     LabelTest,
     NodeInfo,
     NodeRequirement,
-    NodeSelector,
     PodDisruptionBudgetInfo,
     PodInfo,
     Taint,
     Toleration,
     WorkloadInfo,
+    affinity_of,
     effective_request,
     selector_matching_every_pod,
     selector_with_affinity,
@@ -481,7 +481,7 @@ def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str
         common = {k: v for k, v in common.items() if other.get(k) == v}
     # a required affinity only when every template has the same one (templates of different affinities: none kept,
     # looser than any, as the labels are)
-    affinities = {s.affinity if isinstance(s, NodeSelector) else None for s in selectors}
+    affinities = {affinity_of(s) for s in selectors}
     affinity = next(iter(affinities)) if len(affinities) == 1 else None
     requests = [requests_beside_gpus(t) for t in templates]
     beside = (min(r[0] for r in requests), min(r[1] for r in requests)) if requests else (0, 0)
