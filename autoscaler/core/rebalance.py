@@ -493,6 +493,23 @@ class _Cluster:
             beside.update(trial_beside)
         return dict(taken)
 
+    def allows(self, node: str, target: _Target) -> bool:
+        """``allowed`` for the waiting ``target``: its GPU type, pool, pods (or template's nodeSelector), and never a
+        burst pool for a workload this controller suspended."""
+        return self.allowed(
+            node, target.gpu_type, target.training, target.pods, target.node_selector, target.suspended is not None
+        )
+
+    def place_target(
+        self, free: dict[str, int], target: _Target, beside: dict[str, tuple[int, int]] | None
+    ) -> dict[str, int] | None:
+        """``place`` of the waiting ``target``'s pods, where ``allows`` lets them, with the CPU and memory they
+        request."""
+        return self.place(
+            free, target.pod_gpus, target.gpu_type, target.training, pods=target.pods, beside=beside,
+            node_selector=target.node_selector, pod_beside=target.beside, suspended=target.suspended is not None,
+        )  # fmt: skip
+
 
 def _needs(pod_gpus: Sequence[int], pods: Sequence[PodInfo], each: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
     """(CPU millicores, memory bytes) of each pod of ``pod_gpus`` (``pods`` in the same order; without them,
@@ -518,11 +535,7 @@ def _stranded(cluster: _Cluster, targets: Sequence[_Target], free: Mapping[str, 
         if left <= 0:
             continue
         # GPUs of a type (or pool) no waiting pod may use are idle, not fragmented: they do not count
-        allowed = [
-            t
-            for t in targets
-            if cluster.allowed(node, t.gpu_type, t.training, t.pods, t.node_selector, t.suspended is not None)
-        ]
+        allowed = [t for t in targets if cluster.allows(node, t)]
         if allowed and not any(g <= left for t in allowed for g in t.pod_gpus):
             stranded += left
     return stranded
@@ -625,17 +638,7 @@ def plan_rebalance(
     for target in targets:
         trial = dict(free)
         trial_beside = dict(beside)
-        placed = cluster.place(
-            trial,
-            target.pod_gpus,
-            target.gpu_type,
-            target.training,
-            pods=target.pods,
-            beside=trial_beside,
-            node_selector=target.node_selector,
-            pod_beside=target.beside,
-            suspended=target.suspended is not None,
-        )
+        placed = cluster.place_target(trial, target, trial_beside)
         if placed is not None:
             # It fits as things are: the scheduler's (or the arbitration's) job, no move needed. It takes that room
             # first (targets come highest priority first): a lower target's moves must not count on it, nor may a
@@ -849,11 +852,7 @@ def _judge_moves(
         if target is None:
             put_back.append((now, False))
             continue
-        fits = cluster.place(
-            dict(cluster.soon), target.pod_gpus, target.gpu_type, target.training, pods=target.pods,
-            beside=dict(cluster.soon_beside), node_selector=target.node_selector, pod_beside=target.beside,
-            suspended=target.suspended is not None,
-        )  # fmt: skip
+        fits = cluster.place_target(dict(cluster.soon), target, dict(cluster.soon_beside))
         if fits is None:
             put_back.append((now, True))
         elif now - moved_at < config.put_back_watch_s:
@@ -904,9 +903,7 @@ def _make_room(
         for node in sorted(work):
             # a node already home to an earlier pod of the target may take this one too (the scheduler packs a
             # gang's pods wherever they fit); its GPUs left, and any freed for this pod, are what counts
-            if not cluster.allowed(
-                node, target.gpu_type, target.training, target.pods, target.node_selector, target.suspended is not None
-            ):
+            if not cluster.allows(node, target):
                 continue
             room = work_beside.get(node)
             if work[node] >= gpus and fits_beside(work_beside, node, pod_needs):
