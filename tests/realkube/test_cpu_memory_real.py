@@ -9,6 +9,7 @@ node b: a gang checkpointed an hour ago. The chat replica asks 1 GPU and 6 CPUs:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import secrets
@@ -82,15 +83,15 @@ def _delete(cp: ControlPlane, namespace: str, name: str) -> None:
     cp.wait(f"pod {name} gone", lambda: (not cp.exists(path)) or None, timeout_s=60)
 
 
-@pytest.fixture
-def nodes(control_plane: ControlPlane) -> Iterator[tuple[str, str, str]]:
-    cp = control_plane
+@contextlib.contextmanager
+def two_gpu_nodes(cp: ControlPlane, prefix: str, pools: tuple[str, str], **size: str) -> Iterator[tuple[str, str, str]]:
+    """Two kwok nodes of a GPU product no other test selects (8 GPUs each, in ``pools``, ``size`` their cpu and
+    memory): (product, node a, node b); deleted afterwards."""
     tag = secrets.token_hex(3)
-    product = f"CPU-TEST-{tag}"
-    names = (f"cpu-{tag}-a", f"cpu-{tag}-b")
-    for name in names:
-        cp.request("POST", "/api/v1/nodes", cp.node_manifest(GpuNode(name, 8, product, "onprem", cpu="16",
-                                                                     memory="64Gi")))  # fmt: skip
+    product = f"{prefix.upper()}-TEST-{tag}"
+    names = (f"{prefix}-{tag}-a", f"{prefix}-{tag}-b")
+    for name, pool in zip(names, pools, strict=True):
+        cp.request("POST", "/api/v1/nodes", cp.node_manifest(GpuNode(name, 8, product, pool, **size)))
     try:
         cp.wait_nodes_schedulable(list(names), timeout_s=60)
         yield product, names[0], names[1]
@@ -99,23 +100,62 @@ def nodes(control_plane: ControlPlane) -> Iterator[tuple[str, str, str]]:
             cp.request("DELETE", f"/api/v1/nodes/{name}")
 
 
+@pytest.fixture
+def nodes(control_plane: ControlPlane) -> Iterator[tuple[str, str, str]]:
+    with two_gpu_nodes(control_plane, "cpu", ("onprem", "onprem"), cpu="16", memory="64Gi") as made:
+        yield made
+
+
+def start_two_gangs(cp: ControlPlane, namespace: str, product: str, nodes: tuple[str, str], memory: str) -> float:
+    """A 1-pod 8-GPU gang on each node: "fresh" on node a, checkpointed a minute ago (the cheaper one to stop), "old"
+    on node b, an hour ago; both running. Returns the time their checkpoints are counted from."""
+    now = time.time()
+    for name, node, age in (("fresh", nodes[0], 60), ("old", nodes[1], 3600)):
+        body = _pod(f"{name}-0", node, product, 8, "1", memory, {GANG_LABEL: name},
+                    {"gpuautoscaler.dev/last-checkpoint": format_time(now - age)})  # fmt: skip
+        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    for name in ("fresh-0", "old-0"):
+        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    return now
+
+
+def this_tests_view(read: ClusterSnapshot, namespace: str, nodes: tuple[str, str], now: float) -> ClusterSnapshot:
+    """Only this test's nodes, pods and Deployments (the session's other tests leave theirs behind). Both gangs have
+    run for two hours (created seconds ago here: a gang's lost work is counted from its start when that is later than
+    its checkpoint, and "old", ready a second after "fresh" under load, was then the cheaper one -- a blind check
+    flaked in a loaded CI run): the checkpoint decides."""
+    return dataclasses.replace(
+        read,
+        nodes=tuple(n for n in read.nodes if n.name in nodes),
+        pods=tuple(
+            dataclasses.replace(p, created_at=now - 7200, scheduled_at=now - 7200, ready_at=now - 7200)
+            for p in read.pods
+            if p.namespace == namespace
+        ),
+        deployments=tuple(d for d in read.deployments if d.namespace == namespace),
+        workloads=(),
+    )
+
+
+def victims(namespace: str, view: ClusterSnapshot) -> list[str]:
+    """The gangs the capacity arbitration stops for one more chat replica (no burst pool, no minimum runtime)."""
+    chat = ServicePolicy(namespace, "chat", max_replicas=4, priority=1000)
+    config = CapacityConfig(pools=(), training=TrainingRules(min_runtime_s=0.0))
+    decision = ScaleDecision(chat.key, 0, 1, Reason.METRIC_ABOVE_TARGET, "")
+    arb = ArbitrationInput(time.time(), view, {chat.key: chat}, [decision])
+    actions, _, _ = arbitrate(arb, CapacityState(), config)
+    return sorted({a.gang or "" for a in actions if isinstance(a, EvictPod)})
+
+
 def test_the_victim_search_and_the_scheduler_agree_on_cpu(
     control_plane: ControlPlane, namespace: str, api_client: client.ApiClient, nodes: tuple[str, str, str]
 ) -> None:
     cp = control_plane
     product, node_a, node_b = nodes
-    now = time.time()
-    pods = [
-        _pod("cpu-hog", node_a, product, 0, "12", "4Gi", {"app": "hog"}),
-        _pod("fresh-0", node_a, product, 8, "1", "4Gi", {GANG_LABEL: "fresh"},
-             {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)}),
-        _pod("old-0", node_b, product, 8, "1", "4Gi", {GANG_LABEL: "old"},
-             {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)}),
-    ]  # fmt: skip
-    for body in pods:
-        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-    for name in ("cpu-hog", "fresh-0", "old-0"):
-        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", _pod("cpu-hog", node_a, product, 0, "12", "4Gi",
+                                                                   {"app": "hog"}))  # fmt: skip
+    cp.wait("cpu-hog running", functools.partial(_running_on, cp, namespace, "cpu-hog"), timeout_s=60)
+    now = start_two_gangs(cp, namespace, product, (node_a, node_b), "4Gi")
     cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
                manifests.deployment("chat", 0, _chat_spec(product), labels={"app": "chat"}))  # fmt: skip
 
@@ -125,36 +165,14 @@ def test_the_victim_search_and_the_scheduler_agree_on_cpu(
     # allocatable less every bound pod: the CPU-only pod (not in the snapshot) too
     assert mine[node_a].free_beside_gpus == (16_000 - 12_000 - 1_000, 64 * 2**30 - 8 * 2**30)
     assert mine[node_b].free_beside_gpus == (15_000, 60 * 2**30)
-    # only this test's nodes and pods: the session's other tests leave theirs behind
-    snapshot = dataclasses.replace(
-        read,
-        nodes=tuple(mine.values()),
-        # both gangs have run for two hours (created seconds ago here: a gang's lost work is counted from its start
-        # when that is later than its checkpoint, and "old", ready a second after "fresh" under load, was then the
-        # cheaper one -- the blind check below flaked in a loaded CI run)
-        pods=tuple(
-            dataclasses.replace(p, created_at=now - 7200, scheduled_at=now - 7200, ready_at=now - 7200)
-            for p in read.pods
-            if p.namespace == namespace
-        ),
-        deployments=tuple(d for d in read.deployments if d.namespace == namespace),
-        workloads=(),
-    )
-    chat = ServicePolicy(namespace, "chat", max_replicas=4, priority=1000)
-    config = CapacityConfig(pools=(), training=TrainingRules(min_runtime_s=0.0))
+    snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
 
-    def victims(view: ClusterSnapshot) -> list[str]:
-        decision = ScaleDecision(chat.key, 0, 1, Reason.METRIC_ABOVE_TARGET, "")
-        arb = ArbitrationInput(time.time(), view, {chat.key: chat}, [decision])
-        actions, _, _ = arbitrate(arb, CapacityState(), config)
-        return sorted({a.gang or "" for a in actions if isinstance(a, EvictPod)})
-
-    assert victims(snapshot) == [f"kubeflow/{namespace}/old"]
+    assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/old"]
     # without the CPU the cheaper gang on node a would have been stopped
     blind = dataclasses.replace(
         snapshot, nodes=tuple(dataclasses.replace(n, free_beside_gpus=None) for n in snapshot.nodes)
     )
-    assert victims(blind) == [f"kubeflow/{namespace}/fresh"]
+    assert victims(namespace, blind) == [f"kubeflow/{namespace}/fresh"]
 
     # The real scheduler: with "fresh" gone, node a has the GPUs but not the CPU -- the replica waits
     assert_the_scheduler_agrees(cp, namespace, "Insufficient cpu", node_b)
