@@ -798,6 +798,11 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
     return out
 
 
+def _where(work: WaitingGpuWork) -> tuple[object, ...]:
+    """Where a waiting pod may go, as a key: its GPU type, nodeSelector with required affinity, and tolerations."""
+    return (work.gpu_product, selector_key(work.node_selector), work.tolerations)
+
+
 def waiting_for_room(
     waiting: Sequence[WaitingGpuWork], snapshot: ClusterSnapshot, not_room: Collection[str] = ()
 ) -> list[WaitingGpuWork]:
@@ -818,27 +823,19 @@ def waiting_for_room(
     # CPU and memory beside the free GPUs, where known (a node without an entry: unbounded by them)
     left_beside = {n.name: n.free_beside_gpus for n in nodes if n.free_beside_gpus is not None}
     eligible: dict[tuple[object, ...], list[str]] = {}  # the nodes a GPU type, nodeSelector and tolerations allow
-    gangs: dict[tuple[str, str], bool] = {}  # whether each gang starts (its pending pods are alike: placed once)
+    gangs: dict[tuple[str, str], bool] = {}  # whether each gang starts (judged once, on its first entry met)
+    # a pending gang's entries (one per pending pod): its pods are placed each where its own spec allows -- a
+    # launcher and its workers may select different nodes, and one entry's selector is not the gang's
+    members: dict[tuple[str, str], list[WaitingGpuWork]] = {}
+    for work in waiting:
+        if work.gang_key is not None:
+            members.setdefault(work.gang_key, []).append(work)
     # shapes that did not start: the room only shrinks, so work of such a shape never starts later in the walk (a
     # thousand pods alike, the cluster full, are placed once)
     failed: set[tuple[object, ...]] = set()
     waits: set[int] = set()
-    for index in sorted(range(len(waiting)), key=lambda i: -waiting[i].priority):
-        work = waiting[index]
-        if work.resumed_by_us:
-            waits.add(index)
-            continue
-        if work.gang_key is not None and work.gang_key in gangs:
-            if not gangs[work.gang_key]:
-                waits.add(index)
-            continue
-        where = (work.gpu_product, selector_key(work.node_selector), work.tolerations)
-        shape = (where, work.gang, work.needed_pods, work.beside)
-        if shape in failed:
-            waits.add(index)
-            if work.gang_key is not None:
-                gangs[work.gang_key] = False
-            continue
+
+    def nodes_for(where: tuple[object, ...], work: WaitingGpuWork) -> list[str]:
         names = eligible.get(where)
         if names is None:
             names = eligible[where] = [
@@ -848,9 +845,43 @@ def waiting_for_room(
                 and selected_by(n, work.node_selector)
                 and (work.tolerations is None or _admits(n, work.node_selector, work.tolerations))
             ]
-        room = {name: left[name] for name in names if left[name] > 0}
-        room_beside = {name: left_beside[name] for name in room if name in left_beside}
-        found = sum(place_best_fit(room, 1, gpus, beside=room_beside, needs=work.beside) for gpus in work.gang)
+        return names
+
+    for index in sorted(range(len(waiting)), key=lambda i: -waiting[i].priority):
+        work = waiting[index]
+        if work.resumed_by_us:
+            waits.add(index)
+            continue
+        if work.gang_key is not None and work.gang_key in gangs:
+            if not gangs[work.gang_key]:
+                waits.add(index)
+            continue
+        # each pod to place: (GPUs, where it may go, the CPU and memory it requests, whose spec says so)
+        pods: list[tuple[int, tuple[object, ...], tuple[int, int], WaitingGpuWork]]
+        entries = members.get(work.gang_key, []) if work.gang_key is not None else []
+        if entries and sorted(e.gpus for e in entries) == sorted(work.gang):
+            pods = [(e.gpus, _where(e), e.beside, e) for e in entries]
+        else:  # its pods are not all listed here (a suspended workload, a gang cut short): its template for each
+            pods = [(gpus, _where(work), work.beside, work) for gpus in work.gang]
+        pods.sort(key=lambda pod: -pod[0])
+        shape = (tuple(pod[:3] for pod in pods), work.needed_pods)
+        if shape in failed:
+            waits.add(index)
+            if work.gang_key is not None:
+                gangs[work.gang_key] = False
+            continue
+        # what this work's pods took so far, over ``left`` (kept only when it starts)
+        room: dict[str, int] = {}
+        room_beside: dict[str, tuple[int, int]] = {}
+        found = 0
+        for gpus, where, beside, spec in pods:
+            view = {name: room.get(name, left[name]) for name in nodes_for(where, spec)}
+            view = {name: free_now for name, free_now in view.items() if free_now > 0}
+            view_beside = {name: room_beside.get(name, left_beside[name]) for name in view if name in left_beside}
+            if place_best_fit(view, 1, gpus, beside=view_beside, needs=beside):
+                found += 1
+                room.update(view)
+                room_beside.update(view_beside)
         starts = found >= work.needed_pods
         if work.gang_key is not None:
             gangs[work.gang_key] = starts
