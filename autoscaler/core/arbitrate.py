@@ -59,15 +59,19 @@ from autoscaler.core.cluster import (
     ClusterSnapshot,
     DeploymentInfo,
     PodInfo,
+    Spread,
     WorkloadInfo,
     add_beside,
+    anti_affinity_barred,
     free_gpus_per_node,
     gpu_types_meet,
     labels_select,
+    one_replica_per_node,
     place_best_fit,
     replica_gpus,
     requests_by_node,
     schedulable_on,
+    spread_domains,
 )
 from autoscaler.core.model import (
     Action,
@@ -255,13 +259,15 @@ def _free_beside_gpus(snapshot: ClusterSnapshot) -> dict[str, tuple[int, int]]:
     return {n.name: n.free_beside_gpus for n in snapshot.nodes if n.ready and n.free_beside_gpus is not None}
 
 
-def _barred(snapshot: ClusterSnapshot, deployment: DeploymentInfo | None) -> frozenset[str]:
+def _barred(snapshot: ClusterSnapshot, deployment: DeploymentInfo | None, by_pods: bool = True) -> frozenset[str]:
     """The nodes the Deployment's pods cannot be scheduled on (a nodeSelector label the node lacks, a taint they do
     not tolerate): their free GPUs are no room for its replicas, and stopping training there frees nothing for them.
 
     Its tolerations are the template's and those its running pods carry: a mutating webhook (or an admission plugin)
     adds tolerations at admission that the template never shows -- the pods already running on a tainted node are
-    the proof -- and the next replica gets them too."""
+    the proof -- and the next replica gets them too. With ``by_pods``, also the nodes its required pod anti-affinity
+    keeps its next replica off (``core.cluster.anti_affinity_barred``): barred by the pods running there, not by
+    what the node is (a new node of the same pool is not)."""
     if deployment is None:
         return frozenset()
     admitted = {
@@ -277,7 +283,8 @@ def _barred(snapshot: ClusterSnapshot, deployment: DeploymentInfo | None) -> fro
     if extra:
         ordered = sorted(extra, key=lambda t: (t.key or "", t.operator, t.value or "", t.effect or ""))
         deployment = replace(deployment, tolerations=(*deployment.tolerations, *ordered))
-    return frozenset(n.name for n in snapshot.nodes if not schedulable_on(deployment, n))
+    by_node = frozenset(n.name for n in snapshot.nodes if not schedulable_on(deployment, n))
+    return by_node | anti_affinity_barred(deployment, snapshot) if by_pods else by_node
 
 
 def _usable(key: str, barred: Set[str]) -> bool:
@@ -305,6 +312,9 @@ class _Blocker:
     # its shortfall is waited out as cheaper than acting (``_cheaper_to_wait``): a choice, not a constraint, which a
     # later service's action it would take the GPUs of revokes (``arbitrate``)
     waited_out: bool = False
+    # the nodes of ``barred`` its pods' required pod anti-affinity keeps them off (a pod it selects runs in their
+    # domain), not the nodes' labels or taints: a node bought in the same pool is no such node
+    kept_off: frozenset[str] = frozenset()
 
 
 def _takes_freed(blocker: _Blocker, nodes: Set[str], snapshot: ClusterSnapshot, pools: Sequence[BurstPool]) -> bool:
@@ -328,7 +338,26 @@ def _takes_bought(blocker: _Blocker, pool: BurstPool, snapshot: ClusterSnapshot)
     if not gpu_types_meet(pool.gpu_type, blocker.gpu_type) or pool.gpus_per_node < blocker.gpus:
         return False
     registered = [n for n in snapshot.nodes if n.pool == pool.name and not n.leaving]
-    return not registered or any(n.name not in blocker.barred for n in registered)
+    return not registered or any(n.name not in blocker.barred or n.name in blocker.kept_off for n in registered)
+
+
+def _spread_booting(spread: Spread | None, booting: Mapping[str, int], per_node: bool) -> Spread | None:
+    """``spread`` with the nodes still on their way: a requested node ("<pool> (requested k)") is a host of its own
+    for a Deployment spread one per node (its other domains, a zone, are not known before it registers)."""
+    if spread is None:
+        return None
+    if not per_node:
+        return spread
+    requested = {key: (f"requested={key}",) for key in booting if " (requested " in key}
+    return {**spread, **requested}
+
+
+def _spread_taken(spread: Spread | None, used: Set[str]) -> frozenset[str]:
+    """The nodes of the domains this tick's placements already took for a spread Deployment: no room for one more
+    of its replicas, whatever a preemption frees there."""
+    if spread is None or not used:
+        return frozenset()
+    return frozenset(node for node, domains in spread.items() if not used.isdisjoint(domains))
 
 
 def _only_usable(room: Mapping[str, int], barred: Set[str]) -> dict[str, int]:
@@ -344,12 +373,15 @@ def _place_usable(
     node_types: Mapping[str, str | None],
     beside: dict[str, tuple[int, int]] | None = None,
     needs: tuple[int, int] = (0, 0),
+    spread: Spread | None = None,
+    spread_used: set[str] | None = None,
 ) -> int:
-    """``_place`` on the entries of ``room`` the pods may use, consuming ``room`` (and ``beside``)."""
+    """``_place`` on the entries of ``room`` the pods may use, consuming ``room`` (and ``beside``); with ``spread``
+    at most one replica per domain (``place_best_fit``)."""
     if not barred:
-        return place_best_fit(room, replicas, gpus, gpu_type, node_types, beside, needs)
+        return place_best_fit(room, replicas, gpus, gpu_type, node_types, beside, needs, spread, spread_used)
     view = _only_usable(room, barred)
-    placed = place_best_fit(view, replicas, gpus, gpu_type, node_types, beside, needs)
+    placed = place_best_fit(view, replicas, gpus, gpu_type, node_types, beside, needs, spread, spread_used)
     room.update(view)
     return placed
 
@@ -368,6 +400,8 @@ def _place_on_coming(
     beside: dict[str, tuple[int, int]] | None = None,
     needs: tuple[int, int] = (0, 0),
     returning_beside: Mapping[str, tuple[int, int]] | None = None,
+    spread: Spread | None = None,
+    spread_used: set[str] | None = None,
 ) -> int:
     """``_place_usable`` on the capacity on its way (``booting``), a ready node's GPUs coming back together with its
     free ones: 4 free beside 4 returning hold an 8-GPU replica, where either alone does not (and a second gang was
@@ -385,7 +419,9 @@ def _place_on_coming(
         coming_beside = {key: beside[ready_node] for key, ready_node in returning.items() if ready_node in beside}
         for key, ready_node in returning.items():
             add_beside(coming_beside, key, (returning_beside or {}).get(ready_node, (0, 0)))
-    placed = _place_usable(room, barred, replicas, gpus, gpu_type, node_types, coming_beside, needs)
+    placed = _place_usable(
+        room, barred, replicas, gpus, gpu_type, node_types, coming_beside, needs, spread, spread_used
+    )
     if beside is not None and coming_beside is not None:
         # what the placements left, less what is still on its way back, is what is free on the node now
         for key, left in coming_beside.items():
@@ -964,8 +1000,12 @@ def _arbitrate(
         g = replica_gpus(policy.gpus_per_replica, deployments.get(key))
         needs = replica_beside_gpus(deployments.get(key))
         gpu_type = gpu_types.get(key)
-        # only the nodes its pods may be scheduled on are room for them (nodeSelector, taints)
-        barred = _barred(snapshot, deployments.get(key))
+        # only the nodes its pods may be scheduled on are room for them (nodeSelector, taints, and its required pod
+        # anti-affinity: not where a pod it keeps away from runs)
+        deployment = deployments.get(key)
+        by_node = _barred(snapshot, deployment, by_pods=False)
+        kept_off = anti_affinity_barred(deployment, snapshot) - by_node if deployment is not None else frozenset()
+        barred = by_node | kept_off
         # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
         # its nodes do not meet, as its registered nodes show) would boot nodes that host none of its replicas
         # (every ready one of them: one node tainted by hand, or a booting node's start-up taint, closes nothing);
@@ -973,11 +1013,16 @@ def _arbitrate(
         closed = sorted(
             name
             for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
-            if all(n.name in barred for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
+            if all(n.name in by_node for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
         )
+        # its own pod anti-affinity (one replica per node, or per zone): a node holds one of its new replicas at
+        # most, whatever its free GPUs -- the domains taken this tick are kept across the placements below
+        per_node = one_replica_per_node(deployment)
+        spread = spread_domains(deployment, snapshot.nodes)
+        spread_used: set[str] = set()
         # a node whose free GPUs lack the CPU or memory beside them for a replica is no room for it either: its
         # replica stays Pending there, the shortfall is real
-        unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types, beside, needs)
+        unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types, beside, needs, spread, spread_used)
         # Its stretch without GPUs goes on while replicas have none, on booting nodes' room or not (a hold neither
         # starts nor ends it: it says nothing about demand)
         previous_since = state.service_short_since.get(key)
@@ -985,11 +1030,22 @@ def _arbitrate(
             short_since_by_service[key] = min(previous_since if previous_since is not None else now, now)
         boot_room = sum(v for k, v in booting.items() if not k.endswith(RETURNING))
         on_booting = _place_on_coming(
-            free, booting, barred | set(closed), unplaced, g, gpu_type, node_types, beside, needs, returning_beside
-        )
+            free, booting, barred | set(closed), unplaced, g, gpu_type, node_types, beside, needs, returning_beside,
+            _spread_booting(spread, booting, per_node), spread_used,
+        )  # fmt: skip
         if sum(v for k, v in booting.items() if not k.endswith(RETURNING)) < boot_room:
             blockers.append(
-                _Blocker(key, policy.priority, on_booting, "they wait for a node's boot", gpu_type, barred, g, True)
+                _Blocker(
+                    key,
+                    policy.priority,
+                    on_booting,
+                    "they wait for a node's boot",
+                    gpu_type,
+                    barred,
+                    g,
+                    True,
+                    kept_off=kept_off,
+                )
             )
         short = unplaced - on_booting
         if short <= 0:
@@ -1002,7 +1058,11 @@ def _arbitrate(
                 f"{key}: {short} replica(s) waiting for GPUs, but it holds ({decision.reason.value}): neither "
                 "preempt nor burst on a hold, nothing given back"
             )
-            blockers.append(_Blocker(key, policy.priority, short, "holds on incomplete metrics", gpu_type, barred, g))
+            blockers.append(
+                _Blocker(
+                    key, policy.priority, short, "holds on incomplete metrics", gpu_type, barred, g, kept_off=kept_off
+                )
+            )
             continue
         capacity = decision.desired_replicas - short
         duration, basis, vouched = _duration(arb, key, policy, capacity, config)
@@ -1016,7 +1076,11 @@ def _arbitrate(
                     f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
                 )
             )
-            blockers.append(_Blocker(key, policy.priority, short, "its shortfall is waited out", gpu_type, barred, g))
+            blockers.append(
+                _Blocker(
+                    key, policy.priority, short, "its shortfall is waited out", gpu_type, barred, g, kept_off=kept_off
+                )
+            )
             continue
         since = short_since_by_service.get(key, now)
         # What the metric (with the forecast floor) asks for this tick, before the scale-down stabilisation: replicas
@@ -1049,10 +1113,11 @@ def _arbitrate(
                 f"below {preemptor} is preempted (the scheduler would evict the replicas for anything above)"
             )
         lower = _budgets_left([c for c in candidates if c.gang not in taken and c.priority < preemptor], pdb_spent)
-        need = GpuNeed(short, g, gpu_type, needs[0], needs[1])
+        need = GpuNeed(short, g, gpu_type, needs[0], needs[1], spread)
         choice = None
         if config.preempt:
-            choice = choose_victims(need, _only_usable(free, barred), lower, node_types, beside=beside)
+            room_for_victims = _only_usable(free, barred | _spread_taken(spread, spread_used))
+            choice = choose_victims(need, room_for_victims, lower, node_types, beside=beside)
         preempt_cost = None
         if choice is not None and choice.met and choice.victims:
             victim_gpus = sum(v.gpus for v in choice.victims)
@@ -1076,7 +1141,7 @@ def _arbitrate(
             and p.name not in stuck_pools
         ]
         burst = (
-            choose_burst(usable_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour)
+            choose_burst(usable_pools, short, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour, per_node)
             if config.burst and usable_pools
             else None
         )
@@ -1087,7 +1152,7 @@ def _arbitrate(
             # for it: the nodes the pools still allow, for as many replicas as they host (as the Cluster
             # Autoscaler caps a scale-up at the group's maximum), rather than none
             found = largest_burst(
-                usable_pools, short - 1, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour
+                usable_pools, short - 1, g, gpu_type, config.expanders, spend, config.spend_cap_per_hour, per_node
             )
             if found is not None:
                 burst, capped = BurstChoice(found[1].chosen, burst.options), found[0]
@@ -1207,7 +1272,9 @@ def _arbitrate(
             if cheap is not None:
                 by_choice.add(key)
             chose = cheap is not None and not takers  # waited out by choice, not behind another service
-            blockers.append(_Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g, False, chose))
+            blockers.append(
+                _Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g, False, chose, kept_off=kept_off)
+            )
             then_text = f" (then: {then})" if then else ""
             priced = cheap if cheap is not None and chose else 0.0
             options.append(
@@ -1220,7 +1287,7 @@ def _arbitrate(
                 taken.add(victim.gang)
                 actions.extend(_take_victim(victim, free, pdb_spent, workloads, text, key))
                 _return_beside(beside, victim)
-            _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs)
+            _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs, spread, spread_used)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool
@@ -1231,9 +1298,22 @@ def _arbitrate(
                 name = f"{pool.name} (requested {added_nodes[pool.name] - k})"
                 booting[name] = pool.gpus_per_node
                 node_types[name] = pool.gpu_type
-            _place_usable(booting, barred, short, g, gpu_type, node_types)
+            _place_usable(
+                booting, barred, short, g, gpu_type, node_types,
+                spread=_spread_booting(spread, booting, per_node), spread_used=spread_used,
+            )  # fmt: skip
             blockers.append(
-                _Blocker(key, policy.priority, short, "they wait for a node's boot", gpu_type, barred, g, True)
+                _Blocker(
+                    key,
+                    policy.priority,
+                    short,
+                    "they wait for a node's boot",
+                    gpu_type,
+                    barred,
+                    g,
+                    True,
+                    kept_off=kept_off,
+                )
             )
             # One write per pool and tick: the size the pool had when the tick read it (the writer's precondition)
             # plus every service's nodes, with every service's reason.
@@ -1511,17 +1591,21 @@ def _consolidation(
         gpu_type = next(t for t in wanted if t is not None)
     # Each replica is sought as the largest one (a mixed node is over-asked, never under-asked), and the forecast's
     # extra demand over a boot must fit too, as for a spare node.
-    # (and with the most CPU and memory any of them requests)
+    # (and with the most CPU and memory any of them requests; the replicas of one service spread by its own pod
+    # anti-affinity, one per domain -- those of several services are counted by GPUs alone)
+    deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
+    services = {p.key for p in policies}
+    spread = spread_domains(deployments.get(next(iter(services))), arb.snapshot.nodes) if len(services) == 1 else None
     need = GpuNeed(
         len(pods) + math.ceil(reserve / gpus_per_replica),
         gpus_per_replica,
         gpu_type,
         max(p.cpu_milli for p in pods),
         max(p.memory_bytes for p in pods),
+        spread,
     )
-    # only the nodes every moved replica may be scheduled on (nodeSelector, taints): training stopped elsewhere frees
-    # nothing for them
-    deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
+    # only the nodes every moved replica may be scheduled on (nodeSelector, taints, pod anti-affinity): training
+    # stopped elsewhere frees nothing for them
     barred = frozenset().union(*(_barred(arb.snapshot, deployments.get(p.key)) for p in policies))
     elsewhere = {n: left for n, left in free.items() if n != node and _usable(n, barred)}
     lower = [c for c in candidates if c.priority < priority and node not in c.gpus_by_node]

@@ -48,9 +48,12 @@ class BurstChoice:
     options: tuple[BurstOption, ...]  # every pool, with its figures and why it was not chosen
 
 
-def nodes_for(pool: BurstPool, replicas: int, gpus_per_replica: int) -> int:
-    """Nodes of this pool that host ``replicas`` replicas of ``gpus_per_replica`` GPUs, each replica on one node."""
+def nodes_for(pool: BurstPool, replicas: int, gpus_per_replica: int, one_per_node: bool = False) -> int:
+    """Nodes of this pool that host ``replicas`` replicas of ``gpus_per_replica`` GPUs, each replica on one node
+    (``one_per_node``: the replicas' own pod anti-affinity keeps them one per node, whatever the node's GPUs)."""
     per_node = pool.gpus_per_node // gpus_per_replica
+    if one_per_node:
+        per_node = min(per_node, 1)
     return math.ceil(replicas / per_node) if per_node > 0 else 0
 
 
@@ -61,10 +64,11 @@ def burst_options(
     gpu_type: str | None,
     spend_per_hour: float = 0.0,
     spend_cap_per_hour: float | None = None,
+    one_per_node: bool = False,
 ) -> list[BurstOption]:
     out = []
     for pool in pools:
-        nodes = nodes_for(pool, replicas, gpus_per_replica)
+        nodes = nodes_for(pool, replicas, gpus_per_replica, one_per_node)
         cost = nodes * pool.gpus_per_node * pool.price_per_gpu_hour
         wasted = nodes * pool.gpus_per_node - replicas * gpus_per_replica
         why = None
@@ -101,12 +105,16 @@ def choose_burst(
     expanders: Sequence[str] = ("least-waste", "cheapest"),
     spend_per_hour: float = 0.0,
     spend_cap_per_hour: float | None = None,
+    one_per_node: bool = False,
 ) -> BurstChoice:
-    """The pool to grow for ``replicas`` more replicas, by the chained expanders (then by name), or none."""
+    """The pool to grow for ``replicas`` more replicas, by the chained expanders (then by name), or none
+    (``one_per_node``: see ``nodes_for``)."""
     unknown = [e for e in expanders if e not in _RANKS]
     if unknown:
         raise ValueError(f"unknown expander {unknown[0]!r} (known: {', '.join(EXPANDERS)})")
-    options = burst_options(pools, replicas, gpus_per_replica, gpu_type, spend_per_hour, spend_cap_per_hour)
+    options = burst_options(
+        pools, replicas, gpus_per_replica, gpu_type, spend_per_hour, spend_cap_per_hour, one_per_node
+    )
     usable = [o for o in options if o.why_not is None]
     if replicas <= 0 or not usable:
         return BurstChoice(None, tuple(options))
@@ -122,6 +130,7 @@ def largest_burst(
     expanders: Sequence[str] = ("least-waste", "cheapest"),
     spend_per_hour: float = 0.0,
     spend_cap_per_hour: float | None = None,
+    one_per_node: bool = False,
 ) -> tuple[int, BurstChoice] | None:
     """The most replicas, at most ``at_most``, that some pool can still take (its maximum, the spend cap), and
     ``choose_burst``'s choice for them; None when not even one fits. Whether a pool can take k replicas only gets
@@ -131,7 +140,9 @@ def largest_burst(
     low, high = 1, at_most
     while low <= high:
         middle = (low + high) // 2
-        choice = choose_burst(pools, middle, gpus_per_replica, gpu_type, expanders, spend_per_hour, spend_cap_per_hour)
+        choice = choose_burst(
+            pools, middle, gpus_per_replica, gpu_type, expanders, spend_per_hour, spend_cap_per_hour, one_per_node
+        )
         if choice.chosen is not None:
             best, low = (middle, choice), middle + 1
         else:

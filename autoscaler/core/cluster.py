@@ -58,6 +58,106 @@ class DeploymentInfo:
     # CPU (millicores) and memory (bytes) one of its pods requests, as kube-scheduler counts them; 0: none or not read
     cpu_milli_per_pod: int = 0
     memory_bytes_per_pod: int = 0
+    # the pod template's labels (what its pods carry: a pod anti-affinity term of its own may select them) and its
+    # required pod anti-affinity (``spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution``)
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    anti_affinity: tuple[PodAntiAffinityTerm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodAntiAffinityTerm:
+    """One term of a pod's required pod anti-affinity: kube-scheduler's InterPodAffinity filter places the pod on no
+    node whose ``topology_key`` label has the value of a node running a pod the term selects (a node without the
+    label: the term does not apply there). A Deployment that keeps its own replicas apart ("one per node",
+    ``kubernetes.io/hostname``) is the usual case on GPU serving."""
+
+    # the pods it keeps away from (``pdb_selector``'s mapping: matchLabels strings, matchExpressions ``LabelTest``s;
+    # empty: a null labelSelector, which selects no pod)
+    selector: Mapping[str, str | LabelTest]
+    topology_key: str  # the node label whose value is the domain (``kubernetes.io/hostname``: each node)
+    # the namespaces of the pods it selects; None: every namespace (a ``namespaceSelector``: the namespaces' labels
+    # are not read, so every namespace is taken -- more nodes kept, never fewer)
+    namespaces: frozenset[str] | None = None
+
+    def selects(self, pod: PodInfo) -> bool:
+        """Whether ``pod`` is one the term keeps away from."""
+        in_namespace = self.namespaces is None or pod.namespace in self.namespaces
+        return in_namespace and selector_matches(self.selector, pod.labels)
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def topology_domain(node: NodeInfo, key: str) -> str | None:
+    """The value of ``node``'s topology label ``key`` (None: no such label, the term does not apply there); the node's
+    name for ``kubernetes.io/hostname`` when the label is not read (the kubelet sets it, to the name in practice)."""
+    value = node.labels.get(key)
+    if value is None and key == HOSTNAME_LABEL:
+        return node.name
+    return value
+
+
+def anti_affinity_barred(deployment: DeploymentInfo, snapshot: ClusterSnapshot) -> frozenset[str]:
+    """The nodes the Deployment's required pod anti-affinity keeps its next replica off: those in a topology domain
+    (same value of the term's key) where a pod the term selects is bound and not finished -- kube-scheduler counts a
+    terminating pod until it is gone. Only the pods the snapshot holds are seen (the GPU pods): a term that keeps
+    replicas away from CPU-only pods is not honoured here."""
+    if not deployment.anti_affinity:
+        return frozenset()
+    nodes = {n.name: n for n in snapshot.nodes}
+    barred: set[str] = set()
+    for term in deployment.anti_affinity:
+        taken = {
+            topology_domain(nodes[p.node], term.topology_key)
+            for p in snapshot.pods
+            if p.node in nodes and p.phase not in ("Succeeded", "Failed") and term.selects(p)
+        }
+        taken.discard(None)
+        if taken:
+            barred.update(n.name for n in snapshot.nodes if topology_domain(n, term.topology_key) in taken)
+    return frozenset(barred)
+
+
+# node -> the topology domains ("<key>=<value>") of a Deployment's spread (``spread_domains``): at most one of its new
+# replicas in each; a node without an entry (a booting node's pool entry) is not spread
+Spread = Mapping[str, tuple[str, ...]]
+
+
+def _own_terms(deployment: DeploymentInfo | None) -> list[PodAntiAffinityTerm]:
+    """The terms of the Deployment's anti-affinity that select its own pods (their labels, its namespace)."""
+    if deployment is None:
+        return []
+    return [
+        t
+        for t in deployment.anti_affinity
+        if (t.namespaces is None or deployment.namespace in t.namespaces)
+        and selector_matches(t.selector, deployment.pod_labels)
+    ]
+
+
+def one_replica_per_node(deployment: DeploymentInfo | None) -> bool:
+    """Whether the Deployment's own anti-affinity keeps its replicas one per node (a ``kubernetes.io/hostname``
+    term): a node bought for it hosts one of them, whatever its GPUs."""
+    return any(t.topology_key == HOSTNAME_LABEL for t in _own_terms(deployment))
+
+
+def spread_domains(deployment: DeploymentInfo | None, nodes: Iterable[NodeInfo]) -> Spread | None:
+    """Where the Deployment's own anti-affinity keeps its replicas apart (a term that selects its pods' labels, in its
+    namespace): each node's domains, at most one new replica per domain (a node with none: the terms do not apply
+    there). None when no term selects its own pods -- its replicas may share a node, as many as the GPUs hold."""
+    own = _own_terms(deployment)
+    if not own:
+        return None
+    return {
+        n.name: tuple(f"{t.topology_key}={v}" for t in own if (v := topology_domain(n, t.topology_key)) is not None)
+        for n in nodes
+    }
+
+
+def spread_of(spread: Spread, key: str) -> tuple[str, ...]:
+    """The domains of an entry of free GPUs (a node, or "<node> (terminating pods)": the node's)."""
+    found = spread.get(key)
+    return found if found is not None else spread.get(key.split(" ", 1)[0], ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -648,12 +748,17 @@ def place_best_fit(
     node_types: Mapping[str, str | None] | None = None,
     beside: dict[str, tuple[int, int]] | None = None,
     needs: tuple[int, int] = (0, 0),
+    spread: Spread | None = None,
+    spread_used: set[str] | None = None,
 ) -> int:
     """Place up to ``replicas`` pods of ``gpus`` GPUs each on nodes of ``gpu_type`` (None: any), best fit (the
     fullest node that fits first, then by name), consuming ``free``; returns how many were placed. A pod that
     requests CPU or memory (``needs``: millicores, bytes) fits only a node with that much free ``beside`` its GPUs,
-    when known there (``NodeInfo.free_beside_gpus``), and consumes it."""
+    when known there (``NodeInfo.free_beside_gpus``), and consumes it. With ``spread`` (``spread_domains``) at most
+    one pod per domain: the domains taken are added to ``spread_used`` (pass the same set to place more of the same
+    Deployment's replicas later in a tick)."""
     checks = beside is not None and (needs[0] > 0 or needs[1] > 0)
+    used = spread_used if spread_used is not None else set()
     placed = 0
     while placed < replicas:
         fits = [
@@ -662,6 +767,7 @@ def place_best_fit(
             if left >= gpus
             and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
             and (not checks or fits_beside(beside, node, needs))
+            and (spread is None or used.isdisjoint(spread_of(spread, node)))
         ]
         if not fits:
             break
@@ -669,6 +775,8 @@ def place_best_fit(
         free[node] -= gpus
         if checks:
             add_beside(beside, node, needs, -1)
+        if spread is not None:
+            used.update(spread_of(spread, node))
         placed += 1
     return placed
 

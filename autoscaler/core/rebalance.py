@@ -50,12 +50,14 @@ from autoscaler.core.cluster import (
     ClusterSnapshot,
     PodInfo,
     add_beside,
+    anti_affinity_barred,
     checkpoint_times,
     fits_beside,
     free_gpus_per_node,
     pod_schedulable_on,
     requests_by_node,
     selected_by,
+    spread_domains,
 )
 from autoscaler.core.model import EvictPod, Plan, ScaleDecision
 from autoscaler.core.reasons import Reason
@@ -425,6 +427,29 @@ class _Cluster:
         for node, amount in requests_by_node(leaving).items():
             add_beside(self.soon_beside, node, amount)
         self.config = config
+        # "namespace/deployment" -> the nodes its required pod anti-affinity keeps its replicas off (a pod it selects
+        # runs in their domain: the moved replica itself too, which keeps a zone-spread replica in no other node of
+        # its own zone -- fewer moves, never one the scheduler refuses), and the domains of its own spread
+        self.kept_off: dict[str, set[str]] = {}
+        self.spread: dict[str, Mapping[str, tuple[str, ...]]] = {}
+        for deployment in snapshot.deployments:
+            key = f"{deployment.namespace}/{deployment.name}"
+            if deployment.anti_affinity:
+                self.kept_off[key] = set(anti_affinity_barred(deployment, snapshot))
+            spread = spread_domains(deployment, snapshot.nodes)
+            if spread is not None:
+                self.spread[key] = spread
+
+    def lands(self, target: _Target, nodes: Iterable[str]) -> None:
+        """A waiting replica of a spread Deployment is expected on one of ``nodes`` (it fits there, or the moves make
+        room there): no sibling waiting after it is counted in the same domains."""
+        for pod in target.pods:
+            key = f"{pod.namespace}/{pod.owner_name}"
+            spread = self.spread.get(key) if pod.owner_kind == "Deployment" else None
+            if spread is None:
+                continue
+            domains = {d for node in nodes for d in spread.get(node, ())}
+            self.kept_off.setdefault(key, set()).update(n for n, d in spread.items() if not domains.isdisjoint(d))
 
     def allowed(
         self,
@@ -449,6 +474,11 @@ class _Cluster:
         if suspended and info.pool in self.config.burst_pools:
             return False
         if node_selector and not selected_by(info, node_selector):
+            return False
+        if self.kept_off and any(
+            pod.owner_kind == "Deployment" and node in self.kept_off.get(f"{pod.namespace}/{pod.owner_name}", ())
+            for pod in pods
+        ):
             return False
         return all(pod_schedulable_on(pod, info) for pod in pods)
 
@@ -616,7 +646,7 @@ def plan_rebalance(
 
     def commit(chosen: Sequence[tuple[_Unit, dict[str, int]]], target: str, gain: int, why: str) -> None:
         for unit, dest in chosen:
-            moved_owners.add(unit.owner)
+            moved_owners.add(unit.owner)  # one replica of a Deployment a pass: never two siblings in one domain
             landed.update(dest)
             for key, covered, _ in unit.pdb_use:
                 pdb_used[key] += covered
@@ -646,6 +676,7 @@ def plan_rebalance(
             # those moves made, the scheduler not having bound it yet).
             free, beside = trial, trial_beside
             landed.update(placed)
+            cluster.lands(target, placed)
             continue
         if target.suspended is not None and resumable is not None and target.suspended not in resumable:
             notes.append(
@@ -681,6 +712,7 @@ def plan_rebalance(
             # it fits once placed pod by pod: nothing to move, but the room found is its own, as when it fits
             free, beside = after, after_beside
             landed.update(homes)
+            cluster.lands(target, homes)
             continue
         gain = sum(target.pod_gpus)
         ratio = gain / sum(len(u.pods) for u, _ in chosen)
@@ -693,6 +725,7 @@ def plan_rebalance(
         free, beside = after, after_beside
         served.add(target.name)
         landed.update(homes)  # the target's pods land there: a burst node among them is kept, not emptied
+        cluster.lands(target, homes)
         commit(
             chosen,
             target.name,

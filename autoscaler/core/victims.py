@@ -44,10 +44,12 @@ from autoscaler.core.cluster import (
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
     PodInfo,
+    Spread,
     add_beside,
     checkpoint_times,
     free_gpus_per_node,
     requests_by_node,
+    spread_of,
 )
 
 
@@ -58,6 +60,9 @@ class GpuNeed:
     gpu_type: str | None = None  # NodeInfo.gpu_product; None = any GPU node
     cpu_milli: int = 0  # CPU one replica requests, millicores (0: none, or not known)
     memory_bytes: int = 0  # memory one replica requests, bytes (0: none, or not known)
+    # its Deployment's own pod anti-affinity (``core.cluster.spread_domains``): at most one replica per domain; None:
+    # as many per node as the GPUs hold
+    spread: Spread | None = field(default=None, compare=False)
 
     @property
     def beside_gpus(self) -> bool:
@@ -315,11 +320,19 @@ def need_met(
     need's replicas, each whole on one node of its GPU type."""
     slots = 0
     check_beside = beside is not None and need.beside_gpus
+    used: set[str] = set()  # the spread's domains a replica was counted in
     for node, gpus in free.items():
         if need.gpu_type is None or node_types.get(node) == need.gpu_type:
             fit = gpus // need.gpus_per_replica
             if check_beside and fit > 0:
                 fit = min(fit, _fit_beside(beside.get(node), need))  # type: ignore[union-attr]
+            if need.spread is not None and fit > 0:
+                domains = spread_of(need.spread, node)
+                if domains:
+                    # one replica per domain: counted on the first node of it that holds one (the nodes of a
+                    # domain are alike to a need counted by replicas, so which one is no matter)
+                    fit = 0 if not used.isdisjoint(domains) else 1
+                    used.update(domains)
             slots += fit
             if slots >= need.replicas:
                 return True

@@ -44,6 +44,7 @@ from autoscaler.core.cluster import (
     LabelTest,
     NodeInfo,
     NodeRequirement,
+    PodAntiAffinityTerm,
     PodDisruptionBudgetInfo,
     PodInfo,
     Taint,
@@ -469,6 +470,36 @@ def required_affinity_of(spec: Mapping[str, Any]) -> tuple[tuple[NodeRequirement
     return tuple(terms)
 
 
+def required_pod_anti_affinity_of(spec: Mapping[str, Any], namespace: str) -> tuple[PodAntiAffinityTerm, ...]:
+    """The terms of a pod spec's ``affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution``: the
+    pods each keeps it away from (its ``labelSelector``; null selects none), the node label whose value is the domain
+    (``topologyKey``), and their namespaces -- its ``namespaces``, else the pod's own; with a ``namespaceSelector``
+    every namespace (the namespaces' labels are not read: more nodes kept, never fewer). A term the API server would
+    refuse (no topologyKey, a selector it cannot parse) is not kept. ``matchLabelKeys`` (which narrows a term to,
+    say, one ReplicaSet's pods) is not read: the term is taken as its selector alone, wider."""
+    raw_terms = _map(_map(_map(spec.get("affinity")).get("podAntiAffinity"))).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms = []
+    for raw in _list(raw_terms):
+        term = _map(raw)
+        key = term.get("topologyKey")
+        if not isinstance(key, str) or not key:
+            continue
+        try:
+            selector = pdb_selector(term.get("labelSelector"))
+        except ValueError:
+            continue
+        namespaces: frozenset[str] | None
+        if term.get("namespaceSelector") is not None:
+            namespaces = None
+        else:
+            listed = frozenset(n for n in _list(term.get("namespaces")) if isinstance(n, str) and n)
+            namespaces = listed or frozenset({namespace})
+        terms.append(PodAntiAffinityTerm(selector, key, namespaces))
+    return tuple(terms)
+
+
 def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, str], tuple[int, int]]:
     """``WorkloadInfo.node_selector`` and ``pod_beside`` of a workload whose GPU pods come from ``templates`` (pod
     specs): one selector and one request stand for all its pods, so when its templates differ (a PyTorchJob's master
@@ -855,6 +886,12 @@ class KubeClusterReader:
             gpus_per_pod=_template_gpus(_map(pod_spec), gpu_resource),
             cpu_milli_per_pod=cpu_milli,
             memory_bytes_per_pod=memory_bytes,
+            pod_labels={
+                k: v
+                for k, v in _map(_map((spec.get("template") or {}).get("metadata")).get("labels")).items()
+                if isinstance(k, str) and isinstance(v, str)
+            },
+            anti_affinity=required_pod_anti_affinity_of(_map(pod_spec), meta.get("namespace", "")),
         )
 
     def _gang(
