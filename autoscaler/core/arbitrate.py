@@ -58,6 +58,7 @@ from autoscaler.core.cluster import (
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
     DeploymentInfo,
+    PlacementRule,
     PodInfo,
     Spread,
     WorkloadInfo,
@@ -86,6 +87,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.predictive import rate_per_replica
 from autoscaler.core.reasons import Reason
+from autoscaler.core.topology_spread import TopologySkew, lacks_spread_keys, leaving_skews
 from autoscaler.core.victims import (
     GangCandidate,
     GpuNeed,
@@ -283,7 +285,10 @@ def _barred(snapshot: ClusterSnapshot, deployment: DeploymentInfo | None, by_pod
     if extra:
         ordered = sorted(extra, key=lambda t: (t.key or "", t.operator, t.value or "", t.effect or ""))
         deployment = replace(deployment, tolerations=(*deployment.tolerations, *ordered))
-    by_node = frozenset(n.name for n in snapshot.nodes if not schedulable_on(deployment, n))
+    # (a node without the key of one of its hard topology spread constraints takes none of its pods either)
+    by_node = frozenset(
+        n.name for n in snapshot.nodes if not schedulable_on(deployment, n) or lacks_spread_keys(deployment, n)
+    )
     return by_node | anti_affinity_barred(deployment, snapshot) if by_pods else by_node
 
 
@@ -375,13 +380,14 @@ def _place_usable(
     needs: tuple[int, int] = (0, 0),
     spread: Spread | None = None,
     spread_used: set[str] | None = None,
+    rule: PlacementRule | None = None,
 ) -> int:
     """``_place`` on the entries of ``room`` the pods may use, consuming ``room`` (and ``beside``); with ``spread``
-    at most one replica per domain (``place_best_fit``)."""
+    at most one replica per domain, with ``rule`` where it allows (``place_best_fit``)."""
     if not barred:
-        return place_best_fit(room, replicas, gpus, gpu_type, node_types, beside, needs, spread, spread_used)
+        return place_best_fit(room, replicas, gpus, gpu_type, node_types, beside, needs, spread, spread_used, rule)
     view = _only_usable(room, barred)
-    placed = place_best_fit(view, replicas, gpus, gpu_type, node_types, beside, needs, spread, spread_used)
+    placed = place_best_fit(view, replicas, gpus, gpu_type, node_types, beside, needs, spread, spread_used, rule)
     room.update(view)
     return placed
 
@@ -402,6 +408,7 @@ def _place_on_coming(
     returning_beside: Mapping[str, tuple[int, int]] | None = None,
     spread: Spread | None = None,
     spread_used: set[str] | None = None,
+    rule: PlacementRule | None = None,
 ) -> int:
     """``_place_usable`` on the capacity on its way (``booting``), a ready node's GPUs coming back together with its
     free ones: 4 free beside 4 returning hold an 8-GPU replica, where either alone does not (and a second gang was
@@ -420,7 +427,7 @@ def _place_on_coming(
         for key, ready_node in returning.items():
             add_beside(coming_beside, key, (returning_beside or {}).get(ready_node, (0, 0)))
     placed = _place_usable(
-        room, barred, replicas, gpus, gpu_type, node_types, coming_beside, needs, spread, spread_used
+        room, barred, replicas, gpus, gpu_type, node_types, coming_beside, needs, spread, spread_used, rule
     )
     if beside is not None and coming_beside is not None:
         # what the placements left, less what is still on its way back, is what is free on the node now
@@ -680,12 +687,14 @@ def fits_typed(
     barred: Mapping[str, Set[str]] | None = None,
     beside: Mapping[str, tuple[int, int]] | None = None,
     beside_left: dict[str, tuple[int, int]] | None = None,
+    rules: Mapping[str, PlacementRule] | None = None,
 ) -> dict[str, int] | None:
     """``free`` after placing every pod (largest first, best fit) on a node of the GPU type it runs on (its own
     selector, else its Deployment's; None: any) that its Deployment's pods may use (``barred``: Deployment
     "namespace/name" -> nodes its pods cannot be scheduled on), or None when one does not fit. With ``beside``, a
     pod fits a node only with the CPU and memory it requests free there too (where known); ``beside_left`` is then
-    given what they leave of it (when all fit)."""
+    given what they leave of it (when all fit). ``rules``: Deployment -> where its topology spread lets its pods go
+    (``core.topology_spread.leaving_skews``)."""
     left = dict(free)
     room = dict(beside) if beside is not None else None
     placing = []
@@ -698,7 +707,8 @@ def fits_typed(
     placing.sort(key=lambda item: (-item[0].gpus, item[1] is None, -len(item[2])))
     for pod, wanted, barred_nodes in placing:
         needs = (pod.cpu_milli, pod.memory_bytes)
-        if _place_usable(left, barred_nodes, 1, pod.gpus, wanted, node_types, room, needs) == 0:
+        rule = (rules or {}).get(f"{pod.namespace}/{pod.owner_name}")
+        if _place_usable(left, barred_nodes, 1, pod.gpus, wanted, node_types, room, needs, rule=rule) == 0:
             return None
     if beside_left is not None and room is not None:
         beside_left.clear()
@@ -1020,9 +1030,13 @@ def _arbitrate(
         per_node = one_replica_per_node(deployment)
         spread = spread_domains(deployment, snapshot.nodes)
         spread_used: set[str] = set()
+        # its hard topology spread constraints: each replica placed where the skew allows, then counted
+        skew = TopologySkew.of(deployment, snapshot)
         # a node whose free GPUs lack the CPU or memory beside them for a replica is no room for it either: its
         # replica stays Pending there, the shortfall is real
-        unplaced -= _place_usable(free, barred, unplaced, g, gpu_type, node_types, beside, needs, spread, spread_used)
+        unplaced -= _place_usable(
+            free, barred, unplaced, g, gpu_type, node_types, beside, needs, spread, spread_used, skew
+        )
         # Its stretch without GPUs goes on while replicas have none, on booting nodes' room or not (a hold neither
         # starts nor ends it: it says nothing about demand)
         previous_since = state.service_short_since.get(key)
@@ -1031,7 +1045,7 @@ def _arbitrate(
         boot_room = sum(v for k, v in booting.items() if not k.endswith(RETURNING))
         on_booting = _place_on_coming(
             free, booting, barred | set(closed), unplaced, g, gpu_type, node_types, beside, needs, returning_beside,
-            _spread_booting(spread, booting, per_node), spread_used,
+            _spread_booting(spread, booting, per_node), spread_used, skew,
         )  # fmt: skip
         if sum(v for k, v in booting.items() if not k.endswith(RETURNING)) < boot_room:
             blockers.append(
@@ -1113,7 +1127,7 @@ def _arbitrate(
                 f"below {preemptor} is preempted (the scheduler would evict the replicas for anything above)"
             )
         lower = _budgets_left([c for c in candidates if c.gang not in taken and c.priority < preemptor], pdb_spent)
-        need = GpuNeed(short, g, gpu_type, needs[0], needs[1], spread)
+        need = GpuNeed(short, g, gpu_type, needs[0], needs[1], spread, skew.copy() if skew is not None else None)
         choice = None
         if config.preempt:
             room_for_victims = _only_usable(free, barred | _spread_taken(spread, spread_used))
@@ -1287,7 +1301,7 @@ def _arbitrate(
                 taken.add(victim.gang)
                 actions.extend(_take_victim(victim, free, pdb_spent, workloads, text, key))
                 _return_beside(beside, victim)
-            _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs, spread, spread_used)
+            _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs, spread, spread_used, skew)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool
@@ -1300,7 +1314,7 @@ def _arbitrate(
                 node_types[name] = pool.gpu_type
             _place_usable(
                 booting, barred, short, g, gpu_type, node_types,
-                spread=_spread_booting(spread, booting, per_node), spread_used=spread_used,
+                spread=_spread_booting(spread, booting, per_node), spread_used=spread_used, rule=skew,
             )  # fmt: skip
             blockers.append(
                 _Blocker(
@@ -1596,6 +1610,7 @@ def _consolidation(
     deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
     services = {p.key for p in policies}
     spread = spread_domains(deployments.get(next(iter(services))), arb.snapshot.nodes) if len(services) == 1 else None
+    skew = leaving_skews(arb.snapshot, pods).get(next(iter(services))) if len(services) == 1 else None
     need = GpuNeed(
         len(pods) + math.ceil(reserve / gpus_per_replica),
         gpus_per_replica,
@@ -1603,6 +1618,7 @@ def _consolidation(
         max(p.cpu_milli for p in pods),
         max(p.memory_bytes for p in pods),
         spread,
+        skew,
     )
     # only the nodes every moved replica may be scheduled on (nodeSelector, taints, pod anti-affinity): training
     # stopped elsewhere frees nothing for them
@@ -1840,7 +1856,7 @@ def _give_back(
         pods_here = _live_gpu_pods(arb.snapshot, emptiest) if mine else []
         after = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, pods_here,
-            node_types, gpu_types, barred, beside, beside_after,
+            node_types, gpu_types, barred, beside, beside_after, leaving_skews(arb.snapshot, pods_here),
         ) if mine else None  # fmt: skip
         guarded = next(
             (
@@ -1910,7 +1926,19 @@ def _give_back(
             _return_gpus(trial, victim)
             if trial_beside is not None:
                 _return_beside(trial_beside, victim)
-        if fits_typed(trial, pods_here, node_types, gpu_types, barred, trial_beside) is None:
+        if (
+            fits_typed(
+                trial,
+                pods_here,
+                node_types,
+                gpu_types,
+                barred,
+                trial_beside,
+                None,
+                leaving_skews(arb.snapshot, pods_here),
+            )
+            is None
+        ):
             unneeded.pop(pool.name, None)
             notes.append(f"{busy}; {detail}: its replicas would not fit once the stops are made: not emptied")
             continue
@@ -1927,7 +1955,7 @@ def _give_back(
         unneeded.pop(pool.name, None)
         moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, pods_here,
-            node_types, gpu_types, barred, trial_beside, beside_after,
+            node_types, gpu_types, barred, trial_beside, beside_after, leaving_skews(arb.snapshot, pods_here),
         )  # fmt: skip
         received |= _node_given_back(free, emptiest, moved or {})
         if beside is not None and moved is not None:

@@ -7,6 +7,7 @@ import math
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,29 @@ class DeploymentInfo:
     # required pod anti-affinity (``spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution``)
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     anti_affinity: tuple[PodAntiAffinityTerm, ...] = ()
+    # its pod template's topologySpreadConstraints that filter (whenUnsatisfiable: DoNotSchedule)
+    spread_constraints: tuple[TopologySpreadConstraint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpreadConstraint:
+    """One of a pod's ``topologySpreadConstraints`` with ``whenUnsatisfiable: DoNotSchedule``: kube-scheduler's
+    PodTopologySpread filter places the pod only on a node that has the ``topology_key`` label, and only where the
+    pods the constraint counts in that node's domain, plus the pod itself when it is one of them, exceed the fewest in
+    any domain by at most ``max_skew`` (``core.topology_spread``). ``ScheduleAnyway`` constraints score only: not
+    kept."""
+
+    max_skew: int  # at least 1
+    topology_key: str
+    # the pods counted, in the pod's own namespace (``pdb_selector``'s mapping; empty: a null labelSelector, none)
+    selector: Mapping[str, str | LabelTest]
+    # fewer domains than this and the fewest is taken as 0 (``minDomains``; 1 when unset)
+    min_domains: int = 1
+    # which nodes' domains count: those the pod's nodeSelector and required affinity admit (``nodeAffinityPolicy``
+    # Honor, the default; False: Ignore), and those whose taints it tolerates (``nodeTaintsPolicy`` Honor; the
+    # default Ignore: False)
+    honor_node_affinity: bool = True
+    honor_taints: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -740,6 +764,16 @@ def fits_beside(room: Mapping[str, tuple[int, int]] | None, node: str, need: tup
     return known is None or ((need[0] <= 0 or known[0] >= need[0]) and (need[1] <= 0 or known[1] >= need[1]))
 
 
+class PlacementRule(Protocol):
+    """A rule that lets a pod onto an entry of free GPUs (a node, "<node> (terminating pods)", a requested node) by
+    what was placed before it, and learns of each placement: a Deployment's topology spread
+    (``core.topology_spread.TopologySkew``)."""
+
+    def allows(self, entry: str) -> bool: ...
+
+    def add(self, entry: str) -> None: ...
+
+
 def place_best_fit(
     free: dict[str, int],
     replicas: int,
@@ -750,13 +784,14 @@ def place_best_fit(
     needs: tuple[int, int] = (0, 0),
     spread: Spread | None = None,
     spread_used: set[str] | None = None,
+    rule: PlacementRule | None = None,
 ) -> int:
     """Place up to ``replicas`` pods of ``gpus`` GPUs each on nodes of ``gpu_type`` (None: any), best fit (the
     fullest node that fits first, then by name), consuming ``free``; returns how many were placed. A pod that
     requests CPU or memory (``needs``: millicores, bytes) fits only a node with that much free ``beside`` its GPUs,
     when known there (``NodeInfo.free_beside_gpus``), and consumes it. With ``spread`` (``spread_domains``) at most
     one pod per domain: the domains taken are added to ``spread_used`` (pass the same set to place more of the same
-    Deployment's replicas later in a tick)."""
+    Deployment's replicas later in a tick). With ``rule``, only where it allows, and it learns of each placement."""
     checks = beside is not None and (needs[0] > 0 or needs[1] > 0)
     used = spread_used if spread_used is not None else set()
     placed = 0
@@ -768,6 +803,7 @@ def place_best_fit(
             and (gpu_type is None or node_types is None or node_types.get(node) == gpu_type)
             and (not checks or fits_beside(beside, node, needs))
             and (spread is None or used.isdisjoint(spread_of(spread, node)))
+            and (rule is None or rule.allows(node))
         ]
         if not fits:
             break
@@ -777,6 +813,8 @@ def place_best_fit(
             add_beside(beside, node, needs, -1)
         if spread is not None:
             used.update(spread_of(spread, node))
+        if rule is not None:
+            rule.add(node)
         placed += 1
     return placed
 

@@ -61,6 +61,7 @@ from autoscaler.core.cluster import (
 )
 from autoscaler.core.model import EvictPod, Plan, ScaleDecision
 from autoscaler.core.reasons import Reason
+from autoscaler.core.topology_spread import TopologySkew
 from autoscaler.core.victims import pdbs_covering, unevictable_under_budgets
 
 # "allowed" on a training gang's pods lets the rebalancer move it; on every pod of a Deployment no valid policy scales,
@@ -439,11 +440,44 @@ class _Cluster:
             spread = spread_domains(deployment, snapshot.nodes)
             if spread is not None:
                 self.spread[key] = spread
+        # "namespace/deployment" -> its hard topology spread (``core.topology_spread``): a moved replica lands only
+        # where the skew allows once it has left its node; the rule with that node's pod taken off, by (key, node)
+        self.skews: dict[str, TopologySkew] = {}
+        for deployment in snapshot.deployments:
+            skew = TopologySkew.of(deployment, snapshot)
+            if skew is not None:
+                self.skews[f"{deployment.namespace}/{deployment.name}"] = skew
+        self._leaving: dict[tuple[str, str], TopologySkew] = {}
+
+    def _skew_for(self, pod: PodInfo) -> TopologySkew | None:
+        """The topology spread a replica's new home must meet: without the replica itself where it runs now."""
+        key = f"{pod.namespace}/{pod.owner_name}"
+        skew = self.skews.get(key) if pod.owner_kind == "Deployment" else None
+        if skew is None or pod.node is None:
+            return skew
+        leaving = self._leaving.get((key, pod.node))
+        if leaving is None:
+            leaving = self._leaving[(key, pod.node)] = skew.copy()
+            leaving.remove(pod.node)
+        return leaving
+
+    def moved(self, pod: PodInfo, nodes: Iterable[str]) -> None:
+        """A replica of a spread Deployment is planned off its node onto ``nodes``: the counts follow it."""
+        skew = self.skews.get(f"{pod.namespace}/{pod.owner_name}") if pod.owner_kind == "Deployment" else None
+        if skew is None:
+            return
+        if pod.node is not None:
+            skew.remove(pod.node)
+        for node in nodes:
+            skew.add(node)
+        self._leaving.clear()
 
     def lands(self, target: _Target, nodes: Iterable[str]) -> None:
         """A waiting replica of a spread Deployment is expected on one of ``nodes`` (it fits there, or the moves make
-        room there): no sibling waiting after it is counted in the same domains."""
+        room there): no sibling waiting after it is counted in the same domains, and its topology spread counts it
+        there."""
         for pod in target.pods:
+            self.moved(pod, nodes)  # not yet on a node: counted where it is expected
             key = f"{pod.namespace}/{pod.owner_name}"
             spread = self.spread.get(key) if pod.owner_kind == "Deployment" else None
             if spread is None:
@@ -479,6 +513,8 @@ class _Cluster:
             pod.owner_kind == "Deployment" and node in self.kept_off.get(f"{pod.namespace}/{pod.owner_name}", ())
             for pod in pods
         ):
+            return False
+        if self.skews and any((skew := self._skew_for(pod)) is not None and not skew.allows(node) for pod in pods):
             return False
         return all(pod_schedulable_on(pod, info) for pod in pods)
 
@@ -648,6 +684,8 @@ def plan_rebalance(
         for unit, dest in chosen:
             moved_owners.add(unit.owner)  # one replica of a Deployment a pass: never two siblings in one domain
             landed.update(dest)
+            if not unit.training:
+                cluster.moved(unit.pods[0], dest)
             for key, covered, _ in unit.pdb_use:
                 pdb_used[key] += covered
             where = ", ".join(f"{n} ({g})" for n, g in sorted(dest.items()))

@@ -51,6 +51,7 @@ from autoscaler.core.cluster import (
     requests_by_node,
     spread_of,
 )
+from autoscaler.core.topology_spread import TopologySkew
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,9 @@ class GpuNeed:
     # its Deployment's own pod anti-affinity (``core.cluster.spread_domains``): at most one replica per domain; None:
     # as many per node as the GPUs hold
     spread: Spread | None = field(default=None, compare=False)
+    # its Deployment's hard topology spread constraints, as this tick's placements left them: the replicas go one
+    # after the other where the skew allows (``core.topology_spread``); None: none
+    skew: TopologySkew | None = field(default=None, compare=False)
 
     @property
     def beside_gpus(self) -> bool:
@@ -317,10 +321,12 @@ def need_met(
     free: Mapping[str, int], need: GpuNeed, node_types: Mapping[str, str | None], beside: Beside | None = None
 ) -> bool:
     """Whether ``free`` GPUs (and, for a need that requests them, the CPU and memory ``beside`` them) hold the
-    need's replicas, each whole on one node of its GPU type."""
+    need's replicas, each whole on one node of its GPU type (one per domain of its ``spread``; with its ``skew``,
+    one after the other where its topology spread allows)."""
     slots = 0
     check_beside = beside is not None and need.beside_gpus
     used: set[str] = set()  # the spread's domains a replica was counted in
+    fits: dict[str, int] | None = {} if need.skew is not None else None  # the slots per node, for the skew
     for node, gpus in free.items():
         if need.gpu_type is None or node_types.get(node) == need.gpu_type:
             fit = gpus // need.gpus_per_replica
@@ -333,9 +339,14 @@ def need_met(
                     # domain are alike to a need counted by replicas, so which one is no matter)
                     fit = 0 if not used.isdisjoint(domains) else 1
                     used.update(domains)
+            if fits is not None:
+                fits[node] = fit
+                continue
             slots += fit
             if slots >= need.replicas:
                 return True
+    if fits is not None and need.skew is not None:
+        return need.skew.placeable(fits, need.replicas) >= need.replicas
     return slots >= need.replicas
 
 

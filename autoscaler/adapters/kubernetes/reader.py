@@ -49,6 +49,7 @@ from autoscaler.core.cluster import (
     PodInfo,
     Taint,
     Toleration,
+    TopologySpreadConstraint,
     WorkloadInfo,
     affinity_of,
     effective_request,
@@ -500,6 +501,42 @@ def required_pod_anti_affinity_of(spec: Mapping[str, Any], namespace: str) -> tu
     return tuple(terms)
 
 
+def hard_spread_constraints_of(spec: Mapping[str, Any]) -> tuple[TopologySpreadConstraint, ...]:
+    """A pod spec's ``topologySpreadConstraints`` that filter nodes (``whenUnsatisfiable: DoNotSchedule``; the
+    ``ScheduleAnyway`` ones only score): ``maxSkew``, ``topologyKey``, ``labelSelector`` (null counts no pod),
+    ``minDomains`` (1 when unset) and the node inclusion policies (``nodeAffinityPolicy`` Honor unless Ignore,
+    ``nodeTaintsPolicy`` Ignore unless Honor). A constraint the API server would refuse (no key, a skew below 1, a
+    selector it cannot parse) is not kept. ``matchLabelKeys`` (which narrows the count to, say, one ReplicaSet's
+    pods) is not read: every pod the selector matches is counted, wider during a rollout."""
+    constraints = []
+    for raw in _list(spec.get("topologySpreadConstraints")):
+        item = _map(raw)
+        if item.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue
+        key, skew, min_domains = item.get("topologyKey"), item.get("maxSkew"), item.get("minDomains")
+        if not isinstance(key, str) or not key or not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:
+            continue
+        if min_domains is None:
+            min_domains = 1
+        if not isinstance(min_domains, int) or isinstance(min_domains, bool) or min_domains < 1:
+            continue
+        try:
+            selector = pdb_selector(item.get("labelSelector"))
+        except ValueError:
+            continue
+        constraints.append(
+            TopologySpreadConstraint(
+                skew,
+                key,
+                selector,
+                min_domains,
+                honor_node_affinity=item.get("nodeAffinityPolicy") != "Ignore",
+                honor_taints=item.get("nodeTaintsPolicy") == "Honor",
+            )
+        )
+    return tuple(constraints)
+
+
 def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, str], tuple[int, int]]:
     """``WorkloadInfo.node_selector`` and ``pod_beside`` of a workload whose GPU pods come from ``templates`` (pod
     specs): one selector and one request stand for all its pods, so when its templates differ (a PyTorchJob's master
@@ -892,6 +929,7 @@ class KubeClusterReader:
                 if isinstance(k, str) and isinstance(v, str)
             },
             anti_affinity=required_pod_anti_affinity_of(_map(pod_spec), meta.get("namespace", "")),
+            spread_constraints=hard_spread_constraints_of(_map(pod_spec)),
         )
 
     def _gang(

@@ -1,0 +1,192 @@
+"""A Deployment's hard topology spread constraints as a placement rule (kube-scheduler's PodTopologySpread filter).
+
+A serving Deployment spread over zones (``topologySpreadConstraints``, ``maxSkew: 1``, ``whenUnsatisfiable:
+DoNotSchedule``) gets its next replica only in a zone whose count of its pods is within ``maxSkew`` of the fewest in
+any zone -- a zone with no free GPU holds the others back. The capacity arbitration places replicas, counts the room
+a preemption would make and grows burst pools through this rule (``TopologySkew``), so that no gang is stopped in a
+zone the next replica may not enter. Pure: counts are read from the snapshot, placements are told to the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from autoscaler.core.cluster import (
+    ClusterSnapshot,
+    DeploymentInfo,
+    NodeInfo,
+    PodInfo,
+    TopologySpreadConstraint,
+    selected_by,
+    selector_matches,
+    tolerates_all,
+    topology_domain,
+)
+
+
+def _counted_on(deployment: DeploymentInfo, constraint: TopologySpreadConstraint, node: NodeInfo) -> bool:
+    """Whether ``node``'s domain is one the constraint counts for the Deployment's pods (its node inclusion
+    policies: the pods' nodeSelector -- the GPU type included -- and required affinity unless Ignore, their
+    tolerations when Honor), and it has the key."""
+    if topology_domain(node, constraint.topology_key) is None:
+        return False
+    if constraint.honor_node_affinity:
+        if deployment.gpu_product is not None and node.gpu_product != deployment.gpu_product:
+            return False
+        if not selected_by(node, deployment.node_selector):
+            return False
+    return not constraint.honor_taints or tolerates_all(deployment.tolerations, node.taints)
+
+
+def lacks_spread_keys(deployment: DeploymentInfo | None, node: NodeInfo) -> bool:
+    """Whether the node lacks the topology key of one of the Deployment's hard spread constraints: kube-scheduler
+    places none of its pods there ("missing required label"), whatever the counts."""
+    return deployment is not None and any(
+        topology_domain(node, c.topology_key) is None for c in deployment.spread_constraints
+    )
+
+
+class TopologySkew:
+    """The pod counts per domain of one Deployment's hard topology spread constraints, updated as this tick places
+    its replicas (``add``), and whether one more may go on a node (``allows``): for every constraint, the count in
+    the node's domain plus the replica itself (when the constraint counts its own pods) less the fewest in any
+    counted domain (0 when there are fewer domains than ``min_domains``) is at most ``max_skew``. An entry that is
+    no known node (a node requested from a burst pool) is allowed and counted nowhere: its labels are not known yet."""
+
+    __slots__ = ("_constraints", "_counts", "_domains", "_self")
+
+    def __init__(
+        self,
+        constraints: tuple[TopologySpreadConstraint, ...],
+        counts: list[dict[str, int]],
+        domains: Mapping[str, tuple[str | None, ...]],
+        counts_itself: tuple[bool, ...],
+    ) -> None:
+        self._constraints = constraints
+        self._counts = counts
+        self._domains = domains
+        self._self = counts_itself
+
+    @classmethod
+    def of(cls, deployment: DeploymentInfo | None, snapshot: ClusterSnapshot) -> TopologySkew | None:
+        """The rule for the Deployment's next replicas, from the pods bound now; None when it has no hard
+        constraint."""
+        if deployment is None or not deployment.spread_constraints:
+            return None
+        constraints = deployment.spread_constraints
+        nodes = {n.name: n for n in snapshot.nodes}
+        counts: list[dict[str, int]] = []
+        for constraint in constraints:
+            counted = {
+                name: value
+                for name, node in nodes.items()
+                if _counted_on(deployment, constraint, node)
+                and (value := topology_domain(node, constraint.topology_key)) is not None
+            }
+            in_domain = dict.fromkeys(counted.values(), 0)
+            for pod in snapshot.pods:
+                # kube-scheduler counts neither a terminating pod nor a finished one, and only the pod's namespace
+                if (
+                    pod.node in counted
+                    and pod.namespace == deployment.namespace
+                    and not pod.terminating
+                    and pod.phase not in ("Succeeded", "Failed")
+                    and selector_matches(constraint.selector, pod.labels)
+                ):
+                    in_domain[counted[pod.node]] += 1
+            counts.append(in_domain)
+        domains = {name: tuple(topology_domain(n, c.topology_key) for c in constraints) for name, n in nodes.items()}
+        counts_itself = tuple(selector_matches(c.selector, deployment.pod_labels) for c in constraints)
+        return cls(constraints, counts, domains, counts_itself)
+
+    def copy(self) -> TopologySkew:
+        return TopologySkew(self._constraints, [dict(c) for c in self._counts], self._domains, self._self)
+
+    def _node_of(self, entry: str) -> str | None:
+        if entry in self._domains:
+            return entry
+        node = entry.split(" ", 1)[0]  # "<node> (terminating pods)": the node's
+        return node if node in self._domains else None
+
+    def _fewest(self, index: int, counts: list[dict[str, int]]) -> int:
+        in_domain = counts[index]
+        if len(in_domain) < self._constraints[index].min_domains:
+            return 0
+        return min(in_domain.values(), default=0)
+
+    def _allows_domains(self, domains: tuple[str | None, ...], counts: list[dict[str, int]]) -> bool:
+        for index, constraint in enumerate(self._constraints):
+            value = domains[index]
+            if value is None:
+                return False  # the node lacks the key: never
+            skew = counts[index].get(value, 0) + int(self._self[index]) - self._fewest(index, counts)
+            if skew > constraint.max_skew:
+                return False
+        return True
+
+    def allows(self, entry: str) -> bool:
+        node = self._node_of(entry)
+        return node is None or self._allows_domains(self._domains[node], self._counts)
+
+    def add(self, entry: str) -> None:
+        node = self._node_of(entry)
+        if node is not None:
+            self._count(self._domains[node], self._counts)
+
+    def remove(self, entry: str) -> None:
+        """One of its pods leaves ``entry`` (its node given back, emptied): counted there no more."""
+        node = self._node_of(entry)
+        if node is not None:
+            self._count(self._domains[node], self._counts, -1)
+
+    def _count(self, domains: tuple[str | None, ...], counts: list[dict[str, int]], sign: int = 1) -> None:
+        for index, value in enumerate(domains):
+            if self._self[index] and value is not None and value in counts[index]:
+                counts[index][value] = max(0, counts[index][value] + sign)
+
+    def placeable(self, fits: Mapping[str, int], replicas: int) -> int:
+        """How many of ``replicas`` the slots ``fits`` (entry -> replicas its GPUs, CPU and memory hold) take, one
+        after the other, each into the allowed domain with the fewest pods (what keeps the fewest rising, as
+        kube-scheduler's scoring of the same constraints does); the rule itself is not changed."""
+        counts = [dict(c) for c in self._counts]
+        slots: dict[tuple[str | None, ...], int] = {}
+        unknown = 0
+        for entry, fit in fits.items():
+            if fit <= 0:
+                continue
+            node = self._node_of(entry)
+            if node is None:
+                unknown += fit
+                continue
+            key = self._domains[node]
+            slots[key] = slots.get(key, 0) + fit
+        placed = 0
+        while placed < replicas:
+            allowed = [key for key, left in slots.items() if left > 0 and self._allows_domains(key, counts)]
+            if not allowed:
+                break
+            key = min(allowed, key=lambda k: (tuple(counts[i].get(v or "", 0) for i, v in enumerate(k)), k))
+            slots[key] -= 1
+            self._count(key, counts)
+            placed += 1
+        return min(replicas, placed + unknown)
+
+
+def leaving_skews(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> dict[str, TopologySkew]:
+    """The rules of the Deployments whose ``pods`` leave their node (a burst node given back or emptied), with those
+    pods counted there no more: where their replacements may go ("namespace/deployment" -> rule). Fresh each call:
+    placing through a rule changes it."""
+    deployments = {f"{d.namespace}/{d.name}": d for d in snapshot.deployments if d.spread_constraints}
+    rules: dict[str, TopologySkew] = {}
+    for pod in pods:
+        key = f"{pod.namespace}/{pod.owner_name}"
+        if pod.owner_kind != "Deployment" or key not in deployments:
+            continue
+        if key not in rules:
+            made = TopologySkew.of(deployments[key], snapshot)
+            if made is None:
+                continue
+            rules[key] = made
+        if pod.node is not None and not pod.terminating:
+            rules[key].remove(pod.node)
+    return rules
