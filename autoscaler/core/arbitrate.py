@@ -55,9 +55,11 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.core.burst import BurstChoice, BurstOption, BurstPool, choose_burst, largest_burst, worth_a_node
 from autoscaler.core.cluster import (
+    HOSTNAME_LABEL,
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
     DeploymentInfo,
+    NodeInfo,
     PlacementRule,
     PodInfo,
     Spread,
@@ -353,8 +355,19 @@ def _spread_booting(spread: Spread | None, booting: Mapping[str, int], per_node:
         return None
     if not per_node:
         return spread
-    requested = {key: (f"requested={key}",) for key in booting if " (requested " in key}
+    requested = {key: (f"requested={key}",) for key in booting if " (requested" in key}
     return {**spread, **requested}
+
+
+def _kept_off_with_the_pool(deployment: DeploymentInfo | None, snapshot: ClusterSnapshot) -> frozenset[str]:
+    """The nodes the Deployment's required pod anti-affinity keeps its next replica off by a term over a domain wider
+    than a node (a zone, not ``kubernetes.io/hostname``): a node bought in their pool comes up in the same domain,
+    as the pool's registered nodes' labels show (the rule that closes a pool to a nodeSelector its nodes do not
+    meet) -- where a new node is a host of its own, it is no such node."""
+    if deployment is None:
+        return frozenset()
+    wide = tuple(t for t in deployment.anti_affinity if t.topology_key != HOSTNAME_LABEL)
+    return anti_affinity_barred(replace(deployment, anti_affinity=wide), snapshot) if wide else frozenset()
 
 
 def _spread_taken(spread: Spread | None, used: Set[str]) -> frozenset[str]:
@@ -1016,14 +1029,27 @@ def _arbitrate(
         by_node = _barred(snapshot, deployment, by_pods=False)
         kept_off = anti_affinity_barred(deployment, snapshot) - by_node if deployment is not None else frozenset()
         barred = by_node | kept_off
+        # ... of which those kept off by a term over a domain wider than a node (a zone): a node bought in their pool
+        # comes up in that domain too, as its nodes' labels show
+        kept_with_pool = _kept_off_with_the_pool(deployment, snapshot) - by_node
+        kept_per_node = kept_off - kept_with_pool  # a node bought in their pool is none of these (``_takes_bought``)
         # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
-        # its nodes do not meet, as its registered nodes show) would boot nodes that host none of its replicas
-        # (every ready one of them: one node tainted by hand, or a booting node's start-up taint, closes nothing);
-        # its requested nodes are no room for them either
+        # its nodes do not meet, as its registered nodes show; a zone where a pod its anti-affinity keeps away from
+        # runs) would boot nodes that host none of its replicas (every ready one of them: one node tainted by hand,
+        # or a booting node's start-up taint, closes nothing; a booting node's zone label is its zone); its requested
+        # nodes are no room for them either
+        members: dict[str, list[NodeInfo]] = {}
+        for n in snapshot.nodes:
+            if n.pool is not None and not n.leaving:
+                members.setdefault(n.pool, []).append(n)
         closed = sorted(
             name
-            for name in {n.pool for n in snapshot.nodes if n.pool is not None and n.ready and not n.leaving}
-            if all(n.name in by_node for n in snapshot.nodes if n.pool == name and n.ready and not n.leaving)
+            for name, pool_nodes in members.items()
+            if (
+                any(n.ready for n in pool_nodes)
+                and all(n.name in by_node or n.name in kept_with_pool for n in pool_nodes if n.ready)
+            )
+            or all(n.name in kept_with_pool for n in pool_nodes)
         )
         # its own pod anti-affinity (one replica per node, or per zone): a node holds one of its new replicas at
         # most, whatever its free GPUs -- the domains taken this tick are kept across the placements below
@@ -1058,7 +1084,7 @@ def _arbitrate(
                     barred,
                     g,
                     True,
-                    kept_off=kept_off,
+                    kept_off=kept_per_node,
                 )
             )
         short = unplaced - on_booting
@@ -1074,7 +1100,14 @@ def _arbitrate(
             )
             blockers.append(
                 _Blocker(
-                    key, policy.priority, short, "holds on incomplete metrics", gpu_type, barred, g, kept_off=kept_off
+                    key,
+                    policy.priority,
+                    short,
+                    "holds on incomplete metrics",
+                    gpu_type,
+                    barred,
+                    g,
+                    kept_off=kept_per_node,
                 )
             )
             continue
@@ -1092,7 +1125,14 @@ def _arbitrate(
             )
             blockers.append(
                 _Blocker(
-                    key, policy.priority, short, "its shortfall is waited out", gpu_type, barred, g, kept_off=kept_off
+                    key,
+                    policy.priority,
+                    short,
+                    "its shortfall is waited out",
+                    gpu_type,
+                    barred,
+                    g,
+                    kept_off=kept_per_node,
                 )
             )
             continue
@@ -1175,7 +1215,10 @@ def _arbitrate(
         if pools and config.burst and not usable_pools:
             why = []
             if closed:
-                why.append(f"its pods do not tolerate (or select) the nodes of {', '.join(closed)}")
+                why.append(
+                    f"its pods do not tolerate (or select, or their anti-affinity keeps off) the nodes of "
+                    f"{', '.join(closed)}"
+                )
             if overdue:
                 why.append(f"{', '.join(sorted(overdue))}: requested nodes never registered")
             if stuck_pools - set(overdue):
@@ -1287,7 +1330,9 @@ def _arbitrate(
                 by_choice.add(key)
             chose = cheap is not None and not takers  # waited out by choice, not behind another service
             blockers.append(
-                _Blocker(key, policy.priority, short, "it waits", gpu_type, barred, g, False, chose, kept_off=kept_off)
+                _Blocker(
+                    key, policy.priority, short, "it waits", gpu_type, barred, g, False, chose, kept_off=kept_per_node
+                )
             )
             then_text = f" (then: {then})" if then else ""
             priced = cheap if cheap is not None and chose else 0.0
@@ -1326,7 +1371,7 @@ def _arbitrate(
                     barred,
                     g,
                     True,
-                    kept_off=kept_off,
+                    kept_off=kept_per_node,
                 )
             )
             # One write per pool and tick: the size the pool had when the tick read it (the writer's precondition)

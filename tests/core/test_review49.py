@@ -1,0 +1,67 @@
+"""Review 49: required pod anti-affinity in the capacity arbitration (``core.arbitrate``, ``core.cluster``,
+``core.victims``, ``core.rebalance``) -- cases where it disagreed with kube-scheduler's InterPodAffinity filter."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoscaler.core.cluster import NodeInfo
+from autoscaler.core.model import ScaleNodePool
+from autoscaler.core.reasons import Reason
+from tests.core import test_pod_anti_affinity as paa
+from tests.core import test_review34_arbitration as r34
+
+BY_ZONE = replace(paa.SPREAD, anti_affinity=(paa.ONE_PER_ZONE,))
+
+
+def _bought(actions) -> int:  # type: ignore[no-untyped-def]
+    return sum(
+        a.nodes - a.previous_nodes
+        for a in actions
+        if isinstance(a, ScaleNodePool) and a.reason is Reason.BURST_SCALE_UP
+    )
+
+
+# -- a node requested, not registered yet ------------------------------------------------------------------------------
+
+
+def test_a_node_requested_before_this_tick_hosts_one_replica_spread_one_per_node() -> None:
+    """A node the provider counts but that has not registered yet ("burst (requested, not registered 1)") hosts one
+    replica of a Deployment spread one per node, as a node requested this tick does: counted as room for all three,
+    the two more nodes they need were bought only once it registered, a boot later."""
+    pool = replace(r34.POOL, nodes=1)
+    config = replace(paa.BURSTING, pools=(pool,))
+    nodes = (paa._node("n1"),)
+    pods = (paa._replica(0, "n1"), paa._gang("busy", "n1", 7, 60.0))
+    assert _bought(paa._tick(pods, nodes, paa.SPREAD, 4, config, {"burst": 1})[0]) == 2
+    assert _bought(paa._tick(pods, nodes, paa.PLAIN, 4, config, {"burst": 1})[0]) == 0, "sanity: not spread"
+
+
+# -- one per zone, and a pool whose nodes are all in the zone a replica holds ----------------------------------------
+
+
+def test_no_node_is_bought_in_a_pool_whose_nodes_are_all_in_a_zone_a_replica_holds() -> None:
+    """chat, spread one per zone, runs in zone a; the burst pool's nodes are all in zone a (its node b1 full). A node
+    bought there comes up in zone a too, as its nodes' labels show (the rule that closes a pool to a nodeSelector its
+    nodes do not meet): the replica could not go there, and each tick of the boot bought one more."""
+    pool = replace(r34.POOL, nodes=1)
+    config = replace(paa.BURSTING, pools=(pool,))
+    nodes = (paa._node("n1", "a"), paa._node("b1", "a", pool="burst"))
+    pods = (paa._replica(0, "n1"), paa._gang("busy", "n1", 7, 60.0), paa._gang("full", "b1", 8, 60.0))
+    assert _bought(paa._tick(pods, nodes, BY_ZONE, 2, config, {"burst": 1})[0]) == 0
+    # b1 in zone b: a node of the pool may take it
+    in_b = (nodes[0], paa._node("b1", "b", pool="burst"))
+    assert _bought(paa._tick(pods, in_b, BY_ZONE, 2, config, {"burst": 1})[0]) == 1
+    # one per node: a new node is a host of its own
+    assert _bought(paa._tick(pods, nodes, paa.SPREAD, 2, config, {"burst": 1})[0]) == 1
+
+
+def test_a_booting_node_in_the_zone_a_replica_holds_does_not_buy_another_each_tick() -> None:
+    """The node bought registered (not ready yet) in zone a, where the replica runs: it is no room for the next one,
+    and a second node of the same pool would come up there too."""
+    pool = replace(r34.POOL, nodes=2)
+    config = replace(paa.BURSTING, pools=(pool,))
+    booting = NodeInfo("b2", 8, "A100", "burst", False, labels={"zone": "a"})
+    nodes = (paa._node("n1", "a"), paa._node("b1", "a", pool="burst"), booting)
+    pods = (paa._replica(0, "n1"), paa._gang("busy", "n1", 7, 60.0), paa._gang("full", "b1", 8, 60.0))
+    assert _bought(paa._tick(pods, nodes, BY_ZONE, 2, config, {"burst": 2})[0]) == 0
