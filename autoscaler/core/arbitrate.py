@@ -1795,6 +1795,21 @@ def _node_given_back(free: dict[str, int], node: str, after: Mapping[str, int]) 
     return received
 
 
+def _keep_off_moved(
+    barred: dict[str, frozenset[str]], snapshot: ClusterSnapshot, moved: Sequence[PodInfo], landing: Set[str]
+) -> None:
+    """``barred`` (Deployment -> nodes its pods may not use) once the pods ``moved`` off a node given back run on
+    ``landing`` (the nodes they were counted onto, which pod where not told: each on every one of them -- more nodes
+    kept off, never fewer): a replica spread one per node may not join a sibling moved this tick either."""
+    if not moved or not landing:
+        return
+    there = replace(snapshot, pods=tuple(replace(p, node=node) for p in moved for node in sorted(landing)))
+    for deployment in snapshot.deployments:
+        if deployment.anti_affinity:
+            key = f"{deployment.namespace}/{deployment.name}"
+            barred[key] = barred.get(key, frozenset()) | anti_affinity_barred(deployment, there)
+
+
 # the note of a pool none of whose nodes may be given back (``NodeInfo.do_not_disrupt``)
 _ALL_KEPT = "its nodes are annotated not to be removed by an autoscaler: not given back"
 
@@ -1939,7 +1954,9 @@ def _give_back(
                     ScaleNodePool(pool.name, pool.nodes - 1, pool.nodes, Reason.BURST_SCALE_DOWN, detail, emptiest)
                 )
                 unneeded.pop(pool.name, None)
-                received |= _node_given_back(free, emptiest, after)
+                landing = _node_given_back(free, emptiest, after)
+                received |= landing
+                _keep_off_moved(barred, arb.snapshot, pods_here, landing)
                 if beside is not None:
                     beside = beside_after
             continue
@@ -2002,7 +2019,9 @@ def _give_back(
             {n: left for n, left in free.items() if n != emptiest}, pods_here,
             node_types, gpu_types, barred, trial_beside, beside_after, leaving_skews(arb.snapshot, pods_here),
         )  # fmt: skip
-        received |= _node_given_back(free, emptiest, moved or {})
+        landing = _node_given_back(free, emptiest, moved or {})
+        received |= landing
+        _keep_off_moved(barred, arb.snapshot, pods_here, landing)
         if beside is not None and moved is not None:
             beside = beside_after
     suspended = sorted(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from autoscaler.core.arbitrate import CapacityConfig
+from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import NodeInfo
 from autoscaler.core.model import ScaleNodePool
 from autoscaler.core.reasons import Reason
@@ -65,3 +67,27 @@ def test_a_booting_node_in_the_zone_a_replica_holds_does_not_buy_another_each_ti
     nodes = (paa._node("n1", "a"), paa._node("b1", "a", pool="burst"), booting)
     pods = (paa._replica(0, "n1"), paa._gang("busy", "n1", 7, 60.0), paa._gang("full", "b1", 8, 60.0))
     assert _bought(paa._tick(pods, nodes, BY_ZONE, 2, config, {"burst": 2})[0]) == 0
+
+
+# -- the give-back: two pools' nodes in one tick ----------------------------------------------------------------------
+
+
+def test_two_pools_do_not_each_give_back_a_node_whose_replica_lands_on_the_same_free_node() -> None:
+    """chat (one per node) runs chat-2 alone on b0 (pool burst) and chat-3 alone on c0 (pool spot); n2 is empty,
+    n1 full. Each give-back alone is sound (its replica goes to n2), but not both: the second replica may not join
+    the first on n2 (the nodes kept off were those of the snapshot, not of the pods moved this tick), it would wait
+    Pending and the next short tick buy a node again."""
+    burst = BurstPool("burst", 8, "A100", boot_s=300.0, price_per_gpu_hour=4.0, nodes=1, max_nodes=4)
+    spot = replace(burst, name="spot")
+    config = CapacityConfig(pools=(burst, spot), burst_idle_cooldown_s=0.0)
+    nodes = (paa._node("n1"), paa._node("n2"), paa._node("b0", pool="burst"), paa._node("c0", pool="spot"))
+    pods = (paa._replica(0, "n1"), paa._gang("busy", "n1", 7, 60.0), paa._replica(2, "b0"), paa._replica(3, "c0"))
+
+    def given_back(deployment):  # type: ignore[no-untyped-def]
+        actions, _, _ = paa._tick(pods, nodes, deployment, 3, config, {"burst": 1, "spot": 1})
+        return sorted(
+            a.remove_node for a in actions if isinstance(a, ScaleNodePool) and a.reason is Reason.BURST_SCALE_DOWN
+        )
+
+    assert given_back(paa.SPREAD) == ["b0"]
+    assert given_back(paa.PLAIN) == ["b0"], "sanity: without the spread chat-2 goes to c0, which is kept"
