@@ -1722,6 +1722,8 @@ class _Reserved:
     gpus: int  # GPUs one of its replicas requests
     gpu_type: str | None  # the GPU type its pods select; None: any
     barred: frozenset[str]  # the nodes its pods cannot be scheduled on
+    # its own pod anti-affinity (``core.cluster.spread_domains``): one of its replicas per domain; None: not spread
+    spread: Spread | None = field(default=None, compare=False)
 
 
 def _reserved(arb: ArbitrationInput, window_s: float) -> list[_Reserved]:
@@ -1744,7 +1746,12 @@ def _reserved(arb: ArbitrationInput, window_s: float) -> list[_Reserved]:
             gpus = replica_gpus(policy.gpus_per_replica, deployment)
             out.append(
                 _Reserved(
-                    key, extra, gpus, deployment.gpu_product if deployment else None, _barred(arb.snapshot, deployment)
+                    key,
+                    extra,
+                    gpus,
+                    deployment.gpu_product if deployment else None,
+                    _barred(arb.snapshot, deployment),
+                    spread_domains(deployment, arb.snapshot.nodes),
                 )
             )
     return out
@@ -1777,11 +1784,13 @@ def _reserve_gpus(reserved: Sequence[_Reserved]) -> int:
 
 
 def _reserve_fits(free: Mapping[str, int], reserved: Sequence[_Reserved], node_types: Mapping[str, str | None]) -> bool:
-    """Whether every reserved replica fits whole on one node of its GPU type that its pods may use: a sum of free GPUs
-    scattered in pieces no replica fits in would let a give-back go that the reserved replicas then undo."""
+    """Whether every reserved replica fits whole on one node of its GPU type that its pods may use (one per domain of
+    its own anti-affinity's spread): a sum of free GPUs scattered in pieces no replica fits in would let a give-back
+    go that the reserved replicas then undo."""
     left = dict(free)
     return all(
-        _place_usable(left, r.barred, r.replicas, r.gpus, r.gpu_type, node_types) == r.replicas for r in reserved
+        _place_usable(left, r.barred, r.replicas, r.gpus, r.gpu_type, node_types, spread=r.spread) == r.replicas
+        for r in reserved
     )
 
 

@@ -91,3 +91,30 @@ def test_two_pools_do_not_each_give_back_a_node_whose_replica_lands_on_the_same_
 
     assert given_back(paa.SPREAD) == ["b0"]
     assert given_back(paa.PLAIN) == ["b0"], "sanity: without the spread chat-2 goes to c0, which is kept"
+
+
+# -- the replicas reserved for a give-back (the metric's, a rate limit holds back) -------------------------------------
+
+
+def test_a_burst_node_is_not_given_back_when_the_reserved_replicas_spread_one_per_node_need_it() -> None:
+    """chat (one per node) runs chat-0 on n1 beside a 7-GPU gang and wants 1 replica but its metric asks for 3 (a rate
+    limit holds 2 back): n2 and the empty burst node b0 are the room for those two. Counted by GPUs, n2's 8 free held
+    both, and b0 was given back -- the second would wait Pending and the next tick buy a node again."""
+    from autoscaler.core.arbitrate import ArbitrationInput, arbitrate
+    from autoscaler.core.cluster import ClusterSnapshot
+    from autoscaler.core.model import CapacityState, ScaleDecision
+
+    burst = BurstPool("burst", 8, "A100", boot_s=300.0, price_per_gpu_hour=4.0, nodes=1, max_nodes=4)
+    config = CapacityConfig(pools=(burst,), burst_idle_cooldown_s=0.0)
+    nodes = (paa._node("n1"), paa._node("n2"), paa._node("b0", pool="burst"))
+    pods = (paa._replica(0, "n1"), paa._gang("busy", "n1", 7, 60.0))
+
+    def given_back(deployment):  # type: ignore[no-untyped-def]
+        snapshot = ClusterSnapshot(r34.NOW, deployments=(deployment,), pods=pods, nodes=nodes)
+        decision = ScaleDecision(paa.CHAT.key, 1, 1, Reason.METRIC_ABOVE_TARGET, "", recommended_replicas=3)
+        arb = ArbitrationInput(r34.NOW, snapshot, {paa.CHAT.key: paa.CHAT}, [decision], {}, pool_nodes={"burst": 1})
+        actions, _, _ = arbitrate(arb, CapacityState(), config)
+        return [a.remove_node for a in actions if isinstance(a, ScaleNodePool) and a.reason is Reason.BURST_SCALE_DOWN]
+
+    assert given_back(paa.PLAIN) == ["b0"], "sanity: not spread, both fit n2"
+    assert given_back(paa.SPREAD) == []
