@@ -370,6 +370,23 @@ def _kept_off_with_the_pool(deployment: DeploymentInfo | None, snapshot: Cluster
     return anti_affinity_barred(replace(deployment, anti_affinity=wide), snapshot) if wide else frozenset()
 
 
+def _counted_replicas(
+    deployment: DeploymentInfo | None, before: Mapping[str, int], after: Mapping[str, int]
+) -> list[PodInfo]:
+    """Stand-ins for the Deployment's replicas a placement counted onto nodes (the entries of ``after`` with fewer
+    GPUs than ``before``; "<node> (terminating pods)": its node; a node requested is none yet): once bound there,
+    kube-scheduler keeps off their domain a later replica whose required pod anti-affinity selects them."""
+    if deployment is None:
+        return []
+    nodes = sorted({key.split(" ", 1)[0] for key, left in after.items() if left < before.get(key, left)})
+    name = f"{deployment.name} (counted this tick)"
+    return [
+        PodInfo(deployment.namespace, name, node, 0, 0, "Pending", False, "Deployment", deployment.name,
+                labels=deployment.pod_labels)
+        for node in nodes
+    ]  # fmt: skip
+
+
 def _spread_taken(spread: Spread | None, used: Set[str]) -> frozenset[str]:
     """The nodes of the domains this tick's placements already took for a spread Deployment: no room for one more
     of its replicas, whatever a preemption frees there."""
@@ -1012,6 +1029,10 @@ def _arbitrate(
     pdb_spent: dict[str, int] = {}  # disruptions this tick's victims take from each PodDisruptionBudget
     ordered = sorted(arb.policies.items(), key=lambda kv: (-kv[1].priority, kv[0]))
     runs_at = pod_priorities(snapshot)
+    # the replicas this tick's placements counted onto nodes (``_counted_replicas``): a later service whose required
+    # pod anti-affinity selects them is kept off their domains, as it will be once they are bound -- else a gang there
+    # was stopped for a replica that may not join them
+    counted: list[PodInfo] = []
     for key, policy in ordered:
         decision = desired.get(key)
         if decision is None or decision.recommend_only or policy.mode is Mode.RECOMMEND_ONLY:
@@ -1027,11 +1048,12 @@ def _arbitrate(
         # anti-affinity: not where a pod it keeps away from runs)
         deployment = deployments.get(key)
         by_node = _barred(snapshot, deployment, by_pods=False)
-        kept_off = anti_affinity_barred(deployment, snapshot) - by_node if deployment is not None else frozenset()
+        with_counted = replace(snapshot, pods=(*snapshot.pods, *counted)) if counted else snapshot
+        kept_off = anti_affinity_barred(deployment, with_counted) - by_node if deployment is not None else frozenset()
         barred = by_node | kept_off
         # ... of which those kept off by a term over a domain wider than a node (a zone): a node bought in their pool
         # comes up in that domain too, as its nodes' labels show
-        kept_with_pool = _kept_off_with_the_pool(deployment, snapshot) - by_node
+        kept_with_pool = _kept_off_with_the_pool(deployment, with_counted) - by_node
         kept_per_node = kept_off - kept_with_pool  # a node bought in their pool is none of these (``_takes_bought``)
         # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
         # its nodes do not meet, as its registered nodes show; a zone where a pod its anti-affinity keeps away from
@@ -1060,19 +1082,24 @@ def _arbitrate(
         skew = TopologySkew.of(deployment, snapshot)
         # a node whose free GPUs lack the CPU or memory beside them for a replica is no room for it either: its
         # replica stays Pending there, the shortfall is real
+        free_before = dict(free)
         unplaced -= _place_usable(
             free, barred, unplaced, g, gpu_type, node_types, beside, needs, spread, spread_used, skew
         )
+        counted += _counted_replicas(deployment, free_before, free)
         # Its stretch without GPUs goes on while replicas have none, on booting nodes' room or not (a hold neither
         # starts nor ends it: it says nothing about demand)
         previous_since = state.service_short_since.get(key)
         if unplaced > 0 and (previous_since is not None or decision.reason not in _UNSURE_HOLDS):
             short_since_by_service[key] = min(previous_since if previous_since is not None else now, now)
         boot_room = sum(v for k, v in booting.items() if not k.endswith(RETURNING))
+        free_before, booting_before = dict(free), dict(booting)
         on_booting = _place_on_coming(
             free, booting, barred | set(closed), unplaced, g, gpu_type, node_types, beside, needs, returning_beside,
             _spread_booting(spread, booting, per_node), spread_used, skew,
         )  # fmt: skip
+        counted += _counted_replicas(deployment, free_before, free)
+        counted += _counted_replicas(deployment, booting_before, booting)
         if sum(v for k, v in booting.items() if not k.endswith(RETURNING)) < boot_room:
             blockers.append(
                 _Blocker(
@@ -1346,7 +1373,9 @@ def _arbitrate(
                 taken.add(victim.gang)
                 actions.extend(_take_victim(victim, free, pdb_spent, workloads, text, key))
                 _return_beside(beside, victim)
+            free_before = dict(free)
             _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs, spread, spread_used, skew)
+            counted += _counted_replicas(deployment, free_before, free)
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool
@@ -1357,10 +1386,12 @@ def _arbitrate(
                 name = f"{pool.name} (requested {added_nodes[pool.name] - k})"
                 booting[name] = pool.gpus_per_node
                 node_types[name] = pool.gpu_type
+            booting_before = dict(booting)
             _place_usable(
                 booting, barred, short, g, gpu_type, node_types,
                 spread=_spread_booting(spread, booting, per_node), spread_used=spread_used, rule=skew,
             )  # fmt: skip
+            counted += _counted_replicas(deployment, booting_before, booting)
             blockers.append(
                 _Blocker(
                     key,

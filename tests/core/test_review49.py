@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.core.arbitrate import CapacityConfig
+from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
-from autoscaler.core.cluster import NodeInfo
-from autoscaler.core.model import ScaleNodePool
+from autoscaler.core.cluster import (
+    HOSTNAME_LABEL,
+    ClusterSnapshot,
+    DeploymentInfo,
+    NodeInfo,
+    PodAntiAffinityTerm,
+    WorkloadInfo,
+)
+from autoscaler.core.model import CapacityState, ScaleDecision, ScaleNodePool, ServicePolicy
 from autoscaler.core.reasons import Reason
 from tests.core import test_pod_anti_affinity as paa
 from tests.core import test_review34_arbitration as r34
@@ -100,10 +107,6 @@ def test_a_burst_node_is_not_given_back_when_the_reserved_replicas_spread_one_pe
     """chat (one per node) runs chat-0 on n1 beside a 7-GPU gang and wants 1 replica but its metric asks for 3 (a rate
     limit holds 2 back): n2 and the empty burst node b0 are the room for those two. Counted by GPUs, n2's 8 free held
     both, and b0 was given back -- the second would wait Pending and the next tick buy a node again."""
-    from autoscaler.core.arbitrate import ArbitrationInput, arbitrate
-    from autoscaler.core.cluster import ClusterSnapshot
-    from autoscaler.core.model import CapacityState, ScaleDecision
-
     burst = BurstPool("burst", 8, "A100", boot_s=300.0, price_per_gpu_hour=4.0, nodes=1, max_nodes=4)
     config = CapacityConfig(pools=(burst,), burst_idle_cooldown_s=0.0)
     nodes = (paa._node("n1"), paa._node("n2"), paa._node("b0", pool="burst"))
@@ -118,3 +121,45 @@ def test_a_burst_node_is_not_given_back_when_the_reserved_replicas_spread_one_pe
 
     assert given_back(paa.PLAIN) == ["b0"], "sanity: not spread, both fit n2"
     assert given_back(paa.SPREAD) == []
+
+
+# -- two services in one tick -----------------------------------------------------------------------------------------
+
+CODE_APP = {"app": "code"}
+AWAY_FROM_CHAT = PodAntiAffinityTerm(paa.APP, HOSTNAME_LABEL, frozenset({"inference"}))
+CODE = DeploymentInfo(
+    "inference", "code", 0, 0, selector=CODE_APP, pod_labels=CODE_APP, anti_affinity=(AWAY_FROM_CHAT,)
+)
+CODE_POLICY = ServicePolicy("inference", "code", max_replicas=40, priority=900)
+
+
+def test_no_gang_is_stopped_for_a_replica_beside_one_an_earlier_service_is_placed_beside_this_tick() -> None:
+    """chat (priority 1000) wants a second replica: it is counted on n2's one free GPU, beside the cheap gang. code
+    (900) keeps away from chat's pods and wants one replica: stopping the cheap gang on n2 loses least, but chat's
+    replica takes n2 first and code's may not join it there -- the gang stopped for nothing, code Pending. The dear
+    gang on n3 is stopped instead."""
+    nodes = (paa._node("n1"), paa._node("n2"), paa._node("n3"))
+    pods = (
+        paa._replica(0, "n1"),
+        paa._gang("busy", "n1", 7, 6000.0),
+        paa._gang("cheap", "n2", 7, 60.0),
+        paa._gang("dear", "n3", 8, 3000.0),
+    )
+    jobs = tuple(
+        WorkloadInfo("Job", "ml", n, f"job/ml/{n}", False, 100, (g,), None, None)
+        for n, g in (("busy", 7), ("cheap", 7), ("dear", 8))
+    )
+    chat = replace(paa.PLAIN, spec_replicas=2)
+
+    def stopped(code: DeploymentInfo) -> set[str]:
+        snapshot = ClusterSnapshot(r34.NOW, deployments=(chat, code), pods=pods, nodes=nodes, workloads=jobs)
+        decisions = [
+            ScaleDecision(paa.CHAT.key, 1, 2, Reason.METRIC_ABOVE_TARGET, ""),
+            ScaleDecision(CODE_POLICY.key, 0, 1, Reason.METRIC_ABOVE_TARGET, ""),
+        ]
+        policies = {paa.CHAT.key: paa.CHAT, CODE_POLICY.key: CODE_POLICY}
+        arb = ArbitrationInput(r34.NOW, snapshot, policies, decisions, {})
+        return r34.stopped(arbitrate(arb, CapacityState(), r34.NO_POOL)[0])
+
+    assert stopped(replace(CODE, anti_affinity=())) == {"cheap"}, "sanity: not kept away, code joins n2"
+    assert stopped(CODE) == {"dear"}
