@@ -57,7 +57,7 @@ from autoscaler.core.cluster import (
     pod_schedulable_on,
     requests_by_node,
     selected_by,
-    spread_domains,
+    topology_domain,
 )
 from autoscaler.core.model import EvictPod, Plan, ScaleDecision
 from autoscaler.core.reasons import Reason
@@ -430,16 +430,11 @@ class _Cluster:
         self.config = config
         # "namespace/deployment" -> the nodes its required pod anti-affinity keeps its replicas off (a pod it selects
         # runs in their domain: the moved replica itself too, which keeps a zone-spread replica in no other node of
-        # its own zone -- fewer moves, never one the scheduler refuses), and the domains of its own spread
+        # its own zone -- fewer moves, never one the scheduler refuses), and those Deployments
         self.kept_off: dict[str, set[str]] = {}
-        self.spread: dict[str, Mapping[str, tuple[str, ...]]] = {}
-        for deployment in snapshot.deployments:
-            key = f"{deployment.namespace}/{deployment.name}"
-            if deployment.anti_affinity:
-                self.kept_off[key] = set(anti_affinity_barred(deployment, snapshot))
-            spread = spread_domains(deployment, snapshot.nodes)
-            if spread is not None:
-                self.spread[key] = spread
+        self.with_anti_affinity = [d for d in snapshot.deployments if d.anti_affinity]
+        for deployment in self.with_anti_affinity:
+            self.kept_off[f"{deployment.namespace}/{deployment.name}"] = set(anti_affinity_barred(deployment, snapshot))
         # "namespace/deployment" -> its hard topology spread (``core.topology_spread``): a moved replica lands only
         # where the skew allows once it has left its node; the rule with that node's pod taken off, by (key, node)
         self.skews: dict[str, TopologySkew] = {}
@@ -462,7 +457,8 @@ class _Cluster:
         return leaving
 
     def moved(self, pod: PodInfo, nodes: Iterable[str]) -> None:
-        """A replica of a spread Deployment is planned off its node onto ``nodes``: the counts follow it."""
+        """A replica of a Deployment with a hard topology spread is planned off its node (a waiting one: from no
+        node) onto ``nodes``: the counts follow it."""
         skew = self.skews.get(f"{pod.namespace}/{pod.owner_name}") if pod.owner_kind == "Deployment" else None
         if skew is None:
             return
@@ -472,18 +468,27 @@ class _Cluster:
             skew.add(node)
         self._leaving.clear()
 
-    def lands(self, target: _Target, nodes: Iterable[str]) -> None:
-        """A waiting replica of a spread Deployment is expected on one of ``nodes`` (it fits there, or the moves make
-        room there): no sibling waiting after it is counted in the same domains, and its topology spread counts it
-        there."""
-        for pod in target.pods:
-            self.moved(pod, nodes)  # not yet on a node: counted where it is expected
-            key = f"{pod.namespace}/{pod.owner_name}"
-            spread = self.spread.get(key) if pod.owner_kind == "Deployment" else None
-            if spread is None:
-                continue
-            domains = {d for node in nodes for d in spread.get(node, ())}
-            self.kept_off.setdefault(key, set()).update(n for n, d in spread.items() if not domains.isdisjoint(d))
+    def lands(self, pods: Sequence[PodInfo], nodes: Iterable[str]) -> None:
+        """``pods`` are expected on ``nodes`` (a waiting target fits there, or the moves make room there; a moved pod
+        lands there): a Deployment whose required pod anti-affinity selects one of them is kept off those nodes'
+        domains for the rest of the pass -- a sibling waiting after a replica of a spread Deployment, a replica
+        moved after a pod it keeps away from (which pod lands on which node is not told: each on every one of them,
+        fewer moves, never one the scheduler refuses). A waiting replica is counted there by its topology spread
+        (a moved one by ``moved``)."""
+        nodes = list(nodes)
+        for pod in pods:
+            if pod.node is None:
+                self.moved(pod, nodes)
+        landing = [self.nodes[n] for n in nodes if n in self.nodes]
+        if not landing or not pods:
+            return
+        for deployment in self.with_anti_affinity:
+            for term in deployment.anti_affinity:
+                if not any(term.selects(pod) for pod in pods):
+                    continue
+                taken = {topology_domain(n, term.topology_key) for n in landing} - {None}
+                kept = self.kept_off.setdefault(f"{deployment.namespace}/{deployment.name}", set())
+                kept.update(name for name, n in self.nodes.items() if topology_domain(n, term.topology_key) in taken)
 
     def allowed(
         self,
@@ -683,6 +688,7 @@ def plan_rebalance(
     def commit(chosen: Sequence[tuple[_Unit, dict[str, int]]], target: str, gain: int, why: str) -> None:
         for unit, dest in chosen:
             moved_owners.add(unit.owner)  # one replica of a Deployment a pass: never two siblings in one domain
+            cluster.lands(unit.pods, dest)
             landed.update(dest)
             if not unit.training:
                 cluster.moved(unit.pods[0], dest)
@@ -714,7 +720,7 @@ def plan_rebalance(
             # those moves made, the scheduler not having bound it yet).
             free, beside = trial, trial_beside
             landed.update(placed)
-            cluster.lands(target, placed)
+            cluster.lands(target.pods, placed)
             continue
         if target.suspended is not None and resumable is not None and target.suspended not in resumable:
             notes.append(
@@ -750,7 +756,7 @@ def plan_rebalance(
             # it fits once placed pod by pod: nothing to move, but the room found is its own, as when it fits
             free, beside = after, after_beside
             landed.update(homes)
-            cluster.lands(target, homes)
+            cluster.lands(target.pods, homes)
             continue
         gain = sum(target.pod_gpus)
         ratio = gain / sum(len(u.pods) for u, _ in chosen)
@@ -763,7 +769,7 @@ def plan_rebalance(
         free, beside = after, after_beside
         served.add(target.name)
         landed.update(homes)  # the target's pods land there: a burst node among them is kept, not emptied
-        cluster.lands(target, homes)
+        cluster.lands(target.pods, homes)
         commit(
             chosen,
             target.name,

@@ -163,3 +163,31 @@ def test_no_gang_is_stopped_for_a_replica_beside_one_an_earlier_service_is_place
 
     assert stopped(replace(CODE, anti_affinity=())) == {"cheap"}, "sanity: not kept away, code joins n2"
     assert stopped(CODE) == {"dear"}
+
+
+# -- the rebalancer: a moved replica and the replicas moved before it in the pass -------------------------------------
+
+
+def test_a_replica_is_not_moved_beside_a_pod_its_anti_affinity_selects_moved_there_in_the_same_pass() -> None:
+    """Two waiting 8-GPU gangs; code-0 alone on n1 and chat-0 alone on n2 are moved off for them, n3 (a 6-GPU gang)
+    the room. chat keeps away from code's pods: once code-0 is expected on n3, chat-0 may not land there -- its
+    replacement would wait Pending, a serving replica lost for a move the scheduler refuses."""
+    from autoscaler.core.rebalance import RebalanceState, plan_rebalance
+    from tests.core import test_rebalance as reb
+
+    nodes = [reb.node("n1"), reb.node("n2"), reb.node("n3"), reb.node("n4")]
+    pods = [
+        reb.replica("code", 0, "n1"), reb.replica("chat", 0, "n2"), *reb.gang("g3", ["n3"], gpus=6),
+        reb.replica("code", 1, "n4"), reb.replica("chat", 1, "n4"), *reb.gang("g4", ["n4"], gpus=6),
+        *reb.gang("a-wait", [None]), *reb.gang("b-wait", [None]),
+    ]  # fmt: skip
+    chat, code = reb.deployments(pods)
+    away = PodAntiAffinityTerm({"app": "code"}, HOSTNAME_LABEL, frozenset({"inf"}))
+
+    def moved(deployment: DeploymentInfo) -> list[str]:
+        world = reb.snap(nodes, pods, deps=(deployment, code))
+        plan, _ = plan_rebalance(world, reb.NOW, reb.CONFIG, RebalanceState())
+        return reb.evicted(plan)
+
+    assert moved(chat) == ["inf/chat-0", "inf/code-0"], "sanity: not kept away, both land on n3"
+    assert moved(replace(chat, pod_labels={"app": "chat"}, anti_affinity=(away,))) == ["inf/code-0"]
