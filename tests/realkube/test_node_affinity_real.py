@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -20,7 +19,7 @@ from kubernetes import client
 from autoscaler.adapters.kubernetes import KubeClusterReader
 from autoscaler.core.cluster import NodeSelector
 from tests.realkube import manifests
-from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, NODE_POOL_LABEL, ControlPlane
+from tests.realkube.control_plane import NODE_POOL_LABEL, ControlPlane
 from tests.realkube.test_cpu_memory_real import (
     assert_the_scheduler_agrees,
     start_two_gangs,
@@ -28,10 +27,10 @@ from tests.realkube.test_cpu_memory_real import (
     two_gpu_nodes,
     victims,
 )
+from tests.realkube.test_pod_anti_affinity_real import chat_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
 
-PAUSE = "registry.k8s.io/pause:3.10"
 OFF_SPOT = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -41,16 +40,6 @@ OFF_SPOT = {
         }
     }
 }
-
-
-def _chat_spec(product: str) -> dict[str, Any]:
-    return {
-        "nodeSelector": {GPU_PRODUCT_LABEL: product},
-        "affinity": OFF_SPOT,
-        "containers": [{"name": "c", "image": PAUSE, "resources": {
-            "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {GPU_RESOURCE: "1"}}}],
-        "terminationGracePeriodSeconds": 0,
-    }  # fmt: skip
 
 
 @pytest.fixture
@@ -65,8 +54,9 @@ def test_the_victim_search_and_the_scheduler_agree_on_required_node_affinity(
     cp = control_plane
     product, node_a, node_b = nodes
     now = start_two_gangs(cp, namespace, product, (node_a, node_b), "1Gi")
+    spec = chat_spec(product, affinity=OFF_SPOT)
     cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-               manifests.deployment("chat", 0, _chat_spec(product), labels={"app": "chat"}))  # fmt: skip
+               manifests.deployment("chat", 0, spec, labels={"app": "chat"}))  # fmt: skip
 
     read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
     snapshot = this_tests_view(read, namespace, (node_a, node_b), now)

@@ -47,14 +47,51 @@ ONE_PER_NODE = {
 }
 
 
-def _chat_spec(product: str) -> dict[str, Any]:
+def chat_spec(product: str, **placement: Any) -> dict[str, Any]:
+    """The chat replica's pod spec: 1 GPU, 1 CPU, 1 Gi, on the test's GPU product, with ``placement`` (an
+    ``affinity``, ``topologySpreadConstraints``) beside its nodeSelector."""
     return {
         "nodeSelector": {GPU_PRODUCT_LABEL: product},
-        "affinity": ONE_PER_NODE,
+        **placement,
         "containers": [{"name": "c", "image": PAUSE, "resources": {
             "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {GPU_RESOURCE: "1"}}}],
         "terminationGracePeriodSeconds": 0,
     }  # fmt: skip
+
+
+def start_beside_a_replica(cp: ControlPlane, namespace: str, product: str, node_a: str, node_b: str) -> float:
+    """On node a a running chat replica (``solo-chat``, 1 GPU, ``app: chat``, not preemptible) beside the gang
+    "fresh" (7 GPUs, checkpointed a minute ago: the cheaper one to stop); on node b the gang "old" (8 GPUs, an hour
+    ago). Returns the time their checkpoints are counted from."""
+    now = time.time()
+    solo = _pod("solo-chat", node_a, product, 1, "1", "1Gi", {"app": "chat", "gpuautoscaler.dev/preemptible": "false"})
+    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
+                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
+    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
+               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
+    for body in (solo, fresh, old):
+        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    for name in ("solo-chat", "fresh-0", "old-0"):
+        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    return now
+
+
+def assert_the_scheduler_refuses_beside_then_binds(cp: ControlPlane, namespace: str, why: str, node_b: str) -> None:
+    """With "fresh" gone node a has 7 GPUs free, but the chat Deployment's first replica (scaled to 1) may not go
+    there: Unschedulable, its reason holding ``why``; with "old" gone it is bound on ``node_b``."""
+    _delete(cp, namespace, "fresh-0")
+    cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
+               content_type="application/merge-patch+json")  # fmt: skip
+    replica = cp.wait(
+        "a chat replica",
+        lambda: next((p["metadata"]["name"] for p in cp.pods(namespace, "app=chat")
+                      if p["metadata"]["name"].startswith("chat-")), None),
+        timeout_s=60,
+    )  # fmt: skip
+    message = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
+    assert why in message, message
+    _delete(cp, namespace, "old-0")
+    assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b
 
 
 @pytest.fixture
@@ -68,20 +105,10 @@ def test_the_victim_search_and_the_scheduler_agree_on_pod_anti_affinity(
 ) -> None:
     cp = control_plane
     product, node_a, node_b = nodes
-    now = time.time()
-    running = _pod(
-        "solo-chat", node_a, product, 1, "1", "1Gi", {"app": "chat", "gpuautoscaler.dev/preemptible": "false"}
-    )
-    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
-                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
-    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
-               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
-    for body in (running, fresh, old):
-        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-    for name in ("solo-chat", "fresh-0", "old-0"):
-        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    now = start_beside_a_replica(cp, namespace, product, node_a, node_b)
+    spec = chat_spec(product, affinity=ONE_PER_NODE)
     cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-               manifests.deployment("chat", 0, _chat_spec(product), labels={"app": "chat"}))  # fmt: skip
+               manifests.deployment("chat", 0, spec, labels={"app": "chat"}))  # fmt: skip
 
     read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
     snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
@@ -95,16 +122,4 @@ def test_the_victim_search_and_the_scheduler_agree_on_pod_anti_affinity(
     assert victims(namespace, blind) == [f"kubeflow/{namespace}/fresh"]
 
     # The real scheduler: with "fresh" gone node a has 7 GPUs free, but the replica may not join solo-chat there
-    _delete(cp, namespace, "fresh-0")
-    cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
-               content_type="application/merge-patch+json")  # fmt: skip
-    replica = cp.wait(
-        "a chat replica",
-        lambda: next((p["metadata"]["name"] for p in cp.pods(namespace, "app=chat")
-                      if p["metadata"]["name"].startswith("chat-")), None),
-        timeout_s=60,
-    )  # fmt: skip
-    why = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
-    assert "anti-affinity" in why, why
-    _delete(cp, namespace, "old-0")
-    assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b
+    assert_the_scheduler_refuses_beside_then_binds(cp, namespace, "anti-affinity", node_b)

@@ -11,44 +11,27 @@ checkpointed a minute ago (the cheaper one to stop); on node b an 8-GPU gang che
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kubernetes import KubeClusterReader
-from autoscaler.adapters.kubernetes._api import format_time
 from tests.realkube import manifests
-from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, ControlPlane
-from tests.realkube.test_cpu_memory_real import (
-    GANG_LABEL,
-    _delete,
-    _pod,
-    _running_on,
-    _unschedulable_why,
-    this_tests_view,
-    two_gpu_nodes,
-    victims,
+from tests.realkube.control_plane import ControlPlane
+from tests.realkube.test_cpu_memory_real import this_tests_view, two_gpu_nodes, victims
+from tests.realkube.test_pod_anti_affinity_real import (
+    assert_the_scheduler_refuses_beside_then_binds,
+    chat_spec,
+    start_beside_a_replica,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
 
-PAUSE = "registry.k8s.io/pause:3.10"
 ZONE = "topology.kubernetes.io/zone"
-
-
-def _chat_spec(product: str) -> dict[str, Any]:
-    return {
-        "nodeSelector": {GPU_PRODUCT_LABEL: product},
-        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
-                                       "labelSelector": {"matchLabels": {"app": "chat"}}}],
-        "containers": [{"name": "c", "image": PAUSE, "resources": {
-            "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {GPU_RESOURCE: "1"}}}],
-        "terminationGracePeriodSeconds": 0,
-    }  # fmt: skip
+BY_ZONE = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "chat"}}}]  # fmt: skip
 
 
 @pytest.fixture
@@ -65,20 +48,10 @@ def test_the_victim_search_and_the_scheduler_agree_on_topology_spread(
 ) -> None:
     cp = control_plane
     product, node_a, node_b = nodes
-    now = time.time()
-    running = _pod(
-        "solo-chat", node_a, product, 1, "1", "1Gi", {"app": "chat", "gpuautoscaler.dev/preemptible": "false"}
-    )
-    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
-                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
-    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
-               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
-    for body in (running, fresh, old):
-        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-    for name in ("solo-chat", "fresh-0", "old-0"):
-        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    now = start_beside_a_replica(cp, namespace, product, node_a, node_b)
+    spec = chat_spec(product, topologySpreadConstraints=BY_ZONE)
     cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-               manifests.deployment("chat", 0, _chat_spec(product), labels={"app": "chat"}))  # fmt: skip
+               manifests.deployment("chat", 0, spec, labels={"app": "chat"}))  # fmt: skip
 
     read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
     snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
@@ -92,16 +65,4 @@ def test_the_victim_search_and_the_scheduler_agree_on_topology_spread(
     assert victims(namespace, blind) == [f"kubeflow/{namespace}/fresh"]
 
     # The real scheduler: with "fresh" gone zone za has 7 GPUs free, but a second replica there is two ahead of zb
-    _delete(cp, namespace, "fresh-0")
-    cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
-               content_type="application/merge-patch+json")  # fmt: skip
-    replica = cp.wait(
-        "a chat replica",
-        lambda: next((p["metadata"]["name"] for p in cp.pods(namespace, "app=chat")
-                      if p["metadata"]["name"].startswith("chat-")), None),
-        timeout_s=60,
-    )  # fmt: skip
-    why = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
-    assert "topology spread" in why, why
-    _delete(cp, namespace, "old-0")
-    assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b
+    assert_the_scheduler_refuses_beside_then_binds(cp, namespace, "topology spread", node_b)
