@@ -1634,6 +1634,7 @@ def _consolidation(
     reserve: int,
     runs_at: Mapping[str, int],
     beside: Mapping[str, tuple[int, int]] | None = None,
+    spread_moved: Mapping[str, TopologySkew] | None = None,
 ) -> tuple[tuple[GangCandidate, ...], str, str] | str | None:
     """Whether to empty the busy burst ``node`` onto the cluster's other nodes, stopping lower-priority training to
     make room, because that costs less than keeping the node for ``consolidate_horizon_s``: the victims, the reason
@@ -1643,7 +1644,8 @@ def _consolidation(
     gave back on the cluster's own nodes went to queued training: it then stays over half used for hours and the
     half-used rule never gives it back. Keeping it costs its price for every GPU; emptying it costs what the victims
     lose since their checkpoints, their GPUs for the horizon at ``training_gpu_hour_value``, and the SLO risk of a
-    cold start for each moved replica."""
+    cold start for each moved replica. ``spread_moved``: the topology spread as this tick's earlier give-backs left
+    it (``leaving_skews``)."""
     horizon_s = config.consolidate_horizon_s
     if horizon_s <= 0 or not config.preempt:
         return None
@@ -1686,7 +1688,7 @@ def _consolidation(
     deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
     services = {p.key for p in policies}
     spread = spread_domains(deployments.get(next(iter(services))), arb.snapshot.nodes) if len(services) == 1 else None
-    skew = leaving_skews(arb.snapshot, pods).get(next(iter(services))) if len(services) == 1 else None
+    skew = leaving_skews(arb.snapshot, pods, spread_moved).get(next(iter(services))) if len(services) == 1 else None
     need = GpuNeed(
         len(pods) + math.ceil(reserve / gpus_per_replica),
         gpus_per_replica,
@@ -1900,6 +1902,10 @@ def _give_back(
     # Disruptions this tick's consolidations took from each PodDisruptionBudget, as the preemption path counts them
     # between services: two pools' victims under one budget must stay within it together.
     pdb_spent: dict[str, int] = {}
+    # The topology spread of the Deployments whose pods a node given back earlier in this tick moved: counted off that
+    # node and onto the nodes they were placed on (``leaving_skews``), so that a second node's replicas are judged
+    # on what the first left -- each alone, two give-backs emptied the zone the others were held to.
+    spread_moved: dict[str, TopologySkew] = {}
     # per pool, its kept nodes the provider still counts (not those being removed: a removal taint, a deletion)
     kept_in: dict[str | None, int] = {}
     for n in arb.snapshot.nodes:
@@ -1954,9 +1960,10 @@ def _give_back(
         # replicas then wait, and the next short tick would buy it again.
         beside_after: dict[str, tuple[int, int]] = {}
         pods_here = _live_gpu_pods(arb.snapshot, emptiest) if mine else []
+        skews_after = leaving_skews(arb.snapshot, pods_here, spread_moved)  # as the placements below leave them
         after = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, pods_here,
-            node_types, gpu_types, barred, beside, beside_after, leaving_skews(arb.snapshot, pods_here),
+            node_types, gpu_types, barred, beside, beside_after, skews_after,
         ) if mine else None  # fmt: skip
         guarded = next(
             (
@@ -1997,6 +2004,7 @@ def _give_back(
                 landing = _node_given_back(free, emptiest, after)
                 received |= landing
                 _keep_off_moved(barred, arb.snapshot, pods_here, landing)
+                spread_moved.update(skews_after)
                 if beside is not None:
                     beside = beside_after
             continue
@@ -2007,7 +2015,9 @@ def _give_back(
         plan = None
         if mine:
             within = _budgets_left(candidates, pdb_spent)
-            plan = _consolidation(arb, config, pool, emptiest, free, node_types, within, reserve, runs_at, beside)
+            plan = _consolidation(
+                arb, config, pool, emptiest, free, node_types, within, reserve, runs_at, beside, spread_moved
+            )
         if plan is None or isinstance(plan, str):
             unneeded.pop(pool.name, None)
             notes.append(busy if plan is None else f"{busy}; {plan}")
@@ -2037,7 +2047,7 @@ def _give_back(
                 barred,
                 trial_beside,
                 None,
-                leaving_skews(arb.snapshot, pods_here),
+                leaving_skews(arb.snapshot, pods_here, spread_moved),
             )
             is None
         ):
@@ -2055,13 +2065,15 @@ def _give_back(
             )
         )
         unneeded.pop(pool.name, None)
+        skews_after = leaving_skews(arb.snapshot, pods_here, spread_moved)
         moved = fits_typed(
             {n: left for n, left in free.items() if n != emptiest}, pods_here,
-            node_types, gpu_types, barred, trial_beside, beside_after, leaving_skews(arb.snapshot, pods_here),
+            node_types, gpu_types, barred, trial_beside, beside_after, skews_after,
         )  # fmt: skip
         landing = _node_given_back(free, emptiest, moved or {})
         received |= landing
         _keep_off_moved(barred, arb.snapshot, pods_here, landing)
+        spread_moved.update(skews_after)
         if beside is not None and moved is not None:
             beside = beside_after
     suspended = sorted(

@@ -172,10 +172,14 @@ class TopologySkew:
         return min(replicas, placed + unknown)
 
 
-def leaving_skews(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> dict[str, TopologySkew]:
+def leaving_skews(
+    snapshot: ClusterSnapshot, pods: Sequence[PodInfo], earlier: Mapping[str, TopologySkew] | None = None
+) -> dict[str, TopologySkew]:
     """The rules of the Deployments whose ``pods`` leave their node (a burst node given back or emptied), with those
-    pods counted there no more: where their replacements may go ("namespace/deployment" -> rule). Fresh each call:
-    placing through a rule changes it."""
+    pods counted there no more: where their replacements may go ("namespace/deployment" -> rule). ``earlier``: the
+    rules as this tick's earlier give-backs left them (their pods counted off their nodes and onto those they were
+    placed on), else the snapshot's counts -- a second node given back is judged after the first. Fresh each call
+    (copies): placing through a rule changes it."""
     deployments = {f"{d.namespace}/{d.name}": d for d in snapshot.deployments if d.spread_constraints}
     rules: dict[str, TopologySkew] = {}
     for pod in pods:
@@ -183,7 +187,8 @@ def leaving_skews(snapshot: ClusterSnapshot, pods: Sequence[PodInfo]) -> dict[st
         if pod.owner_kind != "Deployment" or key not in deployments:
             continue
         if key not in rules:
-            made = TopologySkew.of(deployments[key], snapshot)
+            before = (earlier or {}).get(key)
+            made = before.copy() if before is not None else TopologySkew.of(deployments[key], snapshot)
             if made is None:
                 continue
             rules[key] = made
