@@ -27,8 +27,9 @@ from autoscaler.core.cluster import (
 def _counted_on(deployment: DeploymentInfo, constraint: TopologySpreadConstraint, node: NodeInfo) -> bool:
     """Whether ``node``'s domain is one the constraint counts for the Deployment's pods (its node inclusion
     policies: the pods' nodeSelector -- the GPU type included -- and required affinity unless Ignore, their
-    tolerations when Honor), and it has the key."""
-    if topology_domain(node, constraint.topology_key) is None:
+    tolerations when Honor), and it has the key -- the key of every one of its constraints: kube-scheduler counts a
+    node lacking one in no domain (a rack counted there made the racks enough for ``minDomains``)."""
+    if lacks_spread_keys(deployment, node):
         return False
     if constraint.honor_node_affinity:
         if deployment.gpu_product is not None and node.gpu_product != deployment.gpu_product:

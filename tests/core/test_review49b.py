@@ -36,3 +36,27 @@ def test_two_pools_do_not_each_give_back_a_node_whose_replica_may_go_only_where_
 
     assert given_back(tsc.PLAIN) == ["b0", "s0"], "sanity: unspread, both replicas fit a1"
     assert given_back(tsc.SPREAD) == ["b0"]
+
+
+# -- the domains counted: only nodes with every constraint's key ----------------------------------------------------
+
+RACK = "example.com/rack"
+
+
+def test_a_node_without_one_constraints_key_counts_in_none_of_its_domains() -> None:
+    """chat is spread by zone and by rack (rack: minDomains 3); one replica runs on each of a1 (zone a, rack r1), b1
+    (zone b, rack r2) and x1 (rack r3, no zone label). kube-scheduler counts only the nodes that carry every
+    constraint's key (PreFilter: nodeLabelsMatchSpreadConstraints): two racks, fewer than minDomains, so the fewest
+    is taken as 0 and a third replica in r1 or r2 is two ahead -- refused everywhere. Counted with x1's rack, three
+    racks made the fewest 1 and let it onto a1 and b1: a gang stopped there for a replica left Pending."""
+    by_rack = replace(tsc.BY_ZONE, topology_key=RACK, min_domains=3)
+    deployment = replace(tsc.SPREAD, spread_constraints=(tsc.BY_ZONE, by_rack))
+    nodes = (
+        replace(tsc._node("a1", "a"), labels={tsc.ZONE: "a", RACK: "r1"}),
+        replace(tsc._node("b1", "b"), labels={tsc.ZONE: "b", RACK: "r2"}),
+        replace(tsc._node("x1", None), labels={RACK: "r3"}),
+    )
+    pods = (tsc._replica(0, "a1"), tsc._replica(1, "b1"), tsc._replica(2, "x1"))
+    skew = tsc._skew(pods, nodes, deployment)
+    assert {n.name for n in nodes if skew.allows(n.name)} == set()
+    assert skew.placeable({"a1": 8, "b1": 8}, 1) == 0
