@@ -371,19 +371,27 @@ def _kept_off_with_the_pool(deployment: DeploymentInfo | None, snapshot: Cluster
 
 
 def _counted_replicas(
-    deployment: DeploymentInfo | None, before: Mapping[str, int], after: Mapping[str, int]
+    deployment: DeploymentInfo | None, gpus: int, *placements: tuple[Mapping[str, int], Mapping[str, int]]
 ) -> list[PodInfo]:
-    """Stand-ins for the Deployment's replicas a placement counted onto nodes (the entries of ``after`` with fewer
-    GPUs than ``before``; "<node> (terminating pods)": its node; a node requested is none yet): once bound there,
-    kube-scheduler keeps off their domain a later replica whose required pod anti-affinity selects them."""
+    """Stand-ins for the Deployment's replicas a placement counted onto nodes (the entries of each ``(before,
+    after)`` with fewer GPUs after; "<node> (terminating pods)": its node; a node requested is
+    none yet), one per ``gpus`` taken on a node and at least one: once bound there, kube-scheduler keeps off their
+    domain a later replica whose required pod anti-affinity selects them, and counts each in the domain of a later
+    replica whose topology spread constraint selects them."""
     if deployment is None:
         return []
-    nodes = sorted({key.split(" ", 1)[0] for key, left in after.items() if left < before.get(key, left)})
+    taken: dict[str, int] = {}
+    for before, after in placements:
+        for key, left in after.items():
+            if left < before.get(key, left):
+                node = key.split(" ", 1)[0]
+                taken[node] = taken.get(node, 0) + before[key] - left
     name = f"{deployment.name} (counted this tick)"
     return [
         PodInfo(deployment.namespace, name, node, 0, 0, "Pending", False, "Deployment", deployment.name,
                 labels=deployment.pod_labels)
-        for node in nodes
+        for node in sorted(taken)
+        for _ in range(max(1, taken[node] // max(1, gpus)))
     ]  # fmt: skip
 
 
@@ -1079,14 +1087,17 @@ def _arbitrate(
         spread = spread_domains(deployment, snapshot.nodes)
         spread_used: set[str] = set()
         # its hard topology spread constraints: each replica placed where the skew allows, then counted
-        skew = TopologySkew.of(deployment, snapshot)
+        # (and the replicas earlier services' placements counted onto nodes this tick: a constraint whose selector
+        # takes in another Deployment's pods counts them once bound -- else a gang was stopped in a zone they put
+        # ahead)
+        skew = TopologySkew.of(deployment, with_counted)
         # a node whose free GPUs lack the CPU or memory beside them for a replica is no room for it either: its
         # replica stays Pending there, the shortfall is real
         free_before = dict(free)
         unplaced -= _place_usable(
             free, barred, unplaced, g, gpu_type, node_types, beside, needs, spread, spread_used, skew
         )
-        counted += _counted_replicas(deployment, free_before, free)
+        counted += _counted_replicas(deployment, g, (free_before, free))
         # Its stretch without GPUs goes on while replicas have none, on booting nodes' room or not (a hold neither
         # starts nor ends it: it says nothing about demand)
         previous_since = state.service_short_since.get(key)
@@ -1098,8 +1109,7 @@ def _arbitrate(
             free, booting, barred | set(closed), unplaced, g, gpu_type, node_types, beside, needs, returning_beside,
             _spread_booting(spread, booting, per_node), spread_used, skew,
         )  # fmt: skip
-        counted += _counted_replicas(deployment, free_before, free)
-        counted += _counted_replicas(deployment, booting_before, booting)
+        counted += _counted_replicas(deployment, g, (free_before, free), (booting_before, booting))
         if sum(v for k, v in booting.items() if not k.endswith(RETURNING)) < boot_room:
             blockers.append(
                 _Blocker(
@@ -1375,7 +1385,7 @@ def _arbitrate(
                 _return_beside(beside, victim)
             free_before = dict(free)
             _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs, spread, spread_used, skew)
-            counted += _counted_replicas(deployment, free_before, free)
+            counted += _counted_replicas(deployment, g, (free_before, free))
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen
             pool = chosen.pool
@@ -1391,7 +1401,7 @@ def _arbitrate(
                 booting, barred, short, g, gpu_type, node_types,
                 spread=_spread_booting(spread, booting, per_node), spread_used=spread_used, rule=skew,
             )  # fmt: skip
-            counted += _counted_replicas(deployment, booting_before, booting)
+            counted += _counted_replicas(deployment, g, (booting_before, booting))
             blockers.append(
                 _Blocker(
                     key,

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.core.arbitrate import CapacityConfig
+from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
 from autoscaler.core.burst import BurstPool
-from autoscaler.core.model import ScaleNodePool
+from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, WorkloadInfo
+from autoscaler.core.model import CapacityState, ScaleDecision, ScaleNodePool, ServicePolicy
 from autoscaler.core.reasons import Reason
+from tests.core import test_review34_arbitration as r34
 from tests.core import test_topology_spread as tsc
 
 # -- two give-backs in one tick --------------------------------------------------------------------------------------
@@ -60,3 +62,39 @@ def test_a_node_without_one_constraints_key_counts_in_none_of_its_domains() -> N
     skew = tsc._skew(pods, nodes, deployment)
     assert {n.name for n in nodes if skew.allows(n.name)} == set()
     assert skew.placeable({"a1": 8, "b1": 8}, 1) == 0
+
+
+# -- two services in a tick: a constraint counting another Deployment's pods ------------------------------------------
+
+LLM = {"tier": "llm"}
+
+
+def test_no_gang_is_stopped_in_a_zone_an_earlier_service_s_replica_puts_ahead_this_tick() -> None:
+    """chat (priority 1000) and code (900) both serve tier llm; code is spread by zone over every llm pod (maxSkew 1),
+    none runs yet. chat's new replica is counted on a1's one free GPU (zone a). code's rule, read from the snapshot,
+    let its replica into zone a too, and stopping ``cheap`` on a2 lost least -- but once chat's replica is bound, a is
+    one ahead of b and code's may only go to b: the gang stopped for nothing, code Pending. ``dear`` in b is stopped."""
+    nodes = (tsc._node("a1", "a"), tsc._node("a2", "a"), tsc._node("b1", "b"))
+    pods = (tsc._gang("busy", "a1", 7, 6000.0), tsc._gang("cheap", "a2", 8, 60.0), tsc._gang("dear", "b1", 8, 3000.0))
+    jobs = tuple(
+        WorkloadInfo("Job", "ml", n, f"job/ml/{n}", False, 100, (g,), None, None)
+        for n, g in (("busy", 7), ("cheap", 8), ("dear", 8))
+    )
+    chat = DeploymentInfo("inference", "chat", 1, 0, selector={"app": "chat"}, pod_labels={"app": "chat", **LLM})
+    code_policy = ServicePolicy("inference", "code", max_replicas=40, priority=900)
+
+    def stopped(selecting: dict[str, str]) -> set[str]:
+        by_zone = replace(tsc.BY_ZONE, selector=selecting)
+        code = DeploymentInfo("inference", "code", 1, 0, selector={"app": "code"}, pod_labels={"app": "code", **LLM},
+                              spread_constraints=(by_zone,))  # fmt: skip
+        snapshot = ClusterSnapshot(r34.NOW, deployments=(chat, code), pods=pods, nodes=nodes, workloads=jobs)
+        decisions = [
+            ScaleDecision(tsc.CHAT.key, 0, 1, Reason.METRIC_ABOVE_TARGET, ""),
+            ScaleDecision(code_policy.key, 0, 1, Reason.METRIC_ABOVE_TARGET, ""),
+        ]
+        policies = {tsc.CHAT.key: tsc.CHAT, code_policy.key: code_policy}
+        arb = ArbitrationInput(r34.NOW, snapshot, policies, decisions, {})
+        return r34.stopped(arbitrate(arb, CapacityState(), r34.NO_POOL)[0])
+
+    assert stopped({"app": "code"}) == {"cheap"}, "sanity: counting its own pods only, zone a is as good as b"
+    assert stopped(LLM) == {"dear"}
