@@ -1072,6 +1072,12 @@ def _arbitrate(
         for n in snapshot.nodes:
             if n.pool is not None and not n.leaving:
                 members.setdefault(n.pool, []).append(n)
+        # its hard topology spread constraints: each replica placed where the skew allows, then counted
+        # (and the replicas earlier services' placements counted onto nodes this tick: a constraint whose selector
+        # takes in another Deployment's pods counts them once bound -- else a gang was stopped in a zone they put
+        # ahead); a pool whose every node is in a zone the skew refuses now is closed too (review 49b: its new nodes
+        # come up there)
+        skew = TopologySkew.of(deployment, with_counted)
         closed = sorted(
             name
             for name, pool_nodes in members.items()
@@ -1080,17 +1086,13 @@ def _arbitrate(
                 and all(n.name in by_node or n.name in kept_with_pool for n in pool_nodes if n.ready)
             )
             or all(n.name in kept_with_pool for n in pool_nodes)
+            or (skew is not None and all(skew.refuses_domain_of(n.name) for n in pool_nodes))
         )
         # its own pod anti-affinity (one replica per node, or per zone): a node holds one of its new replicas at
         # most, whatever its free GPUs -- the domains taken this tick are kept across the placements below
         per_node = one_replica_per_node(deployment)
         spread = spread_domains(deployment, snapshot.nodes)
         spread_used: set[str] = set()
-        # its hard topology spread constraints: each replica placed where the skew allows, then counted
-        # (and the replicas earlier services' placements counted onto nodes this tick: a constraint whose selector
-        # takes in another Deployment's pods counts them once bound -- else a gang was stopped in a zone they put
-        # ahead)
-        skew = TopologySkew.of(deployment, with_counted)
         # a node whose free GPUs lack the CPU or memory beside them for a replica is no room for it either: its
         # replica stays Pending there, the shortfall is real
         free_before = dict(free)

@@ -13,6 +13,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 
 from autoscaler.core.cluster import (
+    HOSTNAME_LABEL,
     ClusterSnapshot,
     DeploymentInfo,
     NodeInfo,
@@ -129,6 +130,24 @@ class TopologySkew:
     def allows(self, entry: str) -> bool:
         node = self._node_of(entry)
         return node is None or self._allows_domains(self._domains[node], self._counts)
+
+    def refuses_domain_of(self, node: str) -> bool:
+        """Whether the next replica may not go into ``node``'s domain of a constraint over a domain wider than a node
+        (a zone): the node lacks the key, or the skew there is too high. A node bought in the same pool comes up in
+        that domain too, as its nodes' labels show; a per-node constraint says nothing of a new node."""
+        domains = self._domains.get(node)
+        if domains is None:
+            return False
+        for index, constraint in enumerate(self._constraints):
+            if constraint.topology_key == HOSTNAME_LABEL:
+                continue
+            value = domains[index]
+            if value is None:
+                return True
+            skew = self._counts[index].get(value, 0) + int(self._self[index]) - self._fewest(index, self._counts)
+            if skew > constraint.max_skew:
+                return True
+        return False
 
     def add(self, entry: str) -> None:
         node = self._node_of(entry)
