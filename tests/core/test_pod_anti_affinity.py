@@ -77,6 +77,13 @@ def _tick(
     return arbitrate(arb, CapacityState(), config)  # fmt: skip
 
 
+def stopped_for(snapshot: ClusterSnapshot, *wants: tuple[ServicePolicy, int, int]) -> set[str]:
+    """The gangs one arbitration tick stops (no burst pool) for the services' (policy, current, desired) replicas."""
+    decisions = [ScaleDecision(p.key, now, want, Reason.METRIC_ABOVE_TARGET, "") for p, now, want in wants]
+    arb = ArbitrationInput(NOW, snapshot, {p.key: p for p, _, _ in wants}, decisions, {})
+    return r34.stopped(arbitrate(arb, CapacityState(), r34.NO_POOL)[0])
+
+
 # -- the pure rules ----------------------------------------------------------------------------------------------------
 
 

@@ -153,13 +153,7 @@ def test_no_gang_is_stopped_for_a_replica_beside_one_an_earlier_service_is_place
 
     def stopped(code: DeploymentInfo) -> set[str]:
         snapshot = ClusterSnapshot(r34.NOW, deployments=(chat, code), pods=pods, nodes=nodes, workloads=jobs)
-        decisions = [
-            ScaleDecision(paa.CHAT.key, 1, 2, Reason.METRIC_ABOVE_TARGET, ""),
-            ScaleDecision(CODE_POLICY.key, 0, 1, Reason.METRIC_ABOVE_TARGET, ""),
-        ]
-        policies = {paa.CHAT.key: paa.CHAT, CODE_POLICY.key: CODE_POLICY}
-        arb = ArbitrationInput(r34.NOW, snapshot, policies, decisions, {})
-        return r34.stopped(arbitrate(arb, CapacityState(), r34.NO_POOL)[0])
+        return paa.stopped_for(snapshot, (paa.CHAT, 1, 2), (CODE_POLICY, 0, 1))
 
     assert stopped(replace(CODE, anti_affinity=())) == {"cheap"}, "sanity: not kept away, code joins n2"
     assert stopped(CODE) == {"dear"}

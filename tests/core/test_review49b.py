@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
+from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import ClusterSnapshot, DeploymentInfo, WorkloadInfo
-from autoscaler.core.model import CapacityState, ScaleDecision, ScaleNodePool, ServicePolicy
+from autoscaler.core.model import ScaleNodePool, ServicePolicy
 from autoscaler.core.reasons import Reason
 from tests.core import test_review34_arbitration as r34
 from tests.core import test_topology_spread as tsc
+from tests.core.test_pod_anti_affinity import stopped_for
 
 # -- two give-backs in one tick --------------------------------------------------------------------------------------
 
@@ -88,13 +89,7 @@ def test_no_gang_is_stopped_in_a_zone_an_earlier_service_s_replica_puts_ahead_th
         code = DeploymentInfo("inference", "code", 1, 0, selector={"app": "code"}, pod_labels={"app": "code", **LLM},
                               spread_constraints=(by_zone,))  # fmt: skip
         snapshot = ClusterSnapshot(r34.NOW, deployments=(chat, code), pods=pods, nodes=nodes, workloads=jobs)
-        decisions = [
-            ScaleDecision(tsc.CHAT.key, 0, 1, Reason.METRIC_ABOVE_TARGET, ""),
-            ScaleDecision(code_policy.key, 0, 1, Reason.METRIC_ABOVE_TARGET, ""),
-        ]
-        policies = {tsc.CHAT.key: tsc.CHAT, code_policy.key: code_policy}
-        arb = ArbitrationInput(r34.NOW, snapshot, policies, decisions, {})
-        return r34.stopped(arbitrate(arb, CapacityState(), r34.NO_POOL)[0])
+        return stopped_for(snapshot, (tsc.CHAT, 0, 1), (code_policy, 0, 1))
 
     assert stopped({"app": "code"}) == {"cheap"}, "sanity: counting its own pods only, zone a is as good as b"
     assert stopped(LLM) == {"dear"}

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.core.arbitrate import ArbitrationInput, CapacityConfig, arbitrate
+from autoscaler.core.arbitrate import CapacityConfig
 from autoscaler.core.burst import BurstPool
 from autoscaler.core.cluster import (
     ClusterSnapshot,
@@ -22,12 +22,12 @@ from autoscaler.core.cluster import (
     PodInfo,
     Taint,
     TopologySpreadConstraint,
-    WorkloadInfo,
 )
-from autoscaler.core.model import CapacityState, ScaleDecision, ScaleNodePool, ServicePolicy
+from autoscaler.core.model import ScaleNodePool, ServicePolicy
 from autoscaler.core.reasons import Reason
 from autoscaler.core.topology_spread import TopologySkew
 from tests.core import test_review34_arbitration as r34
+from tests.core.test_pod_anti_affinity import _tick  # the one-service arbitration tick both files drive
 
 NOW = r34.NOW
 ZONE = "topology.kubernetes.io/zone"
@@ -119,23 +119,6 @@ def test_placeable_fills_the_fewest_first_and_leaves_the_rule_alone() -> None:
 
 
 # -- the arbitration -------------------------------------------------------------------------------------------------
-
-
-def _tick(
-    pods: tuple[PodInfo, ...],
-    nodes: tuple[NodeInfo, ...],
-    deployment: DeploymentInfo,
-    want: int,
-    config: CapacityConfig = r34.NO_POOL,
-    pool_nodes: dict[str, int] | None = None,
-):  # type: ignore[no-untyped-def]
-    gangs = {p.gang.rsplit("/", 1)[-1]: p.gpus for p in pods if p.gang is not None}
-    jobs = tuple(WorkloadInfo("Job", "ml", n, f"job/ml/{n}", False, 100, (g,), None, None) for n, g in gangs.items())
-    snapshot = ClusterSnapshot(NOW, deployments=(deployment,), pods=pods, nodes=nodes, workloads=jobs)
-    running = sum(1 for p in pods if p.owner_name == "chat" and p.node is not None)
-    decision = ScaleDecision(CHAT.key, running, want, Reason.METRIC_ABOVE_TARGET, "")
-    arb = ArbitrationInput(NOW, snapshot, {CHAT.key: CHAT}, [decision], {}, pool_nodes=pool_nodes)
-    return arbitrate(arb, CapacityState(), config)  # fmt: skip
 
 
 def test_the_gang_in_the_zone_ahead_is_not_stopped_for_the_next_replica() -> None:
