@@ -1255,7 +1255,8 @@ def _arbitrate(
             why = []
             if closed:
                 why.append(
-                    f"its pods do not tolerate (or select, or their anti-affinity keeps off) the nodes of "
+                    f"its pods do not tolerate (or select; or their anti-affinity or topology spread keeps them off) "
+                    "the nodes of "
                     f"{', '.join(closed)}"
                 )
             if overdue:

@@ -195,3 +195,16 @@ def test_a_moved_replica_is_expected_only_where_the_skew_lets_it_land(
     assert reb.evicted(plan) == moved
     landed = {n for m in plan.moves for n in m.destinations}
     assert landed <= landing and bool(landed) == bool(moved)
+
+
+def test_plan_says_why_a_pool_in_the_zone_ahead_is_not_grown() -> None:
+    """The burst pool's only node is in zone a, which the spread refuses now: the burst option says its pods'
+    topology spread keeps them off the pool's nodes (the operator sees why free money buys nothing)."""
+    pool = BurstPool("burst", 8, "A100", boot_s=300.0, price_per_gpu_hour=0.5, nodes=1, min_nodes=0, max_nodes=4)
+    config = CapacityConfig(pools=(pool,), assumed_shortfall_s=8 * 3600, preempt=False)
+    nodes = (_node("a1", "a"), _node("b1", "b"), _node("ba0", "a", pool="burst"))
+    pods = (_replica(0, "a1"), _gang("busy", "a1", 7, 60.0), _gang("full", "b1", 8, 60.0),
+            _gang("full-a", "ba0", 8, 60.0))  # fmt: skip
+    _, report, _ = _tick(pods, nodes, SPREAD, 2, config, {"burst": 1})
+    (burst,) = [o for o in report.options if o.kind == "burst"]
+    assert not burst.chosen and "topology spread" in burst.detail and "burst" in burst.detail, burst.detail
