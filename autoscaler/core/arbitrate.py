@@ -55,7 +55,6 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.core.burst import BurstChoice, BurstOption, BurstPool, choose_burst, largest_burst, worth_a_node
 from autoscaler.core.cluster import (
-    HOSTNAME_LABEL,
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
     DeploymentInfo,
@@ -366,8 +365,7 @@ def _kept_off_with_the_pool(deployment: DeploymentInfo | None, snapshot: Cluster
     meet) -- where a new node is a host of its own, it is no such node."""
     if deployment is None:
         return frozenset()
-    wide = tuple(t for t in deployment.anti_affinity if t.topology_key != HOSTNAME_LABEL)
-    return anti_affinity_barred(replace(deployment, anti_affinity=wide), snapshot) if wide else frozenset()
+    return anti_affinity_barred(deployment, snapshot, wide_only=True)
 
 
 def _counted_replicas(
@@ -1859,10 +1857,11 @@ def _keep_off_moved(
     if not moved or not landing:
         return
     there = replace(snapshot, pods=tuple(replace(p, node=node) for p in moved for node in sorted(landing)))
-    for deployment in snapshot.deployments:
-        if deployment.anti_affinity:
+    for deployment in snapshot.deployments:  # its own terms, or theirs selecting it (the symmetric check)
+        kept = anti_affinity_barred(deployment, there)
+        if kept:
             key = f"{deployment.namespace}/{deployment.name}"
-            barred[key] = barred.get(key, frozenset()) | anti_affinity_barred(deployment, there)
+            barred[key] = barred.get(key, frozenset()) | kept
 
 
 # the note of a pool none of whose nodes may be given back (``NodeInfo.do_not_disrupt``)

@@ -121,25 +121,47 @@ def topology_domain(node: NodeInfo, key: str) -> str | None:
     return value
 
 
-def anti_affinity_barred(deployment: DeploymentInfo, snapshot: ClusterSnapshot) -> frozenset[str]:
-    """The nodes the Deployment's required pod anti-affinity keeps its next replica off: those in a topology domain
-    (same value of the term's key) where a pod the term selects is bound and not finished -- kube-scheduler counts a
-    terminating pod until it is gone. Only the pods the snapshot holds are seen (the GPU pods): a term that keeps
-    replicas away from CPU-only pods is not honoured here."""
-    if not deployment.anti_affinity:
+def anti_affinity_barred(
+    deployment: DeploymentInfo, snapshot: ClusterSnapshot, wide_only: bool = False
+) -> frozenset[str]:
+    """The nodes kube-scheduler's InterPodAffinity filter keeps the Deployment's next replica off: those in a
+    topology domain (same value of the term's key) where a pod its own required anti-affinity selects is bound and
+    not finished (a terminating pod counts until it is gone) -- and, the symmetric check, where a pod runs whose own
+    Deployment's required anti-affinity selects the new replica (its template's labels, in its namespace; the terms
+    of a pod of another owner are not read). Only the pods the snapshot holds are seen (the GPU pods): a term that
+    keeps replicas away from CPU-only pods is not honoured here. ``wide_only``: the terms over a domain wider than a
+    node (not ``kubernetes.io/hostname``) alone."""
+
+    def kept(term: PodAntiAffinityTerm) -> bool:
+        return not wide_only or term.topology_key != HOSTNAME_LABEL
+
+    own = [t for t in deployment.anti_affinity if kept(t)]
+    replica = PodInfo(
+        deployment.namespace, "", None, 0, 0, "Pending", False, "Deployment", deployment.name,
+        labels=deployment.pod_labels,
+    )  # fmt: skip
+    theirs = {
+        (d.namespace, d.name): selecting
+        for d in snapshot.deployments
+        if d.anti_affinity and (selecting := tuple(t for t in d.anti_affinity if kept(t) and t.selects(replica)))
+    }
+    if not own and not theirs:
         return frozenset()
     nodes = {n.name: n for n in snapshot.nodes}
-    barred: set[str] = set()
-    for term in deployment.anti_affinity:
-        taken = {
-            topology_domain(nodes[p.node], term.topology_key)
-            for p in snapshot.pods
-            if p.node in nodes and p.phase not in ("Succeeded", "Failed") and term.selects(p)
-        }
-        taken.discard(None)
-        if taken:
-            barred.update(n.name for n in snapshot.nodes if topology_domain(n, term.topology_key) in taken)
-    return frozenset(barred)
+    taken: dict[str, set[str]] = {}  # topology key -> the domains a pod it keeps away from (or that keeps it) is in
+    for pod in snapshot.pods:
+        if pod.node not in nodes or pod.phase in ("Succeeded", "Failed"):
+            continue
+        terms = [t for t in own if t.selects(pod)]
+        if pod.owner_kind == "Deployment":
+            terms.extend(theirs.get((pod.namespace, pod.owner_name or ""), ()))
+        for term in terms:
+            domain = topology_domain(nodes[pod.node], term.topology_key)
+            if domain is not None:
+                taken.setdefault(term.topology_key, set()).add(domain)
+    return frozenset(
+        n.name for n in snapshot.nodes if any(topology_domain(n, key) in domains for key, domains in taken.items())
+    )
 
 
 # node -> the topology domains ("<key>=<value>") of a Deployment's spread (``spread_domains``): at most one of its new

@@ -48,6 +48,9 @@ from autoscaler.core.cluster import (
     SERVING_OWNER_KINDS,
     STATIC_POD_OWNER_KIND,
     ClusterSnapshot,
+    DeploymentInfo,
+    NodeInfo,
+    PodAntiAffinityTerm,
     PodInfo,
     add_beside,
     anti_affinity_barred,
@@ -433,8 +436,12 @@ class _Cluster:
         # its own zone -- fewer moves, never one the scheduler refuses), and those Deployments
         self.kept_off: dict[str, set[str]] = {}
         self.with_anti_affinity = [d for d in snapshot.deployments if d.anti_affinity]
-        for deployment in self.with_anti_affinity:
-            self.kept_off[f"{deployment.namespace}/{deployment.name}"] = set(anti_affinity_barred(deployment, snapshot))
+        # every Deployment: its own terms, or another's selecting its replicas (the symmetric check)
+        self.deployments = snapshot.deployments if self.with_anti_affinity else ()
+        for deployment in self.deployments:
+            kept = anti_affinity_barred(deployment, snapshot)
+            if kept:
+                self.kept_off[f"{deployment.namespace}/{deployment.name}"] = set(kept)
         # "namespace/deployment" -> its hard topology spread (``core.topology_spread``): a moved replica lands only
         # where the skew allows once it has left its node; the rule with that node's pod taken off, by (key, node)
         self.skews: dict[str, TopologySkew] = {}
@@ -484,11 +491,27 @@ class _Cluster:
             return
         for deployment in self.with_anti_affinity:
             for term in deployment.anti_affinity:
-                if not any(term.selects(pod) for pod in pods):
-                    continue
-                taken = {topology_domain(n, term.topology_key) for n in landing} - {None}
-                kept = self.kept_off.setdefault(f"{deployment.namespace}/{deployment.name}", set())
-                kept.update(name for name, n in self.nodes.items() if topology_domain(n, term.topology_key) in taken)
+                if any(term.selects(pod) for pod in pods):
+                    self._keep_off(deployment, term, landing)
+        # the symmetric check: a landing pod's own Deployment's terms keep off the replicas they select
+        owners = {(p.namespace, p.owner_name) for p in pods if p.owner_kind == "Deployment"}
+        for owner in self.with_anti_affinity:
+            if (owner.namespace, owner.name) not in owners:
+                continue
+            for deployment in self.deployments:
+                replica = PodInfo(
+                    deployment.namespace, "", None, 0, 0, "Pending", False, "Deployment", deployment.name,
+                    labels=deployment.pod_labels,
+                )  # fmt: skip
+                for term in owner.anti_affinity:
+                    if term.selects(replica):
+                        self._keep_off(deployment, term, landing)
+
+    def _keep_off(self, deployment: DeploymentInfo, term: PodAntiAffinityTerm, landing: Sequence[NodeInfo]) -> None:
+        """Keep the Deployment's replicas off the domains of ``term`` that the ``landing`` nodes are in."""
+        taken = {topology_domain(n, term.topology_key) for n in landing} - {None}
+        kept = self.kept_off.setdefault(f"{deployment.namespace}/{deployment.name}", set())
+        kept.update(name for name, n in self.nodes.items() if topology_domain(n, term.topology_key) in taken)
 
     def allowed(
         self,

@@ -287,3 +287,56 @@ def test_a_burst_node_is_not_given_back_when_its_replica_may_only_join_a_sibling
 
     assert given_back(PLAIN) == ["b0"], "sanity: without the spread chat-2 fits n2"
     assert given_back(SPREAD) == []
+
+
+# -- the symmetric check: a running pod's own anti-affinity keeps the new replica off its domain --------------------
+
+CODE_LABELS = {"app": "code"}
+CODE = DeploymentInfo("inference", "code", 1, 1, selector=CODE_LABELS, pod_labels=CODE_LABELS)
+CODE_POLICY = ServicePolicy("inference", "code", max_replicas=40, priority=1000)
+AWAY_FROM_CODE = PodAntiAffinityTerm(CODE_LABELS, HOSTNAME_LABEL, frozenset({"inference"}))
+
+
+def test_a_running_pods_own_anti_affinity_keeps_the_new_replica_off_its_node() -> None:
+    """chat's template keeps it away from code's pods; code has no term. kube-scheduler refuses code's next replica
+    on chat's node all the same (InterPodAffinity's symmetric check)."""
+    chat = replace(PLAIN, anti_affinity=(AWAY_FROM_CODE,))
+    snapshot = replace(_snapshot(_replica(0, "n1")), deployments=(chat, CODE))
+    assert anti_affinity_barred(CODE, snapshot) == {"n1"}
+    assert anti_affinity_barred(CODE, replace(snapshot, deployments=(PLAIN, CODE))) == set()
+    by_zone = replace(chat, anti_affinity=(replace(AWAY_FROM_CODE, topology_key="zone"),))
+    assert anti_affinity_barred(CODE, replace(snapshot, deployments=(by_zone, CODE))) == {"n1", "n2"}
+    assert anti_affinity_barred(CODE, snapshot, wide_only=True) == set(), "a per-host term is not a wide one"
+    elsewhere = replace(chat, anti_affinity=(replace(AWAY_FROM_CODE, namespaces=frozenset({"other"})),))
+    assert anti_affinity_barred(CODE, replace(snapshot, deployments=(elsewhere, CODE))) == set()
+
+
+def test_no_gang_is_stopped_beside_a_pod_that_keeps_the_replica_away() -> None:
+    """chat-0 runs on n1 beside ``cheap``; code wants one replica and ``dear`` holds n2. chat keeps away from code:
+    stopping ``cheap`` would free GPUs code's replica may not take."""
+    nodes = (_node("n1"), _node("n2"))
+    pods = (_replica(0, "n1"), _gang("cheap", "n1", 7, 60.0), _gang("dear", "n2", 8, 3000.0))
+    gangs = {p.gang.rsplit("/", 1)[-1]: p.gpus for p in pods if p.gang is not None}
+    jobs = tuple(WorkloadInfo("Job", "ml", n, f"job/ml/{n}", False, 100, (g,), None, None) for n, g in gangs.items())
+
+    def stopped(chat: DeploymentInfo) -> set[str]:
+        snapshot = ClusterSnapshot(NOW, deployments=(chat, CODE), pods=pods, nodes=nodes, workloads=jobs)
+        return stopped_for(snapshot, (CODE_POLICY, 0, 1))
+
+    assert stopped(PLAIN) == {"cheap"}, "sanity: chat keeps away from nothing"
+    assert stopped(replace(PLAIN, anti_affinity=(AWAY_FROM_CODE,))) == {"dear"}
+
+
+def test_the_rebalancer_keeps_a_replica_off_where_a_pod_keeping_it_away_is_expected() -> None:
+    """A replica of chat (which keeps away from code's pods) is expected on n3 in this pass: code's replicas may not
+    be moved there (the symmetric check), nor onto n1 where chat-0 runs now."""
+    from autoscaler.core.rebalance import RebalanceConfig, _Cluster
+
+    chat = replace(PLAIN, anti_affinity=(AWAY_FROM_CODE,))
+    code_pod = replace(_replica(5, "n2"), owner_name="code", labels=CODE_LABELS)
+    snapshot = replace(_snapshot(_replica(0, "n1"), code_pod), deployments=(chat, CODE))
+    cluster = _Cluster(snapshot, RebalanceConfig())
+    assert not cluster.allowed("n1", None, False, [code_pod])
+    assert cluster.allowed("n3", None, False, [code_pod])
+    cluster.lands([_replica(1, None)], ["n3"])
+    assert not cluster.allowed("n3", None, False, [code_pod])

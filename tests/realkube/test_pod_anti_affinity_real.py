@@ -123,3 +123,46 @@ def test_the_victim_search_and_the_scheduler_agree_on_pod_anti_affinity(
 
     # The real scheduler: with "fresh" gone node a has 7 GPUs free, but the replica may not join solo-chat there
     assert_the_scheduler_refuses_beside_then_binds(cp, namespace, "anti-affinity", node_b)
+
+
+def test_the_victim_search_and_the_scheduler_agree_on_the_symmetric_check(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient, nodes: tuple[str, str, str]
+) -> None:
+    """The symmetric check: chat has no anti-affinity, but the "guard" Deployment's replica on node a keeps away from
+    chat's pods. kube-scheduler refuses chat's replica on node a all the same; the victim search reads guard's
+    template and stops the gang on node b."""
+    cp = control_plane
+    product, node_a, node_b = nodes
+    away_from_chat = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "chat"}}, "topologyKey": HOSTNAME_LABEL}]}}  # fmt: skip
+    guard = chat_spec(product, affinity=away_from_chat)
+    guard["nodeSelector"] = {**guard["nodeSelector"], HOSTNAME_LABEL: node_a}
+    cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
+               manifests.deployment("guard", 1, guard, labels={"app": "guard"}))  # fmt: skip
+    cp.wait(
+        "guard running",
+        lambda: next(
+            (p for p in cp.pods(namespace, "app=guard") if p.get("status", {}).get("phase") == "Running"), None
+        ),
+        timeout_s=60,
+    )
+    now = time.time()
+    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
+                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
+    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
+               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
+    for body in (fresh, old):
+        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    for name in ("fresh-0", "old-0"):
+        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
+               manifests.deployment("chat", 0, chat_spec(product), labels={"app": "chat"}))  # fmt: skip
+
+    read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
+    snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
+    assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/old"]
+    blind = dataclasses.replace(
+        snapshot, deployments=tuple(dataclasses.replace(d, anti_affinity=()) for d in snapshot.deployments)
+    )
+    assert victims(namespace, blind) == [f"kubeflow/{namespace}/fresh"]
+    assert_the_scheduler_refuses_beside_then_binds(cp, namespace, "anti-affinity", node_b)
