@@ -171,7 +171,8 @@ class TopologySkew:
         itself is not changed. Under one constraint the count does not depend on the order; under several it may,
         and kube-scheduler's order is not this one (it scores only ScheduleAnyway constraints): a limitation.
         Called for every set the victim search weighs: the fewest per constraint is found once per replica, not once
-        per domain tried (one constraint: a heap) -- with a per-node key, 200 nodes cost 2.6 ms a call."""
+        per domain tried (one constraint: a heap): with a per-node key on 200 nodes a call went from 2.6 ms to about
+        50 us (review 49b's measurement), a victim search of 600 calls from 1 s to 50 ms."""
         counts = [dict(c) for c in self._counts]
         slots: dict[tuple[str, ...], int] = {}
         unknown = 0
