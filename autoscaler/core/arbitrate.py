@@ -393,6 +393,28 @@ def _counted_replicas(
     ]  # fmt: skip
 
 
+def _held_off(
+    free: Mapping[str, int],
+    gpus: int,
+    gpu_type: str | None,
+    node_types: Mapping[str, str | None],
+    kept_off: Set[str],
+    by_node: Set[str],
+    skew: TopologySkew | None,
+) -> list[str]:
+    """The ready nodes with a replica's GPUs free, of its type, that its pods' labels, taints and selectors allow but
+    its required pod anti-affinity or hard topology spread refuses now (sorted)."""
+    return sorted(
+        node
+        for node, left in free.items()
+        if left >= gpus
+        and " " not in node  # a node's own entry, not "<node> (terminating pods)" nor a requested one
+        and (gpu_type is None or node_types.get(node) == gpu_type)
+        and node not in by_node
+        and (node in kept_off or (skew is not None and not skew.allows(node)))
+    )
+
+
 def _spread_taken(spread: Spread | None, used: Set[str]) -> frozenset[str]:
     """The nodes of the domains this tick's placements already took for a spread Deployment: no room for one more
     of its replicas, whatever a preemption frees there."""
@@ -1289,6 +1311,11 @@ def _arbitrate(
                         short * g * pool.boot_s / 3600.0 * config.slo_risk_per_gpu_hour
                     )
         shortage = f"{key}: {short} replica(s) x {g} GPU short for ~{duration:.0f}s ({basis})"
+        held_off = _held_off(free, g, gpu_type, node_types, kept_off, by_node, skew)
+        if held_off:
+            # free GPUs the operator sees on the nodes, which the pods' own placement rules refuse: say so
+            shown = ", ".join(held_off[:5]) + (f" and {len(held_off) - 5} more" if len(held_off) > 5 else "")
+            shortage += f" (GPUs free on {shown}, where its pod anti-affinity or topology spread keeps it off)"
         pick_preempt = preempt_cost is not None and (burst_cost is None or preempt_cost <= burst_cost)
         pick_burst = not pick_preempt and burst_cost is not None
         # Only a shortfall the forecast vouches for: one it does not (it fits from now + lead on) is the metric's

@@ -340,3 +340,14 @@ def test_the_rebalancer_keeps_a_replica_off_where_a_pod_keeping_it_away_is_expec
     assert cluster.allowed("n3", None, False, [code_pod])
     cluster.lands([_replica(1, None)], ["n3"])
     assert not cluster.allowed("n3", None, False, [code_pod])
+
+
+def test_plan_names_the_free_gpus_the_anti_affinity_refuses() -> None:
+    """n1 has 3 GPUs free beside chat-0: the shortfall's text says they are there and why they are no room."""
+    nodes = (_node("n1"), _node("n2"))
+    pods = (_replica(0, "n1"), _gang("cheap", "n1", 4, 60.0), _gang("dear", "n2", 8, 3000.0))
+    _, report, _ = _tick(pods, nodes, SPREAD, 2)
+    (preempt,) = [o for o in report.options if o.kind == "preempt"]
+    assert "GPUs free on n1, where its pod anti-affinity or topology spread keeps it off" in preempt.detail
+    _, plain, _ = _tick(pods, nodes, PLAIN, 2)
+    assert not any("keeps it off" in o.detail for o in plain.options)

@@ -208,3 +208,11 @@ def test_plan_says_why_a_pool_in_the_zone_ahead_is_not_grown() -> None:
     _, report, _ = _tick(pods, nodes, SPREAD, 2, config, {"burst": 1})
     (burst,) = [o for o in report.options if o.kind == "burst"]
     assert not burst.chosen and "topology spread" in burst.detail and "burst" in burst.detail, burst.detail
+
+
+def test_plan_names_the_free_gpus_the_topology_spread_refuses() -> None:
+    nodes = (_node("a1", "a"), _node("b1", "b"), _node("c1", "c"))
+    pods = (_replica(0, "a1"), _replica(1, "b1"), _gang("dear", "c1", 8, 3000.0))
+    _, report, _ = _tick(pods, nodes, SPREAD, 3)
+    (preempt,) = [o for o in report.options if o.kind == "preempt"]
+    assert "GPUs free on a1, b1, where its pod anti-affinity or topology spread keeps it off" in preempt.detail
