@@ -49,6 +49,7 @@ or was not chosen, for ``autoscaler plan`` and the simulator.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
@@ -68,6 +69,7 @@ from autoscaler.core.cluster import (
     free_gpus_per_node,
     gpu_types_meet,
     labels_select,
+    next_replica,
     one_replica_per_node,
     place_best_fit,
     replica_gpus,
@@ -358,16 +360,6 @@ def _spread_booting(spread: Spread | None, booting: Mapping[str, int], per_node:
     return {**spread, **requested}
 
 
-def _kept_off_with_the_pool(deployment: DeploymentInfo | None, snapshot: ClusterSnapshot) -> frozenset[str]:
-    """The nodes the Deployment's required pod anti-affinity keeps its next replica off by a term over a domain wider
-    than a node (a zone, not ``kubernetes.io/hostname``): a node bought in their pool comes up in the same domain,
-    as the pool's registered nodes' labels show (the rule that closes a pool to a nodeSelector its nodes do not
-    meet) -- where a new node is a host of its own, it is no such node."""
-    if deployment is None:
-        return frozenset()
-    return anti_affinity_barred(deployment, snapshot, wide_only=True)
-
-
 def _counted_replicas(
     deployment: DeploymentInfo | None, gpus: int, *placements: tuple[Mapping[str, int], Mapping[str, int]]
 ) -> list[PodInfo]:
@@ -386,11 +378,10 @@ def _counted_replicas(
                 taken[node] = taken.get(node, 0) + before[key] - left
     name = f"{deployment.name} (counted this tick)"
     return [
-        PodInfo(deployment.namespace, name, node, 0, 0, "Pending", False, "Deployment", deployment.name,
-                labels=deployment.pod_labels)
+        next_replica(deployment, node, name)
         for node in sorted(taken)
         for _ in range(max(1, taken[node] // max(1, gpus)))
-    ]  # fmt: skip
+    ]
 
 
 def _held_off(
@@ -1068,21 +1059,30 @@ def _arbitrate(
         unplaced = max(0, decision.desired_replicas - _bound_replicas(snapshot, policy))
         if unplaced == 0:
             continue
+        deployment = deployments.get(key)
         # a replica's GPUs are what its pods request (a policy may leave gpusPerReplica at its default of 1)
-        g = replica_gpus(policy.gpus_per_replica, deployments.get(key))
-        needs = replica_beside_gpus(deployments.get(key))
+        g = replica_gpus(policy.gpus_per_replica, deployment)
+        needs = replica_beside_gpus(deployment)
         gpu_type = gpu_types.get(key)
         # only the nodes its pods may be scheduled on are room for them (nodeSelector, taints, and its required pod
         # anti-affinity: not where a pod it keeps away from runs)
-        deployment = deployments.get(key)
         by_node = _barred(snapshot, deployment, by_pods=False)
         with_counted = replace(snapshot, pods=(*snapshot.pods, *counted)) if counted else snapshot
         kept_off = anti_affinity_barred(deployment, with_counted) - by_node if deployment is not None else frozenset()
         barred = by_node | kept_off
-        # ... of which those kept off by a term over a domain wider than a node (a zone): a node bought in their pool
-        # comes up in that domain too, as its nodes' labels show
-        kept_with_pool = _kept_off_with_the_pool(deployment, with_counted) - by_node
+        # ... of which those kept off by a term over a domain wider than a node (a zone, not
+        # ``kubernetes.io/hostname``): a node bought in their pool comes up in that domain too, as its nodes' labels
+        # show (the rule that closes a pool to a nodeSelector its nodes do not meet)
+        kept_with_pool = (
+            anti_affinity_barred(deployment, with_counted, wide_only=True) - by_node
+            if deployment is not None
+            else frozenset()
+        )
         kept_per_node = kept_off - kept_with_pool  # a node bought in their pool is none of these (``_takes_bought``)
+        # this service as a blocker (``_Blocker``): its replicas, why they wait, and whether on a boot or by choice
+        as_blocker = functools.partial(
+            _Blocker, key, policy.priority, gpu_type=gpu_type, barred=barred, gpus=g, kept_off=kept_per_node
+        )
         # a pool whose nodes the service's pods cannot be scheduled on (a taint they do not tolerate, a nodeSelector
         # its nodes do not meet, as its registered nodes show; a zone where a pod its anti-affinity keeps away from
         # runs) would boot nodes that host none of its replicas (every ready one of them: one node tainted by hand,
@@ -1133,19 +1133,7 @@ def _arbitrate(
         )  # fmt: skip
         counted += _counted_replicas(deployment, g, (free_before, free), (booting_before, booting))
         if sum(v for k, v in booting.items() if not k.endswith(RETURNING)) < boot_room:
-            blockers.append(
-                _Blocker(
-                    key,
-                    policy.priority,
-                    on_booting,
-                    "they wait for a node's boot",
-                    gpu_type,
-                    barred,
-                    g,
-                    True,
-                    kept_off=kept_per_node,
-                )
-            )
+            blockers.append(as_blocker(on_booting, "they wait for a node's boot", on_boot=True))
         short = unplaced - on_booting
         if short <= 0:
             continue
@@ -1157,18 +1145,7 @@ def _arbitrate(
                 f"{key}: {short} replica(s) waiting for GPUs, but it holds ({decision.reason.value}): neither "
                 "preempt nor burst on a hold, nothing given back"
             )
-            blockers.append(
-                _Blocker(
-                    key,
-                    policy.priority,
-                    short,
-                    "holds on incomplete metrics",
-                    gpu_type,
-                    barred,
-                    g,
-                    kept_off=kept_per_node,
-                )
-            )
+            blockers.append(as_blocker(short, "holds on incomplete metrics"))
             continue
         capacity = decision.desired_replicas - short
         duration, basis, vouched = _duration(arb, key, policy, capacity, config)
@@ -1182,18 +1159,7 @@ def _arbitrate(
                     f"started now is ready ({policy.cold_start_s:g}s): neither preempt nor burst",
                 )
             )
-            blockers.append(
-                _Blocker(
-                    key,
-                    policy.priority,
-                    short,
-                    "its shortfall is waited out",
-                    gpu_type,
-                    barred,
-                    g,
-                    kept_off=kept_per_node,
-                )
-            )
+            blockers.append(as_blocker(short, "its shortfall is waited out"))
             continue
         since = short_since_by_service.get(key, now)
         # What the metric (with the forecast floor) asks for this tick, before the scale-down stabilisation: replicas
@@ -1394,11 +1360,7 @@ def _arbitrate(
             if cheap is not None:
                 by_choice.add(key)
             chose = cheap is not None and not takers  # waited out by choice, not behind another service
-            blockers.append(
-                _Blocker(
-                    key, policy.priority, short, "it waits", gpu_type, barred, g, False, chose, kept_off=kept_per_node
-                )
-            )
+            blockers.append(as_blocker(short, "it waits", waited_out=chose))
             then_text = f" (then: {then})" if then else ""
             priced = cheap if cheap is not None and chose else 0.0
             options.append(
@@ -1430,19 +1392,7 @@ def _arbitrate(
                 spread=_spread_booting(spread, booting, per_node), spread_used=spread_used, rule=skew,
             )  # fmt: skip
             counted += _counted_replicas(deployment, g, (booting_before, booting))
-            blockers.append(
-                _Blocker(
-                    key,
-                    policy.priority,
-                    short,
-                    "they wait for a node's boot",
-                    gpu_type,
-                    barred,
-                    g,
-                    True,
-                    kept_off=kept_per_node,
-                )
-            )
+            blockers.append(as_blocker(short, "they wait for a node's boot", on_boot=True))
             # One write per pool and tick: the size the pool had when the tick read it (the writer's precondition)
             # plus every service's nodes, with every service's reason.
             merged = [a for a in actions if isinstance(a, ScaleNodePool) and a.pool == pool.name]
@@ -1725,8 +1675,9 @@ def _consolidation(
     # anti-affinity, one per domain -- those of several services are counted by GPUs alone)
     deployments = {f"{d.namespace}/{d.name}": d for d in arb.snapshot.deployments}
     services = {p.key for p in policies}
-    spread = spread_domains(deployments.get(next(iter(services))), arb.snapshot.nodes) if len(services) == 1 else None
-    skew = leaving_skews(arb.snapshot, pods, spread_moved).get(next(iter(services))) if len(services) == 1 else None
+    service = next(iter(services)) if len(services) == 1 else None
+    spread = spread_domains(deployments.get(service), arb.snapshot.nodes) if service is not None else None
+    skew = leaving_skews(arb.snapshot, pods, spread_moved).get(service) if service is not None else None
     need = GpuNeed(
         len(pods) + math.ceil(reserve / gpus_per_replica),
         gpus_per_replica,

@@ -121,6 +121,15 @@ def topology_domain(node: NodeInfo, key: str) -> str | None:
     return value
 
 
+def next_replica(deployment: DeploymentInfo, node: str | None = None, name: str = "") -> PodInfo:
+    """A stand-in for one of the Deployment's replicas (its template's labels, its namespace), on ``node`` or not yet
+    placed: what a pod affinity term or spread constraint is matched against before the pod exists."""
+    return PodInfo(
+        deployment.namespace, name, node, 0, 0, "Pending", False, "Deployment", deployment.name,
+        labels=deployment.pod_labels,
+    )  # fmt: skip
+
+
 def anti_affinity_barred(
     deployment: DeploymentInfo, snapshot: ClusterSnapshot, wide_only: bool = False
 ) -> frozenset[str]:
@@ -136,10 +145,7 @@ def anti_affinity_barred(
         return not wide_only or term.topology_key != HOSTNAME_LABEL
 
     own = [t for t in deployment.anti_affinity if kept(t)]
-    replica = PodInfo(
-        deployment.namespace, "", None, 0, 0, "Pending", False, "Deployment", deployment.name,
-        labels=deployment.pod_labels,
-    )  # fmt: skip
+    replica = next_replica(deployment)
     theirs = {
         (d.namespace, d.name): selecting
         for d in snapshot.deployments
@@ -173,12 +179,8 @@ def _own_terms(deployment: DeploymentInfo | None) -> list[PodAntiAffinityTerm]:
     """The terms of the Deployment's anti-affinity that select its own pods (their labels, its namespace)."""
     if deployment is None:
         return []
-    return [
-        t
-        for t in deployment.anti_affinity
-        if (t.namespaces is None or deployment.namespace in t.namespaces)
-        and selector_matches(t.selector, deployment.pod_labels)
-    ]
+    replica = next_replica(deployment)
+    return [t for t in deployment.anti_affinity if t.selects(replica)]
 
 
 def one_replica_per_node(deployment: DeploymentInfo | None) -> bool:

@@ -57,6 +57,7 @@ from autoscaler.core.cluster import (
     checkpoint_times,
     fits_beside,
     free_gpus_per_node,
+    next_replica,
     pod_schedulable_on,
     requests_by_node,
     selected_by,
@@ -480,12 +481,11 @@ class _Cluster:
         lands there): a Deployment whose required pod anti-affinity selects one of them is kept off those nodes'
         domains for the rest of the pass -- a sibling waiting after a replica of a spread Deployment, a replica
         moved after a pod it keeps away from (which pod lands on which node is not told: each on every one of them,
-        fewer moves, never one the scheduler refuses). A waiting replica is counted there by its topology spread
-        (a moved one by ``moved``)."""
+        fewer moves, never one the scheduler refuses). Its topology spread counts a replica there (``moved``: off the
+        node a moved one leaves)."""
         nodes = list(nodes)
         for pod in pods:
-            if pod.node is None:
-                self.moved(pod, nodes)
+            self.moved(pod, nodes)
         landing = [self.nodes[n] for n in nodes if n in self.nodes]
         if not landing or not pods:
             return
@@ -499,10 +499,7 @@ class _Cluster:
             if (owner.namespace, owner.name) not in owners:
                 continue
             for deployment in self.deployments:
-                replica = PodInfo(
-                    deployment.namespace, "", None, 0, 0, "Pending", False, "Deployment", deployment.name,
-                    labels=deployment.pod_labels,
-                )  # fmt: skip
+                replica = next_replica(deployment)
                 for term in owner.anti_affinity:
                     if term.selects(replica):
                         self._keep_off(deployment, term, landing)
@@ -713,8 +710,6 @@ def plan_rebalance(
             moved_owners.add(unit.owner)  # one replica of a Deployment a pass: never two siblings in one domain
             cluster.lands(unit.pods, dest)
             landed.update(dest)
-            if not unit.training:
-                cluster.moved(unit.pods[0], dest)
             for key, covered, _ in unit.pdb_use:
                 pdb_used[key] += covered
             where = ", ".join(f"{n} ({g})" for n, g in sorted(dest.items()))

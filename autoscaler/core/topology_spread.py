@@ -117,13 +117,22 @@ class TopologySkew:
             return 0
         return min(in_domain.values(), default=0)
 
-    def _allows_domains(self, domains: tuple[str | None, ...], counts: list[dict[str, int]]) -> bool:
+    def _too_many(self, index: int, held: int, counts: list[dict[str, int]]) -> bool:
+        """Whether one more replica in a domain of constraint ``index`` that holds ``held`` of its pods goes past its
+        ``max_skew`` over the fewest."""
+        return held + int(self._self[index]) - self._fewest(index, counts) > self._constraints[index].max_skew
+
+    def _allows_domains(
+        self, domains: tuple[str | None, ...], counts: list[dict[str, int]], wide_only: bool = False
+    ) -> bool:
+        """``wide_only``: judged on the constraints over a domain wider than a node alone."""
         for index, constraint in enumerate(self._constraints):
+            if wide_only and constraint.topology_key == HOSTNAME_LABEL:
+                continue
             value = domains[index]
             if value is None:
                 return False  # the node lacks the key: never
-            skew = counts[index].get(value, 0) + int(self._self[index]) - self._fewest(index, counts)
-            if skew > constraint.max_skew:
+            if self._too_many(index, counts[index].get(value, 0), counts):
                 return False
         return True
 
@@ -136,18 +145,7 @@ class TopologySkew:
         (a zone): the node lacks the key, or the skew there is too high. A node bought in the same pool comes up in
         that domain too, as its nodes' labels show; a per-node constraint says nothing of a new node."""
         domains = self._domains.get(node)
-        if domains is None:
-            return False
-        for index, constraint in enumerate(self._constraints):
-            if constraint.topology_key == HOSTNAME_LABEL:
-                continue
-            value = domains[index]
-            if value is None:
-                return True
-            skew = self._counts[index].get(value, 0) + int(self._self[index]) - self._fewest(index, self._counts)
-            if skew > constraint.max_skew:
-                return True
-        return False
+        return domains is not None and not self._allows_domains(domains, self._counts, wide_only=True)
 
     def add(self, entry: str) -> None:
         node = self._node_of(entry)
@@ -215,13 +213,13 @@ class TopologySkew:
         whenever any is (the bound is the same for all), so the next replica goes there, taken off a heap."""
         if replicas <= 0:
             return 0
-        constraint, itself = self._constraints[0], int(self._self[0])
+        itself = self._self[0]
         heap = [(counts.get(key[0], 0), key[0], left) for key, left in slots.items()]
         heapq.heapify(heap)
         placed = 0
         while heap and placed < replicas:
             held, domain, left = heapq.heappop(heap)
-            if held + itself - self._fewest(0, [counts]) > constraint.max_skew:
+            if self._too_many(0, held, [counts]):
                 break
             if itself and domain in counts:
                 counts[domain] += 1
