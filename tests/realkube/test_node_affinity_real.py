@@ -10,24 +10,20 @@ hour ago. The chat replica (1 GPU) is kept off spot nodes by a ``NotIn`` term.""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from autoscaler.adapters.kubernetes import KubeClusterReader
 from autoscaler.core.cluster import NodeSelector
-from tests.realkube import manifests
 from tests.realkube.control_plane import NODE_POOL_LABEL, ControlPlane
 from tests.realkube.test_cpu_memory_real import (
     assert_the_scheduler_agrees,
     start_two_gangs,
-    this_tests_view,
     two_gpu_nodes,
     victims,
 )
-from tests.realkube.test_pod_anti_affinity_real import chat_spec
+from tests.realkube.test_pod_anti_affinity_real import chat_spec, deploy_chat_and_read
 
 pytestmark = [pytest.mark.integration, pytest.mark.realkube]
 
@@ -54,12 +50,9 @@ def test_the_victim_search_and_the_scheduler_agree_on_required_node_affinity(
     cp = control_plane
     product, node_a, node_b = nodes
     now = start_two_gangs(cp, namespace, product, (node_a, node_b), "1Gi")
-    spec = chat_spec(product, affinity=OFF_SPOT)
-    cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-               manifests.deployment("chat", 0, spec, labels={"app": "chat"}))  # fmt: skip
-
-    read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
-    snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
+    snapshot = deploy_chat_and_read(
+        cp, api_client, namespace, chat_spec(product, affinity=OFF_SPOT), (node_a, node_b), now
+    )
     (chat_deployment,) = snapshot.deployments
     assert isinstance(chat_deployment.node_selector, NodeSelector)  # the reader kept the required affinity
 

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from autoscaler.adapters.kubernetes import KubeClusterReader
 from autoscaler.adapters.kubernetes._api import format_time
-from autoscaler.core.cluster import HOSTNAME_LABEL, spread_domains
+from autoscaler.core.cluster import HOSTNAME_LABEL, ClusterSnapshot, spread_domains
 from tests.realkube import manifests
 from tests.realkube.control_plane import GPU_PRODUCT_LABEL, GPU_RESOURCE, ControlPlane
 from tests.realkube.test_cpu_memory_real import (
@@ -94,6 +94,25 @@ def assert_the_scheduler_refuses_beside_then_binds(cp: ControlPlane, namespace: 
     assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b
 
 
+def deploy_chat_and_read(
+    cp: ControlPlane,
+    api_client: client.ApiClient,
+    namespace: str,
+    spec: dict[str, Any],
+    nodes: tuple[str, str],
+    now: float,
+) -> ClusterSnapshot:
+    """Create the chat Deployment (0 replicas, ``spec``) and read the cluster as the controller does, cut to this
+    test's view (``this_tests_view``)."""
+    cp.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{namespace}/deployments",
+        manifests.deployment("chat", 0, spec, labels={"app": "chat"}),
+    )
+    read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
+    return this_tests_view(read, namespace, nodes, now)
+
+
 @pytest.fixture
 def nodes(control_plane: ControlPlane) -> Iterator[tuple[str, str, str]]:
     with two_gpu_nodes(control_plane, "anti", ("onprem", "onprem")) as made:
@@ -106,12 +125,9 @@ def test_the_victim_search_and_the_scheduler_agree_on_pod_anti_affinity(
     cp = control_plane
     product, node_a, node_b = nodes
     now = start_beside_a_replica(cp, namespace, product, node_a, node_b)
-    spec = chat_spec(product, affinity=ONE_PER_NODE)
-    cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-               manifests.deployment("chat", 0, spec, labels={"app": "chat"}))  # fmt: skip
-
-    read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
-    snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
+    snapshot = deploy_chat_and_read(
+        cp, api_client, namespace, chat_spec(product, affinity=ONE_PER_NODE), (node_a, node_b), now
+    )
     (chat_deployment,) = snapshot.deployments
     assert chat_deployment.anti_affinity, "the reader kept the pod anti-affinity"
     assert spread_domains(chat_deployment, snapshot.nodes) is not None, "a term selecting its own pods"
@@ -155,11 +171,7 @@ def test_the_victim_search_and_the_scheduler_agree_on_the_symmetric_check(
         cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
     for name in ("fresh-0", "old-0"):
         cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
-    cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-               manifests.deployment("chat", 0, chat_spec(product), labels={"app": "chat"}))  # fmt: skip
-
-    read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
-    snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
+    snapshot = deploy_chat_and_read(cp, api_client, namespace, chat_spec(product), (node_a, node_b), now)
     assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/old"]
     blind = dataclasses.replace(
         snapshot, deployments=tuple(dataclasses.replace(d, anti_affinity=()) for d in snapshot.deployments)

@@ -11,19 +11,17 @@ checkpointed a minute ago (the cheaper one to stop); on node b an 8-GPU gang che
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from autoscaler.adapters.kubernetes import KubeClusterReader
-from tests.realkube import manifests
 from tests.realkube.control_plane import ControlPlane
-from tests.realkube.test_cpu_memory_real import this_tests_view, two_gpu_nodes, victims
+from tests.realkube.test_cpu_memory_real import two_gpu_nodes, victims
 from tests.realkube.test_pod_anti_affinity_real import (
     assert_the_scheduler_refuses_beside_then_binds,
     chat_spec,
+    deploy_chat_and_read,
     start_beside_a_replica,
 )
 
@@ -49,12 +47,9 @@ def test_the_victim_search_and_the_scheduler_agree_on_topology_spread(
     cp = control_plane
     product, node_a, node_b = nodes
     now = start_beside_a_replica(cp, namespace, product, node_a, node_b)
-    spec = chat_spec(product, topologySpreadConstraints=BY_ZONE)
-    cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
-               manifests.deployment("chat", 0, spec, labels={"app": "chat"}))  # fmt: skip
-
-    read = KubeClusterReader(api_client, sleep=lambda s: None).snapshot(time.time())
-    snapshot = this_tests_view(read, namespace, (node_a, node_b), now)
+    snapshot = deploy_chat_and_read(
+        cp, api_client, namespace, chat_spec(product, topologySpreadConstraints=BY_ZONE), (node_a, node_b), now
+    )
     (chat_deployment,) = snapshot.deployments
     assert chat_deployment.spread_constraints, "the reader kept the hard spread constraint"
     assert {n.labels.get(ZONE) for n in snapshot.nodes} == {"za", "zb"}
