@@ -136,6 +136,7 @@ class TunedPoint:
     slo_attainment: float
     gpu_hours_vs_oracle: float
     params: dict[str, float] = field(default_factory=dict)
+    changes: int = 0  # changes of the replica count over the run (the scaling actions it would write)
 
 
 def tuned_observed_policy(
@@ -151,6 +152,8 @@ def tuned_observed_policy(
     edge_volatility: Sequence[float] = (0.0, 1.0, 2.0),
     trailing_windows: int = 6,
     volatility_windows: int = 12,
+    hold_steps: Sequence[int] = (0,),
+    max_changes: int | None = None,
 ) -> TunedPoint | None:
     """The cheapest member of the observed-demand policy family (module docstring) reaching ``target_slo``, or None.
 
@@ -158,6 +161,11 @@ def tuned_observed_policy(
     ``need(observed * exp(a + b * deviation + z * volatility))``, where deviation is the log of the observed demand
     minus the mean log level of the last ``trailing_windows`` complete windows, and volatility the RMS of the last
     ``volatility_windows`` window-to-window log changes; all known at request time.
+
+    ``hold_steps``: scale-down stabilisation windows tried, in steps (each step's replicas are the most the family
+    asked for over the last ``hold`` steps, as the HPA's window holds its recommendations; 0: none);
+    ``max_changes``: only members whose replica count changes at most this many times count (issue 14's budget of
+    scaling actions).
     """
     rates = service.rates
     timing = _timing(service, start, step_s, metrics_delay_s, period_s)
@@ -193,16 +201,106 @@ def tuned_observed_policy(
         for a, b, z in itertools.product(edge_intercepts, edge_reversion, edge_volatility):
             margin = np.exp(a + b * deviation + z * edge_volatility_now)
             ready[edge] = [need_at(float(r * m)) for r, m in zip(observed_edge, margin, strict=True)]
-            slo = _slo_attainment(rates, ready, timing)
-            if slo < target_slo:
-                continue
-            cost = timing.cost(ready)
-            if best is None or cost < best.gpu_hours_vs_oracle:
-                params = {
-                    "inside_margin": inside_margin,
-                    "edge_intercept": a,
-                    "edge_reversion": b,
-                    "edge_volatility": z,
-                }
-                best = TunedPoint(slo, cost, params)
+            for hold in hold_steps:
+                held = _backward_window_max(ready, hold + 1)
+                changes = int(np.count_nonzero(np.diff(held)))
+                if max_changes is not None and changes > max_changes:
+                    continue
+                slo = _slo_attainment(rates, held, timing)
+                if slo < target_slo:
+                    continue
+                cost = timing.cost(held)
+                if best is None or cost < best.gpu_hours_vs_oracle:
+                    params = {
+                        "inside_margin": inside_margin,
+                        "edge_intercept": a,
+                        "edge_reversion": b,
+                        "edge_volatility": z,
+                        "hold_steps": float(hold),
+                    }
+                    best = TunedPoint(slo, cost, params, changes)
     return best
+
+
+def _backward_window_max(values: np.ndarray, window: int) -> np.ndarray:
+    """out[i] = max(values[i - window + 1 : i + 1]) (shorter at the start)."""
+    if window <= 1:
+        return values.copy()
+    return _forward_window_max(values[::-1].copy(), window)[::-1].copy()
+
+
+@dataclass(frozen=True)
+class ChangeBudget:
+    """What holding at least ``lower`` with at most ``changes_allowed`` changes of the replica count costs, in
+    replica-steps, bracketed: ``upper`` is a schedule found (``upper_changes`` changes, within the budget), ``lower``
+    a bound no schedule within the budget can beat (Lagrangian duality: for every penalty p per change, any schedule
+    with at most K changes costs at least min over schedules of (cost + p x changes) - p x K)."""
+
+    changes_allowed: int
+    upper: float
+    upper_changes: int
+    lower: float
+
+
+def _level_runs(lower: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of equal values of ``lower``: (value, length) of each. A schedule never needs to change level inside
+    a run (a fall moved to the run's start, a rise to its end, costs no more and stays feasible), so the run-level
+    problem has the same optimum as the step-level one, in far fewer stages."""
+    edges = np.flatnonzero(np.diff(lower)) + 1
+    starts = np.concatenate(([0], edges))
+    lengths = np.diff(np.concatenate((starts, [lower.size])))
+    return lower[starts], lengths
+
+
+def cheapest_schedules(lower: np.ndarray, change_costs: Sequence[float]) -> list[tuple[float, int]]:
+    """For each penalty per change (replica-steps), the schedule of replica counts >= ``lower`` at every step that
+    minimises replica-steps + penalty x changes: its (replica-steps, changes). Exact dynamic programme over levels
+    0..max(lower), all penalties at once; the first step's level is free (not a change). A change is taken only when
+    strictly cheaper than holding, and of equal final totals the one with fewer changes is reported."""
+    values = np.asarray(lower, dtype=np.int64)
+    if values.size == 0:
+        return [(0.0, 0) for _ in change_costs]
+    if (values < 0).any():
+        raise ValueError("lower must not be negative")
+    run_values, run_lengths = _level_runs(values)
+    levels = np.arange(int(values.max()) + 1, dtype=np.float64)
+    penalties = np.asarray(change_costs, dtype=np.float64)[:, None]
+    # Each state (penalty, level) carries its total with the penalties and the changes on its path; a level below
+    # the run's value is infeasible (infinite total).
+    infeasible = np.inf
+    total = np.where(levels >= run_values[0], levels * run_lengths[0], infeasible)[None, :].repeat(len(penalties), 0)
+    changes = np.zeros_like(total)
+    rows = np.arange(len(penalties))
+    for value, length in zip(run_values[1:], run_lengths[1:], strict=True):
+        best = np.argmin(total, axis=1)
+        switch_total = total[rows, best][:, None] + penalties
+        switch = switch_total < total
+        total = np.where(switch, switch_total, total)
+        changes = np.where(switch, changes[rows, best][:, None] + 1, changes)
+        feasible = levels >= value
+        total = np.where(feasible, total + levels * length, infeasible)
+    out = []
+    for row, penalty in enumerate(penalties[:, 0]):
+        at = np.flatnonzero(total[row] == total[row].min())
+        pick = int(at[np.argmin(changes[row, at])])
+        count = int(changes[row, pick])
+        out.append((float(total[row, pick] - penalty * count), count))
+    return out
+
+
+def change_budget(
+    lower: np.ndarray, changes_allowed: Sequence[int], change_costs: Sequence[float]
+) -> list[ChangeBudget]:
+    """Bracket the cheapest schedule >= ``lower`` with at most each of ``changes_allowed`` changes (``ChangeBudget``),
+    from the schedules at ``change_costs`` (a denser set of penalties brackets more tightly; 0 is always tried, and
+    gives the schedule equal to ``lower``)."""
+    costs = sorted({0.0, *map(float, change_costs)})
+    solved = cheapest_schedules(lower, costs)
+    out = []
+    for allowed in changes_allowed:
+        within = [(cost, count) for cost, count in solved if count <= allowed]
+        upper, upper_changes = min(within, default=(math.inf, -1))
+        pairs = zip(costs, solved, strict=True)
+        bound = max(cost + penalty * count - penalty * allowed for penalty, (cost, count) in pairs)
+        out.append(ChangeBudget(int(allowed), upper, upper_changes, float(bound)))
+    return out

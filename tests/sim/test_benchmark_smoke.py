@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks import bench_simulate
@@ -65,3 +67,23 @@ def test_quick_rebalance_benchmark_prints_every_configuration_and_holds_the_boun
     out = capsys.readouterr().out
     for expected in ("MostAllocated +rebalance", "LeastAllocated", "stranded", "moves/h max", "held", "peak RSS"):
         assert expected in out
+
+
+def test_quick_actions_benchmark_prints_the_budget_and_every_bracket(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import json
+
+    from benchmarks import bench_actions
+
+    out_json = tmp_path / "actions.json"
+    assert bench_actions.main(["--quick", "--days", "0.25", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    for expected in ("budget", "clairvoyant", "smoothed in hindsight", "tuned causal", "peak RSS"):
+        assert expected in out
+    figures = json.loads(out_json.read_text())
+    for rows in figures["smoothing"].values():
+        for row in rows:
+            low, high = row["gpu_hours_vs_oracle"]
+            assert low <= high + 1e-9
+            assert row["changes"] <= row["changes_allowed"]
