@@ -136,9 +136,10 @@ def anti_affinity_barred(
     """The nodes kube-scheduler's InterPodAffinity filter keeps the Deployment's next replica off: those in a
     topology domain (same value of the term's key) where a pod its own required anti-affinity selects is bound and
     not finished (a terminating pod counts until it is gone) -- and, the symmetric check, where a pod runs whose own
-    Deployment's required anti-affinity selects the new replica (its template's labels, in its namespace; the terms
-    of a pod of another owner are not read). Only the pods the snapshot holds are seen (the GPU pods): a term that
-    keeps replicas away from CPU-only pods is not honoured here. ``wide_only``: the terms over a domain wider than a
+    required anti-affinity selects the new replica (its template's labels, in its namespace): the pod's own terms
+    where the reader read them (``PodInfo.anti_affinity``; any owner), else its Deployment's template's. Only the
+    pods the snapshot holds are seen (the GPU pods): a term that keeps replicas away from CPU-only pods, or a CPU-only
+    pod's own terms, are not honoured here. ``wide_only``: the terms over a domain wider than a
     node (not ``kubernetes.io/hostname``) alone."""
 
     def kept(term: PodAntiAffinityTerm) -> bool:
@@ -151,7 +152,13 @@ def anti_affinity_barred(
         for d in snapshot.deployments
         if d.anti_affinity and (selecting := tuple(t for t in d.anti_affinity if kept(t) and t.selects(replica)))
     }
-    if not own and not theirs:
+    # pods whose own terms were read and select the replica (any owner); a pod read without them: its template's
+    keeping = {
+        id(pod): selecting
+        for pod in pods_with_own_anti_affinity(snapshot.pods)
+        if (selecting := tuple(t for t in pod.anti_affinity or () if kept(t) and t.selects(replica)))
+    }
+    if not own and not theirs and not keeping:
         return frozenset()
     nodes = {n.name: n for n in snapshot.nodes}
     taken: dict[str, set[str]] = {}  # topology key -> the domains a pod it keeps away from (or that keeps it) is in
@@ -159,7 +166,9 @@ def anti_affinity_barred(
         if pod.node not in nodes or pod.phase in ("Succeeded", "Failed"):
             continue
         terms = [t for t in own if t.selects(pod)]
-        if pod.owner_kind == "Deployment":
+        if pod.anti_affinity is not None:
+            terms.extend(keeping.get(id(pod), ()))
+        elif pod.owner_kind == "Deployment":
             terms.extend(theirs.get((pod.namespace, pod.owner_name or ""), ()))
         for term in terms:
             domain = topology_domain(nodes[pod.node], term.topology_key)
@@ -168,6 +177,22 @@ def anti_affinity_barred(
     return frozenset(
         n.name for n in snapshot.nodes if any(topology_domain(n, key) in domains for key, domains in taken.items())
     )
+
+
+# The pods of the last snapshot read with their own anti-affinity terms: ``anti_affinity_barred`` runs per service
+# and per tick on the same pods, and a pass over every pod each time would cost O(services x pods). Keyed on the
+# pods tuple itself (identity, kept alive by the entry), so a new snapshot is never answered from an old one.
+_own_terms_cache: list[tuple[tuple[PodInfo, ...], tuple[PodInfo, ...]]] = []
+
+
+def pods_with_own_anti_affinity(pods: tuple[PodInfo, ...]) -> tuple[PodInfo, ...]:
+    """The pods among ``pods`` that carry required anti-affinity terms of their own (``PodInfo.anti_affinity``)."""
+    for seen, found in _own_terms_cache:
+        if seen is pods:
+            return found
+    found = tuple(p for p in pods if p.anti_affinity)
+    _own_terms_cache[:] = [(pods, found)]
+    return found
 
 
 # node -> the topology domains ("<key>=<value>") of a Deployment's spread (``spread_domains``): at most one of its new
@@ -260,6 +285,10 @@ class PodInfo:
     # readiness probe that fails under load and passes again moves the Ready condition's time without a restart; the
     # cold start is measured to this first one, not to the latest recovery
     first_ready_at: float | None = None
+    # its own required pod anti-affinity (``spec.affinity.podAntiAffinity``'s required terms): kube-scheduler keeps a
+    # new pod off the domains of a running pod whose terms select it, whoever owns that pod (a StatefulSet, a Job, a
+    # bare pod). None: not read -- a Deployment's pod is then judged by its Deployment's template
+    anti_affinity: tuple[PodAntiAffinityTerm, ...] | None = None
     # CPU (millicores) and memory (bytes) it requests, as kube-scheduler counts them; 0: none or not read
     cpu_milli: int = 0
     memory_bytes: int = 0

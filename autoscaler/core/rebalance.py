@@ -59,6 +59,7 @@ from autoscaler.core.cluster import (
     free_gpus_per_node,
     next_replica,
     pod_schedulable_on,
+    pods_with_own_anti_affinity,
     requests_by_node,
     selected_by,
     topology_domain,
@@ -438,7 +439,11 @@ class _Cluster:
         self.kept_off: dict[str, set[str]] = {}
         self.with_anti_affinity = [d for d in snapshot.deployments if d.anti_affinity]
         # every Deployment: its own terms, or another's selecting its replicas (the symmetric check)
-        self.deployments = snapshot.deployments if self.with_anti_affinity else ()
+        self.deployments = (
+            snapshot.deployments
+            if self.with_anti_affinity or pods_with_own_anti_affinity(snapshot.pods)
+            else ()
+        )
         for deployment in self.deployments:
             kept = anti_affinity_barred(deployment, snapshot)
             if kept:
@@ -493,14 +498,15 @@ class _Cluster:
             for term in deployment.anti_affinity:
                 if any(term.selects(pod) for pod in pods):
                     self._keep_off(deployment, term, landing)
-        # the symmetric check: a landing pod's own Deployment's terms keep off the replicas they select
+        # the symmetric check: a landing pod's own Deployment's terms keep off the replicas they select (a moved
+        # replica comes back from the template); a landing pod of another owner, its own terms where they were read
         owners = {(p.namespace, p.owner_name) for p in pods if p.owner_kind == "Deployment"}
-        for owner in self.with_anti_affinity:
-            if (owner.namespace, owner.name) not in owners:
-                continue
+        keeping = [owner.anti_affinity for owner in self.with_anti_affinity if (owner.namespace, owner.name) in owners]
+        keeping += [p.anti_affinity for p in pods if p.owner_kind != "Deployment" and p.anti_affinity]
+        for terms in keeping:
             for deployment in self.deployments:
                 replica = next_replica(deployment)
-                for term in owner.anti_affinity:
+                for term in terms:
                     if term.selects(replica):
                         self._keep_off(deployment, term, landing)
 

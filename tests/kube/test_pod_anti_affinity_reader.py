@@ -85,3 +85,20 @@ def test_a_deployment_spread_one_per_node_is_read_as_spread() -> None:
     assert spread_domains(deployment, ()) == {}
     plain = KubeClusterReader._deployment(o.deployment("chat", "inference"))
     assert plain.anti_affinity == () and spread_domains(plain, ()) is None
+
+
+def test_a_pods_own_terms_are_read_whoever_owns_it() -> None:
+    """kube-scheduler's symmetric check reads each running pod's own terms (stop 50): a StatefulSet's pod, a bare
+    pod; a pod without any reads as none (an empty tuple: read, not "unknown")."""
+    from kubernetes import client
+
+    from autoscaler.adapters.kubernetes.reader import ReaderConfig
+
+    reader = KubeClusterReader(client.ApiClient(), ReaderConfig(), sleep=lambda s: None)
+    raw = o.pod("embed-0", "inference", owner=("StatefulSet", "embed"), labels={"app": "embed"})
+    raw["spec"].update(_spec({**ONE_PER_NODE, "labelSelector": {"matchLabels": {"app": "code"}}}))
+    pod = reader._pod(raw, {}, 0)
+    assert pod is not None and pod.owner_kind == "StatefulSet"
+    assert pod.anti_affinity == (PodAntiAffinityTerm({"app": "code"}, HOSTNAME_LABEL, frozenset({"inference"})),)
+    plain = reader._pod(o.pod("solo", "inference"), {}, 0)
+    assert plain is not None and plain.anti_affinity == ()

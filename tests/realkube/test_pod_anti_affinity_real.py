@@ -173,8 +173,45 @@ def test_the_victim_search_and_the_scheduler_agree_on_the_symmetric_check(
         cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
     snapshot = deploy_chat_and_read(cp, api_client, namespace, chat_spec(product), (node_a, node_b), now)
     assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/old"]
+    assert_blind_would_stop_fresh(namespace, snapshot)
+    assert_the_scheduler_refuses_beside_then_binds(cp, namespace, "anti-affinity", node_b)
+
+
+def assert_blind_would_stop_fresh(namespace: str, snapshot: ClusterSnapshot) -> None:
+    """Read without any anti-affinity (the Deployments' templates' nor the pods' own), the victim search would stop
+    the cheaper gang, "fresh", beside the pod keeping chat away."""
     blind = dataclasses.replace(
-        snapshot, deployments=tuple(dataclasses.replace(d, anti_affinity=()) for d in snapshot.deployments)
+        snapshot,
+        deployments=tuple(dataclasses.replace(d, anti_affinity=()) for d in snapshot.deployments),
+        pods=tuple(dataclasses.replace(p, anti_affinity=()) for p in snapshot.pods),
     )
     assert victims(namespace, blind) == [f"kubeflow/{namespace}/fresh"]
+
+
+def test_the_victim_search_and_the_scheduler_agree_on_a_bare_pods_own_anti_affinity(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient, nodes: tuple[str, str, str]
+) -> None:
+    """The symmetric check on a pod no Deployment owns (stop 50): a bare GPU pod "guard" on node a keeps away from
+    chat's pods in its own spec. kube-scheduler refuses chat's replica on node a; the reader reads the pod's own
+    terms, and the victim search stops the gang on node b (read from Deployment templates only, as until stop 50, it
+    would stop "fresh" beside the guard)."""
+    cp = control_plane
+    product, node_a, node_b = nodes
+    now = time.time()
+    guard = _pod("guard", node_a, product, 1, "1", "1Gi", {"app": "guard", "gpuautoscaler.dev/preemptible": "false"})
+    guard["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "chat"}}, "topologyKey": HOSTNAME_LABEL}]}}  # fmt: skip
+    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
+                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
+    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
+               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
+    for body in (guard, fresh, old):
+        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    for name in ("guard", "fresh-0", "old-0"):
+        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    snapshot = deploy_chat_and_read(cp, api_client, namespace, chat_spec(product), (node_a, node_b), now)
+    (read_guard,) = [p for p in snapshot.pods if p.name == "guard"]
+    assert read_guard.owner_kind is None and read_guard.anti_affinity, "the bare pod's own terms were read"
+    assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/old"]
+    assert_blind_would_stop_fresh(namespace, snapshot)
     assert_the_scheduler_refuses_beside_then_binds(cp, namespace, "anti-affinity", node_b)

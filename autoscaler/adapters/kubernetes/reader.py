@@ -1079,6 +1079,7 @@ class KubeClusterReader:
             deletion_cost_by=deletion_cost_by(annotations),
             cpu_milli=cpu_milli,
             memory_bytes=memory_bytes,
+            anti_affinity=required_pod_anti_affinity_of(spec, namespace),
         )
 
     def _hpas(self) -> tuple[HpaInfo, ...]:
