@@ -179,19 +179,22 @@ def anti_affinity_barred(
     )
 
 
-# The pods of the last snapshot read with their own anti-affinity terms: ``anti_affinity_barred`` runs per service
-# and per tick on the same pods, and a pass over every pod each time would cost O(services x pods). Keyed on the
-# pods tuple itself (identity, kept alive by the entry), so a new snapshot is never answered from an old one.
+# The pods of the last two pod tuples with their own anti-affinity terms: ``anti_affinity_barred`` runs per service
+# and per tick on the same pods (the snapshot's, and the arbitration's with this tick's counted replicas added, which
+# share its PodInfos), and a pass over every pod each time would cost O(services x pods). Keyed on the pods tuple
+# itself (identity; the entry keeps it alive: at most the previous tick's pods beyond the current ones), so a new
+# snapshot is never answered from an old one.
+_OWN_TERMS_KEPT = 2
 _own_terms_cache: list[tuple[tuple[PodInfo, ...], tuple[PodInfo, ...]]] = []
 
 
 def pods_with_own_anti_affinity(pods: tuple[PodInfo, ...]) -> tuple[PodInfo, ...]:
     """The pods among ``pods`` that carry required anti-affinity terms of their own (``PodInfo.anti_affinity``)."""
-    for seen, found in _own_terms_cache:
+    for seen, found in list(_own_terms_cache):
         if seen is pods:
             return found
     found = tuple(p for p in pods if p.anti_affinity)
-    _own_terms_cache[:] = [(pods, found)]
+    _own_terms_cache[:] = [(pods, found), *_own_terms_cache[: _OWN_TERMS_KEPT - 1]]
     return found
 
 

@@ -114,3 +114,11 @@ def test_the_pods_with_terms_are_found_once_per_snapshot() -> None:
     # an equal but new tuple is a new snapshot's: looked at afresh
     again = tuple(pods)
     assert pods_with_own_anti_affinity(again) == first
+
+
+def test_interleaved_pod_tuples_are_each_remembered() -> None:
+    """The arbitration alternates the snapshot's pods and the pods with this tick's counted replicas added."""
+    first = (_stateful("n1", (AWAY_FROM_CODE,)),)
+    second = (*first, _replica(0, "n2"))
+    a, b = pods_with_own_anti_affinity(first), pods_with_own_anti_affinity(second)
+    assert pods_with_own_anti_affinity(first) is a and pods_with_own_anti_affinity(second) is b
