@@ -498,11 +498,13 @@ class _Cluster:
             for term in deployment.anti_affinity:
                 if any(term.selects(pod) for pod in pods):
                     self._keep_off(deployment, term, landing)
-        # the symmetric check: a landing pod's own Deployment's terms keep off the replicas they select (a moved
-        # replica comes back from the template); a landing pod of another owner, its own terms where they were read
-        owners = {(p.namespace, p.owner_name) for p in pods if p.owner_kind == "Deployment"}
+        # the symmetric check: a landing pod's own terms keep off the replicas they select where they were read,
+        # whoever owns it (the spec it is scheduled with -- a waiting pod's, a moved one's replacement from the same
+        # ReplicaSet: as ``anti_affinity_barred`` judges the running pods); a Deployment's pod read without them
+        # (None), its template's
+        owners = {(p.namespace, p.owner_name) for p in pods if p.owner_kind == "Deployment" and p.anti_affinity is None}
         keeping = [owner.anti_affinity for owner in self.with_anti_affinity if (owner.namespace, owner.name) in owners]
-        keeping += [p.anti_affinity for p in pods if p.owner_kind != "Deployment" and p.anti_affinity]
+        keeping += [p.anti_affinity for p in pods if p.anti_affinity]
         for terms in keeping:
             for deployment in self.deployments:
                 replica = next_replica(deployment)
