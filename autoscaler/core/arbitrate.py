@@ -66,6 +66,7 @@ from autoscaler.core.cluster import (
     WorkloadInfo,
     add_beside,
     anti_affinity_barred,
+    anti_affinity_lifted,
     free_gpus_per_node,
     gpu_types_meet,
     labels_select,
@@ -412,6 +413,48 @@ def _spread_taken(spread: Spread | None, used: Set[str]) -> frozenset[str]:
     if spread is None or not used:
         return frozenset()
     return frozenset(node for node, domains in spread.items() if not used.isdisjoint(domains))
+
+
+def _lifted_by_victims(
+    deployment: DeploymentInfo, snapshot: ClusterSnapshot, candidates: Sequence[GangCandidate], kept_off: Set[str]
+) -> dict[str, frozenset[str]]:
+    """Eligible gang -> the nodes of ``kept_off`` (the Deployment's pod anti-affinity's, nothing else barring them)
+    that only its own pods keep the next replica off (``core.cluster.anti_affinity_lifted``)."""
+    owners = {pod: c.gang for c in candidates if c.why_not is None for pod in c.pods}
+    if not owners:
+        return {}
+    lifted = anti_affinity_lifted(deployment, snapshot, owners)
+    return {gang: nodes & kept_off for gang, nodes in lifted.items() if not nodes.isdisjoint(kept_off)}
+
+
+def _with_lifted(
+    free: Mapping[str, int],
+    room: Mapping[str, int],
+    candidates: Sequence[GangCandidate],
+    lifted: Mapping[str, frozenset[str]],
+) -> tuple[dict[str, int], list[GangCandidate]]:
+    """The victim search's room and candidates once the nodes only a gang keeps the replica off (``lifted``) are
+    room if, and only if, that gang is stopped: their free GPUs counted as the gang's (freed with it), none in the
+    room itself, and another gang's GPUs there not counted (stopping it alone opens nothing there -- fewer GPUs
+    seen, never more). The candidates keep their names and costs; their GPUs alone differ."""
+    owner_of = {node: gang for gang, nodes in lifted.items() for node in nodes}
+    opened = dict(room)
+    unlocked: dict[str, dict[str, int]] = {}
+    for key, left in free.items():
+        gang = owner_of.get(key.split(" ", 1)[0])
+        if gang is not None:
+            opened[key] = 0
+            unlocked.setdefault(gang, {})[key] = max(left, 0)
+    searched = []
+    for c in candidates:
+        if c.why_not is not None:
+            searched.append(c)
+            continue
+        held = {k: v for k, v in c.gpus_by_node.items() if owner_of.get(k.split(" ", 1)[0], c.gang) == c.gang}
+        for key, left in unlocked.get(c.gang, {}).items():
+            held[key] = held.get(key, 0) + left
+        searched.append(replace(c, gpus_by_node=held) if held != c.gpus_by_node else c)
+    return opened, searched
 
 
 def _only_usable(room: Mapping[str, int], barred: Set[str]) -> dict[str, int]:
@@ -1194,9 +1237,22 @@ def _arbitrate(
         lower = _budgets_left([c for c in candidates if c.gang not in taken and c.priority < preemptor], pdb_spent)
         need = GpuNeed(short, g, gpu_type, needs[0], needs[1], spread, skew.copy() if skew is not None else None)
         choice = None
+        # victim gang -> the nodes only its own pods keep the replica off (their terms, or the replica's selecting
+        # them): stopping it frees those nodes' GPUs for the replica as well, as kube-scheduler's preemption judges a
+        # node without its victims
+        lifted: dict[str, frozenset[str]] = {}
         if config.preempt:
-            room_for_victims = _only_usable(free, barred | _spread_taken(spread, spread_used))
-            choice = choose_victims(need, room_for_victims, lower, node_types, beside=beside)
+            spread_full = _spread_taken(spread, spread_used)
+            room_for_victims = _only_usable(free, barred | spread_full)
+            searched = lower
+            if kept_off and deployment is not None:
+                lifted = _lifted_by_victims(deployment, with_counted, lower, kept_off - spread_full)
+                if lifted:
+                    room_for_victims, searched = _with_lifted(free, room_for_victims, lower, lifted)
+            choice = choose_victims(need, room_for_victims, searched, node_types, beside=beside)
+            if lifted and choice.victims:
+                originals = {c.gang: c for c in lower}
+                choice = replace(choice, victims=tuple(originals[v.gang] for v in choice.victims))
         preempt_cost = None
         if choice is not None and choice.met and choice.victims:
             victim_gpus = sum(v.gpus for v in choice.victims)
@@ -1206,7 +1262,8 @@ def _arbitrate(
             for c in lower
             if c.why_not is None
             for node, gpus in c.gpus_by_node.items()
-            if (gpu_type is None or node_types.get(node) == gpu_type) and _usable(node, barred)
+            if (gpu_type is None or node_types.get(node) == gpu_type)
+            and (_usable(node, barred) or node in lifted.get(c.gang, ()))
         )
         current_pools = [replace(p, nodes=p.nodes + added_nodes.get(p.name, 0)) for p in pools]
         # a pool whose requested nodes never registered is not grown again while they are counted, nor during its
@@ -1374,7 +1431,9 @@ def _arbitrate(
                 actions.extend(_take_victim(victim, free, pdb_spent, workloads, text, key))
                 _return_beside(beside, victim)
             free_before = dict(free)
-            _place_usable(free, barred, short, g, gpu_type, node_types, beside, needs, spread, spread_used, skew)
+            # the nodes only the victims kept the replica off are open once they are gone
+            opened = barred - {node for v in choice.victims for node in lifted.get(v.gang, ())}
+            _place_usable(free, opened, short, g, gpu_type, node_types, beside, needs, spread, spread_used, skew)
             counted += _counted_replicas(deployment, g, (free_before, free))
         elif pick_burst and burst is not None and burst.chosen is not None:
             chosen = burst.chosen

@@ -130,10 +130,11 @@ def next_replica(deployment: DeploymentInfo, node: str | None = None, name: str 
     )  # fmt: skip
 
 
-def anti_affinity_barred(
+def _barring(
     deployment: DeploymentInfo, snapshot: ClusterSnapshot, wide_only: bool = False
-) -> frozenset[str]:
-    """The nodes kube-scheduler's InterPodAffinity filter keeps the Deployment's next replica off: those in a
+) -> Iterator[tuple[PodInfo, str, str]]:
+    """(pod, topology key, domain) for each pod that keeps the Deployment's next replica off a domain: the nodes
+    kube-scheduler's InterPodAffinity filter keeps it off are those in a
     topology domain (same value of the term's key) where a pod its own required anti-affinity selects is bound and
     not finished (a terminating pod counts until it is gone) -- and, the symmetric check, where a pod runs whose own
     required anti-affinity selects the new replica (its template's labels, in its namespace): the pod's own terms
@@ -159,9 +160,8 @@ def anti_affinity_barred(
         if (selecting := tuple(t for t in pod.anti_affinity or () if kept(t) and t.selects(replica)))
     }
     if not own and not theirs and not keeping:
-        return frozenset()
+        return
     nodes = {n.name: n for n in snapshot.nodes}
-    taken: dict[str, set[str]] = {}  # topology key -> the domains a pod it keeps away from (or that keeps it) is in
     for pod in snapshot.pods:
         if pod.node not in nodes or pod.phase in ("Succeeded", "Failed"):
             continue
@@ -173,10 +173,47 @@ def anti_affinity_barred(
         for term in terms:
             domain = topology_domain(nodes[pod.node], term.topology_key)
             if domain is not None:
-                taken.setdefault(term.topology_key, set()).add(domain)
+                yield pod, term.topology_key, domain
+
+
+def anti_affinity_barred(
+    deployment: DeploymentInfo, snapshot: ClusterSnapshot, wide_only: bool = False
+) -> frozenset[str]:
+    """The nodes kube-scheduler's InterPodAffinity filter keeps the Deployment's next replica off (``_barring``)."""
+    taken: dict[str, set[str]] = {}  # topology key -> the domains a pod it keeps away from (or that keeps it) is in
+    for _, key, domain in _barring(deployment, snapshot, wide_only):
+        taken.setdefault(key, set()).add(domain)
+    if not taken:
+        return frozenset()
     return frozenset(
         n.name for n in snapshot.nodes if any(topology_domain(n, key) in domains for key, domains in taken.items())
     )
+
+
+def anti_affinity_lifted(
+    deployment: DeploymentInfo, snapshot: ClusterSnapshot, owners: Mapping[tuple[str, str], str]
+) -> dict[str, frozenset[str]]:
+    """The nodes of ``anti_affinity_barred`` that only the pods of one owner keep the next replica off (its own
+    terms selecting them, or theirs selecting it): owner -> those nodes. ``owners``: (namespace, pod name) -> owner
+    (a training gang the victim search may stop); a node kept off by any other pod too, or by pods of two owners,
+    is none of them. kube-scheduler's preemption judges a node without its victims: once those pods are gone, the
+    replica may go there."""
+    barrers: dict[tuple[str, str], set[str | None]] = {}  # (key, domain) -> the owners of the pods keeping it
+    for pod, key, domain in _barring(deployment, snapshot):
+        barrers.setdefault((key, domain), set()).add(owners.get((pod.namespace, pod.name)))
+    if not barrers:
+        return {}
+    keys = {key for key, _ in barrers}
+    lifted: dict[str, set[str]] = {}
+    for n in snapshot.nodes:
+        by: set[str | None] = set()
+        for key in keys:
+            value = topology_domain(n, key)
+            if value is not None:
+                by |= barrers.get((key, value), set())
+        if len(by) == 1 and (owner := next(iter(by))) is not None:
+            lifted.setdefault(owner, set()).add(n.name)
+    return {owner: frozenset(found) for owner, found in lifted.items()}
 
 
 # The pods of the last two pod tuples with their own anti-affinity terms: ``anti_affinity_barred`` runs per service

@@ -12,18 +12,26 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.core.cluster import (
+    HOSTNAME_LABEL,
+    ClusterSnapshot,
     DeploymentInfo,
     PodAntiAffinityTerm,
     PodInfo,
+    WorkloadInfo,
 )
 from autoscaler.core.rebalance import RebalanceConfig, _Cluster
 from tests.core.test_pod_anti_affinity import (
     AWAY_FROM_CODE,
     CODE,
     CODE_LABELS,
+    CODE_POLICY,
+    NOW,
     PLAIN,
+    _gang,
+    _node,
     _replica,
     _snapshot,
+    stopped_for,
 )
 
 CHAT_AWAY_FROM_CODE = replace(PLAIN, anti_affinity=(AWAY_FROM_CODE,))
@@ -68,3 +76,90 @@ def test_a_landing_deployment_pod_whose_own_terms_were_read_empty_is_judged_by_t
     assert cluster.allowed("n1", None, False, [_code_pod("n2")]), "the running pod: its own (no) terms"
     cluster.lands([replace(_replica(1, None), anti_affinity=())], ["n3"])
     assert cluster.allowed("n3", None, False, [_code_pod("n2")])
+
+
+# -- the victim search: a gang whose own pods alone keep the replica off a node opens it when it is stopped ---------
+
+TEAM_ML = {"team": "ml"}
+AWAY_FROM_ML = PodAntiAffinityTerm(TEAM_ML, HOSTNAME_LABEL, frozenset({"ml"}))
+AWAY_FROM_CODE_BY_ZONE = replace(AWAY_FROM_CODE, topology_key="zone")
+
+
+def _job(name: str, node: str, gpus: int, age: float, terms: tuple[PodAntiAffinityTerm, ...] | None = None) -> PodInfo:
+    return replace(_gang(name, node, gpus, age), labels=TEAM_ML, anti_affinity=terms)
+
+
+@pytest.mark.parametrize(
+    ("code", "pods", "stopped"),
+    [
+        pytest.param(
+            CODE, (_job("cheap", "n1", 7, 60.0), _job("dear", "n2", 8, 3000.0)), {"cheap"},
+            id="sanity: no term, the cheaper gang",
+        ),
+        pytest.param(
+            CODE, (_job("cheap", "n1", 7, 60.0, (AWAY_FROM_CODE,)), _job("dear", "n2", 8, 3000.0)), {"cheap"},
+            id="its own terms keep code off n1: stopping it opens n1",
+        ),
+        pytest.param(
+            replace(CODE, anti_affinity=(AWAY_FROM_ML,)),
+            (_job("cheap", "n1", 7, 60.0), replace(_job("dear", "n2", 8, 3000.0), labels={})), {"cheap"},
+            id="code's own term selects it: stopping it opens n1",
+        ),
+        pytest.param(
+            CODE,
+            (
+                _job("cheap", "n1", 4, 400.0, (AWAY_FROM_CODE,)), _job("mid", "n1", 3, 60.0),
+                _job("dear", "n2", 8, 3000.0),
+            ),
+            {"cheap"}, id="another gang on n1 alone opens nothing: the one keeping code off is stopped",
+        ),
+        pytest.param(
+            CODE,
+            (
+                _job("cheap", "n1", 4, 60.0, (AWAY_FROM_CODE,)), _job("mid", "n1", 3, 60.0, (AWAY_FROM_CODE,)),
+                _job("dear", "n2", 8, 3000.0),
+            ),
+            {"dear"}, id="two gangs keep code off n1: neither alone opens it (fewer GPUs seen, never more)",
+        ),
+        pytest.param(
+            CODE,
+            (
+                _job("cheap", "n1", 7, 60.0, (AWAY_FROM_CODE,)),
+                replace(_replica(1, "n1"), name="guard", owner_kind="StatefulSet", owner_name="guard",
+                        anti_affinity=(AWAY_FROM_CODE,)),
+                _job("dear", "n2", 8, 3000.0),
+            ),
+            {"dear"}, id="a pod no victim keeps code off n1 too: it stays closed",
+        ),
+        pytest.param(
+            CODE,
+            (_job("cheap", "n1", 7, 60.0, (AWAY_FROM_CODE_BY_ZONE,)), _job("dear", "n3", 8, 3000.0)), {"cheap"},
+            id="a zone term: stopping it opens its zone",
+        ),
+        pytest.param(
+            CODE,
+            (
+                _job("cheap", "n1", 7, 60.0, (AWAY_FROM_CODE_BY_ZONE,)),
+                replace(_job("dear", "n2", 8, 3000.0), anti_affinity=(AWAY_FROM_CODE_BY_ZONE,)),
+                _job("far", "n3", 8, 6000.0),
+            ),
+            {"far"}, id="two gangs keep code off a zone: neither alone opens it",
+        ),
+    ],
+)  # fmt: skip
+def test_a_gang_that_alone_keeps_the_replica_off_a_node_may_be_stopped_for_it(
+    code: DeploymentInfo, pods: tuple[PodInfo, ...], stopped: set[str]
+) -> None:
+    """chat-0 (1 GPU) and a gang on n1, other gangs on n2 (zone a) and n3 (zone b); code wants one 1-GPU replica.
+    kube-scheduler's preemption judges a node without its victims: a node that only the victim's own pods keep
+    code off (their terms selecting code, or code's selecting them) is room once it is stopped -- the cheaper stop,
+    as it was before the gangs' own terms were read. A node another pod keeps code off as well stays closed."""
+    nodes = (_node("n1", "a"), _node("n2", "a"), _node("n3", "b"))
+    gangs = {p.gang.rsplit("/", 1)[-1]: p.gpus for p in pods if p.gang is not None}
+    jobs = tuple(WorkloadInfo("Job", "ml", n, f"job/ml/{n}", False, 100, (g,), None, None) for n, g in gangs.items())
+    # n3 full unless a gang holds it
+    filler = () if any(p.node == "n3" for p in pods) else (replace(_replica(9, "n3"), name="chat-9", gpus=8),)
+    snapshot = ClusterSnapshot(
+        NOW, deployments=(PLAIN, code), pods=(_replica(0, "n1"), *pods, *filler), nodes=nodes, workloads=jobs
+    )
+    assert stopped_for(snapshot, (CODE_POLICY, 0, 1)) == stopped
