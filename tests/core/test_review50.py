@@ -18,6 +18,8 @@ from autoscaler.core.cluster import (
     PodAntiAffinityTerm,
     PodInfo,
     WorkloadInfo,
+    anti_affinity_barred,
+    pods_with_own_anti_affinity,
 )
 from autoscaler.core.rebalance import RebalanceConfig, _Cluster
 from tests.core.test_pod_anti_affinity import (
@@ -163,3 +165,60 @@ def test_a_gang_that_alone_keeps_the_replica_off_a_node_may_be_stopped_for_it(
         NOW, deployments=(PLAIN, code), pods=(_replica(0, "n1"), *pods, *filler), nodes=nodes, workloads=jobs
     )
     assert stopped_for(snapshot, (CODE_POLICY, 0, 1)) == stopped
+
+
+# -- what was checked and found right: pinned -------------------------------------------------------------------------
+
+
+def _embed(node: str | None, terms: tuple[PodAntiAffinityTerm, ...] | None = (AWAY_FROM_CODE,)) -> PodInfo:
+    """A StatefulSet's GPU pod with its own terms as read."""
+    return replace(
+        _replica(7, node), name="embed-0", owner_kind="StatefulSet", owner_name="embed", labels={"app": "embed"},
+        anti_affinity=terms, phase="Running" if node else "Pending",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pod", "barred"),
+    [
+        pytest.param(_embed(None), set(), id="a Pending pod is bound nowhere: keeps nothing"),
+        pytest.param(replace(_embed(None), phase="Running", node="gone"), set(), id="bound to a node not read"),
+        pytest.param(_embed("n4", (AWAY_FROM_CODE_BY_ZONE,)), set(), id="a zone term on a node without the label"),
+        pytest.param(_embed("n4"), {"n4"}, id="a hostname term on a node without the label: its name"),
+        pytest.param(
+            _embed("n1", (replace(AWAY_FROM_CODE, namespaces=frozenset({"ml"})),)), set(),
+            id="its term's namespaces are not the replica's",
+        ),
+        pytest.param(
+            _embed("n1", (replace(AWAY_FROM_CODE, namespaces=None),)), {"n1"}, id="a namespaceSelector: every one",
+        ),
+        pytest.param(
+            _embed("n1", (replace(AWAY_FROM_CODE, selector={}),)), set(), id="a null selector selects nothing",
+        ),
+        pytest.param(
+            replace(_embed("n1"), owner_kind=None, owner_name=None), {"n1"}, id="a bare pod",
+        ),
+    ],
+)  # fmt: skip
+def test_a_running_pods_own_terms_as_kube_scheduler_counts_them(pod: PodInfo, barred: set[str]) -> None:
+    snapshot = replace(_snapshot(pod), deployments=(PLAIN, CODE))
+    assert anti_affinity_barred(CODE, snapshot) == barred
+
+
+def test_the_own_terms_cache_never_answers_a_new_pod_tuple_from_an_old_one() -> None:
+    """Keyed on the tuple's identity, which the entry keeps alive: a new snapshot's pods (an equal tuple that is
+    another object, or the same pods with other terms) are looked at afresh, and a third tuple evicts the oldest
+    without a wrong answer."""
+    with_terms = (_embed("n1"),)
+    without = (_embed("n1", ()),)
+    assert pods_with_own_anti_affinity(with_terms) == with_terms
+    assert pods_with_own_anti_affinity(without) == ()
+    equal = (*with_terms,)
+    assert equal is not with_terms and pods_with_own_anti_affinity(equal) == with_terms
+    for _ in range(3):  # alternating more tuples than are remembered
+        for pods, found in ((with_terms, with_terms), (without, ()), ((_replica(0, "n2"),), ())):
+            assert pods_with_own_anti_affinity(pods) == found
+    snapshot = replace(_snapshot(*with_terms), deployments=(PLAIN, CODE))
+    assert anti_affinity_barred(CODE, snapshot) == {"n1"}
+    assert anti_affinity_barred(CODE, replace(snapshot, pods=without)) == set()
+    assert anti_affinity_barred(CODE, snapshot) == {"n1"}
