@@ -112,7 +112,8 @@ def test_the_pods_with_terms_are_found_once_per_snapshot() -> None:
     other = (_replica(0, "n2"),)
     assert pods_with_own_anti_affinity(other) == ()
     # an equal but new tuple is a new snapshot's: looked at afresh
-    again = tuple(pods)
+    again = tuple(list(pods))
+    assert again is not pods
     assert pods_with_own_anti_affinity(again) == first
 
 

@@ -215,3 +215,42 @@ def test_the_victim_search_and_the_scheduler_agree_on_a_bare_pods_own_anti_affin
     assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/old"]
     assert_blind_would_stop_fresh(namespace, snapshot)
     assert_the_scheduler_refuses_beside_then_binds(cp, namespace, "anti-affinity", node_b)
+
+
+def test_the_gang_that_keeps_the_replica_away_is_the_one_stopped_for_it(
+    control_plane: ControlPlane, namespace: str, api_client: client.ApiClient, nodes: tuple[str, str, str]
+) -> None:
+    """Review 50: the gang "fresh" on node a keeps chat's pods away in its own spec (its pods' required anti-affinity);
+    it is still the cheaper one to stop, and stopping it opens node a -- kube-scheduler's preemption judges a node
+    without its victims. Read as a node barred whoever runs there, the search stopped "old" on node b instead."""
+    cp = control_plane
+    product, node_a, node_b = nodes
+    now = time.time()
+    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
+                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
+    fresh["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "chat"}}, "topologyKey": HOSTNAME_LABEL}]}}  # fmt: skip
+    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
+               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
+    for body in (fresh, old):
+        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    for name in ("fresh-0", "old-0"):
+        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    snapshot = deploy_chat_and_read(cp, api_client, namespace, chat_spec(product), (node_a, node_b), now)
+    (read_fresh,) = [p for p in snapshot.pods if p.name == "fresh-0"]
+    assert read_fresh.anti_affinity, "the gang's own terms were read"
+    assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/fresh"]
+
+    # The real scheduler: node a's free GPU is refused while "fresh" runs; once it is gone the replica binds there.
+    cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
+               content_type="application/merge-patch+json")  # fmt: skip
+    replica = cp.wait(
+        "a chat replica",
+        lambda: next((p["metadata"]["name"] for p in cp.pods(namespace, "app=chat")
+                      if p["metadata"]["name"].startswith("chat-")), None),
+        timeout_s=60,
+    )  # fmt: skip
+    message = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
+    assert "anti-affinity" in message, message
+    _delete(cp, namespace, "fresh-0")
+    assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_a
