@@ -46,6 +46,9 @@ ONE_PER_NODE = {
     }
 }
 
+# a pod's affinity keeping it off every node where one of chat's pods runs
+AWAY_FROM_CHAT = ONE_PER_NODE
+
 
 def chat_spec(product: str, **placement: Any) -> dict[str, Any]:
     """The chat replica's pod spec: 1 GPU, 1 CPU, 1 Gi, on the test's GPU product, with ``placement`` (an
@@ -63,23 +66,41 @@ def start_beside_a_replica(cp: ControlPlane, namespace: str, product: str, node_
     """On node a a running chat replica (``solo-chat``, 1 GPU, ``app: chat``, not preemptible) beside the gang
     "fresh" (7 GPUs, checkpointed a minute ago: the cheaper one to stop); on node b the gang "old" (8 GPUs, an hour
     ago). Returns the time their checkpoints are counted from."""
-    now = time.time()
     solo = _pod("solo-chat", node_a, product, 1, "1", "1Gi", {"app": "chat", "gpuautoscaler.dev/preemptible": "false"})
+    return start_two_gangs(cp, namespace, product, (node_a, node_b), solo)
+
+
+def start_two_gangs(
+    cp: ControlPlane,
+    namespace: str,
+    product: str,
+    nodes: tuple[str, str],
+    *beside: dict[str, Any],
+    fresh_affinity: dict[str, Any] | None = None,
+) -> float:
+    """The pods ``beside`` (made first), then the gang "fresh" on node a (7 GPUs, checkpointed a minute ago: the
+    cheaper one to stop; ``fresh_affinity`` its pod's affinity) and "old" on node b (8 GPUs, an hour ago), all
+    running. Returns the time their checkpoints are counted from."""
+    node_a, node_b = nodes
+    now = time.time()
     fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
                  {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
+    if fresh_affinity is not None:
+        fresh["spec"]["affinity"] = fresh_affinity
     old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
                {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
-    for body in (solo, fresh, old):
+    bodies = (*beside, fresh, old)
+    for body in bodies:
         cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-    for name in ("solo-chat", "fresh-0", "old-0"):
+    for body in bodies:
+        name = body["metadata"]["name"]
         cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
     return now
 
 
-def assert_the_scheduler_refuses_beside_then_binds(cp: ControlPlane, namespace: str, why: str, node_b: str) -> None:
-    """With "fresh" gone node a has 7 GPUs free, but the chat Deployment's first replica (scaled to 1) may not go
-    there: Unschedulable, its reason holding ``why``; with "old" gone it is bound on ``node_b``."""
-    _delete(cp, namespace, "fresh-0")
+def scale_chat_to_one_refused(cp: ControlPlane, namespace: str, why: str) -> str:
+    """Scale the chat Deployment to one replica and wait until kube-scheduler leaves it Unschedulable, its reason
+    holding ``why``; returns the replica's name."""
     cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
                content_type="application/merge-patch+json")  # fmt: skip
     replica = cp.wait(
@@ -90,6 +111,14 @@ def assert_the_scheduler_refuses_beside_then_binds(cp: ControlPlane, namespace: 
     )  # fmt: skip
     message = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
     assert why in message, message
+    return str(replica)
+
+
+def assert_the_scheduler_refuses_beside_then_binds(cp: ControlPlane, namespace: str, why: str, node_b: str) -> None:
+    """With "fresh" gone node a has 7 GPUs free, but the chat Deployment's first replica (scaled to 1) may not go
+    there: Unschedulable, its reason holding ``why``; with "old" gone it is bound on ``node_b``."""
+    _delete(cp, namespace, "fresh-0")
+    replica = scale_chat_to_one_refused(cp, namespace, why)
     _delete(cp, namespace, "old-0")
     assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_b
 
@@ -149,9 +178,7 @@ def test_the_victim_search_and_the_scheduler_agree_on_the_symmetric_check(
     template and stops the gang on node b."""
     cp = control_plane
     product, node_a, node_b = nodes
-    away_from_chat = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "chat"}}, "topologyKey": HOSTNAME_LABEL}]}}  # fmt: skip
-    guard = chat_spec(product, affinity=away_from_chat)
+    guard = chat_spec(product, affinity=AWAY_FROM_CHAT)
     guard["nodeSelector"] = {**guard["nodeSelector"], HOSTNAME_LABEL: node_a}
     cp.request("POST", f"/apis/apps/v1/namespaces/{namespace}/deployments",
                manifests.deployment("guard", 1, guard, labels={"app": "guard"}))  # fmt: skip
@@ -162,15 +189,7 @@ def test_the_victim_search_and_the_scheduler_agree_on_the_symmetric_check(
         ),
         timeout_s=60,
     )
-    now = time.time()
-    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
-                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
-    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
-               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
-    for body in (fresh, old):
-        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-    for name in ("fresh-0", "old-0"):
-        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    now = start_two_gangs(cp, namespace, product, (node_a, node_b))
     snapshot = deploy_chat_and_read(cp, api_client, namespace, chat_spec(product), (node_a, node_b), now)
     assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/old"]
     assert_blind_would_stop_fresh(namespace, snapshot)
@@ -197,18 +216,9 @@ def test_the_victim_search_and_the_scheduler_agree_on_a_bare_pods_own_anti_affin
     would stop "fresh" beside the guard)."""
     cp = control_plane
     product, node_a, node_b = nodes
-    now = time.time()
     guard = _pod("guard", node_a, product, 1, "1", "1Gi", {"app": "guard", "gpuautoscaler.dev/preemptible": "false"})
-    guard["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "chat"}}, "topologyKey": HOSTNAME_LABEL}]}}  # fmt: skip
-    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
-                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
-    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
-               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
-    for body in (guard, fresh, old):
-        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-    for name in ("guard", "fresh-0", "old-0"):
-        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    guard["spec"]["affinity"] = AWAY_FROM_CHAT
+    now = start_two_gangs(cp, namespace, product, (node_a, node_b), guard)
     snapshot = deploy_chat_and_read(cp, api_client, namespace, chat_spec(product), (node_a, node_b), now)
     (read_guard,) = [p for p in snapshot.pods if p.name == "guard"]
     assert read_guard.owner_kind is None and read_guard.anti_affinity, "the bare pod's own terms were read"
@@ -225,32 +235,13 @@ def test_the_gang_that_keeps_the_replica_away_is_the_one_stopped_for_it(
     without its victims. Read as a node barred whoever runs there, the search stopped "old" on node b instead."""
     cp = control_plane
     product, node_a, node_b = nodes
-    now = time.time()
-    fresh = _pod("fresh-0", node_a, product, 7, "1", "1Gi", {GANG_LABEL: "fresh"},
-                 {"gpuautoscaler.dev/last-checkpoint": format_time(now - 60)})  # fmt: skip
-    fresh["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "chat"}}, "topologyKey": HOSTNAME_LABEL}]}}  # fmt: skip
-    old = _pod("old-0", node_b, product, 8, "1", "1Gi", {GANG_LABEL: "old"},
-               {"gpuautoscaler.dev/last-checkpoint": format_time(now - 3600)})  # fmt: skip
-    for body in (fresh, old):
-        cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-    for name in ("fresh-0", "old-0"):
-        cp.wait(f"{name} running", functools.partial(_running_on, cp, namespace, name), timeout_s=60)
+    now = start_two_gangs(cp, namespace, product, (node_a, node_b), fresh_affinity=AWAY_FROM_CHAT)
     snapshot = deploy_chat_and_read(cp, api_client, namespace, chat_spec(product), (node_a, node_b), now)
     (read_fresh,) = [p for p in snapshot.pods if p.name == "fresh-0"]
     assert read_fresh.anti_affinity, "the gang's own terms were read"
     assert victims(namespace, snapshot) == [f"kubeflow/{namespace}/fresh"]
 
     # The real scheduler: node a's free GPU is refused while "fresh" runs; once it is gone the replica binds there.
-    cp.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/deployments/chat", {"spec": {"replicas": 1}},
-               content_type="application/merge-patch+json")  # fmt: skip
-    replica = cp.wait(
-        "a chat replica",
-        lambda: next((p["metadata"]["name"] for p in cp.pods(namespace, "app=chat")
-                      if p["metadata"]["name"].startswith("chat-")), None),
-        timeout_s=60,
-    )  # fmt: skip
-    message = cp.wait("chat unschedulable", lambda: _unschedulable_why(cp, namespace, replica), timeout_s=60)
-    assert "anti-affinity" in message, message
+    replica = scale_chat_to_one_refused(cp, namespace, "anti-affinity")
     _delete(cp, namespace, "fresh-0")
     assert cp.wait("chat running", lambda: _running_on(cp, namespace, replica), timeout_s=60) == node_a
