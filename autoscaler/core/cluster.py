@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -133,7 +133,19 @@ def next_replica(deployment: DeploymentInfo, node: str | None = None, name: str 
 def _barring(
     deployment: DeploymentInfo, snapshot: ClusterSnapshot, wide_only: bool = False
 ) -> Iterator[tuple[PodInfo, str, str]]:
-    """(pod, topology key, domain) for each pod that keeps the Deployment's next replica off a domain: the nodes
+    """``_barring_of`` the Deployment's next replica (its template's labels and terms)."""
+    return _barring_of(next_replica(deployment), deployment.anti_affinity, snapshot, wide_only)
+
+
+def _barring_of(
+    replica: PodInfo,
+    own_terms: Sequence[PodAntiAffinityTerm],
+    snapshot: ClusterSnapshot,
+    wide_only: bool = False,
+    leaving_with: Callable[[PodInfo], bool] | None = None,
+) -> Iterator[tuple[PodInfo, str, str]]:
+    """(pod, topology key, domain) for each pod that keeps ``replica`` (a pod to be placed, with ``own_terms``) off
+    a domain: the nodes
     kube-scheduler's InterPodAffinity filter keeps it off are those in a
     topology domain (same value of the term's key) where a pod its own required anti-affinity selects is bound and
     not finished (a terminating pod counts until it is gone) -- and, the symmetric check, where a pod runs whose own
@@ -141,13 +153,13 @@ def _barring(
     where the reader read them (``PodInfo.anti_affinity``; any owner), else its Deployment's template's. Only the
     pods the snapshot holds are seen (the GPU pods): a term that keeps replicas away from CPU-only pods, or a CPU-only
     pod's own terms, are not honoured here. ``wide_only``: the terms over a domain wider than a
-    node (not ``kubernetes.io/hostname``) alone."""
+    node (not ``kubernetes.io/hostname``) alone. ``leaving_with``: the pods that leave with ``replica`` (its own,
+    its gang's when it is moved) and keep it off nothing."""
 
     def kept(term: PodAntiAffinityTerm) -> bool:
         return not wide_only or term.topology_key != HOSTNAME_LABEL
 
-    own = [t for t in deployment.anti_affinity if kept(t)]
-    replica = next_replica(deployment)
+    own = [t for t in own_terms if kept(t)]
     theirs = {
         (d.namespace, d.name): selecting
         for d in snapshot.deployments
@@ -165,6 +177,8 @@ def _barring(
     for pod in snapshot.pods:
         if pod.node not in nodes or pod.phase in ("Succeeded", "Failed"):
             continue
+        if leaving_with is not None and leaving_with(pod):
+            continue
         terms = [t for t in own if t.selects(pod)]
         if pod.anti_affinity is not None:
             terms.extend(keeping.get(id(pod), ()))
@@ -180,8 +194,32 @@ def anti_affinity_barred(
     deployment: DeploymentInfo, snapshot: ClusterSnapshot, wide_only: bool = False
 ) -> frozenset[str]:
     """The nodes kube-scheduler's InterPodAffinity filter keeps the Deployment's next replica off (``_barring``)."""
+    return _nodes_in_domains(_barring(deployment, snapshot, wide_only), snapshot)
+
+
+def pod_anti_affinity_barred(pod: PodInfo, snapshot: ClusterSnapshot) -> frozenset[str]:
+    """The nodes kube-scheduler's InterPodAffinity filter keeps ``pod`` -- a pod of no Deployment (a training pod,
+    one waiting), placed as it is or recreated from its spec -- off: its own required terms (``PodInfo.anti_affinity``)
+    against the running pods, and the running pods whose own terms (or Deployment's template) select it. The pods
+    leaving with it (itself; its gang's, which move with it) keep it off nothing."""
+    if pod.gang is not None:
+        gang = pod.gang
+
+        def leaving(other: PodInfo) -> bool:
+            return other.gang == gang
+    else:
+        me = (pod.namespace, pod.name)
+
+        def leaving(other: PodInfo) -> bool:
+            return (other.namespace, other.name) == me
+
+    return _nodes_in_domains(_barring_of(pod, pod.anti_affinity or (), snapshot, leaving_with=leaving), snapshot)
+
+
+def _nodes_in_domains(barring: Iterable[tuple[PodInfo, str, str]], snapshot: ClusterSnapshot) -> frozenset[str]:
+    """The nodes of the snapshot in any (topology key, domain) of ``barring``."""
     taken: dict[str, set[str]] = {}  # topology key -> the domains a pod it keeps away from (or that keeps it) is in
-    for _, key, domain in _barring(deployment, snapshot, wide_only):
+    for _, key, domain in barring:
         taken.setdefault(key, set()).add(domain)
     if not taken:
         return frozenset()

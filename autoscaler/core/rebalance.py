@@ -58,6 +58,7 @@ from autoscaler.core.cluster import (
     fits_beside,
     free_gpus_per_node,
     next_replica,
+    pod_anti_affinity_barred,
     pod_schedulable_on,
     pods_with_own_anti_affinity,
     requests_by_node,
@@ -448,6 +449,15 @@ class _Cluster:
             kept = anti_affinity_barred(deployment, snapshot)
             if kept:
                 self.kept_off[f"{deployment.namespace}/{deployment.name}"] = set(kept)
+        # a pod of no Deployment (a training pod, a waiting one): the nodes its own required anti-affinity, or a
+        # running pod's keeping it away, keeps it off (``pod_anti_affinity_barred``), by (namespace, name) when first
+        # asked; and every term in the cluster that may select it (none: no pod is ever kept off)
+        self._snapshot = snapshot
+        self._pods_kept_off: dict[tuple[str, str], frozenset[str]] = {}
+        self._terms_anywhere = bool(self.with_anti_affinity or pods_with_own_anti_affinity(snapshot.pods))
+        # the pods expected to land this pass, each on every node of its group's: a pod of no Deployment is kept
+        # off their domains where its terms select them, or theirs it
+        self._landed: list[tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...]]] = []
         # "namespace/deployment" -> its hard topology spread (``core.topology_spread``): a moved replica lands only
         # where the skew allows once it has left its node; the rule with that node's pod taken off, by (key, node)
         self.skews: dict[str, TopologySkew] = {}
@@ -494,6 +504,9 @@ class _Cluster:
         landing = [self.nodes[n] for n in nodes if n in self.nodes]
         if not landing or not pods:
             return
+        if self._terms_anywhere or any(p.anti_affinity for p in pods):
+            self._terms_anywhere = True
+            self._landed.append((tuple(pods), tuple(landing)))
         for deployment in self.with_anti_affinity:
             for term in deployment.anti_affinity:
                 if any(term.selects(pod) for pod in pods):
@@ -549,7 +562,41 @@ class _Cluster:
             return False
         if self.skews and any((skew := self._skew_for(pod)) is not None and not skew.allows(node) for pod in pods):
             return False
+        if self._terms_anywhere and any(self._pod_kept_off(pod, info) for pod in pods):
+            return False
         return all(pod_schedulable_on(pod, info) for pod in pods)
+
+    def _pod_kept_off(self, pod: PodInfo, node: NodeInfo) -> bool:
+        """Whether pod anti-affinity keeps ``pod`` -- of no Deployment: a Deployment's replicas are judged by
+        ``kept_off`` -- off ``node``: its own required terms or a running pod's (``pod_anti_affinity_barred``), or
+        those of a pod expected to land this pass (its own terms, or its Deployment's template's where not read)."""
+        if pod.owner_kind == "Deployment":
+            return False
+        key = (pod.namespace, pod.name)
+        barred = self._pods_kept_off.get(key)
+        if barred is None:
+            barred = self._pods_kept_off[key] = pod_anti_affinity_barred(pod, self._snapshot)
+        if node.name in barred:
+            return True
+        for landed, landing in self._landed:
+            for other in landed:
+                if (pod.gang is not None and other.gang == pod.gang) or (other.namespace, other.name) == key:
+                    continue  # its own gang's pods move with it
+                terms = [t for t in pod.anti_affinity or () if t.selects(other)]
+                terms += [t for t in self._terms_of(other) if t.selects(pod)]
+                if any(_same_domain(node, n, t.topology_key) for t in terms for n in landing):
+                    return True
+        return False
+
+    def _terms_of(self, pod: PodInfo) -> tuple[PodAntiAffinityTerm, ...]:
+        """A pod's required anti-affinity: its own where read, else its Deployment's template's."""
+        if pod.anti_affinity is not None:
+            return pod.anti_affinity
+        if pod.owner_kind == "Deployment":
+            for deployment in self.with_anti_affinity:
+                if (deployment.namespace, deployment.name) == (pod.namespace, pod.owner_name):
+                    return deployment.anti_affinity
+        return ()
 
     def place(
         self,
@@ -571,6 +618,10 @@ class _Cluster:
         trial = dict(free)
         trial_beside = dict(beside) if beside is not None else None
         needs = _needs(pod_gpus, pods, pod_beside)
+        # the group's pods whose required anti-affinity selects a sibling (workers kept one per node): each placed
+        # pod keeps such siblings off its domain
+        apart = len(pods) == len(pod_gpus) and any(p.anti_affinity for p in pods)
+        placed: list[tuple[int, str]] = []
         for i in sorted(range(len(pod_gpus)), key=lambda k: -pod_gpus[k]):
             gpus, need = pod_gpus[i], needs[i]
             fits = [
@@ -580,6 +631,7 @@ class _Cluster:
                 and n not in exclude
                 and self.allowed(n, gpu_type, training, pods, node_selector, suspended)
                 and fits_beside(trial_beside, n, need)
+                and not (apart and self._siblings_keep_off(pods, i, n, placed))
             ]
             if not fits:
                 return None
@@ -587,10 +639,23 @@ class _Cluster:
             trial[node] -= gpus
             taken[node] += gpus
             add_beside(trial_beside, node, need, -1)
+            placed.append((i, node))
         free.update(trial)
         if beside is not None and trial_beside is not None:
             beside.update(trial_beside)
         return dict(taken)
+
+    def _siblings_keep_off(self, pods: Sequence[PodInfo], i: int, node: str, placed: Sequence[tuple[int, str]]) -> bool:
+        """Whether a sibling already placed (``placed``: index, node) and pod ``i`` of the group select each other
+        by a required anti-affinity term whose domain holds both ``node`` and the sibling's node."""
+        pod, here = pods[i], self.nodes[node]
+        for j, there in placed:
+            other = pods[j]
+            terms = [t for t in pod.anti_affinity or () if t.selects(other)]
+            terms += [t for t in other.anti_affinity or () if t.selects(pod)]
+            if any(_same_domain(here, self.nodes[there], t.topology_key) for t in terms):
+                return True
+        return False
 
     def allows(self, node: str, target: _Target) -> bool:
         """``allowed`` for the waiting ``target``: its GPU type, pool, pods (or template's nodeSelector), and never a
@@ -608,6 +673,12 @@ class _Cluster:
             free, target.pod_gpus, target.gpu_type, target.training, pods=target.pods, beside=beside,
             node_selector=target.node_selector, pod_beside=target.beside, suspended=target.suspended is not None,
         )  # fmt: skip
+
+
+def _same_domain(a: NodeInfo, b: NodeInfo, key: str) -> bool:
+    """Whether two nodes are in one topology domain of ``key`` (a node without the label is in none)."""
+    domain = topology_domain(a, key)
+    return domain is not None and domain == topology_domain(b, key)
 
 
 def _needs(pod_gpus: Sequence[int], pods: Sequence[PodInfo], each: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
