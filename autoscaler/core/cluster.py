@@ -145,9 +145,8 @@ def _barring_of(
     leaving_with: Callable[[PodInfo], bool] | None = None,
 ) -> Iterator[tuple[PodInfo, str, str]]:
     """(pod, topology key, domain) for each pod that keeps ``replica`` (a pod to be placed, with ``own_terms``) off
-    a domain: the nodes
-    kube-scheduler's InterPodAffinity filter keeps it off are those in a
-    topology domain (same value of the term's key) where a pod its own required anti-affinity selects is bound and
+    a domain: the nodes kube-scheduler's InterPodAffinity filter keeps it off are those in a topology domain (same
+    value of the term's key) where a pod its own required anti-affinity selects is bound and
     not finished (a terminating pod counts until it is gone) -- and, the symmetric check, where a pod runs whose own
     required anti-affinity selects the new replica (its template's labels, in its namespace): the pod's own terms
     where the reader read them (``PodInfo.anti_affinity``; any owner), else its Deployment's template's. Only the
@@ -201,19 +200,16 @@ def pod_anti_affinity_barred(pod: PodInfo, snapshot: ClusterSnapshot) -> frozens
     """The nodes kube-scheduler's InterPodAffinity filter keeps ``pod`` -- a pod of no Deployment (a training pod,
     one waiting), placed as it is or recreated from its spec -- off: its own required terms (``PodInfo.anti_affinity``)
     against the running pods, and the running pods whose own terms (or Deployment's template) select it. The pods
-    leaving with it (itself; its gang's, which move with it) keep it off nothing."""
-    if pod.gang is not None:
-        gang = pod.gang
-
-        def leaving(other: PodInfo) -> bool:
-            return other.gang == gang
-    else:
-        me = (pod.namespace, pod.name)
-
-        def leaving(other: PodInfo) -> bool:
-            return (other.namespace, other.name) == me
-
+    leaving with it (``moves_with``) keep it off nothing."""
+    leaving = functools.partial(moves_with, pod)
     return _nodes_in_domains(_barring_of(pod, pod.anti_affinity or (), snapshot, leaving_with=leaving), snapshot)
+
+
+def moves_with(pod: PodInfo, other: PodInfo) -> bool:
+    """Whether ``other`` leaves (and lands) with ``pod``: the pod itself, or a pod of its gang."""
+    if pod.gang is not None and other.gang == pod.gang:
+        return True
+    return (other.namespace, other.name) == (pod.namespace, pod.name)
 
 
 def _nodes_in_domains(barring: Iterable[tuple[PodInfo, str, str]], snapshot: ClusterSnapshot) -> frozenset[str]:

@@ -57,6 +57,7 @@ from autoscaler.core.cluster import (
     checkpoint_times,
     fits_beside,
     free_gpus_per_node,
+    moves_with,
     next_replica,
     pod_anti_affinity_barred,
     pod_schedulable_on,
@@ -439,22 +440,21 @@ class _Cluster:
         # its own zone -- fewer moves, never one the scheduler refuses), and those Deployments
         self.kept_off: dict[str, set[str]] = {}
         self.with_anti_affinity = [d for d in snapshot.deployments if d.anti_affinity]
-        # every Deployment: its own terms, or another's selecting its replicas (the symmetric check)
-        self.deployments = (
-            snapshot.deployments
-            if self.with_anti_affinity or pods_with_own_anti_affinity(snapshot.pods)
-            else ()
-        )
+        # whether any required pod anti-affinity term exists in the cluster (none: no pod is ever kept off)
+        self._terms_anywhere = bool(self.with_anti_affinity or pods_with_own_anti_affinity(snapshot.pods))
+        # every Deployment: its own terms, or another's or a pod's selecting its replicas (the symmetric check)
+        self.deployments = snapshot.deployments if self._terms_anywhere else ()
         for deployment in self.deployments:
             kept = anti_affinity_barred(deployment, snapshot)
             if kept:
                 self.kept_off[f"{deployment.namespace}/{deployment.name}"] = set(kept)
         # a pod of no Deployment (a training pod, a waiting one): the nodes its own required anti-affinity, or a
         # running pod's keeping it away, keeps it off (``pod_anti_affinity_barred``), by (namespace, name) when first
-        # asked; and every term in the cluster that may select it (none: no pod is ever kept off)
+        # asked
         self._snapshot = snapshot
         self._pods_kept_off: dict[tuple[str, str], frozenset[str]] = {}
-        self._terms_anywhere = bool(self.with_anti_affinity or pods_with_own_anti_affinity(snapshot.pods))
+        # (namespace, Deployment) -> its template's terms, for its pods read without their own
+        self._template_terms = {(d.namespace, d.name): d.anti_affinity for d in self.with_anti_affinity}
         # the pods expected to land this pass, each on every node of its group's: a pod of no Deployment is kept
         # off their domains where its terms select them, or theirs it
         self._landed: list[tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...]]] = []
@@ -514,11 +514,8 @@ class _Cluster:
         # the symmetric check: a landing pod's own terms keep off the replicas they select where they were read,
         # whoever owns it (the spec it is scheduled with -- a waiting pod's, a moved one's replacement from the same
         # ReplicaSet: as ``anti_affinity_barred`` judges the running pods); a Deployment's pod read without them
-        # (None), its template's
-        owners = {(p.namespace, p.owner_name) for p in pods if p.owner_kind == "Deployment" and p.anti_affinity is None}
-        keeping = [owner.anti_affinity for owner in self.with_anti_affinity if (owner.namespace, owner.name) in owners]
-        keeping += [p.anti_affinity for p in pods if p.anti_affinity]
-        for terms in keeping:
+        # (None), its template's (``_terms_of``)
+        for terms in filter(None, map(self._terms_of, pods)):
             for deployment in self.deployments:
                 replica = next_replica(deployment)
                 for term in terms:
@@ -580,10 +577,9 @@ class _Cluster:
             return True
         for landed, landing in self._landed:
             for other in landed:
-                if (pod.gang is not None and other.gang == pod.gang) or (other.namespace, other.name) == key:
-                    continue  # its own gang's pods move with it
-                terms = [t for t in pod.anti_affinity or () if t.selects(other)]
-                terms += [t for t in self._terms_of(other) if t.selects(pod)]
+                if moves_with(pod, other):
+                    continue
+                terms = self._terms_between(pod, other)
                 if any(_same_domain(node, n, t.topology_key) for t in terms for n in landing):
                     return True
         return False
@@ -593,10 +589,14 @@ class _Cluster:
         if pod.anti_affinity is not None:
             return pod.anti_affinity
         if pod.owner_kind == "Deployment":
-            for deployment in self.with_anti_affinity:
-                if (deployment.namespace, deployment.name) == (pod.namespace, pod.owner_name):
-                    return deployment.anti_affinity
+            return self._template_terms.get((pod.namespace, pod.owner_name or ""), ())
         return ()
+
+    def _terms_between(self, pod: PodInfo, other: PodInfo) -> list[PodAntiAffinityTerm]:
+        """The required anti-affinity terms that keep two pods out of one domain: each one's selecting the other."""
+        return [t for t in self._terms_of(pod) if t.selects(other)] + [
+            t for t in self._terms_of(other) if t.selects(pod)
+        ]
 
     def place(
         self,
@@ -648,14 +648,12 @@ class _Cluster:
     def _siblings_keep_off(self, pods: Sequence[PodInfo], i: int, node: str, placed: Sequence[tuple[int, str]]) -> bool:
         """Whether a sibling already placed (``placed``: index, node) and pod ``i`` of the group select each other
         by a required anti-affinity term whose domain holds both ``node`` and the sibling's node."""
-        pod, here = pods[i], self.nodes[node]
-        for j, there in placed:
-            other = pods[j]
-            terms = [t for t in pod.anti_affinity or () if t.selects(other)]
-            terms += [t for t in other.anti_affinity or () if t.selects(pod)]
-            if any(_same_domain(here, self.nodes[there], t.topology_key) for t in terms):
-                return True
-        return False
+        here = self.nodes[node]
+        return any(
+            _same_domain(here, self.nodes[there], t.topology_key)
+            for j, there in placed
+            for t in self._terms_between(pods[i], pods[j])
+        )
 
     def allows(self, node: str, target: _Target) -> bool:
         """``allowed`` for the waiting ``target``: its GPU type, pool, pods (or template's nodeSelector), and never a

@@ -224,9 +224,7 @@ def tuned_observed_policy(
 
 def _backward_window_max(values: np.ndarray, window: int) -> np.ndarray:
     """out[i] = max(values[i - window + 1 : i + 1]) (shorter at the start)."""
-    if window <= 1:
-        return values.copy()
-    return _forward_window_max(values[::-1].copy(), window)[::-1].copy()
+    return _forward_window_max(values[::-1], window)[::-1]
 
 
 @dataclass(frozen=True)
