@@ -125,9 +125,11 @@ def _close(actual: dict[float, tuple[float, ...]], expected: dict[float, tuple[f
 
 def _models() -> list[BaseForecaster]:
     return [
-        PhaseNaive(quantiles=LEVELS, residual_window=600),
-        PhaseNaive(quantiles=LEVELS, residual_window=600, period_s=600.0),
-        PhaseNaive(quantiles=LEVELS, residual_window=600, period_s=600.0, multiplicative=False),
+        PhaseNaive(quantiles=LEVELS, residual_window=600, reversion_periods=None),
+        PhaseNaive(quantiles=LEVELS, residual_window=600, reversion_periods=None, period_s=600.0),
+        PhaseNaive(
+            quantiles=LEVELS, residual_window=600, reversion_periods=None, period_s=600.0, multiplicative=False
+        ),
         LastValue(quantiles=LEVELS, residual_window=300),
         SeasonalNaive(quantiles=LEVELS, period_s=3600.0),
     ]
@@ -224,7 +226,7 @@ def _replay_one(model: BaseForecaster, y: np.ndarray, end: int, offset: int, fir
 
 
 def test_gaps_in_the_input_are_filled_and_change_the_history_so_the_orders_are_relearnt() -> None:
-    model = PhaseNaive(quantiles=LEVELS, residual_window=600, period_s=600.0)
+    model = PhaseNaive(quantiles=LEVELS, residual_window=600, period_s=600.0, reversion_periods=None)
     y = _windowed(1_200, np.random.default_rng(5), zeros=False)
     holed = y.copy()
     holed[995:1_000] = np.nan  # held at the end now, interpolated once newer samples arrive
@@ -357,7 +359,7 @@ def test_predicted_forecasts_equal_validated_ones_and_read_the_same(seed: int, s
 def test_a_pickled_model_leaves_its_kept_orders_behind_and_forecasts_the_same() -> None:
     import pickle
 
-    model = PhaseNaive(quantiles=LEVELS, residual_window=600, period_s=600.0)
+    model = PhaseNaive(quantiles=LEVELS, residual_window=600, period_s=600.0, reversion_periods=None)
     y = _windowed(1_000, np.random.default_rng(7), zeros=False)
     model.fit(y[:900], start=0.0, step_s=STEP)
     model.predict(HORIZON)

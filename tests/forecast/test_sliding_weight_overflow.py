@@ -34,4 +34,10 @@ def test_phase_naive_with_a_half_life_of_one_period_survives_a_week_of_minute_up
     n = 12_000
     y = np.repeat(np.exp(rng.normal(3.0, 0.5, n // 10 + 1)), 10)[:n] * (1 + rng.normal(0, 0.02, n))
     # 10-minute windows, a 10-minute half-life: rate = 600 / 600 = 1 per visit of a phase's residual set
-    _run(lambda: PhaseNaive(period_s=600.0, residual_window=600, residual_half_life_s=600.0), y, 600, 10_400)
+    # without mean reversion: a fresh fit re-estimates its slopes, an update keeps them (the reference is a fresh fit)
+    _run(
+        lambda: PhaseNaive(period_s=600.0, residual_window=600, residual_half_life_s=600.0, reversion_periods=None),
+        y,
+        600,
+        10_400,
+    )
