@@ -223,6 +223,7 @@ class PhaseNaive(BaseForecaster):
         else:
             self.learn_series_ = _log_level(self.history_)
         self.offsets_cache_: dict[tuple[int, int], FloatArray] = {}
+        self.reversion_now_: dict[tuple[int, int], tuple[int, int, float] | None] = {}
         # The spreads' residuals sorted with their weights, kept across updates that only append to the history (the
         # spreads themselves are the same as learnt from scratch, up to float rounding; see forecast.base.OrderHints).
         # Positions for the hints: ``learn_first_index_`` rounds, which alternates for a start half a step off the
@@ -289,22 +290,24 @@ class PhaseNaive(BaseForecaster):
         basis = self.reversion_basis_
         if basis is not None:
             series, deviation, first_index = basis
-            found = self._reverted_origins(series, deviation, first_index, phase, lag)
+            found = self._reverted_origins(series, deviation, first_index, phase, lag, weighted=True)
             if found is not None:
                 change, dev, weights, _ = found
-                dev_mean = float(np.average(dev, weights=weights))
-                spread = float(np.average((dev - dev_mean) ** 2, weights=weights))
+                assert weights is not None
+                total = float(weights.sum())
+                centred = dev - float(weights @ dev) / total
+                spread = float(weights @ (centred * centred)) / total
                 if spread > 1e-12:
-                    slope = min(0.0, float(np.average((dev - dev_mean) * change, weights=weights)) / spread)
+                    slope = min(0.0, float(weights @ (centred * change)) / total / spread)
         self.reversion_slopes_[key] = slope
         return slope
 
     def _reverted_origins(
-        self, series: FloatArray, deviation: FloatArray, first_index: int, phase: int, lag: int
-    ) -> tuple[FloatArray, FloatArray, FloatArray, int] | None:
-        """(change over ``lag``, deviation, recency weight, first origin's position) at the origins of ``series``
-        (its first sample at absolute step ``first_index``) at true ``phase`` whose deviation is known; None with
-        fewer than ``_MIN_REVERSION_ORIGINS`` of them."""
+        self, series: FloatArray, deviation: FloatArray, first_index: int, phase: int, lag: int, weighted: bool = False
+    ) -> tuple[FloatArray, FloatArray, FloatArray | None, int] | None:
+        """(change over ``lag``, deviation, recency weights if ``weighted``, first origin's position) at the origins
+        of ``series`` (its first sample at absolute step ``first_index``) at true ``phase`` whose deviation is known;
+        None with fewer than ``_MIN_REVERSION_ORIGINS`` of them."""
         period = self.period_bins_
         span = int(self.reversion_periods or 1) * period
         if lag < 1 or series.size <= lag:
@@ -316,8 +319,11 @@ class PhaseNaive(BaseForecaster):
             return None
         origins = slice(first, first + period * count, period)
         change = series[first + lag : first + lag + period * count : period] - series[origins]
-        weights = recency_weights(count, self.step_s_ * period, self.residual_half_life_s)
-        return change, deviation[origins], np.ones(count) if weights is None else weights, first
+        weights = None
+        if weighted:
+            weights = recency_weights(count, self.step_s_ * period, self.residual_half_life_s)
+            weights = np.ones(count) if weights is None else weights
+        return change, deviation[origins], weights, first
 
     def _true_phase(self, origin_phase: int, lead: int) -> tuple[int, int] | None:
         """(true phase, lag) of the origins the spread at (``origin_phase``, ``lead``) is learnt from: the phase by
@@ -378,20 +384,33 @@ class PhaseNaive(BaseForecaster):
         self.offsets_cache_[key] = out
         return out
 
+    def _reversion(self, origin_phase: int, lead: int) -> tuple[int, int, float] | None:
+        """(true phase, lag, slope) where the spread at (phase, lead) is learnt less a slope: a fitted slope, and a
+        known deviation now; else None. Kept until the next update (asked for by the grouping and the spreads)."""
+        key = (origin_phase, lead)
+        if key in self.reversion_now_:
+            return self.reversion_now_[key]
+        found = None
+        if self.reversion_basis_ is not None and self.deviation_ is not None and math.isfinite(self.deviation_[-1]):
+            true_phase = self._true_phase(origin_phase, lead)
+            if true_phase is not None:
+                slope = self.reversion_slopes_.get(true_phase)
+                if slope is None:
+                    slope = self._slope(*true_phase)
+                if slope < 0.0:
+                    found = (*true_phase, slope)
+        self.reversion_now_[key] = found
+        return found
+
     def _reverted(self, origin_phase: int, lead: int) -> bool:
-        """Whether the spread at (phase, lead) is learnt less a slope: a fitted slope, and a known deviation now."""
-        if not self._reverting() or self.deviation_ is None or not math.isfinite(self.deviation_[-1]):
-            return False
-        true_phase = self._true_phase(origin_phase, lead)
-        return true_phase is not None and self._slope(*true_phase) < 0.0
+        return self._reversion(origin_phase, lead) is not None
 
     def _reverted_offsets(self, origin_phase: int, lead: int) -> FloatArray:
         """Quantiles of the change less slope x deviation at the current series' origins, plus slope x the
         deviation now; the plain spread when the current series has too few origins with a deviation."""
-        true_phase = self._true_phase(origin_phase, lead)
-        assert true_phase is not None and self.deviation_ is not None
-        phase, lag = true_phase
-        slope = self._slope(phase, lag)
+        reversion = self._reversion(origin_phase, lead)
+        assert reversion is not None and self.deviation_ is not None
+        phase, lag, slope = reversion
         found = self._reverted_origins(self.learn_series_, self.deviation_, self.hint_first_index_, phase, lag)
         if found is None:
             return self._plain_offsets(origin_phase, lead)
