@@ -256,9 +256,11 @@ class PhaseNaive(BaseForecaster):
     ) -> FloatArray:
         """Each sample's log level less the mean of the last ``reversion_periods`` periods' samples (itself
         included); NaN where fewer samples than that precede it in ``series`` (its first at absolute step
-        ``first_index``). ``previous``: the last update's (series, deviations, first index); the samples both hold
-        keep their deviations to the bit -- the kept residual sets (``OrderHints``) drop their oldest residuals by
-        value, and a mean summed again from another start differs in the last bits."""
+        ``first_index``), and where one of them is idle (0: a service drained at night, a gap in the trace; the
+        return from a gap is not a level reverting to its mean, and measured as one it taught the slopes to expect
+        a fall after every restart). ``previous``: the last update's (series, deviations, first index); the samples
+        both hold keep their deviations to the bit -- the kept residual sets (``OrderHints``) drop their oldest
+        residuals by value, and a mean summed again from another start differs in the last bits."""
         span = int(self.reversion_periods or 1) * self.period_bins_
         out = np.full(series.size, np.nan)
         if series.size < span:
@@ -274,7 +276,9 @@ class PhaseNaive(BaseForecaster):
         if done < series.size:
             tail = series[done - span + 1 :]
             sums = np.cumsum(np.concatenate(([0.0], tail)))
-            out[done:] = tail[span - 1 :] - (sums[span:] - sums[:-span]) / span
+            idle = np.cumsum(np.concatenate(([0], tail <= 0.0)))
+            deviation = tail[span - 1 :] - (sums[span:] - sums[:-span]) / span
+            out[done:] = np.where(idle[span:] - idle[:-span] > 0, np.nan, deviation)
         out[: span - 1] = np.nan  # as learnt from scratch: too few samples before these
         return out
 
@@ -284,23 +288,33 @@ class PhaseNaive(BaseForecaster):
         kept only if towards the mean (< 0); 0 without ``_MIN_REVERSION_ORIGINS`` origins with a deviation."""
         key = (phase, lag)
         slope = self.reversion_slopes_.get(key)
-        if slope is not None:
-            return slope
-        slope = 0.0
-        basis = self.reversion_basis_
-        if basis is not None:
-            series, deviation, first_index = basis
-            found = self._reverted_origins(series, deviation, first_index, phase, lag, weighted=True)
-            if found is not None:
-                change, dev, weights, _ = found
-                assert weights is not None
-                total = float(weights.sum())
-                centred = dev - float(weights @ dev) / total
-                spread = float(weights @ (centred * centred)) / total
-                if spread > 1e-12:
-                    slope = min(0.0, float(weights @ (centred * change)) / total / spread)
-        self.reversion_slopes_[key] = slope
+        if slope is None:
+            slope = self._fitted_slope(phase, lag)
+            self.reversion_slopes_[key] = slope
         return slope
+
+    def _fitted_slope(self, phase: int, lag: int) -> float:
+        if self.reversion_basis_ is None:
+            return 0.0
+        series, deviation, first_index = self.reversion_basis_
+        found = self._reverted_origins(series, deviation, first_index, phase, lag, weighted=True)
+        if found is None:
+            return 0.0
+        change, dev, weights, first = found
+        assert weights is not None
+        period = self.period_bins_
+        # origins with a deviation whose change does not end idle (the start of a gap is no reversion either)
+        ends = series[first + lag : first + lag + period * change.size : period]
+        known = np.isfinite(dev) & (ends > 0.0)
+        if np.count_nonzero(known) < _MIN_REVERSION_ORIGINS:
+            return 0.0
+        change, dev, weights = change[known], dev[known], weights[known]
+        total = float(weights.sum())
+        centred = dev - float(weights @ dev) / total
+        spread = float(weights @ (centred * centred)) / total
+        if spread <= 1e-12:
+            return 0.0
+        return min(0.0, float(weights @ (centred * change)) / total / spread)
 
     def _reverted_origins(
         self, series: FloatArray, deviation: FloatArray, first_index: int, phase: int, lag: int, weighted: bool = False
@@ -415,6 +429,7 @@ class PhaseNaive(BaseForecaster):
         if found is None:
             return self._plain_offsets(origin_phase, lead)
         change, deviation, _, first = found
+        deviation = np.where(np.isfinite(deviation), deviation, 0.0)  # without a deviation, the change as it is
         period = self.period_bins_
         position = self.hint_first_index_ + first
         hints = self.order_hints_.at((_REVERTED, position % period, lag), position, period)

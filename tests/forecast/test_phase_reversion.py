@@ -163,3 +163,15 @@ def test_a_short_history_has_no_slope_and_forecasts_as_without_reversion() -> No
 def test_a_bad_reversion_period_count_is_refused_naming_the_parameter(bad: object) -> None:
     with pytest.raises((ValueError, TypeError), match="reversion_periods"):
         PhaseNaive(period_s=600.0, reversion_periods=bad).fit(_windows(1440, 0.3), start=DAY0, step_s=STEP)  # type: ignore[arg-type]
+
+
+def test_returning_from_an_idle_gap_is_not_taken_for_reversion() -> None:
+    """A service idle for an hour in every four, with window levels that do not revert (a random walk): the return
+    from each gap is a huge rise above a trailing mean full of zeros, and each gap's start a huge fall. Neither is a
+    level reverting to its mean: deviations whose span holds an idle sample are unknown, changes ending idle are
+    left out of the slope, and there is nothing else to learn here."""
+    y = _windows(3 * 1440, 1.0, seed=11)
+    y[(np.arange(y.size) % 240) < 60] = 0.0
+    model = PhaseNaive(quantiles=LEVELS, period_s=600.0).fit(y, start=DAY0, step_s=STEP)
+    assert np.isnan(model.deviation_[y.size - 240 + 60 + 30])  # half an hour after a gap: the span holds idle minutes
+    assert _edge_slope(model) > -0.15
