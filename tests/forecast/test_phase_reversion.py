@@ -16,6 +16,11 @@ STEP = 60.0
 DAY0 = 20_833 * 86_400.0
 PERIOD = 10  # steps: 10-minute windows of one-minute samples
 LEVELS = (0.1, 0.5, 0.9, 0.99)
+REVERSION = 6  # periods; off by default (see forecast.phase's docstring), turned on by this parameter
+
+
+def test_reversion_is_off_by_default() -> None:
+    assert PhaseNaive().reversion_periods is None
 
 
 def _windows(n: int, persistence: float, seed: int = 0) -> np.ndarray:
@@ -39,8 +44,12 @@ def _edge_slope(model: PhaseNaive) -> float:
 
 def test_windows_that_revert_to_their_mean_get_a_negative_slope_at_the_edge_and_a_random_walk_none() -> None:
     n = 3 * 1440
-    reverting = PhaseNaive(quantiles=LEVELS, period_s=600.0).fit(_windows(n, 0.3), start=DAY0, step_s=STEP)
-    walk = PhaseNaive(quantiles=LEVELS, period_s=600.0).fit(_windows(n, 1.0), start=DAY0, step_s=STEP)
+    reverting = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=REVERSION).fit(
+        _windows(n, 0.3), start=DAY0, step_s=STEP
+    )
+    walk = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=REVERSION).fit(
+        _windows(n, 1.0), start=DAY0, step_s=STEP
+    )
     assert _edge_slope(reverting) < -0.4
     assert _edge_slope(walk) > -0.15
     # inside a window (origin at its first minute, one step ahead) the demand does not change: no slope to speak of
@@ -56,7 +65,9 @@ def test_after_a_rise_above_the_recent_mean_the_band_before_the_edge_is_lower() 
     for factor, lower in ((2.5, True), (0.4, False)):
         changed = y.copy()
         changed[-PERIOD:] *= factor  # the last window, far from the recent mean
-        with_reversion = PhaseNaive(quantiles=LEVELS, period_s=600.0).fit(changed, start=DAY0, step_s=STEP)
+        with_reversion = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=REVERSION).fit(
+            changed, start=DAY0, step_s=STEP
+        )
         without = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=None).fit(
             changed, start=DAY0, step_s=STEP
         )
@@ -115,7 +126,7 @@ def test_minute_updates_with_kept_sets_equal_learning_from_scratch_with_the_fitt
     if gaps:
         y[(np.arange(y.size) % 240) < 60] = 0.0  # an hour idle in every four: many equal residuals
     window = 1440
-    model = PhaseNaive(quantiles=LEVELS, residual_window=window, period_s=600.0)
+    model = PhaseNaive(quantiles=LEVELS, residual_window=window, period_s=600.0, reversion_periods=REVERSION)
     model.fit(y[:window], start=DAY0, step_s=STEP)
     reused_before = model.order_hints_.reused
     for k in range(1, 400):
@@ -143,7 +154,11 @@ def test_without_a_period_or_in_differences_reversion_changes_nothing() -> None:
         ({"period_s": 600.0, "multiplicative": False}, windows),
     ]
     for params, y in cases:
-        reverted = PhaseNaive(quantiles=LEVELS, **params).fit(y, start=DAY0, step_s=STEP).predict(15)
+        reverted = (
+            PhaseNaive(quantiles=LEVELS, reversion_periods=REVERSION, **params)
+            .fit(y, start=DAY0, step_s=STEP)
+            .predict(15)
+        )
         plain = PhaseNaive(quantiles=LEVELS, reversion_periods=None, **params).fit(y, start=DAY0, step_s=STEP)
         for level in LEVELS:
             assert reverted.quantiles[level] == plain.predict(15).quantiles[level]
@@ -153,7 +168,11 @@ def test_a_short_history_has_no_slope_and_forecasts_as_without_reversion() -> No
     """Fewer than 30 origins per phase with a deviation (5 hours of 10-minute windows after the first hour): the
     plain spreads."""
     y = _windows(5 * 60, 0.3)
-    reverted = PhaseNaive(quantiles=LEVELS, period_s=600.0).fit(y, start=DAY0, step_s=STEP).predict(15)
+    reverted = (
+        PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=REVERSION)
+        .fit(y, start=DAY0, step_s=STEP)
+        .predict(15)
+    )
     plain = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=None).fit(y, start=DAY0, step_s=STEP)
     for level in LEVELS:
         assert reverted.quantiles[level] == plain.predict(15).quantiles[level]
@@ -172,6 +191,6 @@ def test_returning_from_an_idle_gap_is_not_taken_for_reversion() -> None:
     left out of the slope, and there is nothing else to learn here."""
     y = _windows(3 * 1440, 1.0, seed=11)
     y[(np.arange(y.size) % 240) < 60] = 0.0
-    model = PhaseNaive(quantiles=LEVELS, period_s=600.0).fit(y, start=DAY0, step_s=STEP)
+    model = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=REVERSION).fit(y, start=DAY0, step_s=STEP)
     assert np.isnan(model.deviation_[y.size - 240 + 60 + 30])  # half an hour after a gap: the span holds idle minutes
     assert _edge_slope(model) > -0.15
