@@ -28,8 +28,10 @@ of requests within SLO at 1.254x the oracle's GPU-hours and 6,541 scaling action
 the trace matrix's m-large rows 1-2 % fewer GPU-hours, lower pinball loss on every trace with a period. But on the
 mixed inference + training scenario the controller then ran 14 % less training (three seeds: 2,104 -> 1,800
 GPU-hours; 4 -> 2 gangs stopped, 6.6 -> 2.6 GPU-hours lost; GPUs stranded by fragmentation 7.0 -> 11.5 on seed 12)
-while the kube-scheduler baseline with the same forecasts ran more (2,076 -> 2,123): not the resume reserve (a
-300 s resume horizon gives the same figures to the digit); not explained yet (``benchmarks/README.md``).
+while the kube-scheduler baseline with the same forecasts ran more (2,076 -> 2,123). Traced: the same inference, its
+replicas left on three nodes instead of two (nothing in that scenario gathers them), a path the three seeds share;
+perturbing the inference path instead (trace scale, cold start) swings training 15-26 % either way, reversion ahead on
+some paths and behind on others (``benchmarks/README.md``, *Trace matrix*, stop 51). Off until that lock-in is fixed.
 """
 
 from __future__ import annotations
