@@ -31,7 +31,9 @@ GPU-hours; 4 -> 2 gangs stopped, 6.6 -> 2.6 GPU-hours lost; GPUs stranded by fra
 while the kube-scheduler baseline with the same forecasts ran more (2,076 -> 2,123). Traced: the same inference, its
 replicas left on three nodes instead of two (nothing in that scenario gathers them), a path the three seeds share;
 perturbing the inference path instead (trace scale, cold start) swings training 15-26 % either way, reversion ahead on
-some paths and behind on others (``benchmarks/README.md``, *Trace matrix*, stop 51). Off until that lock-in is fixed.
+some paths and behind on others (``benchmarks/README.md``, *Trace matrix*, stop 51); with the controller choosing the
+replicas a scale-down removes (``capacity.choose_scale_down_replicas``) there is no lock-in and it ran 1-3.5 % more
+training on every path tried. Off until the lock-in is fixed; on with that option, or where no training shares GPUs.
 """
 
 from __future__ import annotations
