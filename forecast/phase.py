@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
+from annotated_types import Ge
 
 from forecast.base import (
     DEFAULT_QUANTILES,
@@ -167,7 +169,7 @@ class PhaseNaive(BaseForecaster):
         min_share: float = 0.08,
         nonnegative: bool = True,
         clip_outliers: float | None = None,
-        reversion_periods: int | None = None,
+        reversion_periods: Annotated[int, Ge(1)] | None = None,
     ) -> None:
         self.quantiles = quantiles
         self.period_s = period_s

@@ -850,6 +850,9 @@ def _input_problems(
     if value is None:
         return
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a constrained type (Annotated[int, Ge(1)]): the constraints are pydantic's
+        _input_problems(typing.get_args(annotation)[0], value, loc, problems, seen, quoted)
+        return
     if origin is typing.Union or origin is types.UnionType:
         options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(options) == 1:

@@ -37,11 +37,16 @@ def _setup(days: float, fleet: int = 1) -> tuple[Any, list[Any], float, int]:
     return scenario, services, start, steps
 
 
-def _run(days: float, workers: int, fleet: int = 1, name: str = "predictive") -> tuple[Any, ...]:
+def _run(
+    days: float, workers: int, fleet: int = 1, name: str = "predictive", model_params: dict[str, Any] | None = None
+) -> tuple[Any, ...]:
     scenario, services, start, steps = _setup(days, fleet)
+    forecasting = scenario.forecasting.to_config()
+    if model_params is not None:
+        forecasting = dataclasses.replace(forecasting, model_params=model_params)
     policy = make_policy(
         name,
-        forecasting=scenario.forecasting.to_config(),
+        forecasting=forecasting,
         node_boot_s=300.0,
         metrics_delay_s=scenario.metrics_delay_seconds,
         forecast_workers=workers,
@@ -62,6 +67,17 @@ def test_one_worker_gives_the_same_run_to_the_last_digit() -> None:
     in_process = _run(1.2, workers=0)
     assert in_process[4], "no forecast was ever scored: the test would compare nothing"
     assert _run(1.2, workers=1) == in_process
+
+
+def test_mean_reversion_computed_by_a_worker_gives_the_same_run() -> None:
+    """``phase_naive``'s opt-in mean reversion keeps fitted slopes and sorted residual sets across updates; a worker
+    computes them the same way (its fitted models are not shipped back, only the forecasts). 1.2 days: the slopes
+    need 30 origins per phase (5 hours) after the hour of deviations, so the last ~17 hours revert."""
+    params = {"reversion_periods": 6}
+    in_process = _run(1.2, workers=0, model_params=params)
+    plain = _run(1.2, workers=0)
+    assert in_process[4] != plain[4], "reversion changed no forecast: the test would compare the plain path"
+    assert _run(1.2, workers=1, model_params=params) == in_process
 
 
 def test_a_fleet_over_two_workers_gives_the_same_run() -> None:

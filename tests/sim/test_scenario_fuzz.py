@@ -200,6 +200,9 @@ def make_variants(traces: dict[str, Path]) -> list[Variant]:
         Variant("modelParams bool as a number", _set(("forecasting", "modelParams"), {"residual_window": True})),
         Variant("modelParams NaN", _set(("forecasting", "modelParams"), {"min_share": math.nan})),
         Variant("modelParams unknown", _set(("forecasting", "modelParams"), {"no_such_parameter": 1})),
+        Variant("modelParams reversion 0", _set(("forecasting", "modelParams"), {"reversion_periods": 0})),
+        Variant("modelParams reversion bool", _set(("forecasting", "modelParams"), {"reversion_periods": True})),
+        Variant("modelParams reversion on", _set(("forecasting", "modelParams"), {"reversion_periods": 6})),
         Variant("modelParams valid", _set(("forecasting", "modelParams"), {"period_s": 600, "min_share": 0.1})),
     ]
     # Traces.
@@ -379,6 +382,10 @@ def test_fuzzed_scenarios_give_a_clear_error_or_a_run_never_a_traceback(
         ("modelParams bool as a number", "modelParams.residual_window: Input should be a number, not a boolean"),
         ("modelParams NaN", "modelParams.min_share: Input should be a finite number"),
         ("modelParams of the wrong type", "modelParams.period_s: Input should be a valid number"),
+        # a constrained parameter (Annotated[int, Ge(1)]): its bound, and the boolean check through the Annotated
+        ("modelParams reversion 0", "modelParams.reversion_periods: Input should be greater than or equal to 1"),
+        ("modelParams reversion bool", "modelParams.reversion_periods: Input should be a number, not a boolean"),
+        ("modelParams reversion on", None),
         ("duplicate keys", "found duplicate key 'stepSeconds'"),
         ("deeply nested list", "nested too deeply"),
         ("not UTF-8", "not UTF-8 text (byte 0xe9)"),
