@@ -350,6 +350,10 @@ class SlidingQuantiles:
             # the newest weight, 2 ** (ordinal x rate) from the reference: past 2 ** 1023 it overflows (a short
             # half-life reaches it within the MAX_UPDATES), and a rebuild moves the reference to the newest
             or (first // self.spacing + residuals.size - 1 - self.reference) * self.rate > self.MAX_EXPONENT
+            # the residuals both hold must be the kept ones to the bit: the oldest are dropped by value, and one that
+            # is not there would take its neighbour's place (or run off the end). A model whose residuals are
+            # recomputed each update must keep them bit-identical; if it does not, this rebuilds instead.
+            or not np.array_equal(residuals[:kept], previous[shift:])
         ):
             return False
         fresh = residuals[kept:].tolist()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from forecast.base import carry_order_hints
+from forecast.base import OrderHints, carry_order_hints, recency_weights, residual_offsets, weighted_quantile
 from forecast.phase import PhaseNaive
 
 STEP = 60.0
@@ -194,3 +194,21 @@ def test_returning_from_an_idle_gap_is_not_taken_for_reversion() -> None:
     model = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=REVERSION).fit(y, start=DAY0, step_s=STEP)
     assert np.isnan(model.deviation_[y.size - 240 + 60 + 30])  # half an hour after a gap: the span holds idle minutes
     assert _edge_slope(model) > -0.15
+
+
+def test_a_kept_set_passed_residuals_that_differ_in_the_last_bits_rebuilds_instead_of_dropping_the_wrong_one() -> None:
+    """``SlidingQuantiles.slide`` drops its oldest residuals by value. Residuals recomputed each update that differ in
+    the last bits from the kept ones (a mean summed from another start: what the first version of the reversion did)
+    crashed it with an IndexError, or silently dropped a neighbour; now the set is rebuilt from what was passed."""
+    rng = np.random.default_rng(2)
+    residuals = rng.normal(0.0, 1.0, 500)
+    hints = OrderHints()
+    levels = (0.1, 0.5, 0.99)
+    residual_offsets(residuals, levels, 600.0, 86_400.0, hints.at(("k",), 0, 1))
+    for step in range(1, 40):
+        # the same residuals one step on, the kept ones off in the last bits, and one new one
+        moved = np.concatenate((residuals[step:] * (1.0 + 1e-15), rng.normal(0.0, 1.0, step)))
+        got = residual_offsets(moved, levels, 600.0, 86_400.0, hints.at(("k",), step, 1))
+        weights = recency_weights(moved.size, 600.0, 86_400.0)
+        assert weights is not None
+        np.testing.assert_allclose(got, weighted_quantile(moved, weights, levels), rtol=1e-9, atol=1e-12)
