@@ -112,23 +112,20 @@ _MIN_REVERSION_ORIGINS = 30
 _REVERTED = "reverted"
 
 
-def _origin_set(size: int, first_index: int, period: int, origin_phase: int, lead: int) -> tuple[int, int, int, int]:
-    """(lag, first origin, spacing, count) of the origins of a series of ``size`` samples (the first at absolute step
-    ``first_index``) the spread at ``lead`` is learnt from: those at ``origin_phase``, every period-th from the first,
-    or every origin when there are fewer than 10 of those."""
-    lag = min(lead, size - 1)
-    origins = size - lag
-    first = (origin_phase - first_index) % period
-    count = -(-(origins - first) // period)
-    if count < 10:
-        return lag, 0, 1, origins
-    return lag, first, period, count
-
-
 def _log_level(values: FloatArray) -> FloatArray:
     # log1p keeps near-zero rates finite; for rates of a few requests/s and above it is the log ratio.
     out: FloatArray = np.log1p(np.maximum(values, 0.0))
     return out
+
+
+def _kept_overlap(values: FloatArray, first: int, previous: FloatArray, previous_first: int) -> int:
+    """How many leading samples of ``values`` (the first at absolute step ``first``) ``previous`` (from
+    ``previous_first``) holds, identical: the series moved forward only; else 0."""
+    offset = first - previous_first
+    overlap = min(previous.size - offset, values.size)
+    if offset < 0 or overlap <= 0 or not np.array_equal(values[:overlap], previous[offset : offset + overlap]):
+        return 0
+    return overlap
 
 
 def _log_level_after(
@@ -136,10 +133,10 @@ def _log_level_after(
 ) -> FloatArray:
     """``_log_level(values)`` (``values`` starting at absolute step ``first``), reusing ``previous_logs`` (those of
     ``previous``, starting at ``previous_first``) for the samples both series hold identically."""
-    offset = first - previous_first
-    overlap = min(previous.size - offset, values.size)
-    if offset < 0 or overlap <= 0 or not np.array_equal(values[:overlap], previous[offset : offset + overlap]):
+    overlap = _kept_overlap(values, first, previous, previous_first)
+    if overlap == 0:
         return _log_level(values)
+    offset = first - previous_first
     out = np.empty(values.size)
     out[:overlap] = previous_logs[offset : offset + overlap]
     out[overlap:] = _log_level(values[overlap:])
@@ -281,9 +278,9 @@ class PhaseNaive(BaseForecaster):
         done = span - 1  # the samples before this one have their deviation (or none)
         if previous is not None and previous[0].size >= span:  # a shorter one had no deviation to keep
             old_series, old_deviation, old_first = previous
-            offset = first_index - old_first
-            overlap = min(old_series.size - offset, series.size)
-            if offset >= 0 and overlap > 0 and np.array_equal(series[:overlap], old_series[offset : offset + overlap]):
+            overlap = _kept_overlap(series, first_index, old_series, old_first)
+            if overlap:
+                offset = first_index - old_first
                 out[:overlap] = old_deviation[offset : offset + overlap]
                 done = max(done, overlap)
         if done < series.size:
@@ -310,12 +307,14 @@ class PhaseNaive(BaseForecaster):
         if self.reversion_basis_ is None:
             return 0.0
         series, deviation, first_index = self.reversion_basis_
-        found = self._reverted_origins(series, deviation, first_index, phase, lag, weighted=True)
+        found = self._reverted_origins(series, deviation, first_index, phase, lag)
         if found is None:
             return 0.0
-        change, dev, weights, first = found
-        assert weights is not None
+        change, dev, first = found
         period = self.period_bins_
+        weights = recency_weights(change.size, self.step_s_ * period, self.residual_half_life_s)
+        if weights is None:
+            weights = np.ones(change.size)
         # origins with a deviation whose change does not end idle (the start of a gap is no reversion either)
         ends = series[first + lag : first + lag + period * change.size : period]
         known = np.isfinite(dev) & (ends > 0.0)
@@ -330,11 +329,11 @@ class PhaseNaive(BaseForecaster):
         return min(0.0, float(weights @ (centred * change)) / total / spread)
 
     def _reverted_origins(
-        self, series: FloatArray, deviation: FloatArray, first_index: int, phase: int, lag: int, weighted: bool = False
-    ) -> tuple[FloatArray, FloatArray, FloatArray | None, int] | None:
-        """(change over ``lag``, deviation, recency weights if ``weighted``, first origin's position) at the origins
-        of ``series`` (its first sample at absolute step ``first_index``) at true ``phase`` whose deviation is known;
-        None with fewer than ``_MIN_REVERSION_ORIGINS`` of them."""
+        self, series: FloatArray, deviation: FloatArray, first_index: int, phase: int, lag: int
+    ) -> tuple[FloatArray, FloatArray, int] | None:
+        """(change over ``lag``, deviation, first origin's position) at the origins of ``series`` (its first sample at
+        absolute step ``first_index``) at true ``phase`` with a whole span before them; None with fewer than
+        ``_MIN_REVERSION_ORIGINS`` of them."""
         period = self.period_bins_
         span = int(self.reversion_periods or 1) * period
         if lag < 1 or series.size <= lag:
@@ -346,11 +345,7 @@ class PhaseNaive(BaseForecaster):
             return None
         origins = slice(first, first + period * count, period)
         change = series[first + lag : first + lag + period * count : period] - series[origins]
-        weights = None
-        if weighted:
-            weights = recency_weights(count, self.step_s_ * period, self.residual_half_life_s)
-            weights = np.ones(count) if weights is None else weights
-        return change, deviation[origins], weights, first
+        return change, deviation[origins], first
 
     def _true_phase(self, origin_phase: int, lead: int) -> tuple[int, int] | None:
         """(true phase, lag) of the origins the spread at (``origin_phase``, ``lead``) is learnt from: the phase by
@@ -364,7 +359,14 @@ class PhaseNaive(BaseForecaster):
     def _origin_set(self, origin_phase: int, lead: int) -> tuple[int, int, int, int]:
         """(lag, first origin, spacing, count) of the history origins the spread at ``lead`` is learnt from: those at
         ``origin_phase``, every period-th from the first, or every origin when there are fewer than 10 of those."""
-        return _origin_set(self.learn_series_.size, self.learn_first_index_, self.period_bins_, origin_phase, lead)
+        size, period = self.learn_series_.size, self.period_bins_
+        lag = min(lead, size - 1)
+        origins = size - lag
+        first = (origin_phase - self.learn_first_index_) % period
+        count = -(-(origins - first) // period)
+        if count < 10:
+            return lag, 0, 1, origins
+        return lag, first, period, count
 
     def _learn_together(self, origin_phase: int, horizon: int) -> None:
         """Fill ``offsets_cache_`` for every lead whose origins are the same as another lead's in one pass
@@ -421,9 +423,7 @@ class PhaseNaive(BaseForecaster):
         if self.reversion_basis_ is not None and self.deviation_ is not None and math.isfinite(self.deviation_[-1]):
             true_phase = self._true_phase(origin_phase, lead)
             if true_phase is not None:
-                slope = self.reversion_slopes_.get(true_phase)
-                if slope is None:
-                    slope = self._slope(*true_phase)
+                slope = self._slope(*true_phase)
                 if slope < 0.0:
                     found = (*true_phase, slope)
         self.reversion_now_[key] = found
@@ -441,7 +441,7 @@ class PhaseNaive(BaseForecaster):
         found = self._reverted_origins(self.learn_series_, self.deviation_, self.hint_first_index_, phase, lag)
         if found is None:
             return self._plain_offsets(origin_phase, lead)
-        change, deviation, _, first = found
+        change, deviation, first = found
         deviation = np.where(np.isfinite(deviation), deviation, 0.0)  # without a deviation, the change as it is
         period = self.period_bins_
         position = self.hint_first_index_ + first
