@@ -471,14 +471,6 @@ class OrderHints:
         self._sets.clear()
         self._series = None
 
-    def discard(self, tag: Hashable) -> None:
-        """Forget the sets whose key (``at``) is a tuple starting with ``tag``: residuals a refit redefines (a model
-        whose residuals depend on fitted parameters tags their keys, and discards them when it refits)."""
-        for key in list(self._sets):
-            selected = key[0] if isinstance(key, tuple) else None
-            if isinstance(selected, tuple) and selected[:1] == (tag,):
-                del self._sets[key]
-
     def at(self, key: Hashable, first_index: int, spacing: int = 1) -> OrderHints:
         """Select the residual set ``key`` (e.g. the lag): its first residual belongs to the origin at absolute step
         ``first_index``, the next ones every ``spacing`` steps. Returns self, for ``residual_offsets(..., hints=)``."""

@@ -108,7 +108,8 @@ def detect_change_period(
 
 # Origins at one phase (one per period) a reversion slope needs: 30 ten-minute windows are 5 hours of history
 _MIN_REVERSION_ORIGINS = 30
-# The tag of the residual sets learnt less a slope (``OrderHints`` keys): a refit's new slopes redefine them
+# The tag of the residual sets learnt less a slope (``OrderHints`` keys), apart from the plain ones. A refit's new
+# slopes change every residual: the kept set sees they are not the ones it holds and is rebuilt (``slide``)
 _REVERTED = "reverted"
 
 
@@ -200,8 +201,6 @@ class PhaseNaive(BaseForecaster):
             detected = detect_change_period(y[-int(self.residual_window) :], self.step_s_, min_share=self.min_share)
             self.period_bins_ = 1 if detected is None else round(detected / self.step_s_)
         self.order_hints_ = kept_order_hints(self)
-        # the residual sets less the previous fit's slopes are not this fit's (the hints may be handed over)
-        self.order_hints_.discard(_REVERTED)
         self.reversion_basis_: tuple[FloatArray, FloatArray, int] | None = None
         self.reversion_slopes_: dict[tuple[int, int], float] = {}
         self._update(y)
@@ -269,8 +268,9 @@ class PhaseNaive(BaseForecaster):
         ``first_index``), and where one of them is idle (0: a service drained at night, a gap in the trace; the
         return from a gap is not a level reverting to its mean, and measured as one it taught the slopes to expect
         a fall after every restart). ``previous``: the last update's (series, deviations, first index); the samples
-        both hold keep their deviations to the bit -- the kept residual sets (``OrderHints``) drop their oldest
-        residuals by value, and a mean summed again from another start differs in the last bits."""
+        both hold keep their deviations to the bit -- a kept residual set (``OrderHints``) slides only over residuals
+        identical to the ones it holds, and a mean summed again from another start differs in the last bits (every
+        update would rebuild every set)."""
         span = int(self.reversion_periods or 1) * self.period_bins_
         out = np.full(series.size, np.nan)
         if series.size < span:

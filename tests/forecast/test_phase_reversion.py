@@ -121,7 +121,7 @@ def _scratch(model: PhaseNaive, horizon: int) -> dict[float, tuple[float, ...]]:
 def test_minute_updates_with_kept_sets_equal_learning_from_scratch_with_the_fitted_slopes(gaps: bool) -> None:
     """The residuals less slope x deviation are kept sorted across updates (``OrderHints``), as the plain ones are:
     the forecasts equal those learnt from scratch with the same slopes, update after update, and the kept sets are
-    slid (not relearnt); a refit that is handed the hints discards the sets of the old slopes."""
+    slid (not relearnt); after a refit handed the hints, the sets of the old slopes are rebuilt, not slid."""
     y = _windows(2 * 1440 + 400, 0.3, seed=5)
     if gaps:
         y[(np.arange(y.size) % 240) < 60] = 0.0  # an hour idle in every four: many equal residuals
