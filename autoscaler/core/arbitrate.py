@@ -59,6 +59,7 @@ from autoscaler.core.cluster import (
     SUSPENDABLE_KINDS,
     ClusterSnapshot,
     DeploymentInfo,
+    KeptApart,
     NodeInfo,
     PlacementRule,
     PodInfo,
@@ -73,10 +74,12 @@ from autoscaler.core.cluster import (
     next_replica,
     one_replica_per_node,
     place_best_fit,
+    pod_anti_affinity_barred,
     replica_gpus,
     requests_by_node,
     schedulable_on,
     spread_domains,
+    workload_pod,
 )
 from autoscaler.core.model import (
     Action,
@@ -544,14 +547,16 @@ def _fits(
     pod_gpus: Sequence[int],
     beside: dict[str, tuple[int, int]] | None = None,
     needs: tuple[int, int] = (0, 0),
+    rule: PlacementRule | None = None,
 ) -> dict[str, int] | None:
     """``free`` after placing every pod (largest first, each by ``place_best_fit``), or None when one does not fit.
     Each pod requesting ``needs`` (CPU millicores, memory bytes) fits only where that much is free ``beside`` the
-    GPUs (where known), and takes it: ``beside`` is consumed only when every pod fits."""
+    GPUs (where known), and takes it: ``beside`` is consumed only when every pod fits. With ``rule``, each pod only
+    where it allows (a gang's pods kept apart, ``KeptApart``), and it learns of each placement."""
     left = dict(free)
     room = dict(beside) if beside is not None else None
     for gpus in sorted(pod_gpus, reverse=True):
-        if place_best_fit(left, 1, gpus, beside=room, needs=needs) == 0:
+        if place_best_fit(left, 1, gpus, beside=room, needs=needs, rule=rule) == 0:
             return None
     if beside is not None and room is not None:
         beside.update(room)
@@ -1939,6 +1944,7 @@ def _give_back(
     beside = dict(beside) if beside is not None else None
     node_pool = {n.name: n.pool for n in arb.snapshot.nodes}
     node_labels = {n.name: n.labels for n in arb.snapshot.nodes}
+    nodes_by_name = {n.name: n for n in arb.snapshot.nodes}
     kept = {n.name for n in arb.snapshot.nodes if n.do_not_disrupt}  # scale-down disabled on them: never given back
     gpu_types = {f"{d.namespace}/{d.name}": d.gpu_product for d in arb.snapshot.deployments}
     # the nodes each Deployment's pods cannot be scheduled on: no room for the pods of a node given back
@@ -2150,16 +2156,23 @@ def _give_back(
         reserve = _reserve_gpus(reserved)
         # Training goes back on the cluster's own nodes: the burst pools are for inference (tainted so), and on those
         # its template's nodeSelector allows (resumed onto free GPUs elsewhere, its pods would only wait Pending).
+        # Nor where its pods' own required anti-affinity, or a running pod's, keeps them off; a gang whose pods'
+        # terms select each other is placed one per domain (resumed onto one node's free GPUs, all but one of its
+        # pods would wait Pending, and the gang with them).
+        stand_in = workload_pod(workload)
+        kept_off = pod_anti_affinity_barred(stand_in, arb.snapshot)
         usable = {
             n: left
             for n, left in free.items()
             if workload.gpu_product in (None, node_types.get(n))
             and node_pool.get(n) not in burst_names
             and labels_select(node_labels.get(n, {}), workload.node_selector, n)
+            and n not in kept_off
         }
+        apart = KeptApart(stand_in, nodes_by_name)
         # ... and where the CPU and memory its pods request are free beside the GPUs (where the nodes say)
         resumed_beside = dict(beside) if beside is not None else None
-        after = _fits(usable, workload.pod_gpus, resumed_beside, workload.pod_beside)
+        after = _fits(usable, workload.pod_gpus, resumed_beside, workload.pod_beside, apart if apart.binds else None)
         if after is None or not _reserve_fits({**free, **after}, reserved, node_types):
             if (
                 after is None

@@ -740,10 +740,56 @@ class WorkloadInfo:
     # some the template never shows (a Kueue flavor's, a webhook's), so a taint is no reason to rule a node out.
     node_selector: Mapping[str, str] = field(default_factory=dict, compare=False)
     pod_beside: tuple[int, int] = field(default=(0, 0), compare=False)
+    # its GPU pods' labels (their templates' and those the workload's controller adds: the Job's job-name, ...) and
+    # their own required pod anti-affinity terms: kube-scheduler keeps each of its pods off the domains of a running
+    # pod its terms select or whose terms select it, and -- a term selecting its own pods (workers one per node) --
+    # off a domain one of its pods already took. Templates that differ: the labels and terms they all share (looser
+    # than any, as the nodeSelector). Empty: none, or not read (the simulator)
+    pod_labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    pod_anti_affinity: tuple[PodAntiAffinityTerm, ...] = field(default=(), compare=False)
 
     @property
     def gpus(self) -> int:
         return sum(self.pod_gpus)
+
+
+def workload_pod(workload: WorkloadInfo) -> PodInfo:
+    """A stand-in for one of a suspended workload's GPU pods, not yet created: its template's labels and terms, its
+    gang -- what an anti-affinity term is matched against before the pod exists."""
+    return PodInfo(
+        workload.namespace, "", None, max(workload.pod_gpus, default=0), workload.priority, "Pending", False,
+        workload.kind, workload.name, gang=workload.gang, labels=workload.pod_labels,
+        anti_affinity=workload.pod_anti_affinity,
+    )  # fmt: skip
+
+
+class KeptApart:
+    """A ``PlacementRule`` for the pods of one workload whose own required anti-affinity selects its own pods (a
+    gang's workers kept one per node, or per zone): a pod placed keeps the next off every node of its domain, as
+    kube-scheduler's InterPodAffinity filter does once the first is bound. An entry that is not a node of
+    ``nodes`` (its domain unknown) is allowed."""
+
+    def __init__(self, pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> None:
+        self._keys = sorted({t.topology_key for t in pod.anti_affinity or () if t.selects(pod)})
+        self._nodes = nodes
+        self._taken: set[tuple[str, str]] = set()  # (topology key, domain) a pod placed holds
+
+    @property
+    def binds(self) -> bool:
+        """Whether the pods keep apart at all (a term selecting them)."""
+        return bool(self._keys)
+
+    def _domains(self, entry: str) -> list[tuple[str, str]]:
+        node = self._nodes.get(entry)
+        if node is None:
+            return []
+        return [(key, domain) for key in self._keys if (domain := topology_domain(node, key)) is not None]
+
+    def allows(self, entry: str) -> bool:
+        return self._taken.isdisjoint(self._domains(entry))
+
+    def add(self, entry: str) -> None:
+        self._taken.update(self._domains(entry))
 
 
 @dataclass(frozen=True, slots=True)
@@ -982,6 +1028,8 @@ class WaitingGpuWork:
     beside: tuple[int, int] = field(default=(0, 0), compare=False)
     # the gang of a pending pod ((namespace, gang id)): its pending pods are one entry each, alike, one work
     gang_key: tuple[str, str] | None = field(default=None, compare=False)
+    # a suspended workload's pods, not yet created (``workload_pod``): their labels and own anti-affinity terms
+    template_pod: PodInfo | None = field(default=None, compare=False)
 
     @property
     def takes(self) -> int:
@@ -1064,6 +1112,7 @@ def waiting_gpu_work(snapshot: ClusterSnapshot) -> list[WaitingGpuWork]:
             node_selector=w.node_selector,
             resumed_by_us=w.suspended_by_us_at is not None,
             beside=w.pod_beside,
+            template_pod=workload_pod(w),
         )
         for w in snapshot.workloads
         if w.suspended and (w.suspended_by_us_at is not None or w.queued) and w.pod_gpus and max(w.pod_gpus) > 0
@@ -1093,6 +1142,7 @@ def waiting_for_room(
         n for n in snapshot.nodes if n.ready and not n.leaving and n.pool not in not_room and free.get(n.name, 0) > 0
     ]
     left = {n.name: free[n.name] for n in nodes}
+    by_name = {n.name: n for n in snapshot.nodes}
     # CPU and memory beside the free GPUs, where known (a node without an entry: unbounded by them)
     left_beside = {n.name: n.free_beside_gpus for n in nodes if n.free_beside_gpus is not None}
     eligible: dict[tuple[object, ...], list[str]] = {}  # the nodes a GPU type, nodeSelector and tolerations allow
@@ -1138,6 +1188,17 @@ def waiting_for_room(
             pods = [(gpus, _where(work), work.beside, work) for gpus in work.gang]
         pods.sort(key=lambda pod: -pod[0])
         shape = (tuple(pod[:3] for pod in pods), work.needed_pods)
+        # a suspended workload's pods: kept off where their own terms or a running pod's say, and apart where their
+        # terms select each other -- work so bound that fails says nothing of its shape's other work (a shape that
+        # failed unbound fails bound too)
+        kept_off: frozenset[str] = frozenset()
+        apart: KeptApart | None = None
+        if work.template_pod is not None:
+            kept_off = pod_anti_affinity_barred(work.template_pod, snapshot)
+            apart = KeptApart(work.template_pod, by_name)
+            if not apart.binds:
+                apart = None
+        bound = bool(kept_off) or apart is not None
         if shape in failed:
             waits.add(index)
             if work.gang_key is not None:
@@ -1148,10 +1209,10 @@ def waiting_for_room(
         room_beside: dict[str, tuple[int, int]] = {}
         found = 0
         for gpus, where, beside, spec in pods:
-            view = {name: room.get(name, left[name]) for name in nodes_for(where, spec)}
+            view = {name: room.get(name, left[name]) for name in nodes_for(where, spec) if name not in kept_off}
             view = {name: free_now for name, free_now in view.items() if free_now > 0}
             view_beside = {name: room_beside.get(name, left_beside[name]) for name in view if name in left_beside}
-            if place_best_fit(view, 1, gpus, beside=view_beside, needs=beside):
+            if place_best_fit(view, 1, gpus, beside=view_beside, needs=beside, rule=apart):
                 found += 1
                 room.update(view)
                 room_beside.update(view_beside)
@@ -1162,7 +1223,8 @@ def waiting_for_room(
             left.update(room)
             left_beside.update(room_beside)
         else:
-            failed.add(shape)
+            if not bound:
+                failed.add(shape)
             waits.add(index)
     return [work for index, work in enumerate(waiting) if index in waits]
 

@@ -73,6 +73,8 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_LABEL = "training.kubeflow.org/job-name"
+KUBEFLOW_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"  # the replica spec's key, lowercased
+JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 #: scheduler-plugins' coscheduling PodGroup label (current key first, the older one second)
 COSCHEDULING_POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # set by the Job controller (legacy key second)
@@ -554,6 +556,23 @@ def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str
     requests = [requests_beside_gpus(t) for t in templates]
     beside = (min(r[0] for r in requests), min(r[1] for r in requests)) if requests else (0, 0)
     return selector_with_affinity(common, affinity), beside
+
+
+def _shared_labels(labels: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """The labels every one of a workload's GPU pods carries (one set stands for them all, as its nodeSelector:
+    templates that differ -- a master's and its workers' -- keep only what they share)."""
+    shared = dict(labels[0]) if labels else {}
+    for other in labels[1:]:
+        shared = {k: v for k, v in shared.items() if other.get(k) == v}
+    return shared
+
+
+def _shared_terms(terms: Sequence[tuple[PodAntiAffinityTerm, ...]]) -> tuple[PodAntiAffinityTerm, ...]:
+    """The required anti-affinity terms every one of a workload's GPU pod templates has (looser than any: the
+    workers' own terms, when the master has none, are not kept)."""
+    if not terms:
+        return ()
+    return tuple(t for t in terms[0] if all(t in other for other in terms[1:]))
 
 
 def _requests_any(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
@@ -1268,6 +1287,9 @@ class KubeClusterReader:
                     # where its pods go, from the same templates its GPUs were read from
                     node_selector=info.node_selector if info.pod_gpus else parent.node_selector,
                     pod_beside=info.pod_beside if info.pod_gpus else parent.pod_beside,
+                    # the pods are the owner's, created from its templates with the labels its controller adds
+                    pod_labels=parent.pod_labels if parent.pod_gpus else info.pod_labels,
+                    pod_anti_affinity=parent.pod_anti_affinity if parent.pod_gpus else info.pod_anti_affinity,
                     min_runtime_s=info.min_runtime_s if info.min_runtime_s is not None else parent.min_runtime_s,
                 )
         kept = [w for w in found.values() if w.gpus > 0]
@@ -1291,19 +1313,26 @@ class KubeClusterReader:
         # (pod template, pod count) of every kind of pod the workload runs
         # (custom resources are only as well-formed as their CRD's schema: anything not a mapping counts as empty)
         templates: list[tuple[Mapping[str, Any], int]] = []
+        # the labels the workload's controller adds to each template's pods (what a pod anti-affinity term of its
+        # own, selecting its siblings, most often names)
+        added: list[dict[str, str]] = []
         if kind == "Job":
             templates.append((_map(spec.get("template")), _job_pods(spec, _map(status))))
+            added.append(dict.fromkeys(JOB_NAME_LABELS, name))
         elif kind == "JobSet":
             for rjob in _list(spec.get("replicatedJobs")):
                 job_spec = _map(_map(_map(rjob).get("template")).get("spec"))
                 pods = _int(_map(rjob).get("replicas"), 1) * _job_pods(job_spec)
                 templates.append((_map(job_spec.get("template")), pods))
+                added.append({JOBSET_LABEL: name, JOBSET_REPLICATED_JOB_LABEL: str(_map(rjob).get("name") or "")})
         elif kind in KUBEFLOW_REPLICA_SPECS:
-            for replica in _map(spec.get(KUBEFLOW_REPLICA_SPECS[kind])).values():
+            for replica_type, replica in _map(spec.get(KUBEFLOW_REPLICA_SPECS[kind])).items():
                 templates.append((_map(_map(replica).get("template")), _int(_map(replica).get("replicas"), 1)))
+                added.append({KUBEFLOW_LABEL: name, KUBEFLOW_REPLICA_TYPE_LABEL: str(replica_type).lower()})
         elif kind == "Workload":
             for pod_set in _list(spec.get("podSets")):
                 templates.append((_map(_map(pod_set).get("template")), _int(_map(pod_set).get("count"), 1)))
+                added.append({})
         # The gang id exactly as _gang gives it to the pods: the template's labels and annotations plus the one
         # the workload's controller adds. Another source taking precedence means another object is the gang.
         source = WORKLOAD_GANG_SOURCES[kind]
@@ -1326,7 +1355,8 @@ class KubeClusterReader:
         priorities: list[int] = []
         product: str | None = None
         gpu_templates: list[Mapping[str, Any]] = []  # the pod templates that ask for GPUs
-        for template, count in templates:
+        gpu_labels: list[dict[str, str]] = []  # their pods' labels
+        for (template, count), extra in zip(templates, added, strict=True):
             pod_spec = _map(template.get("spec"))
             try:
                 per_pod = pod_gpus(pod_spec, cfg.gpu_resource)
@@ -1344,6 +1374,8 @@ class KubeClusterReader:
             if product is None:
                 product = pinned_product(pod_spec, cfg.gpu_product_label)
             gpu_templates.append(pod_spec)
+            own_labels = _map(_map(template.get("metadata")).get("labels"))
+            gpu_labels.append({**{str(k): str(v) for k, v in own_labels.items()}, **extra})
         priority = max(priorities, default=default_priority)
         if kind == "Workload" and spec.get("priority") is not None:
             priority = _int(spec.get("priority"), priority)
@@ -1382,6 +1414,8 @@ class KubeClusterReader:
             or (suspended and kind != "Workload" and bool(_map(meta.get("labels")).get(KUEUE_QUEUE_LABEL))),
             node_selector=node_selector,
             pod_beside=pod_beside,
+            pod_labels=_shared_labels(gpu_labels),
+            pod_anti_affinity=_shared_terms([required_pod_anti_affinity_of(t, namespace) for t in gpu_templates]),
         )
         return info, owner
 
