@@ -52,6 +52,7 @@ from autoscaler.core.cluster import (
     NodeInfo,
     PodAntiAffinityTerm,
     PodInfo,
+    WorkloadInfo,
     add_beside,
     anti_affinity_barred,
     checkpoint_times,
@@ -65,6 +66,7 @@ from autoscaler.core.cluster import (
     requests_by_node,
     selected_by,
     topology_domain,
+    workload_pod,
 )
 from autoscaler.core.model import EvictPod, Plan, ScaleDecision
 from autoscaler.core.reasons import Reason
@@ -232,7 +234,8 @@ class _Target:
     pod_gpus: tuple[int, ...]
     gpu_type: str | None
     training: bool  # may not use the training-excluded pools
-    # the waiting pods themselves (none for a suspended workload): their home must admit them (nodeSelector, taints)
+    # the waiting pods themselves (a suspended workload's stand-ins, ``_template_pods``): their home must admit them
+    # (nodeSelector, taints, pod anti-affinity)
     pods: tuple[PodInfo, ...] = ()
     suspended: str | None = None  # a workload this controller suspended: "<kind>/<namespace>/<name>"
     # a suspended workload's, from its pod template (it has no pods): the nodeSelector its home must meet, and the
@@ -401,6 +404,7 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
                     w.pod_gpus,
                     w.gpu_product,
                     True,
+                    _template_pods(w),
                     suspended=f"{w.kind}/{w.namespace}/{w.name}",
                     node_selector=w.node_selector,
                     beside=w.pod_beside,
@@ -408,6 +412,20 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
             )
     targets.sort(key=lambda t: (-t.priority, -sum(t.pod_gpus), t.name))
     return targets
+
+
+def _template_pods(workload: WorkloadInfo) -> tuple[PodInfo, ...]:
+    """A suspended workload's pods, not made yet, as stand-ins (``workload_pod``: one per pod, its GPUs, the CPU and
+    memory it requests, a name of its own) when their labels or required anti-affinity were read -- what keeps them
+    off a node, or apart; none otherwise (its template's nodeSelector and requests say the rest)."""
+    if not workload.pod_labels and not workload.pod_anti_affinity:
+        return ()
+    cpu, memory = workload.pod_beside
+    stand_in = workload_pod(workload)
+    return tuple(
+        replace(stand_in, name=f"{workload.name} (suspended, pod {i})", gpus=gpus, cpu_milli=cpu, memory_bytes=memory)
+        for i, gpus in enumerate(workload.pod_gpus)
+    )
 
 
 class _Cluster:
@@ -441,7 +459,11 @@ class _Cluster:
         self.kept_off: dict[str, set[str]] = {}
         self.with_anti_affinity = [d for d in snapshot.deployments if d.anti_affinity]
         # whether any required pod anti-affinity term exists in the cluster (none: no pod is ever kept off)
-        self._terms_anywhere = bool(self.with_anti_affinity or pods_with_own_anti_affinity(snapshot.pods))
+        self._terms_anywhere = bool(
+            self.with_anti_affinity
+            or pods_with_own_anti_affinity(snapshot.pods)
+            or any(w.pod_anti_affinity for w in snapshot.workloads if w.suspended)
+        )
         # every Deployment: its own terms, or another's or a pod's selecting its replicas (the symmetric check)
         self.deployments = snapshot.deployments if self._terms_anywhere else ()
         for deployment in self.deployments:
@@ -631,7 +653,7 @@ class _Cluster:
                 and n not in exclude
                 and self.allowed(n, gpu_type, training, pods, node_selector, suspended)
                 and fits_beside(trial_beside, n, need)
-                and not (apart and self._siblings_keep_off(pods, i, n, placed))
+                and not (apart and self.siblings_keep_off(pods, i, n, placed))
             ]
             if not fits:
                 return None
@@ -645,7 +667,7 @@ class _Cluster:
             beside.update(trial_beside)
         return dict(taken)
 
-    def _siblings_keep_off(self, pods: Sequence[PodInfo], i: int, node: str, placed: Sequence[tuple[int, str]]) -> bool:
+    def siblings_keep_off(self, pods: Sequence[PodInfo], i: int, node: str, placed: Sequence[tuple[int, str]]) -> bool:
         """Whether a sibling already placed (``placed``: index, node) and pod ``i`` of the group select each other
         by a required anti-affinity term whose domain holds both ``node`` and the sibling's node."""
         here = self.nodes[node]
@@ -1065,6 +1087,8 @@ def _make_room(
     for listed in on_one_node.values():
         listed.sort(key=lambda u: (-u.gpus, u.owner))
     needs = _needs(target.pod_gpus, target.pods, target.beside)
+    apart = len(target.pods) == len(target.pod_gpus) and any(p.anti_affinity for p in target.pods)
+    placed: list[tuple[int, str]] = []  # (pod index, home) of the target's pods given a home
     for i in sorted(range(len(target.pod_gpus)), key=lambda k: -target.pod_gpus[k]):
         gpus, pod_needs = target.pod_gpus[i], needs[i]
         chosen_units = [u for u, _ in chosen]
@@ -1076,6 +1100,9 @@ def _make_room(
             # a node already home to an earlier pod of the target may take this one too (the scheduler packs a
             # gang's pods wherever they fit); its GPUs left, and any freed for this pod, are what counts
             if not cluster.allows(node, target):
+                continue
+            # ... unless its pods keep apart (a term selecting each other): then no two in one domain
+            if apart and cluster.siblings_keep_off(target.pods, i, node, placed):
                 continue
             room = work_beside.get(node)
             if work[node] >= gpus and fits_beside(work_beside, node, pod_needs):
@@ -1142,6 +1169,7 @@ def _make_room(
         work[node] -= gpus
         add_beside(work_beside, node, pod_needs, -1)
         homes.add(node)
+        placed.append((i, node))
         for unit, _ in dests:
             taken.add(unit.owner)
         chosen.extend(dests)

@@ -192,3 +192,28 @@ def test_the_stand_in_carries_the_workloads_labels_terms_and_gang() -> None:
     pod = workload_pod(workload)
     assert (pod.namespace, pod.node, pod.gpus, pod.gang) == ("ml", None, 8, "job/ml/paused")
     assert pod.labels == JOB_LABELS and pod.anti_affinity == (_apart(),)
+
+
+@pytest.mark.parametrize(
+    ("terms", "moved"),
+    [
+        pytest.param((), ["inf/chat-7"], id="no terms: chat-7 moves to n1, n2's 8 free take both pods"),
+        pytest.param((_apart(),), [], id="one per node: n2 emptied holds one pod, n1 none -- no move"),
+        pytest.param(
+            (PodAntiAffinityTerm({"app": "chat"}, HOST, frozenset({"inf"})),), [],
+            id="kept from chat, on both nodes: none moved for it (a node kept off only by pods a move takes away is "
+            "not lifted -- fewer moves, never one the scheduler refuses)",
+        ),
+    ],
+)  # fmt: skip
+def test_the_rebalancer_gathers_room_for_a_suspended_workload_as_its_pods_terms_allow(
+    terms: tuple[PodAntiAffinityTerm, ...], moved: list[str]
+) -> None:
+    """chat: 7 replicas on n1, 1 on n2 (1 + 7 free); a suspended Job of two 4-GPU pods fits as is on neither."""
+    from autoscaler.core.rebalance import RebalanceConfig, RebalanceState, plan_rebalance
+    from tests.core import test_rebalance as reb
+
+    pods = [reb.replica("chat", i, "n1") for i in range(7)] + [reb.replica("chat", 7, "n2")]
+    world = reb.snap([reb.node("n1"), reb.node("n2")], pods, workloads=(_workload((4, 4), terms),))
+    plan, _ = plan_rebalance(world, reb.NOW, RebalanceConfig(), RebalanceState())
+    assert reb.evicted(plan) == moved
