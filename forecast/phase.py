@@ -22,18 +22,17 @@ mean is kept (negative; else none, and the quantiles are the plain ones). The sl
 is no reversion). It is what the hindsight-tuned causal policy of ``autoscaler.sim.bounds`` points to (edge margins
 that shrink above the recent mean), learnt by each service from its own history instead of tuned.
 
-**Off by default** (``reversion_periods=None``; ``modelParams: {reversion_periods: 6}`` turns it on). Measured at
-stop 51 with 6 periods: the packaged default scenario (ServeGen m-large, 14 days, P99 at a 90 s cold start) 99.61 %
-of requests within SLO at 1.254x the oracle's GPU-hours and 6,541 scaling actions -> 99.63 % at 1.234x and 6,148,
-the trace matrix's m-large rows 1-2 % fewer GPU-hours, lower pinball loss on every trace with a period. But on the
-mixed inference + training scenario the controller then ran 14 % less training (three seeds: 2,104 -> 1,800
-GPU-hours; 4 -> 2 gangs stopped, 6.6 -> 2.6 GPU-hours lost; GPUs stranded by fragmentation 7.0 -> 11.5 on seed 12)
-while the kube-scheduler baseline with the same forecasts ran more (2,076 -> 2,123). Traced: the same inference, its
-replicas left on three nodes instead of two (nothing in that scenario gathers them), a path the three seeds share;
-perturbing the inference path instead (trace scale, cold start) swings training 15-26 % either way, reversion ahead on
-some paths and behind on others (``benchmarks/README.md``, *Trace matrix*, stop 51); with the controller choosing the
-replicas a scale-down removes (``capacity.choose_scale_down_replicas``) there is no lock-in and it ran 1-3.5 % more
-training on every path tried. Off until the lock-in is fixed; on with that option, or where no training shares GPUs.
+**On by default since stop 52** (``reversion_periods=6``; ``modelParams: {reversion_periods: null}`` turns it off).
+Measured at stop 51 with 6 periods: the packaged default scenario (ServeGen m-large, 14 days, P99 at a 90 s cold start)
+99.61 % of requests within SLO at 1.254x the oracle's GPU-hours and 6,541 scaling actions -> 99.63 % at 1.234x and
+6,148, the trace matrix's m-large rows 1-2 % fewer GPU-hours, lower pinball loss on every trace with a period. It
+shipped off at stop 51 because on the packaged mixed inference + training scenario the controller then ran 14 % less
+training (three training seeds, one inference path: 2,104 -> 1,800 GPU-hours) -- its replicas left on three nodes
+instead of two, which nothing there gathers again. Stop 52 varied the inference path as well (``bench_arbitration
+--paths wide``: six paths x three seeds): mean training done 1,844 GPU-hours either way, lost work 6.3 -> 2.1, within
+SLO 99.67 -> 99.72 %, total cost 32 -> 21 $ -- the packaged path is one of those on which it runs less, others run
+more (trace scale 0.08: 1,834 -> 2,164). No systematic cost is left to keep it off for (``benchmarks/README.md``,
+*Trace matrix*, stops 51 and 52).
 """
 
 from __future__ import annotations
@@ -167,7 +166,7 @@ class PhaseNaive(BaseForecaster):
         min_share: float = 0.08,
         nonnegative: bool = True,
         clip_outliers: float | None = None,
-        reversion_periods: Annotated[int, Ge(1)] | None = None,
+        reversion_periods: Annotated[int, Ge(1)] | None = 6,
     ) -> None:
         self.quantiles = quantiles
         self.period_s = period_s

@@ -16,11 +16,18 @@ STEP = 60.0
 DAY0 = 20_833 * 86_400.0
 PERIOD = 10  # steps: 10-minute windows of one-minute samples
 LEVELS = (0.1, 0.5, 0.9, 0.99)
-REVERSION = 6  # periods; off by default (see forecast.phase's docstring), turned on by this parameter
+REVERSION = 6  # periods; the default since stop 52 (see forecast.phase's docstring), off with None
 
 
-def test_reversion_is_off_by_default() -> None:
-    assert PhaseNaive().reversion_periods is None
+def test_reversion_is_on_by_default_and_off_with_none() -> None:
+    """On by default (6 periods, stop 52); ``reversion_periods=None`` (``modelParams: {reversion_periods: null}``)
+    turns it off: no slope is fitted."""
+    assert PhaseNaive().reversion_periods == REVERSION
+    y = _windows(3 * 1440, 0.3)
+    default = PhaseNaive(quantiles=LEVELS, period_s=600.0).fit(y, start=DAY0, step_s=STEP)
+    off = PhaseNaive(quantiles=LEVELS, period_s=600.0, reversion_periods=None).fit(y, start=DAY0, step_s=STEP)
+    assert _edge_slope(default) < -0.4
+    assert default.predict(15).quantiles[0.99] != off.predict(15).quantiles[0.99]
 
 
 def _windows(n: int, persistence: float, seed: int = 0) -> np.ndarray:

@@ -70,12 +70,13 @@ def test_one_worker_gives_the_same_run_to_the_last_digit() -> None:
 
 
 def test_mean_reversion_computed_by_a_worker_gives_the_same_run() -> None:
-    """``phase_naive``'s opt-in mean reversion keeps fitted slopes and sorted residual sets across updates; a worker
-    computes them the same way (its fitted models are not shipped back, only the forecasts). 1.2 days: the slopes
-    need 30 origins per phase (5 hours) after the hour of deviations, so the last ~17 hours revert."""
+    """``phase_naive``'s mean reversion (on by default since stop 52) keeps fitted slopes and sorted residual sets
+    across updates; a worker computes them the same way (its fitted models are not shipped back, only the forecasts).
+    1.2 days: the slopes need 30 origins per phase (5 hours) after the hour of deviations, so the last ~17 hours
+    revert."""
     params = {"reversion_periods": 6}
     in_process = _run(1.2, workers=0, model_params=params)
-    plain = _run(1.2, workers=0)
+    plain = _run(1.2, workers=0, model_params={"reversion_periods": None})
     assert in_process[4] != plain[4], "reversion changed no forecast: the test would compare the plain path"
     assert _run(1.2, workers=1, model_params=params) == in_process
 

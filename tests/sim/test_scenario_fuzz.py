@@ -203,6 +203,7 @@ def make_variants(traces: dict[str, Path]) -> list[Variant]:
         Variant("modelParams reversion 0", _set(("forecasting", "modelParams"), {"reversion_periods": 0})),
         Variant("modelParams reversion bool", _set(("forecasting", "modelParams"), {"reversion_periods": True})),
         Variant("modelParams reversion on", _set(("forecasting", "modelParams"), {"reversion_periods": 6})),
+        Variant("modelParams reversion off", _set(("forecasting", "modelParams"), {"reversion_periods": None})),
         Variant("modelParams valid", _set(("forecasting", "modelParams"), {"period_s": 600, "min_share": 0.1})),
     ]
     # Traces.
@@ -386,6 +387,7 @@ def test_fuzzed_scenarios_give_a_clear_error_or_a_run_never_a_traceback(
         ("modelParams reversion 0", "modelParams.reversion_periods: Input should be greater than or equal to 1"),
         ("modelParams reversion bool", "modelParams.reversion_periods: Input should be a number, not a boolean"),
         ("modelParams reversion on", None),
+        ("modelParams reversion off", None),
         ("duplicate keys", "found duplicate key 'stepSeconds'"),
         ("deeply nested list", "nested too deeply"),
         ("not UTF-8", "not UTF-8 text (byte 0xe9)"),
