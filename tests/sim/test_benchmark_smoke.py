@@ -58,6 +58,44 @@ def test_quick_arbitration_benchmark_prints_the_three_policies_and_the_ratio(
         assert expected in out
 
 
+def test_arbitration_benchmark_runs_each_inference_path_and_prints_their_means(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import bench_arbitration
+
+    argv = ["--quick", "--days", "0.05", "--paths", "base,scale0.09", "--policies", "predictive"]
+    assert bench_arbitration.main(argv) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "paths ['base', 'scale0.09']" in lines[0]
+    for path in ("base", "scale0.09"):
+        assert any(line.split()[:3] == ["12", path, "predictive"] for line in lines)  # the run's row
+        assert any(line.split()[:2] == [path, "predictive"] for line in lines)  # its mean per path
+    for expected in ("mean over 2 run(s)", "spread across runs", "train done", "mean per path", "peak RSS"):
+        assert expected in out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [
+        ("--paths", "base,scalefoo", "scalefoo"),
+        ("--paths", "warm60", "warm60"),
+        ("--capacity", "chooseScaleDownReplica=true", "chooseScaleDownReplica"),
+        ("--model-params", "reversion_period=6", "reversion_period"),
+    ],
+)
+def test_arbitration_benchmark_refuses_an_unknown_name_before_running(
+    capsys: pytest.CaptureFixture[str], option: str, value: str, named: str
+) -> None:
+    from benchmarks import bench_arbitration
+
+    with pytest.raises(SystemExit) as exited:
+        bench_arbitration.main(["--quick", option, value])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert named in captured.err and captured.out == ""
+
+
 def test_quick_rebalance_benchmark_prints_every_configuration_and_holds_the_bound(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
