@@ -70,6 +70,7 @@ from autoscaler.core.cluster import (
     anti_affinity_lifted,
     free_gpus_per_node,
     gpu_types_meet,
+    kept_off_by_landing,
     labels_select,
     next_replica,
     one_replica_per_node,
@@ -2143,6 +2144,8 @@ def _give_back(
     waiting = {f"{w.kind}/{w.namespace}/{w.name}" for w in suspended}
     for key in [k for k in resumable if k not in waiting]:
         del resumable[key]
+    # the workloads resumed this tick: (a stand-in for their pods, the nodes they were counted onto)
+    resumed_here: list[tuple[PodInfo, list[NodeInfo]]] = []
     for workload in suspended:
         key = f"{workload.kind}/{workload.namespace}/{workload.name}"
         if not workload.pod_gpus or max(workload.pod_gpus) <= 0:
@@ -2159,8 +2162,11 @@ def _give_back(
         # Nor where its pods' own required anti-affinity, or a running pod's, keeps them off; a gang whose pods'
         # terms select each other is placed one per domain (resumed onto one node's free GPUs, all but one of its
         # pods would wait Pending, and the gang with them).
+        # (and the workloads resumed before it this tick count: their pods are not bound yet)
         stand_in = workload_pod(workload)
-        kept_off = pod_anti_affinity_barred(stand_in, arb.snapshot)
+        kept_off = pod_anti_affinity_barred(stand_in, arb.snapshot) | kept_off_by_landing(
+            stand_in, resumed_here, arb.snapshot.nodes
+        )
         usable = {
             n: left
             for n, left in free.items()
@@ -2194,6 +2200,9 @@ def _give_back(
                 f"{config.resume_after_s:g}s before resuming"
             )
             continue
+        resumed_here.append(
+            (stand_in, [nodes_by_name[n] for n, left in after.items() if left < free[n] and n in nodes_by_name])
+        )
         for node, left in after.items():
             free[node] = left
         beside = resumed_beside

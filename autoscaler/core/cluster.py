@@ -755,12 +755,35 @@ class WorkloadInfo:
 
 def workload_pod(workload: WorkloadInfo) -> PodInfo:
     """A stand-in for one of a suspended workload's GPU pods, not yet created: its template's labels and terms, its
-    gang -- what an anti-affinity term is matched against before the pod exists."""
+    gang -- what an anti-affinity term is matched against before the pod exists. Named after the workload in a way
+    no pod can be (a "/" in it), so that it is never taken for a pod of the snapshot or another workload's."""
     return PodInfo(
-        workload.namespace, "", None, max(workload.pod_gpus, default=0), workload.priority, "Pending", False,
-        workload.kind, workload.name, gang=workload.gang, labels=workload.pod_labels,
-        anti_affinity=workload.pod_anti_affinity,
+        workload.namespace, f"{workload.kind}/{workload.name} (not created)", None, max(workload.pod_gpus, default=0),
+        workload.priority, "Pending", False, workload.kind, workload.name, gang=workload.gang,
+        labels=workload.pod_labels, anti_affinity=workload.pod_anti_affinity,
     )  # fmt: skip
+
+
+def kept_off_by_landing(
+    pod: PodInfo, landing: Sequence[tuple[PodInfo, Sequence[NodeInfo]]], nodes: Iterable[NodeInfo]
+) -> frozenset[str]:
+    """The nodes pod anti-affinity keeps ``pod`` off for pods not bound yet but expected this tick (``landing``: a
+    pod and the nodes it was counted onto -- which one is not told, so each of them): either one's required terms
+    selecting the other, over the term's domain. A pod of its own gang keeps it off nothing."""
+    domains: set[tuple[str, str]] = set()
+    for other, where in landing:
+        if moves_with(pod, other):
+            continue
+        terms = [t for t in pod.anti_affinity or () if t.selects(other)]
+        terms += [t for t in other.anti_affinity or () if t.selects(pod)]
+        for term in terms:
+            for node in where:
+                domain = topology_domain(node, term.topology_key)
+                if domain is not None:
+                    domains.add((term.topology_key, domain))
+    if not domains:
+        return frozenset()
+    return frozenset(n.name for n in nodes if any(topology_domain(n, key) == value for key, value in domains))
 
 
 class KeptApart:

@@ -182,7 +182,10 @@ def test_a_bound_workload_that_waits_says_nothing_of_another_of_its_shape() -> N
         NOW, pods=tuple(_replicas("n1", 8)), nodes=(_node("n1"), _node("n2")), workloads=(bound, free)
     )
     waiting = waiting_gpu_work(snapshot)
-    assert [w.template_pod.name if w.template_pod else None for w in waiting] == ["", ""]
+    assert [w.template_pod.name if w.template_pod else None for w in waiting] == [
+        "Job/apart (not created)",
+        "Job/together (not created)",
+    ]
     still = waiting_for_room(waiting, snapshot)
     assert [w.template_pod.owner_name for w in still if w.template_pod] == ["apart"]
 
@@ -217,3 +220,28 @@ def test_the_rebalancer_gathers_room_for_a_suspended_workload_as_its_pods_terms_
     world = reb.snap([reb.node("n1"), reb.node("n2")], pods, workloads=(_workload((4, 4), terms),))
     plan, _ = plan_rebalance(world, reb.NOW, RebalanceConfig(), RebalanceState())
     assert reb.evicted(plan) == moved
+
+
+def _away_from_team() -> PodAntiAffinityTerm:
+    """Every pod of team ml one per node (its own siblings and the other job's pods alike)."""
+    return PodAntiAffinityTerm({"team": "ml"}, HOST, frozenset({"ml"}))
+
+
+@pytest.mark.parametrize(
+    ("nodes", "resumed"),
+    [
+        pytest.param((_node("n1"), _node("n2")), ["job-a"], id="one free node: the second would land beside the first"),
+        pytest.param((_node("n1"), _node("n2"), _node("n3")), ["job-a", "job-b"], id="two free nodes: one job on each"),
+    ],
+)  # fmt: skip
+def test_two_workloads_resumed_in_one_tick_keep_each_other_off_as_their_terms_say(
+    nodes: tuple[NodeInfo, ...], resumed: list[str]
+) -> None:
+    """Two suspended 1-pod Jobs of team ml whose terms keep team ml one per node; chat fills n1. Their pods are not
+    bound within the tick, so the first one resumed is counted where it was placed: the second may not join it."""
+    jobs = tuple(_workload((4,), (_away_from_team(),), name=name) for name in ("job-a", "job-b"))
+    snapshot = ClusterSnapshot(NOW, pods=tuple(_replicas("n1", 8)), nodes=nodes, workloads=jobs)
+    decision = ScaleDecision(CHAT.key, 8, 8, Reason.METRIC_ABOVE_TARGET, "", False)
+    arb = ArbitrationInput(NOW, snapshot, {CHAT.key: CHAT}, [decision], {})
+    actions, _, _ = arbitrate(arb, CapacityState(free_since=NOW - 999), CapacityConfig(resume_after_s=0.0))
+    assert sorted(a.name for a in actions if isinstance(a, ResumeWorkload)) == resumed
