@@ -416,14 +416,15 @@ def _targets(snapshot: ClusterSnapshot) -> list[_Target]:
 
 def _template_pods(workload: WorkloadInfo) -> tuple[PodInfo, ...]:
     """A suspended workload's pods, not made yet, as stand-ins (``workload_pod``: one per pod, its GPUs, the CPU and
-    memory it requests, a name of its own) when their labels or required anti-affinity were read -- what keeps them
+    memory it requests, a name of its own: its workload's kind and name, as ``workload_pod``'s -- a Job and a
+    PyTorchJob of one name are two workloads) when their labels or required anti-affinity were read -- what keeps them
     off a node, or apart; none otherwise (its template's nodeSelector and requests say the rest)."""
     if not workload.pod_labels and not workload.pod_anti_affinity:
         return ()
     cpu, memory = workload.pod_beside
     stand_in = workload_pod(workload)
     return tuple(
-        replace(stand_in, name=f"{workload.name} (suspended, pod {i})", gpus=gpus, cpu_milli=cpu, memory_bytes=memory)
+        replace(stand_in, name=f"{stand_in.name}, pod {i}", gpus=gpus, cpu_milli=cpu, memory_bytes=memory)
         for i, gpus in enumerate(workload.pod_gpus)
     )
 
