@@ -575,6 +575,39 @@ def _shared_terms(terms: Sequence[tuple[PodAntiAffinityTerm, ...]]) -> tuple[Pod
     return tuple(t for t in terms[0] if all(t in other for other in terms[1:]))
 
 
+def _as_created(spec: Mapping[str, Any], labels: Mapping[str, str]) -> Mapping[str, Any]:
+    """A pod template's spec with its required pod anti-affinity terms as the API server makes them on a pod created
+    from it with ``labels`` (KEP-3633, MatchLabelKeysInPodAffinity): each ``matchLabelKeys`` key merged into the
+    term's labelSelector as ``key In (value)``, each ``mismatchLabelKeys`` key as ``key NotIn (value)``. A template
+    is not a pod: it is stored unmerged, and read as its selector alone a term is wider than its pods' (this Job's
+    workers one per node becomes one per node with every other trainer's pods). A key ``labels`` do not carry -- one
+    the controller sets per pod (a replica index), or none -- narrows the real term by a value not known here: the
+    term is left out (looser; as its selector alone it would keep the pods off nodes their real term allows)."""
+    anti = _map(_map(spec.get("affinity")).get("podAntiAffinity"))
+    raw_terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not any(_map(t).get("matchLabelKeys") or _map(t).get("mismatchLabelKeys") for t in _list(raw_terms)):
+        return spec
+    terms: list[Any] = []
+    for raw in _list(raw_terms):
+        term = _map(raw)
+        keys = [(k, "In") for k in _list(term.get("matchLabelKeys"))]
+        keys += [(k, "NotIn") for k in _list(term.get("mismatchLabelKeys"))]
+        selector = term.get("labelSelector")
+        if not keys or not isinstance(selector, Mapping):
+            terms.append(raw)
+            continue
+        if not all(isinstance(k, str) and k in labels for k, _ in keys):
+            continue
+        expressions = list(_list(selector.get("matchExpressions")))
+        expressions += [{"key": k, "operator": op, "values": [labels[k]]} for k, op in keys]
+        terms.append({**term, "labelSelector": {**selector, "matchExpressions": expressions}})
+    affinity = {
+        **_map(spec.get("affinity")),
+        "podAntiAffinity": {**anti, "requiredDuringSchedulingIgnoredDuringExecution": terms},
+    }
+    return {**spec, "affinity": affinity}
+
+
 def _requests_any(spec: Mapping[str, Any], prefixes: tuple[str, ...]) -> bool:
     """Whether a container (or init container) of the pod requests a resource whose name starts with a prefix."""
     return bool(prefixes) and any(name.startswith(prefixes) for name in _resource_names(spec))
@@ -1415,7 +1448,12 @@ class KubeClusterReader:
             node_selector=node_selector,
             pod_beside=pod_beside,
             pod_labels=_shared_labels(gpu_labels),
-            pod_anti_affinity=_shared_terms([required_pod_anti_affinity_of(t, namespace) for t in gpu_templates]),
+            pod_anti_affinity=_shared_terms(
+                [
+                    required_pod_anti_affinity_of(_as_created(t, pod_labels), namespace)
+                    for t, pod_labels in zip(gpu_templates, gpu_labels, strict=True)
+                ]
+            ),
         )
         return info, owner
 
