@@ -76,3 +76,18 @@ def test_mismatch_label_keys_leave_the_pods_own_value_out(
     (got,) = _read(apiserver, api_client, term)
     assert not got.selects(_pod({"app": "trainer"}))
     assert got.selects(_pod({"app": "chat"}))
+
+
+def test_a_job_with_a_manual_selector_gets_no_job_name_labels(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    """The job-name labels are put on a Job's template by the API server when it generates the Job's selector --
+    not with ``manualSelector: true`` (the Job controller adds none to the pods either): the pods carry the
+    template's labels alone, and a term selecting job-name (an inference service kept off nodes running batch Jobs,
+    ``batch.kubernetes.io/job-name Exists``) does not select them."""
+    job = o.job("train", "ml", gpus=4, parallelism=2, suspend=True, template_labels={"app": "trainer"})
+    job["spec"]["manualSelector"] = True
+    job["spec"]["selector"] = {"matchLabels": {"app": "trainer"}}
+    apiserver.seed(job)
+    (got,) = KubeClusterReader(api_client, ReaderConfig(), sleep=lambda s: None).snapshot(NOW).workloads
+    assert got.pod_labels == {"app": "trainer"}

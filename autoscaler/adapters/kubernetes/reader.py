@@ -1351,7 +1351,8 @@ class KubeClusterReader:
         added: list[dict[str, str]] = []
         if kind == "Job":
             templates.append((_map(spec.get("template")), _job_pods(spec, _map(status))))
-            added.append(dict.fromkeys(JOB_NAME_LABELS, name))
+            # (the API server puts them on the template when it generates the selector: not with a manual one)
+            added.append(dict.fromkeys(JOB_NAME_LABELS, name) if spec.get("manualSelector") is not True else {})
         elif kind == "JobSet":
             for rjob in _list(spec.get("replicatedJobs")):
                 job_spec = _map(_map(_map(rjob).get("template")).get("spec"))
