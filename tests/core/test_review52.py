@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from autoscaler.core.cluster import NodeInfo, PodAntiAffinityTerm, PodInfo, WorkloadInfo
+import pytest
+
+from autoscaler.core.cluster import (
+    ClusterSnapshot,
+    NodeInfo,
+    PodAntiAffinityTerm,
+    PodInfo,
+    WorkloadInfo,
+    hole_node_for_waiting_work,
+    node_room,
+    waiting_for_room,
+    waiting_gpu_work,
+)
 from autoscaler.core.rebalance import RebalanceConfig, RebalanceState, _template_pods, plan_rebalance
 from tests.core import test_rebalance as reb
 
@@ -47,3 +59,28 @@ def test_a_workload_is_not_judged_by_the_pod_anti_affinity_of_another_of_its_nam
     plan, _ = plan_rebalance(world, reb.NOW, RebalanceConfig(), RebalanceState())
     assert reb.evicted(plan) == []
     assert any(n.startswith("PyTorchJob ml/train (suspended): 4 GPU(s) do not fit") for n in plan.notes), plan.notes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review52 finding: hole_node_for_waiting_work does not honour a waiting workload's pod anti-affinity "
+    "(WaitingGpuWork.template_pod), which waiting_for_room now makes it wait for",
+)
+def test_a_hole_is_not_counted_on_a_node_the_waiting_workloads_terms_keep_it_off() -> None:
+    """chat fills n1 (8 replicas) and has one replica on n2 (7 free). A queued 4-GPU Job whose pods keep away from
+    chat waits for room since stop 52 (``waiting_for_room``: kept off both nodes) -- but the hole found for it is
+    n1's 4 GPUs once 4 of chat's 8 replicas there go, a node chat still runs on, which its terms keep it off: chat
+    takes its contended hold for a hole the work cannot use. The first hole it can use opens when all 8 are gone."""
+    pods = [reb.replica("chat", i, "n1") for i in range(8)] + [reb.replica("chat", 8, "n2")]
+    queued = WorkloadInfo(
+        "Job", "ml", "queued", "job/ml/queued", True, 10, (4,), None, None, queued=True,
+        pod_labels={"batch.kubernetes.io/job-name": "queued"},
+        pod_anti_affinity=(PodAntiAffinityTerm({"app": "chat"}, HOST, frozenset({"inf"})),),
+    )  # fmt: skip
+    snapshot = ClusterSnapshot(
+        reb.NOW, reb.deployments(pods), tuple(pods), (reb.node("n1"), reb.node("n2")), workloads=(queued,)
+    )
+    waiting = waiting_for_room(waiting_gpu_work(snapshot), snapshot)
+    assert len(waiting) == 1
+    hole = hole_node_for_waiting_work(node_room(snapshot), "inf/chat", waiting)
+    assert hole is None or hole[:3] == (8, 4, "n1")
