@@ -1211,9 +1211,15 @@ def waiting_for_room(
             pods = [(gpus, _where(work), work.beside, work) for gpus in work.gang]
         pods.sort(key=lambda pod: -pod[0])
         shape = (tuple(pod[:3] for pod in pods), work.needed_pods)
+        if shape in failed:
+            waits.add(index)
+            if work.gang_key is not None:
+                gangs[work.gang_key] = False
+            continue
         # a suspended workload's pods: kept off where their own terms or a running pod's say, and apart where their
-        # terms select each other -- work so bound that fails says nothing of its shape's other work (a shape that
-        # failed unbound fails bound too)
+        # terms select each other (judged after the shape: a shape that failed unbound fails bound too, and the
+        # running pods are walked only for work that may start) -- work so bound that fails says nothing of its
+        # shape's other work
         kept_off: frozenset[str] = frozenset()
         apart: KeptApart | None = None
         if work.template_pod is not None:
@@ -1222,11 +1228,6 @@ def waiting_for_room(
             if not apart.binds:
                 apart = None
         bound = bool(kept_off) or apart is not None
-        if shape in failed:
-            waits.add(index)
-            if work.gang_key is not None:
-                gangs[work.gang_key] = False
-            continue
         # what this work's pods took so far, over ``left`` (kept only when it starts)
         room: dict[str, int] = {}
         room_beside: dict[str, tuple[int, int]] = {}
