@@ -1193,6 +1193,27 @@ def waiting_for_room(
             ]
         return names
 
+    def place(
+        pods: Sequence[tuple[int, tuple[object, ...], tuple[int, int], WaitingGpuWork]],
+        needed: int,
+        kept_off: frozenset[str] = frozenset(),
+        apart: KeptApart | None = None,
+    ) -> tuple[bool, dict[str, int], dict[str, tuple[int, int]]]:
+        """Whether ``needed`` of ``pods`` find nodes over ``left`` (none of ``kept_off``; where ``apart`` allows),
+        and what they took (kept only when the work starts)."""
+        room: dict[str, int] = {}
+        room_beside: dict[str, tuple[int, int]] = {}
+        found = 0
+        for gpus, where, beside, spec in pods:
+            view = {name: room.get(name, left[name]) for name in nodes_for(where, spec) if name not in kept_off}
+            view = {name: free_now for name, free_now in view.items() if free_now > 0}
+            view_beside = {name: room_beside.get(name, left_beside[name]) for name in view if name in left_beside}
+            if place_best_fit(view, 1, gpus, beside=view_beside, needs=beside, rule=apart):
+                found += 1
+                room.update(view)
+                room_beside.update(view_beside)
+        return found >= needed, room, room_beside
+
     for index in sorted(range(len(waiting)), key=lambda i: -waiting[i].priority):
         work = waiting[index]
         if work.resumed_by_us:
@@ -1216,39 +1237,30 @@ def waiting_for_room(
             if work.gang_key is not None:
                 gangs[work.gang_key] = False
             continue
-        # a suspended workload's pods: kept off where their own terms or a running pod's say, and apart where their
-        # terms select each other (judged after the shape: a shape that failed unbound fails bound too, and the
-        # running pods are walked only for work that may start) -- work so bound that fails says nothing of its
-        # shape's other work
-        kept_off: frozenset[str] = frozenset()
-        apart: KeptApart | None = None
-        if work.template_pod is not None:
+        starts, room, room_beside = place(pods, work.needed_pods)
+        if starts and work.template_pod is not None:
+            # A suspended workload's pods are also kept off where their own terms or a running pod's say, and apart
+            # where their terms select each other. Judged only once the work fits without them (tighter, so work
+            # that does not fit without them does not with them, and the running pods are walked only for work that
+            # may start); a failure for them alone says nothing of its shape's other work, and is not cached.
             kept_off = pod_anti_affinity_barred(work.template_pod, snapshot)
-            apart = KeptApart(work.template_pod, by_name)
-            if not apart.binds:
+            apart: KeptApart | None = KeptApart(work.template_pod, by_name)
+            if apart is not None and not apart.binds:
                 apart = None
-        bound = bool(kept_off) or apart is not None
-        # what this work's pods took so far, over ``left`` (kept only when it starts)
-        room: dict[str, int] = {}
-        room_beside: dict[str, tuple[int, int]] = {}
-        found = 0
-        for gpus, where, beside, spec in pods:
-            view = {name: room.get(name, left[name]) for name in nodes_for(where, spec) if name not in kept_off}
-            view = {name: free_now for name, free_now in view.items() if free_now > 0}
-            view_beside = {name: room_beside.get(name, left_beside[name]) for name in view if name in left_beside}
-            if place_best_fit(view, 1, gpus, beside=view_beside, needs=beside, rule=apart):
-                found += 1
-                room.update(view)
-                room_beside.update(view_beside)
-        starts = found >= work.needed_pods
+            if kept_off or apart is not None:
+                starts, room, room_beside = place(pods, work.needed_pods, kept_off, apart)
+                if not starts:
+                    if work.gang_key is not None:
+                        gangs[work.gang_key] = False
+                    waits.add(index)
+                    continue
         if work.gang_key is not None:
             gangs[work.gang_key] = starts
         if starts:
             left.update(room)
             left_beside.update(room_beside)
         else:
-            if not bound:
-                failed.add(shape)
+            failed.add(shape)
             waits.add(index)
     return [work for index, work in enumerate(waiting) if index in waits]
 
