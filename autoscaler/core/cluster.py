@@ -1244,11 +1244,10 @@ def waiting_for_room(
             # that does not fit without them does not with them, and the running pods are walked only for work that
             # may start); a failure for them alone says nothing of its shape's other work, and is not cached.
             kept_off = pod_anti_affinity_barred(work.template_pod, snapshot)
-            apart: KeptApart | None = KeptApart(work.template_pod, by_name)
-            if apart is not None and not apart.binds:
-                apart = None
-            if kept_off or apart is not None:
-                starts, room, room_beside = place(pods, work.needed_pods, kept_off, apart)
+            apart = KeptApart(work.template_pod, by_name)
+            rule = apart if apart.binds else None
+            if kept_off or rule is not None:
+                starts, room, room_beside = place(pods, work.needed_pods, kept_off, rule)
                 if not starts:
                     if work.gang_key is not None:
                         gangs[work.gang_key] = False

@@ -643,7 +643,7 @@ class _Cluster:
         needs = _needs(pod_gpus, pods, pod_beside)
         # the group's pods whose required anti-affinity selects a sibling (workers kept one per node): each placed
         # pod keeps such siblings off its domain
-        apart = len(pods) == len(pod_gpus) and any(p.anti_affinity for p in pods)
+        apart = _may_keep_apart(pods, pod_gpus)
         placed: list[tuple[int, str]] = []
         for i in sorted(range(len(pod_gpus)), key=lambda k: -pod_gpus[k]):
             gpus, need = pod_gpus[i], needs[i]
@@ -694,6 +694,12 @@ class _Cluster:
             free, target.pod_gpus, target.gpu_type, target.training, pods=target.pods, beside=beside,
             node_selector=target.node_selector, pod_beside=target.beside, suspended=target.suspended is not None,
         )  # fmt: skip
+
+
+def _may_keep_apart(pods: Sequence[PodInfo], pod_gpus: Sequence[int]) -> bool:
+    """Whether a group's pods (one per entry of ``pod_gpus``) have required anti-affinity terms that may keep them
+    apart: the siblings are then checked pair by pair (``_Cluster.siblings_keep_off``)."""
+    return len(pods) == len(pod_gpus) and any(p.anti_affinity for p in pods)
 
 
 def _same_domain(a: NodeInfo, b: NodeInfo, key: str) -> bool:
@@ -1088,7 +1094,7 @@ def _make_room(
     for listed in on_one_node.values():
         listed.sort(key=lambda u: (-u.gpus, u.owner))
     needs = _needs(target.pod_gpus, target.pods, target.beside)
-    apart = len(target.pods) == len(target.pod_gpus) and any(p.anti_affinity for p in target.pods)
+    apart = _may_keep_apart(target.pods, target.pod_gpus)
     placed: list[tuple[int, str]] = []  # (pod index, home) of the target's pods given a home
     for i in sorted(range(len(target.pod_gpus)), key=lambda k: -target.pod_gpus[k]):
         gpus, pod_needs = target.pod_gpus[i], needs[i]

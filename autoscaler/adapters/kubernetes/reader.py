@@ -546,9 +546,7 @@ def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str
     resource the least any requests -- never stricter for a pod than the scheduler is (the first template's alone
     ruled out, for every pod, the nodes only the other templates' pods may use: such a workload was never resumed)."""
     selectors = [node_selector_of(t) for t in templates]
-    common = dict(selectors[0]) if selectors else {}
-    for other in selectors[1:]:
-        common = {k: v for k, v in common.items() if other.get(k) == v}
+    common = _shared_labels(selectors)
     # a required affinity only when every template has the same one (templates of different affinities: none kept,
     # looser than any, as the labels are)
     affinities = {affinity_of(s) for s in selectors}
@@ -559,8 +557,9 @@ def _gpu_pods_place(templates: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str
 
 
 def _shared_labels(labels: Sequence[Mapping[str, str]]) -> dict[str, str]:
-    """The labels every one of a workload's GPU pods carries (one set stands for them all, as its nodeSelector:
-    templates that differ -- a master's and its workers' -- keep only what they share)."""
+    """The labels every one of ``labels`` holds with the same value: what a workload's GPU pods all carry, or all
+    select (one set stands for them all: templates that differ -- a master's and its workers' -- keep only what they
+    share)."""
     shared = dict(labels[0]) if labels else {}
     for other in labels[1:]:
         shared = {k: v for k, v in shared.items() if other.get(k) == v}
